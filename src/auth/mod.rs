@@ -1,0 +1,92 @@
+//! The three kinds of callers (SPEC section 2), as extractors that routes only declare:
+//! [`Internal`] for GitLab Rails, [`CurrentUser`] for a signed-in user, [`Webhook`] for
+//! GitLab's hooks.
+
+mod internal;
+pub mod secrets;
+mod session;
+mod webhook;
+
+use jsonwebtoken::errors::ErrorKind;
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use serde::de::DeserializeOwned;
+
+pub use internal::{Internal, INTERNAL_HEADER};
+pub use session::{mint_session, CurrentUser, SessionClaims, CSRF_HEADER, SESSION_COOKIE};
+pub use webhook::Webhook;
+
+use crate::error::Error;
+use secrets::{Secret, Secrets};
+
+/// Every token is issued by GitLab.
+const ISSUER: &str = "gitlab";
+/// Clock skew tolerated between GitLab and envlens.
+const LEEWAY_SECONDS: u64 = 5;
+
+/// The keys that check each kind of caller.
+pub struct Keys {
+    internal: DecodingKey,
+    session: DecodingKey,
+    webhook_token: Secret,
+}
+
+impl Keys {
+    pub fn new(secrets: Secrets) -> Self {
+        Keys {
+            internal: DecodingKey::from_secret(secrets.internal.bytes()),
+            session: DecodingKey::from_secret(secrets.session.bytes()),
+            webhook_token: secrets.webhook_token,
+        }
+    }
+}
+
+/// The time claims every token carries.
+trait TimeClaims {
+    fn iat(&self) -> i64;
+    fn exp(&self) -> i64;
+}
+
+/// Verifies an HS256 token for `audience`: signature, `iss`, `aud`, `exp` (no further ahead
+/// than `max_lifetime_seconds`), `iat` (not in the future) and `nbf` when present.
+fn verify<C: DeserializeOwned + TimeClaims>(
+    token: &str,
+    key: &DecodingKey,
+    audience: &str,
+    max_lifetime_seconds: i64,
+) -> Result<C, Error> {
+    // Pinned to HS256: `alg: none` and every other algorithm fail the header check.
+    let mut validation = Validation::new(Algorithm::HS256);
+    validation.leeway = LEEWAY_SECONDS;
+    validation.validate_nbf = true;
+    validation.set_issuer(&[ISSUER]);
+    validation.set_audience(&[audience]);
+    validation.set_required_spec_claims(&["exp", "iat", "iss", "aud"]);
+    let claims = jsonwebtoken::decode::<C>(token, key, &validation)
+        .map_err(|e| {
+            let why = match e.kind() {
+                ErrorKind::ExpiredSignature => "token has expired",
+                ErrorKind::ImmatureSignature => "token is not valid yet",
+                ErrorKind::InvalidSignature => "token signature does not match",
+                ErrorKind::InvalidAudience => "token is not meant for this audience",
+                ErrorKind::InvalidIssuer => "token is not issued by gitlab",
+                ErrorKind::InvalidAlgorithm | ErrorKind::InvalidAlgorithmName => {
+                    "token must be signed with HS256"
+                }
+                ErrorKind::MissingRequiredClaim(_) => "token lacks a required claim",
+                _ => "token is malformed",
+            };
+            Error::Unauthorized(why.into())
+        })?
+        .claims;
+    let now = chrono::Utc::now().timestamp();
+    let leeway = LEEWAY_SECONDS as i64;
+    if claims.iat() > now + leeway {
+        return Err(Error::Unauthorized("token is issued in the future".into()));
+    }
+    if claims.exp() > now + max_lifetime_seconds + leeway {
+        return Err(Error::Unauthorized(
+            "token expires too far in the future".into(),
+        ));
+    }
+    Ok(claims)
+}

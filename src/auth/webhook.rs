@@ -1,0 +1,31 @@
+//! GitLab's hooks: the configured token in `X-Gitlab-Token`, checked before the body is read.
+
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use subtle::ConstantTimeEq;
+
+use crate::error::Error;
+use crate::state::AppState;
+
+const TOKEN_HEADER: &str = "x-gitlab-token";
+
+/// Proof that the request carries the webhook token.
+#[derive(Debug, Clone, Copy)]
+pub struct Webhook;
+
+impl FromRequestParts<AppState> for Webhook {
+    type Rejection = Error;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Error> {
+        let sent = parts
+            .headers
+            .get(TOKEN_HEADER)
+            .ok_or_else(|| Error::Unauthorized("missing X-Gitlab-Token header".into()))?;
+        let expected = state.keys.webhook_token.bytes();
+        if bool::from(sent.as_bytes().ct_eq(expected)) {
+            Ok(Webhook)
+        } else {
+            Err(Error::Unauthorized("X-Gitlab-Token does not match".into()))
+        }
+    }
+}

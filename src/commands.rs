@@ -1,0 +1,98 @@
+//! The subcommands: `serve`, `migrate`, `token`.
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+
+use crate::auth::secrets::Secrets;
+use crate::auth::{mint_session, Keys};
+use crate::config::{Command, DatabaseArgs, ServeArgs, TokenArgs};
+use crate::db::{self, Database};
+use crate::state::AppState;
+
+pub async fn run(command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Serve(args) => serve(args).await,
+        Command::Migrate(args) => migrate(args).await,
+        Command::Token(args) => token(args).await,
+    }
+}
+
+async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let secrets = Secrets::load(&args.secrets, &args.database.data_dir)?;
+    for path in &secrets.generated {
+        println!("generated secret {}", path.display());
+    }
+    let database = Database::open(&args.database).await?;
+    let listener = TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let addr = listener.local_addr()?;
+    let state = AppState::new(database.pool.clone(), Keys::new(secrets), args.limits);
+    let pruning = tokio::spawn(prune_deliveries(state.db.clone()));
+    println!("envlens listening on http://{addr}");
+    crate::run(
+        state,
+        listener,
+        shutdown_signal(),
+        args.limits.shutdown_timeout,
+    )
+    .await?;
+    pruning.abort();
+    database.close().await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    let terminate = async {
+        match term.as_mut() {
+            Some(term) => {
+                term.recv().await;
+            }
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = terminate => {}
+    }
+    tracing::info!("shutting down: finishing the requests in flight");
+}
+
+/// Forgets webhook deliveries older than a week, hourly.
+async fn prune_deliveries(pool: sqlx::PgPool) {
+    let mut every = tokio::time::interval(std::time::Duration::from_secs(3600));
+    loop {
+        every.tick().await;
+        if let Err(e) = db::deliveries::prune(&pool, 7).await {
+            tracing::warn!(error = %e, "cannot prune webhook deliveries");
+        }
+    }
+}
+
+async fn migrate(args: DatabaseArgs) -> anyhow::Result<()> {
+    let database = Database::open(&args).await?;
+    let applied = db::MIGRATOR.iter().count();
+    println!("database is at migration {applied}");
+    database.close().await;
+    Ok(())
+}
+
+async fn token(args: TokenArgs) -> anyhow::Result<()> {
+    let secrets = Secrets::load(&args.secrets, &args.database.data_dir)?;
+    let database = Database::open(&args.database).await?;
+    let user = db::identity::find_user_by_username(&database.pool, &args.user).await;
+    database.close().await;
+    let user = user?.with_context(|| format!("no user `{}` in the identity mirror", args.user))?;
+    let (token, csrf) = mint_session(secrets.session.bytes(), user.id, &user.username, args.ttl)?;
+    println!("{token}");
+    eprintln!(
+        "session token for {} (id {}): send it as `Authorization: Bearer <token>`, or as the \
+         `_gitlab_kas` cookie with the header `X-Csrf-Token: {csrf}`",
+        user.username, user.id
+    );
+    Ok(())
+}

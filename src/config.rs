@@ -1,0 +1,151 @@
+//! Command line and settings: every setting is a flag and an environment variable (the flag wins).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(name = "envlens", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the API (starts the embedded PostgreSQL when no database URL is given).
+    Serve(ServeArgs),
+    /// Apply the database migrations and exit.
+    Migrate(DatabaseArgs),
+    /// Mint a session token for a mirrored user, for trying the API.
+    Token(TokenArgs),
+}
+
+/// Where the data lives: the data folder, and the database unless one is named.
+#[derive(Debug, Clone, Args)]
+pub struct DatabaseArgs {
+    /// Folder for generated secrets and the embedded PostgreSQL.
+    #[arg(long, env = "ENVLENS_DATA_DIR", default_value = ".envlens")]
+    pub data_dir: PathBuf,
+    /// PostgreSQL to use instead of the embedded one, e.g. `postgres://user:pass@host/envlens`.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+    /// Folder of the PostgreSQL server binaries for the embedded database; found when not given.
+    #[arg(long, env = "ENVLENS_POSTGRES_BIN_DIR")]
+    pub postgres_bin_dir: Option<PathBuf>,
+    /// Connections in the pool.
+    #[arg(long, env = "ENVLENS_DATABASE_MAX_CONNECTIONS", default_value_t = 16)]
+    pub database_max_connections: u32,
+    /// How long a request waits for a database connection before it is answered 503.
+    #[arg(long, env = "ENVLENS_DATABASE_ACQUIRE_TIMEOUT", default_value = "3s", value_parser = parse_duration)]
+    pub database_acquire_timeout: Duration,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct SecretArgs {
+    /// Base64 of the 32-byte key GitLab signs internal requests with (`Gitlab-Envlens-Api-Request`).
+    #[arg(long, env = "ENVLENS_INTERNAL_SECRET_FILE")]
+    pub internal_secret_file: Option<PathBuf>,
+    /// Base64 of the 32-byte key GitLab signs user sessions with (`_gitlab_kas` cookie, bearer tokens).
+    #[arg(long, env = "ENVLENS_SESSION_SECRET_FILE")]
+    pub session_secret_file: Option<PathBuf>,
+    /// The token GitLab sends in `X-Gitlab-Token` with system and deployment hooks.
+    #[arg(long, env = "ENVLENS_WEBHOOK_TOKEN_FILE")]
+    pub webhook_token_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, env = "ENVLENS_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+    #[command(flatten)]
+    pub secrets: SecretArgs,
+    #[command(flatten)]
+    pub limits: Limits,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct TokenArgs {
+    /// Username of a user in the identity mirror.
+    #[arg(long)]
+    pub user: String,
+    /// How long the token is valid (at most a day).
+    #[arg(long, default_value = "1h", value_parser = parse_duration)]
+    pub ttl: Duration,
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+    #[command(flatten)]
+    pub secrets: SecretArgs,
+}
+
+/// Request limits, shared by every API route.
+#[derive(Debug, Clone, Copy, Args)]
+pub struct Limits {
+    /// Largest accepted request body, in bytes; larger ones get 413.
+    #[arg(long, env = "ENVLENS_BODY_LIMIT", default_value_t = 1024 * 1024)]
+    pub body_limit: usize,
+    /// Longest a non-streaming request may take before it is answered 503.
+    #[arg(long, env = "ENVLENS_REQUEST_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub request_timeout: Duration,
+    /// How long shutdown waits for requests in flight.
+    #[arg(long, env = "ENVLENS_SHUTDOWN_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub shutdown_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            body_limit: 1024 * 1024,
+            request_timeout: Duration::from_secs(30),
+            shutdown_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// `250ms`, `3s`, `5m`, `1h`, `1d`, or plain seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (number, unit) = s.split_at(split);
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("`{s}` is not a duration like 30s, 5m or 250ms"))?;
+    let d = match unit {
+        "ms" => Duration::from_millis(n),
+        "" | "s" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n * 60),
+        "h" => Duration::from_secs(n * 3600),
+        "d" => Duration::from_secs(n * 86400),
+        _ => {
+            return Err(format!(
+                "`{s}`: unknown unit `{unit}` (use ms, s, m, h or d)"
+            ))
+        }
+    };
+    Ok(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("30"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert!(parse_duration("5 weeks").is_err());
+        assert!(parse_duration("s").is_err());
+    }
+
+    #[test]
+    fn cli_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

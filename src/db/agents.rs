@@ -1,0 +1,121 @@
+//! SQL of cluster agents and their resolved `ci_access` / `user_access` authorizations.
+
+use serde_json::Value;
+use sqlx::{PgConnection, PgExecutor};
+
+use super::violated_constraint;
+use crate::error::{Error, Result};
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Agent {
+    pub id: i64,
+    pub project_id: i64,
+    pub name: String,
+    /// The full path of the agent's configuration project.
+    pub project_full_path: String,
+}
+
+pub async fn find(db: impl PgExecutor<'_>, id: i64) -> Result<Option<Agent>> {
+    Ok(sqlx::query_as(
+        "SELECT a.id, a.project_id, a.name, p.full_path AS project_full_path
+         FROM cluster_agents a JOIN projects p ON p.id = a.project_id WHERE a.id = $1",
+    )
+    .bind(id)
+    .fetch_optional(db)
+    .await?)
+}
+
+pub async fn project_exists(db: impl PgExecutor<'_>, id: i64) -> Result<bool> {
+    Ok(
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM projects WHERE id = $1)")
+            .bind(id)
+            .fetch_one(db)
+            .await?,
+    )
+}
+
+/// Registers or updates an agent; true when it is new.
+pub async fn upsert(db: impl PgExecutor<'_>, id: i64, project_id: i64, name: &str) -> Result<bool> {
+    sqlx::query_scalar(
+        "INSERT INTO cluster_agents (id, project_id, name) VALUES ($1, $2, $3)
+         ON CONFLICT (id) DO UPDATE SET project_id = EXCLUDED.project_id, name = EXCLUDED.name, updated_at = now()
+         RETURNING (xmax = 0)",
+    )
+    .bind(id)
+    .bind(project_id)
+    .bind(name)
+    .fetch_one(db)
+    .await
+    .map_err(|e| match violated_constraint(&e) {
+        Some("cluster_agents_project_id_name_key") => {
+            Error::Conflict(format!("project {project_id} already has another agent named `{name}`"))
+        }
+        _ => e.into(),
+    })
+}
+
+/// Ids of the paths (lower-cased) that name a project (`groups` false) or group inside the
+/// top-level namespace `root`, in the order of `paths`; `None` where nothing matches.
+pub async fn resolve(
+    conn: &mut PgConnection,
+    groups: bool,
+    root: &str,
+    paths: &[String],
+) -> Result<Vec<Option<i64>>> {
+    let table = if groups { "namespaces" } else { "projects" };
+    let found: Vec<Option<i64>> = sqlx::query_scalar(&format!(
+        "SELECT t.id FROM UNNEST($1::text[]) WITH ORDINALITY AS w(path, ord)
+         LEFT JOIN {table} t ON lower(t.full_path) = w.path AND split_part(lower(t.full_path), '/', 1) = $2
+         ORDER BY w.ord"
+    ))
+    .bind(paths)
+    .bind(root)
+    .fetch_all(conn)
+    .await?;
+    Ok(found)
+}
+
+/// One resolved entry: a project or a group id, and the entry's configuration.
+pub struct Authorization {
+    pub project_id: Option<i64>,
+    pub group_id: Option<i64>,
+    pub config: Value,
+}
+
+/// Stores the configuration and replaces both sets of authorizations.
+pub async fn replace_configuration(
+    conn: &mut PgConnection,
+    agent_id: i64,
+    config: &Value,
+    ci_access: &[Authorization],
+    user_access: &[Authorization],
+) -> Result<()> {
+    sqlx::query("UPDATE cluster_agents SET config = $2, updated_at = now() WHERE id = $1")
+        .bind(agent_id)
+        .bind(config)
+        .execute(&mut *conn)
+        .await?;
+    for (table, rows) in [
+        ("agent_ci_access_authorizations", ci_access),
+        ("agent_user_access_authorizations", user_access),
+    ] {
+        sqlx::query(&format!("DELETE FROM {table} WHERE agent_id = $1"))
+            .bind(agent_id)
+            .execute(&mut *conn)
+            .await?;
+        let project_ids: Vec<Option<i64>> = rows.iter().map(|r| r.project_id).collect();
+        let group_ids: Vec<Option<i64>> = rows.iter().map(|r| r.group_id).collect();
+        let configs: Vec<Value> = rows.iter().map(|r| r.config.clone()).collect();
+        sqlx::query(&format!(
+            "INSERT INTO {table} (agent_id, project_id, group_id, config)
+             SELECT $1, * FROM UNNEST($2::bigint[], $3::bigint[], $4::jsonb[])"
+        ))
+        .bind(agent_id)
+        .bind(&project_ids)
+        .bind(&group_ids)
+        .bind(&configs)
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(())
+}

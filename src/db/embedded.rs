@@ -1,0 +1,385 @@
+//! A private PostgreSQL in the data folder, run from the machine's own PostgreSQL binaries.
+//!
+//! The server listens on a Unix socket only (no TCP port to collide with) and trusts local
+//! connections: the socket folder is private to the user that runs it. When envlens runs as
+//! root, PostgreSQL (which refuses root) runs as the `postgres` system user. The server dies
+//! with envlens even on SIGKILL (`PR_SET_PDEATHSIG`); a second envlens command on the same data
+//! folder (`envlens token` while `serve` runs) attaches to the running server instead.
+
+use std::fs;
+use std::os::unix::fs::{chown, DirBuilderExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use sqlx::postgres::PgConnectOptions;
+use sqlx::{ConnectOptions, Connection, PgConnection};
+
+/// The role and database envlens uses inside the embedded server.
+pub const ROLE: &str = "envlens";
+const PORT: u16 = 5432;
+/// `sun_path` holds 108 bytes; PostgreSQL appends `/.s.PGSQL.5432`.
+const MAX_SOCKET_DIR_LEN: usize = 90;
+
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Where `initdb` and `postgres` live; found on the machine when not given.
+    pub bin_dir: Option<PathBuf>,
+    /// Trade durability for speed (`fsync=off`): for throwaway test servers only.
+    pub ephemeral: bool,
+}
+
+pub struct EmbeddedPostgres {
+    socket_dir: PathBuf,
+    port: u16,
+    /// `None` when attached to a server another process started.
+    server: Option<Server>,
+}
+
+struct Server {
+    pid: i32,
+    exited: mpsc::Receiver<std::io::Result<ExitStatus>>,
+}
+
+impl EmbeddedPostgres {
+    /// Starts the server in `data_dir/postgres` (creating it on first use), or attaches to the
+    /// one already running there. Blocks until it accepts connections.
+    pub fn start(data_dir: &Path, options: &Options) -> anyhow::Result<Self> {
+        fs::create_dir_all(data_dir)
+            .with_context(|| format!("cannot create data folder {}", data_dir.display()))?;
+        let data_dir = data_dir.canonicalize()?;
+        let pgdata = data_dir.join("postgres");
+        if let Some(running) = Self::attach(&pgdata) {
+            tracing::info!(pgdata = %pgdata.display(), "attached to the running embedded PostgreSQL");
+            return Ok(running);
+        }
+        let bin_dir = match &options.bin_dir {
+            Some(dir) => dir.clone(),
+            None => find_bin_dir()?,
+        };
+        let owner = server_user()?;
+        let log_path = data_dir.join("postgres.log");
+        if !pgdata.join("PG_VERSION").exists() {
+            init(&bin_dir, &pgdata, owner, options)?;
+        }
+        let socket_dir = socket_dir(&data_dir)?;
+        make_private_dir(&socket_dir, owner)?;
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)?;
+        if let Some((uid, gid)) = owner {
+            chown(&log_path, Some(uid), Some(gid))?;
+        }
+
+        let mut cmd = Command::new(bin_dir.join("postgres"));
+        cmd.arg("-D")
+            .arg(&pgdata)
+            .arg("-k")
+            .arg(&socket_dir)
+            .args(["-p", &PORT.to_string(), "-c", "listen_addresses="])
+            .args(["-c", "max_connections=200"]);
+        if options.ephemeral {
+            cmd.args(["-c", "fsync=off", "-c", "synchronous_commit=off"])
+                .args(["-c", "full_page_writes=off"]);
+        }
+        cmd.stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log);
+        run_as(&mut cmd, owner, true);
+        let server = spawn_supervised(cmd)?;
+        let mut this = EmbeddedPostgres {
+            socket_dir,
+            port: PORT,
+            server: Some(server),
+        };
+        this.wait_ready(&log_path)?;
+        Ok(this)
+    }
+
+    /// Connection options for `database` on this server.
+    pub fn connect_options(&self, database: &str) -> PgConnectOptions {
+        PgConnectOptions::new()
+            .socket(&self.socket_dir)
+            .port(self.port)
+            .username(ROLE)
+            .database(database)
+    }
+
+    /// A `postgres://` URL for `database`, for `psql` and `pgbench`.
+    pub fn url(&self, database: &str) -> String {
+        self.connect_options(database).to_url_lossy().to_string()
+    }
+
+    /// Creates `database` unless it exists.
+    pub async fn ensure_database(&self, database: &str) -> anyhow::Result<()> {
+        let mut conn = PgConnection::connect_with(&self.connect_options("postgres")).await?;
+        let exists: bool =
+            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
+                .bind(database)
+                .fetch_one(&mut conn)
+                .await?;
+        if !exists {
+            let sql = format!("CREATE DATABASE {}", quote_ident(database));
+            match sqlx::raw_sql(&sql).execute(&mut conn).await {
+                Ok(_) => {}
+                // Another process created it meanwhile.
+                Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42P04") => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        conn.close().await?;
+        Ok(())
+    }
+
+    /// Fast shutdown (SIGINT): running transactions are rolled back, committed ones are on disk.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        let Some(server) = self.server.take() else {
+            return;
+        };
+        // SAFETY: kill(2) with a pid we spawned and still supervise.
+        unsafe { libc::kill(server.pid, libc::SIGINT) };
+        match server.exited.recv_timeout(Duration::from_secs(30)) {
+            Ok(_) => tracing::info!("embedded PostgreSQL stopped"),
+            Err(_) => {
+                tracing::warn!("embedded PostgreSQL did not stop in 30s; killing it");
+                unsafe { libc::kill(server.pid, libc::SIGKILL) };
+            }
+        }
+    }
+
+    /// A server already running on `pgdata`, from its `postmaster.pid`
+    /// (lines: pid, data folder, start time, port, socket folder, ...).
+    fn attach(pgdata: &Path) -> Option<Self> {
+        let pidfile = fs::read_to_string(pgdata.join("postmaster.pid")).ok()?;
+        let lines: Vec<&str> = pidfile.lines().collect();
+        let pid: i32 = lines.first()?.trim().parse().ok()?;
+        // SAFETY: signal 0 only checks that the process exists.
+        let alive = pid > 0 && unsafe { libc::kill(pid, 0) } == 0;
+        let ready = lines.get(7).is_some_and(|s| s.trim() == "ready");
+        if !alive || !ready {
+            return None;
+        }
+        Some(EmbeddedPostgres {
+            port: lines.get(3)?.trim().parse().ok()?,
+            socket_dir: PathBuf::from(lines.get(4)?.trim()),
+            server: None,
+        })
+    }
+
+    fn wait_ready(&mut self, log_path: &Path) -> anyhow::Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let options = self.connect_options("postgres").disable_statement_logging();
+        loop {
+            if let Some(server) = &self.server {
+                if let Ok(status) = server.exited.try_recv() {
+                    self.server = None;
+                    bail!(
+                        "PostgreSQL exited while starting ({}); its log {} ends with:\n{}",
+                        status
+                            .map(|s| s.to_string())
+                            .unwrap_or_else(|e| e.to_string()),
+                        log_path.display(),
+                        log_tail(log_path)
+                    );
+                }
+            }
+            let attempt = runtime.block_on(async {
+                let conn = PgConnection::connect_with(&options).await?;
+                conn.close().await
+            });
+            match attempt {
+                Ok(()) => return Ok(()),
+                Err(e) if Instant::now() > deadline => {
+                    self.shutdown();
+                    bail!(
+                        "PostgreSQL did not accept connections within 60s ({e}); see {}",
+                        log_path.display()
+                    );
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    }
+}
+
+impl Drop for EmbeddedPostgres {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// The folder of `initdb` and `postgres`: `pg_config --bindir`, else the newest
+/// `/usr/lib/postgresql/<version>/bin` (Debian, Ubuntu), else `initdb` on the `PATH`.
+pub fn find_bin_dir() -> anyhow::Result<PathBuf> {
+    let has_server = |dir: &Path| dir.join("postgres").is_file() && dir.join("initdb").is_file();
+    if let Ok(out) = Command::new("pg_config").arg("--bindir").output() {
+        let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        if out.status.success() && has_server(&dir) {
+            return Ok(dir);
+        }
+    }
+    let mut versions: Vec<(u32, PathBuf)> = fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let version = e.file_name().to_str()?.parse().ok()?;
+            Some((version, e.path().join("bin")))
+        })
+        .filter(|(_, dir)| has_server(dir))
+        .collect();
+    versions.sort();
+    if let Some((_, dir)) = versions.pop() {
+        return Ok(dir);
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .find(|dir| has_server(dir))
+        .context(
+            "no PostgreSQL server binaries found (looked at `pg_config --bindir`, \
+             /usr/lib/postgresql/*/bin and PATH): install PostgreSQL (Debian: \
+             `apt-get install postgresql`), pass --postgres-bin-dir, or set DATABASE_URL",
+        )
+}
+
+fn init(
+    bin_dir: &Path,
+    pgdata: &Path,
+    owner: Option<(u32, u32)>,
+    options: &Options,
+) -> anyhow::Result<()> {
+    tracing::info!(pgdata = %pgdata.display(), "initializing the embedded PostgreSQL");
+    make_private_dir(pgdata, owner)?;
+    let mut cmd = Command::new(bin_dir.join("initdb"));
+    cmd.arg("-D")
+        .arg(pgdata)
+        .args(["-U", ROLE, "--auth=trust", "--encoding=UTF8", "--no-locale"])
+        .stdin(Stdio::null());
+    if options.ephemeral {
+        cmd.arg("--no-sync");
+    }
+    run_as(&mut cmd, owner, false);
+    let out = cmd
+        .output()
+        .with_context(|| format!("cannot run {}", bin_dir.join("initdb").display()))?;
+    if !out.status.success() {
+        bail!(
+            "initdb failed ({}):\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
+/// PostgreSQL refuses to run as root: then it runs as the `postgres` system user.
+fn server_user() -> anyhow::Result<Option<(u32, u32)>> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Ok(None);
+    }
+    let name = c"postgres";
+    // SAFETY: getpwnam with a NUL-terminated name; the result is read before any other call.
+    let pw = unsafe { libc::getpwnam(name.as_ptr()) };
+    if pw.is_null() {
+        bail!(
+            "envlens runs as root and PostgreSQL refuses to: create a `postgres` user \
+             (Debian's postgresql package does), run envlens as another user, or set DATABASE_URL"
+        );
+    }
+    // SAFETY: pw is non-null and points to a valid passwd record.
+    let (uid, gid) = unsafe { ((*pw).pw_uid, (*pw).pw_gid) };
+    Ok(Some((uid, gid)))
+}
+
+/// Drops to `owner` in the child, and asks the kernel to stop the server when the thread that
+/// spawned it dies (after the uid change, which would clear it).
+fn run_as(cmd: &mut Command, owner: Option<(u32, u32)>, die_with_parent: bool) {
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            if let Some((uid, gid)) = owner {
+                if libc::setgroups(0, std::ptr::null()) != 0
+                    || libc::setgid(gid) != 0
+                    || libc::setuid(uid) != 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            if die_with_parent && libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGINT) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Spawns on a thread that lives as long as the server, so that `PR_SET_PDEATHSIG` (which
+/// follows the spawning thread, not the process) fires only when envlens itself goes away.
+fn spawn_supervised(mut cmd: Command) -> anyhow::Result<Server> {
+    let (pid_tx, pid_rx) = mpsc::channel();
+    let (exit_tx, exit_rx) = mpsc::channel();
+    std::thread::Builder::new()
+        .name("embedded-postgres".into())
+        .spawn(move || match cmd.spawn() {
+            Ok(mut child) => {
+                let _ = pid_tx.send(Ok(child.id() as i32));
+                let _ = exit_tx.send(child.wait());
+            }
+            Err(e) => {
+                let _ = pid_tx.send(Err(e));
+            }
+        })?;
+    let pid = pid_rx.recv()?.context("cannot start postgres")?;
+    Ok(Server {
+        pid,
+        exited: exit_rx,
+    })
+}
+
+fn socket_dir(data_dir: &Path) -> anyhow::Result<PathBuf> {
+    let dir = data_dir.join("run");
+    if dir.as_os_str().len() <= MAX_SOCKET_DIR_LEN {
+        return Ok(dir);
+    }
+    // A deep data folder: the socket goes to a short private folder named after it.
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    data_dir.hash(&mut h);
+    Ok(std::env::temp_dir().join(format!("envlens-{:016x}", h.finish())))
+}
+
+fn make_private_dir(dir: &Path, owner: Option<(u32, u32)>) -> anyhow::Result<()> {
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("cannot create {}", dir.display()))?;
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o700))?;
+    if let Some((uid, gid)) = owner {
+        chown(dir, Some(uid), Some(gid))?;
+    }
+    Ok(())
+}
+
+fn log_tail(path: &Path) -> String {
+    let text = fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(15)..].join("\n")
+}
+
+pub fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}

@@ -1,0 +1,102 @@
+//! The database: connecting (or starting the embedded server), migrations, and the SQL of
+//! each aggregate in its own module.
+
+pub mod agents;
+pub mod deliveries;
+pub mod embedded;
+pub mod identity;
+
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use sqlx::migrate::Migrator;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::PgPool;
+
+use crate::config::DatabaseArgs;
+use embedded::EmbeddedPostgres;
+
+pub static MIGRATOR: Migrator = sqlx::migrate!();
+
+/// The name of envlens' database inside the embedded server.
+pub const DATABASE: &str = "envlens";
+
+/// The pool, and the embedded server behind it when envlens started one.
+pub struct Database {
+    pub pool: PgPool,
+    pub embedded: Option<EmbeddedPostgres>,
+}
+
+impl Database {
+    /// Connects to `DATABASE_URL`, or starts the embedded server in the data folder, then
+    /// applies the migrations.
+    pub async fn open(args: &DatabaseArgs) -> anyhow::Result<Self> {
+        let (options, embedded) = match &args.database_url {
+            Some(url) => {
+                let options = PgConnectOptions::from_str(url)
+                    .context("DATABASE_URL is not a valid PostgreSQL URL")?;
+                (options, None)
+            }
+            None => {
+                let data_dir = args.data_dir.clone();
+                let options = embedded::Options {
+                    bin_dir: args.postgres_bin_dir.clone(),
+                    ephemeral: false,
+                };
+                let pg = tokio::task::spawn_blocking(move || {
+                    EmbeddedPostgres::start(&data_dir, &options)
+                })
+                .await??;
+                pg.ensure_database(DATABASE).await?;
+                (pg.connect_options(DATABASE), Some(pg))
+            }
+        };
+        let pool = connect(options, args).await?;
+        MIGRATOR
+            .run(&pool)
+            .await
+            .context("cannot apply the database migrations")?;
+        Ok(Database { pool, embedded })
+    }
+
+    /// Closes the pool, then stops the embedded server if envlens started it.
+    pub async fn close(self) {
+        self.pool.close().await;
+        if let Some(pg) = self.embedded {
+            let _ = tokio::task::spawn_blocking(move || pg.stop()).await;
+        }
+    }
+}
+
+/// A pool that fails fast while the server is away (a request waits at most the acquire
+/// timeout, then gets 503) and reconnects by itself when it is back.
+pub async fn connect(options: PgConnectOptions, args: &DatabaseArgs) -> anyhow::Result<PgPool> {
+    let pool_options = PgPoolOptions::new()
+        .max_connections(args.database_max_connections)
+        .acquire_timeout(args.database_acquire_timeout)
+        // A broken connection fails its query, which is answered 503 and closes it; checking
+        // every connection before use would cost a round trip per request.
+        .test_before_acquire(false);
+    let started = Instant::now();
+    loop {
+        match pool_options.clone().connect_with(options.clone()).await {
+            Ok(pool) => return Ok(pool),
+            Err(e) if started.elapsed() < Duration::from_secs(60) => {
+                tracing::warn!(error = %e, "database not reachable yet; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            Err(e) => return Err(e).context("cannot connect to the database for 60s"),
+        }
+    }
+}
+
+/// The name of a unique or foreign key constraint a statement violated, if that is why it failed.
+pub fn violated_constraint(e: &sqlx::Error) -> Option<&str> {
+    match e {
+        sqlx::Error::Database(db) if matches!(db.code().as_deref(), Some("23505" | "23503")) => {
+            db.constraint()
+        }
+        _ => None,
+    }
+}

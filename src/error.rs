@@ -1,0 +1,120 @@
+//! The one error type of the HTTP layer, and how each variant is answered.
+//!
+//! REST answers are `{"error": {"code", "message", "field"?}}` (SPEC section 3). Internal
+//! errors are logged once, inside the request's span, and the client sees a generic message.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::json;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("{0}")]
+    Unauthorized(String),
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("request body is larger than the limit of {limit} bytes")]
+    PayloadTooLarge { limit: usize },
+    /// One input field fails validation; `field` is its path in the body, e.g. `projects[2].visibility`.
+    #[error("{field}: {message}")]
+    Invalid { field: String, message: String },
+    #[error("database unavailable")]
+    Unavailable(#[source] sqlx::Error),
+    #[error("request timed out after {0:?}")]
+    Timeout(std::time::Duration),
+    #[error(transparent)]
+    Internal(#[from] anyhow::Error),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Error::Invalid {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Error::BadRequest(_) => StatusCode::BAD_REQUEST,
+            Error::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            Error::Forbidden(_) => StatusCode::FORBIDDEN,
+            Error::NotFound(_) => StatusCode::NOT_FOUND,
+            Error::Conflict(_) => StatusCode::CONFLICT,
+            Error::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Error::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            Error::Unavailable(_) | Error::Timeout(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The stable, machine-readable name of the error, `error.code` in the body.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Error::BadRequest(_) => "bad_request",
+            Error::Unauthorized(_) => "unauthorized",
+            Error::Forbidden(_) => "forbidden",
+            Error::NotFound(_) => "not_found",
+            Error::Conflict(_) => "conflict",
+            Error::PayloadTooLarge { .. } => "payload_too_large",
+            Error::Invalid { .. } => "invalid",
+            Error::Unavailable(_) | Error::Timeout(_) => "unavailable",
+            Error::Internal(_) => "internal",
+        }
+    }
+}
+
+/// Database errors: a connection that cannot be had is 503 (retry later), anything else a bug.
+impl From<sqlx::Error> for Error {
+    fn from(e: sqlx::Error) -> Self {
+        match e {
+            sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::Io(_)
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::WorkerCrashed => Error::Unavailable(e),
+            sqlx::Error::Database(ref db) if is_unavailable_code(db.code().as_deref()) => {
+                Error::Unavailable(e)
+            }
+            other => Error::Internal(other.into()),
+        }
+    }
+}
+
+/// SQLSTATE classes that mean "the server is going away or not accepting work", not a bug:
+/// 08 connection exception, 57P01..57P03 admin shutdown / crash shutdown / cannot connect now.
+fn is_unavailable_code(code: Option<&str>) -> bool {
+    matches!(code, Some(c) if c.starts_with("08") || c.starts_with("57P"))
+}
+
+impl IntoResponse for Error {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        let message = match &self {
+            Error::Internal(e) => {
+                tracing::error!(error = ?e, "internal error");
+                "internal error".to_owned()
+            }
+            Error::Unavailable(e) => {
+                tracing::warn!(error = %e, "database unavailable");
+                self.to_string()
+            }
+            Error::Invalid { message, .. } => message.clone(),
+            other => other.to_string(),
+        };
+        let mut error = json!({ "code": self.code(), "message": message });
+        if let Error::Invalid { field, .. } = &self {
+            error["field"] = json!(field);
+        }
+        (status, Json(json!({ "error": error }))).into_response()
+    }
+}

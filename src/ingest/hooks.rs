@@ -1,0 +1,75 @@
+//! `POST /webhooks/gitlab`: system hooks and deployment hooks (SPEC 2.3).
+//!
+//! The token is checked before the body is read. A delivery that carries an id
+//! (`X-Gitlab-Event-UUID`, else `Idempotency-Key`) is recorded in the same transaction as its
+//! effect, so a redelivery finds it and changes nothing.
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::Json as JsonResponse;
+use serde_json::{json, Value};
+use sqlx::PgConnection;
+
+use super::identity::SystemHook;
+use crate::auth::Webhook;
+use crate::db::deliveries;
+use crate::error::{Error, Result};
+use crate::extract::{parse, read_body};
+use crate::state::AppState;
+
+const EVENT_HEADER: &str = "x-gitlab-event";
+const DELIVERY_HEADERS: [&str; 2] = ["x-gitlab-event-uuid", "idempotency-key"];
+
+pub async fn receive(
+    _: Webhook,
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    req: Request,
+) -> Result<(StatusCode, JsonResponse<Value>)> {
+    let event = headers
+        .get(EVENT_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    if event != "System Hook" {
+        return Ok(ignored(&format!(
+            "`{event}` events are not used by envlens"
+        )));
+    }
+    let body = read_body(req, &state).await?;
+    let hook: SystemHook = parse(&body)?;
+    if matches!(hook, SystemHook::Other) {
+        return Ok(ignored("this system hook event is not mirrored"));
+    }
+    hook.validate()?;
+    let mut tx = state.db.begin().await?;
+    if !first_delivery(&mut tx, &headers, event).await? {
+        return Ok((
+            StatusCode::OK,
+            JsonResponse(json!({ "applied": false, "reason": "already delivered" })),
+        ));
+    }
+    hook.apply(&mut tx).await?;
+    tx.commit().await?;
+    Ok((StatusCode::OK, JsonResponse(json!({ "applied": true }))))
+}
+
+fn ignored(reason: &str) -> (StatusCode, JsonResponse<Value>) {
+    (
+        StatusCode::ACCEPTED,
+        JsonResponse(json!({ "applied": false, "reason": reason })),
+    )
+}
+
+/// Records the delivery id, if the request has one; false when it was delivered before.
+async fn first_delivery(conn: &mut PgConnection, headers: &HeaderMap, event: &str) -> Result<bool> {
+    let id = DELIVERY_HEADERS.iter().find_map(|h| headers.get(*h));
+    match id {
+        None => Ok(true),
+        Some(id) => {
+            let id = id
+                .to_str()
+                .map_err(|_| Error::BadRequest("delivery id is not text".into()))?;
+            deliveries::record(conn, id, event).await
+        }
+    }
+}

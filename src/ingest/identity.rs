@@ -1,0 +1,367 @@
+//! The identity mirror: GitLab's system hooks (SPEC 4.1) and the bulk snapshot for backfill.
+
+use std::collections::HashSet;
+
+use axum::extract::State;
+use axum::Json as JsonResponse;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use sqlx::PgConnection;
+
+use super::validate;
+use crate::auth::Internal;
+use crate::db::identity::{self as db, Snapshot};
+use crate::error::{Error, Result};
+use crate::extract::Json;
+use crate::state::AppState;
+
+/// The system hook events envlens mirrors, in the payload shapes GitLab documents. Events
+/// it does not mirror (`push`, `key_create`, ...) are [`SystemHook::Other`]: GitLab sends
+/// every event to every system hook and disables a receiver that keeps failing, so they are
+/// acknowledged and ignored rather than refused.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "event_name", rename_all = "snake_case")]
+pub enum SystemHook {
+    ProjectCreate(ProjectEvent),
+    ProjectUpdate(ProjectEvent),
+    ProjectRename(ProjectEvent),
+    ProjectTransfer(ProjectEvent),
+    ProjectDestroy(ProjectDestroyEvent),
+    GroupCreate(GroupEvent),
+    GroupRename(GroupEvent),
+    GroupDestroy(GroupDestroyEvent),
+    UserCreate(UserEvent),
+    UserRename(UserEvent),
+    UserDestroy(UserDestroyEvent),
+    UserAddToTeam(TeamEvent),
+    UserUpdateForTeam(TeamEvent),
+    UserRemoveFromTeam(TeamEvent),
+    UserAddToGroup(GroupMemberEvent),
+    UserUpdateForGroup(GroupMemberEvent),
+    UserRemoveFromGroup(GroupMemberEvent),
+    #[serde(other)]
+    Other,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ProjectEvent {
+    project_id: i64,
+    path_with_namespace: String,
+    project_visibility: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ProjectDestroyEvent {
+    project_id: i64,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct GroupEvent {
+    group_id: i64,
+    full_path: String,
+    /// Only in `group_rename`.
+    old_full_path: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct GroupDestroyEvent {
+    group_id: i64,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct UserEvent {
+    user_id: i64,
+    username: String,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct UserDestroyEvent {
+    user_id: i64,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct TeamEvent {
+    user_id: i64,
+    user_username: String,
+    project_id: i64,
+    /// Absent from `user_remove_from_team`.
+    access_level: Option<String>,
+    project_path_with_namespace: Option<String>,
+    project_visibility: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct GroupMemberEvent {
+    user_id: i64,
+    user_username: String,
+    group_id: i64,
+    /// Absent from `user_remove_from_group`.
+    group_access: Option<String>,
+}
+
+impl SystemHook {
+    /// Checks every field before anything is written.
+    pub fn validate(&self) -> Result<()> {
+        match self {
+            SystemHook::ProjectCreate(e)
+            | SystemHook::ProjectUpdate(e)
+            | SystemHook::ProjectRename(e)
+            | SystemHook::ProjectTransfer(e) => {
+                validate::positive("project_id", e.project_id)?;
+                validate::full_path("path_with_namespace", &e.path_with_namespace)?;
+                if let Some(v) = &e.project_visibility {
+                    validate::visibility("project_visibility", v)?;
+                }
+            }
+            SystemHook::ProjectDestroy(e) => validate::positive("project_id", e.project_id)?,
+            SystemHook::GroupCreate(e) | SystemHook::GroupRename(e) => {
+                validate::positive("group_id", e.group_id)?;
+                validate::full_path("full_path", &e.full_path)?;
+                if let Some(old) = &e.old_full_path {
+                    validate::full_path("old_full_path", old)?;
+                }
+            }
+            SystemHook::GroupDestroy(e) => validate::positive("group_id", e.group_id)?,
+            SystemHook::UserCreate(e) | SystemHook::UserRename(e) => {
+                validate::positive("user_id", e.user_id)?;
+                validate::non_empty("username", &e.username)?;
+            }
+            SystemHook::UserDestroy(e) => validate::positive("user_id", e.user_id)?,
+            SystemHook::UserAddToTeam(e)
+            | SystemHook::UserUpdateForTeam(e)
+            | SystemHook::UserRemoveFromTeam(e) => {
+                validate::positive("user_id", e.user_id)?;
+                validate::non_empty("user_username", &e.user_username)?;
+                validate::positive("project_id", e.project_id)?;
+                if let Some(path) = &e.project_path_with_namespace {
+                    validate::full_path("project_path_with_namespace", path)?;
+                }
+                if let Some(v) = &e.project_visibility {
+                    validate::visibility("project_visibility", v)?;
+                }
+                if !matches!(self, SystemHook::UserRemoveFromTeam(_)) {
+                    let level = e.access_level.as_deref().ok_or_else(|| {
+                        Error::invalid("access_level", "missing field `access_level`")
+                    })?;
+                    validate::access_level_name("access_level", level)?;
+                }
+            }
+            SystemHook::UserAddToGroup(e)
+            | SystemHook::UserUpdateForGroup(e)
+            | SystemHook::UserRemoveFromGroup(e) => {
+                validate::positive("user_id", e.user_id)?;
+                validate::non_empty("user_username", &e.user_username)?;
+                validate::positive("group_id", e.group_id)?;
+                if !matches!(self, SystemHook::UserRemoveFromGroup(_)) {
+                    let level = e.group_access.as_deref().ok_or_else(|| {
+                        Error::invalid("group_access", "missing field `group_access`")
+                    })?;
+                    validate::access_level_name("group_access", level)?;
+                }
+            }
+            SystemHook::Other => {}
+        }
+        Ok(())
+    }
+
+    /// Applies a validated event inside the caller's transaction.
+    pub async fn apply(&self, conn: &mut PgConnection) -> Result<()> {
+        match self {
+            SystemHook::ProjectCreate(e)
+            | SystemHook::ProjectUpdate(e)
+            | SystemHook::ProjectRename(e)
+            | SystemHook::ProjectTransfer(e) => {
+                db::upsert_project(
+                    conn,
+                    e.project_id,
+                    &e.path_with_namespace,
+                    e.project_visibility.as_deref(),
+                )
+                .await
+            }
+            SystemHook::ProjectDestroy(e) => db::delete_project(conn, e.project_id).await,
+            SystemHook::GroupCreate(e) => db::upsert_group(conn, e.group_id, &e.full_path).await,
+            SystemHook::GroupRename(e) => {
+                let old = e.old_full_path.as_deref().unwrap_or(&e.full_path);
+                db::move_group(conn, e.group_id, old, &e.full_path).await
+            }
+            SystemHook::GroupDestroy(e) => db::delete_group(conn, e.group_id).await,
+            SystemHook::UserCreate(e) | SystemHook::UserRename(e) => {
+                db::upsert_user(conn, e.user_id, &e.username, None).await
+            }
+            SystemHook::UserDestroy(e) => db::delete_user(conn, e.user_id).await,
+            SystemHook::UserAddToTeam(e) | SystemHook::UserUpdateForTeam(e) => {
+                db::upsert_user(conn, e.user_id, &e.user_username, None).await?;
+                if let Some(path) = &e.project_path_with_namespace {
+                    db::upsert_project(conn, e.project_id, path, e.project_visibility.as_deref())
+                        .await?;
+                }
+                let level = validate::access_level_name(
+                    "access_level",
+                    e.access_level.as_deref().unwrap_or_default(),
+                )?;
+                db::set_member(conn, e.user_id, "project", e.project_id, level).await
+            }
+            SystemHook::UserRemoveFromTeam(e) => {
+                db::remove_member(conn, e.user_id, "project", e.project_id).await
+            }
+            SystemHook::UserAddToGroup(e) | SystemHook::UserUpdateForGroup(e) => {
+                db::upsert_user(conn, e.user_id, &e.user_username, None).await?;
+                let level = validate::access_level_name(
+                    "group_access",
+                    e.group_access.as_deref().unwrap_or_default(),
+                )?;
+                db::set_member(conn, e.user_id, "group", e.group_id, level).await
+            }
+            SystemHook::UserRemoveFromGroup(e) => {
+                db::remove_member(conn, e.user_id, "group", e.group_id).await
+            }
+            SystemHook::Other => Ok(()),
+        }
+    }
+}
+
+/// `PUT /api/v4/internal/identity`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IdentitySnapshot {
+    #[serde(default)]
+    groups: Vec<GroupRow>,
+    #[serde(default)]
+    projects: Vec<ProjectRow>,
+    #[serde(default)]
+    users: Vec<UserRow>,
+    #[serde(default)]
+    members: Vec<MemberRow>,
+}
+
+#[derive(Debug, Deserialize)]
+struct GroupRow {
+    id: i64,
+    full_path: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct ProjectRow {
+    id: i64,
+    full_path: String,
+    visibility: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct UserRow {
+    id: i64,
+    username: String,
+    #[serde(default)]
+    admin: bool,
+}
+
+#[derive(Debug, Deserialize)]
+struct MemberRow {
+    user_id: i64,
+    source_type: String,
+    source_id: i64,
+    access_level: i32,
+}
+
+impl IdentitySnapshot {
+    /// Checks every row, and that no id, path or membership appears twice.
+    fn into_columns(self) -> Result<Snapshot> {
+        let mut s = Snapshot::default();
+        let mut seen = Uniques::default();
+        for (i, g) in self.groups.into_iter().enumerate() {
+            validate::positive(&format!("groups[{i}].id"), g.id)?;
+            validate::full_path(&format!("groups[{i}].full_path"), &g.full_path)?;
+            seen.check(&format!("groups[{i}].id"), ("group", g.id.to_string()))?;
+            seen.check(
+                &format!("groups[{i}].full_path"),
+                ("group path", g.full_path.to_lowercase()),
+            )?;
+            s.group_ids.push(g.id);
+            s.group_paths.push(g.full_path);
+        }
+        for (i, p) in self.projects.into_iter().enumerate() {
+            validate::positive(&format!("projects[{i}].id"), p.id)?;
+            validate::full_path(&format!("projects[{i}].full_path"), &p.full_path)?;
+            validate::visibility(&format!("projects[{i}].visibility"), &p.visibility)?;
+            seen.check(&format!("projects[{i}].id"), ("project", p.id.to_string()))?;
+            seen.check(
+                &format!("projects[{i}].full_path"),
+                ("project path", p.full_path.to_lowercase()),
+            )?;
+            s.project_ids.push(p.id);
+            s.project_paths.push(p.full_path);
+            s.project_visibilities.push(p.visibility);
+        }
+        for (i, u) in self.users.into_iter().enumerate() {
+            validate::positive(&format!("users[{i}].id"), u.id)?;
+            validate::non_empty(&format!("users[{i}].username"), &u.username)?;
+            seen.check(&format!("users[{i}].id"), ("user", u.id.to_string()))?;
+            seen.check(
+                &format!("users[{i}].username"),
+                ("username", u.username.to_lowercase()),
+            )?;
+            s.user_ids.push(u.id);
+            s.usernames.push(u.username);
+            s.user_admins.push(u.admin);
+        }
+        for (i, m) in self.members.into_iter().enumerate() {
+            validate::positive(&format!("members[{i}].user_id"), m.user_id)?;
+            validate::source_type(&format!("members[{i}].source_type"), &m.source_type)?;
+            validate::positive(&format!("members[{i}].source_id"), m.source_id)?;
+            validate::access_level(&format!("members[{i}].access_level"), m.access_level)?;
+            seen.check(
+                &format!("members[{i}]"),
+                (
+                    "member",
+                    format!("{}/{}/{}", m.user_id, m.source_type, m.source_id),
+                ),
+            )?;
+            s.member_user_ids.push(m.user_id);
+            s.member_source_types.push(m.source_type);
+            s.member_source_ids.push(m.source_id);
+            s.member_access_levels.push(m.access_level);
+        }
+        Ok(s)
+    }
+}
+
+#[derive(Default)]
+struct Uniques(HashSet<(&'static str, String)>);
+
+impl Uniques {
+    fn check(&mut self, field: &str, key: (&'static str, String)) -> Result<()> {
+        let message = format!("{} `{}` appears twice in the snapshot", key.0, key.1);
+        if self.0.insert(key) {
+            Ok(())
+        } else {
+            Err(Error::invalid(field, message))
+        }
+    }
+}
+
+/// Upserts a whole snapshot in one transaction; rows it does not name are left as they are.
+pub async fn put_snapshot(
+    _: Internal,
+    State(state): State<AppState>,
+    Json(body): Json<IdentitySnapshot>,
+) -> Result<JsonResponse<Value>> {
+    let snapshot = body.into_columns()?;
+    let mut tx = state.db.begin().await?;
+    if let Some(i) = db::apply_snapshot(&mut tx, &snapshot).await? {
+        return Err(Error::invalid(
+            format!("members[{i}].user_id"),
+            format!(
+                "user {} is neither in the snapshot nor in the mirror",
+                snapshot.member_user_ids[i]
+            ),
+        ));
+    }
+    tx.commit().await?;
+    Ok(JsonResponse(json!({
+        "groups": snapshot.group_ids.len(),
+        "projects": snapshot.project_ids.len(),
+        "users": snapshot.user_ids.len(),
+        "members": snapshot.member_user_ids.len(),
+    })))
+}

@@ -1,0 +1,7 @@
+//! What GitLab pushes into envlens: the identity mirror, agents and their configuration,
+//! deployments, and the hooks that carry them.
+
+pub mod agents;
+pub mod hooks;
+pub mod identity;
+pub mod validate;

@@ -1,0 +1,92 @@
+//! envlens: which cluster agent and namespace each GitLab deployment went to, and the live
+//! Kubernetes resources behind an environment.
+
+pub mod agent_config;
+pub mod auth;
+pub mod commands;
+pub mod config;
+pub mod db;
+pub mod error;
+pub mod extract;
+pub mod ingest;
+pub mod ops;
+pub mod resources;
+pub mod state;
+pub mod telemetry;
+
+use std::future::Future;
+use std::time::Duration;
+
+use axum::extract::DefaultBodyLimit;
+use axum::http::{Method, Uri};
+use axum::middleware::from_fn_with_state;
+use axum::routing::{post, put};
+use axum::Router;
+use tokio::net::TcpListener;
+
+use error::Error;
+use state::AppState;
+
+/// Every route, with its middleware. Tests drive this without a socket.
+pub fn app(state: AppState) -> Router {
+    let api = Router::new()
+        .route(
+            "/api/v4/internal/identity",
+            put(ingest::identity::put_snapshot),
+        )
+        .route(
+            "/api/v4/internal/kubernetes/agents/{id}",
+            put(ingest::agents::put_agent),
+        )
+        .route(
+            "/api/v4/internal/kubernetes/agent_configuration",
+            post(ingest::agents::post_configuration),
+        )
+        .route("/webhooks/gitlab", post(ingest::hooks::receive))
+        .layer(from_fn_with_state(state.limits, telemetry::timeout));
+    Router::new()
+        .merge(api)
+        .merge(ops::routes())
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(state.limits.body_limit))
+        .layer(from_fn_with_state(
+            state.metrics.clone(),
+            telemetry::observe,
+        ))
+        .with_state(state)
+}
+
+async fn not_found(method: Method, uri: Uri) -> Error {
+    Error::NotFound(format!("no route for {method} {}", uri.path()))
+}
+
+/// Serves until `shutdown` resolves, then lets the requests in flight finish for at most
+/// `drain` before returning.
+pub async fn run(
+    state: AppState,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    drain: Duration,
+) -> std::io::Result<()> {
+    let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = axum::serve(listener, app(state)).with_graceful_shutdown(async move {
+        shutdown.await;
+        let _ = stopping_tx.send(());
+    });
+    let server = std::future::IntoFuture::into_future(server);
+    tokio::pin!(server);
+    tokio::select! {
+        result = &mut server => return result,
+        _ = stopping_rx => {}
+    }
+    match tokio::time::timeout(drain, server).await {
+        Ok(result) => result,
+        Err(_) => {
+            tracing::warn!(
+                ?drain,
+                "requests still in flight after the drain timeout; exiting anyway"
+            );
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,16 @@
+use std::process::ExitCode;
+
+use clap::Parser;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    envlens::telemetry::init_logging();
+    let cli = envlens::config::Cli::parse();
+    match envlens::commands::run(cli.command).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,4 @@
+//! Kubernetes resources of an environment: their health and their dependency graph, pure
+//! over the objects so they test without a cluster.
+
+pub mod health;

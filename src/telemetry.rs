@@ -1,0 +1,191 @@
+//! Logs and metrics: one log line per request, and request counts and latencies by route and
+//! status in Prometheus' text format.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use tracing_subscriber::EnvFilter;
+
+use crate::config::Limits;
+use crate::error::Error;
+
+/// Logs to stderr; the filter comes from `ENVLENS_LOG` (e.g. `debug`, `envlens=debug,sqlx=info`).
+pub fn init_logging() {
+    let filter =
+        EnvFilter::try_from_env("ENVLENS_LOG").unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// Upper bounds of the latency histogram, in seconds.
+const BUCKETS: [f64; 12] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
+];
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Key {
+    method: String,
+    route: String,
+    status: u16,
+}
+
+#[derive(Debug, Default)]
+struct Series {
+    count: u64,
+    sum_seconds: f64,
+    /// Non-cumulative counts per bucket; the last slot is `+Inf`.
+    buckets: [u64; BUCKETS.len() + 1],
+}
+
+/// Request metrics. Routes are the matched patterns, so the number of series stays bounded.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    series: Mutex<BTreeMap<Key, Series>>,
+}
+
+impl Metrics {
+    pub fn record(&self, method: &str, route: &str, status: u16, elapsed: Duration) {
+        let seconds = elapsed.as_secs_f64();
+        let bucket = BUCKETS
+            .iter()
+            .position(|&le| seconds <= le)
+            .unwrap_or(BUCKETS.len());
+        let key = Key {
+            method: method.to_owned(),
+            route: route.to_owned(),
+            status,
+        };
+        let mut series = self.series.lock().unwrap_or_else(|e| e.into_inner());
+        let s = series.entry(key).or_default();
+        s.count += 1;
+        s.sum_seconds += seconds;
+        s.buckets[bucket] += 1;
+    }
+
+    /// The Prometheus text exposition of every series.
+    pub fn render(&self) -> String {
+        let series = self.series.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out = String::new();
+        out.push_str("# HELP envlens_http_requests_total HTTP requests answered, by method, route and status.\n");
+        out.push_str("# TYPE envlens_http_requests_total counter\n");
+        for (k, s) in series.iter() {
+            let _ = writeln!(
+                out,
+                "envlens_http_requests_total{{{}}} {}",
+                labels(k),
+                s.count
+            );
+        }
+        out.push_str("# HELP envlens_http_request_duration_seconds Time to answer HTTP requests (to the response head).\n");
+        out.push_str("# TYPE envlens_http_request_duration_seconds histogram\n");
+        for (k, s) in series.iter() {
+            let l = labels(k);
+            let mut cumulative = 0;
+            for (i, le) in BUCKETS.iter().enumerate() {
+                cumulative += s.buckets[i];
+                let _ = writeln!(
+                    out,
+                    "envlens_http_request_duration_seconds_bucket{{{l},le=\"{le}\"}} {cumulative}"
+                );
+            }
+            let _ = writeln!(
+                out,
+                "envlens_http_request_duration_seconds_bucket{{{l},le=\"+Inf\"}} {}",
+                s.count
+            );
+            let _ = writeln!(
+                out,
+                "envlens_http_request_duration_seconds_sum{{{l}}} {}",
+                s.sum_seconds
+            );
+            let _ = writeln!(
+                out,
+                "envlens_http_request_duration_seconds_count{{{l}}} {}",
+                s.count
+            );
+        }
+        out
+    }
+}
+
+fn labels(k: &Key) -> String {
+    format!(
+        "method=\"{}\",route=\"{}\",status=\"{}\"",
+        escape(&k.method),
+        escape(&k.route),
+        k.status
+    )
+}
+
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// Records and logs every request, under its route pattern (never the raw path, which would
+/// make one series per id).
+pub async fn observe(
+    State(metrics): State<std::sync::Arc<Metrics>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let started = Instant::now();
+    let method = req.method().clone();
+    let path = req.uri().path().to_owned();
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|m| m.as_str().to_owned())
+        .unwrap_or_else(|| "unmatched".to_owned());
+    let response = next.run(req).await;
+    let elapsed = started.elapsed();
+    let status = response.status().as_u16();
+    metrics.record(method.as_str(), &route, status, elapsed);
+    tracing::info!(
+        method = %method,
+        path,
+        route,
+        status,
+        duration_ms = elapsed.as_secs_f64() * 1000.0,
+        "request"
+    );
+    response
+}
+
+/// Answers 503 when a request takes longer than the limit; the handler's future is dropped,
+/// which rolls back its open transaction.
+pub async fn timeout(State(limits): State<Limits>, req: Request, next: Next) -> Response {
+    match tokio::time::timeout(limits.request_timeout, next.run(req)).await {
+        Ok(response) => response,
+        Err(_) => Error::Timeout(limits.request_timeout).into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_counts_and_cumulative_buckets() {
+        let m = Metrics::default();
+        m.record("GET", "/-/liveness", 200, Duration::from_micros(500));
+        m.record("GET", "/-/liveness", 200, Duration::from_millis(20));
+        m.record("POST", "/webhooks/gitlab", 401, Duration::from_secs(30));
+        let text = m.render();
+        assert!(text.contains(
+            "envlens_http_requests_total{method=\"GET\",route=\"/-/liveness\",status=\"200\"} 2"
+        ));
+        assert!(text.contains("envlens_http_request_duration_seconds_bucket{method=\"GET\",route=\"/-/liveness\",status=\"200\",le=\"0.001\"} 1"));
+        assert!(text.contains("envlens_http_request_duration_seconds_bucket{method=\"GET\",route=\"/-/liveness\",status=\"200\",le=\"0.025\"} 2"));
+        assert!(text.contains("envlens_http_request_duration_seconds_bucket{method=\"POST\",route=\"/webhooks/gitlab\",status=\"401\",le=\"10\"} 0"));
+        assert!(text.contains("envlens_http_request_duration_seconds_bucket{method=\"POST\",route=\"/webhooks/gitlab\",status=\"401\",le=\"+Inf\"} 1"));
+    }
+}
