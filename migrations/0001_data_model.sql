@@ -130,6 +130,19 @@ CREATE TABLE agent_deployments (
 );
 CREATE INDEX agent_deployments_agent_id_idx ON agent_deployments (agent_id);
 
+-- The outcome of each deployment's creation call (SPEC 4.3), so that a replay gets the same
+-- answer and a different agent or namespace is refused. Checked at commit: the claim is
+-- written before the deployment row it belongs to.
+CREATE TABLE deployment_creations (
+    deployment_id bigint PRIMARY KEY REFERENCES deployments (id) ON DELETE CASCADE DEFERRABLE INITIALLY DEFERRED,
+    -- `<config project path>:<agent name>` and namespace as requested; NULL without a `kubernetes` section.
+    agent         text,
+    namespace     text,
+    -- Why no `agent_deployments` row was written; NULL when one was.
+    reason        text,
+    created_at    timestamptz NOT NULL DEFAULT now()
+);
+
 -- Webhook deliveries already applied, by `X-Gitlab-Event-UUID` or `Idempotency-Key`,
 -- written in the same transaction as their effect.
 CREATE TABLE webhook_deliveries (

@@ -1,11 +1,13 @@
 //! envlens: which cluster agent and namespace each GitLab deployment went to, and the live
 //! Kubernetes resources behind an environment.
 
+pub mod access;
 pub mod agent_config;
 pub mod auth;
 pub mod commands;
 pub mod config;
 pub mod db;
+pub mod deployment_status;
 pub mod error;
 pub mod extract;
 pub mod ingest;
@@ -20,8 +22,10 @@ use std::time::Duration;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{Method, Uri};
 use axum::middleware::from_fn_with_state;
-use axum::routing::{post, put};
+use axum::routing::{get, post, put};
+use axum::Json;
 use axum::Router;
+use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
 use error::Error;
@@ -42,7 +46,12 @@ pub fn app(state: AppState) -> Router {
             "/api/v4/internal/kubernetes/agent_configuration",
             post(ingest::agents::post_configuration),
         )
+        .route(
+            "/api/v4/internal/deployments",
+            post(ingest::deployments::create),
+        )
         .route("/webhooks/gitlab", post(ingest::hooks::receive))
+        .route("/api/user", get(current_user))
         .layer(from_fn_with_state(state.limits, telemetry::timeout));
     Router::new()
         .merge(api)
@@ -54,6 +63,11 @@ pub fn app(state: AppState) -> Router {
             telemetry::observe,
         ))
         .with_state(state)
+}
+
+/// The signed-in user, so that a frontend or script can check its session.
+async fn current_user(user: auth::CurrentUser) -> Json<Value> {
+    Json(json!({ "id": user.id, "username": user.username, "admin": user.admin }))
 }
 
 async fn not_found(method: Method, uri: Uri) -> Error {

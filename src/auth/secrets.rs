@@ -16,6 +16,10 @@ use crate::config::SecretArgs;
 pub struct Secret(Vec<u8>);
 
 impl Secret {
+    pub fn new(bytes: Vec<u8>) -> Self {
+        Secret(bytes)
+    }
+
     pub fn bytes(&self) -> &[u8] {
         &self.0
     }

@@ -11,7 +11,7 @@ use std::os::unix::fs::{chown, DirBuilderExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
@@ -41,7 +41,20 @@ pub struct EmbeddedPostgres {
 
 struct Server {
     pid: i32,
-    exited: mpsc::Receiver<std::io::Result<ExitStatus>>,
+    /// In a mutex only so that a started server can live in a `static` (the tests' one).
+    exited: Mutex<mpsc::Receiver<std::io::Result<ExitStatus>>>,
+}
+
+impl Server {
+    fn try_exited(&self) -> Option<std::io::Result<ExitStatus>> {
+        self.exited.lock().ok()?.try_recv().ok()
+    }
+
+    fn wait_exited(&self, timeout: Duration) -> bool {
+        self.exited
+            .lock()
+            .is_ok_and(|rx| rx.recv_timeout(timeout).is_ok())
+    }
 }
 
 impl EmbeddedPostgres {
@@ -96,7 +109,7 @@ impl EmbeddedPostgres {
             port: PORT,
             server: Some(server),
         };
-        this.wait_ready(&log_path)?;
+        this.wait_ready(&pgdata, &log_path)?;
         Ok(this)
     }
 
@@ -146,9 +159,9 @@ impl EmbeddedPostgres {
         };
         // SAFETY: kill(2) with a pid we spawned and still supervise.
         unsafe { libc::kill(server.pid, libc::SIGINT) };
-        match server.exited.recv_timeout(Duration::from_secs(30)) {
-            Ok(_) => tracing::info!("embedded PostgreSQL stopped"),
-            Err(_) => {
+        match server.wait_exited(Duration::from_secs(30)) {
+            true => tracing::info!("embedded PostgreSQL stopped"),
+            false => {
                 tracing::warn!("embedded PostgreSQL did not stop in 30s; killing it");
                 unsafe { libc::kill(server.pid, libc::SIGKILL) };
             }
@@ -174,41 +187,34 @@ impl EmbeddedPostgres {
         })
     }
 
-    fn wait_ready(&mut self, log_path: &Path) -> anyhow::Result<()> {
+    /// Waits for `ready` in `postmaster.pid`, which PostgreSQL writes once it accepts
+    /// connections (what `pg_ctl -w` waits for).
+    fn wait_ready(&mut self, pgdata: &Path, log_path: &Path) -> anyhow::Result<()> {
         let deadline = Instant::now() + Duration::from_secs(60);
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
-        let options = self.connect_options("postgres").disable_statement_logging();
         loop {
-            if let Some(server) = &self.server {
-                if let Ok(status) = server.exited.try_recv() {
-                    self.server = None;
-                    bail!(
-                        "PostgreSQL exited while starting ({}); its log {} ends with:\n{}",
-                        status
-                            .map(|s| s.to_string())
-                            .unwrap_or_else(|e| e.to_string()),
-                        log_path.display(),
-                        log_tail(log_path)
-                    );
-                }
+            if let Some(status) = self.server.as_ref().and_then(Server::try_exited) {
+                self.server = None;
+                bail!(
+                    "PostgreSQL exited while starting ({}); its log {} ends with:\n{}",
+                    status
+                        .map(|s| s.to_string())
+                        .unwrap_or_else(|e| e.to_string()),
+                    log_path.display(),
+                    log_tail(log_path)
+                );
             }
-            let attempt = runtime.block_on(async {
-                let conn = PgConnection::connect_with(&options).await?;
-                conn.close().await
-            });
-            match attempt {
-                Ok(()) => return Ok(()),
-                Err(e) if Instant::now() > deadline => {
-                    self.shutdown();
-                    bail!(
-                        "PostgreSQL did not accept connections within 60s ({e}); see {}",
-                        log_path.display()
-                    );
-                }
-                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            let status = fs::read_to_string(pgdata.join("postmaster.pid")).unwrap_or_default();
+            if status.lines().nth(7).is_some_and(|s| s.trim() == "ready") {
+                return Ok(());
             }
+            if Instant::now() > deadline {
+                self.shutdown();
+                bail!(
+                    "PostgreSQL did not accept connections within 60s; see {}",
+                    log_path.display()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 }
@@ -345,7 +351,7 @@ fn spawn_supervised(mut cmd: Command) -> anyhow::Result<Server> {
     let pid = pid_rx.recv()?.context("cannot start postgres")?;
     Ok(Server {
         pid,
-        exited: exit_rx,
+        exited: Mutex::new(exit_rx),
     })
 }
 

@@ -3,6 +3,7 @@
 
 pub mod agents;
 pub mod deliveries;
+pub mod deployments;
 pub mod embedded;
 pub mod identity;
 

@@ -10,15 +10,21 @@ use axum::Json as JsonResponse;
 use serde_json::{json, Value};
 use sqlx::PgConnection;
 
+use super::deployments::{DeploymentHook, StatusEvent};
 use super::identity::SystemHook;
 use crate::auth::Webhook;
 use crate::db::deliveries;
 use crate::error::{Error, Result};
-use crate::extract::{parse, read_body};
+use crate::extract::{from_value, parse, read_body};
 use crate::state::AppState;
 
 const EVENT_HEADER: &str = "x-gitlab-event";
 const DELIVERY_HEADERS: [&str; 2] = ["x-gitlab-event-uuid", "idempotency-key"];
+
+enum Hook {
+    System(SystemHook),
+    Deployment(StatusEvent),
+}
 
 pub async fn receive(
     _: Webhook,
@@ -30,17 +36,25 @@ pub async fn receive(
         .get(EVENT_HEADER)
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default();
-    if event != "System Hook" {
+    if !matches!(event, "System Hook" | "Deployment Hook") {
         return Ok(ignored(&format!(
             "`{event}` events are not used by envlens"
         )));
     }
-    let body = read_body(req, &state).await?;
-    let hook: SystemHook = parse(&body)?;
-    if matches!(hook, SystemHook::Other) {
-        return Ok(ignored("this system hook event is not mirrored"));
+    let body: Value = parse(&read_body(req, &state).await?)?;
+    if !body.is_object() {
+        return Err(Error::invalid("", "a hook must be a JSON object"));
     }
-    hook.validate()?;
+    let hook = if event == "System Hook" {
+        let hook = SystemHook::from_json(body)?;
+        if matches!(hook, SystemHook::Other) {
+            return Ok(ignored("this system hook event is not mirrored"));
+        }
+        hook.validate()?;
+        Hook::System(hook)
+    } else {
+        Hook::Deployment(from_value::<DeploymentHook>(body, "")?.validate()?)
+    };
     let mut tx = state.db.begin().await?;
     if !first_delivery(&mut tx, &headers, event).await? {
         return Ok((
@@ -48,9 +62,12 @@ pub async fn receive(
             JsonResponse(json!({ "applied": false, "reason": "already delivered" })),
         ));
     }
-    hook.apply(&mut tx).await?;
+    let changed = match &hook {
+        Hook::System(hook) => hook.apply(&mut tx).await.map(|()| true)?,
+        Hook::Deployment(event) => event.apply(&mut tx).await?,
+    };
     tx.commit().await?;
-    Ok((StatusCode::OK, JsonResponse(json!({ "applied": true }))))
+    Ok((StatusCode::OK, JsonResponse(json!({ "applied": changed }))))
 }
 
 fn ignored(reason: &str) -> (StatusCode, JsonResponse<Value>) {

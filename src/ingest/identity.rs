@@ -12,15 +12,14 @@ use super::validate;
 use crate::auth::Internal;
 use crate::db::identity::{self as db, Snapshot};
 use crate::error::{Error, Result};
-use crate::extract::Json;
+use crate::extract::{from_value, Json};
 use crate::state::AppState;
 
 /// The system hook events envlens mirrors, in the payload shapes GitLab documents. Events
 /// it does not mirror (`push`, `key_create`, ...) are [`SystemHook::Other`]: GitLab sends
 /// every event to every system hook and disables a receiver that keeps failing, so they are
 /// acknowledged and ignored rather than refused.
-#[derive(Debug, Deserialize)]
-#[serde(tag = "event_name", rename_all = "snake_case")]
+#[derive(Debug)]
 pub enum SystemHook {
     ProjectCreate(ProjectEvent),
     ProjectUpdate(ProjectEvent),
@@ -39,7 +38,6 @@ pub enum SystemHook {
     UserAddToGroup(GroupMemberEvent),
     UserUpdateForGroup(GroupMemberEvent),
     UserRemoveFromGroup(GroupMemberEvent),
-    #[serde(other)]
     Other,
 }
 
@@ -100,6 +98,36 @@ pub struct GroupMemberEvent {
 }
 
 impl SystemHook {
+    /// Reads an event by its `event_name`. (Not a serde-tagged enum: those buffer their input
+    /// and lose the path of the field at fault.)
+    pub fn from_json(body: Value) -> Result<Self> {
+        let name = match body.get("event_name") {
+            Some(Value::String(name)) => name.clone(),
+            Some(_) => return Err(Error::invalid("event_name", "must be a string")),
+            None => return Err(Error::invalid("event_name", "missing field `event_name`")),
+        };
+        Ok(match name.as_str() {
+            "project_create" => SystemHook::ProjectCreate(from_value(body, "")?),
+            "project_update" => SystemHook::ProjectUpdate(from_value(body, "")?),
+            "project_rename" => SystemHook::ProjectRename(from_value(body, "")?),
+            "project_transfer" => SystemHook::ProjectTransfer(from_value(body, "")?),
+            "project_destroy" => SystemHook::ProjectDestroy(from_value(body, "")?),
+            "group_create" => SystemHook::GroupCreate(from_value(body, "")?),
+            "group_rename" => SystemHook::GroupRename(from_value(body, "")?),
+            "group_destroy" => SystemHook::GroupDestroy(from_value(body, "")?),
+            "user_create" => SystemHook::UserCreate(from_value(body, "")?),
+            "user_rename" => SystemHook::UserRename(from_value(body, "")?),
+            "user_destroy" => SystemHook::UserDestroy(from_value(body, "")?),
+            "user_add_to_team" => SystemHook::UserAddToTeam(from_value(body, "")?),
+            "user_update_for_team" => SystemHook::UserUpdateForTeam(from_value(body, "")?),
+            "user_remove_from_team" => SystemHook::UserRemoveFromTeam(from_value(body, "")?),
+            "user_add_to_group" => SystemHook::UserAddToGroup(from_value(body, "")?),
+            "user_update_for_group" => SystemHook::UserUpdateForGroup(from_value(body, "")?),
+            "user_remove_from_group" => SystemHook::UserRemoveFromGroup(from_value(body, "")?),
+            _ => SystemHook::Other,
+        })
+    }
+
     /// Checks every field before anything is written.
     pub fn validate(&self) -> Result<()> {
         match self {

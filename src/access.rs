@@ -1,0 +1,230 @@
+//! Who may use which agent: pure decisions over rows already loaded, tested without I/O.
+
+use crate::agent_config::CiAccessEntry;
+
+/// What a deployment job brings to the `ci_access` decision.
+#[derive(Debug, Clone)]
+pub struct Job<'a> {
+    pub project_path: &'a str,
+    pub environment: &'a str,
+    pub git_ref: &'a str,
+    pub protected_ref: bool,
+}
+
+/// The agent's `ci_access` entries that could apply to the job's project.
+#[derive(Debug, Clone, Default)]
+pub struct CiAuthorizations {
+    /// The agent's own configuration project is the job's project.
+    pub is_config_project: bool,
+    /// An entry naming the job's project.
+    pub project: Option<CiAccessEntry>,
+    /// Entries naming an ancestor group of the job's project, with the group's depth (1 for a
+    /// top-level group).
+    pub groups: Vec<(usize, CiAccessEntry)>,
+}
+
+/// Why the job may not use the agent, in words for the person reading the CI job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    NotAuthorized,
+    EnvironmentNotAllowed { patterns: Vec<String> },
+    UnprotectedRef,
+}
+
+impl Refusal {
+    pub fn reason(&self, job: &Job, agent: &str) -> String {
+        match self {
+            Refusal::NotAuthorized => format!(
+                "project {} is not authorized to use agent {agent}: add the project or one of its \
+                 groups to ci_access in the agent's configuration file",
+                job.project_path
+            ),
+            Refusal::EnvironmentNotAllowed { patterns } => format!(
+                "agent {agent} does not allow environment \"{}\" for project {}: its ci_access \
+                 entry allows only {}",
+                job.environment,
+                job.project_path,
+                patterns.join(", ")
+            ),
+            Refusal::UnprotectedRef => format!(
+                "agent {agent} may be used by project {} only from protected branches and tags \
+                 (protected_branches_only), and \"{}\" is not protected",
+                job.project_path, job.git_ref
+            ),
+        }
+    }
+}
+
+/// GitLab's `ci_access` rule: the first authorization wins, in the order explicit project
+/// entry, the agent's configuration project (always authorized, unrestricted), the nearest
+/// ancestor group; then that entry's `environments` and `protected_branches_only` apply.
+/// Returns the winning entry (`None` for the configuration project).
+pub fn ci_access<'a>(
+    job: &Job,
+    auth: &'a CiAuthorizations,
+) -> Result<Option<&'a CiAccessEntry>, Refusal> {
+    let entry = if let Some(entry) = &auth.project {
+        entry
+    } else if auth.is_config_project {
+        return Ok(None);
+    } else if let Some((_, entry)) = auth.groups.iter().max_by_key(|(depth, _)| *depth) {
+        entry
+    } else {
+        return Err(Refusal::NotAuthorized);
+    };
+    if let Some(patterns) = entry.environments.as_ref().filter(|p| !p.is_empty()) {
+        if !patterns
+            .iter()
+            .any(|p| environment_matches(p, job.environment))
+        {
+            return Err(Refusal::EnvironmentNotAllowed {
+                patterns: patterns.clone(),
+            });
+        }
+    }
+    if entry.protected_branches_only && !job.protected_ref {
+        return Err(Refusal::UnprotectedRef);
+    }
+    Ok(Some(entry))
+}
+
+/// An environment name against a pattern where `*` stands for any run of characters (`/`
+/// included, so `review/*` matches `review/feature/x`); everything else matches itself.
+pub fn environment_matches(pattern: &str, name: &str) -> bool {
+    let parts: Vec<&str> = pattern.split('*').collect();
+    if parts.len() == 1 {
+        return pattern == name;
+    }
+    let (first, last) = (parts[0], parts[parts.len() - 1]);
+    if name.len() < first.len() + last.len() || !name.starts_with(first) || !name.ends_with(last) {
+        return false;
+    }
+    // Greedy left to right over the middle, within what the prefix and suffix leave.
+    let mut rest = &name[first.len()..name.len() - last.len()];
+    for part in &parts[1..parts.len() - 1] {
+        match rest.find(part) {
+            Some(i) => rest = &rest[i + part.len()..],
+            None => return false,
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(environments: Option<&[&str]>, protected_only: bool) -> CiAccessEntry {
+        CiAccessEntry {
+            id: "x".into(),
+            default_namespace: None,
+            environments: environments.map(|e| e.iter().map(|s| s.to_string()).collect()),
+            protected_branches_only: protected_only,
+            access_as: None,
+        }
+    }
+
+    fn job(environment: &str, protected_ref: bool) -> Job<'_> {
+        Job {
+            project_path: "group/app",
+            environment,
+            git_ref: "feature",
+            protected_ref,
+        }
+    }
+
+    #[test]
+    fn patterns() {
+        let cases = [
+            ("production", "production", true),
+            ("production", "Production", false),
+            ("production", "production-eu", false),
+            ("review/*", "review/feature/x", true),
+            ("review/*", "review/", true),
+            ("review/*", "review", false),
+            ("*", "anything", true),
+            ("*-eu", "prod-eu", true),
+            ("*-eu", "prod-us", false),
+            ("a*b*c", "abc", true),
+            ("a*b*c", "axxbyyc", true),
+            ("a*b*c", "axxcyyb", false),
+            ("a*a", "a", false),
+        ];
+        for (pattern, name, expected) in cases {
+            assert_eq!(
+                environment_matches(pattern, name),
+                expected,
+                "{pattern} ~ {name}"
+            );
+        }
+    }
+
+    #[test]
+    fn first_authorization_wins_in_gitlab_order() {
+        let production_only = entry(Some(&["production"]), false);
+        let anything = entry(None, false);
+        // An explicit project entry beats the configuration project and groups, even when
+        // it refuses.
+        let auth = CiAuthorizations {
+            is_config_project: true,
+            project: Some(production_only.clone()),
+            groups: vec![(1, anything.clone())],
+        };
+        assert!(matches!(
+            ci_access(&job("staging", true), &auth),
+            Err(Refusal::EnvironmentNotAllowed { .. })
+        ));
+        // The configuration project beats groups.
+        let auth = CiAuthorizations {
+            is_config_project: true,
+            groups: vec![(1, production_only.clone())],
+            ..Default::default()
+        };
+        assert_eq!(ci_access(&job("staging", false), &auth), Ok(None));
+        // The nearest ancestor group beats the others, whatever their order.
+        let auth = CiAuthorizations {
+            groups: vec![
+                (1, anything.clone()),
+                (3, production_only.clone()),
+                (2, anything),
+            ],
+            ..Default::default()
+        };
+        assert!(ci_access(&job("staging", true), &auth).is_err());
+        assert_eq!(
+            ci_access(&job("production", true), &auth),
+            Ok(Some(&production_only))
+        );
+        assert_eq!(
+            ci_access(&job("x", true), &CiAuthorizations::default()),
+            Err(Refusal::NotAuthorized)
+        );
+    }
+
+    #[test]
+    fn restrictions_of_the_winning_entry() {
+        let auth = |e| CiAuthorizations {
+            project: Some(e),
+            ..Default::default()
+        };
+        assert_eq!(
+            ci_access(&job("production", false), &auth(entry(None, true))),
+            Err(Refusal::UnprotectedRef)
+        );
+        assert!(ci_access(&job("production", true), &auth(entry(None, true))).is_ok());
+        assert!(ci_access(
+            &job("review/x", true),
+            &auth(entry(Some(&["review/*"]), false))
+        )
+        .is_ok());
+        // An empty list restricts nothing.
+        assert!(ci_access(&job("anything", true), &auth(entry(Some(&[]), false))).is_ok());
+        let restricted = auth(entry(Some(&["production", "review/*"]), true));
+        let refusal = ci_access(&job("staging", false), &restricted).unwrap_err();
+        assert_eq!(
+            refusal.reason(&job("staging", false), "group/agents:prod"),
+            "agent group/agents:prod does not allow environment \"staging\" for project group/app: \
+             its ci_access entry allows only production, review/*"
+        );
+    }
+}

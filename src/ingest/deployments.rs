@@ -1,0 +1,485 @@
+//! Deployments: the creation call when GitLab creates a deployment job (SPEC 4.3), which
+//! records the agent and namespace it deploys to when `ci_access` allows it, and the
+//! deployment hooks that carry its status (SPEC 4.4).
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json as JsonResponse;
+use chrono::{DateTime, NaiveDateTime, Utc};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use sqlx::PgConnection;
+
+use super::validate;
+use crate::access::{self, CiAuthorizations, Job};
+use crate::auth::Internal;
+use crate::db::deployments::{self as db, Creation, Environment, NewDeployment};
+use crate::db::identity;
+use crate::deployment_status::{DeploymentStatus, StatusReport};
+use crate::error::{Error, Result};
+use crate::extract::Json;
+use crate::state::AppState;
+
+/// Kubernetes' namespace when nothing names one.
+const DEFAULT_NAMESPACE: &str = "default";
+
+#[derive(Debug, Deserialize)]
+pub struct CreationBody {
+    deployment: DeploymentIn,
+    project: ProjectIn,
+    environment: EnvironmentIn,
+    job: JobIn,
+    #[serde(default)]
+    kubernetes: Option<KubernetesIn>,
+}
+
+#[derive(Debug, Deserialize)]
+struct DeploymentIn {
+    id: i64,
+    iid: Option<i64>,
+    status: String,
+    #[serde(rename = "ref")]
+    git_ref: Option<String>,
+    sha: Option<String>,
+    tag: Option<bool>,
+    created_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ProjectIn {
+    id: i64,
+    full_path: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct EnvironmentIn {
+    id: i64,
+    name: String,
+    slug: String,
+    tier: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct JobIn {
+    id: i64,
+    name: String,
+    #[serde(default)]
+    protected_ref: bool,
+}
+
+#[derive(Debug, Deserialize)]
+struct KubernetesIn {
+    agent: String,
+    /// Falls back to the authorizing entry's `default_namespace`, then `default`.
+    namespace: Option<String>,
+}
+
+const TIERS: [&str; 5] = ["production", "staging", "testing", "development", "other"];
+
+impl CreationBody {
+    fn validate(&self) -> Result<(DeploymentStatus, Option<(&str, &str)>)> {
+        let d = &self.deployment;
+        validate::positive("deployment.id", d.id)?;
+        if let Some(iid) = d.iid {
+            validate::positive("deployment.iid", iid)?;
+        }
+        let status = DeploymentStatus::parse(&d.status).ok_or_else(|| {
+            Error::invalid(
+                "deployment.status",
+                format!("`{}` is not a deployment status", d.status),
+            )
+        })?;
+        validate::positive("project.id", self.project.id)?;
+        validate::full_path("project.full_path", &self.project.full_path)?;
+        validate::positive("environment.id", self.environment.id)?;
+        validate::non_empty("environment.name", &self.environment.name)?;
+        validate::non_empty("environment.slug", &self.environment.slug)?;
+        if let Some(tier) = &self.environment.tier {
+            if !TIERS.contains(&tier.as_str()) {
+                return Err(Error::invalid(
+                    "environment.tier",
+                    format!("`{tier}` is not one of {}", TIERS.join(", ")),
+                ));
+            }
+        }
+        validate::positive("job.id", self.job.id)?;
+        validate::non_empty("job.name", &self.job.name)?;
+        let agent = match &self.kubernetes {
+            None => None,
+            Some(k) => {
+                if let Some(namespace) = &k.namespace {
+                    validate::dns_label("kubernetes.namespace", namespace)?;
+                }
+                Some(parse_agent_reference(&k.agent)?)
+            }
+        };
+        Ok((status, agent))
+    }
+}
+
+/// `<config project full path>:<agent name>`.
+fn parse_agent_reference(reference: &str) -> Result<(&str, &str)> {
+    const FIELD: &str = "kubernetes.agent";
+    let (path, name) = reference.rsplit_once(':').ok_or_else(|| {
+        Error::invalid(
+            FIELD,
+            format!("`{reference}` is not an agent reference like `group/project:agent-name`"),
+        )
+    })?;
+    validate::full_path(FIELD, path)?;
+    validate::dns_label(FIELD, name)?;
+    Ok((path, name))
+}
+
+/// `POST /api/v4/internal/deployments`.
+pub async fn create(
+    _: Internal,
+    State(state): State<AppState>,
+    Json(body): Json<CreationBody>,
+) -> Result<(StatusCode, JsonResponse<Value>)> {
+    let (status, agent_ref) = body.validate()?;
+    let requested = body.kubernetes.as_ref();
+    let deployment_id = body.deployment.id;
+    let mut tx = state.db.begin().await?;
+
+    let claim = db::claim_creation(
+        &mut tx,
+        deployment_id,
+        requested.map(|k| k.agent.as_str()),
+        requested.and_then(|k| k.namespace.as_deref()),
+    )
+    .await?;
+    if let Some(earlier) = claim {
+        return replay(&mut tx, deployment_id, &earlier, requested).await;
+    }
+
+    let project = &body.project;
+    identity::upsert_project(&mut tx, project.id, &project.full_path, None).await?;
+    let env = &body.environment;
+    db::put_environment(
+        &mut tx,
+        &Environment {
+            id: env.id,
+            project_id: project.id,
+            name: &env.name,
+            slug: &env.slug,
+            tier: env.tier.as_deref(),
+        },
+    )
+    .await?;
+    let d = &body.deployment;
+    let new = NewDeployment {
+        id: d.id,
+        iid: d.iid,
+        project_id: project.id,
+        environment_id: Some(env.id),
+        environment_name: &env.name,
+        report: StatusReport {
+            status,
+            changed_at: None,
+        },
+        git_ref: d.git_ref.as_deref(),
+        sha: d.sha.as_deref(),
+        tag: d.tag,
+        job_id: Some(body.job.id),
+        created_at: d.created_at,
+    };
+    if let Some(stored) = db::insert_or_lock(&mut tx, &new).await? {
+        // A deployment hook came first: complete the deployment, keep its newer status.
+        db::complete(&mut tx, &new).await?;
+        if new.report.supersedes(&stored) {
+            db::set_status(&mut tx, d.id, &new.report).await?;
+        }
+    }
+
+    let job = Job {
+        project_path: &project.full_path,
+        environment: &env.name,
+        git_ref: d.git_ref.as_deref().unwrap_or_default(),
+        protected_ref: body.job.protected_ref,
+    };
+    let outcome = match (requested, agent_ref) {
+        (Some(k), Some((agent_project, agent_name))) => {
+            authorize(&mut tx, &job, project.id, &k.agent, agent_project, agent_name, k.namespace.as_deref()).await?
+        }
+        _ => Err("the job's environment has no kubernetes section (agent and namespace), so no agent is recorded".to_owned()),
+    };
+    let answer = match outcome {
+        Ok((agent_id, namespace)) => {
+            db::insert_agent_deployment(&mut tx, deployment_id, agent_id, &namespace).await?;
+            written(deployment_id, agent_id, &namespace)
+        }
+        Err(reason) => {
+            db::set_creation_reason(&mut tx, deployment_id, &reason).await?;
+            refused(deployment_id, &reason)
+        }
+    };
+    tx.commit().await?;
+    Ok(answer)
+}
+
+/// The agent and namespace the job may deploy to, or why not.
+async fn authorize(
+    conn: &mut PgConnection,
+    job: &Job<'_>,
+    project_id: i64,
+    reference: &str,
+    agent_project: &str,
+    agent_name: &str,
+    namespace: Option<&str>,
+) -> Result<Result<(i64, String), String>> {
+    let Some((agent_id, config_project_id)) =
+        db::find_agent(conn, agent_project, agent_name).await?
+    else {
+        return Ok(Err(format!(
+            "agent {reference} does not exist: project {agent_project} has no agent named {agent_name}"
+        )));
+    };
+    let (project_entry, groups) = db::ci_access_entries(conn, agent_id, project_id).await?;
+    let auth = CiAuthorizations {
+        is_config_project: config_project_id == project_id,
+        project: project_entry,
+        groups,
+    };
+    match access::ci_access(job, &auth) {
+        Ok(entry) => {
+            let default_namespace = entry.and_then(|e| e.default_namespace.as_deref());
+            let namespace = namespace.or(default_namespace).unwrap_or(DEFAULT_NAMESPACE);
+            Ok(Ok((agent_id, namespace.to_owned())))
+        }
+        Err(refusal) => Ok(Err(refusal.reason(job, reference))),
+    }
+}
+
+/// A known deployment: the earlier answer when the request names the same agent and
+/// namespace, 409 otherwise. Nothing is written.
+async fn replay(
+    conn: &mut PgConnection,
+    deployment_id: i64,
+    earlier: &Creation,
+    requested: Option<&KubernetesIn>,
+) -> Result<(StatusCode, JsonResponse<Value>)> {
+    let same = earlier.agent.as_deref() == requested.map(|k| k.agent.as_str())
+        && earlier.namespace.as_deref() == requested.and_then(|k| k.namespace.as_deref());
+    if !same {
+        let describe = |agent: Option<&str>, namespace: Option<&str>| match agent {
+            Some(agent) => format!(
+                "agent {agent} and namespace {}",
+                namespace.unwrap_or("(default)")
+            ),
+            None => "no kubernetes section".to_owned(),
+        };
+        return Err(Error::Conflict(format!(
+            "deployment {deployment_id} was created with {}, not {}",
+            describe(earlier.agent.as_deref(), earlier.namespace.as_deref()),
+            describe(
+                requested.map(|k| k.agent.as_str()),
+                requested.and_then(|k| k.namespace.as_deref())
+            ),
+        )));
+    }
+    Ok(match db::agent_deployment(conn, deployment_id).await? {
+        Some((agent_id, namespace)) => written(deployment_id, agent_id, &namespace),
+        None => refused(deployment_id, earlier.reason.as_deref().unwrap_or_default()),
+    })
+}
+
+fn written(
+    deployment_id: i64,
+    agent_id: i64,
+    namespace: &str,
+) -> (StatusCode, JsonResponse<Value>) {
+    (
+        StatusCode::CREATED,
+        JsonResponse(json!({
+            "deployment_id": deployment_id,
+            "agent_deployment": { "agent_id": agent_id, "kubernetes_namespace": namespace },
+        })),
+    )
+}
+
+fn refused(deployment_id: i64, reason: &str) -> (StatusCode, JsonResponse<Value>) {
+    (
+        StatusCode::OK,
+        JsonResponse(
+            json!({ "deployment_id": deployment_id, "agent_deployment": null, "reason": reason }),
+        ),
+    )
+}
+
+/// GitLab's deployment event (`X-Gitlab-Event: Deployment Hook`).
+#[derive(Debug, Deserialize)]
+pub struct DeploymentHook {
+    object_kind: String,
+    deployment_id: i64,
+    status: String,
+    status_changed_at: String,
+    environment: String,
+    project: HookProject,
+    #[serde(rename = "ref")]
+    git_ref: Option<String>,
+    short_sha: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct HookProject {
+    id: i64,
+    path_with_namespace: String,
+    /// 0 private, 10 internal, 20 public.
+    visibility_level: Option<i64>,
+}
+
+/// A validated deployment hook.
+pub struct StatusEvent {
+    hook: DeploymentHook,
+    report: StatusReport,
+    visibility: Option<&'static str>,
+}
+
+impl DeploymentHook {
+    pub fn validate(self) -> Result<StatusEvent> {
+        if self.object_kind != "deployment" {
+            return Err(Error::invalid(
+                "object_kind",
+                format!("`{}` is not a deployment event", self.object_kind),
+            ));
+        }
+        validate::positive("deployment_id", self.deployment_id)?;
+        let status = DeploymentStatus::parse(&self.status).ok_or_else(|| {
+            Error::invalid(
+                "status",
+                format!("`{}` is not a deployment status", self.status),
+            )
+        })?;
+        let changed_at = parse_gitlab_time(&self.status_changed_at).ok_or_else(|| {
+            Error::invalid(
+                "status_changed_at",
+                format!("`{}` is not a time", self.status_changed_at),
+            )
+        })?;
+        validate::non_empty("environment", &self.environment)?;
+        validate::positive("project.id", self.project.id)?;
+        validate::full_path(
+            "project.path_with_namespace",
+            &self.project.path_with_namespace,
+        )?;
+        let visibility = match self.project.visibility_level {
+            None => None,
+            Some(0) => Some("private"),
+            Some(10) => Some("internal"),
+            Some(20) => Some("public"),
+            Some(other) => {
+                return Err(Error::invalid(
+                    "project.visibility_level",
+                    format!("{other} is not 0, 10 or 20"),
+                ));
+            }
+        };
+        Ok(StatusEvent {
+            hook: self,
+            report: StatusReport {
+                status,
+                changed_at: Some(changed_at),
+            },
+            visibility,
+        })
+    }
+}
+
+impl StatusEvent {
+    /// Applies the status unless the deployment already has a newer one; creates a deployment
+    /// that is not known yet, for the creation call to complete. True when something changed.
+    pub async fn apply(&self, conn: &mut PgConnection) -> Result<bool> {
+        let h = &self.hook;
+        identity::upsert_project(
+            conn,
+            h.project.id,
+            &h.project.path_with_namespace,
+            self.visibility,
+        )
+        .await?;
+        let environment_id = db::environment_id(conn, h.project.id, &h.environment).await?;
+        let new = NewDeployment {
+            id: h.deployment_id,
+            iid: None,
+            project_id: h.project.id,
+            environment_id,
+            environment_name: &h.environment,
+            report: self.report,
+            git_ref: h.git_ref.as_deref(),
+            sha: h.short_sha.as_deref(),
+            tag: None,
+            job_id: None,
+            created_at: None,
+        };
+        let Some(stored) = db::insert_or_lock(conn, &new).await? else {
+            return Ok(true);
+        };
+        if let Some(environment_id) = environment_id {
+            db::link_environment(conn, h.deployment_id, environment_id).await?;
+        }
+        if !self.report.supersedes(&stored) {
+            return Ok(false);
+        }
+        db::set_status(conn, h.deployment_id, &self.report).await?;
+        Ok(true)
+    }
+}
+
+/// GitLab writes hook times as `2021-04-28 21:50:00 +0200` (and `... UTC`); RFC 3339 too.
+fn parse_gitlab_time(s: &str) -> Option<DateTime<Utc>> {
+    let s = s.trim();
+    DateTime::parse_from_rfc3339(s)
+        .or_else(|_| DateTime::parse_from_str(s, "%Y-%m-%d %H:%M:%S %z"))
+        .map(|t| t.with_timezone(&Utc))
+        .ok()
+        .or_else(|| {
+            let naive = s.strip_suffix(" UTC")?;
+            NaiveDateTime::parse_from_str(naive, "%Y-%m-%d %H:%M:%S")
+                .ok()
+                .map(|t| t.and_utc())
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gitlab_time_formats() {
+        let expected = DateTime::parse_from_rfc3339("2021-04-28T19:50:00Z").unwrap();
+        for s in [
+            "2021-04-28 21:50:00 +0200",
+            "2021-04-28 19:50:00 UTC",
+            "2021-04-28T19:50:00Z",
+            "2021-04-28T21:50:00+02:00",
+        ] {
+            assert_eq!(
+                parse_gitlab_time(s),
+                Some(expected.with_timezone(&Utc)),
+                "{s}"
+            );
+        }
+        assert_eq!(parse_gitlab_time("yesterday"), None);
+    }
+
+    #[test]
+    fn agent_references() {
+        assert_eq!(
+            parse_agent_reference("group/agents:prod").unwrap(),
+            ("group/agents", "prod")
+        );
+        for bad in [
+            "group/agents",
+            "group/agents:",
+            ":prod",
+            "group//x:prod",
+            "group/agents:Prod",
+        ] {
+            match parse_agent_reference(bad) {
+                Err(Error::Invalid { field, .. }) => assert_eq!(field, "kubernetes.agent"),
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+    }
+}

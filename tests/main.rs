@@ -1,0 +1,10 @@
+//! The integration tests: one binary, a fresh PostgreSQL database per test, the router
+//! driven without a socket.
+
+mod support;
+
+mod agents;
+mod auth;
+mod deployments;
+mod identity;
+mod ops;

@@ -1,0 +1,200 @@
+//! What the integration tests share: a database per test, the router with known secrets,
+//! and tokens minted as GitLab would mint them.
+
+pub mod postgres;
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{header, HeaderMap, Method, Request, StatusCode};
+use axum::Router;
+use envlens::auth::secrets::{Secret, Secrets};
+use envlens::auth::{mint_session, Keys, INTERNAL_HEADER};
+use envlens::config::Limits;
+use envlens::state::AppState;
+use http_body_util::BodyExt;
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use serde_json::{json, Value};
+use sqlx::PgPool;
+use tower::ServiceExt;
+
+pub const INTERNAL_KEY: &[u8; 32] = b"internal-key-internal-key-intern";
+pub const SESSION_KEY: &[u8; 32] = b"session-key-session-key-session-";
+pub const WEBHOOK_TOKEN: &str = "webhook-token";
+
+pub struct TestApp {
+    pub router: Router,
+    pub db: PgPool,
+}
+
+pub struct TestResponse {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Vec<u8>,
+}
+
+impl TestResponse {
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    /// `error.code` of an error answer, after checking the status.
+    #[track_caller]
+    pub fn error(&self, status: u16) -> Value {
+        assert_eq!(self.status.as_u16(), status, "body: {}", self.text());
+        self.json()["error"].clone()
+    }
+}
+
+impl TestApp {
+    pub async fn new() -> Self {
+        Self::with_limits(Limits::default()).await
+    }
+
+    pub async fn with_limits(limits: Limits) -> Self {
+        let db = postgres::fresh_database().await;
+        let secrets = Secrets {
+            internal: Secret::new(INTERNAL_KEY.to_vec()),
+            session: Secret::new(SESSION_KEY.to_vec()),
+            webhook_token: Secret::new(WEBHOOK_TOKEN.as_bytes().to_vec()),
+            generated: Vec::new(),
+        };
+        let state = AppState::new(db.clone(), Keys::new(secrets), limits);
+        TestApp {
+            router: envlens::app(state),
+            db,
+        }
+    }
+
+    pub async fn send(&self, req: Request<Body>) -> TestResponse {
+        let res = self
+            .router
+            .clone()
+            .oneshot(req)
+            .await
+            .expect("router is infallible");
+        let status = res.status();
+        let headers = res.headers().clone();
+        let body = res
+            .into_body()
+            .collect()
+            .await
+            .expect("body")
+            .to_bytes()
+            .to_vec();
+        TestResponse {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    /// An internal API request, signed as GitLab signs it.
+    pub async fn internal(&self, method: Method, path: &str, body: &Value) -> TestResponse {
+        self.internal_raw(method, path, &internal_token(), body.to_string())
+            .await
+    }
+
+    pub async fn internal_raw(
+        &self,
+        method: Method,
+        path: &str,
+        token: &str,
+        body: String,
+    ) -> TestResponse {
+        let req = Request::builder()
+            .method(method)
+            .uri(path)
+            .header(INTERNAL_HEADER, token)
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(body))
+            .unwrap();
+        self.send(req).await
+    }
+
+    /// A system hook as GitLab delivers it.
+    pub async fn system_hook(&self, body: &Value) -> TestResponse {
+        self.hook("System Hook", body.to_string(), None).await
+    }
+
+    pub async fn hook(&self, event: &str, body: String, delivery: Option<&str>) -> TestResponse {
+        let mut req = Request::post("/webhooks/gitlab")
+            .header("X-Gitlab-Token", WEBHOOK_TOKEN)
+            .header("X-Gitlab-Event", event)
+            .header(header::CONTENT_TYPE, "application/json");
+        if let Some(id) = delivery {
+            req = req.header("X-Gitlab-Event-UUID", id);
+        }
+        self.send(req.body(Body::from(body)).unwrap()).await
+    }
+
+    /// A GET with the user's session as a bearer token.
+    pub async fn get_as(&self, path: &str, user_id: i64, username: &str) -> TestResponse {
+        let (token, _) =
+            mint_session(SESSION_KEY, user_id, username, Duration::from_secs(600)).unwrap();
+        let req = Request::get(path)
+            .header(header::AUTHORIZATION, format!("Bearer {token}"))
+            .body(Body::empty())
+            .unwrap();
+        self.send(req).await
+    }
+
+    /// Every row of every table, as text: equal before and after means nothing changed.
+    pub async fn fingerprint(&self) -> String {
+        let tables = [
+            "namespaces",
+            "projects",
+            "users",
+            "members",
+            "cluster_agents",
+            "agent_ci_access_authorizations",
+            "agent_user_access_authorizations",
+            "environments",
+            "deployments",
+            "agent_deployments",
+            "deployment_creations",
+            "webhook_deliveries",
+        ];
+        let mut out = String::new();
+        for table in tables {
+            let rows: Option<String> = sqlx::query_scalar(&format!(
+                "SELECT string_agg(t::text, E'\\n' ORDER BY t::text) FROM {table} t"
+            ))
+            .fetch_one(&self.db)
+            .await
+            .unwrap();
+            out.push_str(&format!("{table}:\n{}\n", rows.unwrap_or_default()));
+        }
+        out
+    }
+
+    /// Rows of a query as JSON values, for compact assertions.
+    pub async fn rows(&self, sql: &str) -> Vec<Value> {
+        sqlx::query_scalar::<_, Value>(&format!("SELECT to_jsonb(t) FROM ({sql}) t"))
+            .fetch_all(&self.db)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+}
+
+pub fn now() -> i64 {
+    chrono::Utc::now().timestamp()
+}
+
+/// A token signed with `key` and `alg` over `claims`.
+pub fn sign(claims: &Value, key: &[u8], alg: Algorithm) -> String {
+    jsonwebtoken::encode(&Header::new(alg), claims, &EncodingKey::from_secret(key)).unwrap()
+}
+
+pub fn internal_claims() -> Value {
+    json!({ "iss": "gitlab", "aud": "envlens", "iat": now(), "exp": now() + 60 })
+}
+
+pub fn internal_token() -> String {
+    sign(&internal_claims(), INTERNAL_KEY, Algorithm::HS256)
+}
