@@ -7,4 +7,5 @@ mod agents;
 mod auth;
 mod deployments;
 mod identity;
+mod kube_api;
 mod ops;

@@ -1,0 +1,456 @@
+//! An in-process stand-in for the Kubernetes API server, faithful enough for `kubectl` and kube-rs:
+//! discovery, CRUD with metav1 `Status` errors, label/field selectors, list pagination, watches,
+//! pod logs (with follow), RBAC-style denials and impersonation headers.
+//!
+//! No real cluster can run where the tests run, so integration tests and benchmarks talk to this
+//! instead. Objects are plain `serde_json::Value`s; nothing is validated beyond what clients rely
+//! on (names, namespaces, kinds, resourceVersions), and no controllers run.
+//!
+//! Not modelled: protobuf request bodies (kubectl's typed `create namespace|configmap|…`
+//! generators get a 415; `apply -f`/`create -f` send JSON and work), server-side Table output
+//! and aggregated discovery (kubectl falls back to plain lists and per-group discovery),
+//! authentication (every caller is "admin" unless impersonating; kubectl sends no token over
+//! http anyway), field ownership for server-side apply, finalizers and graceful deletion.
+//!
+//! ```ignore
+//! let api = KubeApi::new();
+//! api.insert(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "ns"}}));
+//! let served = api.serve(dir.path()).await;
+//! let out = served.kubectl().args(["get", "pods", "-n", "ns", "-o", "name"]).output()?;
+//! ```
+
+// Each test binary uses a different part of this module.
+#![allow(dead_code)]
+
+mod discovery;
+mod handlers;
+mod logs;
+mod openapi;
+mod patch;
+mod selectors;
+mod status;
+mod store;
+mod streams;
+mod writes;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use serde_json::{json, Value};
+use tokio::sync::watch;
+
+use discovery::{Registry, ResourceKind};
+use store::Write;
+
+/// The fake API server. Cloning is cheap and every clone sees the same objects.
+#[derive(Clone)]
+pub struct KubeApi {
+    inner: Arc<Inner>,
+}
+
+type DenyRule = dyn Fn(&RequestInfo) -> bool + Send + Sync;
+
+struct Inner {
+    registry: RwLock<Registry>,
+    store: store::Store,
+    logs: logs::Logs,
+    latency: Mutex<Duration>,
+    deny: RwLock<Vec<Box<DenyRule>>>,
+    requests: Mutex<Vec<RecordedRequest>>,
+    /// Off for long benchmarks, where the recorded requests would only pile up.
+    recording: AtomicBool,
+    /// Watches and log follows currently streaming, so tests can check none leak.
+    open_streams: AtomicUsize,
+}
+
+/// What the apiserver's authorizer sees of a resource request.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RequestInfo {
+    /// get, list, watch, create, update, patch, delete, deletecollection.
+    pub verb: String,
+    /// "" for the core group.
+    pub group: String,
+    pub version: String,
+    /// Plural, e.g. "pods".
+    pub resource: String,
+    /// e.g. "log", "status", "scale".
+    pub subresource: Option<String>,
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+    /// The impersonated user if `Impersonate-User` was sent, else the token's user "admin".
+    pub user: String,
+    /// Impersonated groups plus "system:authenticated" (as the apiserver adds it), or the admin's
+    /// groups ("system:masters", "system:authenticated").
+    pub groups: Vec<String>,
+    pub uid: Option<String>,
+    /// `Impersonate-Extra-<key>` values, keys lower-cased and percent-decoded.
+    pub extra: BTreeMap<String, Vec<String>>,
+}
+
+/// One request as received, before any denial or latency.
+#[derive(Clone, Debug)]
+pub struct RecordedRequest {
+    pub method: String,
+    pub path: String,
+    /// Raw query string, "" when there is none.
+    pub query: String,
+    pub impersonate_user: Option<String>,
+    /// Every `Impersonate-Group` header value, in order.
+    pub impersonate_groups: Vec<String>,
+    pub impersonate_uid: Option<String>,
+    /// `Impersonate-Extra-<key>` headers, keys lower-cased and percent-decoded.
+    pub impersonate_extra: BTreeMap<String, Vec<String>>,
+    /// All headers, names lower-case (repeated headers stay together, in order).
+    pub headers: Vec<(String, String)>,
+    pub body: Bytes,
+}
+
+impl RecordedRequest {
+    /// First value of a header (name case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// A query parameter's first value, percent-decoded.
+    pub fn query_param(&self, name: &str) -> Option<String> {
+        handlers::parse_query(&self.query)
+            .into_iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v)
+    }
+}
+
+impl Default for KubeApi {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl KubeApi {
+    /// A server with no objects and the built-in kinds registered: v1 pods, services, endpoints,
+    /// configmaps, secrets, serviceaccounts, persistentvolumeclaims, events, namespaces, nodes;
+    /// apps/v1 deployments, replicasets, statefulsets, daemonsets; batch/v1 jobs, cronjobs;
+    /// networking.k8s.io/v1 ingresses; discovery.k8s.io/v1 endpointslices; autoscaling/v2
+    /// horizontalpodautoscalers; apiregistration.k8s.io/v1 apiservices; rbac.authorization.k8s.io/v1
+    /// roles, rolebindings.
+    pub fn new() -> Self {
+        KubeApi {
+            inner: Arc::new(Inner {
+                registry: RwLock::new(Registry::builtin()),
+                store: store::Store::new(),
+                logs: logs::Logs::new(),
+                latency: Mutex::new(Duration::ZERO),
+                deny: RwLock::new(Vec::new()),
+                requests: Mutex::new(Vec::new()),
+                recording: AtomicBool::new(true),
+                open_streams: AtomicUsize::new(0),
+            }),
+        }
+    }
+
+    /// Registers a custom resource kind at run time (shows up in discovery immediately), with a
+    /// `status` subresource like most CRDs.
+    pub fn add_kind(&self, group: &str, version: &str, kind: &str, plural: &str, namespaced: bool) {
+        write(&self.inner.registry).add(ResourceKind {
+            group: group.into(),
+            version: version.into(),
+            kind: kind.into(),
+            plural: plural.into(),
+            namespaced,
+            short_names: Vec::new(),
+            categories: Vec::new(),
+            subresources: vec!["status".into()],
+        });
+    }
+
+    /// Stores an object as-is, replacing one with the same name (fills metadata.uid,
+    /// resourceVersion and creationTimestamp if missing, and namespace "default" for namespaced
+    /// kinds; a resourceVersion equal to the stored one is bumped). Emits ADDED or MODIFIED.
+    ///
+    /// Panics if `apiVersion`/`kind` is not registered or `metadata.name` is missing: that is a
+    /// mistake in the test, not a request to answer.
+    pub fn insert(&self, mut obj: Value) {
+        let api_version = obj["apiVersion"].as_str().unwrap_or_default().to_string();
+        let kind_name = obj["kind"].as_str().unwrap_or_default().to_string();
+        let kind = read(&self.inner.registry)
+            .find_by_kind(&api_version, &kind_name)
+            .cloned()
+            .unwrap_or_else(|| panic!("KubeApi::insert: {api_version:?} {kind_name:?} is not registered; call add_kind first"));
+        let name = obj["metadata"]["name"]
+            .as_str()
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| panic!("KubeApi::insert: object has no metadata.name: {obj}"))
+            .to_string();
+        let ns = if kind.namespaced {
+            let ns = obj["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or("default")
+                .to_string();
+            obj["metadata"]["namespace"] = json!(ns);
+            ns
+        } else {
+            if let Some(m) = obj["metadata"].as_object_mut() {
+                m.remove("namespace");
+            }
+            String::new()
+        };
+        let _ = self
+            .inner
+            .store
+            .write::<()>(&kind.store_key(), &ns, &name, |prev, rv| {
+                let old = |field: &str| prev.and_then(|p| p["metadata"].get(field)).cloned();
+                let meta = &mut obj["metadata"];
+                // A replaced object keeps its identity unless the test sets it explicitly.
+                for (field, fresh) in [
+                    ("uid", json!(writes::new_uid())),
+                    ("creationTimestamp", json!(writes::now())),
+                ] {
+                    if meta.get(field).is_none() {
+                        meta[field] = old(field).unwrap_or(fresh);
+                    }
+                }
+                // An object re-inserted after `get` still carries the old version: bump it, so
+                // watchers and resuming clients see a change.
+                if meta.get("resourceVersion").is_none()
+                    || meta.get("resourceVersion").cloned() == old("resourceVersion")
+                {
+                    meta["resourceVersion"] = json!(rv.to_string());
+                }
+                Ok(Write::Put(obj))
+            });
+    }
+
+    /// The stored object, by `plural` or `plural.group` (e.g. "pods", "deployments.apps").
+    /// `namespace` is ignored for cluster-scoped kinds.
+    pub fn get(&self, resource: &str, namespace: Option<&str>, name: &str) -> Option<Value> {
+        let kind = read(&self.inner.registry)
+            .find_by_resource(resource)
+            .cloned()?;
+        let ns = if kind.namespaced {
+            namespace.unwrap_or("default")
+        } else {
+            ""
+        };
+        self.inner
+            .store
+            .get(&kind.store_key(), ns, name)
+            .map(|o| (*o).clone())
+    }
+
+    /// Stored objects of a resource, in namespace/name order; `namespace: None` means all.
+    pub fn list(&self, resource: &str, namespace: Option<&str>) -> Vec<Value> {
+        let Some(kind) = read(&self.inner.registry)
+            .find_by_resource(resource)
+            .cloned()
+        else {
+            return Vec::new();
+        };
+        let ns = namespace.filter(|_| kind.namespaced);
+        self.inner
+            .store
+            .list(&kind.store_key(), ns)
+            .1
+            .into_iter()
+            .map(|(_, o)| (*o).clone())
+            .collect()
+    }
+
+    /// Deletes an object (emitting DELETED) and returns it, if it existed.
+    pub fn remove(&self, resource: &str, namespace: Option<&str>, name: &str) -> Option<Value> {
+        let kind = read(&self.inner.registry)
+            .find_by_resource(resource)
+            .cloned()?;
+        let ns = if kind.namespaced {
+            namespace.unwrap_or("default")
+        } else {
+            ""
+        };
+        self.inner
+            .store
+            .write(&kind.store_key(), ns, name, |prev, _| {
+                prev.map(|_| Write::Delete).ok_or(())
+            })
+            .ok()
+            .map(|o| (*o).clone())
+    }
+
+    /// Sets a pod's log text. `container: None` answers for any container of the pod.
+    pub fn set_pod_log(&self, namespace: &str, pod: &str, container: Option<&str>, text: &str) {
+        self.inner.logs.set(namespace, pod, container, text);
+    }
+
+    /// Appends to a pod's log; followers (follow=true) receive the new text while connected.
+    /// Goes to the pod's only stored log, else its container-less log, else its default
+    /// container's (the `kubectl.kubernetes.io/default-container` annotation or the first one).
+    pub fn append_pod_log(&self, namespace: &str, pod: &str, text: &str) {
+        let default = self.get("pods", Some(namespace), pod).and_then(|p| {
+            p["metadata"]["annotations"]["kubectl.kubernetes.io/default-container"]
+                .as_str()
+                .or_else(|| p["spec"]["containers"][0]["name"].as_str())
+                .map(str::to_string)
+        });
+        self.inner
+            .logs
+            .append(namespace, pod, default.as_deref(), text);
+    }
+
+    /// Added to every request before it is answered, for benchmarks.
+    pub fn set_latency(&self, d: Duration) {
+        *lock(&self.inner.latency) = d;
+    }
+
+    /// Refuses resource requests for which `rule` returns true with a 403 Status worded like the
+    /// apiserver's RBAC denial. Rules accumulate; discovery and `/version` are never denied.
+    pub fn deny(&self, rule: impl Fn(&RequestInfo) -> bool + Send + Sync + 'static) {
+        write(&self.inner.deny).push(Box::new(rule));
+    }
+
+    /// Drops every deny rule.
+    pub fn allow_all(&self) {
+        write(&self.inner.deny).clear();
+    }
+
+    /// Every request received so far, oldest first.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        lock(&self.inner.requests).clone()
+    }
+
+    pub fn clear_requests(&self) {
+        lock(&self.inner.requests).clear();
+    }
+
+    /// Turns request recording on (the default) or off, e.g. for benchmarks with many requests.
+    pub fn set_recording(&self, on: bool) {
+        self.inner.recording.store(on, Ordering::Relaxed);
+    }
+
+    /// Watches and log follows still streaming; 0 once every client has gone.
+    pub fn open_streams(&self) -> usize {
+        self.inner.open_streams.load(Ordering::SeqCst)
+    }
+
+    /// The whole API as one axum router (a fallback that parses Kubernetes paths itself).
+    pub fn router(&self) -> axum::Router {
+        axum::Router::new()
+            .fallback(handlers::handle)
+            .with_state(self.clone())
+    }
+
+    /// Listens on 127.0.0.1:0 and writes `dir/kubeconfig` (cluster server http://127.0.0.1:PORT,
+    /// context "test" with namespace "default", user "test" with a bearer token). Dropping the
+    /// returned [`Served`] stops the server and ends open watches and log follows.
+    pub async fn serve(&self, dir: &Path) -> Served {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind 127.0.0.1:0");
+        let addr = listener.local_addr().expect("local_addr");
+        let (stop, stopped) = watch::channel(false);
+        let app = self
+            .router()
+            .layer(axum::Extension(handlers::Shutdown(stopped.clone())));
+        let mut signal = stopped;
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = signal.wait_for(|s| *s).await;
+                })
+                .await;
+        });
+        std::fs::create_dir_all(dir).expect("create kubeconfig dir");
+        let kubeconfig = dir.join("kubeconfig");
+        std::fs::write(&kubeconfig, kubeconfig_yaml(&format!("http://{addr}")))
+            .expect("write kubeconfig");
+        Served {
+            addr,
+            kubeconfig,
+            dir: dir.to_path_buf(),
+            stop,
+            task: Some(task),
+        }
+    }
+}
+
+fn kubeconfig_yaml(server: &str) -> String {
+    format!(
+        "apiVersion: v1
+kind: Config
+clusters:
+- name: test
+  cluster:
+    server: {server}
+contexts:
+- name: test
+  context:
+    cluster: test
+    namespace: default
+    user: test
+current-context: test
+users:
+- name: test
+  user:
+    token: test-token
+"
+    )
+}
+
+/// A running server; dropping it stops the server.
+pub struct Served {
+    pub addr: SocketAddr,
+    pub kubeconfig: PathBuf,
+    dir: PathBuf,
+    stop: watch::Sender<bool>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Served {
+    /// `http://127.0.0.1:PORT`
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// `kubectl --kubeconfig <kubeconfig> --cache-dir <dir>/kube-cache`, so discovery caching
+    /// stays inside the test's directory instead of `~/.kube/cache`.
+    pub fn kubectl(&self) -> std::process::Command {
+        let mut cmd = std::process::Command::new("kubectl");
+        cmd.arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .arg("--cache-dir")
+            .arg(self.dir.join("kube-cache"));
+        cmd
+    }
+
+    /// Stops the server and waits until it has closed every connection.
+    pub async fn shutdown(mut self) {
+        let _ = self.stop.send(true);
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+/// Lock helpers that shrug off poisoning: a panicking test thread must not cascade.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn write<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(|e| e.into_inner())
+}
