@@ -157,7 +157,17 @@ CREATE FUNCTION envlens_parent_path(full_path text) RETURNS text
     RETURN CASE WHEN strpos(full_path, '/') = 0 THEN NULL
                 ELSE lower(regexp_replace(full_path, '/[^/]*$', '')) END;
 
--- Whether `full_path` is `prefix` or lies below it, case-insensitively (`prefix` lower-cased).
+-- Whether `full_path` lies below `prefix` (lower-cased), case-insensitively. A byte-wise range
+-- ('/' is followed by '0'), so that it inlines into an index scan on the C-collated paths.
+CREATE FUNCTION envlens_below(full_path text, prefix text) RETURNS boolean
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    RETURN lower(full_path) COLLATE "C" >= (prefix || '/') COLLATE "C"
+       AND lower(full_path) COLLATE "C" < (prefix || '0') COLLATE "C";
+
+-- `prefix` itself or below it.
 CREATE FUNCTION envlens_in_subtree(full_path text, prefix text) RETURNS boolean
     LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-    RETURN lower(full_path) = prefix OR starts_with(lower(full_path), prefix || '/');
+    RETURN lower(full_path) COLLATE "C" = prefix COLLATE "C" OR envlens_below(full_path, prefix);
+
+CREATE INDEX namespaces_full_path_c_idx ON namespaces ((lower(full_path) COLLATE "C"));
+CREATE INDEX projects_full_path_c_idx ON projects ((lower(full_path) COLLATE "C"));

@@ -97,7 +97,7 @@ pub async fn move_group(
         for table in ["namespaces", "projects"] {
             sqlx::query(&format!(
                 "UPDATE {table} SET full_path = $2 || substr(full_path, length($1) + 1), updated_at = now()
-                 WHERE starts_with(lower(full_path), lower($1) || '/')"
+                 WHERE envlens_below(full_path, lower($1))"
             ))
             .bind(&old)
             .bind(full_path)
@@ -144,27 +144,33 @@ pub async fn delete_group(conn: &mut PgConnection, id: i64) -> Result<()> {
 }
 
 /// Creates or updates a project; `visibility` `None` keeps what the mirror has (private when new).
+/// Relinks only when the row changed, so the common case (a deployment of a known project)
+/// writes nothing.
 pub async fn upsert_project(
     conn: &mut PgConnection,
     id: i64,
     full_path: &str,
     visibility: Option<&str>,
 ) -> Result<()> {
-    sqlx::query(
+    let changed: Option<i32> = sqlx::query_scalar(
         "INSERT INTO projects (id, path, full_path, visibility) VALUES ($1, $2, $3, COALESCE($4, 'private'))
          ON CONFLICT (id) DO UPDATE SET path = EXCLUDED.path, full_path = EXCLUDED.full_path,
              visibility = COALESCE($4, projects.visibility), updated_at = now()
          WHERE (projects.path, projects.full_path, projects.visibility)
-               IS DISTINCT FROM (EXCLUDED.path, EXCLUDED.full_path, COALESCE($4, projects.visibility))",
+               IS DISTINCT FROM (EXCLUDED.path, EXCLUDED.full_path, COALESCE($4, projects.visibility))
+         RETURNING 1",
     )
     .bind(id)
     .bind(last_segment(full_path))
     .bind(full_path)
     .bind(visibility)
-    .execute(&mut *conn)
+    .fetch_optional(&mut *conn)
     .await
     .map_err(|e| taken(e, &format!("project {id} ({full_path})")))?;
-    relink(conn, Some(full_path)).await
+    match changed {
+        Some(_) => relink(conn, Some(full_path)).await,
+        None => Ok(()),
+    }
 }
 
 /// Deletes a project (with its agents, environments and deployments) and its memberships.

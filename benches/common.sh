@@ -1,0 +1,18 @@
+# Shared by the benchmark scripts: build, find the load tool, start and stop envlens.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release --quiet
+load=$(cargo bench --no-run --bench load --message-format=json 2>/dev/null |
+  python3 -c 'import json,sys; print([m["executable"] for m in map(json.loads, sys.stdin) if m.get("executable")][-1])')
+bindir=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
+as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+
+# start_envlens DIR PORT [serve flags...]: serves in the background, waits for readiness.
+start_envlens() {
+  local dir=$1 port=$2; shift 2
+  ENVLENS_LOG=warn target/release/envlens serve --listen "127.0.0.1:$port" --data-dir "$dir" "$@" >"$dir.out" 2>"$dir.err" &
+  envlens_pid=$!
+  until curl -sf "http://127.0.0.1:$port/-/readiness" >/dev/null; do sleep 0.05; done
+}
+
+stop_envlens() { kill -TERM "$envlens_pid"; wait "$envlens_pid" || true; }

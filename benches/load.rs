@@ -1,0 +1,316 @@
+//! A load generator for `POST /api/v4/internal/deployments` against a running `envlens serve`.
+//!
+//! `cargo bench --bench load -- seed  --url U --secret-file F`
+//! `cargo bench --bench load -- run   --url U --secret-file F --connections 32 --seconds 30 [--rate R] [--acked FILE]`
+//!
+//! `seed` creates the scenario: groups `bench` > `bench/team` > `bench/team/apps` and
+//! `bench/other`, 100 projects (even ones under `bench/team/apps`, odd ones under
+//! `bench/other`), and agent `bench/agents:prod` whose `ci_access` authorizes `bench/team`: half
+//! of the deployments are authorized through a group two levels up, half are refused.
+//!
+//! `run` sends distinct deployments over keep-alive connections. With `--rate` it is open
+//! loop: each request has a scheduled time, and its latency counts from then, so a stalled
+//! server is charged for the requests it delayed. Prints one JSON line of results; with
+//! `--acked`, writes the id of every deployment answered 2xx.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::Request;
+use serde_json::json;
+use tokio::net::TcpStream;
+
+const PROJECTS: i64 = 100;
+
+struct Args {
+    command: String,
+    url: String,
+    secret_file: String,
+    connections: usize,
+    seconds: u64,
+    rate: Option<f64>,
+    acked: Option<String>,
+    id_base: i64,
+}
+
+fn args() -> Args {
+    let mut it = std::env::args().skip(1).filter(|a| a != "--bench");
+    let mut a = Args {
+        command: it.next().unwrap_or_default(),
+        url: "http://127.0.0.1:8080".into(),
+        secret_file: ".envlens/internal-secret".into(),
+        connections: 32,
+        seconds: 30,
+        rate: None,
+        acked: None,
+        id_base: 1_000_000_000,
+    };
+    while let Some(flag) = it.next() {
+        let value = it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
+        match flag.as_str() {
+            "--url" => a.url = value,
+            "--secret-file" => a.secret_file = value,
+            "--connections" => a.connections = value.parse().expect("--connections"),
+            "--seconds" => a.seconds = value.parse().expect("--seconds"),
+            "--rate" => a.rate = Some(value.parse().expect("--rate")),
+            "--acked" => a.acked = Some(value),
+            "--id-base" => a.id_base = value.parse().expect("--id-base"),
+            other => panic!("unknown flag {other}"),
+        }
+    }
+    a
+}
+
+fn token(secret_file: &str) -> String {
+    let key = envlens::auth::secrets::read_key(std::path::Path::new(secret_file)).expect("secret");
+    let now = chrono::Utc::now().timestamp();
+    let claims = json!({"iss": "gitlab", "aud": "envlens", "iat": now, "exp": now + 290});
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        &claims,
+        &jsonwebtoken::EncodingKey::from_secret(key.bytes()),
+    )
+    .unwrap()
+}
+
+fn project(i: i64) -> (i64, String) {
+    let group = if i % 2 == 0 {
+        "bench/team/apps"
+    } else {
+        "bench/other"
+    };
+    (1000 + i, format!("{group}/p{i}"))
+}
+
+fn deployment(id: i64) -> String {
+    let (project_id, path) = project(id % PROJECTS);
+    json!({
+        "deployment": {"id": id, "iid": id % 100_000 + 1, "status": "created", "ref": "main", "sha": "0a1b2c3d4e5f6a7b", "tag": false, "created_at": "2026-11-21T10:00:00Z"},
+        "project": {"id": project_id, "full_path": path},
+        "environment": {"id": 1_000_000 + project_id, "name": "production", "slug": "production", "tier": "production"},
+        "job": {"id": id, "name": "deploy", "protected_ref": true, "user_id": 1},
+        "kubernetes": {"agent": "bench/agents:prod", "namespace": "apps"}
+    })
+    .to_string()
+}
+
+struct Conn {
+    sender: hyper::client::conn::http1::SendRequest<Full<Bytes>>,
+}
+
+impl Conn {
+    async fn open(authority: &str) -> std::io::Result<Conn> {
+        let stream = TcpStream::connect(authority).await?;
+        stream.set_nodelay(true)?;
+        let (sender, conn) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                .await
+                .map_err(std::io::Error::other)?;
+        tokio::spawn(conn);
+        Ok(Conn { sender })
+    }
+
+    async fn send(
+        &mut self,
+        method: &str,
+        authority: &str,
+        path: &str,
+        token: &str,
+        body: String,
+    ) -> Result<(u16, Bytes), hyper::Error> {
+        self.sender.ready().await?;
+        let req = Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", authority)
+            .header("content-type", "application/json")
+            .header("gitlab-envlens-api-request", token)
+            .body(Full::new(Bytes::from(body)))
+            .unwrap();
+        let res = self.sender.send_request(req).await?;
+        let status = res.status().as_u16();
+        let body = res.into_body().collect().await?.to_bytes();
+        Ok((status, body))
+    }
+}
+
+async fn seed(a: &Args, authority: &str) {
+    let token = token(&a.secret_file);
+    let mut conn = Conn::open(authority).await.expect("connect");
+    let projects: Vec<_> = (0..PROJECTS)
+        .map(|i| {
+            let (id, path) = project(i);
+            json!({"id": id, "full_path": path, "visibility": "private"})
+        })
+        .chain([json!({"id": 999, "full_path": "bench/agents", "visibility": "private"})])
+        .collect();
+    let calls = [
+        (
+            "PUT",
+            "/api/v4/internal/identity".to_owned(),
+            json!({
+                "groups": [{"id": 1, "full_path": "bench"}, {"id": 2, "full_path": "bench/team"},
+                           {"id": 3, "full_path": "bench/team/apps"}, {"id": 4, "full_path": "bench/other"}],
+                "projects": projects
+            }),
+        ),
+        (
+            "PUT",
+            "/api/v4/internal/kubernetes/agents/1".to_owned(),
+            json!({"project_id": 999, "name": "prod"}),
+        ),
+        (
+            "POST",
+            "/api/v4/internal/kubernetes/agent_configuration".to_owned(),
+            json!({"agent_id": 1, "agent_config": {"ci_access": {"groups": [{"id": "bench/team"}]}}}),
+        ),
+    ];
+    for (method, path, body) in calls {
+        let (status, body) = conn
+            .send(method, authority, &path, &token, body.to_string())
+            .await
+            .expect("seed request");
+        assert!(
+            status < 300,
+            "{path}: {status} {}",
+            String::from_utf8_lossy(&body)
+        );
+    }
+    println!("seeded {PROJECTS} projects and agent bench/agents:prod");
+}
+
+#[derive(Default)]
+struct Tally {
+    latencies_us: Vec<u64>,
+    statuses: BTreeMap<String, u64>,
+    acked: Vec<i64>,
+}
+
+async fn run(a: &Args, authority: &str) {
+    let token = Arc::new(token(&a.secret_file));
+    let next_id = Arc::new(AtomicI64::new(a.id_base));
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(a.seconds);
+    // With a rate, each connection sends on its own schedule: rate / connections per second.
+    let period = a
+        .rate
+        .map(|r| Duration::from_secs_f64(a.connections as f64 / r));
+    let mut workers = Vec::new();
+    let connections = a.connections;
+    for w in 0..connections {
+        let (token, next_id, authority) = (token.clone(), next_id.clone(), authority.to_owned());
+        workers.push(tokio::spawn(async move {
+            let mut tally = Tally::default();
+            let mut conn: Option<Conn> = None;
+            // Connections start spread evenly over one period.
+            let mut next_due = started
+                + period
+                    .map(|p| p.mul_f64(w as f64 / connections as f64))
+                    .unwrap_or_default();
+            loop {
+                let due = match period {
+                    Some(p) => {
+                        let due = next_due;
+                        if due >= deadline {
+                            break;
+                        }
+                        tokio::time::sleep_until(due.into()).await;
+                        next_due += p;
+                        due
+                    }
+                    None => {
+                        let now = Instant::now();
+                        if now >= deadline {
+                            break;
+                        }
+                        now
+                    }
+                };
+                let id = next_id.fetch_add(1, Ordering::Relaxed);
+                if conn.is_none() {
+                    conn = Conn::open(&authority).await.ok();
+                }
+                let outcome = match conn.as_mut() {
+                    Some(c) => c
+                        .send(
+                            "POST",
+                            &authority,
+                            "/api/v4/internal/deployments",
+                            &token,
+                            deployment(id),
+                        )
+                        .await
+                        .ok(),
+                    None => None,
+                };
+                let key = match outcome {
+                    Some((status, _)) => {
+                        if (200..300).contains(&status) {
+                            tally.acked.push(id);
+                        }
+                        status.to_string()
+                    }
+                    None => {
+                        conn = None;
+                        "connection error".to_owned()
+                    }
+                };
+                *tally.statuses.entry(key).or_default() += 1;
+                tally.latencies_us.push(due.elapsed().as_micros() as u64);
+            }
+            tally
+        }));
+    }
+    let mut total = Tally::default();
+    for w in workers {
+        let t = w.await.unwrap();
+        total.latencies_us.extend(t.latencies_us);
+        total.acked.extend(t.acked);
+        for (k, v) in t.statuses {
+            *total.statuses.entry(k).or_default() += v;
+        }
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    total.latencies_us.sort_unstable();
+    let pct = |p: f64| {
+        let l = &total.latencies_us;
+        if l.is_empty() {
+            return 0.0;
+        }
+        l[((l.len() as f64 * p).ceil() as usize).clamp(1, l.len()) - 1] as f64 / 1000.0
+    };
+    if let Some(path) = &a.acked {
+        let text: String = total.acked.iter().map(|id| format!("{id}\n")).collect();
+        std::fs::write(path, text).expect("write acked ids");
+    }
+    println!(
+        "{}",
+        json!({
+            "sent": total.latencies_us.len(),
+            "acknowledged": total.acked.len(),
+            "statuses": total.statuses,
+            "seconds": elapsed,
+            "requests_per_second": total.latencies_us.len() as f64 / elapsed,
+            "latency_ms": {"p50": pct(0.50), "p90": pct(0.90), "p99": pct(0.99), "max": pct(1.0)},
+        })
+    );
+}
+
+#[tokio::main]
+async fn main() {
+    let a = args();
+    let authority = a
+        .url
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_owned();
+    match a.command.as_str() {
+        "seed" => seed(&a, &authority).await,
+        "run" => run(&a, &authority).await,
+        _ => eprintln!("usage: load seed|run --url URL --secret-file FILE [--connections N] [--seconds S] [--rate R] [--acked FILE]"),
+    }
+}
