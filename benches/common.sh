@@ -12,7 +12,10 @@ start_envlens() {
   local dir=$1 port=$2; shift 2
   ENVLENS_LOG=warn target/release/envlens serve --listen "127.0.0.1:$port" --data-dir "$dir" "$@" >"$dir.out" 2>"$dir.err" &
   envlens_pid=$!
-  until curl -sf "http://127.0.0.1:$port/-/readiness" >/dev/null; do sleep 0.05; done
+  until curl -sf "http://127.0.0.1:$port/-/readiness" >/dev/null; do
+    kill -0 "$envlens_pid" 2>/dev/null || { echo "envlens exited:"; tail -5 "$dir.err"; exit 1; }
+    sleep 0.05
+  done
 }
 
 stop_envlens() { kill -TERM "$envlens_pid"; wait "$envlens_pid" || true; }

@@ -6,6 +6,7 @@ mod support;
 mod agents;
 mod auth;
 mod deployments;
+mod embedded;
 mod identity;
 mod kube_api;
 mod ops;

@@ -33,6 +33,7 @@ pub struct Options {
 }
 
 pub struct EmbeddedPostgres {
+    pgdata: PathBuf,
     socket_dir: PathBuf,
     port: u16,
     /// `None` when attached to a server another process started.
@@ -64,7 +65,9 @@ impl EmbeddedPostgres {
         fs::create_dir_all(data_dir)
             .with_context(|| format!("cannot create data folder {}", data_dir.display()))?;
         let data_dir = data_dir.canonicalize()?;
-        let pgdata = data_dir.join("postgres");
+        let owner = server_user()?;
+        let cluster_dir = cluster_dir(&data_dir, owner)?;
+        let pgdata = cluster_dir.join("postgres");
         if let Some(running) = Self::attach(&pgdata) {
             tracing::info!(pgdata = %pgdata.display(), "attached to the running embedded PostgreSQL");
             return Ok(running);
@@ -73,12 +76,11 @@ impl EmbeddedPostgres {
             Some(dir) => dir.clone(),
             None => find_bin_dir()?,
         };
-        let owner = server_user()?;
         let log_path = data_dir.join("postgres.log");
         if !pgdata.join("PG_VERSION").exists() {
             init(&bin_dir, &pgdata, owner, options)?;
         }
-        let socket_dir = socket_dir(&data_dir)?;
+        let socket_dir = socket_dir(&cluster_dir)?;
         make_private_dir(&socket_dir, owner)?;
         let log = fs::OpenOptions::new()
             .create(true)
@@ -99,18 +101,30 @@ impl EmbeddedPostgres {
             cmd.args(["-c", "fsync=off", "-c", "synchronous_commit=off"])
                 .args(["-c", "full_page_writes=off"]);
         }
-        cmd.stdin(Stdio::null())
+        cmd.current_dir("/")
+            .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log);
         run_as(&mut cmd, owner, true);
         let server = spawn_supervised(cmd)?;
         let mut this = EmbeddedPostgres {
+            pgdata: pgdata.clone(),
             socket_dir,
             port: PORT,
             server: Some(server),
         };
         this.wait_ready(&pgdata, &log_path)?;
         Ok(this)
+    }
+
+    /// The cluster's folder (`PGDATA`).
+    pub fn pgdata(&self) -> &Path {
+        &self.pgdata
+    }
+
+    /// Whether this handle started the server (and stops it when dropped).
+    pub fn owns_server(&self) -> bool {
+        self.server.is_some()
     }
 
     /// Connection options for `database` on this server.
@@ -181,6 +195,7 @@ impl EmbeddedPostgres {
             return None;
         }
         Some(EmbeddedPostgres {
+            pgdata: pgdata.to_owned(),
             port: lines.get(3)?.trim().parse().ok()?,
             socket_dir: PathBuf::from(lines.get(4)?.trim()),
             server: None,
@@ -271,6 +286,7 @@ fn init(
     cmd.arg("-D")
         .arg(pgdata)
         .args(["-U", ROLE, "--auth=trust", "--encoding=UTF8", "--no-locale"])
+        .current_dir("/")
         .stdin(Stdio::null());
     if options.ephemeral {
         cmd.arg("--no-sync");
@@ -355,16 +371,64 @@ fn spawn_supervised(mut cmd: Command) -> anyhow::Result<Server> {
     })
 }
 
+/// Where the cluster lives: in the data folder, unless envlens runs as root and the server's
+/// user cannot reach it (a folder under `/root`, or a private temporary one). Then it lives
+/// in `/var/lib/envlens/<hash of the data folder>`, the same on every start.
+fn cluster_dir(data_dir: &Path, owner: Option<(u32, u32)>) -> anyhow::Result<PathBuf> {
+    let Some((uid, gid)) = owner else {
+        return Ok(data_dir.to_owned());
+    };
+    if reachable(data_dir, uid, gid) {
+        return Ok(data_dir.to_owned());
+    }
+    let dir = Path::new(FALLBACK_DIR).join(format!("{:016x}", path_hash(data_dir)));
+    tracing::warn!(
+        data_dir = %data_dir.display(),
+        cluster = %dir.display(),
+        "the postgres user cannot reach the data folder; the database lives elsewhere \
+         (make the folder's parents searchable, e.g. chmod o+x, to keep it inside)"
+    );
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(&dir)?;
+    Ok(dir)
+}
+
+const FALLBACK_DIR: &str = "/var/lib/envlens";
+
+/// Whether `uid` (in group `gid`) may search every folder from `/` down to `path`.
+fn reachable(path: &Path, uid: u32, gid: u32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    path.ancestors().all(|dir| match fs::metadata(dir) {
+        Ok(m) => {
+            let mode = m.mode();
+            if m.uid() == uid {
+                mode & 0o100 != 0
+            } else if m.gid() == gid {
+                mode & 0o010 != 0
+            } else {
+                mode & 0o001 != 0
+            }
+        }
+        Err(_) => false,
+    })
+}
+
+fn path_hash(path: &Path) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    path.hash(&mut h);
+    h.finish()
+}
+
 fn socket_dir(data_dir: &Path) -> anyhow::Result<PathBuf> {
     let dir = data_dir.join("run");
     if dir.as_os_str().len() <= MAX_SOCKET_DIR_LEN {
         return Ok(dir);
     }
     // A deep data folder: the socket goes to a short private folder named after it.
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    data_dir.hash(&mut h);
-    Ok(std::env::temp_dir().join(format!("envlens-{:016x}", h.finish())))
+    Ok(std::env::temp_dir().join(format!("envlens-{:016x}", path_hash(data_dir))))
 }
 
 fn make_private_dir(dir: &Path, owner: Option<(u32, u32)>) -> anyhow::Result<()> {
