@@ -3,7 +3,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --quiet
 load=$(cargo bench --no-run --bench load --message-format=json 2>/dev/null |
-  python3 -c 'import json,sys; print([m["executable"] for m in map(json.loads, sys.stdin) if m.get("executable")][-1])')
+  python3 -c 'import json,sys; print([m["executable"] for m in map(json.loads, sys.stdin) if m.get("executable") and m["target"]["name"] == "load"][-1])')
 bindir=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
 as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
 
@@ -12,10 +12,16 @@ start_envlens() {
   local dir=$1 port=$2; shift 2
   ENVLENS_LOG=warn target/release/envlens serve --listen "127.0.0.1:$port" --data-dir "$dir" "$@" >"$dir.out" 2>"$dir.err" &
   envlens_pid=$!
+  trap stop_envlens EXIT
   until curl -sf "http://127.0.0.1:$port/-/readiness" >/dev/null; do
     kill -0 "$envlens_pid" 2>/dev/null || { echo "envlens exited:"; tail -5 "$dir.err"; exit 1; }
     sleep 0.05
   done
 }
 
-stop_envlens() { kill -TERM "$envlens_pid"; wait "$envlens_pid" || true; }
+stop_envlens() {
+  [ -n "${envlens_pid:-}" ] || return 0
+  kill -TERM "$envlens_pid" 2>/dev/null || true
+  wait "$envlens_pid" 2>/dev/null || true
+  envlens_pid=
+}

@@ -13,7 +13,7 @@ as_pg "$bindir/initdb" -D "$pg/data" -U envlens --auth=trust --no-locale -E UTF8
 pg_start() { as_pg "$bindir/pg_ctl" -D "$pg/data" -o "-k $pg -c listen_addresses=" -w -l "$pg/log" start >/dev/null; }
 pg_start
 as_pg "$bindir/createdb" -h "$pg" -U envlens envlens
-export DATABASE_URL="postgres://envlens@/envlens?host=$pg"
+export DATABASE_URL="postgres:///envlens?host=$pg&user=envlens"
 
 port=18383
 url=http://127.0.0.1:$port
@@ -30,7 +30,7 @@ echo "starting PostgreSQL at t=25s"
 pg_start
 wait "$load_pid"
 ready=$(curl -s -o /dev/null -w '%{http_code}' "$url/-/readiness")
-found=$(psql "$DATABASE_URL" -qtA -c "CREATE TEMP TABLE acked (id bigint); \copy acked FROM '$work/acked'" \
+found=$(psql "$DATABASE_URL" -qtA -c "CREATE TEMP TABLE acked (id bigint)" -c "\copy acked FROM '$work/acked'" \
   -c "SELECT count(*) FROM acked JOIN deployments d USING (id) JOIN deployment_creations c ON c.deployment_id = d.id")
 stop_envlens
 as_pg "$bindir/pg_ctl" -D "$pg/data" -m fast -w stop >/dev/null

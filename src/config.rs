@@ -35,8 +35,9 @@ pub struct DatabaseArgs {
     /// Folder of the PostgreSQL server binaries for the embedded database; found when not given.
     #[arg(long, env = "ENVLENS_POSTGRES_BIN_DIR")]
     pub postgres_bin_dir: Option<PathBuf>,
-    /// Connections in the pool.
-    #[arg(long, env = "ENVLENS_DATABASE_MAX_CONNECTIONS", default_value_t = 16)]
+    /// Connections in the pool; by default twice the cores plus one (at least 4): more
+    /// backends than the cores can run only lengthen the queue inside PostgreSQL.
+    #[arg(long, env = "ENVLENS_DATABASE_MAX_CONNECTIONS", default_value_t = default_pool_size())]
     pub database_max_connections: u32,
     /// How long a request waits for a database connection before it is answered 503.
     #[arg(long, env = "ENVLENS_DATABASE_ACQUIRE_TIMEOUT", default_value = "3s", value_parser = parse_duration)]
@@ -105,6 +106,11 @@ impl Default for Limits {
             shutdown_timeout: Duration::from_secs(30),
         }
     }
+}
+
+fn default_pool_size() -> u32 {
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get() as u32);
+    (2 * cores + 1).max(4)
 }
 
 /// `250ms`, `3s`, `5m`, `1h`, `1d`, or plain seconds.
