@@ -10,3 +10,4 @@ mod embedded;
 mod identity;
 mod kube_api;
 mod ops;
+mod shutdown;

@@ -59,13 +59,7 @@ impl TestApp {
 
     pub async fn with_limits(limits: Limits) -> Self {
         let db = postgres::fresh_database().await;
-        let secrets = Secrets {
-            internal: Secret::new(INTERNAL_KEY.to_vec()),
-            session: Secret::new(SESSION_KEY.to_vec()),
-            webhook_token: Secret::new(WEBHOOK_TOKEN.as_bytes().to_vec()),
-            generated: Vec::new(),
-        };
-        let state = AppState::new(db.clone(), Keys::new(secrets), limits);
+        let state = AppState::new(db.clone(), keys(), limits);
         TestApp {
             router: envlens::app(state),
             db,
@@ -181,6 +175,16 @@ impl TestApp {
             .await
             .unwrap_or_else(|e| panic!("{sql}: {e}"))
     }
+}
+
+/// The keys of the test secrets above.
+pub fn keys() -> Keys {
+    Keys::new(Secrets {
+        internal: Secret::new(INTERNAL_KEY.to_vec()),
+        session: Secret::new(SESSION_KEY.to_vec()),
+        webhook_token: Secret::new(WEBHOOK_TOKEN.as_bytes().to_vec()),
+        generated: Vec::new(),
+    })
 }
 
 pub fn now() -> i64 {
