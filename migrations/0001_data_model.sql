@@ -171,3 +171,8 @@ CREATE FUNCTION envlens_in_subtree(full_path text, prefix text) RETURNS boolean
 
 CREATE INDEX namespaces_full_path_c_idx ON namespaces ((lower(full_path) COLLATE "C"));
 CREATE INDEX projects_full_path_c_idx ON projects ((lower(full_path) COLLATE "C"));
+
+-- Whether `haystack` contains `needle` case-insensitively, `%` and `_` in the needle taken literally.
+CREATE FUNCTION envlens_contains(haystack text, needle text) RETURNS boolean
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    RETURN haystack ILIKE '%' || replace(replace(replace(needle, '\', '\\'), '%', '\%'), '_', '\_') || '%';

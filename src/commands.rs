@@ -14,6 +14,10 @@ pub async fn run(command: Command) -> anyhow::Result<()> {
         Command::Serve(args) => serve(args).await,
         Command::Migrate(args) => migrate(args).await,
         Command::Token(args) => token(args).await,
+        Command::PrintSchema => {
+            print!("{}", crate::graphql::sdl());
+            Ok(())
+        }
     }
 }
 
@@ -29,7 +33,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let addr = listener.local_addr()?;
     let state = AppState::new(database.pool.clone(), Keys::new(secrets), args.limits);
     let pruning = tokio::spawn(prune_deliveries(state.db.clone()));
-    println!("envlens listening on http://{addr}");
+    println!(
+        "envlens listening on http://{addr}; GraphQL explorer at http://{addr}/-/graphql-explorer"
+    );
     crate::run(
         state,
         listener,

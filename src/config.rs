@@ -21,6 +21,8 @@ pub enum Command {
     Migrate(DatabaseArgs),
     /// Mint a session token for a mirrored user, for trying the API.
     Token(TokenArgs),
+    /// Print the GraphQL schema (SDL), as committed in `schema.graphql`.
+    PrintSchema,
 }
 
 /// Where the data lives: the data folder, and the database unless one is named.

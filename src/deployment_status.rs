@@ -3,18 +3,21 @@
 
 use chrono::{DateTime, Utc};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+// Declared in GitLab's order (the GraphQL enum's); `ALL` is the lattice order.
+/// The status of a deployment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, async_graphql::Enum)]
 pub enum DeploymentStatus {
     Created,
-    Blocked,
     Running,
-    Skipped,
     Success,
-    Canceled,
     Failed,
+    Canceled,
+    Skipped,
+    Blocked,
 }
 
 impl DeploymentStatus {
+    /// In the order a deployment's life goes: later ranks higher.
     pub const ALL: [DeploymentStatus; 7] = [
         DeploymentStatus::Created,
         DeploymentStatus::Blocked,

@@ -96,6 +96,33 @@ fn is_unavailable_code(code: Option<&str>) -> bool {
     matches!(code, Some(c) if c.starts_with("08") || c.starts_with("57P"))
 }
 
+impl Error {
+    /// The same error as a GraphQL error, `extensions.code` naming its kind. Internal causes
+    /// are logged here and never shown.
+    pub fn to_graphql(&self) -> async_graphql::Error {
+        let code = match self {
+            Error::Unauthorized(_) => "UNAUTHENTICATED",
+            Error::Forbidden(_) => "FORBIDDEN",
+            Error::NotFound(_) => "NOT_FOUND",
+            Error::BadRequest(_) | Error::Invalid { .. } | Error::PayloadTooLarge { .. } => {
+                "BAD_USER_INPUT"
+            }
+            Error::Conflict(_) => "CONFLICT",
+            Error::Unavailable(_) | Error::Timeout(_) => "SERVICE_UNAVAILABLE",
+            Error::Internal(_) => "INTERNAL_SERVER_ERROR",
+        };
+        let message = match self {
+            Error::Internal(e) => {
+                tracing::error!(error = ?e, "internal error");
+                "internal error".to_owned()
+            }
+            other => other.to_string(),
+        };
+        use async_graphql::ErrorExtensions;
+        async_graphql::Error::new(message).extend_with(|_, ext| ext.set("code", code))
+    }
+}
+
 impl IntoResponse for Error {
     fn into_response(self) -> Response {
         let status = self.status();

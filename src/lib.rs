@@ -10,6 +10,7 @@ pub mod db;
 pub mod deployment_status;
 pub mod error;
 pub mod extract;
+pub mod graphql;
 pub mod ingest;
 pub mod ops;
 pub mod resources;
@@ -52,10 +53,12 @@ pub fn app(state: AppState) -> Router {
         )
         .route("/webhooks/gitlab", post(ingest::hooks::receive))
         .route("/api/user", get(current_user))
+        .route("/api/graphql", post(graphql::execute))
         .layer(from_fn_with_state(state.limits, telemetry::timeout));
     Router::new()
         .merge(api)
         .merge(ops::routes())
+        .route("/-/graphql-explorer", get(graphql::explorer))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(state.limits.body_limit))
         .layer(from_fn_with_state(

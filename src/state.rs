@@ -6,6 +6,7 @@ use sqlx::PgPool;
 
 use crate::auth::Keys;
 use crate::config::Limits;
+use crate::graphql::EnvlensSchema;
 use crate::telemetry::Metrics;
 
 #[derive(Clone)]
@@ -14,6 +15,7 @@ pub struct AppState {
     pub keys: Arc<Keys>,
     pub metrics: Arc<Metrics>,
     pub limits: Limits,
+    pub schema: EnvlensSchema,
 }
 
 impl AppState {
@@ -23,6 +25,7 @@ impl AppState {
             keys: Arc::new(keys),
             metrics: Arc::new(Metrics::default()),
             limits,
+            schema: crate::graphql::schema(),
         }
     }
 }

@@ -7,6 +7,7 @@ mod agents;
 mod auth;
 mod deployments;
 mod embedded;
+mod graphql;
 mod identity;
 mod kube_api;
 mod ops;

@@ -127,15 +127,11 @@ pub async fn fresh_database() -> PgPool {
     .await
     .expect("cannot create a test database");
     conn.close().await.ok();
+    // Statements are logged (at debug, to no subscriber unless a test installs one): the
+    // GraphQL tests count them.
     PgPoolOptions::new()
         .max_connections(8)
-        .connect_with(
-            server
-                .admin
-                .clone()
-                .database(&name)
-                .disable_statement_logging(),
-        )
+        .connect_with(server.admin.clone().database(&name))
         .await
         .expect("cannot connect to the test database")
 }

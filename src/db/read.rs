@@ -1,0 +1,285 @@
+//! SQL of the read side (GraphQL): projects and groups as a user may read them, environments,
+//! deployments and agents, each list loaded in one statement for many keys.
+
+use chrono::{DateTime, Utc};
+use sqlx::{FromRow, PgPool};
+
+use crate::error::Result;
+
+/// Who reads: the reading rules depend on it.
+#[derive(Debug, Clone, Copy)]
+pub struct Viewer {
+    pub user_id: i64,
+    pub admin: bool,
+}
+
+/// Reporter (20) or more through the project or an ancestor group, a public or internal
+/// project, or an admin. `$1` is the user id, `$2` whether they are an admin; `p` is the
+/// project and `n` its group (NULL for a personal project).
+const READABLE: &str = "(p.visibility <> 'private' OR $2::bool OR EXISTS (
+    SELECT 1 FROM members m WHERE m.user_id = $1 AND m.access_level >= 20
+      AND ((m.source_type = 'project' AND m.source_id = p.id)
+        OR (m.source_type = 'group' AND m.source_id = ANY (n.traversal_ids)))))";
+
+#[derive(Debug, Clone, FromRow)]
+pub struct ProjectRow {
+    pub id: i64,
+    pub path: String,
+    pub full_path: String,
+    /// Whether the viewer may read its environments. A project reached through an agent
+    /// shows its path even when they may not.
+    pub readable: bool,
+}
+
+#[derive(Debug, Clone, FromRow)]
+pub struct GroupRow {
+    pub id: i64,
+    pub path: String,
+    pub full_path: String,
+}
+
+#[derive(Debug, Clone, FromRow)]
+pub struct EnvironmentRow {
+    pub id: i64,
+    pub project_id: i64,
+    pub name: String,
+    pub slug: String,
+    pub tier: Option<String>,
+    pub state: String,
+}
+
+#[derive(Debug, Clone, FromRow)]
+pub struct DeploymentRow {
+    pub id: i64,
+    pub iid: Option<i64>,
+    pub environment_id: Option<i64>,
+    pub status: String,
+    #[sqlx(rename = "ref")]
+    pub git_ref: Option<String>,
+    pub sha: Option<String>,
+    pub tag: Option<bool>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Clone, FromRow)]
+pub struct AgentRow {
+    pub id: i64,
+    pub project_id: i64,
+    pub name: String,
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, FromRow)]
+pub struct AgentDeploymentRow {
+    pub deployment_id: i64,
+    pub agent_id: i64,
+    pub kubernetes_namespace: String,
+}
+
+const ENVIRONMENT_COLUMNS: &str = "e.id, e.project_id, e.name, e.slug, e.tier, e.state";
+const DEPLOYMENT_COLUMNS: &str =
+    "d.id, d.iid, d.environment_id, d.status, d.ref, d.sha, d.tag, d.created_at, d.updated_at, d.finished_at";
+
+/// The project at `full_path`, if the viewer may read it.
+pub async fn readable_project(
+    db: &PgPool,
+    viewer: Viewer,
+    full_path: &str,
+) -> Result<Option<ProjectRow>> {
+    Ok(sqlx::query_as(&format!(
+        "SELECT p.id, p.path, p.full_path, true AS readable FROM projects p LEFT JOIN namespaces n ON n.id = p.namespace_id
+         WHERE lower(p.full_path) = lower($3) AND {READABLE}"
+    ))
+    .bind(viewer.user_id)
+    .bind(viewer.admin)
+    .bind(full_path)
+    .fetch_optional(db)
+    .await?)
+}
+
+/// The group at `full_path`, if the viewer is an admin, a member of it or of an ancestor, or
+/// may read a project in it: otherwise it does not exist for them.
+pub async fn visible_group(
+    db: &PgPool,
+    viewer: Viewer,
+    full_path: &str,
+) -> Result<Option<GroupRow>> {
+    Ok(sqlx::query_as(&format!(
+        "SELECT g.id, g.path, g.full_path FROM namespaces g
+         WHERE lower(g.full_path) = lower($3) AND ($2::bool
+            OR EXISTS (SELECT 1 FROM members m WHERE m.user_id = $1 AND m.source_type = 'group'
+                       AND m.source_id = ANY (g.traversal_ids))
+            OR EXISTS (SELECT 1 FROM projects p JOIN namespaces n ON n.id = p.namespace_id
+                       WHERE n.traversal_ids @> ARRAY[g.id] AND {READABLE}))"
+    ))
+    .bind(viewer.user_id)
+    .bind(viewer.admin)
+    .bind(full_path)
+    .fetch_optional(db)
+    .await?)
+}
+
+pub async fn projects(db: &PgPool, viewer: Viewer, ids: &[i64]) -> Result<Vec<ProjectRow>> {
+    Ok(sqlx::query_as(&format!(
+        "SELECT p.id, p.path, p.full_path, {READABLE} AS readable
+         FROM projects p LEFT JOIN namespaces n ON n.id = p.namespace_id WHERE p.id = ANY ($3)"
+    ))
+    .bind(viewer.user_id)
+    .bind(viewer.admin)
+    .bind(ids)
+    .fetch_all(db)
+    .await?)
+}
+
+/// Environments by (project id, name).
+pub async fn environments_by_name(
+    db: &PgPool,
+    keys: &[(i64, String)],
+) -> Result<Vec<EnvironmentRow>> {
+    let (project_ids, names): (Vec<i64>, Vec<String>) = keys.iter().cloned().unzip();
+    Ok(sqlx::query_as(&format!(
+        "SELECT {ENVIRONMENT_COLUMNS} FROM UNNEST($1::bigint[], $2::text[]) AS k(project_id, name)
+         JOIN environments e ON e.project_id = k.project_id AND e.name = k.name"
+    ))
+    .bind(&project_ids)
+    .bind(&names)
+    .fetch_all(db)
+    .await?)
+}
+
+/// The deployment with the highest id in `status` of each environment: one index probe each.
+pub async fn last_deployments(
+    db: &PgPool,
+    environment_ids: &[i64],
+    status: &str,
+) -> Result<Vec<DeploymentRow>> {
+    Ok(sqlx::query_as(&format!(
+        "SELECT {DEPLOYMENT_COLUMNS} FROM UNNEST($1::bigint[]) AS k(environment_id)
+         CROSS JOIN LATERAL (SELECT * FROM deployments x WHERE x.environment_id = k.environment_id AND x.status = $2
+                             ORDER BY x.id DESC LIMIT 1) d"
+    ))
+    .bind(environment_ids)
+    .bind(status)
+    .fetch_all(db)
+    .await?)
+}
+
+pub async fn agent_deployments(
+    db: &PgPool,
+    deployment_ids: &[i64],
+) -> Result<Vec<AgentDeploymentRow>> {
+    Ok(sqlx::query_as(
+        "SELECT deployment_id, agent_id, kubernetes_namespace FROM agent_deployments WHERE deployment_id = ANY ($1)",
+    )
+    .bind(deployment_ids)
+    .fetch_all(db)
+    .await?)
+}
+
+pub async fn agents(db: &PgPool, ids: &[i64]) -> Result<Vec<AgentRow>> {
+    Ok(sqlx::query_as(
+        "SELECT id, project_id, name, created_at FROM cluster_agents WHERE id = ANY ($1)",
+    )
+    .bind(ids)
+    .fetch_all(db)
+    .await?)
+}
+
+/// The agents of a project, `name` alone when given.
+pub async fn project_agents(
+    db: &PgPool,
+    project_id: i64,
+    name: Option<&str>,
+) -> Result<Vec<AgentRow>> {
+    Ok(sqlx::query_as(
+        "SELECT id, project_id, name, created_at FROM cluster_agents
+         WHERE project_id = $1 AND ($2::text IS NULL OR name = $2) ORDER BY id",
+    )
+    .bind(project_id)
+    .bind(name)
+    .fetch_all(db)
+    .await?)
+}
+
+/// A page of environments, by id, after the id `after`; `limit` rows at most.
+#[derive(Debug, Default)]
+pub struct EnvironmentFilter<'a> {
+    pub name: Option<&'a str>,
+    pub search: Option<&'a str>,
+    pub states: Option<&'a [String]>,
+    pub tier: Option<&'a str>,
+    pub after: Option<i64>,
+    pub limit: i64,
+}
+
+pub async fn project_environments(
+    db: &PgPool,
+    project_id: i64,
+    f: &EnvironmentFilter<'_>,
+) -> Result<Vec<EnvironmentRow>> {
+    Ok(sqlx::query_as(&format!(
+        "SELECT {ENVIRONMENT_COLUMNS} FROM environments e
+         WHERE e.project_id = $1 AND ($2::text IS NULL OR e.name = $2)
+           AND ($3::text IS NULL OR envlens_contains(e.name, $3))
+           AND ($4::text[] IS NULL OR e.state = ANY ($4)) AND ($5::bigint IS NULL OR e.id > $5)
+         ORDER BY e.id LIMIT $6"
+    ))
+    .bind(project_id)
+    .bind(f.name)
+    .bind(f.search)
+    .bind(f.states)
+    .bind(f.after)
+    .bind(f.limit)
+    .fetch_all(db)
+    .await?)
+}
+
+/// Environments of every project in the group and its subgroups that the viewer may read.
+pub async fn group_environments(
+    db: &PgPool,
+    viewer: Viewer,
+    group_id: i64,
+    f: &EnvironmentFilter<'_>,
+) -> Result<Vec<EnvironmentRow>> {
+    Ok(sqlx::query_as(&format!(
+        "SELECT {ENVIRONMENT_COLUMNS} FROM environments e
+         JOIN projects p ON p.id = e.project_id JOIN namespaces n ON n.id = p.namespace_id
+         WHERE n.traversal_ids @> ARRAY[$3::bigint] AND {READABLE}
+           AND ($4::text IS NULL OR e.tier = $4)
+           AND ($5::text IS NULL OR envlens_contains(e.name, $5))
+           AND ($6::bigint IS NULL OR e.id > $6)
+         ORDER BY e.id LIMIT $7"
+    ))
+    .bind(viewer.user_id)
+    .bind(viewer.admin)
+    .bind(group_id)
+    .bind(f.tier)
+    .bind(f.search)
+    .bind(f.after)
+    .bind(f.limit)
+    .fetch_all(db)
+    .await?)
+}
+
+/// A page of an environment's deployments, newest first, before the id `before`.
+pub async fn environment_deployments(
+    db: &PgPool,
+    environment_id: i64,
+    statuses: Option<&[String]>,
+    before: Option<i64>,
+    limit: i64,
+) -> Result<Vec<DeploymentRow>> {
+    Ok(sqlx::query_as(&format!(
+        "SELECT {DEPLOYMENT_COLUMNS} FROM deployments d
+         WHERE d.environment_id = $1 AND ($2::text[] IS NULL OR d.status = ANY ($2)) AND ($3::bigint IS NULL OR d.id < $3)
+         ORDER BY d.id DESC LIMIT $4"
+    ))
+    .bind(environment_id)
+    .bind(statuses)
+    .bind(before)
+    .bind(limit)
+    .fetch_all(db)
+    .await?)
+}

@@ -1,0 +1,140 @@
+//! Batch loaders, created per request so no cache outlives the request or crosses users:
+//! every list a query touches is loaded in one statement per level, never one per row.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use async_graphql::dataloader::{DataLoader, HashMapCache, Loader};
+use sqlx::PgPool;
+
+use crate::db::read::{
+    self, AgentDeploymentRow, AgentRow, DeploymentRow, EnvironmentRow, ProjectRow, Viewer,
+};
+
+/// Loader errors must be `Clone`.
+pub type LoadError = Arc<crate::error::Error>;
+
+/// The database as one viewer sees it; one loader serves every key type below.
+pub struct Db {
+    pool: PgPool,
+    viewer: Viewer,
+}
+
+/// The cache lives for the request: a list preloads what its nodes will ask for (see
+/// `types::preload`), and the nodes' own loads are then answered from it. Keys that find no
+/// row are cached too (as `None`), or every node would ask again.
+pub fn loader(pool: PgPool, viewer: Viewer) -> DataLoader<Db, HashMapCache> {
+    DataLoader::with_cache(Db { pool, viewer }, tokio::spawn, HashMapCache::default())
+}
+
+/// A project by id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ProjectId(pub i64);
+
+/// An environment by project id and name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct EnvironmentName(pub i64, pub String);
+
+/// The last deployment of an environment in a status.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct LastDeployment(pub i64, pub &'static str);
+
+/// The `agent_deployments` row of a deployment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct AgentOfDeployment(pub i64);
+
+/// An agent by id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct AgentId(pub i64);
+
+fn by<K: std::hash::Hash + Eq, V>(rows: Vec<V>, key: impl Fn(&V) -> K) -> HashMap<K, V> {
+    rows.into_iter().map(|row| (key(&row), row)).collect()
+}
+
+/// Every key gets an answer, `None` where no row was found.
+fn every<K: std::hash::Hash + Eq + Clone, V>(
+    keys: &[K],
+    mut found: HashMap<K, V>,
+) -> HashMap<K, Option<V>> {
+    keys.iter().map(|k| (k.clone(), found.remove(k))).collect()
+}
+
+impl Loader<ProjectId> for Db {
+    type Value = ProjectRow;
+    type Error = LoadError;
+
+    async fn load(&self, keys: &[ProjectId]) -> Result<HashMap<ProjectId, ProjectRow>, LoadError> {
+        let ids: Vec<i64> = keys.iter().map(|k| k.0).collect();
+        Ok(by(
+            read::projects(&self.pool, self.viewer, &ids).await?,
+            |p| ProjectId(p.id),
+        ))
+    }
+}
+
+impl Loader<EnvironmentName> for Db {
+    type Value = EnvironmentRow;
+    type Error = LoadError;
+
+    async fn load(
+        &self,
+        keys: &[EnvironmentName],
+    ) -> Result<HashMap<EnvironmentName, EnvironmentRow>, LoadError> {
+        let keys: Vec<(i64, String)> = keys.iter().map(|k| (k.0, k.1.clone())).collect();
+        Ok(by(
+            read::environments_by_name(&self.pool, &keys).await?,
+            |e| EnvironmentName(e.project_id, e.name.clone()),
+        ))
+    }
+}
+
+impl Loader<LastDeployment> for Db {
+    type Value = Option<DeploymentRow>;
+    type Error = LoadError;
+
+    async fn load(
+        &self,
+        keys: &[LastDeployment],
+    ) -> Result<HashMap<LastDeployment, Option<DeploymentRow>>, LoadError> {
+        // One statement per status asked for (in practice, one).
+        let mut by_status: HashMap<&'static str, Vec<i64>> = HashMap::new();
+        for k in keys {
+            by_status.entry(k.1).or_default().push(k.0);
+        }
+        let mut found = HashMap::new();
+        for (status, environment_ids) in by_status {
+            for d in read::last_deployments(&self.pool, &environment_ids, status).await? {
+                if let Some(env) = d.environment_id {
+                    found.insert(LastDeployment(env, status), d);
+                }
+            }
+        }
+        Ok(every(keys, found))
+    }
+}
+
+impl Loader<AgentOfDeployment> for Db {
+    type Value = Option<AgentDeploymentRow>;
+    type Error = LoadError;
+
+    async fn load(
+        &self,
+        keys: &[AgentOfDeployment],
+    ) -> Result<HashMap<AgentOfDeployment, Option<AgentDeploymentRow>>, LoadError> {
+        let ids: Vec<i64> = keys.iter().map(|k| k.0).collect();
+        let found = by(read::agent_deployments(&self.pool, &ids).await?, |r| {
+            AgentOfDeployment(r.deployment_id)
+        });
+        Ok(every(keys, found))
+    }
+}
+
+impl Loader<AgentId> for Db {
+    type Value = AgentRow;
+    type Error = LoadError;
+
+    async fn load(&self, keys: &[AgentId]) -> Result<HashMap<AgentId, AgentRow>, LoadError> {
+        let ids: Vec<i64> = keys.iter().map(|k| k.0).collect();
+        Ok(by(read::agents(&self.pool, &ids).await?, |a| AgentId(a.id)))
+    }
+}

@@ -1,0 +1,623 @@
+//! The GraphQL types of SPEC 5.1, named as in GitLab's schema.
+
+use async_graphql::connection::{Connection, Edge};
+use async_graphql::dataloader::{DataLoader, HashMapCache};
+use async_graphql::{
+    Context, Enum, InputValueError, InputValueResult, Object, OutputType, Scalar, ScalarType,
+    Value, ID,
+};
+use chrono::{DateTime, SecondsFormat, Utc};
+use sqlx::PgPool;
+
+use super::loaders::{
+    AgentId, AgentOfDeployment, Db, EnvironmentName, LastDeployment, LoadError, ProjectId,
+};
+use crate::auth::CurrentUser;
+use crate::db::read::{
+    self, AgentRow, DeploymentRow, EnvironmentFilter, EnvironmentRow, GroupRow, ProjectRow, Viewer,
+};
+use crate::deployment_status::DeploymentStatus;
+use crate::error::Error;
+
+type Result<T> = async_graphql::Result<T>;
+
+/// `gid://gitlab/<Kind>/<id>`, GitLab's global ids.
+fn gid(kind: &str, id: i64) -> ID {
+    ID(format!("gid://gitlab/{kind}/{id}"))
+}
+
+fn loader<'a>(ctx: &Context<'a>) -> &'a DataLoader<Db, HashMapCache> {
+    ctx.data_unchecked()
+}
+
+fn pool<'a>(ctx: &Context<'a>) -> &'a PgPool {
+    ctx.data_unchecked()
+}
+
+fn viewer(ctx: &Context<'_>) -> Viewer {
+    *ctx.data_unchecked()
+}
+
+/// Our errors as GraphQL errors, never through `Display` alone (which would show causes).
+trait Gql<T> {
+    fn gql(self) -> Result<T>;
+}
+
+impl<T> Gql<T> for std::result::Result<T, Error> {
+    fn gql(self) -> Result<T> {
+        self.map_err(|e| e.to_graphql())
+    }
+}
+
+impl<T> Gql<T> for std::result::Result<T, LoadError> {
+    fn gql(self) -> Result<T> {
+        self.map_err(|e| e.to_graphql())
+    }
+}
+
+/// GitLab's `Time`: an ISO 8601 timestamp.
+#[derive(Debug, Clone, Copy)]
+pub struct Time(pub DateTime<Utc>);
+
+#[Scalar(name = "Time")]
+impl ScalarType for Time {
+    fn parse(value: Value) -> InputValueResult<Self> {
+        match &value {
+            Value::String(s) => DateTime::parse_from_rfc3339(s)
+                .map(|t| Time(t.with_timezone(&Utc)))
+                .map_err(|_| InputValueError::expected_type(value)),
+            _ => Err(InputValueError::expected_type(value)),
+        }
+    }
+
+    fn to_value(&self) -> Value {
+        Value::String(self.0.to_rfc3339_opts(SecondsFormat::Secs, true))
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Enum)]
+pub enum DeploymentTier {
+    Production,
+    Staging,
+    Testing,
+    Development,
+    Other,
+}
+
+impl DeploymentTier {
+    fn as_str(self) -> &'static str {
+        match self {
+            DeploymentTier::Production => "production",
+            DeploymentTier::Staging => "staging",
+            DeploymentTier::Testing => "testing",
+            DeploymentTier::Development => "development",
+            DeploymentTier::Other => "other",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Self> {
+        [
+            Self::Production,
+            Self::Staging,
+            Self::Testing,
+            Self::Development,
+            Self::Other,
+        ]
+        .into_iter()
+        .find(|t| t.as_str() == s)
+    }
+}
+
+const DEFAULT_PAGE: i32 = 20;
+const MAX_PAGE: i32 = 100;
+
+/// A page costs its size times what each node asks for, so the complexity limit bounds the
+/// rows a query can make the server load.
+fn page_cost(first: Option<i32>, child_complexity: usize) -> usize {
+    first.unwrap_or(DEFAULT_PAGE).clamp(0, MAX_PAGE) as usize * child_complexity
+}
+
+/// A page of `first` nodes after the cursor `after`, ordered by id; the cursor is the id.
+/// `fetch(after, limit)` returns up to `limit` nodes, one more than the page to tell whether
+/// another page follows.
+async fn page<N, F, Fut>(
+    first: Option<i32>,
+    after: Option<String>,
+    fetch: F,
+) -> Result<Connection<String, N>>
+where
+    N: OutputType,
+    F: FnOnce(Option<i64>, i64) -> Fut,
+    Fut: std::future::Future<Output = Result<Vec<(i64, N)>>>,
+{
+    let first = first.unwrap_or(DEFAULT_PAGE);
+    if !(0..=MAX_PAGE).contains(&first) {
+        return Err(
+            Error::invalid("first", format!("must be between 0 and {MAX_PAGE}")).to_graphql(),
+        );
+    }
+    let after =
+        match after {
+            None => None,
+            Some(cursor) => Some(cursor.parse::<i64>().map_err(|_| {
+                Error::invalid("after", "is not a cursor of this list").to_graphql()
+            })?),
+        };
+    let mut nodes = fetch(after, first as i64 + 1).await?;
+    let has_next = nodes.len() > first as usize;
+    nodes.truncate(first as usize);
+    let mut connection = Connection::new(after.is_some(), has_next);
+    connection.edges.extend(
+        nodes
+            .into_iter()
+            .map(|(id, node)| Edge::new(id.to_string(), node)),
+    );
+    Ok(connection)
+}
+
+pub struct Query;
+
+#[Object]
+impl Query {
+    /// A project by full path; `null` when it does not exist or the user may not read it.
+    async fn project(&self, ctx: &Context<'_>, full_path: ID) -> Result<Option<Project>> {
+        let row = read::readable_project(pool(ctx), viewer(ctx), &full_path)
+            .await
+            .gql()?;
+        Ok(row.map(Project))
+    }
+
+    /// A group by full path; `null` when it does not exist for the user.
+    async fn group(&self, ctx: &Context<'_>, full_path: ID) -> Result<Option<Group>> {
+        let row = read::visible_group(pool(ctx), viewer(ctx), &full_path)
+            .await
+            .gql()?;
+        Ok(row.map(Group))
+    }
+
+    /// The signed-in user.
+    async fn current_user(&self, ctx: &Context<'_>) -> UserCore {
+        UserCore(ctx.data_unchecked::<CurrentUser>().clone())
+    }
+}
+
+pub struct UserCore(CurrentUser);
+
+#[Object]
+impl UserCore {
+    async fn id(&self) -> ID {
+        gid("User", self.0.id)
+    }
+
+    async fn username(&self) -> &str {
+        &self.0.username
+    }
+}
+
+pub struct Project(pub ProjectRow);
+
+#[Object]
+impl Project {
+    async fn id(&self) -> ID {
+        gid("Project", self.0.id)
+    }
+
+    async fn full_path(&self) -> ID {
+        ID(self.0.full_path.clone())
+    }
+
+    async fn name(&self) -> &str {
+        &self.0.path
+    }
+
+    async fn environment(&self, ctx: &Context<'_>, name: String) -> Result<Option<Environment>> {
+        if !self.0.readable {
+            return Ok(None);
+        }
+        let row = loader(ctx)
+            .load_one(EnvironmentName(self.0.id, name))
+            .await
+            .gql()?;
+        Ok(row.map(Environment))
+    }
+
+    #[graphql(complexity = "page_cost(first, child_complexity)")]
+    async fn environments(
+        &self,
+        ctx: &Context<'_>,
+        name: Option<String>,
+        search: Option<String>,
+        states: Option<Vec<String>>,
+        first: Option<i32>,
+        after: Option<String>,
+    ) -> Result<Connection<String, Environment>> {
+        let readable = self.0.readable;
+        page(first, after, |after, limit| async move {
+            if !readable {
+                return Ok(Vec::new());
+            }
+            let filter = EnvironmentFilter {
+                name: name.as_deref(),
+                search: search.as_deref(),
+                states: states.as_deref(),
+                after,
+                limit,
+                ..Default::default()
+            };
+            let rows = read::project_environments(pool(ctx), self.0.id, &filter)
+                .await
+                .gql()?;
+            preload(ctx, &rows).await?;
+            Ok(rows.into_iter().map(|e| (e.id, Environment(e))).collect())
+        })
+        .await
+    }
+
+    async fn cluster_agent(&self, ctx: &Context<'_>, name: String) -> Result<Option<ClusterAgent>> {
+        if !self.0.readable {
+            return Ok(None);
+        }
+        let rows = read::project_agents(pool(ctx), self.0.id, Some(&name))
+            .await
+            .gql()?;
+        Ok(rows.into_iter().next().map(ClusterAgent))
+    }
+
+    async fn cluster_agents(&self, ctx: &Context<'_>) -> Result<Connection<String, ClusterAgent>> {
+        let rows = match self.0.readable {
+            true => read::project_agents(pool(ctx), self.0.id, None)
+                .await
+                .gql()?,
+            false => Vec::new(),
+        };
+        let mut connection = Connection::new(false, false);
+        connection.edges.extend(
+            rows.into_iter()
+                .map(|a| Edge::new(a.id.to_string(), ClusterAgent(a))),
+        );
+        Ok(connection)
+    }
+}
+
+pub struct Group(pub GroupRow);
+
+#[Object]
+impl Group {
+    async fn id(&self) -> ID {
+        gid("Group", self.0.id)
+    }
+
+    async fn full_path(&self) -> ID {
+        ID(self.0.full_path.clone())
+    }
+
+    async fn name(&self) -> &str {
+        &self.0.path
+    }
+
+    /// The environments of every project in the group and its subgroups that the user may
+    /// read: the organization-level view.
+    #[graphql(complexity = "page_cost(first, child_complexity)")]
+    async fn environments(
+        &self,
+        ctx: &Context<'_>,
+        tier: Option<DeploymentTier>,
+        search: Option<String>,
+        first: Option<i32>,
+        after: Option<String>,
+    ) -> Result<Connection<String, Environment>> {
+        page(first, after, |after, limit| async move {
+            let filter = EnvironmentFilter {
+                tier: tier.map(DeploymentTier::as_str),
+                search: search.as_deref(),
+                after,
+                limit,
+                ..Default::default()
+            };
+            let rows = read::group_environments(pool(ctx), viewer(ctx), self.0.id, &filter)
+                .await
+                .gql()?;
+            preload(ctx, &rows).await?;
+            Ok(rows.into_iter().map(|e| (e.id, Environment(e))).collect())
+        })
+        .await
+    }
+}
+
+/// Loads what the nodes of a page of environments will ask for, one statement per kind of
+/// row, so that a page costs the same number of statements whatever its size. The nodes'
+/// own loads are then answered from the request's cache. Reads the query ahead: only what
+/// the nodes select is loaded.
+async fn preload(ctx: &Context<'_>, environments: &[EnvironmentRow]) -> Result<()> {
+    let look = ctx.look_ahead();
+    let mut statuses = std::collections::BTreeSet::new();
+    let mut projects = false;
+    let node_selections = look
+        .field("nodes")
+        .selection_fields()
+        .into_iter()
+        .chain(look.field("edges").field("node").selection_fields());
+    for node in node_selections {
+        for field in node.selection_set() {
+            match field.name() {
+                "clusterAgent" | "kubernetesNamespace" => {
+                    statuses.insert(DeploymentStatus::Success.as_str());
+                }
+                "lastDeployment" => {
+                    let status = field
+                        .arguments()
+                        .ok()
+                        .into_iter()
+                        .flatten()
+                        .find(|(name, _)| name.as_str() == "status");
+                    if let Some((_, Value::Enum(status))) = status {
+                        if let Some(status) = DeploymentStatus::parse(&status.to_ascii_lowercase())
+                        {
+                            statuses.insert(status.as_str());
+                        }
+                    }
+                }
+                "project" => projects = true,
+                _ => {}
+            }
+        }
+    }
+    let loader = loader(ctx);
+    if projects {
+        loader
+            .load_many(environments.iter().map(|e| ProjectId(e.project_id)))
+            .await
+            .gql()?;
+    }
+    for status in statuses {
+        let last = loader
+            .load_many(environments.iter().map(|e| LastDeployment(e.id, status)))
+            .await
+            .gql()?;
+        let deployments = last.values().flatten().map(|d| AgentOfDeployment(d.id));
+        let rows = loader.load_many(deployments).await.gql()?;
+        let agents = loader
+            .load_many(rows.values().flatten().map(|r| AgentId(r.agent_id)))
+            .await
+            .gql()?;
+        loader
+            .load_many(agents.values().map(|a| ProjectId(a.project_id)))
+            .await
+            .gql()?;
+    }
+    Ok(())
+}
+
+pub struct Environment(pub EnvironmentRow);
+
+impl Environment {
+    /// The agent and namespace of the last successful deployment.
+    async fn last_agent(&self, ctx: &Context<'_>) -> Result<Option<(AgentRow, String)>> {
+        let last = loader(ctx)
+            .load_one(LastDeployment(
+                self.0.id,
+                DeploymentStatus::Success.as_str(),
+            ))
+            .await
+            .gql()?
+            .flatten();
+        match last {
+            Some(d) => deployment_agent(ctx, d.id).await,
+            None => Ok(None),
+        }
+    }
+}
+
+async fn deployment_agent(
+    ctx: &Context<'_>,
+    deployment_id: i64,
+) -> Result<Option<(AgentRow, String)>> {
+    let Some(row) = loader(ctx)
+        .load_one(AgentOfDeployment(deployment_id))
+        .await
+        .gql()?
+        .flatten()
+    else {
+        return Ok(None);
+    };
+    let agent = loader(ctx).load_one(AgentId(row.agent_id)).await.gql()?;
+    Ok(agent.map(|a| (a, row.kubernetes_namespace)))
+}
+
+async fn project(ctx: &Context<'_>, id: i64) -> Result<Project> {
+    let row = loader(ctx).load_one(ProjectId(id)).await.gql()?;
+    row.map(Project)
+        .ok_or_else(|| Error::NotFound(format!("project {id}")).to_graphql())
+}
+
+#[Object]
+impl Environment {
+    async fn id(&self) -> ID {
+        gid("Environment", self.0.id)
+    }
+
+    async fn name(&self) -> &str {
+        &self.0.name
+    }
+
+    async fn slug(&self) -> &str {
+        &self.0.slug
+    }
+
+    async fn tier(&self) -> Option<DeploymentTier> {
+        self.0.tier.as_deref().and_then(DeploymentTier::parse)
+    }
+
+    async fn state(&self) -> &str {
+        &self.0.state
+    }
+
+    async fn project(&self, ctx: &Context<'_>) -> Result<Project> {
+        project(ctx, self.0.project_id).await
+    }
+
+    /// The deployment with the highest id in `status`.
+    async fn last_deployment(
+        &self,
+        ctx: &Context<'_>,
+        status: DeploymentStatus,
+    ) -> Result<Option<Deployment>> {
+        let row = loader(ctx)
+            .load_one(LastDeployment(self.0.id, status.as_str()))
+            .await
+            .gql()?
+            .flatten();
+        Ok(row.map(Deployment))
+    }
+
+    /// Newest first.
+    #[graphql(complexity = "page_cost(first, child_complexity)")]
+    async fn deployments(
+        &self,
+        ctx: &Context<'_>,
+        statuses: Option<Vec<DeploymentStatus>>,
+        first: Option<i32>,
+        after: Option<String>,
+    ) -> Result<Connection<String, Deployment>> {
+        let statuses: Option<Vec<String>> =
+            statuses.map(|s| s.iter().map(|s| s.as_str().to_owned()).collect());
+        page(first, after, |before, limit| async move {
+            let rows = read::environment_deployments(
+                pool(ctx),
+                self.0.id,
+                statuses.as_deref(),
+                before,
+                limit,
+            )
+            .await
+            .gql()?;
+            Ok(rows.into_iter().map(|d| (d.id, Deployment(d))).collect())
+        })
+        .await
+    }
+
+    /// The agent of the last successful deployment.
+    async fn cluster_agent(&self, ctx: &Context<'_>) -> Result<Option<ClusterAgent>> {
+        Ok(self
+            .last_agent(ctx)
+            .await?
+            .map(|(agent, _)| ClusterAgent(agent)))
+    }
+
+    /// The namespace of the last successful deployment.
+    async fn kubernetes_namespace(&self, ctx: &Context<'_>) -> Result<Option<String>> {
+        Ok(self.last_agent(ctx).await?.map(|(_, namespace)| namespace))
+    }
+}
+
+pub struct Deployment(pub DeploymentRow);
+
+#[Object]
+impl Deployment {
+    async fn id(&self) -> ID {
+        gid("Deployment", self.0.id)
+    }
+
+    async fn iid(&self) -> Option<ID> {
+        self.0.iid.map(|iid| ID(iid.to_string()))
+    }
+
+    #[graphql(name = "ref")]
+    async fn git_ref(&self) -> Option<&str> {
+        self.0.git_ref.as_deref()
+    }
+
+    async fn sha(&self) -> Option<&str> {
+        self.0.sha.as_deref()
+    }
+
+    async fn tag(&self) -> Option<bool> {
+        self.0.tag
+    }
+
+    async fn status(&self) -> Option<DeploymentStatus> {
+        DeploymentStatus::parse(&self.0.status)
+    }
+
+    async fn created_at(&self) -> Time {
+        Time(self.0.created_at)
+    }
+
+    async fn updated_at(&self) -> Time {
+        Time(self.0.updated_at)
+    }
+
+    async fn finished_at(&self) -> Option<Time> {
+        self.0.finished_at.map(Time)
+    }
+
+    /// The agent and namespace the deployment job deployed to (its `agent_deployments` row).
+    async fn agent(&self, ctx: &Context<'_>) -> Result<Option<DeploymentAgent>> {
+        Ok(deployment_agent(ctx, self.0.id)
+            .await?
+            .map(|(agent, namespace)| DeploymentAgent { agent, namespace }))
+    }
+}
+
+pub struct DeploymentAgent {
+    agent: AgentRow,
+    namespace: String,
+}
+
+/// `/<project path>/-/cluster_agents/<name>`, the agent's page in GitLab.
+async fn agent_web_path(ctx: &Context<'_>, agent: &AgentRow) -> Result<String> {
+    let project = project(ctx, agent.project_id).await?;
+    Ok(format!(
+        "/{}/-/cluster_agents/{}",
+        project.0.full_path, agent.name
+    ))
+}
+
+#[Object]
+impl DeploymentAgent {
+    async fn id(&self) -> ID {
+        gid("Clusters::Agent", self.agent.id)
+    }
+
+    async fn name(&self) -> &str {
+        &self.agent.name
+    }
+
+    /// The agent's configuration project.
+    async fn project(&self, ctx: &Context<'_>) -> Result<Project> {
+        project(ctx, self.agent.project_id).await
+    }
+
+    async fn kubernetes_namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    async fn web_path(&self, ctx: &Context<'_>) -> Result<String> {
+        agent_web_path(ctx, &self.agent).await
+    }
+}
+
+pub struct ClusterAgent(pub AgentRow);
+
+#[Object]
+impl ClusterAgent {
+    async fn id(&self) -> ID {
+        gid("Clusters::Agent", self.0.id)
+    }
+
+    async fn name(&self) -> &str {
+        &self.0.name
+    }
+
+    async fn project(&self, ctx: &Context<'_>) -> Result<Project> {
+        project(ctx, self.0.project_id).await
+    }
+
+    async fn web_path(&self, ctx: &Context<'_>) -> Result<String> {
+        agent_web_path(ctx, &self.0).await
+    }
+
+    async fn created_at(&self) -> Option<Time> {
+        Some(Time(self.0.created_at))
+    }
+}
