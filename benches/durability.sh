@@ -11,6 +11,7 @@ work=$(mktemp -d /tmp/envlens-durability.XXXXXX); chmod 755 "$work"
 pg=$work/pg; mkdir -p "$pg"; chown postgres "$pg" 2>/dev/null || true
 as_pg "$bindir/initdb" -D "$pg/data" -U envlens --auth=trust --no-locale -E UTF8 >/dev/null
 pg_start() { as_pg "$bindir/pg_ctl" -D "$pg/data" -o "-k $pg -c listen_addresses=" -w -l "$pg/log" start >/dev/null; }
+pg_stop() { as_pg "$bindir/pg_ctl" -D "$pg/data" -m fast -w stop >/dev/null 2>&1 || true; }
 pg_start
 as_pg "$bindir/createdb" -h "$pg" -U envlens envlens
 export DATABASE_URL="postgres:///envlens?host=$pg&user=envlens"
@@ -18,6 +19,7 @@ export DATABASE_URL="postgres:///envlens?host=$pg&user=envlens"
 port=18383
 url=http://127.0.0.1:$port
 start_envlens "$work/data" "$port" --database-acquire-timeout 1s --request-timeout 5s
+trap 'stop_envlens; pg_stop' EXIT
 "$load" seed --url "$url" --secret-file "$work/data/internal-secret"
 "$load" run --url "$url" --secret-file "$work/data/internal-secret" --connections 32 --seconds 60 --rate "$rate" \
   --id-base 400000000 --acked "$work/acked" > "$work/result.json" &
@@ -33,7 +35,7 @@ ready=$(curl -s -o /dev/null -w '%{http_code}' "$url/-/readiness")
 found=$(psql "$DATABASE_URL" -qtA -c "CREATE TEMP TABLE acked (id bigint)" -c "\copy acked FROM '$work/acked'" \
   -c "SELECT count(*) FROM acked JOIN deployments d USING (id) JOIN deployment_creations c ON c.deployment_id = d.id")
 stop_envlens
-as_pg "$bindir/pg_ctl" -D "$pg/data" -m fast -w stop >/dev/null
+pg_stop
 python3 - "$work/result.json" "$found" "$ready" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1])); found = int(sys.argv[2])

@@ -3,6 +3,12 @@
 //! `cargo bench --bench load -- seed  --url U --secret-file F`
 //! `cargo bench --bench load -- run   --url U --secret-file F --connections 32 --seconds 30 [--rate R] [--acked FILE]`
 //!
+//! `cargo bench --bench load -- graphql --url U --session-secret-file F --user-id N --username U [--connections 32] [--seconds 30] [--rate R]`
+//!
+//! `graphql` sends the blueprint's query for environment `env<j>` of project `bench/p<k>`,
+//! rotating over 100 projects x 100 environments (the scenario `benches/graphql.sh` seeds),
+//! as a bearer session of the given user.
+//!
 //! `seed` creates the scenario: groups `bench` > `bench/team` > `bench/team/apps` and
 //! `bench/other`, 100 projects (even ones under `bench/team/apps`, odd ones under
 //! `bench/other`), and agent `bench/agents:prod` whose `ci_access` authorizes `bench/team`: half
@@ -35,6 +41,9 @@ struct Args {
     rate: Option<f64>,
     acked: Option<String>,
     id_base: i64,
+    session_secret_file: String,
+    user_id: i64,
+    username: String,
 }
 
 fn args() -> Args {
@@ -48,6 +57,9 @@ fn args() -> Args {
         rate: None,
         acked: None,
         id_base: 1_000_000_000,
+        session_secret_file: ".envlens/session-secret".into(),
+        user_id: 1,
+        username: "root".into(),
     };
     while let Some(flag) = it.next() {
         let value = it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
@@ -59,6 +71,9 @@ fn args() -> Args {
             "--rate" => a.rate = Some(value.parse().expect("--rate")),
             "--acked" => a.acked = Some(value),
             "--id-base" => a.id_base = value.parse().expect("--id-base"),
+            "--session-secret-file" => a.session_secret_file = value,
+            "--user-id" => a.user_id = value.parse().expect("--user-id"),
+            "--username" => a.username = value,
             other => panic!("unknown flag {other}"),
         }
     }
@@ -75,6 +90,39 @@ fn token(secret_file: &str) -> String {
         &jsonwebtoken::EncodingKey::from_secret(key.bytes()),
     )
     .unwrap()
+}
+
+/// What a request sends: its method, path, auth header and body, from its sequence number.
+#[derive(Clone)]
+enum Scenario {
+    Deployments { token: String },
+    Graphql { bearer: String },
+}
+
+impl Scenario {
+    fn request(&self, n: i64) -> (&'static str, &'static str, (&'static str, String), String) {
+        match self {
+            Scenario::Deployments { token } => (
+                "POST",
+                "/api/v4/internal/deployments",
+                ("gitlab-envlens-api-request", token.clone()),
+                deployment(n),
+            ),
+            Scenario::Graphql { bearer } => {
+                let query = format!(
+                    r#"{{ project(fullPath: "bench/p{}") {{ environment(name: "env{}") {{ slug lastDeployment(status: SUCCESS) {{ agent {{ id name project {{ fullPath }} kubernetesNamespace }} }} }} }} }}"#,
+                    n % 100,
+                    (n / 100) % 100
+                );
+                (
+                    "POST",
+                    "/api/graphql",
+                    ("authorization", bearer.clone()),
+                    json!({ "query": query }).to_string(),
+                )
+            }
+        }
+    }
 }
 
 fn project(i: i64) -> (i64, String) {
@@ -119,7 +167,7 @@ impl Conn {
         method: &str,
         authority: &str,
         path: &str,
-        token: &str,
+        auth: (&str, &str),
         body: String,
     ) -> Result<(u16, Bytes), hyper::Error> {
         self.sender.ready().await?;
@@ -128,7 +176,7 @@ impl Conn {
             .uri(path)
             .header("host", authority)
             .header("content-type", "application/json")
-            .header("gitlab-envlens-api-request", token)
+            .header(auth.0, auth.1)
             .body(Full::new(Bytes::from(body)))
             .unwrap();
         let res = self.sender.send_request(req).await?;
@@ -171,7 +219,13 @@ async fn seed(a: &Args, authority: &str) {
     ];
     for (method, path, body) in calls {
         let (status, body) = conn
-            .send(method, authority, &path, &token, body.to_string())
+            .send(
+                method,
+                authority,
+                &path,
+                ("gitlab-envlens-api-request", &token),
+                body.to_string(),
+            )
             .await
             .expect("seed request");
         assert!(
@@ -190,8 +244,8 @@ struct Tally {
     acked: Vec<i64>,
 }
 
-async fn run(a: &Args, authority: &str) {
-    let token = Arc::new(token(&a.secret_file));
+async fn run(a: &Args, authority: &str, scenario: Scenario) {
+    let scenario = Arc::new(scenario);
     let next_id = Arc::new(AtomicI64::new(a.id_base));
     let started = Instant::now();
     let deadline = started + Duration::from_secs(a.seconds);
@@ -202,7 +256,8 @@ async fn run(a: &Args, authority: &str) {
     let mut workers = Vec::new();
     let connections = a.connections;
     for w in 0..connections {
-        let (token, next_id, authority) = (token.clone(), next_id.clone(), authority.to_owned());
+        let (scenario, next_id, authority) =
+            (scenario.clone(), next_id.clone(), authority.to_owned());
         workers.push(tokio::spawn(async move {
             let mut tally = Tally::default();
             let mut conn: Option<Conn> = None;
@@ -234,15 +289,10 @@ async fn run(a: &Args, authority: &str) {
                 if conn.is_none() {
                     conn = Conn::open(&authority).await.ok();
                 }
+                let (method, path, auth, body) = scenario.request(id);
                 let outcome = match conn.as_mut() {
                     Some(c) => c
-                        .send(
-                            "POST",
-                            &authority,
-                            "/api/v4/internal/deployments",
-                            &token,
-                            deployment(id),
-                        )
+                        .send(method, &authority, path, (auth.0, &auth.1), body)
                         .await
                         .ok(),
                     None => None,
@@ -310,7 +360,16 @@ async fn main() {
         .to_owned();
     match a.command.as_str() {
         "seed" => seed(&a, &authority).await,
-        "run" => run(&a, &authority).await,
-        _ => eprintln!("usage: load seed|run --url URL --secret-file FILE [--connections N] [--seconds S] [--rate R] [--acked FILE]"),
+        "run" => {
+            let token = token(&a.secret_file);
+            run(&a, &authority, Scenario::Deployments { token }).await
+        }
+        "graphql" => {
+            let key = envlens::auth::secrets::read_key(std::path::Path::new(&a.session_secret_file)).expect("session secret");
+            let ttl = Duration::from_secs(3600);
+            let (token, _) = envlens::auth::mint_session(key.bytes(), a.user_id, &a.username, ttl).expect("token");
+            run(&a, &authority, Scenario::Graphql { bearer: format!("Bearer {token}") }).await
+        }
+        _ => eprintln!("usage: load seed|run|graphql --url URL [--secret-file F | --session-secret-file F --user-id N --username U] [--connections N] [--seconds S] [--rate R] [--acked FILE]"),
     }
 }

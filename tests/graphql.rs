@@ -472,6 +472,40 @@ async fn the_group_query_runs_the_same_statements_for_5_or_50_projects() {
     }
 }
 
+/// The statements of one page of an environment's deployments with their agents.
+async fn statements_for_deployments(deployments: i64) -> usize {
+    count_statements();
+    let app = setup().await;
+    for id in 1..=deployments {
+        deploy(
+            &app,
+            id,
+            (11, "acme/apps/web"),
+            (9, "production", "production"),
+            "web",
+            "success",
+        )
+        .await;
+    }
+    let q = r#"{ project(fullPath: "acme/apps/web") { environment(name: "production") {
+        deployments(first: 100) { nodes { id agent { name kubernetesNamespace webPath project { fullPath } } } } } } }"#;
+    let before = STATEMENTS.with(Cell::get);
+    let nodes = data(&app, DEV, q).await["project"]["environment"]["deployments"]["nodes"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(nodes as i64, deployments);
+    STATEMENTS.with(Cell::get) - before
+}
+
+#[tokio::test]
+async fn a_page_of_deployments_runs_the_same_statements_for_3_or_60() {
+    assert_eq!(
+        statements_for_deployments(3).await,
+        statements_for_deployments(60).await
+    );
+}
+
 #[tokio::test]
 async fn depth_and_complexity_limits() {
     let app = setup().await;

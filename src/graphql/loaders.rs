@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_graphql::dataloader::{DataLoader, HashMapCache, Loader};
 use sqlx::PgPool;
@@ -21,10 +22,13 @@ pub struct Db {
 }
 
 /// The cache lives for the request: a list preloads what its nodes will ask for (see
-/// `types::preload`), and the nodes' own loads are then answered from it. Keys that find no
-/// row are cached too (as `None`), or every node would ask again.
+/// `types::preload_*`), and the nodes' own loads are then answered from it. Keys that find no
+/// row are cached too (as `None`), or every node would ask again. Batching therefore does not
+/// rest on a timer, and there is none: a 1 ms batching delay per level cost the blueprint
+/// query some 5 ms.
 pub fn loader(pool: PgPool, viewer: Viewer) -> DataLoader<Db, HashMapCache> {
     DataLoader::with_cache(Db { pool, viewer }, tokio::spawn, HashMapCache::default())
+        .delay(Duration::ZERO)
 }
 
 /// A project by id.

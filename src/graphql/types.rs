@@ -324,42 +324,70 @@ impl Group {
     }
 }
 
+/// The fields a page's nodes select, through `nodes` or `edges { node }`.
+fn node_fields<'a>(ctx: &'a Context<'_>) -> Vec<async_graphql::SelectionField<'a>> {
+    let look = ctx.look_ahead();
+    let nodes = look.field("nodes").selection_fields();
+    let edge_nodes = look.field("edges").field("node").selection_fields();
+    nodes
+        .into_iter()
+        .chain(edge_nodes)
+        .flat_map(|node| node.selection_set().collect::<Vec<_>>())
+        .collect()
+}
+
+/// Loads the agents of `deployments` with their projects, one statement per kind of row.
+async fn preload_agents(ctx: &Context<'_>, deployments: impl Iterator<Item = i64>) -> Result<()> {
+    let loader = loader(ctx);
+    let rows = loader
+        .load_many(deployments.map(AgentOfDeployment))
+        .await
+        .gql()?;
+    let agents = loader
+        .load_many(rows.values().flatten().map(|r| AgentId(r.agent_id)))
+        .await
+        .gql()?;
+    loader
+        .load_many(agents.values().map(|a| ProjectId(a.project_id)))
+        .await
+        .gql()?;
+    Ok(())
+}
+
+/// Loads what the nodes of a page of deployments select (their agents), so that a page costs
+/// the same number of statements whatever its size.
+async fn preload_deployments(ctx: &Context<'_>, deployments: &[DeploymentRow]) -> Result<()> {
+    if node_fields(ctx).iter().any(|f| f.name() == "agent") {
+        preload_agents(ctx, deployments.iter().map(|d| d.id)).await?;
+    }
+    Ok(())
+}
+
 /// Loads what the nodes of a page of environments will ask for, one statement per kind of
 /// row, so that a page costs the same number of statements whatever its size. The nodes'
 /// own loads are then answered from the request's cache. Reads the query ahead: only what
 /// the nodes select is loaded.
 async fn preload(ctx: &Context<'_>, environments: &[EnvironmentRow]) -> Result<()> {
-    let look = ctx.look_ahead();
     let mut statuses = std::collections::BTreeSet::new();
     let mut projects = false;
-    let node_selections = look
-        .field("nodes")
-        .selection_fields()
-        .into_iter()
-        .chain(look.field("edges").field("node").selection_fields());
-    for node in node_selections {
-        for field in node.selection_set() {
-            match field.name() {
-                "clusterAgent" | "kubernetesNamespace" => {
-                    statuses.insert(DeploymentStatus::Success.as_str());
-                }
-                "lastDeployment" => {
-                    let status = field
-                        .arguments()
-                        .ok()
-                        .into_iter()
-                        .flatten()
-                        .find(|(name, _)| name.as_str() == "status");
-                    if let Some((_, Value::Enum(status))) = status {
-                        if let Some(status) = DeploymentStatus::parse(&status.to_ascii_lowercase())
-                        {
-                            statuses.insert(status.as_str());
-                        }
+    for field in node_fields(ctx) {
+        match field.name() {
+            "clusterAgent" | "kubernetesNamespace" => {
+                statuses.insert(DeploymentStatus::Success.as_str());
+            }
+            "lastDeployment" => {
+                let arguments = field.arguments().ok().into_iter().flatten();
+                let status = arguments
+                    .into_iter()
+                    .find(|(name, _)| name.as_str() == "status");
+                if let Some((_, Value::Enum(status))) = status {
+                    if let Some(status) = DeploymentStatus::parse(&status.to_ascii_lowercase()) {
+                        statuses.insert(status.as_str());
                     }
                 }
-                "project" => projects = true,
-                _ => {}
             }
+            "project" => projects = true,
+            _ => {}
         }
     }
     let loader = loader(ctx);
@@ -374,16 +402,7 @@ async fn preload(ctx: &Context<'_>, environments: &[EnvironmentRow]) -> Result<(
             .load_many(environments.iter().map(|e| LastDeployment(e.id, status)))
             .await
             .gql()?;
-        let deployments = last.values().flatten().map(|d| AgentOfDeployment(d.id));
-        let rows = loader.load_many(deployments).await.gql()?;
-        let agents = loader
-            .load_many(rows.values().flatten().map(|r| AgentId(r.agent_id)))
-            .await
-            .gql()?;
-        loader
-            .load_many(agents.values().map(|a| ProjectId(a.project_id)))
-            .await
-            .gql()?;
+        preload_agents(ctx, last.values().flatten().map(|d| d.id)).await?;
     }
     Ok(())
 }
@@ -491,6 +510,7 @@ impl Environment {
             )
             .await
             .gql()?;
+            preload_deployments(ctx, &rows).await?;
             Ok(rows.into_iter().map(|d| (d.id, Deployment(d))).collect())
         })
         .await

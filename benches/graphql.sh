@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# The blueprint's GraphQL query against `serve` on its embedded PostgreSQL, over 10,000
+# environments (100 projects x 100) with 10 thousand, 1 million, then 10 million deployments
+# (70% successful, with their agent_deployments row). At each size: p50 of the query (32
+# connections, 15 s) and the EXPLAIN of the last-deployment lookup. At 10 million, beside
+# it in the same run: pgbench running the same statements (benches/graphql.pgbench), 32 clients.
+#
+#   benches/graphql.sh [seconds]
+source "$(dirname "$0")/common.sh"
+seconds=${1:-15}
+work=$(mktemp -d /tmp/envlens-graphql.XXXXXX); chmod 755 "$work"; dir=$work/data
+port=18484
+url=http://127.0.0.1:$port
+start_envlens "$dir" "$port"
+sql() { psql "postgresql:///envlens?host=$dir/run&user=envlens" -qtA -v ON_ERROR_STOP=1 "$@"; }
+
+sql <<'SQL'
+INSERT INTO namespaces (id, path, full_path, traversal_ids) VALUES (1, 'bench', 'bench', '{1}');
+INSERT INTO projects (id, namespace_id, path, full_path, visibility)
+  SELECT 1000 + p, 1, 'p' || p, 'bench/p' || p, 'private' FROM generate_series(0, 99) p;
+INSERT INTO projects (id, namespace_id, path, full_path, visibility) VALUES (999, 1, 'agents', 'bench/agents', 'private');
+INSERT INTO users (id, username) VALUES (5, 'dev');
+INSERT INTO members (user_id, source_type, source_id, access_level) VALUES (5, 'group', 1, 30);
+INSERT INTO cluster_agents (id, project_id, name) VALUES (1, 999, 'prod');
+INSERT INTO environments (id, project_id, name, slug, tier)
+  SELECT p * 100 + e + 1, 1000 + p, 'env' || e, 'env' || e, 'production' FROM generate_series(0, 99) p, generate_series(0, 99) e;
+SQL
+
+# Deployments from+1..to: deployment g goes to environment ((g-1) % 10000) + 1, in round
+# (g-1) / 10000; rounds 0-6 of every ten succeed, so every environment has a mix.
+add_deployments() {
+  sql -v from="$1" -v to="$2" <<'SQL'
+INSERT INTO deployments (id, iid, project_id, environment_id, status, ref, sha, tag, job_id, created_at, updated_at, finished_at)
+  SELECT g, g, 1000 + ((g - 1) % 10000) / 100, ((g - 1) % 10000) + 1,
+         CASE WHEN (g - 1) / 10000 % 10 < 7 THEN 'success' WHEN (g - 1) / 10000 % 10 < 9 THEN 'failed' ELSE 'running' END,
+         'main', md5(g::text), false, g, now(), now(), CASE WHEN (g - 1) / 10000 % 10 < 9 THEN now() END
+  FROM generate_series(:from + 1, :to) g;
+INSERT INTO agent_deployments (deployment_id, agent_id, kubernetes_namespace)
+  SELECT g, 1, 'ns' || (g % 100) FROM generate_series(:from + 1, :to) g WHERE (g - 1) / 10000 % 10 < 7;
+VACUUM ANALYZE deployments;
+VACUUM ANALYZE agent_deployments;
+SQL
+}
+
+measure() {
+  echo "== $1 deployments: the blueprint query, one connection, ${seconds}s (latency)"
+  "$load" graphql --url "$url" --session-secret-file "$dir/session-secret" --user-id 5 --username dev \
+    --connections 1 --seconds "$seconds" | tee "$work/graphql-1-$1.json"
+  echo "== $1 deployments: the blueprint query, 32 connections, ${seconds}s (throughput)"
+  "$load" graphql --url "$url" --session-secret-file "$dir/session-secret" --user-id 5 --username dev \
+    --connections 32 --seconds "$seconds" | tee "$work/graphql-$1.json"
+  echo "-- EXPLAIN of the last successful deployment of one environment"
+  sql -c "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) SELECT d.* FROM UNNEST(ARRAY[4242]::bigint[]) AS k(environment_id)
+    CROSS JOIN LATERAL (SELECT * FROM deployments x WHERE x.environment_id = k.environment_id AND x.status = 'success'
+    ORDER BY x.id DESC LIMIT 1) d"
+}
+
+from=0
+for total in 10000 1000000 10000000; do
+  t0=$(date +%s)
+  add_deployments "$from" "$total"
+  echo "(generated $((total - from)) deployments in $(( $(date +%s) - t0 ))s)"
+  from=$total
+  measure "$total"
+done
+
+echo "== pgbench, the same statements, 32 clients, at 10000000 deployments"
+pgbench -h "$dir/run" -U envlens -n -M prepared -c 32 -j 2 -T "$seconds" -f benches/graphql.pgbench envlens \
+  | tee "$work/pgbench.txt" | grep -E "^(tps|latency|number of failed)"
+python3 - "$work" <<'PY'
+import json, sys
+w = sys.argv[1]
+tps = float([l.split()[2] for l in open(w + "/pgbench.txt") if l.startswith("tps")][0])
+for n in ("10000", "1000000", "10000000"):
+    one = json.load(open(f"{w}/graphql-1-{n}.json"))
+    r = json.load(open(f"{w}/graphql-{n}.json"))
+    print(f"{int(n):>10,} deployments: one connection p50 {one['latency_ms']['p50']:.2f} ms p99 {one['latency_ms']['p99']:.2f} ms; "
+          f"32 connections {r['requests_per_second']:.0f} queries/s p50 {r['latency_ms']['p50']:.2f} ms; statuses {r['statuses']}")
+r = json.load(open(f"{w}/graphql-10000000.json"))
+print(f"envlens {r['requests_per_second']:.0f} queries/s vs pgbench {tps:.0f} tps (same statements): {100 * r['requests_per_second'] / tps:.0f}%")
+PY
+echo "(data in $work; remove it when done: rm -rf $work)"
