@@ -109,7 +109,7 @@ async fn bodies_over_the_limit_are_413() {
 #[tokio::test]
 async fn a_request_that_outlives_its_timeout_is_503_and_rolled_back() {
     let app = TestApp::with_limits(Limits {
-        request_timeout: Duration::from_millis(300),
+        request_timeout: Duration::from_secs(1),
         ..Limits::default()
     })
     .await;
@@ -123,7 +123,7 @@ async fn a_request_that_outlives_its_timeout_is_503_and_rolled_back() {
         .await
         .unwrap();
     let res = app.system_hook(&json!({"event_name": "user_rename", "user_id": 1, "username": "bob", "old_username": "alice"})).await;
-    assert_eq!(res.error(503)["message"], "request timed out after 300ms");
+    assert_eq!(res.error(503)["message"], "request timed out after 1s");
     blocker.rollback().await.unwrap();
     assert_eq!(app.fingerprint().await, before);
 }
