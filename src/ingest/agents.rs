@@ -88,94 +88,109 @@ pub async fn post_configuration(
         .next()
         .unwrap_or_default()
         .to_lowercase();
-    let mut unresolved = Vec::new();
-
-    let (ci_projects, ci_groups) = config
-        .ci_access
-        .as_ref()
-        .map(|ci| (ci.projects.as_slice(), ci.groups.as_slice()))
-        .unwrap_or_default();
-    let mut ci_rows = Vec::new();
-    for (groups, entries) in [(false, ci_projects), (true, ci_groups)] {
-        let ids: Vec<&str> = entries.iter().map(|e| e.id.as_str()).collect();
-        let configs = entries
-            .iter()
-            .map(|e| serde_json::to_value(e).unwrap_or_default());
-        resolve_into(
-            &mut tx,
-            &root,
-            groups,
-            "ci_access",
-            &ids,
-            configs,
-            &mut ci_rows,
-            &mut unresolved,
-        )
-        .await?;
+    let mut resolved = Resolution::default();
+    if let Some(ci) = &config.ci_access {
+        for (groups, entries) in [(false, &ci.projects), (true, &ci.groups)] {
+            let entries = entries
+                .iter()
+                .map(|e| (e.id.as_str(), serde_json::to_value(e).unwrap_or_default()));
+            resolved
+                .add(&mut tx, &root, Section::CiAccess, groups, entries.collect())
+                .await?;
+        }
     }
-
-    let mut user_rows = Vec::new();
     if let Some(user) = &config.user_access {
         // Every user_access entry carries the section's `access_as`, as GitLab stores it.
         let entry_config = json!({ "access_as": user.access_as });
         for (groups, entries) in [(false, &user.projects), (true, &user.groups)] {
-            let ids: Vec<&str> = entries.iter().map(|e| e.id.as_str()).collect();
-            let configs = std::iter::repeat(entry_config.clone());
-            resolve_into(
-                &mut tx,
-                &root,
-                groups,
-                "user_access",
-                &ids,
-                configs,
-                &mut user_rows,
-                &mut unresolved,
-            )
-            .await?;
+            let entries = entries
+                .iter()
+                .map(|e| (e.id.as_str(), entry_config.clone()));
+            resolved
+                .add(
+                    &mut tx,
+                    &root,
+                    Section::UserAccess,
+                    groups,
+                    entries.collect(),
+                )
+                .await?;
         }
     }
 
-    db::replace_configuration(&mut tx, agent.id, &body.agent_config, &ci_rows, &user_rows).await?;
+    let Resolution {
+        ci_access,
+        user_access,
+        unresolved,
+    } = resolved;
+    db::replace_configuration(
+        &mut tx,
+        agent.id,
+        &body.agent_config,
+        &ci_access,
+        &user_access,
+    )
+    .await?;
     tx.commit().await?;
     Ok(JsonResponse(json!({
         "agent_id": agent.id,
-        "ci_access": counts(&ci_rows),
-        "user_access": counts(&user_rows),
+        "ci_access": counts(&ci_access),
+        "user_access": counts(&user_access),
         "unresolved": unresolved,
     })))
 }
 
-/// Resolves one list of entries; the first entry for a project or group wins.
-#[allow(clippy::too_many_arguments)]
-async fn resolve_into(
-    conn: &mut sqlx::PgConnection,
-    root: &str,
-    groups: bool,
-    section: &str,
-    ids: &[&str],
-    configs: impl Iterator<Item = Value>,
-    rows: &mut Vec<Authorization>,
-    unresolved: &mut Vec<Value>,
-) -> Result<()> {
-    let paths: Vec<String> = ids.iter().map(|p| p.trim().to_lowercase()).collect();
-    let found = db::resolve(conn, groups, root, &paths).await?;
-    let mut seen = HashSet::new();
-    for ((id, found), config) in ids.iter().zip(found).zip(configs) {
-        match found {
-            Some(found) if seen.insert(found) => rows.push(Authorization {
-                project_id: (!groups).then_some(found),
-                group_id: groups.then_some(found),
-                config,
-            }),
-            Some(_) => {}
-            None => unresolved.push(json!({
-                "section": section,
-                "kind": if groups { "group" } else { "project" },
-                "id": id,
-            })),
+#[derive(Clone, Copy)]
+enum Section {
+    CiAccess,
+    UserAccess,
+}
+
+/// The authorizations of a configuration as they resolve, and the paths that did not.
+#[derive(Default)]
+struct Resolution {
+    ci_access: Vec<Authorization>,
+    user_access: Vec<Authorization>,
+    unresolved: Vec<Value>,
+}
+
+impl Resolution {
+    /// Resolves one list of `(path, entry config)`; the first entry for a project or group wins.
+    async fn add(
+        &mut self,
+        conn: &mut sqlx::PgConnection,
+        root: &str,
+        section: Section,
+        groups: bool,
+        entries: Vec<(&str, Value)>,
+    ) -> Result<()> {
+        let paths: Vec<String> = entries
+            .iter()
+            .map(|(p, _)| p.trim().to_lowercase())
+            .collect();
+        let found = db::resolve(conn, groups, root, &paths).await?;
+        let (rows, name) = match section {
+            Section::CiAccess => (&mut self.ci_access, "ci_access"),
+            Section::UserAccess => (&mut self.user_access, "user_access"),
+        };
+        let mut seen = HashSet::new();
+        for ((id, config), found) in entries.into_iter().zip(found) {
+            match found {
+                Some(found) if seen.insert(found) => rows.push(Authorization {
+                    project_id: (!groups).then_some(found),
+                    group_id: groups.then_some(found),
+                    config,
+                }),
+                Some(_) => {}
+                None => self.unresolved.push(json!({
+                    "section": name,
+                    "kind": if groups { "group" } else { "project" },
+                    "id": id,
+                })),
+            }
         }
+        Ok(())
     }
-    Ok(())
 }
 
 fn counts(rows: &[Authorization]) -> Value {

@@ -168,10 +168,7 @@ impl SystemHook {
                     validate::visibility("project_visibility", v)?;
                 }
                 if !matches!(self, SystemHook::UserRemoveFromTeam(_)) {
-                    let level = e.access_level.as_deref().ok_or_else(|| {
-                        Error::invalid("access_level", "missing field `access_level`")
-                    })?;
-                    validate::access_level_name("access_level", level)?;
+                    level("access_level", &e.access_level)?;
                 }
             }
             SystemHook::UserAddToGroup(e)
@@ -181,10 +178,7 @@ impl SystemHook {
                 validate::non_empty("user_username", &e.user_username)?;
                 validate::positive("group_id", e.group_id)?;
                 if !matches!(self, SystemHook::UserRemoveFromGroup(_)) {
-                    let level = e.group_access.as_deref().ok_or_else(|| {
-                        Error::invalid("group_access", "missing field `group_access`")
-                    })?;
-                    validate::access_level_name("group_access", level)?;
+                    level("group_access", &e.group_access)?;
                 }
             }
             SystemHook::Other => {}
@@ -224,10 +218,7 @@ impl SystemHook {
                     db::upsert_project(conn, e.project_id, path, e.project_visibility.as_deref())
                         .await?;
                 }
-                let level = validate::access_level_name(
-                    "access_level",
-                    e.access_level.as_deref().unwrap_or_default(),
-                )?;
+                let level = level("access_level", &e.access_level)?;
                 db::set_member(conn, e.user_id, "project", e.project_id, level).await
             }
             SystemHook::UserRemoveFromTeam(e) => {
@@ -235,10 +226,7 @@ impl SystemHook {
             }
             SystemHook::UserAddToGroup(e) | SystemHook::UserUpdateForGroup(e) => {
                 db::upsert_user(conn, e.user_id, &e.user_username, None).await?;
-                let level = validate::access_level_name(
-                    "group_access",
-                    e.group_access.as_deref().unwrap_or_default(),
-                )?;
+                let level = level("group_access", &e.group_access)?;
                 db::set_member(conn, e.user_id, "group", e.group_id, level).await
             }
             SystemHook::UserRemoveFromGroup(e) => {
@@ -247,6 +235,14 @@ impl SystemHook {
             SystemHook::Other => Ok(()),
         }
     }
+}
+
+/// The access level a membership event names (required where it grants or changes one).
+fn level(field: &str, name: &Option<String>) -> Result<i32> {
+    let name = name
+        .as_deref()
+        .ok_or_else(|| Error::invalid(field, format!("missing field `{field}`")))?;
+    validate::access_level_name(field, name)
 }
 
 /// `PUT /api/v4/internal/identity`.
