@@ -110,6 +110,98 @@ pub fn environment_matches(pattern: &str, name: &str) -> bool {
     true
 }
 
+/// GitLab's roles with their access levels, lowest first (5, minimal access, is no role).
+pub const ROLES: [(i32, &str); 6] = [
+    (10, "guest"),
+    (15, "planner"),
+    (20, "reporter"),
+    (30, "developer"),
+    (40, "maintainer"),
+    (50, "owner"),
+];
+const DEVELOPER: i32 = 30;
+const OWNER: i32 = 50;
+
+/// One `user_access` entry of an agent, with the user's access to what it names: their
+/// effective access for a project, their own or an ancestor group's membership for a group.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UserAccessEntry {
+    pub kind: SourceKind,
+    pub id: i64,
+    /// `None` when the user has no access there at all.
+    pub access_level: Option<i32>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourceKind {
+    Project,
+    Group,
+}
+
+/// How requests reach the cluster: with the agent's own identity, or impersonating the user.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AccessAs {
+    Agent,
+    User,
+}
+
+impl AccessAs {
+    /// The section's `access_as` as stored (`{agent: {}}` or `{user: {}}`); anything else is none.
+    pub fn from_config(value: Option<&serde_json::Value>) -> Option<Self> {
+        let object = value?.as_object()?;
+        match (object.contains_key("agent"), object.contains_key("user")) {
+            (true, false) => Some(AccessAs::Agent),
+            (false, true) => Some(AccessAs::User),
+            _ => None,
+        }
+    }
+}
+
+/// A granted `user_access`: how to reach the cluster, and the entries the user qualifies
+/// through with their roles (every role at or below the user's, lowest first).
+#[derive(Debug, Clone, PartialEq)]
+pub struct UserAuthorization {
+    pub access_as: AccessAs,
+    pub projects: Vec<(i64, Vec<&'static str>)>,
+    pub groups: Vec<(i64, Vec<&'static str>)>,
+}
+
+/// GitLab's `user_access` rule: the user qualifies through an entry where their access is
+/// developer or higher (an admin counts as owner everywhere), and the section must say
+/// `access_as`. `None` is a refusal; callers must not say which part failed.
+pub fn user_access(
+    admin: bool,
+    access_as: Option<AccessAs>,
+    entries: &[UserAccessEntry],
+) -> Option<UserAuthorization> {
+    let access_as = access_as?;
+    let mut granted = UserAuthorization {
+        access_as,
+        projects: Vec::new(),
+        groups: Vec::new(),
+    };
+    for entry in entries {
+        let level = if admin {
+            OWNER
+        } else {
+            entry.access_level.unwrap_or(0)
+        };
+        if level < DEVELOPER {
+            continue;
+        }
+        let roles = ROLES
+            .iter()
+            .filter(|(l, _)| *l <= level)
+            .map(|(_, r)| *r)
+            .collect();
+        match entry.kind {
+            SourceKind::Project => granted.projects.push((entry.id, roles)),
+            SourceKind::Group => granted.groups.push((entry.id, roles)),
+        }
+    }
+    (!granted.projects.is_empty() || !granted.groups.is_empty()).then_some(granted)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -226,5 +318,79 @@ mod tests {
             "agent group/agents:prod does not allow environment \"staging\" for project group/app: \
              its ci_access entry allows only production, review/*"
         );
+    }
+
+    fn grant(kind: SourceKind, id: i64, level: Option<i32>) -> UserAccessEntry {
+        UserAccessEntry {
+            kind,
+            id,
+            access_level: level,
+        }
+    }
+
+    #[test]
+    fn user_access_needs_developer_through_an_entry() {
+        use SourceKind::{Group, Project};
+        let user = Some(AccessAs::User);
+        let granted = user_access(
+            false,
+            user,
+            &[
+                grant(Project, 1, Some(30)),
+                grant(Project, 2, Some(20)),
+                grant(Group, 3, Some(40)),
+                grant(Group, 4, None),
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            granted.projects,
+            [(1, vec!["guest", "planner", "reporter", "developer"])]
+        );
+        assert_eq!(
+            granted.groups,
+            [(
+                3,
+                vec!["guest", "planner", "reporter", "developer", "maintainer"]
+            )]
+        );
+        // Reporter and no access anywhere: refused.
+        assert_eq!(
+            user_access(
+                false,
+                user,
+                &[grant(Project, 2, Some(20)), grant(Group, 4, None)]
+            ),
+            None
+        );
+        assert_eq!(user_access(false, user, &[]), None);
+    }
+
+    #[test]
+    fn admins_are_owners_and_access_as_is_required() {
+        let entries = [grant(SourceKind::Project, 1, None)];
+        let granted = user_access(true, Some(AccessAs::Agent), &entries).unwrap();
+        assert_eq!(granted.access_as, AccessAs::Agent);
+        assert_eq!(granted.projects[0].1.last(), Some(&"owner"));
+        assert_eq!(granted.projects[0].1.len(), ROLES.len());
+        assert_eq!(user_access(true, None, &entries), None);
+        let owner = [grant(SourceKind::Group, 1, Some(50))];
+        assert_eq!(user_access(false, None, &owner), None);
+    }
+
+    #[test]
+    fn access_as_shapes() {
+        use serde_json::json;
+        assert_eq!(
+            AccessAs::from_config(Some(&json!({"user": {}}))),
+            Some(AccessAs::User)
+        );
+        assert_eq!(
+            AccessAs::from_config(Some(&json!({"agent": {}}))),
+            Some(AccessAs::Agent)
+        );
+        assert_eq!(AccessAs::from_config(Some(&json!(null))), None);
+        assert_eq!(AccessAs::from_config(Some(&json!({}))), None);
+        assert_eq!(AccessAs::from_config(None), None);
     }
 }

@@ -5,8 +5,10 @@ use tokio::net::TcpListener;
 
 use crate::auth::secrets::Secrets;
 use crate::auth::{mint_session, Keys};
+use crate::clusters::Clusters;
 use crate::config::{Command, DatabaseArgs, ServeArgs, TokenArgs};
 use crate::db::{self, Database};
+use crate::settings::Settings;
 use crate::state::AppState;
 
 pub async fn run(command: Command) -> anyhow::Result<()> {
@@ -22,6 +24,12 @@ pub async fn run(command: Command) -> anyhow::Result<()> {
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    // A bad configuration file stops envlens before anything starts.
+    let settings = match &args.config {
+        Some(path) => Settings::load(path)?,
+        None => Settings::default(),
+    };
+    let clusters = Clusters::load(&settings.kubernetes).await?;
     let secrets = Secrets::load(&args.secrets, &args.database.data_dir)?;
     for path in &secrets.generated {
         println!("generated secret {}", path.display());
@@ -31,7 +39,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let addr = listener.local_addr()?;
-    let state = AppState::new(database.pool.clone(), Keys::new(secrets), args.limits);
+    let state = AppState::new(database.pool.clone(), Keys::new(secrets), args.limits)
+        .with_clusters(clusters, settings.cors);
     let pruning = tokio::spawn(prune_deliveries(state.db.clone()));
     println!(
         "envlens listening on http://{addr}; GraphQL explorer at http://{addr}/-/graphql-explorer"

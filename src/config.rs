@@ -70,6 +70,9 @@ pub struct ServeArgs {
     pub secrets: SecretArgs,
     #[command(flatten)]
     pub limits: Limits,
+    /// YAML file of cluster connections per agent, proxy timeouts and CORS origins (see README).
+    #[arg(long, env = "ENVLENS_CONFIG")]
+    pub config: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Args)]

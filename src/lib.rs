@@ -4,6 +4,7 @@
 pub mod access;
 pub mod agent_config;
 pub mod auth;
+pub mod clusters;
 pub mod commands;
 pub mod config;
 pub mod db;
@@ -13,9 +14,12 @@ pub mod extract;
 pub mod graphql;
 pub mod ingest;
 pub mod ops;
+pub mod proxy;
 pub mod resources;
+pub mod settings;
 pub mod state;
 pub mod telemetry;
+pub mod user_access;
 
 use std::future::Future;
 use std::time::Duration;
@@ -23,7 +27,7 @@ use std::time::Duration;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{Method, Uri};
 use axum::middleware::from_fn_with_state;
-use axum::routing::{get, post, put};
+use axum::routing::{any, get, post, put};
 use axum::Json;
 use axum::Router;
 use serde_json::{json, Value};
@@ -55,17 +59,57 @@ pub fn app(state: AppState) -> Router {
         .route("/api/user", get(current_user))
         .route("/api/graphql", post(graphql::execute))
         .layer(from_fn_with_state(state.limits, telemetry::timeout));
-    Router::new()
+    // Streams run for as long as the client stays: no request timeout here.
+    let proxy = Router::new().route("/k8s-proxy/{*path}", any(proxy::forward));
+    let mut router = Router::new()
         .merge(api)
+        .merge(proxy)
         .merge(ops::routes())
         .route("/-/graphql-explorer", get(graphql::explorer))
         .fallback(not_found)
-        .layer(DefaultBodyLimit::max(state.limits.body_limit))
+        .layer(DefaultBodyLimit::max(state.limits.body_limit));
+    if let Some(cors) = cors(&state.cors) {
+        router = router.layer(cors);
+    }
+    router
         .layer(from_fn_with_state(
             state.metrics.clone(),
             telemetry::observe,
         ))
         .with_state(state)
+}
+
+/// The configured origins may call envlens with the user's cookie; preflights are answered
+/// before any credential check, as browsers send them without credentials.
+fn cors(settings: &settings::CorsSettings) -> Option<tower_http::cors::CorsLayer> {
+    use tower_http::cors::{AllowHeaders, AllowOrigin, CorsLayer};
+    if settings.allowed_origins.is_empty() {
+        return None;
+    }
+    let origins = settings
+        .allowed_origins
+        .iter()
+        .filter_map(|o| o.trim_end_matches('/').parse().ok());
+    Some(
+        CorsLayer::new()
+            .allow_origin(AllowOrigin::list(origins))
+            .allow_credentials(true)
+            .allow_methods([
+                Method::GET,
+                Method::HEAD,
+                Method::POST,
+                Method::PUT,
+                Method::PATCH,
+                Method::DELETE,
+                Method::OPTIONS,
+            ])
+            .allow_headers(AllowHeaders::mirror_request())
+            .expose_headers([
+                axum::http::HeaderName::from_static("gitlab-unauthorized"),
+                axum::http::header::CONTENT_TYPE,
+            ])
+            .max_age(Duration::from_secs(3600)),
+    )
 }
 
 /// The signed-in user, so that a frontend or script can check its session.

@@ -5,8 +5,10 @@ use std::sync::Arc;
 use sqlx::PgPool;
 
 use crate::auth::Keys;
+use crate::clusters::Clusters;
 use crate::config::Limits;
 use crate::graphql::EnvlensSchema;
+use crate::settings::{CorsSettings, KubernetesSettings};
 use crate::telemetry::Metrics;
 
 #[derive(Clone)]
@@ -16,6 +18,8 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     pub limits: Limits,
     pub schema: EnvlensSchema,
+    pub clusters: Arc<Clusters>,
+    pub cors: Arc<CorsSettings>,
 }
 
 impl AppState {
@@ -26,6 +30,15 @@ impl AppState {
             metrics: Arc::new(Metrics::default()),
             limits,
             schema: crate::graphql::schema(),
+            clusters: Arc::new(Clusters::fallback_only(&KubernetesSettings::default())),
+            cors: Arc::default(),
         }
+    }
+
+    /// With the configuration file's cluster connections and CORS origins.
+    pub fn with_clusters(mut self, clusters: Clusters, cors: CorsSettings) -> Self {
+        self.clusters = Arc::new(clusters);
+        self.cors = Arc::new(cors);
+        self
     }
 }

@@ -12,7 +12,10 @@ use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde::de::DeserializeOwned;
 
 pub use internal::{Internal, INTERNAL_HEADER};
-pub use session::{mint_session, CurrentUser, SessionClaims, CSRF_HEADER, SESSION_COOKIE};
+pub use session::{
+    mint_session, verify_session, CurrentUser, Session, SessionClaims, Via, CSRF_HEADER,
+    SESSION_COOKIE,
+};
 pub use webhook::Webhook;
 
 use crate::error::Error;

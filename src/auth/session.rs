@@ -58,13 +58,9 @@ impl FromRequestParts<AppState> for CurrentUser {
     type Rejection = Error;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Error> {
-        let claims = authenticate(parts, &state.keys)?;
-        let id: i64 = claims
-            .sub
-            .parse()
-            .map_err(|_| Error::Unauthorized("token subject is not a user id".into()))?;
+        let session = verify_session(parts, &state.keys)?;
         // A user the mirror does not know is treated like a forged token.
-        let user = db::identity::find_user(&state.db, id)
+        let user = db::identity::find_user(&state.db, session.user_id)
             .await?
             .ok_or_else(|| Error::Unauthorized("unknown user".into()))?;
         Ok(CurrentUser {
@@ -75,23 +71,50 @@ impl FromRequestParts<AppState> for CurrentUser {
     }
 }
 
-/// The verified claims of the request's session: bearer first, else the cookie and its CSRF token.
-fn authenticate(parts: &Parts, keys: &Keys) -> Result<SessionClaims, Error> {
-    if let Some(value) = parts.headers.get(AUTHORIZATION) {
+/// How the session reached envlens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    /// The browser's `_gitlab_kas` cookie, with its CSRF token.
+    Cookie,
+    /// `Authorization: Bearer`, for scripts.
+    Bearer,
+}
+
+/// A verified session token: whose, and how it came. Whether the user still exists is the
+/// caller's question (the Kubernetes proxy asks it in the same statement as its others).
+#[derive(Debug, Clone, Copy)]
+pub struct Session {
+    pub user_id: i64,
+    pub via: Via,
+}
+
+/// Checks the request's session: bearer first, else the cookie and its CSRF token.
+pub fn verify_session(parts: &Parts, keys: &Keys) -> Result<Session, Error> {
+    let (claims, via) = if let Some(value) = parts.headers.get(AUTHORIZATION) {
         let token = value
             .to_str()
             .ok()
             .and_then(|v| v.strip_prefix("Bearer "))
             .ok_or_else(|| Error::Unauthorized("Authorization must be `Bearer <token>`".into()))?;
-        return verify(token.trim(), &keys.session, AUDIENCE, MAX_LIFETIME_SECONDS);
-    }
-    let token = session_cookie(parts).ok_or_else(|| Error::Unauthorized("not signed in".into()))?;
-    let claims: SessionClaims = verify(token, &keys.session, AUDIENCE, MAX_LIFETIME_SECONDS)?;
-    let sent = csrf_token(parts).ok_or_else(|| Error::Unauthorized("missing CSRF token".into()))?;
-    if !bool::from(sent.as_bytes().ct_eq(claims.csrf.as_bytes())) {
-        return Err(Error::Unauthorized("CSRF token does not match".into()));
-    }
-    Ok(claims)
+        let claims: SessionClaims =
+            verify(token.trim(), &keys.session, AUDIENCE, MAX_LIFETIME_SECONDS)?;
+        (claims, Via::Bearer)
+    } else {
+        let token =
+            session_cookie(parts).ok_or_else(|| Error::Unauthorized("not signed in".into()))?;
+        let claims: SessionClaims = verify(token, &keys.session, AUDIENCE, MAX_LIFETIME_SECONDS)?;
+        let sent =
+            csrf_token(parts).ok_or_else(|| Error::Unauthorized("missing CSRF token".into()))?;
+        if !bool::from(sent.as_bytes().ct_eq(claims.csrf.as_bytes())) {
+            return Err(Error::Unauthorized("CSRF token does not match".into()));
+        }
+        (claims, Via::Cookie)
+    };
+    let user_id = claims
+        .sub
+        .parse()
+        .map_err(|_| Error::Unauthorized("token subject is not a user id".into()))?;
+    Ok(Session { user_id, via })
 }
 
 fn session_cookie(parts: &Parts) -> Option<&str> {

@@ -119,3 +119,59 @@ pub async fn replace_configuration(
     }
     Ok(())
 }
+
+/// What the `user_access` decision needs, in one statement: the agent, the user, and each
+/// `user_access` entry with the user's access to what it names.
+#[derive(Debug, sqlx::FromRow)]
+pub struct UserAccessRows {
+    #[sqlx(flatten)]
+    pub agent: Agent,
+    pub username: String,
+    pub admin: bool,
+    pub entries: sqlx::types::Json<Vec<UserAccessRow>>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+pub struct UserAccessRow {
+    pub project_id: Option<i64>,
+    pub group_id: Option<i64>,
+    /// The user's effective access to the project (its own membership or an ancestor group's),
+    /// or their membership of the group or one of its ancestors; a subgroup's does not count.
+    pub access_level: Option<i32>,
+    pub access_as: Option<Value>,
+}
+
+/// `None` when the agent or the user does not exist.
+pub async fn user_access(
+    db: impl PgExecutor<'_>,
+    agent_id: i64,
+    user_id: i64,
+) -> Result<Option<UserAccessRows>> {
+    Ok(sqlx::query_as(
+        "SELECT a.id, a.project_id, a.name, p.full_path AS project_full_path, u.username, u.admin,
+            COALESCE((SELECT jsonb_agg(jsonb_build_object(
+                'project_id', x.project_id, 'group_id', x.group_id,
+                'access_as', x.config -> 'access_as',
+                'access_level', CASE WHEN x.project_id IS NOT NULL THEN
+                    (SELECT max(m.access_level) FROM members m
+                     WHERE m.user_id = u.id AND (
+                        (m.source_type = 'project' AND m.source_id = x.project_id)
+                        OR (m.source_type = 'group' AND m.source_id = ANY (
+                            SELECT unnest(n.traversal_ids) FROM projects xp
+                            JOIN namespaces n ON n.id = xp.namespace_id WHERE xp.id = x.project_id))))
+                ELSE
+                    (SELECT max(m.access_level) FROM members m JOIN namespaces g ON g.id = x.group_id
+                     WHERE m.user_id = u.id AND m.source_type = 'group'
+                       AND m.source_id = ANY (g.traversal_ids))
+                END) ORDER BY x.project_id NULLS LAST, x.group_id)
+             FROM agent_user_access_authorizations x WHERE x.agent_id = a.id), '[]') AS entries
+         FROM cluster_agents a
+         JOIN projects p ON p.id = a.project_id
+         JOIN users u ON u.id = $2
+         WHERE a.id = $1",
+    )
+    .bind(agent_id)
+    .bind(user_id)
+    .fetch_optional(db)
+    .await?)
+}

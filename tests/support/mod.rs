@@ -66,6 +66,21 @@ impl TestApp {
         }
     }
 
+    /// With a configuration file's settings (cluster connections, CORS).
+    pub async fn with_config(yaml: &str) -> Self {
+        let settings = envlens::settings::Settings::parse(yaml).expect("test configuration");
+        let clusters = envlens::clusters::Clusters::load(&settings.kubernetes)
+            .await
+            .expect("test clusters");
+        let db = postgres::fresh_database().await;
+        let state = AppState::new(db.clone(), keys(), Limits::default())
+            .with_clusters(clusters, settings.cors);
+        TestApp {
+            router: envlens::app(state),
+            db,
+        }
+    }
+
     pub async fn send(&self, req: Request<Body>) -> TestResponse {
         let res = self
             .router

@@ -1,0 +1,155 @@
+//! Cluster connections (SPEC section 6): which Kubernetes client reaches which agent's cluster.
+//!
+//! Clients of the configuration file's entries are built once, at start-up, so that a context
+//! that does not exist stops `serve` with a message naming the agent and the context rather than
+//! failing a user's request later. Agents without an entry share one client of the default
+//! kubeconfig's current context (`KUBECONFIG`, `~/.kube/config`), or of the in-cluster service
+//! account; it is built on first use, and retried on the next use if that fails, so that envlens
+//! starts on a machine with no cluster at all.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::Context;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use tokio::sync::OnceCell;
+
+use crate::settings::{AgentRef, KubernetesSettings};
+
+/// A client and where it leads, for messages.
+#[derive(Clone)]
+pub struct Cluster {
+    pub client: kube::Client,
+    /// e.g. `context "prod" of /etc/envlens/kubeconfig`.
+    pub source: String,
+}
+
+pub struct Clusters {
+    configured: HashMap<AgentRef, Cluster>,
+    default: OnceCell<Cluster>,
+    default_kubeconfig: Option<std::path::PathBuf>,
+    connect_timeout: Duration,
+    pub response_timeout: Duration,
+}
+
+/// No client could be made for the agent: the proxy answers 502 with this message.
+#[derive(Debug, thiserror::Error)]
+#[error("no connection to the cluster of agent {agent}: {reason}")]
+pub struct Unconfigured {
+    pub agent: i64,
+    pub reason: String,
+}
+
+impl Clusters {
+    /// Builds the client of every configured agent.
+    pub async fn load(settings: &KubernetesSettings) -> anyhow::Result<Self> {
+        let mut configured = HashMap::new();
+        for entry in &settings.agents {
+            let kubeconfig = entry.kubeconfig.as_ref().or(settings.kubeconfig.as_ref());
+            let cluster = connect(
+                kubeconfig.map(|p| p.as_path()),
+                entry.context.as_deref(),
+                settings.connect_timeout,
+            )
+            .await
+            .with_context(|| {
+                let context = match &entry.context {
+                    Some(c) => format!("context \"{c}\""),
+                    None => "the current context".to_owned(),
+                };
+                format!("kubernetes.agents: {}, {context}", entry.agent)
+            })?;
+            configured.insert(entry.agent.clone(), cluster);
+        }
+        Ok(Clusters {
+            configured,
+            ..Clusters::fallback_only(settings)
+        })
+    }
+
+    /// Every agent through the default connection: no entries are built.
+    pub fn fallback_only(settings: &KubernetesSettings) -> Self {
+        Clusters {
+            configured: HashMap::new(),
+            default: OnceCell::new(),
+            default_kubeconfig: settings.kubeconfig.clone(),
+            connect_timeout: settings.connect_timeout,
+            response_timeout: settings.response_timeout,
+        }
+    }
+
+    /// The cluster of an agent: its entry by id, else by path, else the default connection.
+    pub async fn for_agent(
+        &self,
+        id: i64,
+        project_full_path: &str,
+        name: &str,
+    ) -> Result<Cluster, Unconfigured> {
+        let by_path = AgentRef::path(project_full_path, name);
+        if let Some(cluster) = self
+            .configured
+            .get(&AgentRef::Id(id))
+            .or_else(|| self.configured.get(&by_path))
+        {
+            return Ok(cluster.clone());
+        }
+        self.default
+            .get_or_try_init(|| {
+                connect(
+                    self.default_kubeconfig.as_deref(),
+                    None,
+                    self.connect_timeout,
+                )
+            })
+            .await
+            .cloned()
+            .map_err(|e| Unconfigured {
+                agent: id,
+                reason: format!("{e:#}"),
+            })
+    }
+}
+
+/// A client for a context of a kubeconfig file, or, without a file, what kube infers:
+/// `KUBECONFIG` / `~/.kube/config`, then the in-cluster service account.
+async fn connect(
+    kubeconfig: Option<&Path>,
+    context: Option<&str>,
+    connect_timeout: Duration,
+) -> anyhow::Result<Cluster> {
+    let options = KubeConfigOptions {
+        context: context.map(str::to_owned),
+        ..Default::default()
+    };
+    let describe = |file: &str| match context {
+        Some(c) => format!("context \"{c}\" of {file}"),
+        None => format!("the current context of {file}"),
+    };
+    let (mut config, source) = match kubeconfig {
+        Some(path) => {
+            let file = Kubeconfig::read_from(path)
+                .with_context(|| format!("cannot read kubeconfig {}", path.display()))?;
+            let config = kube::Config::from_custom_kubeconfig(file, &options).await?;
+            (config, describe(&path.display().to_string()))
+        }
+        None if context.is_some() => {
+            let config = kube::Config::from_kubeconfig(&options).await?;
+            (config, describe("the default kubeconfig"))
+        }
+        None => {
+            let config = kube::Config::infer()
+                .await
+                .context("no kubeconfig (KUBECONFIG, ~/.kube/config) and not running in a pod")?;
+            (
+                config,
+                "the default kubeconfig or in-cluster account".to_owned(),
+            )
+        }
+    };
+    config.connect_timeout = Some(connect_timeout);
+    // Watches and followed logs may stay quiet for as long as they like.
+    config.read_timeout = None;
+    let client = kube::Client::try_from(config).context("cannot build the Kubernetes client")?;
+    Ok(Cluster { client, source })
+}

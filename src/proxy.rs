@@ -1,0 +1,323 @@
+//! The Kubernetes proxy for the browser (SPEC 5.3): `/k8s-proxy/<Kubernetes API path>` is the
+//! agent's cluster, reached after the session and `user_access` checks.
+//!
+//! Requests are forwarded as they came, minus the headers that carry the user's GitLab
+//! credentials or could claim another identity; responses (the cluster's errors included) come
+//! back as they are, and streams (watches, followed logs) pass each chunk on as it arrives. When
+//! the client goes away, its response body is dropped and with it the upstream request.
+//!
+//! Every answer envlens makes itself is a Kubernetes `Status`, so that kubectl and client
+//! libraries show it as they would show the cluster's own.
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use crate::auth::verify_session;
+use crate::state::AppState;
+use crate::user_access::{self, AccessType};
+
+pub const PREFIX: &str = "/k8s-proxy";
+const AGENT_HEADER: &str = "gitlab-agent-id";
+const AGENT_QUERY: &str = "gitlab-agent-id";
+/// Query parameters that are envlens' own and never reach the cluster.
+const OWN_QUERY: &[&str] = &[AGENT_QUERY, "gitlab-csrf-token"];
+
+/// Headers about this hop only (RFC 9110 section 7.6.1), never forwarded either way.
+const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// Request headers that carry the user's GitLab credentials or another identity.
+const CREDENTIALS: &[&str] = &["authorization", "cookie", AGENT_HEADER, "x-csrf-token"];
+
+pub async fn forward(State(state): State<AppState>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let session = match verify_session(&parts, &state.keys) {
+        Ok(session) => session,
+        Err(e) => return unauthorized(&e.to_string()),
+    };
+    let Some(agent_id) = agent_id(&parts.headers, &parts.uri) else {
+        return unauthorized(
+            "the Gitlab-Agent-Id header (or gitlab-agent-id parameter) must name an agent",
+        );
+    };
+    let grant = match user_access::authorize(&state.db, agent_id, session.user_id).await {
+        Ok(Some(grant)) => grant,
+        // An unknown agent, an unknown user and a refusal read the same.
+        Ok(None) => {
+            return unauthorized(&format!(
+                "agent {agent_id} does not exist or its user_access does not allow you"
+            ))
+        }
+        Err(e) => return status(e.status(), &e.to_string()),
+    };
+    if parts.headers.contains_key(header::UPGRADE) {
+        return status(
+            StatusCode::NOT_IMPLEMENTED,
+            "connection upgrades (exec, attach, port-forward) are not proxied",
+        );
+    }
+    let Some(uri) = upstream_uri(&parts.uri) else {
+        return status(
+            StatusCode::BAD_REQUEST,
+            "the path must be a Kubernetes API path, without `.` or `..` segments",
+        );
+    };
+    let body = match axum::body::to_bytes(body, state.limits.body_limit).await {
+        Ok(body) => body,
+        Err(_) => {
+            return status(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                &format!(
+                    "request body is larger than the limit of {} bytes",
+                    state.limits.body_limit
+                ),
+            )
+        }
+    };
+    let cluster = match state
+        .clusters
+        .for_agent(
+            grant.agent.id,
+            &grant.agent.project_full_path,
+            &grant.agent.name,
+        )
+        .await
+    {
+        Ok(cluster) => cluster,
+        Err(e) => return status(StatusCode::BAD_GATEWAY, &e.to_string()),
+    };
+
+    let mut upstream = axum::http::Request::new(kube::client::Body::from(body));
+    *upstream.method_mut() = parts.method;
+    *upstream.uri_mut() = uri;
+    *upstream.headers_mut() = request_headers(parts.headers);
+    upstream
+        .headers_mut()
+        .extend(grant.impersonation(AccessType::from(session.via)));
+
+    let timeout = state.clusters.response_timeout;
+    match tokio::time::timeout(timeout, cluster.client.send(upstream)).await {
+        Ok(Ok(response)) => {
+            let (mut parts, body) = response.into_parts();
+            strip(&mut parts.headers, HOP_BY_HOP);
+            // Which origins may read the answer is envlens' decision, not the cluster's.
+            let cors: Vec<HeaderName> = parts
+                .headers
+                .keys()
+                .filter(|name| name.as_str().starts_with("access-control-"))
+                .cloned()
+                .collect();
+            for name in cors {
+                parts.headers.remove(name);
+            }
+            Response::from_parts(parts, Body::new(body))
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(agent = agent_id, cluster = %cluster.source, error = %e, "cluster unreachable");
+            status(
+                StatusCode::BAD_GATEWAY,
+                &format!("the cluster of agent {agent_id} cannot be reached: {e}"),
+            )
+        }
+        Err(_) => status(
+            StatusCode::BAD_GATEWAY,
+            &format!(
+                "the cluster of agent {agent_id} did not answer within {}s",
+                timeout.as_secs_f32()
+            ),
+        ),
+    }
+}
+
+fn agent_id(headers: &HeaderMap, uri: &Uri) -> Option<i64> {
+    let from_header = headers.get(AGENT_HEADER).and_then(|v| v.to_str().ok());
+    let from_query = || {
+        uri.query()?
+            .split('&')
+            .find_map(|pair| pair.strip_prefix(AGENT_QUERY)?.strip_prefix('='))
+    };
+    from_header
+        .or_else(from_query)?
+        .trim()
+        .parse()
+        .ok()
+        .filter(|id| *id > 0)
+}
+
+/// The cluster's URI for the request: the path after the prefix, the query without envlens'
+/// own parameters. `.` and `..` segments are refused: behind a cluster URL with a path (as
+/// Rancher's), they could leave the cluster's API.
+fn upstream_uri(uri: &Uri) -> Option<Uri> {
+    let path = uri.path().strip_prefix(PREFIX)?;
+    let path = if path.is_empty() { "/" } else { path };
+    if !path.starts_with('/') || path.split('/').any(|s| s == "." || s == "..") {
+        return None;
+    }
+    let query: Vec<&str> = uri
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .filter(|pair| {
+            let key = pair.split('=').next().unwrap_or("");
+            !pair.is_empty() && !OWN_QUERY.contains(&key)
+        })
+        .collect();
+    let path_and_query = if query.is_empty() {
+        path.to_owned()
+    } else {
+        format!("{path}?{}", query.join("&"))
+    };
+    path_and_query.parse().ok()
+}
+
+/// The client's headers minus this hop's, the GitLab credentials, any `Impersonate-*` (the
+/// identity is envlens' to set), and the framing the upstream request sets anew.
+fn request_headers(mut headers: HeaderMap) -> HeaderMap {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::try_from(name.trim()).ok())
+        .collect();
+    for name in named {
+        headers.remove(name);
+    }
+    strip(&mut headers, HOP_BY_HOP);
+    strip(&mut headers, CREDENTIALS);
+    strip(&mut headers, &["host", "content-length"]);
+    let impersonation: Vec<HeaderName> = headers
+        .keys()
+        .filter(|name| name.as_str().starts_with("impersonate-"))
+        .cloned()
+        .collect();
+    for name in impersonation {
+        headers.remove(name);
+    }
+    headers
+}
+
+fn strip(headers: &mut HeaderMap, names: &[&str]) {
+    for name in names {
+        headers.remove(*name);
+    }
+}
+
+/// 401 for every credential or `user_access` failure, marked for GitLab's frontend.
+fn unauthorized(message: &str) -> Response {
+    let mut response = status(StatusCode::UNAUTHORIZED, message);
+    response.headers_mut().insert(
+        HeaderName::from_static("gitlab-unauthorized"),
+        HeaderValue::from_static("true"),
+    );
+    response
+}
+
+/// A Kubernetes `Status` answer of envlens' own.
+pub fn status(code: StatusCode, message: &str) -> Response {
+    let reason = match code {
+        StatusCode::BAD_REQUEST => "BadRequest",
+        StatusCode::UNAUTHORIZED => "Unauthorized",
+        StatusCode::FORBIDDEN => "Forbidden",
+        StatusCode::NOT_FOUND => "NotFound",
+        StatusCode::PAYLOAD_TOO_LARGE => "RequestEntityTooLarge",
+        StatusCode::GATEWAY_TIMEOUT => "Timeout",
+        StatusCode::BAD_GATEWAY | StatusCode::SERVICE_UNAVAILABLE => "ServiceUnavailable",
+        _ => "InternalError",
+    };
+    let body = json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code.as_u16(),
+    });
+    (
+        code,
+        [(header::CONTENT_TYPE, "application/json")],
+        Bytes::from(body.to_string()),
+    )
+        .into_response()
+}
+
+impl From<crate::auth::Via> for AccessType {
+    fn from(via: crate::auth::Via) -> Self {
+        match via {
+            crate::auth::Via::Cookie => AccessType::SessionCookie,
+            crate::auth::Via::Bearer => AccessType::PersonalAccessToken,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn upstream(uri: &str) -> Option<String> {
+        upstream_uri(&uri.parse().unwrap()).map(|u| u.to_string())
+    }
+
+    #[test]
+    fn paths_and_queries() {
+        assert_eq!(
+            upstream("/k8s-proxy/api/v1/namespaces/a/pods?labelSelector=a%3Db&gitlab-agent-id=7&watch=true"),
+            Some("/api/v1/namespaces/a/pods?labelSelector=a%3Db&watch=true".into())
+        );
+        assert_eq!(
+            upstream("/k8s-proxy/version?gitlab-agent-id=7"),
+            Some("/version".into())
+        );
+        assert_eq!(upstream("/k8s-proxy/api/../../x"), None);
+        assert_eq!(upstream("/k8s-proxy/api/./v1"), None);
+        assert_eq!(upstream("/k8s-proxyx/api"), None);
+    }
+
+    #[test]
+    fn agent_from_header_or_query() {
+        let mut headers = HeaderMap::new();
+        let uri: Uri = "/k8s-proxy/api?gitlab-agent-id=9".parse().unwrap();
+        assert_eq!(agent_id(&headers, &uri), Some(9));
+        headers.insert(AGENT_HEADER, HeaderValue::from_static("7"));
+        assert_eq!(agent_id(&headers, &uri), Some(7));
+        headers.insert(AGENT_HEADER, HeaderValue::from_static("-1"));
+        assert_eq!(agent_id(&headers, &"/k8s-proxy/api".parse().unwrap()), None);
+    }
+
+    #[test]
+    fn credentials_and_identity_never_leave() {
+        let mut headers = HeaderMap::new();
+        for (name, value) in [
+            ("authorization", "Bearer x"),
+            ("cookie", "_gitlab_kas=x"),
+            ("gitlab-agent-id", "7"),
+            ("x-csrf-token", "t"),
+            ("impersonate-user", "system:admin"),
+            ("impersonate-group", "system:masters"),
+            ("impersonate-extra-scopes", "all"),
+            ("connection", "keep-alive, x-private"),
+            ("x-private", "1"),
+            ("accept", "application/json"),
+            ("content-type", "application/json"),
+        ] {
+            headers.append(name, HeaderValue::from_static(value));
+        }
+        let kept = request_headers(headers);
+        let mut names: Vec<&str> = kept.keys().map(|k| k.as_str()).collect();
+        names.sort();
+        assert_eq!(names, ["accept", "content-type"]);
+    }
+}

@@ -1,0 +1,236 @@
+//! The configuration file (`--config`, YAML): cluster connections per agent (SPEC section 6),
+//! the Kubernetes proxy's timeouts, and the browser origins allowed by CORS.
+//!
+//! ```yaml
+//! kubernetes:
+//!   kubeconfig: /etc/envlens/kubeconfig   # default: KUBECONFIG, ~/.kube/config, in-cluster
+//!   connect_timeout: 5s
+//!   response_timeout: 30s                 # until the cluster's first byte; streams then run free
+//!   agents:
+//!     - agent: 7                          # an agent id ...
+//!       context: production
+//!     - agent: group/project:my-agent     # ... or `<configuration project path>:<agent name>`
+//!       context: staging
+//!       kubeconfig: /etc/envlens/staging  # this entry's own kubeconfig
+//! cors:
+//!   allowed_origins: [https://gitlab.example.com]
+//! ```
+//!
+//! Unknown keys are refused, so that a typo does not silently leave a cluster unconfigured.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context;
+use serde::{Deserialize, Deserializer};
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    #[serde(default)]
+    pub kubernetes: KubernetesSettings,
+    #[serde(default)]
+    pub cors: CorsSettings,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KubernetesSettings {
+    /// The kubeconfig of entries without their own, and of agents without an entry.
+    #[serde(default)]
+    pub kubeconfig: Option<PathBuf>,
+    /// How long connecting to a cluster may take before the proxy answers 502.
+    #[serde(default = "default_connect_timeout", deserialize_with = "duration")]
+    pub connect_timeout: Duration,
+    /// How long a cluster may take to start answering. Watches and followed logs then stream
+    /// for as long as the client stays.
+    #[serde(default = "default_response_timeout", deserialize_with = "duration")]
+    pub response_timeout: Duration,
+    #[serde(default)]
+    pub agents: Vec<AgentCluster>,
+}
+
+impl Default for KubernetesSettings {
+    fn default() -> Self {
+        KubernetesSettings {
+            kubeconfig: None,
+            connect_timeout: default_connect_timeout(),
+            response_timeout: default_response_timeout(),
+            agents: Vec::new(),
+        }
+    }
+}
+
+/// Which kubeconfig context one agent's cluster is reached through.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentCluster {
+    pub agent: AgentRef,
+    /// A context of the kubeconfig; its current context when absent.
+    #[serde(default)]
+    pub context: Option<String>,
+    #[serde(default)]
+    pub kubeconfig: Option<PathBuf>,
+}
+
+/// An agent named by id, or by `<configuration project full path>:<agent name>`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum AgentRef {
+    Id(i64),
+    /// Lower-cased, as paths are matched case-insensitively.
+    Path(String),
+}
+
+impl AgentRef {
+    pub fn path(project_full_path: &str, name: &str) -> Self {
+        AgentRef::Path(format!("{project_full_path}:{name}").to_lowercase())
+    }
+}
+
+impl std::fmt::Display for AgentRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AgentRef::Id(id) => write!(f, "agent {id}"),
+            AgentRef::Path(path) => write!(f, "agent {path}"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for AgentRef {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Id(i64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Id(id) if id > 0 => Ok(AgentRef::Id(id)),
+            Raw::Id(id) => Err(serde::de::Error::custom(format!(
+                "agent id {id} must be positive"
+            ))),
+            Raw::Text(text) => {
+                let text = text.trim();
+                if let Ok(id) = text.parse::<i64>() {
+                    return Ok(AgentRef::Id(id));
+                }
+                match text.rsplit_once(':') {
+                    Some((project, name)) if !project.is_empty() && !name.is_empty() => {
+                        Ok(AgentRef::path(project, name))
+                    }
+                    _ => Err(serde::de::Error::custom(format!(
+                        "`{text}` is neither an agent id nor `<project path>:<agent name>`"
+                    ))),
+                }
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CorsSettings {
+    /// Origins such as `https://gitlab.example.com` whose pages may call envlens with the
+    /// user's cookie. None by default: browsers then allow only same-origin calls.
+    #[serde(default)]
+    pub allowed_origins: Vec<String>,
+}
+
+fn default_connect_timeout() -> Duration {
+    Duration::from_secs(5)
+}
+
+fn default_response_timeout() -> Duration {
+    Duration::from_secs(30)
+}
+
+fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let text = String::deserialize(d)?;
+    crate::config::parse_duration(&text).map_err(serde::de::Error::custom)
+}
+
+impl Settings {
+    /// Reads the file; every problem names the file, and the line where there is one.
+    pub fn load(path: &Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read the configuration file {}", path.display()))?;
+        Self::parse(&text).with_context(|| format!("configuration file {}", path.display()))
+    }
+
+    pub fn parse(text: &str) -> anyhow::Result<Self> {
+        if text.trim().is_empty() {
+            return Ok(Settings::default());
+        }
+        let settings: Settings =
+            serde_saphyr::from_str(text).map_err(|e| anyhow::anyhow!("{e}"))?;
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    fn validate(&self) -> anyhow::Result<()> {
+        let mut seen = std::collections::HashSet::new();
+        for entry in &self.kubernetes.agents {
+            anyhow::ensure!(
+                seen.insert(&entry.agent),
+                "{} has more than one entry under kubernetes.agents",
+                entry.agent
+            );
+        }
+        for origin in &self.cors.allowed_origins {
+            let valid = (origin.starts_with("https://") || origin.starts_with("http://"))
+                && !origin.trim_end_matches('/').contains(['*', ' '])
+                && axum::http::HeaderValue::from_str(origin).is_ok();
+            anyhow::ensure!(
+                valid,
+                "cors.allowed_origins: `{origin}` is not an origin like https://gitlab.example.com"
+            );
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_documented_example() {
+        let s = Settings::parse(
+            "kubernetes:\n  connect_timeout: 2s\n  agents:\n    - agent: 7\n      context: prod\n    - agent: Group/Project:My-Agent\n      context: staging\n      kubeconfig: /tmp/k\n    - agent: \"8\"\ncors:\n  allowed_origins: [https://gitlab.example.com]\n",
+        )
+        .unwrap();
+        let agents = &s.kubernetes.agents;
+        assert_eq!(agents[0].agent, AgentRef::Id(7));
+        assert_eq!(agents[0].context.as_deref(), Some("prod"));
+        assert_eq!(
+            agents[1].agent,
+            AgentRef::Path("group/project:my-agent".into())
+        );
+        assert_eq!(agents[1].kubeconfig.as_deref(), Some(Path::new("/tmp/k")));
+        assert_eq!(agents[2].agent, AgentRef::Id(8));
+        assert_eq!(s.kubernetes.connect_timeout, Duration::from_secs(2));
+        assert_eq!(s.kubernetes.response_timeout, Duration::from_secs(30));
+        assert_eq!(s.cors.allowed_origins, ["https://gitlab.example.com"]);
+    }
+
+    #[test]
+    fn empty_file_is_the_defaults() {
+        let s = Settings::parse("# nothing yet\n").unwrap();
+        assert!(s.kubernetes.agents.is_empty());
+        assert!(s.cors.allowed_origins.is_empty());
+    }
+
+    #[test]
+    fn refuses_what_it_cannot_act_on() {
+        let err = |text: &str| format!("{:#}", Settings::parse(text).unwrap_err());
+        assert!(err("kubernetes:\n  agnets: []\n").contains("agnets"));
+        assert!(err("kubernetes:\n  agents:\n    - agent: no-colon\n").contains("no-colon"));
+        assert!(err("kubernetes:\n  agents:\n    - agent: -3\n").contains("positive"));
+        assert!(err("kubernetes:\n  connect_timeout: soon\n").contains("soon"));
+        assert!(
+            err("kubernetes:\n  agents:\n    - agent: 7\n    - agent: \"7\"\n")
+                .contains("more than one entry")
+        );
+        assert!(err("cors:\n  allowed_origins: ['*']\n").contains("not an origin"));
+    }
+}

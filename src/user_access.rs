@@ -1,0 +1,194 @@
+//! A signed-in user's access to an agent's cluster (`user_access`, SPEC 5.2 and 5.3): the rows
+//! the decision needs, the decision itself (pure, in [`crate::access`]), and the Kubernetes
+//! impersonation headers that carry it to the cluster.
+
+use axum::http::{HeaderMap, HeaderName, HeaderValue};
+use sqlx::PgPool;
+
+use crate::access::{self, AccessAs, SourceKind, UserAccessEntry, UserAuthorization};
+use crate::db::agents::{self, Agent};
+use crate::error::Result;
+
+/// How the user proved who they are, as KAS reports it in `agent.gitlab.com/access_type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AccessType {
+    /// The `_gitlab_kas` cookie of the browser.
+    SessionCookie,
+    /// A bearer token: scripts, like GitLab's personal access tokens.
+    PersonalAccessToken,
+}
+
+impl AccessType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AccessType::SessionCookie => "session_cookie",
+            AccessType::PersonalAccessToken => "personal_access_token",
+        }
+    }
+}
+
+/// A granted `user_access`: who, on which agent, and as whom requests reach the cluster.
+#[derive(Debug, Clone)]
+pub struct Grant {
+    pub agent: Agent,
+    pub username: String,
+    pub authorization: UserAuthorization,
+}
+
+/// The user's `user_access` to the agent; `None` for a refusal, an unknown agent or an unknown
+/// user alike, so that nobody can tell them apart.
+pub async fn authorize(db: &PgPool, agent_id: i64, user_id: i64) -> Result<Option<Grant>> {
+    let Some(rows) = agents::user_access(db, agent_id, user_id).await? else {
+        return Ok(None);
+    };
+    // Every entry carries its section's `access_as`; they are the same for one agent.
+    let access_as = rows
+        .entries
+        .first()
+        .and_then(|e| AccessAs::from_config(e.access_as.as_ref()));
+    let entries: Vec<UserAccessEntry> = rows
+        .entries
+        .iter()
+        .filter_map(|e| {
+            let (kind, id) = match (e.project_id, e.group_id) {
+                (Some(id), _) => (SourceKind::Project, id),
+                (None, Some(id)) => (SourceKind::Group, id),
+                (None, None) => return None,
+            };
+            Some(UserAccessEntry {
+                kind,
+                id,
+                access_level: e.access_level,
+            })
+        })
+        .collect();
+    Ok(
+        access::user_access(rows.admin, access_as, &entries).map(|authorization| Grant {
+            agent: rows.agent,
+            username: rows.username,
+            authorization,
+        }),
+    )
+}
+
+impl Grant {
+    /// The `Impersonate-*` headers for `access_as: {user: {}}` (none for `{agent: {}}`): user
+    /// `gitlab:user:<username>`, groups `gitlab:user` then every role of every qualifying
+    /// project and group, and the `agent.gitlab.com/*` extras, as KAS sends them.
+    pub fn impersonation(&self, access_type: AccessType) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        if self.authorization.access_as != AccessAs::User {
+            return headers;
+        }
+        let mut add = |name: HeaderName, value: String| {
+            // Usernames and ids are ASCII; a value that is not is left out rather than mangled.
+            if let Ok(value) = HeaderValue::try_from(value) {
+                headers.append(name, value);
+            }
+        };
+        add(
+            HeaderName::from_static("impersonate-user"),
+            format!("gitlab:user:{}", self.username),
+        );
+        let group = HeaderName::from_static("impersonate-group");
+        add(group.clone(), "gitlab:user".to_owned());
+        let auth = &self.authorization;
+        for (prefix, entries) in [("project", &auth.projects), ("group", &auth.groups)] {
+            for (id, roles) in entries {
+                for role in roles {
+                    add(group.clone(), format!("gitlab:{prefix}_role:{id}:{role}"));
+                }
+            }
+        }
+        // Header names cannot hold `/`: Kubernetes percent-decodes the extra's key.
+        let extras = [
+            ("id", self.agent.id.to_string()),
+            ("username", self.username.clone()),
+            ("config_project_id", self.agent.project_id.to_string()),
+            ("access_type", access_type.as_str().to_owned()),
+        ];
+        for (key, value) in extras {
+            add(
+                HeaderName::from_bytes(
+                    format!("impersonate-extra-agent.gitlab.com%2f{key}").as_bytes(),
+                )
+                .expect("a valid header name"),
+                value,
+            );
+        }
+        headers
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grant(access_as: AccessAs) -> Grant {
+        Grant {
+            agent: Agent {
+                id: 7,
+                project_id: 5,
+                name: "prod".into(),
+                project_full_path: "ops/agents".into(),
+            },
+            username: "alice".into(),
+            authorization: UserAuthorization {
+                access_as,
+                projects: vec![(42, vec!["guest", "planner", "reporter", "developer"])],
+                groups: vec![(3, vec!["guest"])],
+            },
+        }
+    }
+
+    fn values<'a>(headers: &'a HeaderMap, name: &str) -> Vec<&'a str> {
+        headers
+            .get_all(name)
+            .iter()
+            .map(|v| v.to_str().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn impersonates_the_user_with_roles_and_extras() {
+        let h = grant(AccessAs::User).impersonation(AccessType::SessionCookie);
+        assert_eq!(values(&h, "impersonate-user"), ["gitlab:user:alice"]);
+        assert_eq!(
+            values(&h, "impersonate-group"),
+            [
+                "gitlab:user",
+                "gitlab:project_role:42:guest",
+                "gitlab:project_role:42:planner",
+                "gitlab:project_role:42:reporter",
+                "gitlab:project_role:42:developer",
+                "gitlab:group_role:3:guest",
+            ]
+        );
+        assert_eq!(values(&h, "impersonate-extra-agent.gitlab.com%2fid"), ["7"]);
+        assert_eq!(
+            values(&h, "impersonate-extra-agent.gitlab.com%2fusername"),
+            ["alice"]
+        );
+        assert_eq!(
+            values(&h, "impersonate-extra-agent.gitlab.com%2fconfig_project_id"),
+            ["5"]
+        );
+        assert_eq!(
+            values(&h, "impersonate-extra-agent.gitlab.com%2faccess_type"),
+            ["session_cookie"]
+        );
+        assert_eq!(h.len(), 1 + 6 + 4);
+        let token = grant(AccessAs::User).impersonation(AccessType::PersonalAccessToken);
+        assert_eq!(
+            values(&token, "impersonate-extra-agent.gitlab.com%2faccess_type"),
+            ["personal_access_token"]
+        );
+    }
+
+    #[test]
+    fn the_agent_identity_sends_no_impersonation() {
+        assert!(grant(AccessAs::Agent)
+            .impersonation(AccessType::SessionCookie)
+            .is_empty());
+    }
+}
