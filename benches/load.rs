@@ -5,6 +5,10 @@
 //!
 //! `cargo bench --bench load -- graphql --url U --session-secret-file F --user-id N --username U [--connections 32] [--seconds 30] [--rate R]`
 //!
+//! `get --url U --path P [--header 'name: value']...` sends the same GET over and over;
+//! `proxy` does so as a bearer session (`--session-secret-file`, `--user-id`, `--username`)
+//! with `Gitlab-Agent-Id: --agent`, for `benches/proxy.sh`.
+//!
 //! `graphql` sends the blueprint's query for environment `env<j>` of project `bench/p<k>`,
 //! rotating over 100 projects x 100 environments (the scenario `benches/graphql.sh` seeds),
 //! as a bearer session of the given user.
@@ -44,6 +48,9 @@ struct Args {
     session_secret_file: String,
     user_id: i64,
     username: String,
+    path: String,
+    headers: Vec<(String, String)>,
+    agent: i64,
 }
 
 fn args() -> Args {
@@ -60,6 +67,9 @@ fn args() -> Args {
         session_secret_file: ".envlens/session-secret".into(),
         user_id: 1,
         username: "root".into(),
+        path: "/".into(),
+        headers: Vec::new(),
+        agent: 1,
     };
     while let Some(flag) = it.next() {
         let value = it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
@@ -74,6 +84,13 @@ fn args() -> Args {
             "--session-secret-file" => a.session_secret_file = value,
             "--user-id" => a.user_id = value.parse().expect("--user-id"),
             "--username" => a.username = value,
+            "--path" => a.path = value,
+            "--agent" => a.agent = value.parse().expect("--agent"),
+            "--header" => {
+                let (name, value) = value.split_once(':').expect("--header 'name: value'");
+                a.headers
+                    .push((name.trim().to_owned(), value.trim().to_owned()));
+            }
             other => panic!("unknown flag {other}"),
         }
     }
@@ -95,19 +112,30 @@ fn token(secret_file: &str) -> String {
 /// What a request sends: its method, path, auth header and body, from its sequence number.
 #[derive(Clone)]
 enum Scenario {
-    Deployments { token: String },
-    Graphql { bearer: String },
+    Deployments {
+        token: String,
+    },
+    Graphql {
+        bearer: String,
+    },
+    Get {
+        path: String,
+        headers: Vec<(String, String)>,
+    },
 }
 
+type Headers = Vec<(String, String)>;
+
 impl Scenario {
-    fn request(&self, n: i64) -> (&'static str, &'static str, (&'static str, String), String) {
+    fn request(&self, n: i64) -> (&'static str, &str, Headers, String) {
         match self {
             Scenario::Deployments { token } => (
                 "POST",
                 "/api/v4/internal/deployments",
-                ("gitlab-envlens-api-request", token.clone()),
+                vec![("gitlab-envlens-api-request".into(), token.clone())],
                 deployment(n),
             ),
+            Scenario::Get { path, headers } => ("GET", path, headers.clone(), String::new()),
             Scenario::Graphql { bearer } => {
                 let query = format!(
                     r#"{{ project(fullPath: "bench/p{}") {{ environment(name: "env{}") {{ slug lastDeployment(status: SUCCESS) {{ agent {{ id name project {{ fullPath }} kubernetesNamespace }} }} }} }} }}"#,
@@ -117,7 +145,7 @@ impl Scenario {
                 (
                     "POST",
                     "/api/graphql",
-                    ("authorization", bearer.clone()),
+                    vec![("authorization".into(), bearer.clone())],
                     json!({ "query": query }).to_string(),
                 )
             }
@@ -167,18 +195,21 @@ impl Conn {
         method: &str,
         authority: &str,
         path: &str,
-        auth: (&str, &str),
+        headers: &[(String, String)],
         body: String,
     ) -> Result<(u16, Bytes), hyper::Error> {
         self.sender.ready().await?;
-        let req = Request::builder()
+        let mut req = Request::builder()
             .method(method)
             .uri(path)
-            .header("host", authority)
-            .header("content-type", "application/json")
-            .header(auth.0, auth.1)
-            .body(Full::new(Bytes::from(body)))
-            .unwrap();
+            .header("host", authority);
+        if !body.is_empty() {
+            req = req.header("content-type", "application/json");
+        }
+        for (name, value) in headers {
+            req = req.header(name, value);
+        }
+        let req = req.body(Full::new(Bytes::from(body))).unwrap();
         let res = self.sender.send_request(req).await?;
         let status = res.status().as_u16();
         let body = res.into_body().collect().await?.to_bytes();
@@ -223,7 +254,7 @@ async fn seed(a: &Args, authority: &str) {
                 method,
                 authority,
                 &path,
-                ("gitlab-envlens-api-request", &token),
+                &[("gitlab-envlens-api-request".to_owned(), token.clone())],
                 body.to_string(),
             )
             .await
@@ -289,12 +320,9 @@ async fn run(a: &Args, authority: &str, scenario: Scenario) {
                 if conn.is_none() {
                     conn = Conn::open(&authority).await.ok();
                 }
-                let (method, path, auth, body) = scenario.request(id);
+                let (method, path, headers, body) = scenario.request(id);
                 let outcome = match conn.as_mut() {
-                    Some(c) => c
-                        .send(method, &authority, path, (auth.0, &auth.1), body)
-                        .await
-                        .ok(),
+                    Some(c) => c.send(method, &authority, path, &headers, body).await.ok(),
                     None => None,
                 };
                 let key = match outcome {
@@ -350,6 +378,16 @@ async fn run(a: &Args, authority: &str, scenario: Scenario) {
     );
 }
 
+/// `Bearer <session token>` of `--user-id`, signed with `--session-secret-file`.
+fn session(a: &Args) -> String {
+    let key = envlens::auth::secrets::read_key(std::path::Path::new(&a.session_secret_file))
+        .expect("session secret");
+    let ttl = Duration::from_secs(3600);
+    let (token, _) =
+        envlens::auth::mint_session(key.bytes(), a.user_id, &a.username, ttl).expect("token");
+    format!("Bearer {token}")
+}
+
 #[tokio::main]
 async fn main() {
     let a = args();
@@ -365,11 +403,19 @@ async fn main() {
             run(&a, &authority, Scenario::Deployments { token }).await
         }
         "graphql" => {
-            let key = envlens::auth::secrets::read_key(std::path::Path::new(&a.session_secret_file)).expect("session secret");
-            let ttl = Duration::from_secs(3600);
-            let (token, _) = envlens::auth::mint_session(key.bytes(), a.user_id, &a.username, ttl).expect("token");
-            run(&a, &authority, Scenario::Graphql { bearer: format!("Bearer {token}") }).await
+            let bearer = session(&a);
+            run(&a, &authority, Scenario::Graphql { bearer }).await
         }
-        _ => eprintln!("usage: load seed|run|graphql --url URL [--secret-file F | --session-secret-file F --user-id N --username U] [--connections N] [--seconds S] [--rate R] [--acked FILE]"),
+        "get" => {
+            let scenario = Scenario::Get { path: a.path.clone(), headers: a.headers.clone() };
+            run(&a, &authority, scenario).await
+        }
+        "proxy" => {
+            let mut headers = a.headers.clone();
+            headers.push(("authorization".into(), session(&a)));
+            headers.push(("gitlab-agent-id".into(), a.agent.to_string()));
+            run(&a, &authority, Scenario::Get { path: a.path.clone(), headers }).await
+        }
+        _ => eprintln!("usage: load seed|run|graphql|get|proxy --url URL [--secret-file F | --session-secret-file F --user-id N --username U] [--connections N] [--seconds S] [--rate R] [--acked FILE]"),
     }
 }

@@ -31,6 +31,8 @@ pub struct Clusters {
     default_kubeconfig: Option<std::path::PathBuf>,
     connect_timeout: Duration,
     pub response_timeout: Duration,
+    /// Recent `user_access` decisions.
+    pub grants: crate::user_access::GrantCache,
 }
 
 /// No client could be made for the agent: the proxy answers 502 with this message.
@@ -76,6 +78,7 @@ impl Clusters {
             default_kubeconfig: settings.kubeconfig.clone(),
             connect_timeout: settings.connect_timeout,
             response_timeout: settings.response_timeout,
+            grants: crate::user_access::GrantCache::new(settings.access_cache),
         }
     }
 

@@ -17,7 +17,7 @@ use serde_json::json;
 
 use crate::auth::verify_session;
 use crate::state::AppState;
-use crate::user_access::{self, AccessType};
+use crate::user_access::AccessType;
 
 pub const PREFIX: &str = "/k8s-proxy";
 const AGENT_HEADER: &str = "gitlab-agent-id";
@@ -52,7 +52,8 @@ pub async fn forward(State(state): State<AppState>, request: Request) -> Respons
             "the Gitlab-Agent-Id header (or gitlab-agent-id parameter) must name an agent",
         );
     };
-    let grant = match user_access::authorize(&state.db, agent_id, session.user_id).await {
+    let grants = &state.clusters.grants;
+    let grant = match grants.authorize(&state.db, agent_id, session.user_id).await {
         Ok(Some(grant)) => grant,
         // An unknown agent, an unknown user and a refusal read the same.
         Ok(None) => {

@@ -6,6 +6,7 @@
 //!   kubeconfig: /etc/envlens/kubeconfig   # default: KUBECONFIG, ~/.kube/config, in-cluster
 //!   connect_timeout: 5s
 //!   response_timeout: 30s                 # until the cluster's first byte; streams then run free
+//!   access_cache: 5s                      # how long a user_access decision is reused
 //!   agents:
 //!     - agent: 7                          # an agent id ...
 //!       context: production
@@ -46,6 +47,9 @@ pub struct KubernetesSettings {
     /// for as long as the client stays.
     #[serde(default = "default_response_timeout", deserialize_with = "duration")]
     pub response_timeout: Duration,
+    /// How long a `user_access` decision is reused for the same user and agent.
+    #[serde(default = "default_access_cache", deserialize_with = "duration")]
+    pub access_cache: Duration,
     #[serde(default)]
     pub agents: Vec<AgentCluster>,
 }
@@ -56,6 +60,7 @@ impl Default for KubernetesSettings {
             kubeconfig: None,
             connect_timeout: default_connect_timeout(),
             response_timeout: default_response_timeout(),
+            access_cache: default_access_cache(),
             agents: Vec::new(),
         }
     }
@@ -137,6 +142,10 @@ pub struct CorsSettings {
 }
 
 fn default_connect_timeout() -> Duration {
+    Duration::from_secs(5)
+}
+
+fn default_access_cache() -> Duration {
     Duration::from_secs(5)
 }
 

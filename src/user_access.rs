@@ -2,6 +2,10 @@
 //! the decision needs, the decision itself (pure, in [`crate::access`]), and the Kubernetes
 //! impersonation headers that carry it to the cluster.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use sqlx::PgPool;
 
@@ -69,6 +73,54 @@ pub async fn authorize(db: &PgPool, agent_id: i64, user_id: i64) -> Result<Optio
             authorization,
         }),
     )
+}
+
+/// Decisions of the last few seconds, per (user, agent), as KAS caches GitLab's answers: a
+/// browser watching a page sends many requests, and each would otherwise cost a statement.
+/// A membership or configuration change therefore takes effect within `ttl`.
+pub struct GrantCache {
+    ttl: Duration,
+    entries: Mutex<HashMap<(i64, i64), (Instant, Option<Arc<Grant>>)>>,
+}
+
+/// Enough for every active user of a large instance; past it the cache starts over.
+const MAX_CACHED: usize = 10_000;
+
+impl GrantCache {
+    pub fn new(ttl: Duration) -> Self {
+        GrantCache {
+            ttl,
+            entries: Mutex::default(),
+        }
+    }
+
+    /// [`authorize`], answered from the cache when the decision is recent. Errors are not kept.
+    pub async fn authorize(
+        &self,
+        db: &PgPool,
+        agent_id: i64,
+        user_id: i64,
+    ) -> Result<Option<Arc<Grant>>> {
+        let key = (user_id, agent_id);
+        if let Some((at, grant)) = self.lock().get(&key) {
+            if at.elapsed() < self.ttl {
+                return Ok(grant.clone());
+            }
+        }
+        let grant = authorize(db, agent_id, user_id).await?.map(Arc::new);
+        let mut entries = self.lock();
+        if entries.len() >= MAX_CACHED {
+            entries.clear();
+        }
+        entries.insert(key, (Instant::now(), grant.clone()));
+        Ok(grant)
+    }
+
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<(i64, i64), (Instant, Option<Arc<Grant>>)>> {
+        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 impl Grant {

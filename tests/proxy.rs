@@ -699,3 +699,24 @@ async fn cors_for_configured_origins_with_credentials() {
         .unwrap()
         .contains("gitlab-unauthorized"));
 }
+
+#[tokio::test]
+async fn decisions_are_reused_for_the_configured_time() {
+    let (_api, served, _dir) = cluster().await;
+    let promote = json!({"event_name": "user_add_to_team", "user_id": 5, "user_username": "rep",
+        "project_id": 11, "project_path_with_namespace": "acme/apps/web", "project_path": "web",
+        "project_name": "web", "project_visibility": "private", "access_level": "Developer"});
+    for (ttl, after_promotion) in [("0s", 200), ("1h", 401)] {
+        let app = setup(&format!("{}  access_cache: {ttl}\n", config(&served))).await;
+        assert_unauthorized(&get(&app, 5, 7, PODS).await);
+        let res = app.system_hook(&promote).await;
+        assert!(res.status.is_success(), "{}", res.text());
+        let res = get(&app, 5, 7, PODS).await;
+        assert_eq!(
+            res.status,
+            after_promotion,
+            "access_cache {ttl}: {}",
+            res.text()
+        );
+    }
+}

@@ -52,6 +52,7 @@ pub struct CurrentUser {
     pub id: i64,
     pub username: String,
     pub admin: bool,
+    pub via: Via,
 }
 
 impl FromRequestParts<AppState> for CurrentUser {
@@ -67,6 +68,7 @@ impl FromRequestParts<AppState> for CurrentUser {
             id: user.id,
             username: user.username,
             admin: user.admin,
+            via: session.via,
         })
     }
 }
