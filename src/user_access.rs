@@ -80,8 +80,11 @@ pub async fn authorize(db: &PgPool, agent_id: i64, user_id: i64) -> Result<Optio
 /// A membership or configuration change therefore takes effect within `ttl`.
 pub struct GrantCache {
     ttl: Duration,
-    entries: Mutex<HashMap<(i64, i64), (Instant, Option<Arc<Grant>>)>>,
+    entries: Mutex<Decisions>,
 }
+
+/// (user, agent) -> when decided, and the grant or the refusal.
+type Decisions = HashMap<(i64, i64), (Instant, Option<Arc<Grant>>)>;
 
 /// Enough for every active user of a large instance; past it the cache starts over.
 const MAX_CACHED: usize = 10_000;
@@ -116,9 +119,7 @@ impl GrantCache {
         Ok(grant)
     }
 
-    fn lock(
-        &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<(i64, i64), (Instant, Option<Arc<Grant>>)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Decisions> {
         self.entries.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
