@@ -490,11 +490,23 @@ fn pod(obj: &Value) -> Health {
             });
             Health::new(Degraded, failure.unwrap_or_default())
         }
-        "Running" if restart_policy == "Always" => running_pod(obj, statuses, status_message),
+        "Running" if restart_policy == "Always" || ignores_restart_policy(obj) => {
+            running_pod(obj, statuses, status_message)
+        }
         // Finite pods (typically hooks) are not Healthy until they succeed.
         "Running" => Health::new(Progressing, status_message),
         _ => Health::new(Unknown, status_message),
     }
+}
+
+/// Argo's opt-out for pods that run with OnFailure or Never yet are long-lived (typically
+/// managed by an operator): judged as a long-running pod once running, like Argo does.
+const IGNORE_RESTART_POLICY_ANNOTATION: &str = "argocd.argoproj.io/ignore-restart-policy";
+
+fn ignores_restart_policy(obj: &Value) -> bool {
+    obj.pointer("/metadata/annotations")
+        .and_then(Value::as_object)
+        .is_some_and(|a| a.contains_key(IGNORE_RESTART_POLICY_ANNOTATION))
 }
 
 /// A running long-lived pod: Healthy when Ready; Degraded when not Ready because a container
@@ -599,46 +611,44 @@ fn cron_job(obj: &Value) -> Health {
 // Networking and storage (gitops-engine health_service.go, health_ingress.go, health_pvc.go).
 // Argo gives these no message; ours say what is awaited, or which address was assigned.
 
-/// The IPs or hostnames in `status.loadBalancer.ingress`, joined for display.
-fn load_balancer_addresses(obj: &Value) -> Vec<&str> {
-    list_at(obj, "/status/loadBalancer/ingress")
+/// `status.loadBalancer.ingress`: its entry count (an entry is an assignment, as Argo counts
+/// them) and the IPs or hostnames among them, for display. An entry may carry neither, e.g.
+/// only `ports` or `ipMode`.
+fn load_balancer_addresses(obj: &Value) -> (usize, Vec<&str>) {
+    let entries = list_at(obj, "/status/loadBalancer/ingress");
+    let addresses = entries
         .iter()
-        .map(|i| {
-            str_at(i, "/ip")
-                .or_else(|| str_at(i, "/hostname"))
-                .unwrap_or("")
-        })
-        .collect()
+        .filter_map(|i| str_at(i, "/ip").or_else(|| str_at(i, "/hostname")))
+        .filter(|a| !a.is_empty())
+        .collect();
+    (entries.len(), addresses)
+}
+
+/// Healthy once the load balancer has at least one entry, naming its addresses if it has any.
+fn assigned(obj: &Value, waiting: &str, label: &str) -> Health {
+    match load_balancer_addresses(obj) {
+        (0, _) => Health::new(Progressing, waiting),
+        (_, addresses) if addresses.is_empty() => Health::new(Healthy, ""),
+        (_, addresses) => Health::new(Healthy, format!("{label}: {}", addresses.join(", "))),
+    }
 }
 
 fn service(obj: &Value) -> Health {
     if str_at(obj, "/spec/type") != Some("LoadBalancer") {
         return Health::new(Healthy, "");
     }
-    let addresses = load_balancer_addresses(obj);
-    if addresses.is_empty() {
-        return Health::new(
-            Progressing,
-            "Waiting for the load balancer to be assigned an address",
-        );
-    }
-    Health::new(
-        Healthy,
-        format!("Load balancer address: {}", addresses.join(", ")),
+    assigned(
+        obj,
+        "Waiting for the load balancer to be assigned an address",
+        "Load balancer address",
     )
 }
 
 fn ingress(obj: &Value) -> Health {
-    let addresses = load_balancer_addresses(obj);
-    if addresses.is_empty() {
-        return Health::new(
-            Progressing,
-            "Waiting for the ingress controller to assign an address",
-        );
-    }
-    Health::new(
-        Healthy,
-        format!("Ingress address: {}", addresses.join(", ")),
+    assigned(
+        obj,
+        "Waiting for the ingress controller to assign an address",
+        "Ingress address",
     )
 }
 
@@ -749,6 +759,21 @@ fn api_service(obj: &Value) -> Health {
 // that Flux, Crossplane, cert-manager and most operators follow, so a CRD needs no rule of its own.
 
 fn custom_resource(obj: &Value) -> Option<Health> {
+    let ready = condition(obj, "Ready");
+    // Conditions older than the spec describe the previous spec, not this one, whatever they
+    // say: kstatus checks this before anything else too. Controllers that keep no
+    // `status.observedGeneration` (cert-manager) record it on each condition instead.
+    let generation = int_at(obj, "/metadata/generation");
+    let observed = opt_int_at(obj, "/status/observedGeneration")
+        .or_else(|| ready.and_then(|c| opt_int_at(c, "/observedGeneration")));
+    if let Some(observed) = observed.filter(|observed| generation > *observed) {
+        return Some(Health::new(
+            Progressing,
+            format!(
+                "Waiting for the controller to observe the latest generation (observed {observed}, desired {generation})"
+            ),
+        ));
+    }
     let stalled = condition(obj, "Stalled");
     if cond_status_is(stalled, "True") {
         return Some(Health::new(Degraded, cond_message(stalled)));
@@ -757,18 +782,6 @@ fn custom_resource(obj: &Value) -> Option<Health> {
     if cond_status_is(reconciling, "True") {
         return Some(Health::new(Progressing, cond_message(reconciling)));
     }
-    // A Ready condition older than the spec describes the previous spec, not this one.
-    if opt_int_at(obj, "/status/observedGeneration").is_some() && generation_lags(obj) {
-        return Some(Health::new(
-            Progressing,
-            format!(
-                "Waiting for the controller to observe the latest generation (observed {}, desired {})",
-                int_at(obj, "/status/observedGeneration"),
-                int_at(obj, "/metadata/generation")
-            ),
-        ));
-    }
-    let ready = condition(obj, "Ready");
     match ready.and_then(|c| str_at(c, "/status")) {
         Some("True") => Some(Health::new(Healthy, cond_message(ready))),
         Some("False") => Some(Health::new(Degraded, cond_message(ready))),
@@ -1868,6 +1881,375 @@ mod tests {
         assert_eq!(
             got.message.as_deref(),
             Some("Caused by PersistentVolumeClaim default/data: The claim's bound volume no longer exists")
+        );
+    }
+
+    // --- coverage: the rules and edge cases not pinned above ---------------------------------
+
+    /// (what, object, expected status, expected message) for every remaining branch.
+    fn more_fixtures() -> Vec<(&'static str, Value, HealthStatus, Option<&'static str>)> {
+        let complete = json!({"observedGeneration": 1, "replicas": 2, "updatedReplicas": 2, "availableReplicas": 2});
+        let deadline = json!([{"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded"}]);
+        let with_annotation = |mut o: Value, key: &str, value: &str| {
+            o["metadata"]["annotations"] = json!({ key: value });
+            o
+        };
+        vec![
+            // Deployment
+            ("deployment without spec.replicas", deploy(json!({}), complete.clone()), Healthy, None),
+            ("extensions/v1beta1 deployment", obj("extensions/v1beta1", "Deployment", json!({"replicas": 2}), complete.clone()), Healthy, None),
+            ("paused beats the deadline",
+             deploy(json!({"replicas": 2, "paused": true}), json!({"observedGeneration": 1, "conditions": deadline})),
+             Suspended, Some("Deployment is paused")),
+            ("a deadline of an older generation is not read",
+             deploy(json!({"replicas": 2}), json!({"observedGeneration": 0, "conditions": deadline})),
+             Progressing, Some("Waiting for rollout to finish: observed deployment generation less than desired generation")),
+            ("scaled to zero", deploy(json!({"replicas": 0}), json!({"observedGeneration": 1})), Healthy, None),
+            // StatefulSet
+            ("statefulset generation lag",
+             obj("apps/v1", "StatefulSet", json!({"replicas": 1}), json!({"observedGeneration": 1, "readyReplicas": 1})).tap_generation(2),
+             Progressing, Some("Waiting for statefulset spec update to be observed...")),
+            ("statefulset without spec.replicas",
+             obj("apps/v1", "StatefulSet", json!({}), json!({"observedGeneration": 1, "currentReplicas": 1, "currentRevision": "r1", "updateRevision": "r1"})),
+             Healthy, Some("statefulset rolling update complete 1 pods at revision r1...")),
+            // DaemonSet
+            ("extensions/v1beta1 daemonset",
+             obj("extensions/v1beta1", "DaemonSet", json!({}), json!({"observedGeneration": 1, "desiredNumberScheduled": 2, "updatedNumberScheduled": 2, "numberAvailable": 2})),
+             Healthy, None),
+            ("daemonset generation lag beats OnDelete",
+             ds("OnDelete", json!({"observedGeneration": 0})),
+             Progressing, Some("Waiting for rollout to finish: observed daemon set generation less than desired generation")),
+            // ReplicaSet
+            ("replica failure False is not a failure",
+             obj("apps/v1", "ReplicaSet", json!({"replicas": 1}), json!({"observedGeneration": 1, "availableReplicas": 1,
+                 "conditions": [{"type": "ReplicaFailure", "status": "False", "message": "old"}]})),
+             Healthy, None),
+            ("replica failure without message names its reason",
+             obj("extensions/v1beta1", "ReplicaSet", json!({"replicas": 1}), json!({"observedGeneration": 1,
+                 "conditions": [{"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate"}]})),
+             Degraded, Some("FailedCreate")),
+            // Pod
+            ("crash loop without message names its reason",
+             pod_with("Always", json!({"phase": "Running", "containerStatuses": [waiting("CrashLoopBackOff", "")]})),
+             Degraded, Some("CrashLoopBackOff")),
+            ("config error",
+             pod_with("Always", json!({"phase": "Pending", "containerStatuses": [
+                 waiting("CreateContainerConfigError", "secret \"db\" not found")]})),
+             Degraded, Some("secret \"db\" not found")),
+            ("container creating is not stuck",
+             pod_with("Always", json!({"phase": "Pending", "containerStatuses": [waiting("ContainerCreating", "")]})),
+             Progressing, None),
+            ("restartPolicy defaults to Always",
+             obj("v1", "Pod", json!({}), json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]})),
+             Healthy, None),
+            ("running, not ready, with a status message",
+             pod_with("Always", json!({"phase": "Running", "message": "probing",
+                 "conditions": [{"type": "Ready", "status": "False", "message": "containers with unready status: [app]"}]})),
+             Progressing, Some("probing")),
+            ("restarted, with a status message",
+             pod_with("Always", json!({"phase": "Running", "message": "node pressure",
+                 "containerStatuses": [{"name": "app", "lastState": {"terminated": {"exitCode": 1}}}]})),
+             Degraded, Some("node pressure")),
+            ("restarted with an exit code only",
+             pod_with("Always", json!({"phase": "Running",
+                 "containerStatuses": [{"name": "app", "lastState": {"terminated": {"exitCode": 1, "reason": "Error", "message": "panic: boom"}}}]})),
+             Degraded, Some("container \"app\" last terminated: panic: boom")),
+            ("failed: terminated message first",
+             pod_with("Never", json!({"phase": "Failed", "containerStatuses": [
+                 {"name": "app", "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled", "message": "killed"}}}]})),
+             Degraded, Some("killed")),
+            ("ignore-restart-policy: a running OnFailure pod is judged as long-lived",
+             with_annotation(pod_with("OnFailure", json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]})),
+                 IGNORE_RESTART_POLICY_ANNOTATION, "true"),
+             Healthy, None),
+            ("ignore-restart-policy: a restarted Never pod is degraded",
+             with_annotation(pod_with("Never", json!({"phase": "Running",
+                 "containerStatuses": [{"name": "app", "lastState": {"terminated": {"reason": "OOMKilled"}}}]})),
+                 IGNORE_RESTART_POLICY_ANNOTATION, ""),
+             Degraded, Some("container \"app\" last terminated: OOMKilled")),
+            ("pod without phase", pod_with("Always", json!({})), Unknown, None),
+            // Job
+            ("failed job without message names its reason",
+             job_with(json!({}), json!([{"type": "Failed", "status": "True", "reason": "DeadlineExceeded"}])),
+             Degraded, Some("DeadlineExceeded")),
+            ("failed beats complete",
+             job_with(json!({}), json!([{"type": "Complete", "status": "True"}, {"type": "Failed", "status": "True", "message": "x"}])),
+             Degraded, Some("x")),
+            ("complete without message", job_with(json!({}), json!([{"type": "Complete", "status": "True"}])), Healthy, None),
+            ("a suspended job that already failed stays failed",
+             job_with(json!({"suspend": true}), json!([{"type": "Failed", "status": "True", "message": "x"}])),
+             Degraded, Some("x")),
+            // CronJob
+            ("suspended beats active",
+             cron(json!({"suspend": true}), json!({"active": [{"name": "a"}]})),
+             Suspended, Some("CronJob is Suspended")),
+            ("active beats a failed last run",
+             cron(json!({}), json!({"active": [{"name": "a"}], "lastScheduleTime": "2024-01-02T00:00:00Z"})),
+             Progressing, Some("Waiting for 1 Jobs to complete")),
+            // Service and Ingress
+            ("node port service", obj("v1", "Service", json!({"type": "NodePort"}), json!({})), Healthy, None),
+            ("service without type", obj("v1", "Service", json!({}), json!({})), Healthy, None),
+            ("load balancer with an empty ingress list",
+             obj("v1", "Service", json!({"type": "LoadBalancer"}), json!({"loadBalancer": {"ingress": []}})),
+             Progressing, Some("Waiting for the load balancer to be assigned an address")),
+            ("load balancer without status",
+             json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"}, "spec": {"type": "LoadBalancer"}}),
+             Progressing, Some("Waiting for the load balancer to be assigned an address")),
+            ("load balancer entry without ip or hostname is an assignment, with nothing to name",
+             obj("v1", "Service", json!({"type": "LoadBalancer"}), json!({"loadBalancer": {"ingress": [{"ports": [{"port": 80}]}]}})),
+             Healthy, None),
+            ("ingress without status",
+             json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": {"name": "web"}}),
+             Progressing, Some("Waiting for the ingress controller to assign an address")),
+            ("ingress with a hostname",
+             obj("networking.k8s.io/v1", "Ingress", json!({}), json!({"loadBalancer": {"ingress": [{"hostname": "lb.example.com"}, {"ip": ""}]}})),
+             Healthy, Some("Ingress address: lb.example.com")),
+            // HPA
+            ("hpa cannot get its target's scale",
+             hpa_with(json!([{"type": "AbleToScale", "status": "False", "reason": "FailedGetScale", "message": "deployments/scale.apps \"web\" not found"}])),
+             Degraded, Some("deployments/scale.apps \"web\" not found")),
+            ("hpa with an invalid selector",
+             hpa_with(json!([{"type": "AbleToScale", "status": "True", "message": "ok"},
+                             {"type": "ScalingActive", "status": "False", "reason": "InvalidSelector", "message": "bad selector"}])),
+             Degraded, Some("bad selector")),
+            ("hpa failing on an external metric",
+             hpa_with(json!([{"type": "ScalingActive", "status": "False", "reason": "FailedGetExternalMetric", "message": "no metric"}])),
+             Degraded, Some("no metric")),
+            ("hpa limited by its bounds",
+             hpa_with(json!([{"type": "ScalingLimited", "status": "True", "reason": "TooManyReplicas", "message": "the desired replica count is more than the maximum replica count"}])),
+             Healthy, Some("the desired replica count is more than the maximum replica count")),
+            ("hpa able to scale False (backoff) is waiting",
+             hpa_with(json!([{"type": "AbleToScale", "status": "False", "reason": "BackoffBoth"}])),
+             Progressing, Some("Waiting to Autoscale")),
+            ("autoscaling/v1 without the annotation",
+             obj("autoscaling/v1", "HorizontalPodAutoscaler", json!({}), json!({"currentReplicas": 1})),
+             Progressing, Some("Waiting to Autoscale")),
+            ("autoscaling/v1 with no conditions in the annotation",
+             with_annotation(obj("autoscaling/v1", "HorizontalPodAutoscaler", json!({}), json!({})), HPA_CONDITIONS_ANNOTATION, "[]"),
+             Progressing, Some("Waiting to Autoscale")),
+            // APIService
+            ("apiservice available without reason or message",
+             obj("apiregistration.k8s.io/v1", "APIService", json!({}), json!({"conditions": [{"type": "Available", "status": "True"}]})),
+             Healthy, None),
+            ("apiservice with a message only",
+             obj("apiregistration.k8s.io/v1beta1", "APIService", json!({}), json!({"conditions": [{"type": "Available", "status": "False", "message": "no endpoints"}]})),
+             Progressing, Some("no endpoints")),
+            // Custom resources
+            ("stalled, but about an older generation",
+             cr(2, json!({"observedGeneration": 1, "conditions": [{"type": "Stalled", "status": "True", "message": "old failure"}]})),
+             Progressing, Some("Waiting for the controller to observe the latest generation (observed 1, desired 2)")),
+            ("ready, but recorded for an older generation on the condition (cert-manager)",
+             cr(3, json!({"conditions": [{"type": "Ready", "status": "True", "observedGeneration": 2, "message": "Certificate is up to date"}]})),
+             Progressing, Some("Waiting for the controller to observe the latest generation (observed 2, desired 3)")),
+            ("ready, recorded for this generation on the condition",
+             cr(3, json!({"conditions": [{"type": "Ready", "status": "True", "observedGeneration": 3, "message": "Certificate is up to date"}]})),
+             Healthy, Some("Certificate is up to date")),
+            ("stalled beats reconciling",
+             cr(1, json!({"observedGeneration": 1, "conditions": [
+                 {"type": "Reconciling", "status": "True", "message": "retrying"},
+                 {"type": "Stalled", "status": "True", "message": "gave up"}]})),
+             Degraded, Some("gave up")),
+            ("reconciling False and ready True",
+             cr(1, json!({"observedGeneration": 1, "conditions": [
+                 {"type": "Reconciling", "status": "False"}, {"type": "Stalled", "status": "False"},
+                 {"type": "Ready", "status": "True", "reason": "Succeeded"}]})),
+             Healthy, Some("Succeeded")),
+            ("custom resource being deleted",
+             cr(1, json!({})).tap_deleted(),
+             Progressing, Some("Pending deletion")),
+        ]
+    }
+
+    /// Small builders for the fixtures above.
+    trait Tap {
+        fn tap_generation(self, generation: i64) -> Self;
+        fn tap_deleted(self) -> Self;
+    }
+
+    impl Tap for Value {
+        fn tap_generation(mut self, generation: i64) -> Self {
+            self["metadata"]["generation"] = json!(generation);
+            self
+        }
+
+        fn tap_deleted(mut self) -> Self {
+            self["metadata"]["deletionTimestamp"] = json!("2024-01-01T00:00:00Z");
+            self
+        }
+    }
+
+    #[test]
+    fn every_remaining_branch() {
+        for (what, o, status, message) in more_fixtures() {
+            let got = health(&o).unwrap_or_else(|| panic!("{what}: a rule should apply"));
+            assert_eq!(
+                (got.status, got.message.as_deref()),
+                (status, message),
+                "{what}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_kind_with_a_rule_reaches_every_status_it_can() {
+        // Which statuses each built-in rule can give, as the fixtures of this module show; a
+        // rule that loses a branch fails here.
+        let mut fixtures: Vec<Value> = more_fixtures().into_iter().map(|f| f.1).collect();
+        fixtures.extend([
+            deploy(json!({"replicas": 1}), json!({"observedGeneration": 0})),
+            deploy(json!({"replicas": 3}), json!({"observedGeneration": 1, "replicas": 3, "updatedReplicas": 3, "availableReplicas": 3})),
+            deploy(json!({"replicas": 1}), json!({"observedGeneration": 1, "conditions": [{"type": "Progressing", "reason": "ProgressDeadlineExceeded"}]})),
+            sts(json!({"type": "RollingUpdate"}), json!({})),
+            ds("RollingUpdate", json!({"observedGeneration": 0})),
+            obj("apps/v1", "ReplicaSet", json!({"replicas": 2}), json!({})),
+            pod_with("Never", json!({"phase": "Failed"})),
+            pod_with("Never", json!({"phase": "Succeeded"})),
+            job_with(json!({}), Value::Null),
+            job_with(json!({"suspend": true}), json!([])),
+            cron(json!({}), json!({})),
+            cron(json!({}), json!({"lastScheduleTime": "2024-01-02T00:00:00Z"})),
+            obj("v1", "PersistentVolumeClaim", json!({}), json!({"phase": "Bound"})),
+            obj("v1", "PersistentVolumeClaim", json!({}), json!({"phase": "Pending"})),
+            obj("v1", "PersistentVolumeClaim", json!({}), json!({"phase": "Lost"})),
+            obj("v1", "PersistentVolumeClaim", json!({}), json!({})),
+            obj("autoscaling/v2", "HorizontalPodAutoscaler", json!({}), json!({"conditions": [{"type": "AbleToScale", "status": "True"}]})),
+            obj("apiregistration.k8s.io/v1", "APIService", json!({}), json!({})),
+            cr(1, json!({"conditions": [{"type": "Ready", "status": "False"}]})),
+        ]);
+        let mut seen: std::collections::BTreeMap<&str, std::collections::BTreeSet<&str>> =
+            Default::default();
+        for o in &fixtures {
+            if is_being_deleted(o) {
+                continue;
+            }
+            if let (Some(kind), Some(h)) = (o["kind"].as_str(), health(o)) {
+                let kind = if api_group(o).contains('.') && !api_group(o).ends_with("k8s.io") {
+                    "custom resource"
+                } else {
+                    kind
+                };
+                seen.entry(kind).or_default().insert(h.status.as_str());
+            }
+        }
+        let expect = |kind: &str, statuses: &[&str]| {
+            let got: Vec<&str> = seen.get(kind).into_iter().flatten().copied().collect();
+            let mut want = statuses.to_vec();
+            want.sort_unstable();
+            assert_eq!(got, want, "{kind}");
+        };
+        expect(
+            "Deployment",
+            &["Healthy", "Progressing", "Degraded", "Suspended"],
+        );
+        expect("StatefulSet", &["Healthy", "Progressing"]);
+        expect("DaemonSet", &["Healthy", "Progressing"]);
+        expect("ReplicaSet", &["Healthy", "Progressing", "Degraded"]);
+        expect("Pod", &["Healthy", "Progressing", "Degraded", "Unknown"]);
+        expect("Job", &["Healthy", "Progressing", "Degraded", "Suspended"]);
+        expect(
+            "CronJob",
+            &["Healthy", "Progressing", "Degraded", "Suspended"],
+        );
+        expect(
+            "PersistentVolumeClaim",
+            &["Healthy", "Progressing", "Degraded", "Unknown"],
+        );
+        expect("Service", &["Healthy", "Progressing"]);
+        expect("Ingress", &["Healthy", "Progressing"]);
+        expect(
+            "HorizontalPodAutoscaler",
+            &["Healthy", "Progressing", "Degraded"],
+        );
+        expect("APIService", &["Healthy", "Progressing"]);
+        expect("custom resource", &["Healthy", "Progressing", "Degraded"]);
+    }
+
+    #[test]
+    fn more_kinds_without_rule() {
+        for (api, kind) in [
+            ("v1", "Namespace"),
+            ("v1", "Node"),
+            ("v1", "PersistentVolume"),
+            ("v1", "ResourceQuota"),
+            ("storage.k8s.io/v1", "StorageClass"),
+            ("networking.k8s.io/v1", "NetworkPolicy"),
+            ("apiextensions.k8s.io/v1", "CustomResourceDefinition"),
+            (
+                "admissionregistration.k8s.io/v1",
+                "ValidatingWebhookConfiguration",
+            ),
+            ("scheduling.k8s.io/v1", "PriorityClass"),
+            // A rule's kind in another built-in group is not that kind.
+            ("apps/v1", "Pod"),
+            ("batch/v1", "Deployment"),
+            ("autoscaling/v1", "Ingress"),
+        ] {
+            // Even with conditions that a custom resource would be judged by.
+            let o = obj(
+                api,
+                kind,
+                json!({}),
+                json!({"conditions": [{"type": "Ready", "status": "False"}]}),
+            );
+            assert_eq!(health(&o), None, "{api} {kind}");
+        }
+        // No kind at all: nothing to judge.
+        assert_eq!(
+            health(&json!({"apiVersion": "v1", "metadata": {"name": "x"}})),
+            None
+        );
+    }
+
+    #[test]
+    fn aggregate_orders_every_pair() {
+        let order = [
+            Healthy,
+            Suspended,
+            Progressing,
+            HealthStatus::Missing,
+            Degraded,
+            Unknown,
+        ];
+        for (i, &better) in order.iter().enumerate() {
+            for &worse in &order[i + 1..] {
+                let (b, w) = (Health::new(better, "b"), Health::new(worse, "w"));
+                for items in [
+                    [("Pod", Some("ns"), "b", &b), ("Pod", Some("ns"), "w", &w)],
+                    [("Pod", Some("ns"), "w", &w), ("Pod", Some("ns"), "b", &b)],
+                ] {
+                    let got = aggregate(items);
+                    assert_eq!(got.status, worse, "{better:?} vs {worse:?}");
+                    assert_eq!(got.message.as_deref(), Some("Caused by Pod ns/w: w"));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn aggregate_names_exactly_three_without_a_count_and_describes_bare_causes() {
+        let missing = Health::new(HealthStatus::Missing, "");
+        let degraded = Health::new(Degraded, "");
+        let got = aggregate([
+            ("Deployment", Some("ns"), "a", &missing),
+            ("APIService", None, "v1.x", &degraded),
+            ("PersistentVolumeClaim", Some(""), "data", &degraded),
+            ("Pod", Some("ns"), "p", &degraded),
+        ]);
+        assert_eq!(got.status, Degraded);
+        assert_eq!(
+            got.message.as_deref(),
+            Some("Caused by APIService v1.x; PersistentVolumeClaim data; Pod ns/p")
+        );
+        let one_more = Health::new(Degraded, "x");
+        let got = aggregate([
+            ("Pod", Some("ns"), "1", &one_more),
+            ("Pod", Some("ns"), "2", &one_more),
+            ("Pod", Some("ns"), "3", &one_more),
+            ("Pod", Some("ns"), "4", &one_more),
+        ]);
+        assert_eq!(
+            got.message.as_deref(),
+            Some("Caused by Pod ns/1: x; Pod ns/2: x; Pod ns/3: x; and 1 more")
         );
     }
 }
