@@ -1148,6 +1148,141 @@ mod tests {
     }
 
     #[test]
+    fn a_missing_link_breaks_the_ownership_chain() {
+        // The ReplicaSet is gone (not listed): its Pods no longer chain to the Deployment.
+        let (d, _rs, p1, p2) = api_chain();
+        assert!(owned_closure(std::slice::from_ref(&d), &[p1.clone(), p2.clone()]).is_empty());
+        assert!(triples(&edges(&[d, p1, p2])).is_empty());
+    }
+
+    #[test]
+    fn several_owners() {
+        // A non-controller owner reference is an ownership link too: either owner brings it in.
+        let app = object("example.com/v1", "App", "web", "shop", "app1");
+        let team = object("example.com/v1", "Team", "web", "payments", "team1");
+        let mut cfg = owned(object("v1", "ConfigMap", "web", "shop-cfg", "cm1"), &app);
+        let mut refs = cfg["metadata"]["ownerReferences"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        refs.push(json!({"apiVersion": "example.com/v1", "kind": "Team", "name": "payments", "uid": "team1"}));
+        cfg["metadata"]["ownerReferences"] = Value::Array(refs);
+        use EdgeType::Owner;
+        assert_eq!(
+            triples(&edges(&[cfg.clone(), app.clone(), team.clone()])),
+            [("app1", "cm1", Owner), ("team1", "cm1", Owner)]
+        );
+        assert_eq!(
+            owned_closure(std::slice::from_ref(&team), std::slice::from_ref(&cfg)),
+            [0]
+        );
+        assert_eq!(owned_closure(&[app, team], &[cfg]), [0]);
+    }
+
+    #[test]
+    fn selector_links_the_topmost_present_workload() {
+        // Without its Deployment in the group, the ReplicaSet is the top-most match; its Pods
+        // stay under it.
+        let (_d, rs, p1, p2) = api_chain();
+        let svc = service("web", "api", "s1", json!({"app": "api"}));
+        use EdgeType::{Owner, ServiceSelector};
+        assert_eq!(
+            triples(&edges(&[p1, p2, rs, svc])),
+            [
+                ("rs1", "p1", Owner),
+                ("rs1", "p2", Owner),
+                ("s1", "rs1", ServiceSelector)
+            ]
+        );
+    }
+
+    #[test]
+    fn selector_skips_only_pods_whose_controller_matches() {
+        // A Job (controller: a CronJob, which has no pod template of its own) is top-most; a
+        // Pod whose controller's template does not match is linked directly.
+        let cron = object("batch/v1", "CronJob", "ops", "report", "cj1");
+        let job = owned(
+            workload(
+                "batch/v1",
+                "Job",
+                "ops",
+                "report-1",
+                "job1",
+                json!({"app": "report"}),
+            ),
+            &cron,
+        );
+        let run = owned(
+            pod("ops", "report-1-x", "pod1", json!({"app": "report"})),
+            &job,
+        );
+        let other = workload(
+            "apps/v1",
+            "ReplicaSet",
+            "ops",
+            "other",
+            "rs9",
+            json!({"app": "other"}),
+        );
+        let adopted = owned(
+            pod("ops", "adopted", "pod2", json!({"app": "report"})),
+            &other,
+        );
+        let svc = service("ops", "report", "s1", json!({"app": "report"}));
+        let graph = edges(&[cron, job, run, other, adopted, svc]);
+        let selector_edges: Vec<_> = triples(&graph)
+            .into_iter()
+            .filter(|e| e.2 == EdgeType::ServiceSelector)
+            .collect();
+        assert_eq!(
+            selector_edges,
+            [
+                ("s1", "job1", EdgeType::ServiceSelector),
+                ("s1", "pod2", EdgeType::ServiceSelector)
+            ]
+        );
+    }
+
+    #[test]
+    fn closure_of_a_realistic_environment() {
+        // Labelled: Deployment, Service, StatefulSet, CronJob; everything else joins by owner
+        // references or by Service name. Objects of another environment stay out.
+        let (d, rs, p1, p2) = api_chain();
+        let svc = service("web", "api", "s1", json!({"app": "api"}));
+        let eps = object("v1", "Endpoints", "web", "api", "e1");
+        let es = owned(slice("web", "api-x", "es1", "api"), &svc);
+        let db = workload(
+            "apps/v1",
+            "StatefulSet",
+            "web",
+            "db",
+            "sts1",
+            json!({"app": "db"}),
+        );
+        let db0 = owned(pod("web", "db-0", "db0", json!({"app": "db"})), &db);
+        let pvc = object("v1", "PersistentVolumeClaim", "web", "data-db-0", "pvc1");
+        let cron = object("batch/v1", "CronJob", "web", "backup", "cj1");
+        let job = owned(object("batch/v1", "Job", "web", "backup-1", "job1"), &cron);
+        let run = owned(pod("web", "backup-1-x", "jp1", json!({})), &job);
+        let (other_d, other_rs, other_p, _) = {
+            let d = deployment("web", "other", "d9", json!({"app": "other"}));
+            let rs = replicaset(&d, "other-1", "rs9", json!({"app": "other"}));
+            let p = owned(pod("web", "other-1-a", "p9", json!({"app": "other"})), &rs);
+            (d, rs, p, ())
+        };
+        let selected = [d, svc, db, cron];
+        let candidates = [
+            p1, rs, p2, eps, es, db0, pvc, job, run, other_d, other_rs, other_p,
+        ];
+        // The claim of a StatefulSet has no owner reference (unless its retention policy
+        // adds one): it joins the group only if labelled.
+        assert_eq!(
+            owned_closure(&selected, &candidates),
+            [0, 1, 2, 3, 4, 5, 7, 8]
+        );
+    }
+
+    #[test]
     fn indexes_compare_keys_not_just_hashes() {
         let mut chains: Chains<&str> = Chains::new();
         chains.insert(Hashed { hash: 7, key: "a" }, 1);
