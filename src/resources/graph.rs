@@ -21,6 +21,8 @@ use std::hash::{BuildHasherDefault, Hash, Hasher};
 
 use serde_json::{Map, Value};
 
+use super::field;
+
 /// Why a parent links to a child. The order matters: when several relations link the same pair, only the
 /// first in this order is kept (an owner reference says the most).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
@@ -183,7 +185,7 @@ impl<K: PartialEq + Copy> Chains<K> {
 // ---- small accessors: every one returns None / empty on a wrong shape instead of panicking ----
 
 fn value_at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a Value> {
-    path.iter().try_fold(v, |v, key| v.get(*key))
+    path.iter().try_fold(v, |v, key| field(v, key))
 }
 
 fn str_at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a str> {
@@ -328,7 +330,7 @@ impl<'a> Node<'a> {
 /// A Service's `spec.selector` as pairs; None when absent, empty (a selector-less Service selects nothing) or
 /// malformed (a non-string value cannot be matched meaningfully).
 fn service_selector(spec: &Value) -> Option<Vec<(&str, &str)>> {
-    let selector = spec.get("selector")?.as_object()?;
+    let selector = field(spec, "selector")?.as_object()?;
     if selector.is_empty() {
         return None;
     }
@@ -353,10 +355,10 @@ fn ingress_backends(spec: &Value) -> impl Iterator<Item = &str> {
     }
     let defaults = ["defaultBackend", "backend"]
         .into_iter()
-        .filter_map(|key| spec.get(key));
+        .filter_map(|key| field(spec, key));
     let paths = array_at(spec, &["rules"])
         .flat_map(|rule| array_at(rule, &["http", "paths"]))
-        .filter_map(|path| path.get("backend"));
+        .filter_map(|path| field(path, "backend"));
     defaults.chain(paths).filter_map(backend_service)
 }
 

@@ -7,6 +7,7 @@
 //! every field is read through an optional accessor and a missing one takes the Kubernetes zero
 //! value, so no input can panic.
 
+use super::field;
 use serde_json::Value;
 use HealthStatus::{Degraded, Healthy, Progressing, Suspended, Unknown};
 
@@ -107,7 +108,7 @@ pub fn health(obj: &Value) -> Option<Health> {
     if is_being_deleted(obj) {
         return Some(Health::new(Progressing, "Pending deletion"));
     }
-    let kind = str_at(obj, "/kind")?;
+    let kind = str_at(obj, &["kind"])?;
     let rule: fn(&Value) -> Health = match (api_group(obj), kind) {
         ("apps" | "extensions", "Deployment") => deployment,
         ("apps", "StatefulSet") => stateful_set,
@@ -190,68 +191,75 @@ fn describe_cause(
 // ---------------------------------------------------------------------------------------------
 // Field access: every read is optional so partial objects fall back to zero values, never panic.
 
-fn str_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
-    v.pointer(pointer)?.as_str()
+/// The value at `path` (`&["status", "conditions"]`), through objects only. Not
+/// `Value::pointer`, which unescapes every token of its pointer into a new `String`: on a large
+/// group that was most of the cost of `health`.
+fn at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a Value> {
+    path.iter().try_fold(v, |v, key| field(v, key))
+}
+
+fn str_at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a str> {
+    at(v, path)?.as_str()
 }
 
 /// Integer field, or 0 as Go's typed structs would read a missing one.
-fn int_at(v: &Value, pointer: &str) -> i64 {
-    opt_int_at(v, pointer).unwrap_or(0)
+fn int_at(v: &Value, path: &[&str]) -> i64 {
+    opt_int_at(v, path).unwrap_or(0)
 }
 
 /// Integer field where absence matters (`spec.replicas` unset is not the same as 0 in Argo).
-fn opt_int_at(v: &Value, pointer: &str) -> Option<i64> {
-    v.pointer(pointer)?.as_i64()
+fn opt_int_at(v: &Value, path: &[&str]) -> Option<i64> {
+    at(v, path)?.as_i64()
 }
 
-fn bool_at(v: &Value, pointer: &str) -> bool {
-    v.pointer(pointer).and_then(Value::as_bool).unwrap_or(false)
+fn bool_at(v: &Value, path: &[&str]) -> bool {
+    at(v, path).and_then(Value::as_bool).unwrap_or(false)
 }
 
-fn list_at<'a>(v: &'a Value, pointer: &str) -> &'a [Value] {
-    v.pointer(pointer)
+fn list_at<'a>(v: &'a Value, path: &[&str]) -> &'a [Value] {
+    at(v, path)
         .and_then(Value::as_array)
         .map_or(&[][..], Vec::as_slice)
 }
 
 /// The first `status.conditions` entry of the given type.
 fn condition<'a>(obj: &'a Value, kind: &str) -> Option<&'a Value> {
-    list_at(obj, "/status/conditions")
+    list_at(obj, &["status", "conditions"])
         .iter()
-        .find(|c| str_at(c, "/type") == Some(kind))
+        .find(|c| str_at(c, &["type"]) == Some(kind))
 }
 
 /// Whether the condition exists and its `status` is exactly `status` ("True", "False", ...).
 fn cond_status_is(cond: Option<&Value>, status: &str) -> bool {
-    cond.and_then(|c| str_at(c, "/status")) == Some(status)
+    cond.and_then(|c| str_at(c, &["status"])) == Some(status)
 }
 
 fn cond_reason(cond: Option<&Value>) -> &str {
-    cond.and_then(|c| str_at(c, "/reason")).unwrap_or("")
+    cond.and_then(|c| str_at(c, &["reason"])).unwrap_or("")
 }
 
 /// The condition's message, or its reason when the controller left the message empty.
 fn cond_message(cond: Option<&Value>) -> &str {
-    match cond.and_then(|c| str_at(c, "/message")) {
+    match cond.and_then(|c| str_at(c, &["message"])) {
         Some(m) if !m.is_empty() => m,
         _ => cond_reason(cond),
     }
 }
 
 fn name(obj: &Value) -> &str {
-    str_at(obj, "/metadata/name").unwrap_or("")
+    str_at(obj, &["metadata", "name"]).unwrap_or("")
 }
 
 /// "apps/v1" → "apps", "v1" → "" (core). A missing apiVersion is read as core, because list
 /// responses often omit it on their items.
 fn api_group(obj: &Value) -> &str {
-    str_at(obj, "/apiVersion")
+    str_at(obj, &["apiVersion"])
         .and_then(|v| v.split_once('/'))
         .map_or("", |(group, _)| group)
 }
 
 fn is_being_deleted(obj: &Value) -> bool {
-    match obj.pointer("/metadata/deletionTimestamp") {
+    match at(obj, &["metadata", "deletionTimestamp"]) {
         None | Some(Value::Null) => false,
         Some(Value::String(s)) => !s.is_empty(),
         Some(_) => true,
@@ -260,7 +268,7 @@ fn is_being_deleted(obj: &Value) -> bool {
 
 /// The controller has not yet seen the latest spec, so any status it reports is stale.
 fn generation_lags(obj: &Value) -> bool {
-    int_at(obj, "/metadata/generation") > int_at(obj, "/status/observedGeneration")
+    int_at(obj, &["metadata", "generation"]) > int_at(obj, &["status", "observedGeneration"])
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -268,7 +276,7 @@ fn generation_lags(obj: &Value) -> bool {
 // health_replicaset.go), themselves borrowed from `kubectl rollout status`.
 
 fn deployment(obj: &Value) -> Health {
-    if bool_at(obj, "/spec/paused") {
+    if bool_at(obj, &["spec", "paused"]) {
         return Health::new(Suspended, "Deployment is paused");
     }
     if generation_lags(obj) {
@@ -286,10 +294,10 @@ fn deployment(obj: &Value) -> Health {
             ),
         );
     }
-    let updated = int_at(obj, "/status/updatedReplicas");
-    let replicas = int_at(obj, "/status/replicas");
-    let available = int_at(obj, "/status/availableReplicas");
-    match opt_int_at(obj, "/spec/replicas") {
+    let updated = int_at(obj, &["status", "updatedReplicas"]);
+    let replicas = int_at(obj, &["status", "replicas"]);
+    let available = int_at(obj, &["status", "availableReplicas"]);
+    match opt_int_at(obj, &["spec", "replicas"]) {
         Some(desired) if updated < desired => Health::new(
             Progressing,
             format!("Waiting for rollout to finish: {updated} out of {desired} new replicas have been updated..."),
@@ -310,26 +318,29 @@ fn deployment(obj: &Value) -> Health {
 }
 
 fn stateful_set(obj: &Value) -> Health {
-    let observed = int_at(obj, "/status/observedGeneration");
+    let observed = int_at(obj, &["status", "observedGeneration"]);
     if observed == 0 || generation_lags(obj) {
         return Health::new(
             Progressing,
             "Waiting for statefulset spec update to be observed...",
         );
     }
-    let desired = opt_int_at(obj, "/spec/replicas");
-    let ready = int_at(obj, "/status/readyReplicas");
-    let updated = int_at(obj, "/status/updatedReplicas");
+    let desired = opt_int_at(obj, &["spec", "replicas"]);
+    let ready = int_at(obj, &["status", "readyReplicas"]);
+    let updated = int_at(obj, &["status", "updatedReplicas"]);
     if let Some(desired) = desired.filter(|d| ready < *d) {
         return Health::new(
             Progressing,
             format!("Waiting for {} pods to be ready...", desired - ready),
         );
     }
-    let strategy = str_at(obj, "/spec/updateStrategy/type").unwrap_or("");
-    let rolling = obj.pointer("/spec/updateStrategy/rollingUpdate");
+    let strategy = str_at(obj, &["spec", "updateStrategy", "type"]).unwrap_or("");
+    let rolling = at(obj, &["spec", "updateStrategy", "rollingUpdate"]);
     if strategy == "RollingUpdate" && rolling.is_some_and(|r| !r.is_null()) {
-        let partition = opt_int_at(obj, "/spec/updateStrategy/rollingUpdate/partition");
+        let partition = opt_int_at(
+            obj,
+            &["spec", "updateStrategy", "rollingUpdate", "partition"],
+        );
         if let (Some(desired), Some(partition)) = (desired, partition) {
             let target = desired - partition;
             if updated < target {
@@ -347,8 +358,8 @@ fn stateful_set(obj: &Value) -> Health {
     if strategy == "OnDelete" {
         return Health::new(Healthy, format!("statefulset has {ready} ready pods"));
     }
-    let update_rev = str_at(obj, "/status/updateRevision").unwrap_or("");
-    let current_rev = str_at(obj, "/status/currentRevision").unwrap_or("");
+    let update_rev = str_at(obj, &["status", "updateRevision"]).unwrap_or("");
+    let current_rev = str_at(obj, &["status", "currentRevision"]).unwrap_or("");
     if update_rev != current_rev {
         return Health::new(
             Progressing,
@@ -359,7 +370,7 @@ fn stateful_set(obj: &Value) -> Health {
         Healthy,
         format!(
             "statefulset rolling update complete {} pods at revision {current_rev}...",
-            int_at(obj, "/status/currentReplicas")
+            int_at(obj, &["status", "currentReplicas"])
         ),
     )
 }
@@ -371,11 +382,11 @@ fn daemon_set(obj: &Value) -> Health {
             "Waiting for rollout to finish: observed daemon set generation less than desired generation",
         );
     }
-    let updated = int_at(obj, "/status/updatedNumberScheduled");
-    let desired = int_at(obj, "/status/desiredNumberScheduled");
-    let available = int_at(obj, "/status/numberAvailable");
+    let updated = int_at(obj, &["status", "updatedNumberScheduled"]);
+    let desired = int_at(obj, &["status", "desiredNumberScheduled"]);
+    let available = int_at(obj, &["status", "numberAvailable"]);
     // OnDelete never replaces pods by itself, so old pods are the expected steady state.
-    if str_at(obj, "/spec/updateStrategy/type") == Some("OnDelete") {
+    if str_at(obj, &["spec", "updateStrategy", "type"]) == Some("OnDelete") {
         return Health::new(
             Healthy,
             format!("daemon set {updated} out of {desired} new pods have been updated"),
@@ -408,8 +419,8 @@ fn replica_set(obj: &Value) -> Health {
     if cond_status_is(failure, "True") {
         return Health::new(Degraded, cond_message(failure));
     }
-    let available = int_at(obj, "/status/availableReplicas");
-    match opt_int_at(obj, "/spec/replicas") {
+    let available = int_at(obj, &["status", "availableReplicas"]);
+    match opt_int_at(obj, &["spec", "replicas"]) {
         Some(desired) if available < desired => Health::new(
             Progressing,
             format!("Waiting for rollout to finish: {available} out of {desired} new replicas are available..."),
@@ -429,37 +440,39 @@ fn is_stuck_waiting_reason(reason: &str) -> bool {
 
 /// Argo's wording for why a terminated container failed, or None when it exited cleanly.
 fn terminated_failure(container: &Value, terminated: &Value) -> Option<String> {
-    let message = str_at(terminated, "/message").unwrap_or("");
+    let message = str_at(terminated, &["message"]).unwrap_or("");
     if !message.is_empty() {
         return Some(message.to_string());
     }
-    if str_at(terminated, "/reason") == Some("OOMKilled") {
+    if str_at(terminated, &["reason"]) == Some("OOMKilled") {
         return Some("OOMKilled".to_string());
     }
-    let code = int_at(terminated, "/exitCode");
+    let code = int_at(terminated, &["exitCode"]);
     (code != 0).then(|| {
-        let name = str_at(container, "/name").unwrap_or("");
+        let name = str_at(container, &["name"]).unwrap_or("");
         format!("container \"{name}\" failed with exit code {code}")
     })
 }
 
 fn pod(obj: &Value) -> Health {
     // The API server defaults restartPolicy to Always, so an object without it is read as such.
-    let restart_policy = str_at(obj, "/spec/restartPolicy").unwrap_or("Always");
-    let init_statuses = list_at(obj, "/status/initContainerStatuses");
-    let statuses = list_at(obj, "/status/containerStatuses");
+    let restart_policy = str_at(obj, &["spec", "restartPolicy"]).unwrap_or("Always");
+    let init_statuses = list_at(obj, &["status", "initContainerStatuses"]);
+    let statuses = list_at(obj, &["status", "containerStatuses"]);
     let all_statuses = || init_statuses.iter().chain(statuses);
-    let status_message = str_at(obj, "/status/message").unwrap_or("");
+    let status_message = str_at(obj, &["status", "message"]).unwrap_or("");
 
     // Only for long-running pods: a hook pod (OnFailure/Never) stuck pulling its image must not
     // be failed early, as Argo explains; it stays Progressing until its phase says otherwise.
     if restart_policy == "Always" {
         let stuck: Vec<&str> = all_statuses()
             .filter_map(|c| {
-                let reason = str_at(c, "/state/waiting/reason")?;
-                is_stuck_waiting_reason(reason).then(|| match str_at(c, "/state/waiting/message") {
-                    Some(m) if !m.is_empty() => m,
-                    _ => reason,
+                let reason = str_at(c, &["state", "waiting", "reason"])?;
+                is_stuck_waiting_reason(reason).then(|| {
+                    match str_at(c, &["state", "waiting", "message"]) {
+                        Some(m) if !m.is_empty() => m,
+                        _ => reason,
+                    }
                 })
             })
             .collect();
@@ -468,7 +481,7 @@ fn pod(obj: &Value) -> Health {
         }
     }
 
-    match str_at(obj, "/status/phase").unwrap_or("") {
+    match str_at(obj, &["status", "phase"]).unwrap_or("") {
         "Pending" => {
             // An unschedulable pod explains itself only in its PodScheduled condition.
             let scheduled = condition(obj, "PodScheduled");
@@ -485,7 +498,7 @@ fn pod(obj: &Value) -> Health {
                 return Health::new(Degraded, status_message);
             }
             let failure = all_statuses().find_map(|c| {
-                let terminated = c.pointer("/state/terminated").filter(|t| t.is_object())?;
+                let terminated = at(c, &["state", "terminated"]).filter(|t| t.is_object())?;
                 terminated_failure(c, terminated)
             });
             Health::new(Degraded, failure.unwrap_or_default())
@@ -504,7 +517,7 @@ fn pod(obj: &Value) -> Health {
 const IGNORE_RESTART_POLICY_ANNOTATION: &str = "argocd.argoproj.io/ignore-restart-policy";
 
 fn ignores_restart_policy(obj: &Value) -> bool {
-    obj.pointer("/metadata/annotations")
+    at(obj, &["metadata", "annotations"])
         .and_then(Value::as_object)
         .is_some_and(|a| a.contains_key(IGNORE_RESTART_POLICY_ANNOTATION))
 }
@@ -517,9 +530,7 @@ fn running_pod(obj: &Value, statuses: &[Value], status_message: &str) -> Health 
         return Health::new(Healthy, status_message);
     }
     let restarted = statuses.iter().find_map(|c| {
-        let terminated = c
-            .pointer("/lastState/terminated")
-            .filter(|t| t.is_object())?;
+        let terminated = at(c, &["lastState", "terminated"]).filter(|t| t.is_object())?;
         Some((c, terminated))
     });
     if let Some((container, terminated)) = restarted {
@@ -527,14 +538,14 @@ fn running_pod(obj: &Value, statuses: &[Value], status_message: &str) -> Health 
             return Health::new(Degraded, status_message);
         }
         // Argo leaves this message empty; say which container died and how.
-        let name = str_at(container, "/name").unwrap_or("");
+        let name = str_at(container, &["name"]).unwrap_or("");
         let how = match (
-            str_at(terminated, "/message").filter(|m| !m.is_empty()),
-            str_at(terminated, "/reason").filter(|r| !r.is_empty()),
+            str_at(terminated, &["message"]).filter(|m| !m.is_empty()),
+            str_at(terminated, &["reason"]).filter(|r| !r.is_empty()),
         ) {
             (Some(message), _) => message.to_string(),
             (None, Some(reason)) => reason.to_string(),
-            (None, None) => format!("exit code {}", int_at(terminated, "/exitCode")),
+            (None, None) => format!("exit code {}", int_at(terminated, &["exitCode"])),
         };
         return Health::new(
             Degraded,
@@ -565,7 +576,7 @@ fn job(obj: &Value) -> Health {
         return Health::new(Healthy, cond_message(complete));
     }
     let suspended = condition(obj, "Suspended");
-    if cond_status_is(suspended, "True") || bool_at(obj, "/spec/suspend") {
+    if cond_status_is(suspended, "True") || bool_at(obj, &["spec", "suspend"]) {
         let message = match cond_message(suspended) {
             "" => "Job is suspended",
             m => m,
@@ -576,14 +587,14 @@ fn job(obj: &Value) -> Health {
 }
 
 fn cron_job(obj: &Value) -> Health {
-    if bool_at(obj, "/spec/suspend") {
+    if bool_at(obj, &["spec", "suspend"]) {
         return Health::new(Suspended, "CronJob is Suspended");
     }
-    let Some(status) = obj.get("status").filter(|s| s.is_object()) else {
+    let Some(status) = field(obj, "status").filter(|s| s.is_object()) else {
         return Health::new(Progressing, "Waiting for CronJob");
     };
     // Progressing this often (on every run) bubbles up; Argo accepts that, and so do we.
-    let active = list_at(status, "/active").len();
+    let active = list_at(status, &["active"]).len();
     if active > 0 {
         return Health::new(
             Progressing,
@@ -592,10 +603,10 @@ fn cron_job(obj: &Value) -> Health {
     }
     // No Job running: the last run failed if it never succeeded since it was scheduled.
     // RFC 3339 UTC timestamps compare correctly as text, as Argo's Lua relies on.
-    let Some(scheduled) = str_at(status, "/lastScheduleTime") else {
+    let Some(scheduled) = str_at(status, &["lastScheduleTime"]) else {
         return Health::new(Healthy, "");
     };
-    match str_at(status, "/lastSuccessfulTime") {
+    match str_at(status, &["lastSuccessfulTime"]) {
         Some(succeeded) if succeeded >= scheduled => Health::new(
             Healthy,
             "CronJob has completed its last execution successfully",
@@ -615,10 +626,10 @@ fn cron_job(obj: &Value) -> Health {
 /// them) and the IPs or hostnames among them, for display. An entry may carry neither, e.g.
 /// only `ports` or `ipMode`.
 fn load_balancer_addresses(obj: &Value) -> (usize, Vec<&str>) {
-    let entries = list_at(obj, "/status/loadBalancer/ingress");
+    let entries = list_at(obj, &["status", "loadBalancer", "ingress"]);
     let addresses = entries
         .iter()
-        .filter_map(|i| str_at(i, "/ip").or_else(|| str_at(i, "/hostname")))
+        .filter_map(|i| str_at(i, &["ip"]).or_else(|| str_at(i, &["hostname"])))
         .filter(|a| !a.is_empty())
         .collect();
     (entries.len(), addresses)
@@ -634,7 +645,7 @@ fn assigned(obj: &Value, waiting: &str, label: &str) -> Health {
 }
 
 fn service(obj: &Value) -> Health {
-    if str_at(obj, "/spec/type") != Some("LoadBalancer") {
+    if str_at(obj, &["spec", "type"]) != Some("LoadBalancer") {
         return Health::new(Healthy, "");
     }
     assigned(
@@ -653,7 +664,7 @@ fn ingress(obj: &Value) -> Health {
 }
 
 fn pvc(obj: &Value) -> Health {
-    match str_at(obj, "/status/phase") {
+    match str_at(obj, &["status", "phase"]) {
         Some("Bound") => Health::new(Healthy, ""),
         Some("Pending") => {
             Health::new(Progressing, "Waiting for the claim to be bound to a volume")
@@ -688,10 +699,9 @@ fn hpa(obj: &Value) -> Health {
     let waiting = || Health::new(Progressing, "Waiting to Autoscale");
     // autoscaling/v2 keeps conditions in status; autoscaling/v1 only in a JSON annotation.
     let from_annotation;
-    let mut conditions = list_at(obj, "/status/conditions");
+    let mut conditions = list_at(obj, &["status", "conditions"]);
     if conditions.is_empty() {
-        let annotation = obj
-            .pointer("/metadata/annotations")
+        let annotation = at(obj, &["metadata", "annotations"])
             .and_then(|a| a.get(HPA_CONDITIONS_ANNOTATION))
             .and_then(Value::as_str);
         let Some(annotation) = annotation else {
@@ -709,23 +719,25 @@ fn hpa(obj: &Value) -> Health {
         };
         conditions = &from_annotation;
     }
-    let field = |c: &'_ Value, f: &str| str_at(c, f).unwrap_or("").to_string();
+    fn field<'c>(c: &'c Value, f: &[&str]) -> &'c str {
+        str_at(c, f).unwrap_or("")
+    }
     // Unlike Argo, which returns at the first healthy condition, every condition is checked for
     // failure first: AbleToScale=True comes before ScalingActive=False in real objects, and
     // would otherwise hide an autoscaler that cannot read its metrics.
     let degraded = conditions.iter().find(|c| {
-        let (kind, reason) = (field(c, "/type"), field(c, "/reason"));
+        let (kind, reason) = (field(c, &["type"]), field(c, &["reason"]));
         HPA_DEGRADED.iter().any(|(t, r)| *t == kind && *r == reason)
     });
     if let Some(c) = degraded {
         return Health::new(Degraded, cond_message(Some(c)));
     }
     let healthy = conditions.iter().find(|c| {
-        matches!(str_at(c, "/type"), Some("AbleToScale" | "ScalingLimited"))
-            && str_at(c, "/status") == Some("True")
+        matches!(str_at(c, &["type"]), Some("AbleToScale" | "ScalingLimited"))
+            && str_at(c, &["status"]) == Some("True")
     });
     match healthy {
-        Some(c) => Health::new(Healthy, field(c, "/message")),
+        Some(c) => Health::new(Healthy, field(c, &["message"])),
         None => waiting(),
     }
 }
@@ -740,7 +752,7 @@ fn api_service(obj: &Value) -> Health {
         return Health::new(Progressing, "Waiting to be processed");
     };
     let reason = cond_reason(Some(available));
-    let message = str_at(available, "/message").unwrap_or("");
+    let message = str_at(available, &["message"]).unwrap_or("");
     let text = match (reason.is_empty(), message.is_empty()) {
         (false, false) => format!("{reason}: {message}"),
         (false, true) => reason.to_string(),
@@ -763,9 +775,9 @@ fn custom_resource(obj: &Value) -> Option<Health> {
     // Conditions older than the spec describe the previous spec, not this one, whatever they
     // say: kstatus checks this before anything else too. Controllers that keep no
     // `status.observedGeneration` (cert-manager) record it on each condition instead.
-    let generation = int_at(obj, "/metadata/generation");
-    let observed = opt_int_at(obj, "/status/observedGeneration")
-        .or_else(|| ready.and_then(|c| opt_int_at(c, "/observedGeneration")));
+    let generation = int_at(obj, &["metadata", "generation"]);
+    let observed = opt_int_at(obj, &["status", "observedGeneration"])
+        .or_else(|| ready.and_then(|c| opt_int_at(c, &["observedGeneration"])));
     if let Some(observed) = observed.filter(|observed| generation > *observed) {
         return Some(Health::new(
             Progressing,
@@ -782,7 +794,7 @@ fn custom_resource(obj: &Value) -> Option<Health> {
     if cond_status_is(reconciling, "True") {
         return Some(Health::new(Progressing, cond_message(reconciling)));
     }
-    match ready.and_then(|c| str_at(c, "/status")) {
+    match ready.and_then(|c| str_at(c, &["status"])) {
         Some("True") => Some(Health::new(Healthy, cond_message(ready))),
         Some("False") => Some(Health::new(Degraded, cond_message(ready))),
         Some(_) => Some(Health::new(Progressing, cond_message(ready))),
