@@ -104,12 +104,13 @@ const BUILTIN_GROUPS: &[&str] = &[
 ///
 /// Like gitops-engine's `GetResourceHealth`, an object being deleted is "Pending deletion"
 /// whatever its kind, since that is what a user most needs to know about it.
-pub fn health(obj: &Value) -> Option<Health> {
+pub fn health(value: &Value) -> Option<Health> {
+    let obj = &Obj::new(value);
     if is_being_deleted(obj) {
         return Some(Health::new(Progressing, "Pending deletion"));
     }
     let kind = str_at(obj, &["kind"])?;
-    let rule: fn(&Value) -> Health = match (api_group(obj), kind) {
+    let rule: fn(&Obj) -> Health = match (api_group(obj), kind) {
         ("apps" | "extensions", "Deployment") => deployment,
         ("apps", "StatefulSet") => stateful_set,
         ("apps" | "extensions", "DaemonSet") => daemon_set,
@@ -191,42 +192,106 @@ fn describe_cause(
 // ---------------------------------------------------------------------------------------------
 // Field access: every read is optional so partial objects fall back to zero values, never panic.
 
-/// The value at `path` (`&["status", "conditions"]`), through objects only. Not
-/// `Value::pointer`, which unescapes every token of its pointer into a new `String`: on a large
-/// group that was most of the cost of `health`.
-fn at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a Value> {
-    path.iter().try_fold(v, |v, key| field(v, key))
+/// Where fields are read from: a JSON value, or an object whose top level was read once.
+trait Fields<'a>: Copy {
+    /// The value at `path` (`&["status", "conditions"]`), through objects only. Not
+    /// `Value::pointer`, which unescapes every token of its pointer into a new `String`: on a
+    /// large group that was most of the cost of `health`.
+    fn at(self, path: &[&str]) -> Option<&'a Value>;
 }
 
-fn str_at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a str> {
+impl<'a> Fields<'a> for &'a Value {
+    fn at(self, path: &[&str]) -> Option<&'a Value> {
+        path.iter().try_fold(self, |v, key| field(v, key))
+    }
+}
+
+/// An object with its top-level fields found in one walk of its top-level map: a rule reads
+/// `metadata`, `spec` and `status` many times over, and each read walked the map again.
+struct Obj<'a> {
+    value: &'a Value,
+    kind: Option<&'a Value>,
+    api_version: Option<&'a Value>,
+    metadata: Option<&'a Value>,
+    spec: Option<&'a Value>,
+    status: Option<&'a Value>,
+}
+
+impl<'a> Obj<'a> {
+    fn new(value: &'a Value) -> Self {
+        let mut obj = Obj {
+            value,
+            kind: None,
+            api_version: None,
+            metadata: None,
+            spec: None,
+            status: None,
+        };
+        for (key, field) in value.as_object().into_iter().flatten() {
+            let slot = match key.as_str() {
+                "kind" => &mut obj.kind,
+                "apiVersion" => &mut obj.api_version,
+                "metadata" => &mut obj.metadata,
+                "spec" => &mut obj.spec,
+                "status" => &mut obj.status,
+                _ => continue,
+            };
+            *slot = Some(field);
+        }
+        obj
+    }
+}
+
+impl<'a> Fields<'a> for &Obj<'a> {
+    fn at(self, path: &[&str]) -> Option<&'a Value> {
+        let Some((first, rest)) = path.split_first() else {
+            return Some(self.value);
+        };
+        let top = match *first {
+            "kind" => self.kind,
+            "apiVersion" => self.api_version,
+            "metadata" => self.metadata,
+            "spec" => self.spec,
+            "status" => self.status,
+            key => field(self.value, key),
+        };
+        top?.at(rest)
+    }
+}
+
+fn at<'a>(v: impl Fields<'a>, path: &[&str]) -> Option<&'a Value> {
+    v.at(path)
+}
+
+fn str_at<'a>(v: impl Fields<'a>, path: &[&str]) -> Option<&'a str> {
     at(v, path)?.as_str()
 }
 
 /// Integer field, or 0 as Go's typed structs would read a missing one.
-fn int_at(v: &Value, path: &[&str]) -> i64 {
+fn int_at<'a>(v: impl Fields<'a>, path: &[&str]) -> i64 {
     opt_int_at(v, path).unwrap_or(0)
 }
 
 /// Integer field where absence matters (`spec.replicas` unset is not the same as 0 in Argo).
-fn opt_int_at(v: &Value, path: &[&str]) -> Option<i64> {
+fn opt_int_at<'a>(v: impl Fields<'a>, path: &[&str]) -> Option<i64> {
     at(v, path)?.as_i64()
 }
 
-fn bool_at(v: &Value, path: &[&str]) -> bool {
+fn bool_at<'a>(v: impl Fields<'a>, path: &[&str]) -> bool {
     at(v, path).and_then(Value::as_bool).unwrap_or(false)
 }
 
-fn list_at<'a>(v: &'a Value, path: &[&str]) -> &'a [Value] {
+fn list_at<'a>(v: impl Fields<'a>, path: &[&str]) -> &'a [Value] {
     at(v, path)
         .and_then(Value::as_array)
         .map_or(&[][..], Vec::as_slice)
 }
 
 /// The first `status.conditions` entry of the given type.
-fn condition<'a>(obj: &'a Value, kind: &str) -> Option<&'a Value> {
+fn condition<'a>(obj: impl Fields<'a>, kind: &str) -> Option<&'a Value> {
     list_at(obj, &["status", "conditions"])
         .iter()
-        .find(|c| str_at(c, &["type"]) == Some(kind))
+        .find(|c| str_at(*c, &["type"]) == Some(kind))
 }
 
 /// Whether the condition exists and its `status` is exactly `status` ("True", "False", ...).
@@ -246,19 +311,19 @@ fn cond_message(cond: Option<&Value>) -> &str {
     }
 }
 
-fn name(obj: &Value) -> &str {
+fn name<'a>(obj: impl Fields<'a>) -> &'a str {
     str_at(obj, &["metadata", "name"]).unwrap_or("")
 }
 
 /// "apps/v1" → "apps", "v1" → "" (core). A missing apiVersion is read as core, because list
 /// responses often omit it on their items.
-fn api_group(obj: &Value) -> &str {
+fn api_group<'a>(obj: impl Fields<'a>) -> &'a str {
     str_at(obj, &["apiVersion"])
         .and_then(|v| v.split_once('/'))
         .map_or("", |(group, _)| group)
 }
 
-fn is_being_deleted(obj: &Value) -> bool {
+fn is_being_deleted<'a>(obj: impl Fields<'a>) -> bool {
     match at(obj, &["metadata", "deletionTimestamp"]) {
         None | Some(Value::Null) => false,
         Some(Value::String(s)) => !s.is_empty(),
@@ -267,7 +332,7 @@ fn is_being_deleted(obj: &Value) -> bool {
 }
 
 /// The controller has not yet seen the latest spec, so any status it reports is stale.
-fn generation_lags(obj: &Value) -> bool {
+fn generation_lags<'a>(obj: impl Fields<'a>) -> bool {
     int_at(obj, &["metadata", "generation"]) > int_at(obj, &["status", "observedGeneration"])
 }
 
@@ -275,7 +340,7 @@ fn generation_lags(obj: &Value) -> bool {
 // Workloads (gitops-engine health_deployment.go, health_statefulset.go, health_daemonset.go,
 // health_replicaset.go), themselves borrowed from `kubectl rollout status`.
 
-fn deployment(obj: &Value) -> Health {
+fn deployment(obj: &Obj) -> Health {
     if bool_at(obj, &["spec", "paused"]) {
         return Health::new(Suspended, "Deployment is paused");
     }
@@ -317,7 +382,7 @@ fn deployment(obj: &Value) -> Health {
     }
 }
 
-fn stateful_set(obj: &Value) -> Health {
+fn stateful_set(obj: &Obj) -> Health {
     let observed = int_at(obj, &["status", "observedGeneration"]);
     if observed == 0 || generation_lags(obj) {
         return Health::new(
@@ -375,7 +440,7 @@ fn stateful_set(obj: &Value) -> Health {
     )
 }
 
-fn daemon_set(obj: &Value) -> Health {
+fn daemon_set(obj: &Obj) -> Health {
     if generation_lags(obj) {
         return Health::new(
             Progressing,
@@ -408,7 +473,7 @@ fn daemon_set(obj: &Value) -> Health {
     Health::new(Healthy, "")
 }
 
-fn replica_set(obj: &Value) -> Health {
+fn replica_set(obj: &Obj) -> Health {
     if generation_lags(obj) {
         return Health::new(
             Progressing,
@@ -454,7 +519,7 @@ fn terminated_failure(container: &Value, terminated: &Value) -> Option<String> {
     })
 }
 
-fn pod(obj: &Value) -> Health {
+fn pod(obj: &Obj) -> Health {
     // The API server defaults restartPolicy to Always, so an object without it is read as such.
     let restart_policy = str_at(obj, &["spec", "restartPolicy"]).unwrap_or("Always");
     let init_statuses = list_at(obj, &["status", "initContainerStatuses"]);
@@ -516,7 +581,7 @@ fn pod(obj: &Value) -> Health {
 /// managed by an operator): judged as a long-running pod once running, like Argo does.
 const IGNORE_RESTART_POLICY_ANNOTATION: &str = "argocd.argoproj.io/ignore-restart-policy";
 
-fn ignores_restart_policy(obj: &Value) -> bool {
+fn ignores_restart_policy(obj: &Obj) -> bool {
     at(obj, &["metadata", "annotations"])
         .and_then(Value::as_object)
         .is_some_and(|a| a.contains_key(IGNORE_RESTART_POLICY_ANNOTATION))
@@ -524,7 +589,7 @@ fn ignores_restart_policy(obj: &Value) -> bool {
 
 /// A running long-lived pod: Healthy when Ready; Degraded when not Ready because a container
 /// has already died once (OOMKilled, crashed); otherwise still starting.
-fn running_pod(obj: &Value, statuses: &[Value], status_message: &str) -> Health {
+fn running_pod(obj: &Obj, statuses: &[Value], status_message: &str) -> Health {
     let ready = condition(obj, "Ready");
     if cond_status_is(ready, "True") {
         return Health::new(Healthy, status_message);
@@ -564,7 +629,7 @@ fn running_pod(obj: &Value, statuses: &[Value], status_message: &str) -> Health 
 // ---------------------------------------------------------------------------------------------
 // Batch (gitops-engine health_job.go; argo-cd resource_customizations/batch/CronJob/health.lua).
 
-fn job(obj: &Value) -> Health {
+fn job(obj: &Obj) -> Health {
     // Kubernetes only ever sets these conditions True; an explicit False is not taken as set.
     let is_set = |c: Option<&Value>| c.is_some() && !cond_status_is(c, "False");
     let failed = condition(obj, "Failed");
@@ -586,11 +651,11 @@ fn job(obj: &Value) -> Health {
     Health::new(Progressing, "Waiting for Job to complete")
 }
 
-fn cron_job(obj: &Value) -> Health {
+fn cron_job(obj: &Obj) -> Health {
     if bool_at(obj, &["spec", "suspend"]) {
         return Health::new(Suspended, "CronJob is Suspended");
     }
-    let Some(status) = field(obj, "status").filter(|s| s.is_object()) else {
+    let Some(status) = obj.status.filter(|s| s.is_object()) else {
         return Health::new(Progressing, "Waiting for CronJob");
     };
     // Progressing this often (on every run) bubbles up; Argo accepts that, and so do we.
@@ -625,7 +690,7 @@ fn cron_job(obj: &Value) -> Health {
 /// `status.loadBalancer.ingress`: its entry count (an entry is an assignment, as Argo counts
 /// them) and the IPs or hostnames among them, for display. An entry may carry neither, e.g.
 /// only `ports` or `ipMode`.
-fn load_balancer_addresses(obj: &Value) -> (usize, Vec<&str>) {
+fn load_balancer_addresses<'a>(obj: &Obj<'a>) -> (usize, Vec<&'a str>) {
     let entries = list_at(obj, &["status", "loadBalancer", "ingress"]);
     let addresses = entries
         .iter()
@@ -636,7 +701,7 @@ fn load_balancer_addresses(obj: &Value) -> (usize, Vec<&str>) {
 }
 
 /// Healthy once the load balancer has at least one entry, naming its addresses if it has any.
-fn assigned(obj: &Value, waiting: &str, label: &str) -> Health {
+fn assigned(obj: &Obj, waiting: &str, label: &str) -> Health {
     match load_balancer_addresses(obj) {
         (0, _) => Health::new(Progressing, waiting),
         (_, addresses) if addresses.is_empty() => Health::new(Healthy, ""),
@@ -644,7 +709,7 @@ fn assigned(obj: &Value, waiting: &str, label: &str) -> Health {
     }
 }
 
-fn service(obj: &Value) -> Health {
+fn service(obj: &Obj) -> Health {
     if str_at(obj, &["spec", "type"]) != Some("LoadBalancer") {
         return Health::new(Healthy, "");
     }
@@ -655,7 +720,7 @@ fn service(obj: &Value) -> Health {
     )
 }
 
-fn ingress(obj: &Value) -> Health {
+fn ingress(obj: &Obj) -> Health {
     assigned(
         obj,
         "Waiting for the ingress controller to assign an address",
@@ -663,7 +728,7 @@ fn ingress(obj: &Value) -> Health {
     )
 }
 
-fn pvc(obj: &Value) -> Health {
+fn pvc(obj: &Obj) -> Health {
     match str_at(obj, &["status", "phase"]) {
         Some("Bound") => Health::new(Healthy, ""),
         Some("Pending") => {
@@ -695,7 +760,7 @@ const HPA_DEGRADED: &[(&str, &str)] = &[
     ("ScalingActive", "InvalidMetricSourceType"),
 ];
 
-fn hpa(obj: &Value) -> Health {
+fn hpa(obj: &Obj) -> Health {
     let waiting = || Health::new(Progressing, "Waiting to Autoscale");
     // autoscaling/v2 keeps conditions in status; autoscaling/v1 only in a JSON annotation.
     let from_annotation;
@@ -733,8 +798,10 @@ fn hpa(obj: &Value) -> Health {
         return Health::new(Degraded, cond_message(Some(c)));
     }
     let healthy = conditions.iter().find(|c| {
-        matches!(str_at(c, &["type"]), Some("AbleToScale" | "ScalingLimited"))
-            && str_at(c, &["status"]) == Some("True")
+        matches!(
+            str_at(*c, &["type"]),
+            Some("AbleToScale" | "ScalingLimited")
+        ) && str_at(*c, &["status"]) == Some("True")
     });
     match healthy {
         Some(c) => Health::new(Healthy, field(c, &["message"])),
@@ -747,7 +814,7 @@ fn hpa(obj: &Value) -> Health {
 
 /// Argo reports an unavailable APIService as Progressing, not Degraded: the aggregated server
 /// behind it is often still starting.
-fn api_service(obj: &Value) -> Health {
+fn api_service(obj: &Obj) -> Health {
     let Some(available) = condition(obj, "Available") else {
         return Health::new(Progressing, "Waiting to be processed");
     };
@@ -770,7 +837,7 @@ fn api_service(obj: &Value) -> Health {
 // Custom resources: the kstatus conventions (Stalled / Reconciling / Ready, observedGeneration)
 // that Flux, Crossplane, cert-manager and most operators follow, so a CRD needs no rule of its own.
 
-fn custom_resource(obj: &Value) -> Option<Health> {
+fn custom_resource(obj: &Obj) -> Option<Health> {
     let ready = condition(obj, "Ready");
     // Conditions older than the spec describe the previous spec, not this one, whatever they
     // say: kstatus checks this before anything else too. Controllers that keep no
