@@ -233,7 +233,18 @@ struct Node<'a> {
 }
 
 impl<'a> Node<'a> {
+    /// Everything `edges` needs.
     fn new(value: &'a Value) -> Self {
+        Self::read(value, true)
+    }
+
+    /// What `owned_closure` needs: no `spec`. Each key read is a cache miss on a cold object, so
+    /// the walk stops once it has what it needs.
+    fn without_spec(value: &'a Value) -> Self {
+        Self::read(value, false)
+    }
+
+    fn read(value: &'a Value, with_spec: bool) -> Self {
         let mut node = Node {
             kind: "",
             core: true,
@@ -248,21 +259,30 @@ impl<'a> Node<'a> {
             return node;
         };
         let mut meta = None;
+        // Fields still to find: kind, apiVersion, metadata, spec (when wanted).
+        let mut missing = if with_spec { 4 } else { 3 };
         for (key, field) in object {
             match key.as_str() {
                 "kind" => node.kind = field.as_str().unwrap_or(""),
                 "apiVersion" => node.core = field.as_str().is_none_or(|v| v == "v1"),
                 "metadata" => meta = field.as_object(),
-                "spec" => node.spec = Some(field),
-                _ => {}
+                k if with_spec && k == "spec" => node.spec = Some(field),
+                _ => continue,
+            }
+            missing -= 1;
+            if missing == 0 {
+                break;
             }
         }
+        // Only a Pod's and an EndpointSlice's own labels link anything.
+        let want_labels = node.is_core("Pod") || node.kind == "EndpointSlice";
         for (key, field) in meta.into_iter().flatten() {
             match key.as_str() {
                 "uid" => node.uid = non_empty(field.as_str()),
                 "name" => node.name = non_empty(field.as_str()),
                 "namespace" => node.namespace = field.as_str().unwrap_or(""),
-                "labels" => node.labels = field.as_object(),
+                // Checked before the key's text is read: that read is the cost.
+                k if want_labels && k == "labels" => node.labels = field.as_object(),
                 "ownerReferences" => node.owner_refs = field.as_array().map_or(&[], Vec::as_slice),
                 _ => {}
             }
@@ -375,14 +395,14 @@ fn ingress_backends(spec: &Value) -> impl Iterator<Item = &str> {
 /// Linear: one pass indexes candidates by owner uid and by Service, then a walk from the selected objects
 /// expands each uid and each Service at most once, which is also what stops ownership cycles.
 pub fn owned_closure(selected: &[Value], candidates: &[Value]) -> Vec<usize> {
-    let roots: Vec<Node> = selected.iter().map(Node::new).collect();
+    let roots: Vec<Node> = selected.iter().map(Node::without_spec).collect();
     let selected_uids: IdSet<Hashed<&str>> = roots.iter().filter_map(Node::uid_key).collect();
 
     let mut nodes = Vec::with_capacity(candidates.len());
     let mut children: Chains<&str> = Chains::new();
     let mut service_parts: Chains<NsName> = Chains::new();
     for (i, candidate) in candidates.iter().enumerate() {
-        let node = Node::new(candidate);
+        let node = Node::without_spec(candidate);
         for (owner, _) in node.owners() {
             children.insert(hashed_str(owner), i as u32);
         }
