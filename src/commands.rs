@@ -1,4 +1,4 @@
-//! The subcommands: `serve`, `migrate`, `token`.
+//! The subcommands: `serve`, `migrate`, `token`, `print-schema`, `health`.
 
 use anyhow::Context;
 use tokio::net::TcpListener;
@@ -6,7 +6,7 @@ use tokio::net::TcpListener;
 use crate::auth::secrets::Secrets;
 use crate::auth::{mint_session, Keys};
 use crate::clusters::Clusters;
-use crate::config::{Command, DatabaseArgs, ServeArgs, TokenArgs};
+use crate::config::{Command, DatabaseArgs, HealthArgs, ServeArgs, TokenArgs};
 use crate::db::{self, Database};
 use crate::settings::Settings;
 use crate::state::AppState;
@@ -20,6 +20,24 @@ pub async fn run(command: Command) -> anyhow::Result<()> {
             print!("{}", crate::graphql::sdl());
             Ok(())
         }
+        Command::Health(args) => health(args),
+    }
+}
+
+/// Prints what it could read, then fails (exit 1) if any file or document could not be read.
+fn health(args: HealthArgs) -> anyhow::Result<()> {
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let failures = crate::resources::cli::run(
+        &args.files,
+        args.output,
+        &mut std::io::stdin().lock(),
+        &mut out,
+        &mut std::io::stderr().lock(),
+    )?;
+    match failures {
+        0 => Ok(()),
+        1 => anyhow::bail!("1 file or document could not be read"),
+        n => anyhow::bail!("{n} files or documents could not be read"),
     }
 }
 

@@ -23,6 +23,9 @@ pub enum Command {
     Token(TokenArgs),
     /// Print the GraphQL schema (SDL), as committed in `schema.graphql`.
     PrintSchema,
+    /// Print the health of the Kubernetes objects in manifests (YAML or JSON), as the service
+    /// judges a live environment's, e.g. `kubectl get deploy -o yaml | envlens health -`.
+    Health(HealthArgs),
 }
 
 /// Where the data lives: the data folder, and the database unless one is named.
@@ -87,6 +90,16 @@ pub struct TokenArgs {
     pub database: DatabaseArgs,
     #[command(flatten)]
     pub secrets: SecretArgs,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct HealthArgs {
+    /// Output format.
+    #[arg(short, long, value_enum, default_value = "table")]
+    pub output: crate::resources::cli::Format,
+    /// Manifest files: several documents each, `---` between them; `-` (or none) reads standard input.
+    #[arg(value_name = "FILE")]
+    pub files: Vec<PathBuf>,
 }
 
 /// Request limits, shared by every API route.

@@ -8,6 +8,7 @@ mod auth;
 mod deployments;
 mod embedded;
 mod graphql;
+mod health_cli;
 mod identity;
 mod kube_api;
 mod ops;

@@ -21,6 +21,8 @@ use std::hash::{BuildHasherDefault, Hash, Hasher};
 
 use serde_json::{Map, Value};
 
+use super::field;
+
 /// Why a parent links to a child. The order matters: when several relations link the same pair, only the
 /// first in this order is kept (an owner reference says the most).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
@@ -183,7 +185,7 @@ impl<K: PartialEq + Copy> Chains<K> {
 // ---- small accessors: every one returns None / empty on a wrong shape instead of panicking ----
 
 fn value_at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a Value> {
-    path.iter().try_fold(v, |v, key| v.get(*key))
+    path.iter().try_fold(v, |v, key| field(v, key))
 }
 
 fn str_at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a str> {
@@ -231,7 +233,18 @@ struct Node<'a> {
 }
 
 impl<'a> Node<'a> {
+    /// Everything `edges` needs.
     fn new(value: &'a Value) -> Self {
+        Self::read(value, true)
+    }
+
+    /// What `owned_closure` needs: no `spec`. Each key read is a cache miss on a cold object, so
+    /// the walk stops once it has what it needs.
+    fn without_spec(value: &'a Value) -> Self {
+        Self::read(value, false)
+    }
+
+    fn read(value: &'a Value, with_spec: bool) -> Self {
         let mut node = Node {
             kind: "",
             core: true,
@@ -246,21 +259,30 @@ impl<'a> Node<'a> {
             return node;
         };
         let mut meta = None;
+        // Fields still to find: kind, apiVersion, metadata, spec (when wanted).
+        let mut missing = if with_spec { 4 } else { 3 };
         for (key, field) in object {
             match key.as_str() {
                 "kind" => node.kind = field.as_str().unwrap_or(""),
                 "apiVersion" => node.core = field.as_str().is_none_or(|v| v == "v1"),
                 "metadata" => meta = field.as_object(),
-                "spec" => node.spec = Some(field),
-                _ => {}
+                k if with_spec && k == "spec" => node.spec = Some(field),
+                _ => continue,
+            }
+            missing -= 1;
+            if missing == 0 {
+                break;
             }
         }
+        // Only a Pod's and an EndpointSlice's own labels link anything.
+        let want_labels = node.is_core("Pod") || node.kind == "EndpointSlice";
         for (key, field) in meta.into_iter().flatten() {
             match key.as_str() {
                 "uid" => node.uid = non_empty(field.as_str()),
                 "name" => node.name = non_empty(field.as_str()),
                 "namespace" => node.namespace = field.as_str().unwrap_or(""),
-                "labels" => node.labels = field.as_object(),
+                // Checked before the key's text is read: that read is the cost.
+                k if want_labels && k == "labels" => node.labels = field.as_object(),
                 "ownerReferences" => node.owner_refs = field.as_array().map_or(&[], Vec::as_slice),
                 _ => {}
             }
@@ -328,7 +350,7 @@ impl<'a> Node<'a> {
 /// A Service's `spec.selector` as pairs; None when absent, empty (a selector-less Service selects nothing) or
 /// malformed (a non-string value cannot be matched meaningfully).
 fn service_selector(spec: &Value) -> Option<Vec<(&str, &str)>> {
-    let selector = spec.get("selector")?.as_object()?;
+    let selector = field(spec, "selector")?.as_object()?;
     if selector.is_empty() {
         return None;
     }
@@ -353,10 +375,10 @@ fn ingress_backends(spec: &Value) -> impl Iterator<Item = &str> {
     }
     let defaults = ["defaultBackend", "backend"]
         .into_iter()
-        .filter_map(|key| spec.get(key));
+        .filter_map(|key| field(spec, key));
     let paths = array_at(spec, &["rules"])
         .flat_map(|rule| array_at(rule, &["http", "paths"]))
-        .filter_map(|path| path.get("backend"));
+        .filter_map(|path| field(path, "backend"));
     defaults.chain(paths).filter_map(backend_service)
 }
 
@@ -373,14 +395,14 @@ fn ingress_backends(spec: &Value) -> impl Iterator<Item = &str> {
 /// Linear: one pass indexes candidates by owner uid and by Service, then a walk from the selected objects
 /// expands each uid and each Service at most once, which is also what stops ownership cycles.
 pub fn owned_closure(selected: &[Value], candidates: &[Value]) -> Vec<usize> {
-    let roots: Vec<Node> = selected.iter().map(Node::new).collect();
+    let roots: Vec<Node> = selected.iter().map(Node::without_spec).collect();
     let selected_uids: IdSet<Hashed<&str>> = roots.iter().filter_map(Node::uid_key).collect();
 
     let mut nodes = Vec::with_capacity(candidates.len());
     let mut children: Chains<&str> = Chains::new();
     let mut service_parts: Chains<NsName> = Chains::new();
     for (i, candidate) in candidates.iter().enumerate() {
-        let node = Node::new(candidate);
+        let node = Node::without_spec(candidate);
         for (owner, _) in node.owners() {
             children.insert(hashed_str(owner), i as u32);
         }
@@ -1145,6 +1167,141 @@ mod tests {
         assert!(owned_closure(&[x], &[a.clone(), b.clone()]).is_empty());
         // Entering the cycle from one member reaches the rest, then stops.
         assert_eq!(owned_closure(&[b], &[a, c]), [0, 1]);
+    }
+
+    #[test]
+    fn a_missing_link_breaks_the_ownership_chain() {
+        // The ReplicaSet is gone (not listed): its Pods no longer chain to the Deployment.
+        let (d, _rs, p1, p2) = api_chain();
+        assert!(owned_closure(std::slice::from_ref(&d), &[p1.clone(), p2.clone()]).is_empty());
+        assert!(triples(&edges(&[d, p1, p2])).is_empty());
+    }
+
+    #[test]
+    fn several_owners() {
+        // A non-controller owner reference is an ownership link too: either owner brings it in.
+        let app = object("example.com/v1", "App", "web", "shop", "app1");
+        let team = object("example.com/v1", "Team", "web", "payments", "team1");
+        let mut cfg = owned(object("v1", "ConfigMap", "web", "shop-cfg", "cm1"), &app);
+        let mut refs = cfg["metadata"]["ownerReferences"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        refs.push(json!({"apiVersion": "example.com/v1", "kind": "Team", "name": "payments", "uid": "team1"}));
+        cfg["metadata"]["ownerReferences"] = Value::Array(refs);
+        use EdgeType::Owner;
+        assert_eq!(
+            triples(&edges(&[cfg.clone(), app.clone(), team.clone()])),
+            [("app1", "cm1", Owner), ("team1", "cm1", Owner)]
+        );
+        assert_eq!(
+            owned_closure(std::slice::from_ref(&team), std::slice::from_ref(&cfg)),
+            [0]
+        );
+        assert_eq!(owned_closure(&[app, team], &[cfg]), [0]);
+    }
+
+    #[test]
+    fn selector_links_the_topmost_present_workload() {
+        // Without its Deployment in the group, the ReplicaSet is the top-most match; its Pods
+        // stay under it.
+        let (_d, rs, p1, p2) = api_chain();
+        let svc = service("web", "api", "s1", json!({"app": "api"}));
+        use EdgeType::{Owner, ServiceSelector};
+        assert_eq!(
+            triples(&edges(&[p1, p2, rs, svc])),
+            [
+                ("rs1", "p1", Owner),
+                ("rs1", "p2", Owner),
+                ("s1", "rs1", ServiceSelector)
+            ]
+        );
+    }
+
+    #[test]
+    fn selector_skips_only_pods_whose_controller_matches() {
+        // A Job (controller: a CronJob, which has no pod template of its own) is top-most; a
+        // Pod whose controller's template does not match is linked directly.
+        let cron = object("batch/v1", "CronJob", "ops", "report", "cj1");
+        let job = owned(
+            workload(
+                "batch/v1",
+                "Job",
+                "ops",
+                "report-1",
+                "job1",
+                json!({"app": "report"}),
+            ),
+            &cron,
+        );
+        let run = owned(
+            pod("ops", "report-1-x", "pod1", json!({"app": "report"})),
+            &job,
+        );
+        let other = workload(
+            "apps/v1",
+            "ReplicaSet",
+            "ops",
+            "other",
+            "rs9",
+            json!({"app": "other"}),
+        );
+        let adopted = owned(
+            pod("ops", "adopted", "pod2", json!({"app": "report"})),
+            &other,
+        );
+        let svc = service("ops", "report", "s1", json!({"app": "report"}));
+        let graph = edges(&[cron, job, run, other, adopted, svc]);
+        let selector_edges: Vec<_> = triples(&graph)
+            .into_iter()
+            .filter(|e| e.2 == EdgeType::ServiceSelector)
+            .collect();
+        assert_eq!(
+            selector_edges,
+            [
+                ("s1", "job1", EdgeType::ServiceSelector),
+                ("s1", "pod2", EdgeType::ServiceSelector)
+            ]
+        );
+    }
+
+    #[test]
+    fn closure_of_a_realistic_environment() {
+        // Labelled: Deployment, Service, StatefulSet, CronJob; everything else joins by owner
+        // references or by Service name. Objects of another environment stay out.
+        let (d, rs, p1, p2) = api_chain();
+        let svc = service("web", "api", "s1", json!({"app": "api"}));
+        let eps = object("v1", "Endpoints", "web", "api", "e1");
+        let es = owned(slice("web", "api-x", "es1", "api"), &svc);
+        let db = workload(
+            "apps/v1",
+            "StatefulSet",
+            "web",
+            "db",
+            "sts1",
+            json!({"app": "db"}),
+        );
+        let db0 = owned(pod("web", "db-0", "db0", json!({"app": "db"})), &db);
+        let pvc = object("v1", "PersistentVolumeClaim", "web", "data-db-0", "pvc1");
+        let cron = object("batch/v1", "CronJob", "web", "backup", "cj1");
+        let job = owned(object("batch/v1", "Job", "web", "backup-1", "job1"), &cron);
+        let run = owned(pod("web", "backup-1-x", "jp1", json!({})), &job);
+        let (other_d, other_rs, other_p, _) = {
+            let d = deployment("web", "other", "d9", json!({"app": "other"}));
+            let rs = replicaset(&d, "other-1", "rs9", json!({"app": "other"}));
+            let p = owned(pod("web", "other-1-a", "p9", json!({"app": "other"})), &rs);
+            (d, rs, p, ())
+        };
+        let selected = [d, svc, db, cron];
+        let candidates = [
+            p1, rs, p2, eps, es, db0, pvc, job, run, other_d, other_rs, other_p,
+        ];
+        // The claim of a StatefulSet has no owner reference (unless its retention policy
+        // adds one): it joins the group only if labelled.
+        assert_eq!(
+            owned_closure(&selected, &candidates),
+            [0, 1, 2, 3, 4, 5, 7, 8]
+        );
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! every field is read through an optional accessor and a missing one takes the Kubernetes zero
 //! value, so no input can panic.
 
+use super::field;
 use serde_json::Value;
 use HealthStatus::{Degraded, Healthy, Progressing, Suspended, Unknown};
 
@@ -103,12 +104,13 @@ const BUILTIN_GROUPS: &[&str] = &[
 ///
 /// Like gitops-engine's `GetResourceHealth`, an object being deleted is "Pending deletion"
 /// whatever its kind, since that is what a user most needs to know about it.
-pub fn health(obj: &Value) -> Option<Health> {
+pub fn health(value: &Value) -> Option<Health> {
+    let obj = &Obj::new(value);
     if is_being_deleted(obj) {
         return Some(Health::new(Progressing, "Pending deletion"));
     }
-    let kind = str_at(obj, "/kind")?;
-    let rule: fn(&Value) -> Health = match (api_group(obj), kind) {
+    let kind = str_at(obj, &["kind"])?;
+    let rule: fn(&Obj) -> Health = match (api_group(obj), kind) {
         ("apps" | "extensions", "Deployment") => deployment,
         ("apps", "StatefulSet") => stateful_set,
         ("apps" | "extensions", "DaemonSet") => daemon_set,
@@ -190,68 +192,139 @@ fn describe_cause(
 // ---------------------------------------------------------------------------------------------
 // Field access: every read is optional so partial objects fall back to zero values, never panic.
 
-fn str_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
-    v.pointer(pointer)?.as_str()
+/// Where fields are read from: a JSON value, or an object whose top level was read once.
+trait Fields<'a>: Copy {
+    /// The value at `path` (`&["status", "conditions"]`), through objects only. Not
+    /// `Value::pointer`, which unescapes every token of its pointer into a new `String`: on a
+    /// large group that was most of the cost of `health`.
+    fn at(self, path: &[&str]) -> Option<&'a Value>;
+}
+
+impl<'a> Fields<'a> for &'a Value {
+    fn at(self, path: &[&str]) -> Option<&'a Value> {
+        path.iter().try_fold(self, |v, key| field(v, key))
+    }
+}
+
+/// An object with its top-level fields found in one walk of its top-level map: a rule reads
+/// `metadata`, `spec` and `status` many times over, and each read walked the map again.
+struct Obj<'a> {
+    value: &'a Value,
+    kind: Option<&'a Value>,
+    api_version: Option<&'a Value>,
+    metadata: Option<&'a Value>,
+    spec: Option<&'a Value>,
+    status: Option<&'a Value>,
+}
+
+impl<'a> Obj<'a> {
+    fn new(value: &'a Value) -> Self {
+        let mut obj = Obj {
+            value,
+            kind: None,
+            api_version: None,
+            metadata: None,
+            spec: None,
+            status: None,
+        };
+        for (key, field) in value.as_object().into_iter().flatten() {
+            let slot = match key.as_str() {
+                "kind" => &mut obj.kind,
+                "apiVersion" => &mut obj.api_version,
+                "metadata" => &mut obj.metadata,
+                "spec" => &mut obj.spec,
+                "status" => &mut obj.status,
+                _ => continue,
+            };
+            *slot = Some(field);
+        }
+        obj
+    }
+}
+
+impl<'a> Fields<'a> for &Obj<'a> {
+    fn at(self, path: &[&str]) -> Option<&'a Value> {
+        let Some((first, rest)) = path.split_first() else {
+            return Some(self.value);
+        };
+        let top = match *first {
+            "kind" => self.kind,
+            "apiVersion" => self.api_version,
+            "metadata" => self.metadata,
+            "spec" => self.spec,
+            "status" => self.status,
+            key => field(self.value, key),
+        };
+        top?.at(rest)
+    }
+}
+
+fn at<'a>(v: impl Fields<'a>, path: &[&str]) -> Option<&'a Value> {
+    v.at(path)
+}
+
+fn str_at<'a>(v: impl Fields<'a>, path: &[&str]) -> Option<&'a str> {
+    at(v, path)?.as_str()
 }
 
 /// Integer field, or 0 as Go's typed structs would read a missing one.
-fn int_at(v: &Value, pointer: &str) -> i64 {
-    opt_int_at(v, pointer).unwrap_or(0)
+fn int_at<'a>(v: impl Fields<'a>, path: &[&str]) -> i64 {
+    opt_int_at(v, path).unwrap_or(0)
 }
 
 /// Integer field where absence matters (`spec.replicas` unset is not the same as 0 in Argo).
-fn opt_int_at(v: &Value, pointer: &str) -> Option<i64> {
-    v.pointer(pointer)?.as_i64()
+fn opt_int_at<'a>(v: impl Fields<'a>, path: &[&str]) -> Option<i64> {
+    at(v, path)?.as_i64()
 }
 
-fn bool_at(v: &Value, pointer: &str) -> bool {
-    v.pointer(pointer).and_then(Value::as_bool).unwrap_or(false)
+fn bool_at<'a>(v: impl Fields<'a>, path: &[&str]) -> bool {
+    at(v, path).and_then(Value::as_bool).unwrap_or(false)
 }
 
-fn list_at<'a>(v: &'a Value, pointer: &str) -> &'a [Value] {
-    v.pointer(pointer)
+fn list_at<'a>(v: impl Fields<'a>, path: &[&str]) -> &'a [Value] {
+    at(v, path)
         .and_then(Value::as_array)
         .map_or(&[][..], Vec::as_slice)
 }
 
 /// The first `status.conditions` entry of the given type.
-fn condition<'a>(obj: &'a Value, kind: &str) -> Option<&'a Value> {
-    list_at(obj, "/status/conditions")
+fn condition<'a>(obj: impl Fields<'a>, kind: &str) -> Option<&'a Value> {
+    list_at(obj, &["status", "conditions"])
         .iter()
-        .find(|c| str_at(c, "/type") == Some(kind))
+        .find(|c| str_at(*c, &["type"]) == Some(kind))
 }
 
 /// Whether the condition exists and its `status` is exactly `status` ("True", "False", ...).
 fn cond_status_is(cond: Option<&Value>, status: &str) -> bool {
-    cond.and_then(|c| str_at(c, "/status")) == Some(status)
+    cond.and_then(|c| str_at(c, &["status"])) == Some(status)
 }
 
 fn cond_reason(cond: Option<&Value>) -> &str {
-    cond.and_then(|c| str_at(c, "/reason")).unwrap_or("")
+    cond.and_then(|c| str_at(c, &["reason"])).unwrap_or("")
 }
 
 /// The condition's message, or its reason when the controller left the message empty.
 fn cond_message(cond: Option<&Value>) -> &str {
-    match cond.and_then(|c| str_at(c, "/message")) {
+    match cond.and_then(|c| str_at(c, &["message"])) {
         Some(m) if !m.is_empty() => m,
         _ => cond_reason(cond),
     }
 }
 
-fn name(obj: &Value) -> &str {
-    str_at(obj, "/metadata/name").unwrap_or("")
+fn name<'a>(obj: impl Fields<'a>) -> &'a str {
+    str_at(obj, &["metadata", "name"]).unwrap_or("")
 }
 
 /// "apps/v1" → "apps", "v1" → "" (core). A missing apiVersion is read as core, because list
 /// responses often omit it on their items.
-fn api_group(obj: &Value) -> &str {
-    str_at(obj, "/apiVersion")
+fn api_group<'a>(obj: impl Fields<'a>) -> &'a str {
+    str_at(obj, &["apiVersion"])
         .and_then(|v| v.split_once('/'))
         .map_or("", |(group, _)| group)
 }
 
-fn is_being_deleted(obj: &Value) -> bool {
-    match obj.pointer("/metadata/deletionTimestamp") {
+fn is_being_deleted<'a>(obj: impl Fields<'a>) -> bool {
+    match at(obj, &["metadata", "deletionTimestamp"]) {
         None | Some(Value::Null) => false,
         Some(Value::String(s)) => !s.is_empty(),
         Some(_) => true,
@@ -259,16 +332,16 @@ fn is_being_deleted(obj: &Value) -> bool {
 }
 
 /// The controller has not yet seen the latest spec, so any status it reports is stale.
-fn generation_lags(obj: &Value) -> bool {
-    int_at(obj, "/metadata/generation") > int_at(obj, "/status/observedGeneration")
+fn generation_lags<'a>(obj: impl Fields<'a>) -> bool {
+    int_at(obj, &["metadata", "generation"]) > int_at(obj, &["status", "observedGeneration"])
 }
 
 // ---------------------------------------------------------------------------------------------
 // Workloads (gitops-engine health_deployment.go, health_statefulset.go, health_daemonset.go,
 // health_replicaset.go), themselves borrowed from `kubectl rollout status`.
 
-fn deployment(obj: &Value) -> Health {
-    if bool_at(obj, "/spec/paused") {
+fn deployment(obj: &Obj) -> Health {
+    if bool_at(obj, &["spec", "paused"]) {
         return Health::new(Suspended, "Deployment is paused");
     }
     if generation_lags(obj) {
@@ -286,10 +359,10 @@ fn deployment(obj: &Value) -> Health {
             ),
         );
     }
-    let updated = int_at(obj, "/status/updatedReplicas");
-    let replicas = int_at(obj, "/status/replicas");
-    let available = int_at(obj, "/status/availableReplicas");
-    match opt_int_at(obj, "/spec/replicas") {
+    let updated = int_at(obj, &["status", "updatedReplicas"]);
+    let replicas = int_at(obj, &["status", "replicas"]);
+    let available = int_at(obj, &["status", "availableReplicas"]);
+    match opt_int_at(obj, &["spec", "replicas"]) {
         Some(desired) if updated < desired => Health::new(
             Progressing,
             format!("Waiting for rollout to finish: {updated} out of {desired} new replicas have been updated..."),
@@ -309,27 +382,30 @@ fn deployment(obj: &Value) -> Health {
     }
 }
 
-fn stateful_set(obj: &Value) -> Health {
-    let observed = int_at(obj, "/status/observedGeneration");
+fn stateful_set(obj: &Obj) -> Health {
+    let observed = int_at(obj, &["status", "observedGeneration"]);
     if observed == 0 || generation_lags(obj) {
         return Health::new(
             Progressing,
             "Waiting for statefulset spec update to be observed...",
         );
     }
-    let desired = opt_int_at(obj, "/spec/replicas");
-    let ready = int_at(obj, "/status/readyReplicas");
-    let updated = int_at(obj, "/status/updatedReplicas");
+    let desired = opt_int_at(obj, &["spec", "replicas"]);
+    let ready = int_at(obj, &["status", "readyReplicas"]);
+    let updated = int_at(obj, &["status", "updatedReplicas"]);
     if let Some(desired) = desired.filter(|d| ready < *d) {
         return Health::new(
             Progressing,
             format!("Waiting for {} pods to be ready...", desired - ready),
         );
     }
-    let strategy = str_at(obj, "/spec/updateStrategy/type").unwrap_or("");
-    let rolling = obj.pointer("/spec/updateStrategy/rollingUpdate");
+    let strategy = str_at(obj, &["spec", "updateStrategy", "type"]).unwrap_or("");
+    let rolling = at(obj, &["spec", "updateStrategy", "rollingUpdate"]);
     if strategy == "RollingUpdate" && rolling.is_some_and(|r| !r.is_null()) {
-        let partition = opt_int_at(obj, "/spec/updateStrategy/rollingUpdate/partition");
+        let partition = opt_int_at(
+            obj,
+            &["spec", "updateStrategy", "rollingUpdate", "partition"],
+        );
         if let (Some(desired), Some(partition)) = (desired, partition) {
             let target = desired - partition;
             if updated < target {
@@ -347,8 +423,8 @@ fn stateful_set(obj: &Value) -> Health {
     if strategy == "OnDelete" {
         return Health::new(Healthy, format!("statefulset has {ready} ready pods"));
     }
-    let update_rev = str_at(obj, "/status/updateRevision").unwrap_or("");
-    let current_rev = str_at(obj, "/status/currentRevision").unwrap_or("");
+    let update_rev = str_at(obj, &["status", "updateRevision"]).unwrap_or("");
+    let current_rev = str_at(obj, &["status", "currentRevision"]).unwrap_or("");
     if update_rev != current_rev {
         return Health::new(
             Progressing,
@@ -359,23 +435,23 @@ fn stateful_set(obj: &Value) -> Health {
         Healthy,
         format!(
             "statefulset rolling update complete {} pods at revision {current_rev}...",
-            int_at(obj, "/status/currentReplicas")
+            int_at(obj, &["status", "currentReplicas"])
         ),
     )
 }
 
-fn daemon_set(obj: &Value) -> Health {
+fn daemon_set(obj: &Obj) -> Health {
     if generation_lags(obj) {
         return Health::new(
             Progressing,
             "Waiting for rollout to finish: observed daemon set generation less than desired generation",
         );
     }
-    let updated = int_at(obj, "/status/updatedNumberScheduled");
-    let desired = int_at(obj, "/status/desiredNumberScheduled");
-    let available = int_at(obj, "/status/numberAvailable");
+    let updated = int_at(obj, &["status", "updatedNumberScheduled"]);
+    let desired = int_at(obj, &["status", "desiredNumberScheduled"]);
+    let available = int_at(obj, &["status", "numberAvailable"]);
     // OnDelete never replaces pods by itself, so old pods are the expected steady state.
-    if str_at(obj, "/spec/updateStrategy/type") == Some("OnDelete") {
+    if str_at(obj, &["spec", "updateStrategy", "type"]) == Some("OnDelete") {
         return Health::new(
             Healthy,
             format!("daemon set {updated} out of {desired} new pods have been updated"),
@@ -397,7 +473,7 @@ fn daemon_set(obj: &Value) -> Health {
     Health::new(Healthy, "")
 }
 
-fn replica_set(obj: &Value) -> Health {
+fn replica_set(obj: &Obj) -> Health {
     if generation_lags(obj) {
         return Health::new(
             Progressing,
@@ -408,8 +484,8 @@ fn replica_set(obj: &Value) -> Health {
     if cond_status_is(failure, "True") {
         return Health::new(Degraded, cond_message(failure));
     }
-    let available = int_at(obj, "/status/availableReplicas");
-    match opt_int_at(obj, "/spec/replicas") {
+    let available = int_at(obj, &["status", "availableReplicas"]);
+    match opt_int_at(obj, &["spec", "replicas"]) {
         Some(desired) if available < desired => Health::new(
             Progressing,
             format!("Waiting for rollout to finish: {available} out of {desired} new replicas are available..."),
@@ -429,37 +505,39 @@ fn is_stuck_waiting_reason(reason: &str) -> bool {
 
 /// Argo's wording for why a terminated container failed, or None when it exited cleanly.
 fn terminated_failure(container: &Value, terminated: &Value) -> Option<String> {
-    let message = str_at(terminated, "/message").unwrap_or("");
+    let message = str_at(terminated, &["message"]).unwrap_or("");
     if !message.is_empty() {
         return Some(message.to_string());
     }
-    if str_at(terminated, "/reason") == Some("OOMKilled") {
+    if str_at(terminated, &["reason"]) == Some("OOMKilled") {
         return Some("OOMKilled".to_string());
     }
-    let code = int_at(terminated, "/exitCode");
+    let code = int_at(terminated, &["exitCode"]);
     (code != 0).then(|| {
-        let name = str_at(container, "/name").unwrap_or("");
+        let name = str_at(container, &["name"]).unwrap_or("");
         format!("container \"{name}\" failed with exit code {code}")
     })
 }
 
-fn pod(obj: &Value) -> Health {
+fn pod(obj: &Obj) -> Health {
     // The API server defaults restartPolicy to Always, so an object without it is read as such.
-    let restart_policy = str_at(obj, "/spec/restartPolicy").unwrap_or("Always");
-    let init_statuses = list_at(obj, "/status/initContainerStatuses");
-    let statuses = list_at(obj, "/status/containerStatuses");
+    let restart_policy = str_at(obj, &["spec", "restartPolicy"]).unwrap_or("Always");
+    let init_statuses = list_at(obj, &["status", "initContainerStatuses"]);
+    let statuses = list_at(obj, &["status", "containerStatuses"]);
     let all_statuses = || init_statuses.iter().chain(statuses);
-    let status_message = str_at(obj, "/status/message").unwrap_or("");
+    let status_message = str_at(obj, &["status", "message"]).unwrap_or("");
 
     // Only for long-running pods: a hook pod (OnFailure/Never) stuck pulling its image must not
     // be failed early, as Argo explains; it stays Progressing until its phase says otherwise.
     if restart_policy == "Always" {
         let stuck: Vec<&str> = all_statuses()
             .filter_map(|c| {
-                let reason = str_at(c, "/state/waiting/reason")?;
-                is_stuck_waiting_reason(reason).then(|| match str_at(c, "/state/waiting/message") {
-                    Some(m) if !m.is_empty() => m,
-                    _ => reason,
+                let reason = str_at(c, &["state", "waiting", "reason"])?;
+                is_stuck_waiting_reason(reason).then(|| {
+                    match str_at(c, &["state", "waiting", "message"]) {
+                        Some(m) if !m.is_empty() => m,
+                        _ => reason,
+                    }
                 })
             })
             .collect();
@@ -468,7 +546,7 @@ fn pod(obj: &Value) -> Health {
         }
     }
 
-    match str_at(obj, "/status/phase").unwrap_or("") {
+    match str_at(obj, &["status", "phase"]).unwrap_or("") {
         "Pending" => {
             // An unschedulable pod explains itself only in its PodScheduled condition.
             let scheduled = condition(obj, "PodScheduled");
@@ -485,29 +563,39 @@ fn pod(obj: &Value) -> Health {
                 return Health::new(Degraded, status_message);
             }
             let failure = all_statuses().find_map(|c| {
-                let terminated = c.pointer("/state/terminated").filter(|t| t.is_object())?;
+                let terminated = at(c, &["state", "terminated"]).filter(|t| t.is_object())?;
                 terminated_failure(c, terminated)
             });
             Health::new(Degraded, failure.unwrap_or_default())
         }
-        "Running" if restart_policy == "Always" => running_pod(obj, statuses, status_message),
+        "Running" if restart_policy == "Always" || ignores_restart_policy(obj) => {
+            running_pod(obj, statuses, status_message)
+        }
         // Finite pods (typically hooks) are not Healthy until they succeed.
         "Running" => Health::new(Progressing, status_message),
         _ => Health::new(Unknown, status_message),
     }
 }
 
+/// Argo's opt-out for pods that run with OnFailure or Never yet are long-lived (typically
+/// managed by an operator): judged as a long-running pod once running, like Argo does.
+const IGNORE_RESTART_POLICY_ANNOTATION: &str = "argocd.argoproj.io/ignore-restart-policy";
+
+fn ignores_restart_policy(obj: &Obj) -> bool {
+    at(obj, &["metadata", "annotations"])
+        .and_then(Value::as_object)
+        .is_some_and(|a| a.contains_key(IGNORE_RESTART_POLICY_ANNOTATION))
+}
+
 /// A running long-lived pod: Healthy when Ready; Degraded when not Ready because a container
 /// has already died once (OOMKilled, crashed); otherwise still starting.
-fn running_pod(obj: &Value, statuses: &[Value], status_message: &str) -> Health {
+fn running_pod(obj: &Obj, statuses: &[Value], status_message: &str) -> Health {
     let ready = condition(obj, "Ready");
     if cond_status_is(ready, "True") {
         return Health::new(Healthy, status_message);
     }
     let restarted = statuses.iter().find_map(|c| {
-        let terminated = c
-            .pointer("/lastState/terminated")
-            .filter(|t| t.is_object())?;
+        let terminated = at(c, &["lastState", "terminated"]).filter(|t| t.is_object())?;
         Some((c, terminated))
     });
     if let Some((container, terminated)) = restarted {
@@ -515,14 +603,14 @@ fn running_pod(obj: &Value, statuses: &[Value], status_message: &str) -> Health 
             return Health::new(Degraded, status_message);
         }
         // Argo leaves this message empty; say which container died and how.
-        let name = str_at(container, "/name").unwrap_or("");
+        let name = str_at(container, &["name"]).unwrap_or("");
         let how = match (
-            str_at(terminated, "/message").filter(|m| !m.is_empty()),
-            str_at(terminated, "/reason").filter(|r| !r.is_empty()),
+            str_at(terminated, &["message"]).filter(|m| !m.is_empty()),
+            str_at(terminated, &["reason"]).filter(|r| !r.is_empty()),
         ) {
             (Some(message), _) => message.to_string(),
             (None, Some(reason)) => reason.to_string(),
-            (None, None) => format!("exit code {}", int_at(terminated, "/exitCode")),
+            (None, None) => format!("exit code {}", int_at(terminated, &["exitCode"])),
         };
         return Health::new(
             Degraded,
@@ -541,7 +629,7 @@ fn running_pod(obj: &Value, statuses: &[Value], status_message: &str) -> Health 
 // ---------------------------------------------------------------------------------------------
 // Batch (gitops-engine health_job.go; argo-cd resource_customizations/batch/CronJob/health.lua).
 
-fn job(obj: &Value) -> Health {
+fn job(obj: &Obj) -> Health {
     // Kubernetes only ever sets these conditions True; an explicit False is not taken as set.
     let is_set = |c: Option<&Value>| c.is_some() && !cond_status_is(c, "False");
     let failed = condition(obj, "Failed");
@@ -553,7 +641,7 @@ fn job(obj: &Value) -> Health {
         return Health::new(Healthy, cond_message(complete));
     }
     let suspended = condition(obj, "Suspended");
-    if cond_status_is(suspended, "True") || bool_at(obj, "/spec/suspend") {
+    if cond_status_is(suspended, "True") || bool_at(obj, &["spec", "suspend"]) {
         let message = match cond_message(suspended) {
             "" => "Job is suspended",
             m => m,
@@ -563,15 +651,15 @@ fn job(obj: &Value) -> Health {
     Health::new(Progressing, "Waiting for Job to complete")
 }
 
-fn cron_job(obj: &Value) -> Health {
-    if bool_at(obj, "/spec/suspend") {
+fn cron_job(obj: &Obj) -> Health {
+    if bool_at(obj, &["spec", "suspend"]) {
         return Health::new(Suspended, "CronJob is Suspended");
     }
-    let Some(status) = obj.get("status").filter(|s| s.is_object()) else {
+    let Some(status) = obj.status.filter(|s| s.is_object()) else {
         return Health::new(Progressing, "Waiting for CronJob");
     };
     // Progressing this often (on every run) bubbles up; Argo accepts that, and so do we.
-    let active = list_at(status, "/active").len();
+    let active = list_at(status, &["active"]).len();
     if active > 0 {
         return Health::new(
             Progressing,
@@ -580,10 +668,10 @@ fn cron_job(obj: &Value) -> Health {
     }
     // No Job running: the last run failed if it never succeeded since it was scheduled.
     // RFC 3339 UTC timestamps compare correctly as text, as Argo's Lua relies on.
-    let Some(scheduled) = str_at(status, "/lastScheduleTime") else {
+    let Some(scheduled) = str_at(status, &["lastScheduleTime"]) else {
         return Health::new(Healthy, "");
     };
-    match str_at(status, "/lastSuccessfulTime") {
+    match str_at(status, &["lastSuccessfulTime"]) {
         Some(succeeded) if succeeded >= scheduled => Health::new(
             Healthy,
             "CronJob has completed its last execution successfully",
@@ -599,51 +687,49 @@ fn cron_job(obj: &Value) -> Health {
 // Networking and storage (gitops-engine health_service.go, health_ingress.go, health_pvc.go).
 // Argo gives these no message; ours say what is awaited, or which address was assigned.
 
-/// The IPs or hostnames in `status.loadBalancer.ingress`, joined for display.
-fn load_balancer_addresses(obj: &Value) -> Vec<&str> {
-    list_at(obj, "/status/loadBalancer/ingress")
+/// `status.loadBalancer.ingress`: its entry count (an entry is an assignment, as Argo counts
+/// them) and the IPs or hostnames among them, for display. An entry may carry neither, e.g.
+/// only `ports` or `ipMode`.
+fn load_balancer_addresses<'a>(obj: &Obj<'a>) -> (usize, Vec<&'a str>) {
+    let entries = list_at(obj, &["status", "loadBalancer", "ingress"]);
+    let addresses = entries
         .iter()
-        .map(|i| {
-            str_at(i, "/ip")
-                .or_else(|| str_at(i, "/hostname"))
-                .unwrap_or("")
-        })
-        .collect()
+        .filter_map(|i| str_at(i, &["ip"]).or_else(|| str_at(i, &["hostname"])))
+        .filter(|a| !a.is_empty())
+        .collect();
+    (entries.len(), addresses)
 }
 
-fn service(obj: &Value) -> Health {
-    if str_at(obj, "/spec/type") != Some("LoadBalancer") {
+/// Healthy once the load balancer has at least one entry, naming its addresses if it has any.
+fn assigned(obj: &Obj, waiting: &str, label: &str) -> Health {
+    match load_balancer_addresses(obj) {
+        (0, _) => Health::new(Progressing, waiting),
+        (_, addresses) if addresses.is_empty() => Health::new(Healthy, ""),
+        (_, addresses) => Health::new(Healthy, format!("{label}: {}", addresses.join(", "))),
+    }
+}
+
+fn service(obj: &Obj) -> Health {
+    if str_at(obj, &["spec", "type"]) != Some("LoadBalancer") {
         return Health::new(Healthy, "");
     }
-    let addresses = load_balancer_addresses(obj);
-    if addresses.is_empty() {
-        return Health::new(
-            Progressing,
-            "Waiting for the load balancer to be assigned an address",
-        );
-    }
-    Health::new(
-        Healthy,
-        format!("Load balancer address: {}", addresses.join(", ")),
+    assigned(
+        obj,
+        "Waiting for the load balancer to be assigned an address",
+        "Load balancer address",
     )
 }
 
-fn ingress(obj: &Value) -> Health {
-    let addresses = load_balancer_addresses(obj);
-    if addresses.is_empty() {
-        return Health::new(
-            Progressing,
-            "Waiting for the ingress controller to assign an address",
-        );
-    }
-    Health::new(
-        Healthy,
-        format!("Ingress address: {}", addresses.join(", ")),
+fn ingress(obj: &Obj) -> Health {
+    assigned(
+        obj,
+        "Waiting for the ingress controller to assign an address",
+        "Ingress address",
     )
 }
 
-fn pvc(obj: &Value) -> Health {
-    match str_at(obj, "/status/phase") {
+fn pvc(obj: &Obj) -> Health {
+    match str_at(obj, &["status", "phase"]) {
         Some("Bound") => Health::new(Healthy, ""),
         Some("Pending") => {
             Health::new(Progressing, "Waiting for the claim to be bound to a volume")
@@ -674,14 +760,13 @@ const HPA_DEGRADED: &[(&str, &str)] = &[
     ("ScalingActive", "InvalidMetricSourceType"),
 ];
 
-fn hpa(obj: &Value) -> Health {
+fn hpa(obj: &Obj) -> Health {
     let waiting = || Health::new(Progressing, "Waiting to Autoscale");
     // autoscaling/v2 keeps conditions in status; autoscaling/v1 only in a JSON annotation.
     let from_annotation;
-    let mut conditions = list_at(obj, "/status/conditions");
+    let mut conditions = list_at(obj, &["status", "conditions"]);
     if conditions.is_empty() {
-        let annotation = obj
-            .pointer("/metadata/annotations")
+        let annotation = at(obj, &["metadata", "annotations"])
             .and_then(|a| a.get(HPA_CONDITIONS_ANNOTATION))
             .and_then(Value::as_str);
         let Some(annotation) = annotation else {
@@ -699,23 +784,27 @@ fn hpa(obj: &Value) -> Health {
         };
         conditions = &from_annotation;
     }
-    let field = |c: &'_ Value, f: &str| str_at(c, f).unwrap_or("").to_string();
+    fn field<'c>(c: &'c Value, f: &[&str]) -> &'c str {
+        str_at(c, f).unwrap_or("")
+    }
     // Unlike Argo, which returns at the first healthy condition, every condition is checked for
     // failure first: AbleToScale=True comes before ScalingActive=False in real objects, and
     // would otherwise hide an autoscaler that cannot read its metrics.
     let degraded = conditions.iter().find(|c| {
-        let (kind, reason) = (field(c, "/type"), field(c, "/reason"));
+        let (kind, reason) = (field(c, &["type"]), field(c, &["reason"]));
         HPA_DEGRADED.iter().any(|(t, r)| *t == kind && *r == reason)
     });
     if let Some(c) = degraded {
         return Health::new(Degraded, cond_message(Some(c)));
     }
     let healthy = conditions.iter().find(|c| {
-        matches!(str_at(c, "/type"), Some("AbleToScale" | "ScalingLimited"))
-            && str_at(c, "/status") == Some("True")
+        matches!(
+            str_at(*c, &["type"]),
+            Some("AbleToScale" | "ScalingLimited")
+        ) && str_at(*c, &["status"]) == Some("True")
     });
     match healthy {
-        Some(c) => Health::new(Healthy, field(c, "/message")),
+        Some(c) => Health::new(Healthy, field(c, &["message"])),
         None => waiting(),
     }
 }
@@ -725,12 +814,12 @@ fn hpa(obj: &Value) -> Health {
 
 /// Argo reports an unavailable APIService as Progressing, not Degraded: the aggregated server
 /// behind it is often still starting.
-fn api_service(obj: &Value) -> Health {
+fn api_service(obj: &Obj) -> Health {
     let Some(available) = condition(obj, "Available") else {
         return Health::new(Progressing, "Waiting to be processed");
     };
     let reason = cond_reason(Some(available));
-    let message = str_at(available, "/message").unwrap_or("");
+    let message = str_at(available, &["message"]).unwrap_or("");
     let text = match (reason.is_empty(), message.is_empty()) {
         (false, false) => format!("{reason}: {message}"),
         (false, true) => reason.to_string(),
@@ -748,7 +837,22 @@ fn api_service(obj: &Value) -> Health {
 // Custom resources: the kstatus conventions (Stalled / Reconciling / Ready, observedGeneration)
 // that Flux, Crossplane, cert-manager and most operators follow, so a CRD needs no rule of its own.
 
-fn custom_resource(obj: &Value) -> Option<Health> {
+fn custom_resource(obj: &Obj) -> Option<Health> {
+    let ready = condition(obj, "Ready");
+    // Conditions older than the spec describe the previous spec, not this one, whatever they
+    // say: kstatus checks this before anything else too. Controllers that keep no
+    // `status.observedGeneration` (cert-manager) record it on each condition instead.
+    let generation = int_at(obj, &["metadata", "generation"]);
+    let observed = opt_int_at(obj, &["status", "observedGeneration"])
+        .or_else(|| ready.and_then(|c| opt_int_at(c, &["observedGeneration"])));
+    if let Some(observed) = observed.filter(|observed| generation > *observed) {
+        return Some(Health::new(
+            Progressing,
+            format!(
+                "Waiting for the controller to observe the latest generation (observed {observed}, desired {generation})"
+            ),
+        ));
+    }
     let stalled = condition(obj, "Stalled");
     if cond_status_is(stalled, "True") {
         return Some(Health::new(Degraded, cond_message(stalled)));
@@ -757,19 +861,7 @@ fn custom_resource(obj: &Value) -> Option<Health> {
     if cond_status_is(reconciling, "True") {
         return Some(Health::new(Progressing, cond_message(reconciling)));
     }
-    // A Ready condition older than the spec describes the previous spec, not this one.
-    if opt_int_at(obj, "/status/observedGeneration").is_some() && generation_lags(obj) {
-        return Some(Health::new(
-            Progressing,
-            format!(
-                "Waiting for the controller to observe the latest generation (observed {}, desired {})",
-                int_at(obj, "/status/observedGeneration"),
-                int_at(obj, "/metadata/generation")
-            ),
-        ));
-    }
-    let ready = condition(obj, "Ready");
-    match ready.and_then(|c| str_at(c, "/status")) {
+    match ready.and_then(|c| str_at(c, &["status"])) {
         Some("True") => Some(Health::new(Healthy, cond_message(ready))),
         Some("False") => Some(Health::new(Degraded, cond_message(ready))),
         Some(_) => Some(Health::new(Progressing, cond_message(ready))),
@@ -1868,6 +1960,375 @@ mod tests {
         assert_eq!(
             got.message.as_deref(),
             Some("Caused by PersistentVolumeClaim default/data: The claim's bound volume no longer exists")
+        );
+    }
+
+    // --- coverage: the rules and edge cases not pinned above ---------------------------------
+
+    /// (what, object, expected status, expected message) for every remaining branch.
+    fn more_fixtures() -> Vec<(&'static str, Value, HealthStatus, Option<&'static str>)> {
+        let complete = json!({"observedGeneration": 1, "replicas": 2, "updatedReplicas": 2, "availableReplicas": 2});
+        let deadline = json!([{"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded"}]);
+        let with_annotation = |mut o: Value, key: &str, value: &str| {
+            o["metadata"]["annotations"] = json!({ key: value });
+            o
+        };
+        vec![
+            // Deployment
+            ("deployment without spec.replicas", deploy(json!({}), complete.clone()), Healthy, None),
+            ("extensions/v1beta1 deployment", obj("extensions/v1beta1", "Deployment", json!({"replicas": 2}), complete.clone()), Healthy, None),
+            ("paused beats the deadline",
+             deploy(json!({"replicas": 2, "paused": true}), json!({"observedGeneration": 1, "conditions": deadline})),
+             Suspended, Some("Deployment is paused")),
+            ("a deadline of an older generation is not read",
+             deploy(json!({"replicas": 2}), json!({"observedGeneration": 0, "conditions": deadline})),
+             Progressing, Some("Waiting for rollout to finish: observed deployment generation less than desired generation")),
+            ("scaled to zero", deploy(json!({"replicas": 0}), json!({"observedGeneration": 1})), Healthy, None),
+            // StatefulSet
+            ("statefulset generation lag",
+             obj("apps/v1", "StatefulSet", json!({"replicas": 1}), json!({"observedGeneration": 1, "readyReplicas": 1})).tap_generation(2),
+             Progressing, Some("Waiting for statefulset spec update to be observed...")),
+            ("statefulset without spec.replicas",
+             obj("apps/v1", "StatefulSet", json!({}), json!({"observedGeneration": 1, "currentReplicas": 1, "currentRevision": "r1", "updateRevision": "r1"})),
+             Healthy, Some("statefulset rolling update complete 1 pods at revision r1...")),
+            // DaemonSet
+            ("extensions/v1beta1 daemonset",
+             obj("extensions/v1beta1", "DaemonSet", json!({}), json!({"observedGeneration": 1, "desiredNumberScheduled": 2, "updatedNumberScheduled": 2, "numberAvailable": 2})),
+             Healthy, None),
+            ("daemonset generation lag beats OnDelete",
+             ds("OnDelete", json!({"observedGeneration": 0})),
+             Progressing, Some("Waiting for rollout to finish: observed daemon set generation less than desired generation")),
+            // ReplicaSet
+            ("replica failure False is not a failure",
+             obj("apps/v1", "ReplicaSet", json!({"replicas": 1}), json!({"observedGeneration": 1, "availableReplicas": 1,
+                 "conditions": [{"type": "ReplicaFailure", "status": "False", "message": "old"}]})),
+             Healthy, None),
+            ("replica failure without message names its reason",
+             obj("extensions/v1beta1", "ReplicaSet", json!({"replicas": 1}), json!({"observedGeneration": 1,
+                 "conditions": [{"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate"}]})),
+             Degraded, Some("FailedCreate")),
+            // Pod
+            ("crash loop without message names its reason",
+             pod_with("Always", json!({"phase": "Running", "containerStatuses": [waiting("CrashLoopBackOff", "")]})),
+             Degraded, Some("CrashLoopBackOff")),
+            ("config error",
+             pod_with("Always", json!({"phase": "Pending", "containerStatuses": [
+                 waiting("CreateContainerConfigError", "secret \"db\" not found")]})),
+             Degraded, Some("secret \"db\" not found")),
+            ("container creating is not stuck",
+             pod_with("Always", json!({"phase": "Pending", "containerStatuses": [waiting("ContainerCreating", "")]})),
+             Progressing, None),
+            ("restartPolicy defaults to Always",
+             obj("v1", "Pod", json!({}), json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]})),
+             Healthy, None),
+            ("running, not ready, with a status message",
+             pod_with("Always", json!({"phase": "Running", "message": "probing",
+                 "conditions": [{"type": "Ready", "status": "False", "message": "containers with unready status: [app]"}]})),
+             Progressing, Some("probing")),
+            ("restarted, with a status message",
+             pod_with("Always", json!({"phase": "Running", "message": "node pressure",
+                 "containerStatuses": [{"name": "app", "lastState": {"terminated": {"exitCode": 1}}}]})),
+             Degraded, Some("node pressure")),
+            ("restarted with an exit code only",
+             pod_with("Always", json!({"phase": "Running",
+                 "containerStatuses": [{"name": "app", "lastState": {"terminated": {"exitCode": 1, "reason": "Error", "message": "panic: boom"}}}]})),
+             Degraded, Some("container \"app\" last terminated: panic: boom")),
+            ("failed: terminated message first",
+             pod_with("Never", json!({"phase": "Failed", "containerStatuses": [
+                 {"name": "app", "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled", "message": "killed"}}}]})),
+             Degraded, Some("killed")),
+            ("ignore-restart-policy: a running OnFailure pod is judged as long-lived",
+             with_annotation(pod_with("OnFailure", json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]})),
+                 IGNORE_RESTART_POLICY_ANNOTATION, "true"),
+             Healthy, None),
+            ("ignore-restart-policy: a restarted Never pod is degraded",
+             with_annotation(pod_with("Never", json!({"phase": "Running",
+                 "containerStatuses": [{"name": "app", "lastState": {"terminated": {"reason": "OOMKilled"}}}]})),
+                 IGNORE_RESTART_POLICY_ANNOTATION, ""),
+             Degraded, Some("container \"app\" last terminated: OOMKilled")),
+            ("pod without phase", pod_with("Always", json!({})), Unknown, None),
+            // Job
+            ("failed job without message names its reason",
+             job_with(json!({}), json!([{"type": "Failed", "status": "True", "reason": "DeadlineExceeded"}])),
+             Degraded, Some("DeadlineExceeded")),
+            ("failed beats complete",
+             job_with(json!({}), json!([{"type": "Complete", "status": "True"}, {"type": "Failed", "status": "True", "message": "x"}])),
+             Degraded, Some("x")),
+            ("complete without message", job_with(json!({}), json!([{"type": "Complete", "status": "True"}])), Healthy, None),
+            ("a suspended job that already failed stays failed",
+             job_with(json!({"suspend": true}), json!([{"type": "Failed", "status": "True", "message": "x"}])),
+             Degraded, Some("x")),
+            // CronJob
+            ("suspended beats active",
+             cron(json!({"suspend": true}), json!({"active": [{"name": "a"}]})),
+             Suspended, Some("CronJob is Suspended")),
+            ("active beats a failed last run",
+             cron(json!({}), json!({"active": [{"name": "a"}], "lastScheduleTime": "2024-01-02T00:00:00Z"})),
+             Progressing, Some("Waiting for 1 Jobs to complete")),
+            // Service and Ingress
+            ("node port service", obj("v1", "Service", json!({"type": "NodePort"}), json!({})), Healthy, None),
+            ("service without type", obj("v1", "Service", json!({}), json!({})), Healthy, None),
+            ("load balancer with an empty ingress list",
+             obj("v1", "Service", json!({"type": "LoadBalancer"}), json!({"loadBalancer": {"ingress": []}})),
+             Progressing, Some("Waiting for the load balancer to be assigned an address")),
+            ("load balancer without status",
+             json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"}, "spec": {"type": "LoadBalancer"}}),
+             Progressing, Some("Waiting for the load balancer to be assigned an address")),
+            ("load balancer entry without ip or hostname is an assignment, with nothing to name",
+             obj("v1", "Service", json!({"type": "LoadBalancer"}), json!({"loadBalancer": {"ingress": [{"ports": [{"port": 80}]}]}})),
+             Healthy, None),
+            ("ingress without status",
+             json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": {"name": "web"}}),
+             Progressing, Some("Waiting for the ingress controller to assign an address")),
+            ("ingress with a hostname",
+             obj("networking.k8s.io/v1", "Ingress", json!({}), json!({"loadBalancer": {"ingress": [{"hostname": "lb.example.com"}, {"ip": ""}]}})),
+             Healthy, Some("Ingress address: lb.example.com")),
+            // HPA
+            ("hpa cannot get its target's scale",
+             hpa_with(json!([{"type": "AbleToScale", "status": "False", "reason": "FailedGetScale", "message": "deployments/scale.apps \"web\" not found"}])),
+             Degraded, Some("deployments/scale.apps \"web\" not found")),
+            ("hpa with an invalid selector",
+             hpa_with(json!([{"type": "AbleToScale", "status": "True", "message": "ok"},
+                             {"type": "ScalingActive", "status": "False", "reason": "InvalidSelector", "message": "bad selector"}])),
+             Degraded, Some("bad selector")),
+            ("hpa failing on an external metric",
+             hpa_with(json!([{"type": "ScalingActive", "status": "False", "reason": "FailedGetExternalMetric", "message": "no metric"}])),
+             Degraded, Some("no metric")),
+            ("hpa limited by its bounds",
+             hpa_with(json!([{"type": "ScalingLimited", "status": "True", "reason": "TooManyReplicas", "message": "the desired replica count is more than the maximum replica count"}])),
+             Healthy, Some("the desired replica count is more than the maximum replica count")),
+            ("hpa able to scale False (backoff) is waiting",
+             hpa_with(json!([{"type": "AbleToScale", "status": "False", "reason": "BackoffBoth"}])),
+             Progressing, Some("Waiting to Autoscale")),
+            ("autoscaling/v1 without the annotation",
+             obj("autoscaling/v1", "HorizontalPodAutoscaler", json!({}), json!({"currentReplicas": 1})),
+             Progressing, Some("Waiting to Autoscale")),
+            ("autoscaling/v1 with no conditions in the annotation",
+             with_annotation(obj("autoscaling/v1", "HorizontalPodAutoscaler", json!({}), json!({})), HPA_CONDITIONS_ANNOTATION, "[]"),
+             Progressing, Some("Waiting to Autoscale")),
+            // APIService
+            ("apiservice available without reason or message",
+             obj("apiregistration.k8s.io/v1", "APIService", json!({}), json!({"conditions": [{"type": "Available", "status": "True"}]})),
+             Healthy, None),
+            ("apiservice with a message only",
+             obj("apiregistration.k8s.io/v1beta1", "APIService", json!({}), json!({"conditions": [{"type": "Available", "status": "False", "message": "no endpoints"}]})),
+             Progressing, Some("no endpoints")),
+            // Custom resources
+            ("stalled, but about an older generation",
+             cr(2, json!({"observedGeneration": 1, "conditions": [{"type": "Stalled", "status": "True", "message": "old failure"}]})),
+             Progressing, Some("Waiting for the controller to observe the latest generation (observed 1, desired 2)")),
+            ("ready, but recorded for an older generation on the condition (cert-manager)",
+             cr(3, json!({"conditions": [{"type": "Ready", "status": "True", "observedGeneration": 2, "message": "Certificate is up to date"}]})),
+             Progressing, Some("Waiting for the controller to observe the latest generation (observed 2, desired 3)")),
+            ("ready, recorded for this generation on the condition",
+             cr(3, json!({"conditions": [{"type": "Ready", "status": "True", "observedGeneration": 3, "message": "Certificate is up to date"}]})),
+             Healthy, Some("Certificate is up to date")),
+            ("stalled beats reconciling",
+             cr(1, json!({"observedGeneration": 1, "conditions": [
+                 {"type": "Reconciling", "status": "True", "message": "retrying"},
+                 {"type": "Stalled", "status": "True", "message": "gave up"}]})),
+             Degraded, Some("gave up")),
+            ("reconciling False and ready True",
+             cr(1, json!({"observedGeneration": 1, "conditions": [
+                 {"type": "Reconciling", "status": "False"}, {"type": "Stalled", "status": "False"},
+                 {"type": "Ready", "status": "True", "reason": "Succeeded"}]})),
+             Healthy, Some("Succeeded")),
+            ("custom resource being deleted",
+             cr(1, json!({})).tap_deleted(),
+             Progressing, Some("Pending deletion")),
+        ]
+    }
+
+    /// Small builders for the fixtures above.
+    trait Tap {
+        fn tap_generation(self, generation: i64) -> Self;
+        fn tap_deleted(self) -> Self;
+    }
+
+    impl Tap for Value {
+        fn tap_generation(mut self, generation: i64) -> Self {
+            self["metadata"]["generation"] = json!(generation);
+            self
+        }
+
+        fn tap_deleted(mut self) -> Self {
+            self["metadata"]["deletionTimestamp"] = json!("2024-01-01T00:00:00Z");
+            self
+        }
+    }
+
+    #[test]
+    fn every_remaining_branch() {
+        for (what, o, status, message) in more_fixtures() {
+            let got = health(&o).unwrap_or_else(|| panic!("{what}: a rule should apply"));
+            assert_eq!(
+                (got.status, got.message.as_deref()),
+                (status, message),
+                "{what}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_kind_with_a_rule_reaches_every_status_it_can() {
+        // Which statuses each built-in rule can give, as the fixtures of this module show; a
+        // rule that loses a branch fails here.
+        let mut fixtures: Vec<Value> = more_fixtures().into_iter().map(|f| f.1).collect();
+        fixtures.extend([
+            deploy(json!({"replicas": 1}), json!({"observedGeneration": 0})),
+            deploy(json!({"replicas": 3}), json!({"observedGeneration": 1, "replicas": 3, "updatedReplicas": 3, "availableReplicas": 3})),
+            deploy(json!({"replicas": 1}), json!({"observedGeneration": 1, "conditions": [{"type": "Progressing", "reason": "ProgressDeadlineExceeded"}]})),
+            sts(json!({"type": "RollingUpdate"}), json!({})),
+            ds("RollingUpdate", json!({"observedGeneration": 0})),
+            obj("apps/v1", "ReplicaSet", json!({"replicas": 2}), json!({})),
+            pod_with("Never", json!({"phase": "Failed"})),
+            pod_with("Never", json!({"phase": "Succeeded"})),
+            job_with(json!({}), Value::Null),
+            job_with(json!({"suspend": true}), json!([])),
+            cron(json!({}), json!({})),
+            cron(json!({}), json!({"lastScheduleTime": "2024-01-02T00:00:00Z"})),
+            obj("v1", "PersistentVolumeClaim", json!({}), json!({"phase": "Bound"})),
+            obj("v1", "PersistentVolumeClaim", json!({}), json!({"phase": "Pending"})),
+            obj("v1", "PersistentVolumeClaim", json!({}), json!({"phase": "Lost"})),
+            obj("v1", "PersistentVolumeClaim", json!({}), json!({})),
+            obj("autoscaling/v2", "HorizontalPodAutoscaler", json!({}), json!({"conditions": [{"type": "AbleToScale", "status": "True"}]})),
+            obj("apiregistration.k8s.io/v1", "APIService", json!({}), json!({})),
+            cr(1, json!({"conditions": [{"type": "Ready", "status": "False"}]})),
+        ]);
+        let mut seen: std::collections::BTreeMap<&str, std::collections::BTreeSet<&str>> =
+            Default::default();
+        for o in &fixtures {
+            if is_being_deleted(o) {
+                continue;
+            }
+            if let (Some(kind), Some(h)) = (o["kind"].as_str(), health(o)) {
+                let kind = if api_group(o).contains('.') && !api_group(o).ends_with("k8s.io") {
+                    "custom resource"
+                } else {
+                    kind
+                };
+                seen.entry(kind).or_default().insert(h.status.as_str());
+            }
+        }
+        let expect = |kind: &str, statuses: &[&str]| {
+            let got: Vec<&str> = seen.get(kind).into_iter().flatten().copied().collect();
+            let mut want = statuses.to_vec();
+            want.sort_unstable();
+            assert_eq!(got, want, "{kind}");
+        };
+        expect(
+            "Deployment",
+            &["Healthy", "Progressing", "Degraded", "Suspended"],
+        );
+        expect("StatefulSet", &["Healthy", "Progressing"]);
+        expect("DaemonSet", &["Healthy", "Progressing"]);
+        expect("ReplicaSet", &["Healthy", "Progressing", "Degraded"]);
+        expect("Pod", &["Healthy", "Progressing", "Degraded", "Unknown"]);
+        expect("Job", &["Healthy", "Progressing", "Degraded", "Suspended"]);
+        expect(
+            "CronJob",
+            &["Healthy", "Progressing", "Degraded", "Suspended"],
+        );
+        expect(
+            "PersistentVolumeClaim",
+            &["Healthy", "Progressing", "Degraded", "Unknown"],
+        );
+        expect("Service", &["Healthy", "Progressing"]);
+        expect("Ingress", &["Healthy", "Progressing"]);
+        expect(
+            "HorizontalPodAutoscaler",
+            &["Healthy", "Progressing", "Degraded"],
+        );
+        expect("APIService", &["Healthy", "Progressing"]);
+        expect("custom resource", &["Healthy", "Progressing", "Degraded"]);
+    }
+
+    #[test]
+    fn more_kinds_without_rule() {
+        for (api, kind) in [
+            ("v1", "Namespace"),
+            ("v1", "Node"),
+            ("v1", "PersistentVolume"),
+            ("v1", "ResourceQuota"),
+            ("storage.k8s.io/v1", "StorageClass"),
+            ("networking.k8s.io/v1", "NetworkPolicy"),
+            ("apiextensions.k8s.io/v1", "CustomResourceDefinition"),
+            (
+                "admissionregistration.k8s.io/v1",
+                "ValidatingWebhookConfiguration",
+            ),
+            ("scheduling.k8s.io/v1", "PriorityClass"),
+            // A rule's kind in another built-in group is not that kind.
+            ("apps/v1", "Pod"),
+            ("batch/v1", "Deployment"),
+            ("autoscaling/v1", "Ingress"),
+        ] {
+            // Even with conditions that a custom resource would be judged by.
+            let o = obj(
+                api,
+                kind,
+                json!({}),
+                json!({"conditions": [{"type": "Ready", "status": "False"}]}),
+            );
+            assert_eq!(health(&o), None, "{api} {kind}");
+        }
+        // No kind at all: nothing to judge.
+        assert_eq!(
+            health(&json!({"apiVersion": "v1", "metadata": {"name": "x"}})),
+            None
+        );
+    }
+
+    #[test]
+    fn aggregate_orders_every_pair() {
+        let order = [
+            Healthy,
+            Suspended,
+            Progressing,
+            HealthStatus::Missing,
+            Degraded,
+            Unknown,
+        ];
+        for (i, &better) in order.iter().enumerate() {
+            for &worse in &order[i + 1..] {
+                let (b, w) = (Health::new(better, "b"), Health::new(worse, "w"));
+                for items in [
+                    [("Pod", Some("ns"), "b", &b), ("Pod", Some("ns"), "w", &w)],
+                    [("Pod", Some("ns"), "w", &w), ("Pod", Some("ns"), "b", &b)],
+                ] {
+                    let got = aggregate(items);
+                    assert_eq!(got.status, worse, "{better:?} vs {worse:?}");
+                    assert_eq!(got.message.as_deref(), Some("Caused by Pod ns/w: w"));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn aggregate_names_exactly_three_without_a_count_and_describes_bare_causes() {
+        let missing = Health::new(HealthStatus::Missing, "");
+        let degraded = Health::new(Degraded, "");
+        let got = aggregate([
+            ("Deployment", Some("ns"), "a", &missing),
+            ("APIService", None, "v1.x", &degraded),
+            ("PersistentVolumeClaim", Some(""), "data", &degraded),
+            ("Pod", Some("ns"), "p", &degraded),
+        ]);
+        assert_eq!(got.status, Degraded);
+        assert_eq!(
+            got.message.as_deref(),
+            Some("Caused by APIService v1.x; PersistentVolumeClaim data; Pod ns/p")
+        );
+        let one_more = Health::new(Degraded, "x");
+        let got = aggregate([
+            ("Pod", Some("ns"), "1", &one_more),
+            ("Pod", Some("ns"), "2", &one_more),
+            ("Pod", Some("ns"), "3", &one_more),
+            ("Pod", Some("ns"), "4", &one_more),
+        ]);
+        assert_eq!(
+            got.message.as_deref(),
+            Some("Caused by Pod ns/1: x; Pod ns/2: x; Pod ns/3: x; and 1 more")
         );
     }
 }
