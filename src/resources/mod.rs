@@ -1,5 +1,6 @@
 //! Kubernetes resources of an environment: their health and their dependency graph, pure
 //! over the objects so they test without a cluster.
 
+pub mod discovery;
 pub mod graph;
 pub mod health;
