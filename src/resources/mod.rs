@@ -2,5 +2,6 @@
 //! over the objects so they test without a cluster.
 
 pub mod discovery;
+pub mod fetch;
 pub mod graph;
 pub mod health;
