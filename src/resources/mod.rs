@@ -4,4 +4,5 @@
 pub mod discovery;
 pub mod fetch;
 pub mod graph;
+pub mod group;
 pub mod health;
