@@ -11,4 +11,5 @@ mod graphql;
 mod identity;
 mod kube_api;
 mod ops;
+mod resource_fetch;
 mod shutdown;
