@@ -13,4 +13,5 @@ mod identity;
 mod kube_api;
 mod ops;
 mod proxy;
+mod resource_fetch;
 mod shutdown;

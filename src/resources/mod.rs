@@ -2,7 +2,10 @@
 //! over the objects so they test without a cluster.
 
 pub mod cli;
+pub mod discovery;
+pub mod fetch;
 pub mod graph;
+pub mod group;
 pub mod health;
 pub mod manifests;
 

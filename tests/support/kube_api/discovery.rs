@@ -163,6 +163,11 @@ impl Registry {
         }
     }
 
+    pub fn remove(&mut self, group: &str, version: &str, plural: &str) {
+        self.kinds
+            .retain(|k| !(k.group == group && k.version == version && k.plural == plural));
+    }
+
     pub fn find(&self, group: &str, version: &str, plural: &str) -> Option<&ResourceKind> {
         self.kinds
             .iter()

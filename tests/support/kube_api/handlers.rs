@@ -18,7 +18,7 @@ use super::selectors::{FieldSelector, Filter, LabelSelector};
 use super::status::{bytes_response, details, json_response, ApiError};
 use super::streams::{pod_log, watch};
 use super::writes::{create, delete, delete_collection, patch_object, scale_of, update};
-use super::{lock, read, KubeApi, RecordedRequest, RequestInfo};
+use super::{lock, read, Fault, KubeApi, RecordedRequest, RequestInfo};
 
 /// Request bodies larger than this are refused (the apiserver's limit is 3 MiB per object).
 const MAX_BODY: usize = 32 << 20;
@@ -171,11 +171,31 @@ pub(crate) struct Ctx {
     pub body: Bytes,
     identity: Identity,
     pub shutdown: Option<watch::Receiver<bool>>,
+    /// Set by a [`Fault::Delay`] rule: how long to hold the answer back.
+    delay: std::sync::Mutex<std::time::Duration>,
+}
+
+/// Counts a request as in flight while it lives, keeping the peak.
+struct InFlight(KubeApi);
+
+impl InFlight {
+    fn new(api: &KubeApi) -> Self {
+        let now = api.inner.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        api.inner.in_flight_peak.fetch_max(now, Ordering::SeqCst);
+        InFlight(api.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.inner.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// The router's only handler: the body is read and the request recorded before latency and
 /// deny rules apply, so tests see denied and slow requests too.
 pub(crate) async fn handle(State(api): State<KubeApi>, req: Request) -> Response {
+    let _in_flight = InFlight::new(&api);
     let (parts, body) = req.into_parts();
     let body = match axum::body::to_bytes(body, MAX_BODY).await {
         Ok(b) => b,
@@ -199,6 +219,7 @@ pub(crate) async fn handle(State(api): State<KubeApi>, req: Request) -> Response
         headers: parts.headers,
         query: Params(parse_query(&raw_query)),
         body,
+        delay: Default::default(),
     };
     let segments: Vec<String> = parts
         .uri
@@ -208,7 +229,27 @@ pub(crate) async fn handle(State(api): State<KubeApi>, req: Request) -> Response
         .map(|s| percent_decode(s, false))
         .collect();
     let segments: Vec<&str> = segments.iter().map(String::as_str).collect();
-    route(&ctx, &segments).unwrap_or_else(IntoResponse::into_response)
+    let response = route(&ctx, &segments).unwrap_or_else(IntoResponse::into_response);
+    let delay = *lock(&ctx.delay);
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+    response
+}
+
+/// What the apiserver answers for a group version whose aggregated API server is down.
+fn unavailable(ctx: &Ctx, group: &str, version: &str) -> Result<(), ApiError> {
+    let down = read(&ctx.api.inner.unavailable)
+        .iter()
+        .any(|(g, v)| g == group && v == version);
+    if down {
+        return Err(ApiError::new(
+            503,
+            "ServiceUnavailable",
+            "the server is currently unable to handle the request",
+        ));
+    }
+    Ok(())
 }
 
 fn route(ctx: &Ctx, segs: &[&str]) -> Result<Response, ApiError> {
@@ -234,7 +275,10 @@ fn route(ctx: &Ctx, segs: &[&str]) -> Result<Response, ApiError> {
         ["apis"] => discovery(Some(registry().group_list())),
         ["apis", group] => discovery(registry().group(group)),
         ["api", version] => discovery(registry().resource_list("", version)),
-        ["apis", group, version] => discovery(registry().resource_list(group, version)),
+        ["apis", group, version] => {
+            unavailable(ctx, group, version)?;
+            discovery(registry().resource_list(group, version))
+        }
         ["openapi", "v3"] => discovery(Some(openapi::root(&registry()))),
         ["openapi", "v3", "api", version] => {
             discovery(openapi::group_version(&registry(), "", version))
@@ -243,7 +287,10 @@ fn route(ctx: &Ctx, segs: &[&str]) -> Result<Response, ApiError> {
             discovery(openapi::group_version(&registry(), group, version))
         }
         ["api", version, rest @ ..] => resource_request(ctx, "", version, rest),
-        ["apis", group, version, rest @ ..] => resource_request(ctx, group, version, rest),
+        ["apis", group, version, rest @ ..] => {
+            unavailable(ctx, group, version)?;
+            resource_request(ctx, group, version, rest)
+        }
         _ => Err(ApiError::no_such_path()),
     }
 }
@@ -352,7 +399,27 @@ fn authorize(ctx: &Ctx, t: &Target, verb: &str) -> Result<(), ApiError> {
     };
     let denied = read(&ctx.api.inner.deny).iter().any(|rule| rule(&info));
     if !denied {
-        return Ok(());
+        let fault = read(&ctx.api.inner.faults)
+            .iter()
+            .find_map(|rule| rule(&info));
+        return match fault {
+            None => Ok(()),
+            Some(Fault::Delay(d)) => {
+                *lock(&ctx.delay) = d;
+                Ok(())
+            }
+            Some(Fault::Status(code, message)) => {
+                let reason = match code {
+                    429 => "TooManyRequests",
+                    500 => "InternalError",
+                    503 => "ServiceUnavailable",
+                    504 => "Timeout",
+                    _ => "Unknown",
+                };
+                Err(ApiError::new(code, reason, message)
+                    .with_details(details(&t.kind, t.name.as_deref().unwrap_or(""))))
+            }
+        };
     }
     let resource = match &t.subresource {
         Some(s) => format!("{}/{s}", t.kind.plural),

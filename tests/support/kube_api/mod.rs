@@ -54,6 +54,16 @@ pub struct KubeApi {
 }
 
 type DenyRule = dyn Fn(&RequestInfo) -> bool + Send + Sync;
+type FaultRule = dyn Fn(&RequestInfo) -> Option<Fault> + Send + Sync;
+
+/// What a fault rule does to a resource request it matches (see [`KubeApi::fault`]).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Fault {
+    /// Answer with this code and a `Status` carrying the message instead of serving the request.
+    Status(u16, String),
+    /// Serve the request, but only after this long (on top of [`KubeApi::set_latency`]).
+    Delay(Duration),
+}
 
 struct Inner {
     registry: RwLock<Registry>,
@@ -66,6 +76,12 @@ struct Inner {
     recording: AtomicBool,
     /// Watches and log follows currently streaming, so tests can check none leak.
     open_streams: AtomicUsize,
+    faults: RwLock<Vec<Box<FaultRule>>>,
+    /// Group versions whose (aggregated) server is down: their discovery and resources answer 503.
+    unavailable: RwLock<Vec<(String, String)>>,
+    /// Requests being handled right now, and the most there ever were at once.
+    in_flight: AtomicUsize,
+    in_flight_peak: AtomicUsize,
 }
 
 /// What the apiserver's authorizer sees of a resource request.
@@ -152,6 +168,10 @@ impl KubeApi {
                 requests: Mutex::new(Vec::new()),
                 recording: AtomicBool::new(true),
                 open_streams: AtomicUsize::new(0),
+                faults: RwLock::new(Vec::new()),
+                unavailable: RwLock::new(Vec::new()),
+                in_flight: AtomicUsize::new(0),
+                in_flight_peak: AtomicUsize::new(0),
             }),
         }
     }
@@ -169,6 +189,13 @@ impl KubeApi {
             categories: Vec::new(),
             subresources: vec!["status".into()],
         });
+    }
+
+    /// Unregisters a kind (e.g. a CRD version that is no longer served): it leaves discovery and its
+    /// paths answer 404. Stored objects stay, and show again if the kind is added back or served
+    /// under another version of the same group.
+    pub fn remove_kind(&self, group: &str, version: &str, plural: &str) {
+        write(&self.inner.registry).remove(group, version, plural);
     }
 
     /// Stores an object as-is, replacing one with the same name (fills metadata.uid,
@@ -311,6 +338,32 @@ impl KubeApi {
     /// apiserver's RBAC denial. Rules accumulate; discovery and `/version` are never denied.
     pub fn deny(&self, rule: impl Fn(&RequestInfo) -> bool + Send + Sync + 'static) {
         write(&self.inner.deny).push(Box::new(rule));
+    }
+
+    /// Injects faults into resource requests (never discovery): the first rule that returns a
+    /// [`Fault`] for a request decides. Rules accumulate and run after the deny rules.
+    pub fn fault(&self, rule: impl Fn(&RequestInfo) -> Option<Fault> + Send + Sync + 'static) {
+        write(&self.inner.faults).push(Box::new(rule));
+    }
+
+    /// Marks a group version as served by an aggregated API server that is down: its discovery
+    /// document and its resource paths answer 503, as the apiserver does when an APIService is
+    /// unavailable, while `/apis` still lists the group.
+    pub fn set_unavailable(&self, group: &str, version: &str) {
+        write(&self.inner.unavailable).push((group.into(), version.into()));
+    }
+
+    /// The most requests that were ever being handled at once (latency included) since the
+    /// server started or [`KubeApi::reset_in_flight_peak`].
+    pub fn in_flight_peak(&self) -> usize {
+        self.inner.in_flight_peak.load(Ordering::SeqCst)
+    }
+
+    pub fn reset_in_flight_peak(&self) {
+        self.inner.in_flight_peak.store(
+            self.inner.in_flight.load(Ordering::SeqCst),
+            Ordering::SeqCst,
+        );
     }
 
     /// Drops every deny rule.

@@ -1,0 +1,370 @@
+//! The resource group of an environment as GraphQL shows it (`Environment.resourceGroup`): pure
+//! assembly of what [`fetch`](super::fetch) listed, with health and edges, tested without I/O.
+
+use chrono::{DateTime, Utc};
+use serde_json::{Map, Value};
+
+use super::fetch::{ListError, Listing, ResourceEvent};
+use super::graph::{self, Edge};
+use super::health::{self, Health};
+
+/// The warning of a group without resources (GitLab's wording).
+pub const NO_RESOURCES_WARNING: &str =
+    "There are no resources found for the environment. Do resources have GitLab preserved labels?";
+
+/// The label selector of an environment's resources: both labels GitLab preserves.
+pub fn label_selector(project_id: i64, environment_slug: &str) -> String {
+    format!(
+        "app.gitlab.com/project_id={project_id},app.gitlab.com/environment_slug={environment_slug}"
+    )
+}
+
+/// One resource of the group.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Resource {
+    pub uid: String,
+    pub api_version: String,
+    pub kind: String,
+    /// `None` for a cluster-scoped object.
+    pub namespace: Option<String>,
+    pub name: String,
+    /// `metadata.labels`, an object (empty when there are none).
+    pub labels: Value,
+    pub created_at: Option<DateTime<Utc>>,
+    /// `None` when no health rule applies to the kind (which is not `Unknown`).
+    pub health: Option<Health>,
+    /// The object as the cluster answered it, without `metadata.managedFields` (server-side apply
+    /// bookkeeping that `kubectl get -o yaml` hides too).
+    pub manifest: Value,
+    /// Most recent first.
+    pub events: Vec<ResourceEvent>,
+}
+
+/// An environment's resources, their links and overall health.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ResourceGroup {
+    pub namespace: String,
+    pub label_selector: String,
+    /// The worst health among the resources that have one; Healthy (no message) when none has.
+    pub health: Health,
+    /// Ordered by apiVersion, kind, namespace, name (then uid).
+    pub resources: Vec<Resource>,
+    /// Parent to child, between resources of the group, in [`graph::edges`]' order.
+    pub edges: Vec<Edge>,
+    /// [`NO_RESOURCES_WARNING`] when there are no resources; one line per API group version left
+    /// out because its discovery failed.
+    pub warnings: Vec<String>,
+    pub errors: Vec<ListError>,
+}
+
+fn str_at<'a>(object: &'a Value, pointer: &str) -> &'a str {
+    object
+        .pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or("")
+}
+
+/// `(apiVersion, kind, namespace, name, uid)`: the order resources are shown in.
+fn order_key(object: &Value) -> [&str; 5] {
+    [
+        str_at(object, "/apiVersion"),
+        str_at(object, "/kind"),
+        str_at(object, "/metadata/namespace"),
+        str_at(object, "/metadata/name"),
+        str_at(object, "/metadata/uid"),
+    ]
+}
+
+/// Builds the view: selected and owned objects together, sorted, each with its health and Events;
+/// the edges among them; the group's health over the resources that have one, causes named in
+/// resource order; warnings; the errors as listed.
+pub fn assemble(listing: Listing) -> ResourceGroup {
+    let Listing {
+        namespace,
+        label_selector,
+        selected,
+        owned,
+        mut events,
+        errors,
+        unavailable,
+    } = listing;
+
+    let mut objects: Vec<Value> = selected.into_iter().chain(owned).collect();
+    objects.sort_by(|a, b| order_key(a).cmp(&order_key(b)));
+    let edges = graph::edges(&objects);
+    let healths: Vec<Option<Health>> = objects.iter().map(health::health).collect();
+    let group_health = health::aggregate(objects.iter().zip(&healths).filter_map(|(object, h)| {
+        let namespace = object
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str);
+        Some((
+            str_at(object, "/kind"),
+            namespace,
+            str_at(object, "/metadata/name"),
+            h.as_ref()?,
+        ))
+    }));
+
+    let resources: Vec<Resource> = objects
+        .into_iter()
+        .zip(healths)
+        .map(|(mut manifest, health)| {
+            if let Some(metadata) = manifest.get_mut("metadata").and_then(Value::as_object_mut) {
+                metadata.remove("managedFields");
+            }
+            let uid = str_at(&manifest, "/metadata/uid").to_string();
+            let events = events.remove(&uid).unwrap_or_default();
+            Resource {
+                api_version: str_at(&manifest, "/apiVersion").to_string(),
+                kind: str_at(&manifest, "/kind").to_string(),
+                namespace: manifest
+                    .pointer("/metadata/namespace")
+                    .and_then(Value::as_str)
+                    .filter(|ns| !ns.is_empty())
+                    .map(str::to_string),
+                name: str_at(&manifest, "/metadata/name").to_string(),
+                labels: manifest
+                    .pointer("/metadata/labels")
+                    .filter(|l| l.is_object())
+                    .cloned()
+                    .unwrap_or_else(|| Value::Object(Map::new())),
+                created_at: DateTime::parse_from_rfc3339(str_at(
+                    &manifest,
+                    "/metadata/creationTimestamp",
+                ))
+                .ok()
+                .map(|t| t.with_timezone(&Utc)),
+                uid,
+                health,
+                manifest,
+                events,
+            }
+        })
+        .collect();
+
+    let mut warnings = Vec::new();
+    if resources.is_empty() {
+        warnings.push(NO_RESOURCES_WARNING.to_string());
+    }
+    for failure in unavailable.iter() {
+        let code = failure.code.map(|c| format!(" ({c})")).unwrap_or_default();
+        warnings.push(format!(
+            "The API {} is unavailable{code}, so its resources are not shown: {}",
+            failure.group_version, failure.message
+        ));
+    }
+
+    ResourceGroup {
+        namespace,
+        label_selector,
+        health: group_health,
+        resources,
+        edges,
+        warnings,
+        errors,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+    use crate::resources::discovery::DiscoveryFailure;
+    use crate::resources::graph::EdgeType;
+    use crate::resources::health::HealthStatus;
+    use serde_json::json;
+
+    fn deployment(name: &str, uid: &str, ready: bool) -> Value {
+        let available = if ready { 1 } else { 0 };
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "namespace": "prod", "uid": uid, "generation": 1,
+                         "creationTimestamp": "2024-05-01T12:00:00Z",
+                         "labels": {"app.gitlab.com/project_id": "42", "app.gitlab.com/environment_slug": "production"},
+                         "managedFields": [{"manager": "kubectl"}]},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
+                     "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": []}}},
+            "status": {"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1,
+                       "availableReplicas": available, "readyReplicas": available,
+                       "conditions": if ready { json!([]) } else { json!([{"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded", "message": "too slow"}]) }},
+        })
+    }
+
+    fn owned(api_version: &str, kind: &str, name: &str, uid: &str, owner: &str) -> Value {
+        json!({
+            "apiVersion": api_version, "kind": kind,
+            "metadata": {"name": name, "namespace": "prod", "uid": uid,
+                         "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "x", "uid": owner, "controller": true}]},
+        })
+    }
+
+    fn config_map(name: &str, uid: &str) -> Value {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": name, "namespace": "prod", "uid": uid}})
+    }
+
+    fn event(reason: &str) -> ResourceEvent {
+        ResourceEvent {
+            event_type: "Normal".into(),
+            reason: reason.into(),
+            message: String::new(),
+            count: 1,
+            first_seen: None,
+            last_seen: None,
+            source: None,
+        }
+    }
+
+    #[test]
+    fn the_label_selector_names_project_and_environment() {
+        assert_eq!(
+            label_selector(42, "review-feature-x1a2b3"),
+            "app.gitlab.com/project_id=42,app.gitlab.com/environment_slug=review-feature-x1a2b3"
+        );
+    }
+
+    #[test]
+    fn resources_are_sorted_with_health_events_and_edges() {
+        let listing = Listing {
+            namespace: "prod".into(),
+            label_selector: label_selector(42, "production"),
+            selected: vec![
+                config_map("settings", "cm-1"),
+                deployment("web", "d-1", true),
+            ],
+            owned: vec![owned("apps/v1", "ReplicaSet", "web-abc", "rs-1", "d-1")],
+            events: HashMap::from([
+                ("d-1".to_string(), vec![event("ScalingReplicaSet")]),
+                ("gone".to_string(), vec![event("Orphan")]),
+            ]),
+            errors: vec![ListError {
+                api_version: "v1".into(),
+                kind: "Secret".into(),
+                code: Some(403),
+                message: "secrets is forbidden".into(),
+            }],
+            unavailable: Default::default(),
+        };
+        let group = assemble(listing);
+        let order: Vec<_> = group
+            .resources
+            .iter()
+            .map(|r| (r.api_version.as_str(), r.kind.as_str(), r.name.as_str()))
+            .collect();
+        assert_eq!(
+            order,
+            [
+                ("apps/v1", "Deployment", "web"),
+                ("apps/v1", "ReplicaSet", "web-abc"),
+                ("v1", "ConfigMap", "settings"),
+            ]
+        );
+        let web = &group.resources[0];
+        assert_eq!(web.uid, "d-1");
+        assert_eq!(web.namespace.as_deref(), Some("prod"));
+        assert_eq!(web.labels["app.gitlab.com/environment_slug"], "production");
+        assert_eq!(
+            web.created_at.unwrap().to_rfc3339(),
+            "2024-05-01T12:00:00+00:00"
+        );
+        assert_eq!(web.health.as_ref().unwrap().status, HealthStatus::Healthy);
+        assert_eq!(web.events, [event("ScalingReplicaSet")]);
+        assert!(web.manifest["metadata"].get("managedFields").is_none());
+        assert_eq!(web.manifest["spec"]["replicas"], 1);
+        let settings = &group.resources[2];
+        assert_eq!(settings.health, None, "a ConfigMap has no health rule");
+        assert_eq!(settings.labels, json!({}));
+        assert_eq!(settings.created_at, None);
+        assert_eq!(
+            group.edges,
+            [Edge {
+                from: "d-1".into(),
+                to: "rs-1".into(),
+                kind: EdgeType::Owner
+            }]
+        );
+        assert_eq!(group.health.status, HealthStatus::Healthy);
+        assert!(group.warnings.is_empty());
+        assert_eq!(group.errors.len(), 1);
+        assert_eq!(group.errors[0].code, Some(403));
+        assert_eq!(
+            group.label_selector,
+            "app.gitlab.com/project_id=42,app.gitlab.com/environment_slug=production"
+        );
+    }
+
+    #[test]
+    fn group_health_is_the_worst_with_its_causes() {
+        let listing = Listing {
+            selected: vec![
+                deployment("b-ok", "d-2", true),
+                deployment("a-stuck", "d-1", false),
+                config_map("c", "cm"),
+            ],
+            ..Listing::default()
+        };
+        let group = assemble(listing);
+        assert_eq!(group.health.status, HealthStatus::Degraded);
+        let message = group.health.message.unwrap();
+        assert!(
+            message.starts_with("Caused by Deployment prod/a-stuck: "),
+            "{message}"
+        );
+        assert!(!message.contains("b-ok"), "{message}");
+    }
+
+    #[test]
+    fn order_does_not_depend_on_input_order() {
+        let objects = vec![
+            config_map("b", "u2"),
+            config_map("a", "u3"),
+            deployment("z", "u1", true),
+            config_map("a", "u0"),
+        ];
+        let forward = assemble(Listing {
+            selected: objects.clone(),
+            ..Listing::default()
+        });
+        let backward = assemble(Listing {
+            selected: objects.into_iter().rev().collect(),
+            ..Listing::default()
+        });
+        assert_eq!(forward, backward);
+        let uids: Vec<_> = forward.resources.iter().map(|r| r.uid.as_str()).collect();
+        assert_eq!(uids, ["u1", "u0", "u3", "u2"]);
+    }
+
+    #[test]
+    fn no_resources_warns_and_is_healthy() {
+        let group = assemble(Listing::default());
+        assert!(group.resources.is_empty());
+        assert!(group.edges.is_empty());
+        assert_eq!(group.warnings, [NO_RESOURCES_WARNING]);
+        assert_eq!(
+            group.health,
+            Health {
+                status: HealthStatus::Healthy,
+                message: None
+            }
+        );
+    }
+
+    #[test]
+    fn unavailable_apis_are_warned_about() {
+        let group = assemble(Listing {
+            selected: vec![config_map("c", "cm")],
+            unavailable: vec![DiscoveryFailure {
+                group_version: "metrics.example.com/v1".into(),
+                code: Some(503),
+                message: "the server is currently unable to handle the request".into(),
+            }]
+            .into(),
+            ..Listing::default()
+        });
+        assert_eq!(
+            group.warnings,
+            ["The API metrics.example.com/v1 is unavailable (503), so its resources are not shown: the server is currently unable to handle the request"]
+        );
+    }
+}
