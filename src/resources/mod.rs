@@ -35,7 +35,9 @@ mod tests {
     fn field_finds_what_get_finds() {
         let object = json!({"kind": "Pod", "spec": {"a": 1}, "status": null, "metadata": {"uid": "u"},
                             "kinds": 2, "kine": 3});
-        for key in ["kind", "spec", "status", "metadata", "kinds", "kine", "", "nope", "Kind"] {
+        for key in [
+            "kind", "spec", "status", "metadata", "kinds", "kine", "", "nope", "Kind",
+        ] {
             assert_eq!(field(&object, key), object.get(key), "{key}");
         }
         assert_eq!(field(&json!([1, 2]), "0"), None);
