@@ -28,7 +28,8 @@ fn gitlab_labels(slug: &str, app: &str) -> Value {
 }
 
 fn meta(ns: &str, name: &str, uid: &str, labels: Value) -> Value {
-    json!({"name": name, "namespace": ns, "uid": uid, "labels": labels})
+    json!({"name": name, "namespace": ns, "uid": uid, "labels": labels,
+           "managedFields": [{"manager": "kubectl", "operation": "Apply", "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {}}}]})
 }
 
 fn owner_ref(api_version: &str, kind: &str, name: &str, uid: &str) -> Value {
@@ -369,6 +370,15 @@ async fn lists_the_environment_and_what_it_owns() {
     assert_eq!(web.labels["app.gitlab.com/environment_slug"], SLUG);
     assert!(web.created_at.is_some());
     assert_eq!(web.manifest["spec"]["replicas"], 2);
+    for r in &group.resources {
+        assert_eq!(r.manifest["metadata"]["uid"], r.uid.as_str());
+        assert_eq!(r.manifest["apiVersion"], r.api_version.as_str());
+        assert!(
+            r.manifest["metadata"].get("managedFields").is_none(),
+            "{}",
+            r.name
+        );
+    }
     let reasons = |name: &str| -> Vec<(String, String)> {
         find(name)
             .events

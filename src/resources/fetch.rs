@@ -22,6 +22,16 @@
 //! [`group::label_selector`](super::group::label_selector) builds it), an owned kind is listed
 //! once, unselected, and its selected objects are picked out here by their labels: the same
 //! answer as a second, selected list, for one request less per owned kind.
+//!
+//! # Parsing
+//!
+//! JSON trees are what a view costs beyond the wire, so only kept objects become one. Selected
+//! lists parse straight into objects, skipping `metadata.managedFields`. Unselected lists parse
+//! each item's head only (type, name, uid, labels, owner references) and keep its text; the
+//! ownership walk runs over the heads, and only the objects it keeps are parsed in full: other
+//! environments' Pods and ReplicaSets in the namespace are never built. Events parse into a typed
+//! struct. Pages are parsed in the task that fetched them, on any core, while other requests are
+//! still in flight.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -29,8 +39,11 @@ use std::time::Duration;
 
 use axum::http::HeaderMap;
 use chrono::{DateTime, Utc};
+use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::Deserialize;
-use serde_json::Value;
+// `raw_value` is a serde_json feature that sqlx (json) already turns on for this crate.
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
@@ -164,12 +177,11 @@ pub async fn list_resource_group(
         return Err(FetchError::NoNamespace);
     }
     let discovered = discovery.kinds().await?;
-    let terms = equality_terms(label_selector);
     let jobs = plan(
         &discovered.kinds,
         namespace,
         label_selector,
-        terms.is_some(),
+        equality_terms(label_selector),
     );
 
     let outcomes = run(client, headers, &jobs, options).await;
@@ -181,8 +193,16 @@ pub async fn list_resource_group(
     let mut answered = false;
     let mut kind_gone = false;
     for (job, outcome) in jobs.iter().zip(outcomes) {
-        let items = match outcome {
-            Ok(items) => items,
+        match outcome {
+            Ok(Listed::Objects(objects)) => selected.extend(objects),
+            Ok(Listed::Unselected {
+                selected: picked,
+                candidates: rest,
+            }) => {
+                selected.extend(picked);
+                candidates.extend(rest);
+            }
+            Ok(Listed::Events(docs)) => events = docs,
             Err(failure) => {
                 answered |= failure.answered;
                 kind_gone |= failure.code == Some(404) && job.purpose != Purpose::Events;
@@ -195,24 +215,8 @@ pub async fn list_resource_group(
                 });
                 continue;
             }
-        };
-        answered = true;
-        match job.purpose {
-            Purpose::Selected => selected.extend(items),
-            Purpose::Unselected => match &terms {
-                Some(terms) => {
-                    for item in items {
-                        if labels_match(terms, &item) {
-                            selected.push(item);
-                        } else {
-                            candidates.push(item);
-                        }
-                    }
-                }
-                None => candidates.extend(items),
-            },
-            Purpose::Events => events = items,
         }
+        answered = true;
     }
     if !answered {
         let message = errors
@@ -226,20 +230,7 @@ pub async fn list_resource_group(
     }
 
     let selected = unique_by_uid(selected, &HashSet::new());
-    let owned_at: HashSet<usize> = graph::owned_closure(&selected, &candidates)
-        .into_iter()
-        .collect();
-    let owned = candidates
-        .into_iter()
-        .enumerate()
-        .filter(|(i, _)| owned_at.contains(i))
-        .map(|(_, object)| object);
-    let selected_uids: HashSet<String> = selected
-        .iter()
-        .filter_map(uid)
-        .map(str::to_string)
-        .collect();
-    let owned = unique_by_uid(owned, &selected_uids);
+    let owned = parse_candidates(owned_candidates(&selected, candidates));
     let in_group: HashSet<&str> = selected.iter().chain(&owned).filter_map(uid).collect();
     let events = events_by_object(events, &in_group, options.events_per_resource);
 
@@ -254,6 +245,54 @@ pub async fn list_resource_group(
         errors,
         unavailable: discovered.failures.clone(),
     })
+}
+
+/// The candidates whose ownership chain leads to `selected`, one per uid and none selected.
+fn owned_candidates(selected: &[Value], candidates: Vec<Candidate>) -> Vec<Candidate> {
+    let (heads, texts): (Vec<Value>, Vec<Box<RawValue>>) =
+        candidates.into_iter().map(|c| (c.head, c.text)).unzip();
+    let mut keep = vec![false; heads.len()];
+    {
+        let selected_uids: HashSet<&str> = selected.iter().filter_map(uid).collect();
+        let mut seen: HashSet<&str> = HashSet::new();
+        for i in graph::owned_closure(selected, &heads) {
+            keep[i] = uid(&heads[i]).is_some_and(|u| !selected_uids.contains(u) && seen.insert(u));
+        }
+    }
+    heads
+        .into_iter()
+        .zip(texts)
+        .zip(keep)
+        .filter(|(_, keep)| *keep)
+        .map(|((head, text), _)| Candidate { head, text })
+        .collect()
+}
+
+/// Parses kept candidates in full, in order.
+fn parse_candidates(kept: Vec<Candidate>) -> Vec<Value> {
+    kept.into_iter()
+        .filter_map(|Candidate { head, text }| {
+            match serde_json::from_str::<Object>(text.get()) {
+                Ok(Object(mut object)) => {
+                    fill_type(
+                        &mut object,
+                        str_of(&head, "apiVersion"),
+                        str_of(&head, "kind"),
+                    );
+                    Some(object)
+                }
+                // Unreachable: the text already parsed as an object for its head.
+                Err(error) => {
+                    tracing::warn!(%error, "an owned object does not parse");
+                    None
+                }
+            }
+        })
+        .collect()
+}
+
+fn str_of<'a>(object: &'a Value, field: &str) -> &'a str {
+    object.get(field).and_then(Value::as_str).unwrap_or("")
 }
 
 // ---- the round of requests ----
@@ -277,6 +316,8 @@ struct Job {
     path: String,
     label_selector: Option<String>,
     purpose: Purpose,
+    /// For an unselected list: the selector's terms, when objects can be selected here.
+    local_terms: Option<Arc<[(String, String)]>>,
 }
 
 fn is_owned_kind(kind: &ApiKind) -> bool {
@@ -286,14 +327,15 @@ fn is_owned_kind(kind: &ApiKind) -> bool {
 }
 
 /// The lists to send: every kind with the selector, except owned kinds, which are listed
-/// without it (and with it too when `local_selection` is false: the selector cannot be applied
-/// here), then the namespace's Events.
+/// without it (and with it too when `terms` is `None`: the selector cannot be applied here),
+/// then the namespace's Events.
 fn plan(
     kinds: &[ApiKind],
     namespace: &str,
     label_selector: &str,
-    local_selection: bool,
+    terms: Option<Vec<(String, String)>>,
 ) -> Vec<Job> {
+    let terms: Option<Arc<[(String, String)]>> = terms.map(Into::into);
     let namespace = encode(namespace);
     let mut jobs = Vec::with_capacity(kinds.len() + 8);
     for kind in kinds {
@@ -307,12 +349,16 @@ fn plan(
             ),
             label_selector,
             purpose,
+            local_terms: None,
         };
         let owned = is_owned_kind(kind);
         if owned {
-            jobs.push(job(None, Purpose::Unselected));
+            jobs.push(Job {
+                local_terms: terms.clone(),
+                ..job(None, Purpose::Unselected)
+            });
         }
-        if !owned || !local_selection {
+        if !owned || terms.is_none() {
             jobs.push(job(Some(label_selector.to_string()), Purpose::Selected));
         }
     }
@@ -322,8 +368,31 @@ fn plan(
         path: format!("/api/v1/namespaces/{namespace}/events"),
         label_selector: None,
         purpose: Purpose::Events,
+        local_terms: None,
     });
     jobs
+}
+
+/// What the pages of one job yield.
+enum Listed {
+    /// A selected list's objects.
+    Objects(Vec<Value>),
+    /// An owned kind listed without the selector: the objects the selector's terms pick here,
+    /// and the others as candidates for the ownership walk.
+    Unselected {
+        selected: Vec<Value>,
+        candidates: Vec<Candidate>,
+    },
+    Events(Vec<EventDoc>),
+}
+
+/// An object of an owned kind that the selector did not pick. Only its head is parsed (type,
+/// name, namespace, uid, labels, owner references: what the ownership walk reads); the whole
+/// text waits until the walk keeps it, so the rest of the namespace (other environments' Pods
+/// and ReplicaSets) is never built into JSON trees.
+struct Candidate {
+    head: Value,
+    text: Box<RawValue>,
 }
 
 /// Runs every job concurrently (each one a task, so that pages are parsed on every core),
@@ -333,7 +402,7 @@ async fn run(
     headers: &HeaderMap,
     jobs: &[Job],
     options: &FetchOptions,
-) -> Vec<Result<Vec<Value>, Failure>> {
+) -> Vec<Result<Listed, Failure>> {
     let in_flight = Arc::new(Semaphore::new(options.max_in_flight.max(1)));
     let headers = Arc::new(headers.clone());
     let mut tasks = JoinSet::new();
@@ -348,7 +417,8 @@ async fn run(
         };
         tasks.spawn(async move { (i, pages.list().await) });
     }
-    let mut outcomes: Vec<Option<Result<Vec<Value>, Failure>>> = vec![None; jobs.len()];
+    let mut outcomes: Vec<Option<Result<Listed, Failure>>> =
+        (0..jobs.len()).map(|_| None).collect();
     while let Some(joined) = tasks.join_next().await {
         match joined {
             Ok((i, outcome)) => outcomes[i] = Some(outcome),
@@ -378,13 +448,14 @@ struct Pages {
     timeout: Duration,
 }
 
+/// One page of a list, its items parsed as `T`.
 #[derive(Deserialize)]
-struct ListPage {
+struct ListPage<T> {
     #[serde(default)]
     metadata: ListMeta,
     /// Go encodes an empty list as `null` in some versions.
-    #[serde(default)]
-    items: Option<Vec<Value>>,
+    #[serde(default = "Option::default")]
+    items: Option<Vec<T>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -393,11 +464,123 @@ struct ListMeta {
     continue_token: Option<String>,
 }
 
+/// An object as listed, without `metadata.managedFields`: server-side apply bookkeeping, often
+/// the largest part of an object, that nobody shows (`kubectl get -o yaml` hides it too). It is
+/// skipped while parsing, so it is never built.
+struct Object(Value);
+
+impl<'de> Deserialize<'de> for Object {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Top;
+        impl<'de> Visitor<'de> for Top {
+            type Value = Value;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a Kubernetes object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+                let mut object = Map::new();
+                while let Some(key) = map.next_key::<String>()? {
+                    let value = if key == "metadata" {
+                        map.next_value::<Metadata>()?.0
+                    } else {
+                        map.next_value::<Value>()?
+                    };
+                    object.insert(key, value);
+                }
+                Ok(Value::Object(object))
+            }
+        }
+        deserializer.deserialize_map(Top).map(Object)
+    }
+}
+
+/// `metadata` without `managedFields`; anything but an object is kept as it is.
+struct Metadata(Value);
+
+impl<'de> Deserialize<'de> for Metadata {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Fields;
+        impl<'de> Visitor<'de> for Fields {
+            type Value = Value;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("object metadata")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+                let mut metadata = Map::new();
+                while let Some(key) = map.next_key::<String>()? {
+                    if key == "managedFields" {
+                        map.next_value::<IgnoredAny>()?;
+                    } else {
+                        metadata.insert(key, map.next_value::<Value>()?);
+                    }
+                }
+                Ok(Value::Object(metadata))
+            }
+            fn visit_unit<E>(self) -> Result<Value, E> {
+                Ok(Value::Null)
+            }
+        }
+        deserializer.deserialize_any(Fields).map(Metadata)
+    }
+}
+
+/// What the ownership walk reads of a candidate; everything else is skipped unbuilt.
+#[derive(Deserialize, Default)]
+struct Head {
+    #[serde(default)]
+    metadata: Option<HeadMetadata>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct HeadMetadata {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    namespace: Option<String>,
+    #[serde(default)]
+    uid: Option<String>,
+    #[serde(default)]
+    labels: Option<Map<String, Value>>,
+    #[serde(default)]
+    owner_references: Option<Vec<Value>>,
+}
+
+impl Head {
+    fn labels(&self) -> Option<&Map<String, Value>> {
+        self.metadata.as_ref()?.labels.as_ref()
+    }
+
+    /// The head as a small object of the listed type, for [`graph::owned_closure`].
+    fn into_object(self, api_version: &str, kind: &str) -> Value {
+        let mut metadata = Map::new();
+        if let Some(m) = self.metadata {
+            let fields = [
+                ("name", m.name.map(Value::String)),
+                ("namespace", m.namespace.map(Value::String)),
+                ("uid", m.uid.map(Value::String)),
+                ("labels", m.labels.map(Value::Object)),
+                ("ownerReferences", m.owner_references.map(Value::Array)),
+            ];
+            for (field, value) in fields {
+                if let Some(value) = value {
+                    metadata.insert(field.into(), value);
+                }
+            }
+        }
+        let mut object = Map::new();
+        object.insert("apiVersion".into(), Value::String(api_version.into()));
+        object.insert("kind".into(), Value::String(kind.into()));
+        object.insert("metadata".into(), Value::Object(metadata));
+        Value::Object(object)
+    }
+}
+
 impl Pages {
     /// Every item of the list, following `continue`. An expired token (410) restarts the list
     /// once without `limit`, as client-go's pager does.
-    async fn list(&self) -> Result<Vec<Value>, Failure> {
-        let mut items = Vec::new();
+    async fn list(&self) -> Result<Listed, Failure> {
+        let mut listed = self.empty();
         let mut token: Option<String> = None;
         let mut paged = true;
         loop {
@@ -410,22 +593,73 @@ impl Pages {
                 Err(Failure {
                     code: Some(410), ..
                 }) if token.is_some() && paged => {
-                    items.clear();
+                    listed = self.empty();
                     token = None;
                     paged = false;
                     continue;
                 }
                 other => other?,
             };
-            let page: ListPage = serde_json::from_slice(&body).map_err(Failure::bad_body)?;
-            let mut page_items = page.items.unwrap_or_default();
-            for item in &mut page_items {
-                fill_type(item, &self.job.api_version, &self.job.kind);
-            }
-            items.append(&mut page_items);
-            match page.metadata.continue_token.filter(|t| !t.is_empty()) {
+            let next = self.take(&body, &mut listed).map_err(Failure::bad_body)?;
+            match next.filter(|t| !t.is_empty()) {
                 Some(next) if paged => token = Some(next),
-                _ => return Ok(items),
+                _ => return Ok(listed),
+            }
+        }
+    }
+
+    fn empty(&self) -> Listed {
+        match self.job.purpose {
+            Purpose::Selected => Listed::Objects(Vec::new()),
+            Purpose::Unselected => Listed::Unselected {
+                selected: Vec::new(),
+                candidates: Vec::new(),
+            },
+            Purpose::Events => Listed::Events(Vec::new()),
+        }
+    }
+
+    /// Parses one page into `listed`; returns its continue token.
+    fn take(&self, body: &[u8], listed: &mut Listed) -> Result<Option<String>, serde_json::Error> {
+        let (api_version, kind) = (self.job.api_version.as_str(), self.job.kind.as_str());
+        match listed {
+            Listed::Objects(objects) => {
+                let page: ListPage<Object> = serde_json::from_slice(body)?;
+                objects.extend(page.items.into_iter().flatten().map(|Object(mut object)| {
+                    fill_type(&mut object, api_version, kind);
+                    object
+                }));
+                Ok(page.metadata.continue_token)
+            }
+            Listed::Unselected {
+                selected,
+                candidates,
+            } => {
+                let page: ListPage<&RawValue> = serde_json::from_slice(body)?;
+                for text in page.items.into_iter().flatten() {
+                    let head: Head = serde_json::from_str(text.get())?;
+                    let picked = self
+                        .job
+                        .local_terms
+                        .as_ref()
+                        .is_some_and(|terms| labels_match(terms, head.labels()));
+                    if picked {
+                        let Object(mut object) = serde_json::from_str(text.get())?;
+                        fill_type(&mut object, api_version, kind);
+                        selected.push(object);
+                    } else {
+                        candidates.push(Candidate {
+                            head: head.into_object(api_version, kind),
+                            text: text.to_owned(),
+                        });
+                    }
+                }
+                Ok(page.metadata.continue_token)
+            }
+            Listed::Events(events) => {
+                let page: ListPage<EventDoc> = serde_json::from_slice(body)?;
+                events.extend(page.items.into_iter().flatten());
+                Ok(page.metadata.continue_token)
             }
         }
     }
@@ -496,8 +730,8 @@ fn equality_terms(selector: &str) -> Option<Vec<(String, String)>> {
     Some(terms)
 }
 
-fn labels_match(terms: &[(String, String)], object: &Value) -> bool {
-    let labels = object.pointer("/metadata/labels");
+/// Whether `labels` (an object's `metadata.labels`) hold every `key=value` term.
+fn labels_match(terms: &[(String, String)], labels: Option<&Map<String, Value>>) -> bool {
     terms.iter().all(|(key, value)| {
         labels.and_then(|l| l.get(key)).and_then(Value::as_str) == Some(value.as_str())
     })
@@ -505,7 +739,8 @@ fn labels_match(terms: &[(String, String)], object: &Value) -> bool {
 
 fn uid(object: &Value) -> Option<&str> {
     object
-        .pointer("/metadata/uid")
+        .get("metadata")
+        .and_then(|m| m.get("uid"))
         .and_then(Value::as_str)
         .filter(|u| !u.is_empty())
 }
@@ -523,47 +758,92 @@ fn unique_by_uid(objects: impl IntoIterator<Item = Value>, skip: &HashSet<String
         .collect()
 }
 
-fn time_at(object: &Value, pointer: &str) -> Option<DateTime<Utc>> {
-    let text = object.pointer(pointer)?.as_str()?;
-    DateTime::parse_from_rfc3339(text)
+/// What is read of a core/v1 Event: old style (`firstTimestamp`, `lastTimestamp`, `count`) or
+/// new style (`eventTime`, `series`). Parsed straight into this, not into a JSON tree.
+#[derive(Debug, Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct EventDoc {
+    metadata: Option<EventMetadata>,
+    involved_object: Option<InvolvedObject>,
+    #[serde(rename = "type")]
+    event_type: Option<String>,
+    reason: Option<String>,
+    message: Option<String>,
+    count: Option<u64>,
+    first_timestamp: Option<String>,
+    last_timestamp: Option<String>,
+    event_time: Option<String>,
+    series: Option<EventSeries>,
+    source: Option<EventSource>,
+    reporting_component: Option<String>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct EventMetadata {
+    name: Option<String>,
+    creation_timestamp: Option<String>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(default)]
+struct InvolvedObject {
+    uid: Option<String>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct EventSeries {
+    count: Option<u64>,
+    last_observed_time: Option<String>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(default)]
+struct EventSource {
+    component: Option<String>,
+}
+
+fn time(text: &Option<String>) -> Option<DateTime<Utc>> {
+    DateTime::parse_from_rfc3339(text.as_deref()?)
         .ok()
         .map(|t| t.with_timezone(&Utc))
 }
 
-fn text_at(object: &Value, pointer: &str) -> Option<String> {
-    object
-        .pointer(pointer)
-        .and_then(Value::as_str)
-        .filter(|s| !s.is_empty())
-        .map(str::to_string)
+fn non_empty(text: Option<String>) -> Option<String> {
+    text.filter(|t| !t.is_empty())
 }
 
-impl ResourceEvent {
-    /// Reads a core/v1 Event (old-style `firstTimestamp`/`lastTimestamp`/`count` or new-style
-    /// `eventTime`/`series`); missing fields are empty.
-    pub fn from_event(event: &Value) -> Self {
-        let first_seen = time_at(event, "/firstTimestamp")
-            .or_else(|| time_at(event, "/eventTime"))
-            .or_else(|| time_at(event, "/metadata/creationTimestamp"));
-        let last_seen = time_at(event, "/series/lastObservedTime")
-            .or_else(|| time_at(event, "/lastTimestamp"))
-            .or_else(|| time_at(event, "/eventTime"))
+impl From<EventDoc> for ResourceEvent {
+    fn from(event: EventDoc) -> Self {
+        let created = event
+            .metadata
+            .as_ref()
+            .and_then(|m| time(&m.creation_timestamp));
+        let first_seen = time(&event.first_timestamp)
+            .or_else(|| time(&event.event_time))
+            .or(created);
+        let last_seen = event
+            .series
+            .as_ref()
+            .and_then(|s| time(&s.last_observed_time))
+            .or_else(|| time(&event.last_timestamp))
+            .or_else(|| time(&event.event_time))
             .or(first_seen);
         let count = event
-            .get("count")
-            .and_then(Value::as_u64)
-            .or_else(|| event.pointer("/series/count").and_then(Value::as_u64))
+            .count
+            .or_else(|| event.series.as_ref().and_then(|s| s.count))
             .unwrap_or(1)
             .clamp(1, u32::MAX as u64) as u32;
         ResourceEvent {
-            event_type: text_at(event, "/type").unwrap_or_default(),
-            reason: text_at(event, "/reason").unwrap_or_default(),
-            message: text_at(event, "/message").unwrap_or_default(),
+            event_type: event.event_type.unwrap_or_default(),
+            reason: event.reason.unwrap_or_default(),
+            message: event.message.unwrap_or_default(),
             count,
             first_seen,
             last_seen,
-            source: text_at(event, "/source/component")
-                .or_else(|| text_at(event, "/reportingComponent")),
+            source: non_empty(event.source.and_then(|s| s.component))
+                .or_else(|| non_empty(event.reporting_component)),
         }
     }
 }
@@ -571,24 +851,29 @@ impl ResourceEvent {
 /// Events by `involvedObject.uid`, only for uids in `keep`; each object's most recent first (by
 /// `last_seen`, undated ones last, then by Event name), at most `per_object`.
 fn events_by_object(
-    events: Vec<Value>,
+    events: Vec<EventDoc>,
     keep: &HashSet<&str>,
     per_object: usize,
 ) -> HashMap<String, Vec<ResourceEvent>> {
     let mut grouped: HashMap<String, Vec<(ResourceEvent, String)>> = HashMap::new();
-    for event in &events {
+    for mut event in events {
         let Some(about) = event
-            .pointer("/involvedObject/uid")
-            .and_then(Value::as_str)
-            .filter(|u| keep.contains(u))
+            .involved_object
+            .take()
+            .and_then(|o| o.uid)
+            .filter(|u| keep.contains(u.as_str()))
         else {
             continue;
         };
-        let name = text_at(event, "/metadata/name").unwrap_or_default();
+        let name = event
+            .metadata
+            .as_mut()
+            .and_then(|m| m.name.take())
+            .unwrap_or_default();
         grouped
-            .entry(about.to_string())
+            .entry(about)
             .or_default()
-            .push((ResourceEvent::from_event(event), name));
+            .push((ResourceEvent::from(event), name));
     }
     grouped
         .into_iter()
@@ -656,15 +941,93 @@ mod tests {
     #[test]
     fn labels_match_every_term() {
         let terms = equality_terms("a=1,b=2").unwrap();
-        let obj = |labels: Value| json!({"metadata": {"labels": labels}});
+        let labels = |labels: Value| labels.as_object().cloned();
         assert!(labels_match(
             &terms,
-            &obj(json!({"a": "1", "b": "2", "c": "3"}))
+            labels(json!({"a": "1", "b": "2", "c": "3"})).as_ref()
         ));
-        assert!(!labels_match(&terms, &obj(json!({"a": "1"}))));
-        assert!(!labels_match(&terms, &obj(json!({"a": "1", "b": "3"}))));
-        assert!(!labels_match(&terms, &json!({"metadata": {}})));
-        assert!(labels_match(&[], &json!({})));
+        assert!(!labels_match(&terms, labels(json!({"a": "1"})).as_ref()));
+        assert!(!labels_match(
+            &terms,
+            labels(json!({"a": "1", "b": "3"})).as_ref()
+        ));
+        assert!(!labels_match(
+            &terms,
+            labels(json!({"a": 1, "b": "2"})).as_ref()
+        ));
+        assert!(!labels_match(&terms, None));
+        assert!(labels_match(&[], None));
+    }
+
+    #[test]
+    fn objects_are_parsed_without_managed_fields() {
+        let text = r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "uid": "u",
+            "managedFields": [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}], "labels": {"a": "b"}},
+            "spec": {"containers": [{"name": "app"}]}}"#;
+        let Object(object) = serde_json::from_str(text).unwrap();
+        assert_eq!(
+            object,
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "uid": "u", "labels": {"a": "b"}},
+                   "spec": {"containers": [{"name": "app"}]}})
+        );
+        let Object(odd) = serde_json::from_str(r#"{"metadata": null, "x": 1}"#).unwrap();
+        assert_eq!(odd, json!({"metadata": null, "x": 1}));
+        assert!(serde_json::from_str::<Object>("[1]").is_err());
+    }
+
+    #[test]
+    fn candidates_keep_only_what_the_ownership_walk_reads() {
+        let text = r#"{"metadata": {"name": "rs", "namespace": "ns", "uid": "u1", "labels": {"app": "web"},
+            "ownerReferences": [{"uid": "d1", "kind": "Deployment", "name": "web"}], "annotations": {"big": "x"}},
+            "spec": {"replicas": 3}}"#;
+        let head: Head = serde_json::from_str(text).unwrap();
+        assert_eq!(head.labels().unwrap()["app"], "web");
+        assert_eq!(
+            head.into_object("apps/v1", "ReplicaSet"),
+            json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                   "metadata": {"name": "rs", "namespace": "ns", "uid": "u1", "labels": {"app": "web"},
+                                "ownerReferences": [{"uid": "d1", "kind": "Deployment", "name": "web"}]}})
+        );
+        let bare: Head = serde_json::from_str(r#"{"metadata": {"labels": null}}"#).unwrap();
+        assert_eq!(
+            bare.into_object("v1", "Pod"),
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {}})
+        );
+    }
+
+    fn candidate(text: &str) -> Candidate {
+        let head: Head = serde_json::from_str(text).unwrap();
+        Candidate {
+            head: head.into_object("apps/v1", "ReplicaSet"),
+            text: RawValue::from_string(text.to_string()).unwrap(),
+        }
+    }
+
+    #[test]
+    fn only_owned_candidates_are_parsed_and_kept_once() {
+        let selected = vec![json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                                   "metadata": {"name": "web", "namespace": "ns", "uid": "d1"}})];
+        let kept = owned_candidates(
+            &selected,
+            vec![
+                candidate(
+                    r#"{"metadata": {"name": "web-1", "namespace": "ns", "uid": "r1", "ownerReferences": [{"uid": "d1"}], "managedFields": []}, "spec": {"replicas": 2}}"#,
+                ),
+                candidate(
+                    r#"{"metadata": {"name": "other", "namespace": "ns", "uid": "r2", "ownerReferences": [{"uid": "d9"}]}}"#,
+                ),
+                candidate(
+                    r#"{"metadata": {"name": "web-1", "namespace": "ns", "uid": "r1", "ownerReferences": [{"uid": "d1"}]}}"#,
+                ),
+            ],
+        );
+        let owned = parse_candidates(kept);
+        assert_eq!(
+            owned,
+            [json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                    "metadata": {"name": "web-1", "namespace": "ns", "uid": "r1", "ownerReferences": [{"uid": "d1"}]},
+                    "spec": {"replicas": 2}})]
+        );
     }
 
     #[test]
@@ -675,7 +1038,7 @@ mod tests {
             kind("apps", "v1", "ReplicaSet", "replicasets"),
             kind("example.com", "v1", "Pod", "pods"),
         ];
-        let jobs = plan(&kinds, "my ns", "a=b", true);
+        let jobs = plan(&kinds, "my ns", "a=b", equality_terms("a=b"));
         let summary: Vec<_> = jobs
             .iter()
             .map(|j| (j.path.as_str(), j.label_selector.as_deref(), j.purpose))
@@ -704,7 +1067,7 @@ mod tests {
             ]
         );
         // A selector only the apiserver can apply: owned kinds are listed both ways.
-        let jobs = plan(&kinds[..1], "ns", "a in (b)", false);
+        let jobs = plan(&kinds[..1], "ns", "a in (b)", None);
         let purposes: Vec<_> = jobs.iter().map(|j| j.purpose).collect();
         assert_eq!(
             purposes,
@@ -770,7 +1133,7 @@ mod tests {
             }
             e
         };
-        let events = vec![
+        let events: Vec<EventDoc> = [
             ev("old", "a", Some("2024-01-02T00:00:00Z")),
             ev("undated-ish", "a", None),
             ev("new", "a", Some("2024-01-05T00:00:00Z")),
@@ -778,7 +1141,10 @@ mod tests {
             ev("other", "b", Some("2024-01-03T00:00:00Z")),
             ev("stranger", "z", Some("2024-01-03T00:00:00Z")),
             json!({"reason": "no object"}),
-        ];
+        ]
+        .into_iter()
+        .map(|e| serde_json::from_value(e).unwrap())
+        .collect();
         let keep: HashSet<&str> = ["a", "b"].into();
         let grouped = events_by_object(events, &keep, 3);
         let reasons: Vec<_> = grouped["a"].iter().map(|e| e.reason.as_str()).collect();
@@ -802,7 +1168,7 @@ mod tests {
             "reportingComponent": "kubelet", "type": "Warning", "reason": "BackOff",
             "message": "Back-off restarting failed container",
         });
-        let e = ResourceEvent::from_event(&event);
+        let e = ResourceEvent::from(serde_json::from_value::<EventDoc>(event).unwrap());
         assert_eq!(e.count, 7);
         assert_eq!(e.source.as_deref(), Some("kubelet"));
         assert_eq!(e.event_type, "Warning");
@@ -814,7 +1180,9 @@ mod tests {
             e.last_seen.unwrap().to_rfc3339(),
             "2024-03-01T11:00:00+00:00"
         );
-        let bare = ResourceEvent::from_event(&json!({}));
+        let bare = ResourceEvent::from(
+            serde_json::from_value::<EventDoc>(json!({"eventTime": null, "series": null})).unwrap(),
+        );
         assert_eq!((bare.count, bare.first_seen, bare.source), (1, None, None));
     }
 }

@@ -57,9 +57,17 @@ pub struct ResourceGroup {
     pub errors: Vec<ListError>,
 }
 
-fn str_at<'a>(object: &'a Value, pointer: &str) -> &'a str {
+/// A top-level string field, `""` when absent.
+fn field<'a>(object: &'a Value, name: &str) -> &'a str {
+    object.get(name).and_then(Value::as_str).unwrap_or("")
+}
+
+/// A `metadata` string field, `""` when absent. (`Value::pointer` would allocate for every
+/// path segment, and this runs for every field of every resource.)
+fn meta<'a>(object: &'a Value, name: &str) -> &'a str {
     object
-        .pointer(pointer)
+        .get("metadata")
+        .and_then(|m| m.get(name))
         .and_then(Value::as_str)
         .unwrap_or("")
 }
@@ -67,11 +75,11 @@ fn str_at<'a>(object: &'a Value, pointer: &str) -> &'a str {
 /// `(apiVersion, kind, namespace, name, uid)`: the order resources are shown in.
 fn order_key(object: &Value) -> [&str; 5] {
     [
-        str_at(object, "/apiVersion"),
-        str_at(object, "/kind"),
-        str_at(object, "/metadata/namespace"),
-        str_at(object, "/metadata/name"),
-        str_at(object, "/metadata/uid"),
+        field(object, "apiVersion"),
+        field(object, "kind"),
+        meta(object, "namespace"),
+        meta(object, "name"),
+        meta(object, "uid"),
     ]
 }
 
@@ -89,18 +97,29 @@ pub fn assemble(listing: Listing) -> ResourceGroup {
         unavailable,
     } = listing;
 
-    let mut objects: Vec<Value> = selected.into_iter().chain(owned).collect();
-    objects.sort_by(|a, b| order_key(a).cmp(&order_key(b)));
+    let objects: Vec<Value> = selected.into_iter().chain(owned).collect();
+    // Sort keys read once per object: reading them in the comparator cost more than the rest of
+    // the assembly. Edges and health do not depend on the order, so they are computed on the
+    // objects as listed and permuted with them.
+    let mut keyed: Vec<([&str; 5], usize)> = objects
+        .iter()
+        .enumerate()
+        .map(|(i, object)| (order_key(object), i))
+        .collect();
+    keyed.sort_unstable();
+    let order: Vec<usize> = keyed.into_iter().map(|(_, i)| i).collect();
     let edges = graph::edges(&objects);
     let healths: Vec<Option<Health>> = objects.iter().map(health::health).collect();
+    let mut slots: Vec<Option<(Value, Option<Health>)>> =
+        objects.into_iter().zip(healths).map(Some).collect();
+    let (objects, healths): (Vec<Value>, Vec<Option<Health>>) =
+        order.into_iter().filter_map(|i| slots[i].take()).unzip();
     let group_health = health::aggregate(objects.iter().zip(&healths).filter_map(|(object, h)| {
-        let namespace = object
-            .pointer("/metadata/namespace")
-            .and_then(Value::as_str);
+        let namespace = Some(meta(object, "namespace")).filter(|ns| !ns.is_empty());
         Some((
-            str_at(object, "/kind"),
+            field(object, "kind"),
             namespace,
-            str_at(object, "/metadata/name"),
+            meta(object, "name"),
             h.as_ref()?,
         ))
     }));
@@ -112,28 +131,23 @@ pub fn assemble(listing: Listing) -> ResourceGroup {
             if let Some(metadata) = manifest.get_mut("metadata").and_then(Value::as_object_mut) {
                 metadata.remove("managedFields");
             }
-            let uid = str_at(&manifest, "/metadata/uid").to_string();
+            let uid = meta(&manifest, "uid").to_string();
             let events = events.remove(&uid).unwrap_or_default();
+            let namespace = meta(&manifest, "namespace");
             Resource {
-                api_version: str_at(&manifest, "/apiVersion").to_string(),
-                kind: str_at(&manifest, "/kind").to_string(),
-                namespace: manifest
-                    .pointer("/metadata/namespace")
-                    .and_then(Value::as_str)
-                    .filter(|ns| !ns.is_empty())
-                    .map(str::to_string),
-                name: str_at(&manifest, "/metadata/name").to_string(),
+                api_version: field(&manifest, "apiVersion").to_string(),
+                kind: field(&manifest, "kind").to_string(),
+                namespace: (!namespace.is_empty()).then(|| namespace.to_string()),
+                name: meta(&manifest, "name").to_string(),
                 labels: manifest
-                    .pointer("/metadata/labels")
+                    .get("metadata")
+                    .and_then(|m| m.get("labels"))
                     .filter(|l| l.is_object())
                     .cloned()
                     .unwrap_or_else(|| Value::Object(Map::new())),
-                created_at: DateTime::parse_from_rfc3339(str_at(
-                    &manifest,
-                    "/metadata/creationTimestamp",
-                ))
-                .ok()
-                .map(|t| t.with_timezone(&Utc)),
+                created_at: DateTime::parse_from_rfc3339(meta(&manifest, "creationTimestamp"))
+                    .ok()
+                    .map(|t| t.with_timezone(&Utc)),
                 uid,
                 health,
                 manifest,
@@ -333,6 +347,43 @@ mod tests {
         assert_eq!(forward, backward);
         let uids: Vec<_> = forward.resources.iter().map(|r| r.uid.as_str()).collect();
         assert_eq!(uids, ["u1", "u0", "u3", "u2"]);
+    }
+
+    #[test]
+    fn big_groups_come_out_as_small_ones_do() {
+        let mut objects = Vec::new();
+        for i in 0..200 {
+            objects.push(deployment(
+                &format!("web-{i:03}"),
+                &format!("d-{i:03}"),
+                i % 7 != 0,
+            ));
+            objects.push(owned(
+                "apps/v1",
+                "ReplicaSet",
+                &format!("web-{i:03}-rs"),
+                &format!("rs-{i:03}"),
+                &format!("d-{i:03}"),
+            ));
+        }
+        let group = assemble(Listing {
+            selected: objects.clone(),
+            ..Listing::default()
+        });
+        let reversed = assemble(Listing {
+            selected: objects.iter().rev().cloned().collect(),
+            ..Listing::default()
+        });
+        assert_eq!(group, reversed);
+        // The same as computing everything on the sorted objects, one thread.
+        let sorted: Vec<Value> = group.resources.iter().map(|r| r.manifest.clone()).collect();
+        assert_eq!(group.edges, graph::edges(&sorted));
+        let healths: Vec<_> = sorted.iter().map(health::health).collect();
+        let shown: Vec<_> = group.resources.iter().map(|r| r.health.clone()).collect();
+        assert_eq!(shown, healths);
+        assert_eq!(group.edges.len(), 200);
+        assert_eq!(group.health.status, HealthStatus::Degraded);
+        assert!(group.health.message.unwrap().ends_with("; and 26 more"));
     }
 
     #[test]

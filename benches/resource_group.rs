@@ -1,0 +1,518 @@
+//! How long the resource group of an environment takes to list, against the test Kubernetes
+//! API server with 5 ms of latency added to every request.
+//!
+//! `cargo bench --bench resource_group [-- --iterations 40 --kubectl-iterations 10]`
+//!
+//! The cluster: 40 namespaced listable kinds (the built-in ones, ControllerRevision and 21 custom
+//! kinds), an environment of 1,000 resources (label-selected ones and what they own: ReplicaSets,
+//! Pods, EndpointSlices, Endpoints, ControllerRevisions, PVCs, Jobs), the same again for another
+//! environment in the namespace, and Events. Measured in the same run, medians over the
+//! iterations:
+//!
+//! - (a) envlens: `list_resource_group` then `group::assemble`, through a `kube::Client`, with a
+//!   warm discovery cache (as the service has it after its first view of the cluster);
+//! - (b) `kubectl get <every namespaced listable kind> -l <selector> -n <ns> -o json`, which
+//!   finds only the labelled objects, not what they own (skipped when kubectl is absent);
+//! - (c) the floor: the very list requests (a) sends, all at once, straight to the server over
+//!   already open keep-alive connections, bodies read and not parsed.
+//!
+//! (a) is `measure_envlens`: swap it for a GraphQL `resourceGroup` request against a running
+//! service to measure the whole path.
+
+#[path = "../tests/support/kube_api/mod.rs"]
+mod kube_api;
+
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::http::HeaderMap;
+use envlens::resources::discovery::DiscoveryCache;
+use envlens::resources::fetch::{list_resource_group, FetchOptions};
+use envlens::resources::group;
+use http_body_util::{BodyExt, Empty};
+use kube_api::{KubeApi, Served};
+use serde_json::{json, Value};
+use tokio::net::TcpStream;
+
+const NS: &str = "bench";
+const PROJECT: i64 = 7;
+const SLUG: &str = "production";
+const NOISE_SLUG: &str = "staging";
+const LATENCY: Duration = Duration::from_millis(5);
+const CUSTOM_KINDS: usize = 21;
+const RESOURCES: usize = 1_000;
+
+struct Args {
+    iterations: usize,
+    kubectl_iterations: usize,
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        iterations: 40,
+        kubectl_iterations: 10,
+    };
+    let mut it = std::env::args().skip(1).filter(|a| a != "--bench");
+    while let Some(flag) = it.next() {
+        let mut value = || -> usize {
+            it.next()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("{flag} takes a number"))
+        };
+        match flag.as_str() {
+            "--iterations" => a.iterations = value(),
+            "--kubectl-iterations" => a.kubectl_iterations = value(),
+            other => panic!("unknown argument {other}"),
+        }
+    }
+    a
+}
+
+// ---- the cluster ----
+
+fn labels(slug: &str, app: &str) -> Value {
+    json!({"app.gitlab.com/project_id": PROJECT.to_string(), "app.gitlab.com/environment_slug": slug, "app": app})
+}
+
+fn metadata(
+    name: &str,
+    uid: &str,
+    labels: Value,
+    owner: Option<(&str, &str, &str, &str)>,
+) -> Value {
+    let mut m = json!({
+        "name": name, "namespace": NS, "uid": uid, "labels": labels,
+        "creationTimestamp": "2026-11-20T10:00:00Z",
+        "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{\"apiVersion\":\"v1\",\"kind\":\"Thing\",\"metadata\":{\"name\":\"x\"}}"},
+        "managedFields": [{"manager": "kube-controller-manager", "operation": "Update", "apiVersion": "v1", "time": "2026-11-20T10:00:00Z",
+                           "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {"f:labels": {".": {}, "f:app": {}}}, "f:spec": {"f:replicas": {}}}}],
+    });
+    if let Some((api_version, kind, owner_name, owner_uid)) = owner {
+        m["ownerReferences"] = json!([{"apiVersion": api_version, "kind": kind, "name": owner_name, "uid": owner_uid, "controller": true, "blockOwnerDeletion": true}]);
+    }
+    m
+}
+
+fn container(name: &str) -> Value {
+    json!({"name": name, "image": format!("registry.example.com/shop/{name}:1.4.2"), "ports": [{"containerPort": 8080, "protocol": "TCP"}],
+           "env": [{"name": "RAILS_ENV", "value": "production"}, {"name": "DATABASE_URL", "valueFrom": {"secretKeyRef": {"name": "db", "key": "url"}}}],
+           "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}},
+           "readinessProbe": {"httpGet": {"path": "/-/readiness", "port": 8080}, "periodSeconds": 10}})
+}
+
+fn pod(api: &KubeApi, name: &str, app: &str, owner: (&str, &str, &str, &str)) {
+    api.insert(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": metadata(name, &format!("uid-{name}"), json!({"app": app}), Some(owner)),
+        "spec": {"containers": [container(app)], "nodeName": "node-1", "serviceAccountName": "default"},
+        "status": {"phase": "Running", "podIP": "10.0.0.12", "startTime": "2026-11-20T10:00:05Z",
+                   "conditions": [{"type": "Ready", "status": "True"}, {"type": "ContainersReady", "status": "True"}],
+                   "containerStatuses": [{"name": app, "ready": true, "restartCount": 0, "image": "registry.example.com/shop/app:1.4.2",
+                                          "state": {"running": {"startedAt": "2026-11-20T10:00:07Z"}}}]},
+    }));
+}
+
+/// One environment of exactly [`RESOURCES`] resources in the group (label-selected ones and
+/// what they own), spread over every kind; returns how many are label-selected.
+fn environment(api: &KubeApi, slug: &str, custom: &[(String, String)]) -> usize {
+    let p = slug;
+    let mut count = 0;
+    let mut selected = 0;
+    let workload_template = |app: &str| json!({"metadata": {"labels": {"app": app}}, "spec": {"containers": [container(app)]}});
+    // 50 Deployments, each with a ReplicaSet of 2 Pods: 200.
+    for i in 0..50 {
+        let (name, uid) = (format!("{p}-web{i}"), format!("uid-{p}-web{i}"));
+        api.insert(json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": metadata(&name, &uid, labels(slug, &name), None),
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": name}}, "template": workload_template(&name)},
+            "status": {"observedGeneration": 1, "replicas": 2, "updatedReplicas": 2, "readyReplicas": 2, "availableReplicas": 2}}));
+        let rs = format!("{name}-5d8f");
+        let rs_uid = format!("uid-{rs}");
+        api.insert(json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": metadata(&rs, &rs_uid, json!({"app": name}), Some(("apps/v1", "Deployment", &name, &uid))),
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": name}}, "template": workload_template(&name)},
+            "status": {"replicas": 2, "readyReplicas": 2, "availableReplicas": 2}}));
+        for k in 0..2 {
+            pod(
+                api,
+                &format!("{rs}-{k}"),
+                &name,
+                ("apps/v1", "ReplicaSet", &rs, &rs_uid),
+            );
+        }
+        count += 4;
+        selected += 1;
+    }
+    // 50 Services with an EndpointSlice and Endpoints each: 150.
+    for i in 0..50 {
+        let (name, uid) = (format!("{p}-web{i}"), format!("uid-{p}-svc{i}"));
+        api.insert(json!({"apiVersion": "v1", "kind": "Service", "metadata": metadata(&name, &uid, labels(slug, &name), None),
+            "spec": {"selector": {"app": name}, "ports": [{"port": 80, "targetPort": 8080}], "type": "ClusterIP", "clusterIP": "10.96.0.10"}}));
+        let mut slice_labels = json!({"kubernetes.io/service-name": name});
+        slice_labels["endpointslice.kubernetes.io/managed-by"] =
+            json!("endpointslice-controller.k8s.io");
+        api.insert(json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": metadata(&format!("{name}-x7k2p"), &format!("uid-{p}-slice{i}"), slice_labels, Some(("v1", "Service", &name, &uid))),
+            "addressType": "IPv4", "endpoints": [{"addresses": ["10.0.0.12"], "conditions": {"ready": true}}], "ports": [{"port": 8080}]}));
+        api.insert(json!({"apiVersion": "v1", "kind": "Endpoints", "metadata": metadata(&name, &format!("uid-{p}-ep{i}"), json!({}), None),
+            "subsets": [{"addresses": [{"ip": "10.0.0.12"}], "ports": [{"port": 8080}]}]}));
+        count += 3;
+        selected += 1;
+    }
+    // 10 StatefulSets with a ControllerRevision, a Pod and its claim: 40.
+    // 10 DaemonSets with a ControllerRevision and 2 Pods: 40.
+    for (kind, n_pods) in [("StatefulSet", 1), ("DaemonSet", 2)] {
+        for i in 0..10 {
+            let name = format!("{p}-{}{i}", kind.to_lowercase());
+            let uid = format!("uid-{name}");
+            api.insert(json!({"apiVersion": "apps/v1", "kind": kind, "metadata": metadata(&name, &uid, labels(slug, &name), None),
+                "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}}, "template": workload_template(&name)},
+                "status": {"observedGeneration": 1, "replicas": 1, "readyReplicas": 1, "currentReplicas": 1, "updatedReplicas": 1,
+                           "desiredNumberScheduled": 2, "numberReady": 2, "updatedNumberScheduled": 2, "numberAvailable": 2}}));
+            let owner = ("apps/v1", kind, name.as_str(), uid.as_str());
+            api.insert(json!({"apiVersion": "apps/v1", "kind": "ControllerRevision",
+                "metadata": metadata(&format!("{name}-7c9f"), &format!("uid-{name}-rev"), json!({"app": name}), Some(owner)), "revision": 1, "data": {}}));
+            for k in 0..n_pods {
+                pod(api, &format!("{name}-{k}"), &name, owner);
+            }
+            if kind == "StatefulSet" {
+                api.insert(json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                    "metadata": metadata(&format!("data-{name}-0"), &format!("uid-{name}-pvc"), json!({"app": name}), Some(owner)),
+                    "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}, "status": {"phase": "Bound"}}));
+            }
+            count += 2 + n_pods + usize::from(kind == "StatefulSet");
+            selected += 1;
+        }
+    }
+    // 10 CronJobs with a Job and its Pod: 30.
+    for i in 0..10 {
+        let name = format!("{p}-cron{i}");
+        let uid = format!("uid-{name}");
+        api.insert(json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": metadata(&name, &uid, labels(slug, &name), None),
+            "spec": {"schedule": "0 3 * * *", "jobTemplate": {"spec": {"template": workload_template(&name)}}},
+            "status": {"lastScheduleTime": "2026-11-20T03:00:00Z", "lastSuccessfulTime": "2026-11-20T03:01:00Z"}}));
+        let job = format!("{name}-2871");
+        let job_uid = format!("uid-{job}");
+        api.insert(json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata(&job, &job_uid, json!({"job-name": job}), Some(("batch/v1", "CronJob", &name, &uid))),
+            "spec": {"template": workload_template(&name)}, "status": {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}}));
+        pod(
+            api,
+            &format!("{job}-q9"),
+            &name,
+            ("batch/v1", "Job", &job, &job_uid),
+        );
+        count += 3;
+        selected += 1;
+    }
+    // The rest, label-selected, spread over the remaining built-in and every custom kind.
+    let mut rest: Vec<(String, String)> = [
+        ("v1", "ConfigMap"),
+        ("v1", "Secret"),
+        ("v1", "ServiceAccount"),
+        ("networking.k8s.io/v1", "Ingress"),
+        ("autoscaling/v2", "HorizontalPodAutoscaler"),
+        ("rbac.authorization.k8s.io/v1", "Role"),
+        ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+    ]
+    .iter()
+    .map(|(a, k)| (a.to_string(), k.to_string()))
+    .collect();
+    rest.extend(custom.iter().cloned());
+    let mut i = 0;
+    while count < RESOURCES {
+        let (api_version, kind) = &rest[i % rest.len()];
+        let name = format!("{p}-{}-{i}", kind.to_lowercase());
+        let uid = format!("uid-{name}");
+        let mut object = json!({"apiVersion": api_version, "kind": kind, "metadata": metadata(&name, &uid, labels(slug, &name), None),
+                                "spec": {"setting": "value", "replicas": 1}});
+        if api_version.contains("bench.example.com") {
+            object["status"] = json!({"conditions": [{"type": "Ready", "status": "True", "reason": "Reconciled"}]});
+        }
+        api.insert(object);
+        count += 1;
+        selected += 1;
+        i += 1;
+    }
+    selected
+}
+
+fn events(api: &KubeApi, slug: &str) {
+    for i in 0..100 {
+        let pod = format!("{slug}-web{}-5d8f-0", i % 50);
+        api.insert(json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": format!("{pod}.{i}"), "namespace": NS},
+            "involvedObject": {"kind": "Pod", "name": pod, "namespace": NS, "uid": format!("uid-{pod}")},
+            "type": "Normal", "reason": "Pulled", "message": "Container image already present on machine",
+            "firstTimestamp": "2026-11-20T10:00:06Z", "lastTimestamp": format!("2026-11-20T10:{:02}:06Z", i % 60), "count": 1,
+            "source": {"component": "kubelet", "host": "node-1"}}));
+    }
+}
+
+struct Bench {
+    api: KubeApi,
+    served: Served,
+    client: kube::Client,
+    discovery: DiscoveryCache,
+    selector: String,
+    /// `plural.group` of every discovered kind, as kubectl takes them.
+    kubectl_kinds: String,
+    _dir: tempfile::TempDir,
+}
+
+async fn setup() -> (Bench, usize) {
+    let api = KubeApi::new();
+    api.set_recording(false);
+    api.add_kind(
+        "apps",
+        "v1",
+        "ControllerRevision",
+        "controllerrevisions",
+        true,
+    );
+    let custom: Vec<(String, String)> = (0..CUSTOM_KINDS)
+        .map(|i| {
+            let kind = format!("Thing{i}");
+            api.add_kind(
+                "bench.example.com",
+                "v1",
+                &kind,
+                &format!("things{i}"),
+                true,
+            );
+            ("bench.example.com/v1".to_string(), kind)
+        })
+        .collect();
+    let selected = environment(&api, SLUG, &custom);
+    environment(&api, NOISE_SLUG, &custom);
+    events(&api, SLUG);
+    events(&api, NOISE_SLUG);
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let served = api.serve(dir.path()).await;
+    let kubeconfig = kube::config::Kubeconfig::read_from(&served.kubeconfig).expect("kubeconfig");
+    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .expect("config");
+    config.default_retry = false;
+    let client = kube::Client::try_from(config).expect("client");
+    let discovery = DiscoveryCache::new(client.clone(), Duration::from_secs(300));
+    let kinds = discovery.kinds().await.expect("discovery").kinds;
+    assert_eq!(kinds.len(), 40, "namespaced listable kinds");
+    let kubectl_kinds = kinds
+        .iter()
+        .map(|k| match k.group.as_str() {
+            "" => k.plural.clone(),
+            g => format!("{}.{g}", k.plural),
+        })
+        .collect::<Vec<_>>()
+        .join(",");
+    let bench = Bench {
+        api,
+        served,
+        client,
+        discovery,
+        selector: group::label_selector(PROJECT, SLUG),
+        kubectl_kinds,
+        _dir: dir,
+    };
+    (bench, selected)
+}
+
+// ---- the measurements ----
+
+/// (a) One view of the resource group by envlens. The view is returned, so that the caller
+/// drops it after taking the time: freeing it is not part of answering.
+async fn measure_envlens(b: &Bench) -> group::ResourceGroup {
+    let listing = list_resource_group(
+        &b.client,
+        &b.discovery,
+        &HeaderMap::new(),
+        NS,
+        &b.selector,
+        &FetchOptions::default(),
+    )
+    .await
+    .expect("list");
+    let group = group::assemble(listing);
+    assert!(group.errors.is_empty(), "{:?}", group.errors);
+    group
+}
+
+/// (b) kubectl over every kind; returns the number of items, or None without kubectl.
+async fn measure_kubectl(b: &Bench) -> Option<usize> {
+    let mut cmd = b.served.kubectl();
+    cmd.args([
+        "get",
+        &b.kubectl_kinds,
+        "-l",
+        &b.selector,
+        "-n",
+        NS,
+        "-o",
+        "json",
+    ]);
+    let out = tokio::task::spawn_blocking(move || cmd.output())
+        .await
+        .expect("join")
+        .ok()?;
+    assert!(
+        out.status.success(),
+        "kubectl: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let list: Value = serde_json::from_slice(&out.stdout).expect("kubectl JSON");
+    Some(list["items"].as_array().map_or(0, Vec::len))
+}
+
+type Sender = hyper::client::conn::http1::SendRequest<Empty<Bytes>>;
+
+/// (c) The floor: `uris` all at once, one open connection each; returns the bytes read.
+async fn measure_floor(authority: &str, conns: &mut Vec<Sender>, uris: &[String]) -> usize {
+    let mut tasks = tokio::task::JoinSet::new();
+    for (mut sender, uri) in conns.drain(..).zip(uris.iter().cloned()) {
+        let authority = authority.to_string();
+        tasks.spawn(async move {
+            sender.ready().await.expect("connection");
+            let req = hyper::Request::get(uri)
+                .header("host", authority)
+                .header("accept", "application/json")
+                .body(Empty::new())
+                .expect("request");
+            let res = sender.send_request(req).await.expect("send");
+            assert!(res.status().is_success());
+            let len = res
+                .into_body()
+                .collect()
+                .await
+                .expect("body")
+                .to_bytes()
+                .len();
+            (sender, len)
+        });
+    }
+    let mut total = 0;
+    while let Some(done) = tasks.join_next().await {
+        let (sender, len) = done.expect("join");
+        conns.push(sender);
+        total += len;
+    }
+    total
+}
+
+async fn connect(authority: &str, n: usize) -> Vec<Sender> {
+    let mut conns = Vec::with_capacity(n);
+    for _ in 0..n {
+        let stream = TcpStream::connect(authority).await.expect("connect");
+        stream.set_nodelay(true).expect("nodelay");
+        let (sender, conn) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                .await
+                .expect("handshake");
+        tokio::spawn(conn);
+        conns.push(sender);
+    }
+    conns
+}
+
+fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1000.0)
+}
+
+fn main() {
+    let a = args();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(run(a));
+}
+
+async fn run(a: Args) {
+    let (b, selected) = setup().await;
+    let authority = b.served.addr.to_string();
+    b.api.set_latency(LATENCY);
+
+    // The requests (a) sends, recorded from one view: the floor replays exactly those.
+    b.api.clear_requests();
+    b.api.set_recording(true);
+    let resources = measure_envlens(&b).await.resources.len();
+    b.api.set_recording(false);
+    let uris: Vec<String> = b
+        .api
+        .requests()
+        .iter()
+        .map(|r| match r.query.as_str() {
+            "" => r.path.clone(),
+            q => format!("{}?{q}", r.path),
+        })
+        .collect();
+    assert_eq!(resources, RESOURCES, "resources in the group");
+    let mut conns = connect(&authority, uris.len()).await;
+    let floor_bytes = measure_floor(&authority, &mut conns, &uris).await;
+    let kubectl_available = measure_kubectl(&b).await.is_some();
+
+    println!(
+        "resource group: {resources} resources ({selected} label-selected) over 40 kinds in namespace {NS:?}, \
+         another environment of {RESOURCES} beside it, {LATENCY:?} added per request"
+    );
+    println!(
+        "envlens sends {} list requests per view ({} KiB of JSON); discovery cached",
+        uris.len(),
+        floor_bytes / 1024
+    );
+
+    let (mut envlens, mut floor, mut kubectl) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..a.iterations {
+        let started = Instant::now();
+        let view = measure_envlens(&b).await;
+        envlens.push(started.elapsed());
+        drop(view);
+
+        let started = Instant::now();
+        measure_floor(&authority, &mut conns, &uris).await;
+        floor.push(started.elapsed());
+
+        if kubectl_available && i < a.kubectl_iterations {
+            let started = Instant::now();
+            let items = measure_kubectl(&b).await.expect("kubectl");
+            kubectl.push(started.elapsed());
+            assert_eq!(items, selected, "kubectl finds the label-selected objects");
+        }
+    }
+
+    let (envlens, floor) = (median(envlens), median(floor));
+    println!(
+        "(a) envlens list_resource_group + assemble: median {} over {} iterations",
+        ms(envlens),
+        a.iterations
+    );
+    println!(
+        "(c) floor, the same {} requests at once:      median {} over {} iterations",
+        uris.len(),
+        ms(floor),
+        a.iterations
+    );
+    let over_floor = envlens.as_secs_f64() / floor.as_secs_f64();
+    println!(
+        "envlens / floor = {over_floor:.2} (goal <= 2: {})",
+        if over_floor <= 2.0 { "met" } else { "NOT met" }
+    );
+    if !kubectl_available {
+        println!("(b) kubectl: skipped, no kubectl on PATH");
+    } else if !kubectl.is_empty() {
+        let n = kubectl.len();
+        let kubectl = median(kubectl);
+        println!(
+            "(b) kubectl get <40 kinds> -l <selector> -o json: median {} over {n} iterations \
+             (label-selected objects only)",
+            ms(kubectl)
+        );
+        let ratio = kubectl.as_secs_f64() / envlens.as_secs_f64();
+        println!(
+            "kubectl / envlens = {ratio:.1} (goal >= 5: {})",
+            if ratio >= 5.0 { "met" } else { "NOT met" }
+        );
+    }
+}
