@@ -131,6 +131,13 @@ impl std::fmt::Debug for DiscoveryCache {
 }
 
 impl DiscoveryCache {
+    /// The TTL to use unless there is a reason not to. A new CRD shows from the second view after
+    /// it has been a minute in the cache (the first one triggers the background refresh); a
+    /// removed or re-versioned one shows at once, through the 404 of its list. A refresh costs
+    /// `2 + groups` small requests in the background, once a minute at most, and only while the
+    /// cluster is being viewed.
+    pub const DEFAULT_TTL: Duration = Duration::from_secs(60);
+
     /// A cache for the cluster `client` reaches, refreshed in the background once older than
     /// `ttl`. Nothing is requested until the first [`DiscoveryCache::kinds`].
     ///
