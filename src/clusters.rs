@@ -153,6 +153,9 @@ async fn connect(
     config.connect_timeout = Some(connect_timeout);
     // Watches and followed logs may stay quiet for as long as they like.
     config.read_timeout = None;
+    // The cluster's own 429 and 503 answers belong to the caller (the proxy passes them on, a
+    // resource group reports them); kube would otherwise retry them for seconds.
+    config.default_retry = false;
     let client = kube::Client::try_from(config).context("cannot build the Kubernetes client")?;
     Ok(Cluster { client, source })
 }
