@@ -2,7 +2,7 @@
 //! deployments and agents, each list loaded in one statement for many keys.
 
 use chrono::{DateTime, Utc};
-use sqlx::{FromRow, PgPool};
+use sqlx::{FromRow, PgExecutor};
 
 use crate::error::Result;
 
@@ -84,7 +84,7 @@ const DEPLOYMENT_COLUMNS: &str =
 
 /// The project at `full_path`, if the viewer may read it.
 pub async fn readable_project(
-    db: &PgPool,
+    db: impl PgExecutor<'_>,
     viewer: Viewer,
     full_path: &str,
 ) -> Result<Option<ProjectRow>> {
@@ -102,7 +102,7 @@ pub async fn readable_project(
 /// The group at `full_path`, if the viewer is an admin, a member of it or of an ancestor, or
 /// may read a project in it: otherwise it does not exist for them.
 pub async fn visible_group(
-    db: &PgPool,
+    db: impl PgExecutor<'_>,
     viewer: Viewer,
     full_path: &str,
 ) -> Result<Option<GroupRow>> {
@@ -121,7 +121,11 @@ pub async fn visible_group(
     .await?)
 }
 
-pub async fn projects(db: &PgPool, viewer: Viewer, ids: &[i64]) -> Result<Vec<ProjectRow>> {
+pub async fn projects(
+    db: impl PgExecutor<'_>,
+    viewer: Viewer,
+    ids: &[i64],
+) -> Result<Vec<ProjectRow>> {
     Ok(sqlx::query_as(&format!(
         "SELECT p.id, p.path, p.full_path, {READABLE} AS readable
          FROM projects p LEFT JOIN namespaces n ON n.id = p.namespace_id WHERE p.id = ANY ($3)"
@@ -135,7 +139,7 @@ pub async fn projects(db: &PgPool, viewer: Viewer, ids: &[i64]) -> Result<Vec<Pr
 
 /// Environments by (project id, name).
 pub async fn environments_by_name(
-    db: &PgPool,
+    db: impl PgExecutor<'_>,
     keys: &[(i64, String)],
 ) -> Result<Vec<EnvironmentRow>> {
     let (project_ids, names): (Vec<i64>, Vec<String>) = keys.iter().cloned().unzip();
@@ -151,7 +155,7 @@ pub async fn environments_by_name(
 
 /// The deployment with the highest id in `status` of each environment: one index probe each.
 pub async fn last_deployments(
-    db: &PgPool,
+    db: impl PgExecutor<'_>,
     environment_ids: &[i64],
     status: &str,
 ) -> Result<Vec<DeploymentRow>> {
@@ -167,7 +171,7 @@ pub async fn last_deployments(
 }
 
 pub async fn agent_deployments(
-    db: &PgPool,
+    db: impl PgExecutor<'_>,
     deployment_ids: &[i64],
 ) -> Result<Vec<AgentDeploymentRow>> {
     Ok(sqlx::query_as(
@@ -178,7 +182,7 @@ pub async fn agent_deployments(
     .await?)
 }
 
-pub async fn agents(db: &PgPool, ids: &[i64]) -> Result<Vec<AgentRow>> {
+pub async fn agents(db: impl PgExecutor<'_>, ids: &[i64]) -> Result<Vec<AgentRow>> {
     Ok(sqlx::query_as(
         "SELECT id, project_id, name, created_at FROM cluster_agents WHERE id = ANY ($1)",
     )
@@ -189,7 +193,7 @@ pub async fn agents(db: &PgPool, ids: &[i64]) -> Result<Vec<AgentRow>> {
 
 /// The agents of a project, `name` alone when given.
 pub async fn project_agents(
-    db: &PgPool,
+    db: impl PgExecutor<'_>,
     project_id: i64,
     name: Option<&str>,
 ) -> Result<Vec<AgentRow>> {
@@ -215,7 +219,7 @@ pub struct EnvironmentFilter<'a> {
 }
 
 pub async fn project_environments(
-    db: &PgPool,
+    db: impl PgExecutor<'_>,
     project_id: i64,
     f: &EnvironmentFilter<'_>,
 ) -> Result<Vec<EnvironmentRow>> {
@@ -238,7 +242,7 @@ pub async fn project_environments(
 
 /// Environments of every project in the group and its subgroups that the viewer may read.
 pub async fn group_environments(
-    db: &PgPool,
+    db: impl PgExecutor<'_>,
     viewer: Viewer,
     group_id: i64,
     f: &EnvironmentFilter<'_>,
@@ -265,7 +269,7 @@ pub async fn group_environments(
 
 /// A page of an environment's deployments, newest first, before the id `before`.
 pub async fn environment_deployments(
-    db: &PgPool,
+    db: impl PgExecutor<'_>,
     environment_id: i64,
     statuses: Option<&[String]>,
     before: Option<i64>,

@@ -7,7 +7,9 @@ use async_graphql::{
     Value, ID,
 };
 use chrono::{DateTime, SecondsFormat, Utc};
-use sqlx::PgPool;
+use sqlx::pool::PoolConnection;
+use sqlx::Postgres;
+use tokio::sync::MutexGuard;
 
 use super::loaders::{
     AgentId, AgentOfDeployment, Db, EnvironmentName, LastDeployment, LoadError, ProjectId,
@@ -30,8 +32,9 @@ fn loader<'a>(ctx: &Context<'a>) -> &'a DataLoader<Db, HashMapCache> {
     ctx.data_unchecked()
 }
 
-fn pool<'a>(ctx: &Context<'a>) -> &'a PgPool {
-    ctx.data_unchecked()
+/// The request's connection (see `loaders::Db`), for one statement.
+async fn conn<'a>(ctx: &Context<'a>) -> MutexGuard<'a, PoolConnection<Postgres>> {
+    loader(ctx).loader().conn().await
 }
 
 fn viewer(ctx: &Context<'_>) -> Viewer {
@@ -161,7 +164,7 @@ pub struct Query;
 impl Query {
     /// A project by full path; `null` when it does not exist or the user may not read it.
     async fn project(&self, ctx: &Context<'_>, full_path: ID) -> Result<Option<Project>> {
-        let row = read::readable_project(pool(ctx), viewer(ctx), &full_path)
+        let row = read::readable_project(&mut **conn(ctx).await, viewer(ctx), &full_path)
             .await
             .gql()?;
         Ok(row.map(Project))
@@ -169,7 +172,7 @@ impl Query {
 
     /// A group by full path; `null` when it does not exist for the user.
     async fn group(&self, ctx: &Context<'_>, full_path: ID) -> Result<Option<Group>> {
-        let row = read::visible_group(pool(ctx), viewer(ctx), &full_path)
+        let row = read::visible_group(&mut **conn(ctx).await, viewer(ctx), &full_path)
             .await
             .gql()?;
         Ok(row.map(Group))
@@ -244,7 +247,7 @@ impl Project {
                 limit,
                 ..Default::default()
             };
-            let rows = read::project_environments(pool(ctx), self.0.id, &filter)
+            let rows = read::project_environments(&mut **conn(ctx).await, self.0.id, &filter)
                 .await
                 .gql()?;
             preload(ctx, &rows).await?;
@@ -257,7 +260,7 @@ impl Project {
         if !self.0.readable {
             return Ok(None);
         }
-        let rows = read::project_agents(pool(ctx), self.0.id, Some(&name))
+        let rows = read::project_agents(&mut **conn(ctx).await, self.0.id, Some(&name))
             .await
             .gql()?;
         Ok(rows.into_iter().next().map(ClusterAgent))
@@ -265,7 +268,7 @@ impl Project {
 
     async fn cluster_agents(&self, ctx: &Context<'_>) -> Result<Connection<String, ClusterAgent>> {
         let rows = match self.0.readable {
-            true => read::project_agents(pool(ctx), self.0.id, None)
+            true => read::project_agents(&mut **conn(ctx).await, self.0.id, None)
                 .await
                 .gql()?,
             false => Vec::new(),
@@ -314,9 +317,10 @@ impl Group {
                 limit,
                 ..Default::default()
             };
-            let rows = read::group_environments(pool(ctx), viewer(ctx), self.0.id, &filter)
-                .await
-                .gql()?;
+            let rows =
+                read::group_environments(&mut **conn(ctx).await, viewer(ctx), self.0.id, &filter)
+                    .await
+                    .gql()?;
             preload(ctx, &rows).await?;
             Ok(rows.into_iter().map(|e| (e.id, Environment(e))).collect())
         })
@@ -502,7 +506,7 @@ impl Environment {
             statuses.map(|s| s.iter().map(|s| s.as_str().to_owned()).collect());
         page(first, after, |before, limit| async move {
             let rows = read::environment_deployments(
-                pool(ctx),
+                &mut **conn(ctx).await,
                 self.0.id,
                 statuses.as_deref(),
                 before,
