@@ -49,10 +49,11 @@ measure() {
   echo "== $1 deployments: the blueprint query, 32 connections, ${seconds}s (throughput)"
   "$load" graphql --url "$url" --session-secret-file "$dir/session-secret" --user-id 5 --username dev \
     --connections 32 --seconds "$seconds" | tee "$work/graphql-$1.json"
-  echo "-- EXPLAIN of the last successful deployment of one environment"
-  sql -c "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) SELECT d.* FROM UNNEST(ARRAY[4242]::bigint[]) AS k(environment_id)
-    CROSS JOIN LATERAL (SELECT * FROM deployments x WHERE x.environment_id = k.environment_id AND x.status = 'success'
-    ORDER BY x.id DESC LIMIT 1) d"
+  echo "-- EXPLAIN of the last successful deployment of one environment, with its agent"
+  sql -c "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) SELECT d.id, ad.agent_id, a.name, p.full_path
+    FROM (SELECT * FROM deployments x WHERE x.environment_id = 4242 AND x.status = 'success' ORDER BY x.id DESC LIMIT 1) d
+    LEFT JOIN agent_deployments ad ON ad.deployment_id = d.id LEFT JOIN cluster_agents a ON a.id = ad.agent_id
+    LEFT JOIN projects p ON p.id = a.project_id LEFT JOIN namespaces n ON n.id = p.namespace_id"
 }
 
 from=0

@@ -11,7 +11,8 @@ use sqlx::Postgres;
 use tokio::sync::{Mutex, MutexGuard};
 
 use crate::db::read::{
-    self, AgentDeploymentRow, AgentRow, DeploymentRow, EnvironmentRow, ProjectRow, Viewer,
+    self, AgentDeploymentRow, AgentRow, DeploymentRow, DeploymentWithAgent, EnvironmentRow,
+    ProjectRow, Viewer,
 };
 
 /// Loader errors must be `Clone`.
@@ -111,13 +112,13 @@ impl Loader<EnvironmentName> for Db {
 }
 
 impl Loader<LastDeployment> for Db {
-    type Value = Option<DeploymentRow>;
+    type Value = Option<DeploymentWithAgent>;
     type Error = LoadError;
 
     async fn load(
         &self,
         keys: &[LastDeployment],
-    ) -> Result<HashMap<LastDeployment, Option<DeploymentRow>>, LoadError> {
+    ) -> Result<HashMap<LastDeployment, Option<DeploymentWithAgent>>, LoadError> {
         // One statement per status asked for (in practice, one).
         let mut by_status: HashMap<&'static str, Vec<i64>> = HashMap::new();
         for k in keys {
@@ -125,16 +126,50 @@ impl Loader<LastDeployment> for Db {
         }
         let mut found = HashMap::new();
         for (status, environment_ids) in by_status {
-            let rows =
-                read::last_deployments(&mut **self.conn().await, &environment_ids, status).await?;
+            let rows = read::last_deployments(
+                &mut **self.conn().await,
+                self.viewer,
+                &environment_ids,
+                status,
+            )
+            .await?;
             for d in rows {
-                if let Some(env) = d.environment_id {
+                if let Some(env) = d.deployment.environment_id {
                     found.insert(LastDeployment(env, status), d);
                 }
             }
         }
         Ok(every(keys, found))
     }
+}
+
+/// The last deployments of environments in a status. Their agents came in the same statement:
+/// they go to the cache of the loaders that `agent { ... project { ... } }` asks, so that the
+/// blueprint query runs one statement for its last deployment, agent and agent's project.
+pub async fn last_deployments(
+    loader: &DataLoader<Db, HashMapCache>,
+    keys: impl IntoIterator<Item = LastDeployment>,
+) -> Result<HashMap<LastDeployment, DeploymentRow>, LoadError> {
+    let found = loader.load_many(keys).await?;
+    let mut deployments = HashMap::with_capacity(found.len());
+    let (mut rows, mut agents, mut projects) = (Vec::new(), Vec::new(), Vec::new());
+    for (key, d) in found {
+        let Some(d) = d else { continue };
+        let id = d.deployment.id;
+        match d.agent {
+            Some((row, agent, project)) => {
+                rows.push((AgentOfDeployment(id), Some(row)));
+                agents.push((AgentId(agent.id), agent));
+                projects.push((ProjectId(project.id), project));
+            }
+            None => rows.push((AgentOfDeployment(id), None)),
+        }
+        deployments.insert(key, d.deployment);
+    }
+    loader.feed_many(rows).await;
+    loader.feed_many(agents).await;
+    loader.feed_many(projects).await;
+    Ok(deployments)
 }
 
 impl Loader<AgentOfDeployment> for Db {

@@ -12,7 +12,8 @@ use sqlx::Postgres;
 use tokio::sync::MutexGuard;
 
 use super::loaders::{
-    AgentId, AgentOfDeployment, Db, EnvironmentName, LastDeployment, LoadError, ProjectId,
+    last_deployments, AgentId, AgentOfDeployment, Db, EnvironmentName, LastDeployment, LoadError,
+    ProjectId,
 };
 use crate::auth::CurrentUser;
 use crate::db::read::{
@@ -402,11 +403,13 @@ async fn preload(ctx: &Context<'_>, environments: &[EnvironmentRow]) -> Result<(
             .gql()?;
     }
     for status in statuses {
-        let last = loader
-            .load_many(environments.iter().map(|e| LastDeployment(e.id, status)))
-            .await
-            .gql()?;
-        preload_agents(ctx, last.values().flatten().map(|d| d.id)).await?;
+        // Their agents come with them.
+        last_deployments(
+            loader,
+            environments.iter().map(|e| LastDeployment(e.id, status)),
+        )
+        .await
+        .gql()?;
     }
     Ok(())
 }
@@ -416,15 +419,9 @@ pub struct Environment(pub EnvironmentRow);
 impl Environment {
     /// The agent and namespace of the last successful deployment.
     async fn last_agent(&self, ctx: &Context<'_>) -> Result<Option<(AgentRow, String)>> {
-        let last = loader(ctx)
-            .load_one(LastDeployment(
-                self.0.id,
-                DeploymentStatus::Success.as_str(),
-            ))
-            .await
-            .gql()?
-            .flatten();
-        match last {
+        let key = LastDeployment(self.0.id, DeploymentStatus::Success.as_str());
+        let last = last_deployments(loader(ctx), [key]).await.gql()?;
+        match last.into_values().next() {
             Some(d) => deployment_agent(ctx, d.id).await,
             None => Ok(None),
         }
@@ -485,12 +482,9 @@ impl Environment {
         ctx: &Context<'_>,
         status: DeploymentStatus,
     ) -> Result<Option<Deployment>> {
-        let row = loader(ctx)
-            .load_one(LastDeployment(self.0.id, status.as_str()))
-            .await
-            .gql()?
-            .flatten();
-        Ok(row.map(Deployment))
+        let key = LastDeployment(self.0.id, status.as_str());
+        let last = last_deployments(loader(ctx), [key]).await.gql()?;
+        Ok(last.into_values().next().map(Deployment))
     }
 
     /// Newest first.
