@@ -506,6 +506,30 @@ async fn a_page_of_deployments_runs_the_same_statements_for_3_or_60() {
     );
 }
 
+/// The blueprint query: the session's user, the project, the environment, and the last
+/// deployment with its agent and the agent's project (benches/graphql.pgbench runs the same).
+#[tokio::test]
+async fn the_blueprint_query_runs_four_statements() {
+    count_statements();
+    let app = setup().await;
+    deploy(
+        &app,
+        101,
+        (11, "acme/apps/web"),
+        (9, "production", "production"),
+        "web-prod",
+        "success",
+    )
+    .await;
+    let q = r#"{ project(fullPath: "acme/apps/web") { environment(name: "production") { slug
+        lastDeployment(status: SUCCESS) { agent { id name project { fullPath } kubernetesNamespace } } } } }"#;
+    let before = STATEMENTS.with(Cell::get);
+    let agent =
+        data(&app, DEV, q).await["project"]["environment"]["lastDeployment"]["agent"].clone();
+    assert_eq!(agent["project"]["fullPath"], "acme/agents");
+    assert_eq!(STATEMENTS.with(Cell::get) - before, 4);
+}
+
 #[tokio::test]
 async fn depth_and_complexity_limits() {
     let app = setup().await;

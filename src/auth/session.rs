@@ -9,6 +9,7 @@ use axum::http::request::Parts;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use serde::{Deserialize, Serialize};
+use sqlx::PgExecutor;
 use subtle::ConstantTimeEq;
 
 use super::{verify, Keys, TimeClaims, ISSUER};
@@ -60,8 +61,15 @@ impl FromRequestParts<AppState> for CurrentUser {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Error> {
         let session = verify_session(parts, &state.keys)?;
-        // A user the mirror does not know is treated like a forged token.
-        let user = db::identity::find_user(&state.db, session.user_id)
+        CurrentUser::find(&state.db, session).await
+    }
+}
+
+impl CurrentUser {
+    /// The user of a verified session. A user the mirror does not know is treated like a
+    /// forged token.
+    pub async fn find(db: impl PgExecutor<'_>, session: Session) -> Result<Self, Error> {
+        let user = db::identity::find_user(db, session.user_id)
             .await?
             .ok_or_else(|| Error::Unauthorized("unknown user".into()))?;
         Ok(CurrentUser {

@@ -1,8 +1,15 @@
 //! SQL of the read side (GraphQL): projects and groups as a user may read them, environments,
 //! deployments and agents, each list loaded in one statement for many keys.
+//!
+//! The loads by key take an array (`UNNEST($1)`, `= ANY ($1)`), except for a single key, the
+//! common query of one object, which has a statement of its own with a scalar parameter.
+//! PostgreSQL keeps a prepared statement's generic plan only when it does not look costlier
+//! than a plan for the values at hand, and a generic plan cannot know an array's length (it
+//! assumes 10 elements): with one key it always looked costlier, so PostgreSQL planned the
+//! statement anew on every call, which cost more than running it.
 
 use chrono::{DateTime, Utc};
-use sqlx::{FromRow, PgPool};
+use sqlx::{FromRow, PgExecutor};
 
 use crate::error::Result;
 
@@ -84,7 +91,7 @@ const DEPLOYMENT_COLUMNS: &str =
 
 /// The project at `full_path`, if the viewer may read it.
 pub async fn readable_project(
-    db: &PgPool,
+    db: impl PgExecutor<'_>,
     viewer: Viewer,
     full_path: &str,
 ) -> Result<Option<ProjectRow>> {
@@ -102,7 +109,7 @@ pub async fn readable_project(
 /// The group at `full_path`, if the viewer is an admin, a member of it or of an ancestor, or
 /// may read a project in it: otherwise it does not exist for them.
 pub async fn visible_group(
-    db: &PgPool,
+    db: impl PgExecutor<'_>,
     viewer: Viewer,
     full_path: &str,
 ) -> Result<Option<GroupRow>> {
@@ -121,7 +128,11 @@ pub async fn visible_group(
     .await?)
 }
 
-pub async fn projects(db: &PgPool, viewer: Viewer, ids: &[i64]) -> Result<Vec<ProjectRow>> {
+pub async fn projects(
+    db: impl PgExecutor<'_>,
+    viewer: Viewer,
+    ids: &[i64],
+) -> Result<Vec<ProjectRow>> {
     Ok(sqlx::query_as(&format!(
         "SELECT p.id, p.path, p.full_path, {READABLE} AS readable
          FROM projects p LEFT JOIN namespaces n ON n.id = p.namespace_id WHERE p.id = ANY ($3)"
@@ -135,9 +146,18 @@ pub async fn projects(db: &PgPool, viewer: Viewer, ids: &[i64]) -> Result<Vec<Pr
 
 /// Environments by (project id, name).
 pub async fn environments_by_name(
-    db: &PgPool,
+    db: impl PgExecutor<'_>,
     keys: &[(i64, String)],
 ) -> Result<Vec<EnvironmentRow>> {
+    if let [(project_id, name)] = keys {
+        return Ok(sqlx::query_as(&format!(
+            "SELECT {ENVIRONMENT_COLUMNS} FROM environments e WHERE e.project_id = $1 AND e.name = $2"
+        ))
+        .bind(project_id)
+        .bind(name)
+        .fetch_all(db)
+        .await?);
+    }
     let (project_ids, names): (Vec<i64>, Vec<String>) = keys.iter().cloned().unzip();
     Ok(sqlx::query_as(&format!(
         "SELECT {ENVIRONMENT_COLUMNS} FROM UNNEST($1::bigint[], $2::text[]) AS k(project_id, name)
@@ -149,25 +169,127 @@ pub async fn environments_by_name(
     .await?)
 }
 
-/// The deployment with the highest id in `status` of each environment: one index probe each.
+/// A deployment with what its `agent` field shows: its `agent_deployments` row, the agent and
+/// the agent's project (as the viewer may read it), when it has an agent.
+#[derive(Debug, Clone)]
+pub struct DeploymentWithAgent {
+    pub deployment: DeploymentRow,
+    pub agent: Option<(AgentDeploymentRow, AgentRow, ProjectRow)>,
+}
+
+/// The columns of [`DeploymentWithAgent`], NULL where there is no agent.
+#[derive(FromRow)]
+struct DeploymentWithAgentColumns {
+    #[sqlx(flatten)]
+    deployment: DeploymentRow,
+    agent_id: Option<i64>,
+    kubernetes_namespace: Option<String>,
+    agent_project_id: Option<i64>,
+    agent_name: Option<String>,
+    agent_created_at: Option<DateTime<Utc>>,
+    agent_project_path: Option<String>,
+    agent_project_full_path: Option<String>,
+    agent_project_readable: Option<bool>,
+}
+
+impl From<DeploymentWithAgentColumns> for DeploymentWithAgent {
+    fn from(c: DeploymentWithAgentColumns) -> Self {
+        let d = c.deployment.id;
+        // The foreign keys make these all present or all absent.
+        let agent = match (
+            c.agent_id,
+            c.kubernetes_namespace,
+            c.agent_project_id,
+            c.agent_name,
+            c.agent_created_at,
+            c.agent_project_path,
+            c.agent_project_full_path,
+            c.agent_project_readable,
+        ) {
+            (
+                Some(id),
+                Some(ns),
+                Some(project_id),
+                Some(name),
+                Some(created_at),
+                Some(path),
+                Some(full_path),
+                Some(readable),
+            ) => Some((
+                AgentDeploymentRow {
+                    deployment_id: d,
+                    agent_id: id,
+                    kubernetes_namespace: ns,
+                },
+                AgentRow {
+                    id,
+                    project_id,
+                    name,
+                    created_at,
+                },
+                ProjectRow {
+                    id: project_id,
+                    path,
+                    full_path,
+                    readable,
+                },
+            )),
+            _ => None,
+        };
+        DeploymentWithAgent {
+            deployment: c.deployment,
+            agent,
+        }
+    }
+}
+
+/// The deployments `d` of `from`, with their agents: the columns of [`DeploymentWithAgent`].
+/// `READABLE` takes `$1` and `$2`.
+fn with_agent(from: &str) -> String {
+    format!(
+        "SELECT {DEPLOYMENT_COLUMNS}, ad.agent_id, ad.kubernetes_namespace,
+                a.project_id AS agent_project_id, a.name AS agent_name, a.created_at AS agent_created_at,
+                p.path AS agent_project_path, p.full_path AS agent_project_full_path,
+                {READABLE} AS agent_project_readable
+         FROM {from}
+         LEFT JOIN agent_deployments ad ON ad.deployment_id = d.id
+         LEFT JOIN cluster_agents a ON a.id = ad.agent_id
+         LEFT JOIN projects p ON p.id = a.project_id LEFT JOIN namespaces n ON n.id = p.namespace_id"
+    )
+}
+
+/// The deployment with the highest id in `status` of each environment, one index probe each,
+/// with its agent: one statement for what the blueprint query reads through four tables.
 pub async fn last_deployments(
-    db: &PgPool,
+    db: impl PgExecutor<'_>,
+    viewer: Viewer,
     environment_ids: &[i64],
     status: &str,
-) -> Result<Vec<DeploymentRow>> {
-    Ok(sqlx::query_as(&format!(
-        "SELECT {DEPLOYMENT_COLUMNS} FROM UNNEST($1::bigint[]) AS k(environment_id)
-         CROSS JOIN LATERAL (SELECT * FROM deployments x WHERE x.environment_id = k.environment_id AND x.status = $2
-                             ORDER BY x.id DESC LIMIT 1) d"
-    ))
-    .bind(environment_ids)
-    .bind(status)
-    .fetch_all(db)
-    .await?)
+) -> Result<Vec<DeploymentWithAgent>> {
+    let sql = match environment_ids {
+        [_] => with_agent(
+            "(SELECT * FROM deployments x WHERE x.environment_id = $3 AND x.status = $4
+              ORDER BY x.id DESC LIMIT 1) d",
+        ),
+        _ => with_agent(
+            "UNNEST($3::bigint[]) AS k(environment_id)
+             CROSS JOIN LATERAL (SELECT * FROM deployments x WHERE x.environment_id = k.environment_id
+                                 AND x.status = $4 ORDER BY x.id DESC LIMIT 1) d",
+        ),
+    };
+    let query = sqlx::query_as::<_, DeploymentWithAgentColumns>(&sql)
+        .bind(viewer.user_id)
+        .bind(viewer.admin);
+    let query = match environment_ids {
+        [id] => query.bind(id),
+        ids => query.bind(ids),
+    };
+    let rows = query.bind(status).fetch_all(db).await?;
+    Ok(rows.into_iter().map(DeploymentWithAgent::from).collect())
 }
 
 pub async fn agent_deployments(
-    db: &PgPool,
+    db: impl PgExecutor<'_>,
     deployment_ids: &[i64],
 ) -> Result<Vec<AgentDeploymentRow>> {
     Ok(sqlx::query_as(
@@ -178,7 +300,7 @@ pub async fn agent_deployments(
     .await?)
 }
 
-pub async fn agents(db: &PgPool, ids: &[i64]) -> Result<Vec<AgentRow>> {
+pub async fn agents(db: impl PgExecutor<'_>, ids: &[i64]) -> Result<Vec<AgentRow>> {
     Ok(sqlx::query_as(
         "SELECT id, project_id, name, created_at FROM cluster_agents WHERE id = ANY ($1)",
     )
@@ -189,7 +311,7 @@ pub async fn agents(db: &PgPool, ids: &[i64]) -> Result<Vec<AgentRow>> {
 
 /// The agents of a project, `name` alone when given.
 pub async fn project_agents(
-    db: &PgPool,
+    db: impl PgExecutor<'_>,
     project_id: i64,
     name: Option<&str>,
 ) -> Result<Vec<AgentRow>> {
@@ -215,7 +337,7 @@ pub struct EnvironmentFilter<'a> {
 }
 
 pub async fn project_environments(
-    db: &PgPool,
+    db: impl PgExecutor<'_>,
     project_id: i64,
     f: &EnvironmentFilter<'_>,
 ) -> Result<Vec<EnvironmentRow>> {
@@ -238,7 +360,7 @@ pub async fn project_environments(
 
 /// Environments of every project in the group and its subgroups that the viewer may read.
 pub async fn group_environments(
-    db: &PgPool,
+    db: impl PgExecutor<'_>,
     viewer: Viewer,
     group_id: i64,
     f: &EnvironmentFilter<'_>,
@@ -265,7 +387,7 @@ pub async fn group_environments(
 
 /// A page of an environment's deployments, newest first, before the id `before`.
 pub async fn environment_deployments(
-    db: &PgPool,
+    db: impl PgExecutor<'_>,
     environment_id: i64,
     statuses: Option<&[String]>,
     before: Option<i64>,

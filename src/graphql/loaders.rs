@@ -6,19 +6,35 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_graphql::dataloader::{DataLoader, HashMapCache, Loader};
-use sqlx::PgPool;
+use sqlx::pool::PoolConnection;
+use sqlx::Postgres;
+use tokio::sync::{Mutex, MutexGuard};
 
 use crate::db::read::{
-    self, AgentDeploymentRow, AgentRow, DeploymentRow, EnvironmentRow, ProjectRow, Viewer,
+    self, AgentDeploymentRow, AgentRow, DeploymentRow, DeploymentWithAgent, EnvironmentRow,
+    ProjectRow, Viewer,
 };
 
 /// Loader errors must be `Clone`.
 pub type LoadError = Arc<crate::error::Error>;
 
-/// The database as one viewer sees it; one loader serves every key type below.
+/// The database as one viewer sees it, through the request's one connection; one loader
+/// serves every key type below.
+///
+/// A request takes its connection from the pool once, and every statement it runs (the
+/// resolvers' and the loaders') takes turns on it. sqlx checks a connection with a round
+/// trip each time it goes back to the pool, so a checkout per statement doubled the round
+/// trips; and the statements of one request mostly wait for each other anyway.
 pub struct Db {
-    pool: PgPool,
+    conn: Mutex<PoolConnection<Postgres>>,
     viewer: Viewer,
+}
+
+impl Db {
+    /// The request's connection, for one statement at a time: hold the guard no longer.
+    pub async fn conn(&self) -> MutexGuard<'_, PoolConnection<Postgres>> {
+        self.conn.lock().await
+    }
 }
 
 /// The cache lives for the request: a list preloads what its nodes will ask for (see
@@ -26,9 +42,12 @@ pub struct Db {
 /// row are cached too (as `None`), or every node would ask again. Batching therefore does not
 /// rest on a timer, and there is none: a 1 ms batching delay per level cost the blueprint
 /// query some 5 ms.
-pub fn loader(pool: PgPool, viewer: Viewer) -> DataLoader<Db, HashMapCache> {
-    DataLoader::with_cache(Db { pool, viewer }, tokio::spawn, HashMapCache::default())
-        .delay(Duration::ZERO)
+pub fn loader(conn: PoolConnection<Postgres>, viewer: Viewer) -> DataLoader<Db, HashMapCache> {
+    let db = Db {
+        conn: Mutex::new(conn),
+        viewer,
+    };
+    DataLoader::with_cache(db, tokio::spawn, HashMapCache::default()).delay(Duration::ZERO)
 }
 
 /// A project by id.
@@ -70,7 +89,7 @@ impl Loader<ProjectId> for Db {
     async fn load(&self, keys: &[ProjectId]) -> Result<HashMap<ProjectId, ProjectRow>, LoadError> {
         let ids: Vec<i64> = keys.iter().map(|k| k.0).collect();
         Ok(by(
-            read::projects(&self.pool, self.viewer, &ids).await?,
+            read::projects(&mut **self.conn().await, self.viewer, &ids).await?,
             |p| ProjectId(p.id),
         ))
     }
@@ -86,20 +105,20 @@ impl Loader<EnvironmentName> for Db {
     ) -> Result<HashMap<EnvironmentName, EnvironmentRow>, LoadError> {
         let keys: Vec<(i64, String)> = keys.iter().map(|k| (k.0, k.1.clone())).collect();
         Ok(by(
-            read::environments_by_name(&self.pool, &keys).await?,
+            read::environments_by_name(&mut **self.conn().await, &keys).await?,
             |e| EnvironmentName(e.project_id, e.name.clone()),
         ))
     }
 }
 
 impl Loader<LastDeployment> for Db {
-    type Value = Option<DeploymentRow>;
+    type Value = Option<DeploymentWithAgent>;
     type Error = LoadError;
 
     async fn load(
         &self,
         keys: &[LastDeployment],
-    ) -> Result<HashMap<LastDeployment, Option<DeploymentRow>>, LoadError> {
+    ) -> Result<HashMap<LastDeployment, Option<DeploymentWithAgent>>, LoadError> {
         // One statement per status asked for (in practice, one).
         let mut by_status: HashMap<&'static str, Vec<i64>> = HashMap::new();
         for k in keys {
@@ -107,14 +126,50 @@ impl Loader<LastDeployment> for Db {
         }
         let mut found = HashMap::new();
         for (status, environment_ids) in by_status {
-            for d in read::last_deployments(&self.pool, &environment_ids, status).await? {
-                if let Some(env) = d.environment_id {
+            let rows = read::last_deployments(
+                &mut **self.conn().await,
+                self.viewer,
+                &environment_ids,
+                status,
+            )
+            .await?;
+            for d in rows {
+                if let Some(env) = d.deployment.environment_id {
                     found.insert(LastDeployment(env, status), d);
                 }
             }
         }
         Ok(every(keys, found))
     }
+}
+
+/// The last deployments of environments in a status. Their agents came in the same statement:
+/// they go to the cache of the loaders that `agent { ... project { ... } }` asks, so that the
+/// blueprint query runs one statement for its last deployment, agent and agent's project.
+pub async fn last_deployments(
+    loader: &DataLoader<Db, HashMapCache>,
+    keys: impl IntoIterator<Item = LastDeployment>,
+) -> Result<HashMap<LastDeployment, DeploymentRow>, LoadError> {
+    let found = loader.load_many(keys).await?;
+    let mut deployments = HashMap::with_capacity(found.len());
+    let (mut rows, mut agents, mut projects) = (Vec::new(), Vec::new(), Vec::new());
+    for (key, d) in found {
+        let Some(d) = d else { continue };
+        let id = d.deployment.id;
+        match d.agent {
+            Some((row, agent, project)) => {
+                rows.push((AgentOfDeployment(id), Some(row)));
+                agents.push((AgentId(agent.id), agent));
+                projects.push((ProjectId(project.id), project));
+            }
+            None => rows.push((AgentOfDeployment(id), None)),
+        }
+        deployments.insert(key, d.deployment);
+    }
+    loader.feed_many(rows).await;
+    loader.feed_many(agents).await;
+    loader.feed_many(projects).await;
+    Ok(deployments)
 }
 
 impl Loader<AgentOfDeployment> for Db {
@@ -126,9 +181,10 @@ impl Loader<AgentOfDeployment> for Db {
         keys: &[AgentOfDeployment],
     ) -> Result<HashMap<AgentOfDeployment, Option<AgentDeploymentRow>>, LoadError> {
         let ids: Vec<i64> = keys.iter().map(|k| k.0).collect();
-        let found = by(read::agent_deployments(&self.pool, &ids).await?, |r| {
-            AgentOfDeployment(r.deployment_id)
-        });
+        let found = by(
+            read::agent_deployments(&mut **self.conn().await, &ids).await?,
+            |r| AgentOfDeployment(r.deployment_id),
+        );
         Ok(every(keys, found))
     }
 }
@@ -139,6 +195,9 @@ impl Loader<AgentId> for Db {
 
     async fn load(&self, keys: &[AgentId]) -> Result<HashMap<AgentId, AgentRow>, LoadError> {
         let ids: Vec<i64> = keys.iter().map(|k| k.0).collect();
-        Ok(by(read::agents(&self.pool, &ids).await?, |a| AgentId(a.id)))
+        Ok(by(
+            read::agents(&mut **self.conn().await, &ids).await?,
+            |a| AgentId(a.id),
+        ))
     }
 }

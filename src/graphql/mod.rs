@@ -6,12 +6,12 @@ mod types;
 use async_graphql::{EmptyMutation, EmptySubscription, Schema};
 use axum::extract::{Request, State};
 use axum::http::header::CONTENT_TYPE;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
 
-use crate::auth::CurrentUser;
+use crate::auth::{verify_session, CurrentUser};
 use crate::db::read::Viewer;
 use crate::error::Error;
 use crate::extract::read_body;
@@ -40,17 +40,25 @@ pub fn sdl() -> String {
 
 /// Only POST with a JSON body, after authentication (and, for the session cookie, its CSRF
 /// check): a GET or a form post could otherwise be forged by another site.
-pub async fn execute(
-    State(state): State<AppState>,
-    user: Result<CurrentUser, Error>,
-    headers: HeaderMap,
-    req: Request,
-) -> Response {
-    let user = match user {
+///
+/// The request takes one connection from the pool and runs every statement on it, from the
+/// session's user to the last loader (see `loaders::Db`).
+pub async fn execute(State(state): State<AppState>, req: Request) -> Response {
+    let (parts, body) = req.into_parts();
+    let session = match verify_session(&parts, &state.keys) {
+        Ok(session) => session,
+        Err(e) => return error_response(&e),
+    };
+    let mut conn = match state.db.acquire().await {
+        Ok(conn) => conn,
+        Err(e) => return error_response(&e.into()),
+    };
+    let user = match CurrentUser::find(&mut *conn, session).await {
         Ok(user) => user,
         Err(e) => return error_response(&e),
     };
-    let json = headers
+    let json = parts
+        .headers
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| {
@@ -63,7 +71,7 @@ pub async fn execute(
                                       "extensions": {"code": "BAD_REQUEST"}}]});
         return (StatusCode::UNSUPPORTED_MEDIA_TYPE, Json(body)).into_response();
     }
-    let body = match read_body(req, &state).await {
+    let body = match read_body(Request::from_parts(parts, body), &state).await {
         Ok(body) => body,
         Err(e) => return error_response(&e),
     };
@@ -77,8 +85,7 @@ pub async fn execute(
     };
     let request = request
         .data(viewer)
-        .data(loaders::loader(state.db.clone(), viewer))
-        .data(state.db.clone())
+        .data(loaders::loader(conn, viewer))
         .data(user);
     Json(state.schema.execute(request).await).into_response()
 }

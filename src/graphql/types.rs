@@ -7,10 +7,13 @@ use async_graphql::{
     Value, ID,
 };
 use chrono::{DateTime, SecondsFormat, Utc};
-use sqlx::PgPool;
+use sqlx::pool::PoolConnection;
+use sqlx::Postgres;
+use tokio::sync::MutexGuard;
 
 use super::loaders::{
-    AgentId, AgentOfDeployment, Db, EnvironmentName, LastDeployment, LoadError, ProjectId,
+    last_deployments, AgentId, AgentOfDeployment, Db, EnvironmentName, LastDeployment, LoadError,
+    ProjectId,
 };
 use crate::auth::CurrentUser;
 use crate::db::read::{
@@ -30,8 +33,9 @@ fn loader<'a>(ctx: &Context<'a>) -> &'a DataLoader<Db, HashMapCache> {
     ctx.data_unchecked()
 }
 
-fn pool<'a>(ctx: &Context<'a>) -> &'a PgPool {
-    ctx.data_unchecked()
+/// The request's connection (see `loaders::Db`), for one statement.
+async fn conn<'a>(ctx: &Context<'a>) -> MutexGuard<'a, PoolConnection<Postgres>> {
+    loader(ctx).loader().conn().await
 }
 
 fn viewer(ctx: &Context<'_>) -> Viewer {
@@ -161,7 +165,7 @@ pub struct Query;
 impl Query {
     /// A project by full path; `null` when it does not exist or the user may not read it.
     async fn project(&self, ctx: &Context<'_>, full_path: ID) -> Result<Option<Project>> {
-        let row = read::readable_project(pool(ctx), viewer(ctx), &full_path)
+        let row = read::readable_project(&mut **conn(ctx).await, viewer(ctx), &full_path)
             .await
             .gql()?;
         Ok(row.map(Project))
@@ -169,7 +173,7 @@ impl Query {
 
     /// A group by full path; `null` when it does not exist for the user.
     async fn group(&self, ctx: &Context<'_>, full_path: ID) -> Result<Option<Group>> {
-        let row = read::visible_group(pool(ctx), viewer(ctx), &full_path)
+        let row = read::visible_group(&mut **conn(ctx).await, viewer(ctx), &full_path)
             .await
             .gql()?;
         Ok(row.map(Group))
@@ -244,7 +248,7 @@ impl Project {
                 limit,
                 ..Default::default()
             };
-            let rows = read::project_environments(pool(ctx), self.0.id, &filter)
+            let rows = read::project_environments(&mut **conn(ctx).await, self.0.id, &filter)
                 .await
                 .gql()?;
             preload(ctx, &rows).await?;
@@ -257,7 +261,7 @@ impl Project {
         if !self.0.readable {
             return Ok(None);
         }
-        let rows = read::project_agents(pool(ctx), self.0.id, Some(&name))
+        let rows = read::project_agents(&mut **conn(ctx).await, self.0.id, Some(&name))
             .await
             .gql()?;
         Ok(rows.into_iter().next().map(ClusterAgent))
@@ -265,7 +269,7 @@ impl Project {
 
     async fn cluster_agents(&self, ctx: &Context<'_>) -> Result<Connection<String, ClusterAgent>> {
         let rows = match self.0.readable {
-            true => read::project_agents(pool(ctx), self.0.id, None)
+            true => read::project_agents(&mut **conn(ctx).await, self.0.id, None)
                 .await
                 .gql()?,
             false => Vec::new(),
@@ -314,9 +318,10 @@ impl Group {
                 limit,
                 ..Default::default()
             };
-            let rows = read::group_environments(pool(ctx), viewer(ctx), self.0.id, &filter)
-                .await
-                .gql()?;
+            let rows =
+                read::group_environments(&mut **conn(ctx).await, viewer(ctx), self.0.id, &filter)
+                    .await
+                    .gql()?;
             preload(ctx, &rows).await?;
             Ok(rows.into_iter().map(|e| (e.id, Environment(e))).collect())
         })
@@ -398,11 +403,13 @@ async fn preload(ctx: &Context<'_>, environments: &[EnvironmentRow]) -> Result<(
             .gql()?;
     }
     for status in statuses {
-        let last = loader
-            .load_many(environments.iter().map(|e| LastDeployment(e.id, status)))
-            .await
-            .gql()?;
-        preload_agents(ctx, last.values().flatten().map(|d| d.id)).await?;
+        // Their agents come with them.
+        last_deployments(
+            loader,
+            environments.iter().map(|e| LastDeployment(e.id, status)),
+        )
+        .await
+        .gql()?;
     }
     Ok(())
 }
@@ -412,15 +419,9 @@ pub struct Environment(pub EnvironmentRow);
 impl Environment {
     /// The agent and namespace of the last successful deployment.
     async fn last_agent(&self, ctx: &Context<'_>) -> Result<Option<(AgentRow, String)>> {
-        let last = loader(ctx)
-            .load_one(LastDeployment(
-                self.0.id,
-                DeploymentStatus::Success.as_str(),
-            ))
-            .await
-            .gql()?
-            .flatten();
-        match last {
+        let key = LastDeployment(self.0.id, DeploymentStatus::Success.as_str());
+        let last = last_deployments(loader(ctx), [key]).await.gql()?;
+        match last.into_values().next() {
             Some(d) => deployment_agent(ctx, d.id).await,
             None => Ok(None),
         }
@@ -481,12 +482,9 @@ impl Environment {
         ctx: &Context<'_>,
         status: DeploymentStatus,
     ) -> Result<Option<Deployment>> {
-        let row = loader(ctx)
-            .load_one(LastDeployment(self.0.id, status.as_str()))
-            .await
-            .gql()?
-            .flatten();
-        Ok(row.map(Deployment))
+        let key = LastDeployment(self.0.id, status.as_str());
+        let last = last_deployments(loader(ctx), [key]).await.gql()?;
+        Ok(last.into_values().next().map(Deployment))
     }
 
     /// Newest first.
@@ -502,7 +500,7 @@ impl Environment {
             statuses.map(|s| s.iter().map(|s| s.as_str().to_owned()).collect());
         page(first, after, |before, limit| async move {
             let rows = read::environment_deployments(
-                pool(ctx),
+                &mut **conn(ctx).await,
                 self.0.id,
                 statuses.as_deref(),
                 before,
