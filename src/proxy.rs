@@ -114,15 +114,7 @@ pub async fn forward(State(state): State<AppState>, request: Request) -> Respons
             let (mut parts, body) = response.into_parts();
             strip(&mut parts.headers, HOP_BY_HOP);
             // Which origins may read the answer is envlens' decision, not the cluster's.
-            let cors: Vec<HeaderName> = parts
-                .headers
-                .keys()
-                .filter(|name| name.as_str().starts_with("access-control-"))
-                .cloned()
-                .collect();
-            for name in cors {
-                parts.headers.remove(name);
-            }
+            strip_prefixed(&mut parts.headers, "access-control-");
             Response::from_parts(parts, Body::new(body))
         }
         Ok(Err(e)) => {
@@ -199,20 +191,25 @@ fn request_headers(mut headers: HeaderMap) -> HeaderMap {
     strip(&mut headers, HOP_BY_HOP);
     strip(&mut headers, CREDENTIALS);
     strip(&mut headers, &["host", "content-length"]);
-    let impersonation: Vec<HeaderName> = headers
-        .keys()
-        .filter(|name| name.as_str().starts_with("impersonate-"))
-        .cloned()
-        .collect();
-    for name in impersonation {
-        headers.remove(name);
-    }
+    strip_prefixed(&mut headers, "impersonate-");
     headers
 }
 
 fn strip(headers: &mut HeaderMap, names: &[&str]) {
     for name in names {
         headers.remove(*name);
+    }
+}
+
+/// Removes every header whose (lower-case) name starts with `prefix`.
+fn strip_prefixed(headers: &mut HeaderMap, prefix: &str) {
+    let names: Vec<HeaderName> = headers
+        .keys()
+        .filter(|name| name.as_str().starts_with(prefix))
+        .cloned()
+        .collect();
+    for name in names {
+        headers.remove(name);
     }
 }
 
@@ -253,15 +250,6 @@ pub fn status(code: StatusCode, message: &str) -> Response {
         Bytes::from(body.to_string()),
     )
         .into_response()
-}
-
-impl From<crate::auth::Via> for AccessType {
-    fn from(via: crate::auth::Via) -> Self {
-        match via {
-            crate::auth::Via::Cookie => AccessType::SessionCookie,
-            crate::auth::Via::Bearer => AccessType::PersonalAccessToken,
-        }
-    }
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use sqlx::PgPool;
 
 use crate::access::{self, AccessAs, SourceKind, UserAccessEntry, UserAuthorization};
+use crate::auth::Via;
 use crate::db::agents::{self, Agent};
 use crate::error::Result;
 
@@ -27,6 +28,15 @@ impl AccessType {
         match self {
             AccessType::SessionCookie => "session_cookie",
             AccessType::PersonalAccessToken => "personal_access_token",
+        }
+    }
+}
+
+impl From<Via> for AccessType {
+    fn from(via: Via) -> Self {
+        match via {
+            Via::Cookie => AccessType::SessionCookie,
+            Via::Bearer => AccessType::PersonalAccessToken,
         }
     }
 }
