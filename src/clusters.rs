@@ -15,14 +15,17 @@ use anyhow::Context;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio::sync::OnceCell;
 
+use crate::resources::discovery::DiscoveryCache;
 use crate::settings::{AgentRef, KubernetesSettings};
 
-/// A client and where it leads, for messages.
+/// A client, where it leads (for messages), and the cluster's discovered kinds, shared by
+/// every view of the cluster.
 #[derive(Clone)]
 pub struct Cluster {
     pub client: kube::Client,
     /// e.g. `context "prod" of /etc/envlens/kubeconfig`.
     pub source: String,
+    pub discovery: DiscoveryCache,
 }
 
 pub struct Clusters {
@@ -157,5 +160,9 @@ async fn connect(
     // resource group reports them); kube would otherwise retry them for seconds.
     config.default_retry = false;
     let client = kube::Client::try_from(config).context("cannot build the Kubernetes client")?;
-    Ok(Cluster { client, source })
+    Ok(Cluster {
+        discovery: DiscoveryCache::new(client.clone(), DiscoveryCache::DEFAULT_TTL),
+        client,
+        source,
+    })
 }

@@ -29,6 +29,9 @@ pub enum Error {
     Unavailable(#[source] sqlx::Error),
     #[error("request timed out after {0:?}")]
     Timeout(std::time::Duration),
+    /// A cluster (or another upstream) could not be reached or answered nothing usable.
+    #[error("{0}")]
+    BadGateway(String),
     #[error(transparent)]
     Internal(#[from] anyhow::Error),
 }
@@ -53,6 +56,7 @@ impl Error {
             Error::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Error::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             Error::Unavailable(_) | Error::Timeout(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Error::BadGateway(_) => StatusCode::BAD_GATEWAY,
             Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -68,6 +72,7 @@ impl Error {
             Error::PayloadTooLarge { .. } => "payload_too_large",
             Error::Invalid { .. } => "invalid",
             Error::Unavailable(_) | Error::Timeout(_) => "unavailable",
+            Error::BadGateway(_) => "bad_gateway",
             Error::Internal(_) => "internal",
         }
     }
@@ -109,6 +114,7 @@ impl Error {
             }
             Error::Conflict(_) => "CONFLICT",
             Error::Unavailable(_) | Error::Timeout(_) => "SERVICE_UNAVAILABLE",
+            Error::BadGateway(_) => "BAD_GATEWAY",
             Error::Internal(_) => "INTERNAL_SERVER_ERROR",
         };
         let message = match self {

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
-use sqlx::PgPool;
+use sqlx::PgExecutor;
 
 use crate::access::{self, AccessAs, SourceKind, UserAccessEntry, UserAuthorization};
 use crate::auth::Via;
@@ -51,7 +51,11 @@ pub struct Grant {
 
 /// The user's `user_access` to the agent; `None` for a refusal, an unknown agent or an unknown
 /// user alike, so that nobody can tell them apart.
-pub async fn authorize(db: &PgPool, agent_id: i64, user_id: i64) -> Result<Option<Grant>> {
+pub async fn authorize(
+    db: impl PgExecutor<'_>,
+    agent_id: i64,
+    user_id: i64,
+) -> Result<Option<Grant>> {
     let Some(rows) = agents::user_access(db, agent_id, user_id).await? else {
         return Ok(None);
     };
@@ -110,7 +114,7 @@ impl GrantCache {
     /// [`authorize`], answered from the cache when the decision is recent. Errors are not kept.
     pub async fn authorize(
         &self,
-        db: &PgPool,
+        db: impl PgExecutor<'_>,
         agent_id: i64,
         user_id: i64,
     ) -> Result<Option<Arc<Grant>>> {

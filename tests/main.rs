@@ -14,4 +14,5 @@ mod kube_api;
 mod ops;
 mod proxy;
 mod resource_fetch;
+mod resource_group;
 mod shutdown;

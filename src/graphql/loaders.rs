@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use async_graphql::dataloader::{DataLoader, HashMapCache, Loader};
 use sqlx::pool::PoolConnection;
-use sqlx::Postgres;
-use tokio::sync::{Mutex, MutexGuard};
+use sqlx::{PgPool, Postgres};
+use tokio::sync::{MappedMutexGuard, Mutex, MutexGuard};
 
 use crate::db::read::{
     self, AgentDeploymentRow, AgentRow, DeploymentRow, DeploymentWithAgent, EnvironmentRow,
@@ -25,15 +25,33 @@ pub type LoadError = Arc<crate::error::Error>;
 /// resolvers' and the loaders') takes turns on it. sqlx checks a connection with a round
 /// trip each time it goes back to the pool, so a checkout per statement doubled the round
 /// trips; and the statements of one request mostly wait for each other anyway.
+///
+/// A resolver about to wait on something else for long (a cluster, for a resource group)
+/// [`releases`](Db::release) the connection, so that slow clusters cannot drain the pool; a
+/// later statement of the same request takes one again.
 pub struct Db {
-    conn: Mutex<PoolConnection<Postgres>>,
+    pool: PgPool,
+    conn: Mutex<Option<PoolConnection<Postgres>>>,
     viewer: Viewer,
 }
 
 impl Db {
     /// The request's connection, for one statement at a time: hold the guard no longer.
-    pub async fn conn(&self) -> MutexGuard<'_, PoolConnection<Postgres>> {
-        self.conn.lock().await
+    pub async fn conn(
+        &self,
+    ) -> Result<MappedMutexGuard<'_, PoolConnection<Postgres>>, crate::error::Error> {
+        let mut guard = self.conn.lock().await;
+        if guard.is_none() {
+            *guard = Some(self.pool.acquire().await?);
+        }
+        Ok(MutexGuard::map(guard, |conn| {
+            conn.as_mut().expect("taken just above")
+        }))
+    }
+
+    /// Gives the connection back to the pool until the next statement.
+    pub async fn release(&self) {
+        self.conn.lock().await.take();
     }
 }
 
@@ -42,9 +60,14 @@ impl Db {
 /// row are cached too (as `None`), or every node would ask again. Batching therefore does not
 /// rest on a timer, and there is none: a 1 ms batching delay per level cost the blueprint
 /// query some 5 ms.
-pub fn loader(conn: PoolConnection<Postgres>, viewer: Viewer) -> DataLoader<Db, HashMapCache> {
+pub fn loader(
+    pool: PgPool,
+    conn: PoolConnection<Postgres>,
+    viewer: Viewer,
+) -> DataLoader<Db, HashMapCache> {
     let db = Db {
-        conn: Mutex::new(conn),
+        pool,
+        conn: Mutex::new(Some(conn)),
         viewer,
     };
     DataLoader::with_cache(db, tokio::spawn, HashMapCache::default()).delay(Duration::ZERO)
@@ -89,7 +112,7 @@ impl Loader<ProjectId> for Db {
     async fn load(&self, keys: &[ProjectId]) -> Result<HashMap<ProjectId, ProjectRow>, LoadError> {
         let ids: Vec<i64> = keys.iter().map(|k| k.0).collect();
         Ok(by(
-            read::projects(&mut **self.conn().await, self.viewer, &ids).await?,
+            read::projects(&mut **self.conn().await?, self.viewer, &ids).await?,
             |p| ProjectId(p.id),
         ))
     }
@@ -105,7 +128,7 @@ impl Loader<EnvironmentName> for Db {
     ) -> Result<HashMap<EnvironmentName, EnvironmentRow>, LoadError> {
         let keys: Vec<(i64, String)> = keys.iter().map(|k| (k.0, k.1.clone())).collect();
         Ok(by(
-            read::environments_by_name(&mut **self.conn().await, &keys).await?,
+            read::environments_by_name(&mut **self.conn().await?, &keys).await?,
             |e| EnvironmentName(e.project_id, e.name.clone()),
         ))
     }
@@ -127,7 +150,7 @@ impl Loader<LastDeployment> for Db {
         let mut found = HashMap::new();
         for (status, environment_ids) in by_status {
             let rows = read::last_deployments(
-                &mut **self.conn().await,
+                &mut **self.conn().await?,
                 self.viewer,
                 &environment_ids,
                 status,
@@ -182,7 +205,7 @@ impl Loader<AgentOfDeployment> for Db {
     ) -> Result<HashMap<AgentOfDeployment, Option<AgentDeploymentRow>>, LoadError> {
         let ids: Vec<i64> = keys.iter().map(|k| k.0).collect();
         let found = by(
-            read::agent_deployments(&mut **self.conn().await, &ids).await?,
+            read::agent_deployments(&mut **self.conn().await?, &ids).await?,
             |r| AgentOfDeployment(r.deployment_id),
         );
         Ok(every(keys, found))
@@ -196,7 +219,7 @@ impl Loader<AgentId> for Db {
     async fn load(&self, keys: &[AgentId]) -> Result<HashMap<AgentId, AgentRow>, LoadError> {
         let ids: Vec<i64> = keys.iter().map(|k| k.0).collect();
         Ok(by(
-            read::agents(&mut **self.conn().await, &ids).await?,
+            read::agents(&mut **self.conn().await?, &ids).await?,
             |a| AgentId(a.id),
         ))
     }

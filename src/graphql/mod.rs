@@ -1,6 +1,7 @@
 //! GraphQL at `POST /api/graphql` (SPEC 5.1), and its explorer at `GET /-/graphql-explorer`.
 
 mod loaders;
+mod resource_group;
 mod types;
 
 use async_graphql::{EmptyMutation, EmptySubscription, Schema};
@@ -85,8 +86,9 @@ pub async fn execute(State(state): State<AppState>, req: Request) -> Response {
     };
     let request = request
         .data(viewer)
-        .data(loaders::loader(conn, viewer))
-        .data(user);
+        .data(loaders::loader(state.db.clone(), conn, viewer))
+        .data(user)
+        .data(state.clusters.clone());
     Json(state.schema.execute(request).await).into_response()
 }
 

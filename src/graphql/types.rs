@@ -9,12 +9,13 @@ use async_graphql::{
 use chrono::{DateTime, SecondsFormat, Utc};
 use sqlx::pool::PoolConnection;
 use sqlx::Postgres;
-use tokio::sync::MutexGuard;
+use tokio::sync::MappedMutexGuard;
 
 use super::loaders::{
     last_deployments, AgentId, AgentOfDeployment, Db, EnvironmentName, LastDeployment, LoadError,
     ProjectId,
 };
+use super::resource_group::{self, ResourceGroup};
 use crate::auth::CurrentUser;
 use crate::db::read::{
     self, AgentRow, DeploymentRow, EnvironmentFilter, EnvironmentRow, GroupRow, ProjectRow, Viewer,
@@ -22,20 +23,22 @@ use crate::db::read::{
 use crate::deployment_status::DeploymentStatus;
 use crate::error::Error;
 
-type Result<T> = async_graphql::Result<T>;
+pub(super) type Result<T> = async_graphql::Result<T>;
 
 /// `gid://gitlab/<Kind>/<id>`, GitLab's global ids.
 fn gid(kind: &str, id: i64) -> ID {
     ID(format!("gid://gitlab/{kind}/{id}"))
 }
 
-fn loader<'a>(ctx: &Context<'a>) -> &'a DataLoader<Db, HashMapCache> {
+pub(super) fn loader<'a>(ctx: &Context<'a>) -> &'a DataLoader<Db, HashMapCache> {
     ctx.data_unchecked()
 }
 
 /// The request's connection (see `loaders::Db`), for one statement.
-async fn conn<'a>(ctx: &Context<'a>) -> MutexGuard<'a, PoolConnection<Postgres>> {
-    loader(ctx).loader().conn().await
+pub(super) async fn conn<'a>(
+    ctx: &Context<'a>,
+) -> Result<MappedMutexGuard<'a, PoolConnection<Postgres>>> {
+    loader(ctx).loader().conn().await.gql()
 }
 
 fn viewer(ctx: &Context<'_>) -> Viewer {
@@ -43,7 +46,7 @@ fn viewer(ctx: &Context<'_>) -> Viewer {
 }
 
 /// Our errors as GraphQL errors, never through `Display` alone (which would show causes).
-trait Gql<T> {
+pub(super) trait Gql<T> {
     fn gql(self) -> Result<T>;
 }
 
@@ -165,7 +168,7 @@ pub struct Query;
 impl Query {
     /// A project by full path; `null` when it does not exist or the user may not read it.
     async fn project(&self, ctx: &Context<'_>, full_path: ID) -> Result<Option<Project>> {
-        let row = read::readable_project(&mut **conn(ctx).await, viewer(ctx), &full_path)
+        let row = read::readable_project(&mut **conn(ctx).await?, viewer(ctx), &full_path)
             .await
             .gql()?;
         Ok(row.map(Project))
@@ -173,7 +176,7 @@ impl Query {
 
     /// A group by full path; `null` when it does not exist for the user.
     async fn group(&self, ctx: &Context<'_>, full_path: ID) -> Result<Option<Group>> {
-        let row = read::visible_group(&mut **conn(ctx).await, viewer(ctx), &full_path)
+        let row = read::visible_group(&mut **conn(ctx).await?, viewer(ctx), &full_path)
             .await
             .gql()?;
         Ok(row.map(Group))
@@ -248,7 +251,7 @@ impl Project {
                 limit,
                 ..Default::default()
             };
-            let rows = read::project_environments(&mut **conn(ctx).await, self.0.id, &filter)
+            let rows = read::project_environments(&mut **conn(ctx).await?, self.0.id, &filter)
                 .await
                 .gql()?;
             preload(ctx, &rows).await?;
@@ -261,7 +264,7 @@ impl Project {
         if !self.0.readable {
             return Ok(None);
         }
-        let rows = read::project_agents(&mut **conn(ctx).await, self.0.id, Some(&name))
+        let rows = read::project_agents(&mut **conn(ctx).await?, self.0.id, Some(&name))
             .await
             .gql()?;
         Ok(rows.into_iter().next().map(ClusterAgent))
@@ -269,7 +272,7 @@ impl Project {
 
     async fn cluster_agents(&self, ctx: &Context<'_>) -> Result<Connection<String, ClusterAgent>> {
         let rows = match self.0.readable {
-            true => read::project_agents(&mut **conn(ctx).await, self.0.id, None)
+            true => read::project_agents(&mut **conn(ctx).await?, self.0.id, None)
                 .await
                 .gql()?,
             false => Vec::new(),
@@ -319,7 +322,7 @@ impl Group {
                 ..Default::default()
             };
             let rows =
-                read::group_environments(&mut **conn(ctx).await, viewer(ctx), self.0.id, &filter)
+                read::group_environments(&mut **conn(ctx).await?, viewer(ctx), self.0.id, &filter)
                     .await
                     .gql()?;
             preload(ctx, &rows).await?;
@@ -444,7 +447,7 @@ async fn deployment_agent(
     Ok(agent.map(|a| (a, row.kubernetes_namespace)))
 }
 
-async fn project(ctx: &Context<'_>, id: i64) -> Result<Project> {
+pub(super) async fn project(ctx: &Context<'_>, id: i64) -> Result<Project> {
     let row = loader(ctx).load_one(ProjectId(id)).await.gql()?;
     row.map(Project)
         .ok_or_else(|| Error::NotFound(format!("project {id}")).to_graphql())
@@ -500,7 +503,7 @@ impl Environment {
             statuses.map(|s| s.iter().map(|s| s.as_str().to_owned()).collect());
         page(first, after, |before, limit| async move {
             let rows = read::environment_deployments(
-                &mut **conn(ctx).await,
+                &mut **conn(ctx).await?,
                 self.0.id,
                 statuses.as_deref(),
                 before,
@@ -525,6 +528,19 @@ impl Environment {
     /// The namespace of the last successful deployment.
     async fn kubernetes_namespace(&self, ctx: &Context<'_>) -> Result<Option<String>> {
         Ok(self.last_agent(ctx).await?.map(|(_, namespace)| namespace))
+    }
+
+    /// The live resources of the last successful deployment's namespace, labelled for this
+    /// environment, and what they own; `null` when no successful deployment went through an
+    /// agent. Needs the user's `user_access` to that agent.
+    #[graphql(complexity = "resource_group::COST + child_complexity")]
+    async fn resource_group(&self, ctx: &Context<'_>) -> Result<Option<ResourceGroup>> {
+        match self.last_agent(ctx).await? {
+            Some((agent, namespace)) => resource_group::load(ctx, &self.0, agent, namespace)
+                .await
+                .map(Some),
+            None => Ok(None),
+        }
     }
 }
 
@@ -578,8 +594,8 @@ impl Deployment {
 }
 
 pub struct DeploymentAgent {
-    agent: AgentRow,
-    namespace: String,
+    pub(super) agent: AgentRow,
+    pub(super) namespace: String,
 }
 
 /// `/<project path>/-/cluster_agents/<name>`, the agent's page in GitLab.

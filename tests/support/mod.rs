@@ -1,6 +1,7 @@
 //! What the integration tests share: a database per test, the router with known secrets,
 //! and tokens minted as GitLab would mint them.
 
+pub mod environment;
 pub mod kube_api;
 pub mod postgres;
 

@@ -1,0 +1,294 @@
+//! `Environment.resourceGroup` (SPEC 5.2): the live resources of the namespace that the last
+//! successful deployment went to, listed as the user (impersonated when the agent's
+//! `user_access` says `access_as: {user: {}}`), with their health and dependency graph.
+
+use std::sync::Arc;
+
+use async_graphql::{Context, Enum, Json, SimpleObject, ID};
+use serde_json::Value;
+
+use super::types::{conn, project, DeploymentAgent, Gql, Result, Time};
+use crate::auth::CurrentUser;
+use crate::clusters::Clusters;
+use crate::db::read::{AgentRow, EnvironmentRow};
+use crate::error::Error;
+use crate::resources::fetch::{self, FetchOptions, ListError, ResourceEvent};
+use crate::resources::graph::{self, EdgeType};
+use crate::resources::group::{self, label_selector};
+use crate::resources::health::{self, Health};
+use crate::user_access::AccessType;
+
+/// What a user without `user_access` to the agent reads (GitLab's wording).
+pub const FORBIDDEN_MESSAGE: &str = "You don't have access to an agent that deployed to this \
+     environment. Please contact agent administrator if you are allowed in \"user_access\" in \
+     agent config file.";
+
+/// A resource group is a round of requests to a cluster, so it counts like a page of 25 rows:
+/// the complexity limit lets a query ask for a handful, never a whole dashboard's worth.
+pub const COST: usize = 500;
+
+/// Checks the user's `user_access` to `agent`, then lists and assembles the group of
+/// `environment` in `namespace`.
+///
+/// The request's database connection goes back to the pool before the cluster is asked, so
+/// that slow clusters hold no connection. Assembly (health and edges, linear but CPU-bound on a
+/// large group) runs on the blocking pool, away from the request threads.
+pub async fn load(
+    ctx: &Context<'_>,
+    environment: &EnvironmentRow,
+    agent: AgentRow,
+    namespace: String,
+) -> Result<ResourceGroup> {
+    let user: &CurrentUser = ctx.data_unchecked();
+    let clusters: &Arc<Clusters> = ctx.data_unchecked();
+    let grant = clusters
+        .grants
+        .authorize(&mut **conn(ctx).await?, agent.id, user.id)
+        .await
+        .gql()?;
+    let Some(grant) = grant else {
+        return Err(Error::Forbidden(FORBIDDEN_MESSAGE.to_owned()).to_graphql());
+    };
+    let agent_project = project(ctx, agent.project_id).await?;
+    super::types::loader(ctx).loader().release().await;
+
+    let unreachable = |e: &dyn std::fmt::Display| Error::BadGateway(e.to_string()).to_graphql();
+    let cluster = clusters
+        .for_agent(agent.id, &agent_project.0.full_path, &agent.name)
+        .await
+        .map_err(|e| unreachable(&e))?;
+    let options = FetchOptions {
+        request_timeout: clusters.response_timeout,
+        ..FetchOptions::default()
+    };
+    let listing = fetch::list_resource_group(
+        &cluster.client,
+        &cluster.discovery,
+        &grant.impersonation(AccessType::from(user.via)),
+        &namespace,
+        &label_selector(environment.project_id, &environment.slug),
+        &options,
+    )
+    .await
+    .map_err(|e| unreachable(&e))?;
+    let assembled = tokio::task::spawn_blocking(move || group::assemble(listing))
+        .await
+        .map_err(|e| Error::Internal(e.into()).to_graphql())?;
+    Ok(ResourceGroup::new(
+        DeploymentAgent { agent, namespace },
+        assembled,
+    ))
+}
+
+#[derive(SimpleObject)]
+pub struct ResourceGroup {
+    /// The agent and namespace of the last successful deployment.
+    agent: DeploymentAgent,
+    namespace: String,
+    /// The selector the resources were listed with: the two labels GitLab preserves.
+    label_selector: String,
+    /// The worst health among the resources; HEALTHY when none has a health.
+    health: HealthStatus,
+    /// Names up to three resources that cause `health`.
+    health_message: Option<String>,
+    /// Ordered by apiVersion, kind, namespace and name.
+    resources: Vec<KubernetesResource>,
+    /// Parent to child.
+    edges: Vec<ResourceEdge>,
+    warnings: Vec<String>,
+    /// Kinds that could not be listed; the rest is still shown.
+    errors: Vec<ResourceListError>,
+}
+
+impl ResourceGroup {
+    fn new(agent: DeploymentAgent, group: group::ResourceGroup) -> Self {
+        ResourceGroup {
+            agent,
+            namespace: group.namespace,
+            label_selector: group.label_selector,
+            health: group.health.status.into(),
+            health_message: group.health.message,
+            resources: group.resources.into_iter().map(Into::into).collect(),
+            edges: group.edges.into_iter().map(Into::into).collect(),
+            warnings: group.warnings,
+            errors: group.errors.into_iter().map(Into::into).collect(),
+        }
+    }
+}
+
+/// Argo CD's health statuses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Enum)]
+pub enum HealthStatus {
+    Healthy,
+    Progressing,
+    Degraded,
+    Suspended,
+    Missing,
+    Unknown,
+}
+
+impl From<health::HealthStatus> for HealthStatus {
+    fn from(status: health::HealthStatus) -> Self {
+        match status {
+            health::HealthStatus::Healthy => HealthStatus::Healthy,
+            health::HealthStatus::Progressing => HealthStatus::Progressing,
+            health::HealthStatus::Degraded => HealthStatus::Degraded,
+            health::HealthStatus::Suspended => HealthStatus::Suspended,
+            health::HealthStatus::Missing => HealthStatus::Missing,
+            health::HealthStatus::Unknown => HealthStatus::Unknown,
+        }
+    }
+}
+
+#[derive(SimpleObject)]
+pub struct KubernetesResource {
+    uid: ID,
+    api_version: String,
+    kind: String,
+    /// Null for a cluster-scoped resource.
+    namespace: Option<String>,
+    name: String,
+    /// `metadata.labels`, an object.
+    labels: Json<Value>,
+    created_at: Option<Time>,
+    /// Null when no health rule applies to the kind (which is not UNKNOWN).
+    health: Option<ResourceHealth>,
+    /// The object as the cluster answered it, without `metadata.managedFields`.
+    manifest: Json<Value>,
+    /// The resource's recent Events, most recent first.
+    events: Vec<KubernetesEvent>,
+}
+
+impl From<group::Resource> for KubernetesResource {
+    fn from(r: group::Resource) -> Self {
+        KubernetesResource {
+            uid: ID(r.uid),
+            api_version: r.api_version,
+            kind: r.kind,
+            namespace: r.namespace,
+            name: r.name,
+            labels: Json(r.labels),
+            created_at: r.created_at.map(Time),
+            health: r.health.map(Into::into),
+            manifest: Json(r.manifest),
+            events: r.events.into_iter().map(Into::into).collect(),
+        }
+    }
+}
+
+#[derive(SimpleObject)]
+pub struct ResourceHealth {
+    status: HealthStatus,
+    message: Option<String>,
+}
+
+impl From<Health> for ResourceHealth {
+    fn from(h: Health) -> Self {
+        ResourceHealth {
+            status: h.status.into(),
+            message: h.message,
+        }
+    }
+}
+
+/// Why a parent links to a child.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Enum)]
+pub enum ResourceEdgeType {
+    /// The child's `ownerReferences` name the parent.
+    Owner,
+    /// An EndpointSlice's `kubernetes.io/service-name` label names the Service.
+    EndpointSlice,
+    /// Endpoints named as their Service.
+    Endpoints,
+    /// The Service's selector matches the workload's pod template (or the Pod).
+    ServiceSelector,
+    /// An Ingress backend names the Service.
+    IngressBackend,
+    /// A Pod's volume uses the claim.
+    VolumeClaim,
+    /// An autoscaler's scale target.
+    ScaleTarget,
+}
+
+impl From<EdgeType> for ResourceEdgeType {
+    fn from(kind: EdgeType) -> Self {
+        match kind {
+            EdgeType::Owner => ResourceEdgeType::Owner,
+            EdgeType::EndpointSlice => ResourceEdgeType::EndpointSlice,
+            EdgeType::Endpoints => ResourceEdgeType::Endpoints,
+            EdgeType::ServiceSelector => ResourceEdgeType::ServiceSelector,
+            EdgeType::IngressBackend => ResourceEdgeType::IngressBackend,
+            EdgeType::VolumeClaim => ResourceEdgeType::VolumeClaim,
+            EdgeType::ScaleTarget => ResourceEdgeType::ScaleTarget,
+        }
+    }
+}
+
+/// From parent to child, by uid.
+#[derive(SimpleObject)]
+pub struct ResourceEdge {
+    from: ID,
+    to: ID,
+    #[graphql(name = "type")]
+    kind: ResourceEdgeType,
+}
+
+impl From<graph::Edge> for ResourceEdge {
+    fn from(e: graph::Edge) -> Self {
+        ResourceEdge {
+            from: ID(e.from),
+            to: ID(e.to),
+            kind: e.kind.into(),
+        }
+    }
+}
+
+#[derive(SimpleObject)]
+pub struct ResourceListError {
+    api_version: String,
+    kind: String,
+    /// The cluster's HTTP status; null when it did not answer in time or at all.
+    code: Option<i32>,
+    message: String,
+}
+
+impl From<ListError> for ResourceListError {
+    fn from(e: ListError) -> Self {
+        ResourceListError {
+            api_version: e.api_version,
+            kind: e.kind,
+            code: e.code.map(i32::from),
+            message: e.message,
+        }
+    }
+}
+
+/// A Kubernetes Event about a resource.
+#[derive(SimpleObject)]
+pub struct KubernetesEvent {
+    /// `Normal` or `Warning`.
+    #[graphql(name = "type")]
+    event_type: String,
+    reason: String,
+    message: String,
+    /// How many times it happened.
+    count: i32,
+    first_seen: Option<Time>,
+    last_seen: Option<Time>,
+    /// The component that reported it.
+    source: Option<String>,
+}
+
+impl From<ResourceEvent> for KubernetesEvent {
+    fn from(e: ResourceEvent) -> Self {
+        KubernetesEvent {
+            event_type: e.event_type,
+            reason: e.reason,
+            message: e.message,
+            count: i32::try_from(e.count).unwrap_or(i32::MAX),
+            first_seen: e.first_seen.map(Time),
+            last_seen: e.last_seen.map(Time),
+            source: e.source,
+        }
+    }
+}

@@ -1,0 +1,475 @@
+//! `Environment.resourceGroup` end to end (SPEC 5.2): a deployment recorded through the
+//! internal API, the user's `user_access` to its agent, and the environment's resources listed
+//! from the test Kubernetes API server as that user.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{header, Method, Request};
+use envlens::auth::mint_session;
+use serde_json::{json, Value};
+use tempfile::TempDir;
+
+use crate::support::environment::{self, NS, PROJECT, SLUG};
+use crate::support::kube_api::{Fault, KubeApi, Served};
+use crate::support::*;
+
+const FORBIDDEN: &str = "You don't have access to an agent that deployed to this environment. \
+    Please contact agent administrator if you are allowed in \"user_access\" in agent config file.";
+const NO_RESOURCES: &str =
+    "There are no resources found for the environment. Do resources have GitLab preserved labels?";
+
+const ROOT: (i64, &str) = (1, "root");
+const DEV: (i64, &str) = (2, "dev");
+const REP: (i64, &str) = (3, "rep");
+
+/// acme (1) > acme/apps (2); acme/agents (10, agent 7 `prod`), acme/apps/web (42).
+/// Agent 7 lets acme/apps deploy, and grants `user_access` to developers of acme/apps/web,
+/// impersonated. Users: 1 root (admin), 2 dev (developer of 42), 3 rep (reporter of 42).
+/// Deployments: `production` and `review` to `shop` through agent 7, successful; `canary`
+/// only failed.
+async fn setup(served: &Served) -> TestApp {
+    let app = TestApp::with_config(&format!(
+        "kubernetes:\n  kubeconfig: {}\n  response_timeout: 3s\n",
+        served.kubeconfig.display()
+    ))
+    .await;
+    let res = app.internal(Method::PUT, "/api/v4/internal/identity", &json!({
+        "groups": [{"id": 1, "full_path": "acme"}, {"id": 2, "full_path": "acme/apps"}],
+        "projects": [{"id": 10, "full_path": "acme/agents", "visibility": "private"},
+                     {"id": PROJECT, "full_path": "acme/apps/web", "visibility": "private"}],
+        "users": [{"id": 1, "username": "root", "admin": true}, {"id": 2, "username": "dev"},
+                  {"id": 3, "username": "rep"}],
+        "members": [
+            {"user_id": 2, "source_type": "project", "source_id": PROJECT, "access_level": 30},
+            {"user_id": 3, "source_type": "project", "source_id": PROJECT, "access_level": 20}
+        ]
+    })).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    let res = app
+        .internal(
+            Method::PUT,
+            "/api/v4/internal/kubernetes/agents/7",
+            &json!({"project_id": 10, "name": "prod"}),
+        )
+        .await;
+    assert!(res.status.is_success(), "{}", res.text());
+    let config = json!({"ci_access": {"groups": [{"id": "acme/apps"}]},
+        "user_access": {"access_as": {"user": {}}, "projects": [{"id": "acme/apps/web"}]}});
+    let res = app
+        .internal(
+            Method::POST,
+            "/api/v4/internal/kubernetes/agent_configuration",
+            &json!({"agent_id": 7, "agent_config": config}),
+        )
+        .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    deploy(&app, 1, (100, SLUG), "success").await;
+    deploy(&app, 2, (101, "review"), "success").await;
+    deploy(&app, 3, (102, "canary"), "failed").await;
+    app
+}
+
+/// Deployment `id` of acme/apps/web to environment `env` (id, name = slug), through agent 7
+/// into `shop`, finished `status`.
+async fn deploy(app: &TestApp, id: i64, env: (i64, &str), status: &str) {
+    let res = app.internal(Method::POST, "/api/v4/internal/deployments", &json!({
+        "deployment": {"id": id, "iid": id, "status": "created", "ref": "main", "sha": "abc", "tag": false,
+                       "created_at": "2026-11-21T10:00:00Z"},
+        "project": {"id": PROJECT, "full_path": "acme/apps/web"},
+        "environment": {"id": env.0, "name": env.1, "slug": env.1, "tier": "production"},
+        "job": {"id": id, "name": "deploy", "protected_ref": true},
+        "kubernetes": {"agent": "acme/agents:prod", "namespace": NS}
+    })).await;
+    assert_eq!(res.status, 201, "{}", res.text());
+    let hook = json!({"object_kind": "deployment", "deployment_id": id, "status": status,
+        "status_changed_at": "2026-11-21 10:05:00 UTC", "environment": env.1,
+        "project": {"id": PROJECT, "path_with_namespace": "acme/apps/web"}});
+    let res = app.hook("Deployment Hook", hook.to_string(), None).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+}
+
+async fn cluster() -> (KubeApi, Served, TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let api = KubeApi::new();
+    environment::environment(&api);
+    let served = api.serve(dir.path()).await;
+    (api, served, dir)
+}
+
+const GROUP_FIELDS: &str = "agent { id name kubernetesNamespace project { fullPath } }
+    namespace labelSelector health healthMessage
+    resources { uid apiVersion kind namespace name labels createdAt health { status message }
+                manifest events { type reason message count firstSeen lastSeen source } }
+    edges { from to type } warnings errors { apiVersion kind code message }";
+
+/// The whole response to a query of `environment`'s resource group.
+async fn resource_group(app: &TestApp, user: (i64, &str), environment: &str) -> Value {
+    let (token, _) = mint_session(SESSION_KEY, user.0, user.1, Duration::from_secs(600)).unwrap();
+    let query = format!(
+        r#"{{ project(fullPath: "acme/apps/web") {{ environment(name: "{environment}") {{
+            name resourceGroup {{ {GROUP_FIELDS} }} }} }} }}"#
+    );
+    let req = Request::post("/api/graphql")
+        .header(header::AUTHORIZATION, format!("Bearer {token}"))
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(json!({ "query": query }).to_string()))
+        .unwrap();
+    let res = app.send(req).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    res.json()
+}
+
+/// `resourceGroup` of a response without errors.
+fn group_of(body: &Value) -> &Value {
+    assert!(body.get("errors").is_none(), "{body}");
+    &body["data"]["project"]["environment"]["resourceGroup"]
+}
+
+fn resource<'a>(group: &'a Value, kind: &str, name: &str) -> &'a Value {
+    group["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["kind"] == kind && r["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name} in {group}"))
+}
+
+fn list_requests(api: &KubeApi) -> Vec<crate::support::kube_api::RecordedRequest> {
+    api.requests()
+        .into_iter()
+        .filter(|r| r.path.contains("/namespaces/"))
+        .collect()
+}
+
+#[tokio::test]
+async fn the_environment_and_what_it_owns_as_the_user_sees_it() {
+    let (api, served, _dir) = cluster().await;
+    let app = setup(&served).await;
+    let body = resource_group(&app, DEV, SLUG).await;
+    let group = group_of(&body);
+
+    assert_eq!(group["agent"]["id"], "gid://gitlab/Clusters::Agent/7");
+    assert_eq!(group["agent"]["name"], "prod");
+    assert_eq!(group["agent"]["kubernetesNamespace"], NS);
+    assert_eq!(group["agent"]["project"]["fullPath"], "acme/agents");
+    assert_eq!(group["namespace"], NS);
+    assert_eq!(
+        group["labelSelector"],
+        format!("app.gitlab.com/project_id={PROJECT},app.gitlab.com/environment_slug={SLUG}")
+    );
+    assert_eq!(group["warnings"], json!([]));
+    assert_eq!(group["errors"], json!([]));
+
+    // The labelled resources and what they own; staging, the unlabelled Pod and the other
+    // namespace's look-alike stay out. Ordered by apiVersion, kind, namespace, name.
+    let names: Vec<String> = group["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| format!("{} {} {}", r["apiVersion"], r["kind"], r["name"]).replace('"', ""))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "apps/v1 Deployment web",
+            "apps/v1 ReplicaSet web-new222",
+            "apps/v1 ReplicaSet web-old111",
+            "batch/v1 CronJob nightly",
+            "batch/v1 Job nightly-2871",
+            "discovery.k8s.io/v1 EndpointSlice web-x7k2p",
+            "v1 ConfigMap web-config",
+            "v1 Endpoints web",
+            "v1 Pod nightly-2871-q9",
+            "v1 Pod web-new222-a",
+            "v1 Pod web-new222-b",
+            "v1 Pod web-old111-a",
+            "v1 Service web",
+        ]
+    );
+
+    let web = resource(group, "Deployment", "web");
+    assert_eq!(web["uid"], "uid-web");
+    assert_eq!(web["namespace"], NS);
+    assert_eq!(web["labels"]["app.gitlab.com/environment_slug"], SLUG);
+    assert_eq!(web["manifest"]["spec"]["replicas"], 2);
+    assert!(web["manifest"]["metadata"].get("managedFields").is_none());
+    assert!(web["manifest"]["metadata"]["creationTimestamp"].is_string());
+    assert_eq!(
+        web["createdAt"],
+        web["manifest"]["metadata"]["creationTimestamp"]
+    );
+    // Two Events about it, the most recent first; none about anything else.
+    let reasons: Vec<(&str, &str)> = web["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["reason"].as_str().unwrap(),
+                e["lastSeen"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        reasons,
+        [
+            ("ScalingReplicaSet", "2024-06-02T10:00:00Z"),
+            ("ScalingReplicaSet", "2024-06-01T10:00:00Z")
+        ]
+    );
+    assert_eq!(web["events"][0]["type"], "Normal");
+    assert_eq!(web["events"][0]["count"], 1);
+    assert_eq!(web["events"][0]["source"], "test");
+    let backoff = &resource(group, "Pod", "web-new222-a")["events"];
+    assert_eq!(backoff[0]["type"], "Warning");
+    assert_eq!(resource(group, "Service", "web")["events"], json!([]));
+
+    // Health: by Argo CD's rules per kind, null where there is none (a ConfigMap).
+    assert_eq!(
+        resource(group, "ConfigMap", "web-config")["health"],
+        Value::Null
+    );
+    assert_eq!(
+        resource(group, "Job", "nightly-2871")["health"]["status"],
+        "HEALTHY"
+    );
+    assert_eq!(
+        resource(group, "Service", "web")["health"]["status"],
+        "HEALTHY"
+    );
+    // The Deployment has no status yet: Progressing, and the worst in the group.
+    assert_eq!(web["health"]["status"], "PROGRESSING");
+    let worst = group["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["health"]["status"].as_str())
+        .max_by_key(|s| {
+            [
+                "HEALTHY",
+                "SUSPENDED",
+                "PROGRESSING",
+                "MISSING",
+                "DEGRADED",
+                "UNKNOWN",
+            ]
+            .iter()
+            .position(|o| o == s)
+        })
+        .unwrap();
+    assert_eq!(group["health"], worst);
+    // The message names the first three resources of the worst status, in resource order.
+    let causes: Vec<String> = group["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["health"]["status"] == worst)
+        .map(|r| format!("{} {}/{}", r["kind"], r["namespace"], r["name"]).replace('"', ""))
+        .collect();
+    let message = group["healthMessage"].as_str().unwrap();
+    assert!(
+        message.starts_with(&format!("Caused by {}", causes[0])),
+        "{message}"
+    );
+    for cause in causes.iter().take(3) {
+        assert!(message.contains(cause.as_str()), "{cause} in {message}");
+    }
+    if causes.len() > 3 {
+        assert!(
+            message.ends_with(&format!("; and {} more", causes.len() - 3)),
+            "{message}"
+        );
+    }
+
+    // Edges, parent to child, between resources of the group.
+    let edges: BTreeSet<(String, String, String)> = group["edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let s = |k: &str| e[k].as_str().unwrap().to_owned();
+            (s("from"), s("to"), s("type"))
+        })
+        .collect();
+    let edge = |from: &str, to: &str, kind: &str| (from.into(), to.into(), kind.into());
+    for expected in [
+        edge("uid-web", "uid-rs-web-new222", "OWNER"),
+        edge("uid-rs-web-new222", "uid-pod-web-new222-b", "OWNER"),
+        edge("uid-svc-web", "uid-slice-web", "OWNER"),
+        edge("uid-svc-web", "uid-ep-web", "ENDPOINTS"),
+        edge("uid-svc-web", "uid-web", "SERVICE_SELECTOR"),
+        edge("uid-cron", "uid-job", "OWNER"),
+        edge("uid-job", "uid-job-pod", "OWNER"),
+    ] {
+        assert!(edges.contains(&expected), "{expected:?} not in {edges:?}");
+    }
+    let uids: BTreeSet<&str> = group["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["uid"].as_str().unwrap())
+        .collect();
+    for (from, to, _) in &edges {
+        assert!(uids.contains(from.as_str()) && uids.contains(to.as_str()));
+    }
+
+    // Every list went to the cluster as the user, as KAS impersonates for `access_as: user`.
+    let lists = list_requests(&api);
+    assert!(lists.len() > 10, "{}", lists.len());
+    for r in &lists {
+        assert_eq!(r.impersonate_user.as_deref(), Some("gitlab:user:dev"));
+        assert_eq!(
+            r.impersonate_groups,
+            [
+                "gitlab:user",
+                "gitlab:project_role:42:guest",
+                "gitlab:project_role:42:planner",
+                "gitlab:project_role:42:reporter",
+                "gitlab:project_role:42:developer"
+            ]
+        );
+        assert_eq!(r.impersonate_extra["agent.gitlab.com/id"], ["7"]);
+        assert_eq!(
+            r.impersonate_extra["agent.gitlab.com/access_type"],
+            ["personal_access_token"]
+        );
+        assert!(r.path.contains(&format!("/namespaces/{NS}/")), "{}", r.path);
+    }
+}
+
+#[tokio::test]
+async fn a_user_without_user_access_is_refused_and_the_cluster_never_asked() {
+    let (api, served, _dir) = cluster().await;
+    let app = setup(&served).await;
+    // rep reads the project (reporter) but is not a developer: no user_access.
+    let body = resource_group(&app, REP, SLUG).await;
+    assert_eq!(body["data"]["project"]["environment"]["name"], SLUG);
+    assert_eq!(
+        body["data"]["project"]["environment"]["resourceGroup"],
+        Value::Null
+    );
+    assert_eq!(body["errors"][0]["message"], FORBIDDEN);
+    assert_eq!(body["errors"][0]["extensions"]["code"], "FORBIDDEN");
+    assert_eq!(
+        body["errors"][0]["path"],
+        json!(["project", "environment", "resourceGroup"])
+    );
+    assert!(list_requests(&api).is_empty());
+
+    // An administrator counts as owner everywhere.
+    let body = resource_group(&app, ROOT, SLUG).await;
+    assert_eq!(group_of(&body)["resources"].as_array().unwrap().len(), 13);
+}
+
+#[tokio::test]
+async fn a_refused_kind_is_reported_and_the_rest_still_answers() {
+    let (api, served, _dir) = cluster().await;
+    api.deny(|r| r.resource == "configmaps" && r.user == "gitlab:user:dev");
+    let app = setup(&served).await;
+    let body = resource_group(&app, DEV, SLUG).await;
+    let group = group_of(&body);
+    assert_eq!(group["errors"].as_array().unwrap().len(), 1, "{group}");
+    let error = &group["errors"][0];
+    assert_eq!(error["apiVersion"], "v1");
+    assert_eq!(error["kind"], "ConfigMap");
+    assert_eq!(error["code"], 403);
+    assert!(
+        error["message"].as_str().unwrap().contains("forbidden"),
+        "{error}"
+    );
+    let kinds: BTreeSet<&str> = group["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["kind"].as_str().unwrap())
+        .collect();
+    assert!(!kinds.contains("ConfigMap"));
+    assert!(
+        kinds.contains("Deployment") && kinds.contains("Pod"),
+        "{kinds:?}"
+    );
+}
+
+#[tokio::test]
+async fn empty_groups_warn_and_environments_without_an_agent_deployment_have_none() {
+    let (_api, served, _dir) = cluster().await;
+    let app = setup(&served).await;
+    let body = resource_group(&app, DEV, "review").await;
+    let group = group_of(&body);
+    assert_eq!(group["resources"], json!([]));
+    assert_eq!(group["edges"], json!([]));
+    assert_eq!(group["warnings"], json!([NO_RESOURCES]));
+    assert_eq!(group["health"], "HEALTHY");
+    assert_eq!(group["healthMessage"], Value::Null);
+    assert_eq!(
+        group["labelSelector"],
+        format!("app.gitlab.com/project_id={PROJECT},app.gitlab.com/environment_slug=review")
+    );
+
+    // canary's only deployment failed: there is no successful deployment to show.
+    let body = resource_group(&app, DEV, "canary").await;
+    assert_eq!(group_of(&body), &Value::Null);
+}
+
+#[tokio::test]
+async fn an_unreachable_cluster_is_a_bad_gateway_error() {
+    let (_api, served, _dir) = cluster().await;
+    let app = setup(&served).await;
+    served.shutdown().await;
+    let body = resource_group(&app, DEV, SLUG).await;
+    assert_eq!(
+        body["data"]["project"]["environment"]["resourceGroup"],
+        Value::Null
+    );
+    assert_eq!(
+        body["errors"][0]["extensions"]["code"], "BAD_GATEWAY",
+        "{body}"
+    );
+    assert!(
+        body["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("cannot reach the cluster"),
+        "{body}"
+    );
+}
+
+/// A slow cluster must not hold the request's database connection: while the lists wait, the
+/// pool has every connection back.
+#[tokio::test]
+async fn the_database_connection_is_released_while_the_cluster_answers() {
+    let (api, served, _dir) = cluster().await;
+    let app = setup(&served).await;
+    // Discovery first, so that the delay below falls on the lists only.
+    let _ = resource_group(&app, DEV, SLUG).await;
+    api.fault(|r| (r.verb == "list").then_some(Fault::Delay(Duration::from_millis(800))));
+    let idle_before = app.db.num_idle();
+    let (body, in_use) = tokio::join!(resource_group(&app, DEV, SLUG), async {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        app.db.size() as usize - app.db.num_idle()
+    });
+    assert_eq!(group_of(&body)["resources"].as_array().unwrap().len(), 13);
+    assert_eq!(
+        in_use, 0,
+        "connections in use while listing (idle before: {idle_before})"
+    );
+}
+
+#[tokio::test]
+async fn resource_groups_count_against_the_complexity_limit() {
+    let (api, served, _dir) = cluster().await;
+    let app = setup(&served).await;
+    let (token, _) = mint_session(SESSION_KEY, DEV.0, DEV.1, Duration::from_secs(600)).unwrap();
+    let query = r#"{ group(fullPath: "acme") { environments(first: 20) {
+        nodes { resourceGroup { namespace } } } } }"#;
+    let req = Request::post("/api/graphql")
+        .header(header::AUTHORIZATION, format!("Bearer {token}"))
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(json!({ "query": query }).to_string()))
+        .unwrap();
+    let res = app.send(req).await;
+    assert_eq!(res.json()["errors"][0]["message"], "Query is too complex.");
+    assert!(list_requests(&api).is_empty());
+}

@@ -1,0 +1,212 @@
+//! A realistic environment on the test Kubernetes API server: project 42's `production` in
+//! namespace `shop`, with what its controllers own, a `staging` environment beside it, a
+//! look-alike in another namespace, and Events.
+
+use serde_json::{json, Value};
+
+use super::kube_api::KubeApi;
+
+pub const NS: &str = "shop";
+pub const PROJECT: i64 = 42;
+pub const SLUG: &str = "production";
+
+pub fn gitlab_labels(slug: &str, app: &str) -> Value {
+    json!({"app.gitlab.com/project_id": PROJECT.to_string(), "app.gitlab.com/environment_slug": slug, "app": app})
+}
+
+pub fn meta(ns: &str, name: &str, uid: &str, labels: Value) -> Value {
+    json!({"name": name, "namespace": ns, "uid": uid, "labels": labels,
+           "managedFields": [{"manager": "kubectl", "operation": "Apply", "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {}}}]})
+}
+
+pub fn owner_ref(api_version: &str, kind: &str, name: &str, uid: &str) -> Value {
+    json!([{"apiVersion": api_version, "kind": kind, "name": name, "uid": uid, "controller": true}])
+}
+
+pub fn deployment(ns: &str, name: &str, uid: &str, slug: &str) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": meta(ns, name, uid, gitlab_labels(slug, name)),
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": name}},
+                 "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [{"name": "app", "image": "nginx"}]}}},
+    })
+}
+
+/// A ReplicaSet and its Pods, labelled like the pod template (not with GitLab's labels), owned
+/// through uids as the controllers do it.
+pub fn replica_set(api: &KubeApi, ns: &str, deploy: (&str, &str), hash: &str, pods: &[&str]) {
+    let (deploy_name, deploy_uid) = deploy;
+    let rs_name = format!("{deploy_name}-{hash}");
+    let rs_uid = format!("uid-rs-{rs_name}");
+    let mut rs_meta = meta(
+        ns,
+        &rs_name,
+        &rs_uid,
+        json!({"app": deploy_name, "pod-template-hash": hash}),
+    );
+    rs_meta["ownerReferences"] = owner_ref("apps/v1", "Deployment", deploy_name, deploy_uid);
+    api.insert(
+        json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": rs_meta,
+                      "spec": {"replicas": pods.len()}, "status": {"replicas": pods.len()}}),
+    );
+    for pod in pods {
+        let pod_name = format!("{rs_name}-{pod}");
+        let mut pod_meta = meta(
+            ns,
+            &pod_name,
+            &format!("uid-pod-{pod_name}"),
+            json!({"app": deploy_name, "pod-template-hash": hash}),
+        );
+        pod_meta["ownerReferences"] = owner_ref("apps/v1", "ReplicaSet", &rs_name, &rs_uid);
+        api.insert(
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta,
+                          "spec": {"containers": [{"name": "app", "image": "nginx"}]}}),
+        );
+    }
+}
+
+pub fn service(ns: &str, name: &str, uid: &str, slug: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Service", "metadata": meta(ns, name, uid, gitlab_labels(slug, name)),
+           "spec": {"selector": {"app": name}, "ports": [{"port": 80}]}})
+}
+
+/// A Service's EndpointSlice (owned, labelled with the service name) and Endpoints (same name).
+pub fn service_parts(api: &KubeApi, ns: &str, name: &str, uid: &str) {
+    let mut slice_meta = meta(
+        ns,
+        &format!("{name}-x7k2p"),
+        &format!("uid-slice-{name}"),
+        json!({"kubernetes.io/service-name": name}),
+    );
+    slice_meta["ownerReferences"] = owner_ref("v1", "Service", name, uid);
+    api.insert(
+        json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "metadata": slice_meta,
+                      "addressType": "IPv4", "endpoints": []}),
+    );
+    api.insert(json!({"apiVersion": "v1", "kind": "Endpoints", "metadata": meta(ns, name, &format!("uid-ep-{name}"), json!({})),
+                      "subsets": []}));
+}
+
+pub fn event(
+    name: &str,
+    about_kind: &str,
+    about_name: &str,
+    about_uid: &str,
+    reason: &str,
+    last: &str,
+) -> Value {
+    json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": name, "namespace": NS},
+           "involvedObject": {"kind": about_kind, "name": about_name, "namespace": NS, "uid": about_uid},
+           "type": if reason == "BackOff" { "Warning" } else { "Normal" }, "reason": reason, "message": format!("{reason} happened"),
+           "firstTimestamp": "2024-06-01T00:00:00Z", "lastTimestamp": last, "count": 1, "source": {"component": "test"}})
+}
+
+/// The environment `production` of project 42 in `shop`, another environment beside it, and a
+/// look-alike in another namespace.
+pub fn environment(api: &KubeApi) {
+    // production: a Deployment with an old and a current ReplicaSet, a Service, a ConfigMap,
+    // a CronJob with a Job and its Pod.
+    api.insert(deployment(NS, "web", "uid-web", SLUG));
+    replica_set(api, NS, ("web", "uid-web"), "old111", &["a"]);
+    replica_set(api, NS, ("web", "uid-web"), "new222", &["a", "b"]);
+    api.insert(service(NS, "web", "uid-svc-web", SLUG));
+    service_parts(api, NS, "web", "uid-svc-web");
+    api.insert(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(NS, "web-config", "uid-cm-web", gitlab_labels(SLUG, "web"))}));
+    let mut cron = json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": meta(NS, "nightly", "uid-cron", gitlab_labels(SLUG, "nightly")),
+                          "spec": {"schedule": "0 3 * * *", "jobTemplate": {}}});
+    cron["status"] = json!({});
+    api.insert(cron);
+    let mut job_meta = meta(
+        NS,
+        "nightly-2871",
+        "uid-job",
+        json!({"job-name": "nightly-2871"}),
+    );
+    job_meta["ownerReferences"] = owner_ref("batch/v1", "CronJob", "nightly", "uid-cron");
+    api.insert(json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": job_meta, "spec": {}, "status": {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}}));
+    let mut job_pod = meta(
+        NS,
+        "nightly-2871-q9",
+        "uid-job-pod",
+        json!({"job-name": "nightly-2871"}),
+    );
+    job_pod["ownerReferences"] = owner_ref("batch/v1", "Job", "nightly-2871", "uid-job");
+    api.insert(
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": job_pod, "spec": {"containers": []}}),
+    );
+
+    // staging, same namespace: must stay out, its owned objects too.
+    api.insert(deployment(NS, "web-staging", "uid-web-staging", "staging"));
+    replica_set(
+        api,
+        NS,
+        ("web-staging", "uid-web-staging"),
+        "stg333",
+        &["a"],
+    );
+    api.insert(service(NS, "web-staging", "uid-svc-staging", "staging"));
+    service_parts(api, NS, "web-staging", "uid-svc-staging");
+    api.insert(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(NS, "staging-config", "uid-cm-staging", gitlab_labels("staging", "web"))}));
+    // Unlabelled, unowned: out.
+    api.insert(json!({"apiVersion": "v1", "kind": "Pod", "metadata": meta(NS, "debug-shell", "uid-debug", json!({})), "spec": {"containers": []}}));
+
+    // Same labels, other namespace: out.
+    api.insert(deployment("elsewhere", "web", "uid-web-elsewhere", SLUG));
+    replica_set(
+        api,
+        "elsewhere",
+        ("web", "uid-web-elsewhere"),
+        "els444",
+        &["a"],
+    );
+
+    // Events: two about the Deployment, one about a Pod, one about staging, one about nothing.
+    api.insert(event(
+        "web.1",
+        "Deployment",
+        "web",
+        "uid-web",
+        "ScalingReplicaSet",
+        "2024-06-01T10:00:00Z",
+    ));
+    api.insert(event(
+        "web.2",
+        "Deployment",
+        "web",
+        "uid-web",
+        "ScalingReplicaSet",
+        "2024-06-02T10:00:00Z",
+    ));
+    api.insert(event(
+        "pod.1",
+        "Pod",
+        "web-new222-a",
+        "uid-pod-web-new222-a",
+        "BackOff",
+        "2024-06-02T11:00:00Z",
+    ));
+    api.insert(event(
+        "stg.1",
+        "Deployment",
+        "web-staging",
+        "uid-web-staging",
+        "ScalingReplicaSet",
+        "2024-06-02T10:00:00Z",
+    ));
+    api.insert(event(
+        "gone.1",
+        "Pod",
+        "gone",
+        "uid-gone",
+        "Killing",
+        "2024-06-02T10:00:00Z",
+    ));
+}
+
+/// The custom resources of the environment, registered while the server runs.
+pub fn widgets(api: &KubeApi) {
+    api.add_kind("example.com", "v1", "Widget", "widgets", true);
+    api.insert(json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": meta(NS, "banner", "uid-widget", gitlab_labels(SLUG, "banner")),
+                      "spec": {}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}));
+    api.insert(json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": meta(NS, "banner-staging", "uid-widget-stg", gitlab_labels("staging", "banner"))}));
+}
