@@ -164,12 +164,13 @@ async fn lists_the_environment_and_what_it_owns() {
     assert_eq!(web.namespace.as_deref(), Some(NS));
     assert_eq!(web.labels["app.gitlab.com/environment_slug"], SLUG);
     assert!(web.created_at.is_some());
-    assert_eq!(web.manifest["spec"]["replicas"], 2);
+    assert_eq!(web.object.manifest()["spec"]["replicas"], 2);
     for r in &group.resources {
-        assert_eq!(r.manifest["metadata"]["uid"], r.uid.as_str());
-        assert_eq!(r.manifest["apiVersion"], r.api_version.as_str());
+        let manifest = r.object.manifest();
+        assert_eq!(manifest["metadata"]["uid"], r.uid.as_str());
+        assert_eq!(manifest["apiVersion"], r.api_version.as_str());
         assert!(
-            r.manifest["metadata"].get("managedFields").is_none(),
+            manifest["metadata"].get("managedFields").is_none(),
             "{}",
             r.name
         );

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use async_graphql::{Context, Enum, Json, SimpleObject, ID};
+use async_graphql::{ComplexObject, Context, Enum, Json, SimpleObject, ID};
 use serde_json::Value;
 
 use super::types::{conn, project, DeploymentAgent, Gql, Result, Time};
@@ -16,6 +16,7 @@ use crate::resources::fetch::{self, FetchOptions, ListError, ResourceEvent};
 use crate::resources::graph::{self, EdgeType};
 use crate::resources::group::{self, label_selector};
 use crate::resources::health::{self, Health};
+use crate::resources::object::Object;
 use crate::user_access::AccessType;
 
 /// What a user without `user_access` to the agent reads (GitLab's wording).
@@ -141,6 +142,7 @@ impl From<health::HealthStatus> for HealthStatus {
 }
 
 #[derive(SimpleObject)]
+#[graphql(complex)]
 pub struct KubernetesResource {
     uid: ID,
     api_version: String,
@@ -153,10 +155,18 @@ pub struct KubernetesResource {
     created_at: Option<Time>,
     /// Null when no health rule applies to the kind (which is not UNKNOWN).
     health: Option<ResourceHealth>,
-    /// The object as the cluster answered it, without `metadata.managedFields`.
-    manifest: Json<Value>,
     /// The resource's recent Events, most recent first.
     events: Vec<KubernetesEvent>,
+    #[graphql(skip)]
+    object: Object,
+}
+
+#[ComplexObject]
+impl KubernetesResource {
+    /// The object as the cluster answered it, without `metadata.managedFields`.
+    async fn manifest(&self) -> Json<Value> {
+        Json(self.object.manifest())
+    }
 }
 
 impl From<group::Resource> for KubernetesResource {
@@ -170,8 +180,8 @@ impl From<group::Resource> for KubernetesResource {
             labels: Json(r.labels),
             created_at: r.created_at.map(Time),
             health: r.health.map(Into::into),
-            manifest: Json(r.manifest),
             events: r.events.into_iter().map(Into::into).collect(),
+            object: r.object,
         }
     }
 }

@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use super::health::{health, Health};
 use super::manifests;
+use super::tree::Tree;
 
 /// How `envlens health` prints its answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -46,7 +47,7 @@ impl Report {
             kind: text("/kind").unwrap_or_default(),
             namespace: text("/metadata/namespace").filter(|ns| !ns.is_empty()),
             name: text("/metadata/name").unwrap_or_default(),
-            health: health(object),
+            health: health(&Tree::from(object)),
         }
     }
 }

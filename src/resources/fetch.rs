@@ -25,10 +25,11 @@
 //!
 //! # Parsing
 //!
-//! JSON trees are what a view costs beyond the wire, so only kept objects become one. Selected
-//! lists parse straight into objects, skipping `metadata.managedFields`. Unselected lists parse
-//! each item's head only (type, name, uid, labels, owner references) and keep its text; the
-//! ownership walk runs over the heads, and only the objects it keeps are parsed in full: other
+//! JSON trees are what a view costs beyond the wire, so only what is read becomes one. Each item
+//! of a selected list becomes an [`Object`]: the fields the graph, health and assembly read, and
+//! its text for `manifest`. Unselected lists parse each item's head only
+//! ([`object::HEAD`]: type, name, uid, labels, owner references) and keep its text; the
+//! ownership walk runs over the heads, and only the objects it keeps are parsed further: other
 //! environments' Pods and ReplicaSets in the namespace are never built. Events parse into a typed
 //! struct. Pages are parsed in the task that fetched them, on any core, while other requests are
 //! still in flight.
@@ -39,16 +40,16 @@ use std::time::Duration;
 
 use axum::http::HeaderMap;
 use chrono::{DateTime, Utc};
-use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::Deserialize;
 // `raw_value` is a serde_json feature that sqlx (json) already turns on for this crate.
+use super::tree::{Map, Tree};
 use serde_json::value::RawValue;
-use serde_json::{Map, Value};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use super::discovery::{self, ApiKind, DiscoveryCache, DiscoveryError, DiscoveryFailure, Failure};
 use super::graph;
+use super::object::{self, Object};
 
 /// `(group, kind)` of the kinds listed without the selector, because Kubernetes' controllers
 /// create them for a parent without copying its labels:
@@ -134,10 +135,10 @@ pub struct Listing {
     pub namespace: String,
     pub label_selector: String,
     /// The label-selected objects, one per uid, `apiVersion` and `kind` filled in.
-    pub selected: Vec<Value>,
+    pub selected: Vec<Object>,
     /// The objects whose ownership chain leads to a selected one (and the Endpoints and
     /// EndpointSlices of selected Services), one per uid, none of them selected.
-    pub owned: Vec<Value>,
+    pub owned: Vec<Object>,
     /// Events by the uid of the object they are about (only objects above), most recent first.
     pub events: HashMap<String, Vec<ResourceEvent>>,
     /// Kinds that failed to list (the Events included, as `v1 Event`), by apiVersion and kind.
@@ -231,7 +232,11 @@ pub async fn list_resource_group(
 
     let selected = unique_by_uid(selected, &HashSet::new());
     let owned = parse_candidates(owned_candidates(&selected, candidates));
-    let in_group: HashSet<&str> = selected.iter().chain(&owned).filter_map(uid).collect();
+    let in_group: HashSet<&str> = selected
+        .iter()
+        .chain(&owned)
+        .filter_map(|o| uid(&o.view))
+        .collect();
     let events = events_by_object(events, &in_group, options.events_per_resource);
 
     errors.sort();
@@ -248,12 +253,12 @@ pub async fn list_resource_group(
 }
 
 /// The candidates whose ownership chain leads to `selected`, one per uid and none selected.
-fn owned_candidates(selected: &[Value], candidates: Vec<Candidate>) -> Vec<Candidate> {
-    let (heads, texts): (Vec<Value>, Vec<Box<RawValue>>) =
+fn owned_candidates(selected: &[Object], candidates: Vec<Candidate>) -> Vec<Candidate> {
+    let (heads, texts): (Vec<Tree>, Vec<Box<RawValue>>) =
         candidates.into_iter().map(|c| (c.head, c.text)).unzip();
     let mut keep = vec![false; heads.len()];
     {
-        let selected_uids: HashSet<&str> = selected.iter().filter_map(uid).collect();
+        let selected_uids: HashSet<&str> = selected.iter().filter_map(|o| uid(&o.view)).collect();
         let mut seen: HashSet<&str> = HashSet::new();
         for i in graph::owned_closure(selected, &heads) {
             keep[i] = uid(&heads[i]).is_some_and(|u| !selected_uids.contains(u) && seen.insert(u));
@@ -268,19 +273,12 @@ fn owned_candidates(selected: &[Value], candidates: Vec<Candidate>) -> Vec<Candi
         .collect()
 }
 
-/// Parses kept candidates in full, in order.
-fn parse_candidates(kept: Vec<Candidate>) -> Vec<Value> {
+/// Parses kept candidates as [`Object`]s, in order.
+fn parse_candidates(kept: Vec<Candidate>) -> Vec<Object> {
     kept.into_iter()
         .filter_map(|Candidate { head, text }| {
-            match serde_json::from_str::<Object>(text.get()) {
-                Ok(Object(mut object)) => {
-                    fill_type(
-                        &mut object,
-                        str_of(&head, "apiVersion"),
-                        str_of(&head, "kind"),
-                    );
-                    Some(object)
-                }
+            match Object::parse(&text, str_of(&head, "apiVersion"), str_of(&head, "kind")) {
+                Ok(object) => Some(object),
                 // Unreachable: the text already parsed as an object for its head.
                 Err(error) => {
                     tracing::warn!(%error, "an owned object does not parse");
@@ -291,8 +289,8 @@ fn parse_candidates(kept: Vec<Candidate>) -> Vec<Value> {
         .collect()
 }
 
-fn str_of<'a>(object: &'a Value, field: &str) -> &'a str {
-    object.get(field).and_then(Value::as_str).unwrap_or("")
+fn str_of<'a>(object: &'a Tree, field: &str) -> &'a str {
+    object.get(field).and_then(Tree::as_str).unwrap_or("")
 }
 
 // ---- the round of requests ----
@@ -376,22 +374,21 @@ fn plan(
 /// What the pages of one job yield.
 enum Listed {
     /// A selected list's objects.
-    Objects(Vec<Value>),
+    Objects(Vec<Object>),
     /// An owned kind listed without the selector: the objects the selector's terms pick here,
     /// and the others as candidates for the ownership walk.
     Unselected {
-        selected: Vec<Value>,
+        selected: Vec<Object>,
         candidates: Vec<Candidate>,
     },
     Events(Vec<EventDoc>),
 }
 
-/// An object of an owned kind that the selector did not pick. Only its head is parsed (type,
-/// name, namespace, uid, labels, owner references: what the ownership walk reads); the whole
-/// text waits until the walk keeps it, so the rest of the namespace (other environments' Pods
-/// and ReplicaSets) is never built into JSON trees.
+/// An object of an owned kind that the selector did not pick. Only its [`object::HEAD`] is
+/// parsed; the text waits until the ownership walk keeps it, so the rest of the namespace
+/// (other environments' Pods and ReplicaSets) is never built into JSON trees.
 struct Candidate {
-    head: Value,
+    head: Tree,
     text: Box<RawValue>,
 }
 
@@ -464,118 +461,6 @@ struct ListMeta {
     continue_token: Option<String>,
 }
 
-/// An object as listed, without `metadata.managedFields`: server-side apply bookkeeping, often
-/// the largest part of an object, that nobody shows (`kubectl get -o yaml` hides it too). It is
-/// skipped while parsing, so it is never built.
-struct Object(Value);
-
-impl<'de> Deserialize<'de> for Object {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Top;
-        impl<'de> Visitor<'de> for Top {
-            type Value = Value;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a Kubernetes object")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
-                let mut object = Map::new();
-                while let Some(key) = map.next_key::<String>()? {
-                    let value = if key == "metadata" {
-                        map.next_value::<Metadata>()?.0
-                    } else {
-                        map.next_value::<Value>()?
-                    };
-                    object.insert(key, value);
-                }
-                Ok(Value::Object(object))
-            }
-        }
-        deserializer.deserialize_map(Top).map(Object)
-    }
-}
-
-/// `metadata` without `managedFields`; anything but an object is kept as it is.
-struct Metadata(Value);
-
-impl<'de> Deserialize<'de> for Metadata {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Fields;
-        impl<'de> Visitor<'de> for Fields {
-            type Value = Value;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("object metadata")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
-                let mut metadata = Map::new();
-                while let Some(key) = map.next_key::<String>()? {
-                    if key == "managedFields" {
-                        map.next_value::<IgnoredAny>()?;
-                    } else {
-                        metadata.insert(key, map.next_value::<Value>()?);
-                    }
-                }
-                Ok(Value::Object(metadata))
-            }
-            fn visit_unit<E>(self) -> Result<Value, E> {
-                Ok(Value::Null)
-            }
-        }
-        deserializer.deserialize_any(Fields).map(Metadata)
-    }
-}
-
-/// What the ownership walk reads of a candidate; everything else is skipped unbuilt.
-#[derive(Deserialize, Default)]
-struct Head {
-    #[serde(default)]
-    metadata: Option<HeadMetadata>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(rename_all = "camelCase")]
-struct HeadMetadata {
-    #[serde(default)]
-    name: Option<String>,
-    #[serde(default)]
-    namespace: Option<String>,
-    #[serde(default)]
-    uid: Option<String>,
-    #[serde(default)]
-    labels: Option<Map<String, Value>>,
-    #[serde(default)]
-    owner_references: Option<Vec<Value>>,
-}
-
-impl Head {
-    fn labels(&self) -> Option<&Map<String, Value>> {
-        self.metadata.as_ref()?.labels.as_ref()
-    }
-
-    /// The head as a small object of the listed type, for [`graph::owned_closure`].
-    fn into_object(self, api_version: &str, kind: &str) -> Value {
-        let mut metadata = Map::new();
-        if let Some(m) = self.metadata {
-            let fields = [
-                ("name", m.name.map(Value::String)),
-                ("namespace", m.namespace.map(Value::String)),
-                ("uid", m.uid.map(Value::String)),
-                ("labels", m.labels.map(Value::Object)),
-                ("ownerReferences", m.owner_references.map(Value::Array)),
-            ];
-            for (field, value) in fields {
-                if let Some(value) = value {
-                    metadata.insert(field.into(), value);
-                }
-            }
-        }
-        let mut object = Map::new();
-        object.insert("apiVersion".into(), Value::String(api_version.into()));
-        object.insert("kind".into(), Value::String(kind.into()));
-        object.insert("metadata".into(), Value::Object(metadata));
-        Value::Object(object)
-    }
-}
-
 impl Pages {
     /// Every item of the list, following `continue`. An expired token (410) restarts the list
     /// once without `limit`, as client-go's pager does.
@@ -624,11 +509,10 @@ impl Pages {
         let (api_version, kind) = (self.job.api_version.as_str(), self.job.kind.as_str());
         match listed {
             Listed::Objects(objects) => {
-                let page: ListPage<Object> = serde_json::from_slice(body)?;
-                objects.extend(page.items.into_iter().flatten().map(|Object(mut object)| {
-                    fill_type(&mut object, api_version, kind);
-                    object
-                }));
+                let page: ListPage<&RawValue> = serde_json::from_slice(body)?;
+                for text in page.items.into_iter().flatten() {
+                    objects.push(Object::parse(text, api_version, kind)?);
+                }
                 Ok(page.metadata.continue_token)
             }
             Listed::Unselected {
@@ -637,19 +521,21 @@ impl Pages {
             } => {
                 let page: ListPage<&RawValue> = serde_json::from_slice(body)?;
                 for text in page.items.into_iter().flatten() {
-                    let head: Head = serde_json::from_str(text.get())?;
+                    let head = object::parse_typed(object::HEAD, text.get(), api_version, kind)?;
+                    let labels = head
+                        .get("metadata")
+                        .and_then(|m| m.get("labels"))
+                        .and_then(Tree::as_object);
                     let picked = self
                         .job
                         .local_terms
                         .as_ref()
-                        .is_some_and(|terms| labels_match(terms, head.labels()));
+                        .is_some_and(|terms| labels_match(terms, labels));
                     if picked {
-                        let Object(mut object) = serde_json::from_str(text.get())?;
-                        fill_type(&mut object, api_version, kind);
-                        selected.push(object);
+                        selected.push(Object::parse(text, api_version, kind)?);
                     } else {
                         candidates.push(Candidate {
-                            head: head.into_object(api_version, kind),
+                            head,
                             text: text.to_owned(),
                         });
                     }
@@ -699,17 +585,6 @@ fn encode(s: &str) -> String {
     out
 }
 
-/// List items omit `apiVersion` and `kind` (the list carries them): put them back.
-fn fill_type(item: &mut Value, api_version: &str, kind: &str) {
-    if let Some(object) = item.as_object_mut() {
-        for (field, value) in [("apiVersion", api_version), ("kind", kind)] {
-            if !object.get(field).is_some_and(Value::is_string) {
-                object.insert(field.into(), Value::String(value.into()));
-            }
-        }
-    }
-}
-
 /// The `key=value` terms of a selector made only of equality terms (`=` or `==`), or `None` when
 /// it has any other kind of term (`!=`, `in`, `notin`, `exists`, `!key`), which only the
 /// apiserver applies. An empty selector is `Some(vec![])`: it selects everything.
@@ -731,29 +606,29 @@ fn equality_terms(selector: &str) -> Option<Vec<(String, String)>> {
 }
 
 /// Whether `labels` (an object's `metadata.labels`) hold every `key=value` term.
-fn labels_match(terms: &[(String, String)], labels: Option<&Map<String, Value>>) -> bool {
+fn labels_match(terms: &[(String, String)], labels: Option<&Map>) -> bool {
     terms.iter().all(|(key, value)| {
-        labels.and_then(|l| l.get(key)).and_then(Value::as_str) == Some(value.as_str())
+        labels.and_then(|l| l.get(key)).and_then(Tree::as_str) == Some(value.as_str())
     })
 }
 
-fn uid(object: &Value) -> Option<&str> {
+fn uid(object: &Tree) -> Option<&str> {
     object
         .get("metadata")
         .and_then(|m| m.get("uid"))
-        .and_then(Value::as_str)
+        .and_then(Tree::as_str)
         .filter(|u| !u.is_empty())
 }
 
 /// The first object of each uid, in order; objects without a uid or whose uid is in `skip` are
 /// dropped (the same object can come from two groups, e.g. `extensions` and `networking.k8s.io`
 /// Ingresses on older clusters).
-fn unique_by_uid(objects: impl IntoIterator<Item = Value>, skip: &HashSet<String>) -> Vec<Value> {
+fn unique_by_uid(objects: impl IntoIterator<Item = Object>, skip: &HashSet<String>) -> Vec<Object> {
     let mut seen: HashSet<String> = HashSet::new();
     objects
         .into_iter()
         .filter(|object| {
-            uid(object).is_some_and(|u| !skip.contains(u) && seen.insert(u.to_string()))
+            uid(&object.view).is_some_and(|u| !skip.contains(u) && seen.insert(u.to_string()))
         })
         .collect()
 }
@@ -894,7 +769,7 @@ fn events_by_object(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     fn kind(group: &str, version: &str, kind: &str, plural: &str) -> ApiKind {
         ApiKind {
@@ -941,7 +816,7 @@ mod tests {
     #[test]
     fn labels_match_every_term() {
         let terms = equality_terms("a=1,b=2").unwrap();
-        let labels = |labels: Value| labels.as_object().cloned();
+        let labels = |labels: Value| Tree::from(&labels).as_object().cloned();
         assert!(labels_match(
             &terms,
             labels(json!({"a": "1", "b": "2", "c": "3"})).as_ref()
@@ -959,54 +834,26 @@ mod tests {
         assert!(labels_match(&[], None));
     }
 
-    #[test]
-    fn objects_are_parsed_without_managed_fields() {
-        let text = r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "uid": "u",
-            "managedFields": [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}], "labels": {"a": "b"}},
-            "spec": {"containers": [{"name": "app"}]}}"#;
-        let Object(object) = serde_json::from_str(text).unwrap();
-        assert_eq!(
-            object,
-            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "uid": "u", "labels": {"a": "b"}},
-                   "spec": {"containers": [{"name": "app"}]}})
-        );
-        let Object(odd) = serde_json::from_str(r#"{"metadata": null, "x": 1}"#).unwrap();
-        assert_eq!(odd, json!({"metadata": null, "x": 1}));
-        assert!(serde_json::from_str::<Object>("[1]").is_err());
-    }
-
-    #[test]
-    fn candidates_keep_only_what_the_ownership_walk_reads() {
-        let text = r#"{"metadata": {"name": "rs", "namespace": "ns", "uid": "u1", "labels": {"app": "web"},
-            "ownerReferences": [{"uid": "d1", "kind": "Deployment", "name": "web"}], "annotations": {"big": "x"}},
-            "spec": {"replicas": 3}}"#;
-        let head: Head = serde_json::from_str(text).unwrap();
-        assert_eq!(head.labels().unwrap()["app"], "web");
-        assert_eq!(
-            head.into_object("apps/v1", "ReplicaSet"),
-            json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
-                   "metadata": {"name": "rs", "namespace": "ns", "uid": "u1", "labels": {"app": "web"},
-                                "ownerReferences": [{"uid": "d1", "kind": "Deployment", "name": "web"}]}})
-        );
-        let bare: Head = serde_json::from_str(r#"{"metadata": {"labels": null}}"#).unwrap();
-        assert_eq!(
-            bare.into_object("v1", "Pod"),
-            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {}})
-        );
+    /// A list item of the given type, as a page yields it.
+    fn listed(value: Value, api_version: &str, kind: &str) -> Object {
+        let text = RawValue::from_string(value.to_string()).unwrap();
+        Object::parse(&text, api_version, kind).unwrap()
     }
 
     fn candidate(text: &str) -> Candidate {
-        let head: Head = serde_json::from_str(text).unwrap();
         Candidate {
-            head: head.into_object("apps/v1", "ReplicaSet"),
+            head: object::parse_typed(object::HEAD, text, "apps/v1", "ReplicaSet").unwrap(),
             text: RawValue::from_string(text.to_string()).unwrap(),
         }
     }
 
     #[test]
     fn only_owned_candidates_are_parsed_and_kept_once() {
-        let selected = vec![json!({"apiVersion": "apps/v1", "kind": "Deployment",
-                                   "metadata": {"name": "web", "namespace": "ns", "uid": "d1"}})];
+        let selected = vec![listed(
+            json!({"metadata": {"name": "web", "namespace": "ns", "uid": "d1"}}),
+            "apps/v1",
+            "Deployment",
+        )];
         let kept = owned_candidates(
             &selected,
             vec![
@@ -1022,12 +869,15 @@ mod tests {
             ],
         );
         let owned = parse_candidates(kept);
+        let views: Vec<Value> = owned.iter().map(|o| Value::from(&o.view)).collect();
         assert_eq!(
-            owned,
+            views,
             [json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
-                    "metadata": {"name": "web-1", "namespace": "ns", "uid": "r1", "ownerReferences": [{"uid": "d1"}]},
-                    "spec": {"replicas": 2}})]
+                     "metadata": {"name": "web-1", "namespace": "ns", "uid": "r1", "ownerReferences": [{"uid": "d1"}]},
+                     "spec": {"replicas": 2}})]
         );
+        // The first of the two texts of r1, as the cluster sent it.
+        assert!(owned[0].text.get().contains("managedFields"));
     }
 
     #[test]
@@ -1085,22 +935,10 @@ mod tests {
     }
 
     #[test]
-    fn list_items_get_their_type() {
-        let mut item = json!({"metadata": {"name": "x"}});
-        fill_type(&mut item, "apps/v1", "Deployment");
-        assert_eq!(item["apiVersion"], "apps/v1");
-        assert_eq!(item["kind"], "Deployment");
-        let mut typed = json!({"apiVersion": "example.com/v2", "kind": "Widget"});
-        fill_type(&mut typed, "example.com/v1", "Widget");
-        assert_eq!(
-            typed["apiVersion"], "example.com/v2",
-            "the server's own word stays"
-        );
-    }
-
-    #[test]
     fn objects_are_unique_by_uid() {
-        let o = |uid: &str, name: &str| json!({"metadata": {"uid": uid, "name": name}});
+        let o = |uid: &str, name: &str| {
+            listed(json!({"metadata": {"uid": uid, "name": name}}), "v1", "Pod")
+        };
         let skip: HashSet<String> = ["s".to_string()].into();
         let kept = unique_by_uid(
             vec![
@@ -1108,13 +946,19 @@ mod tests {
                 o("b", "2"),
                 o("a", "3"),
                 o("s", "4"),
-                json!({"metadata": {}}),
+                listed(json!({"metadata": {}}), "v1", "Pod"),
             ],
             &skip,
         );
         let names: Vec<_> = kept
             .iter()
-            .map(|o| o["metadata"]["name"].as_str().unwrap())
+            .map(|o| {
+                o.view
+                    .get("metadata")
+                    .and_then(|m| m.get("name"))
+                    .and_then(Tree::as_str)
+                    .unwrap()
+            })
             .collect();
         assert_eq!(names, ["1", "2"]);
     }

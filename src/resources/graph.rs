@@ -1,6 +1,6 @@
 //! Dependency graph over live Kubernetes objects, Argo CD style.
 //!
-//! Pure functions over objects as `serde_json::Value`: no I/O, no panics on malformed input, output in a
+//! Pure functions over objects as `serde_json::Tree`: no I/O, no panics on malformed input, output in a
 //! deterministic order whatever the input order, and linear time: everything is hash-indexed (by uid, by
 //! `(namespace, name)`, by label pair), never a quadratic scan.
 //!
@@ -15,13 +15,12 @@
 //! `apiVersion: v1` (or no apiVersion), so that a CRD reusing the kind name (e.g. a Knative `Service`) is not
 //! mistaken for one.
 
+use std::borrow::Borrow;
 use std::cmp::Ordering;
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hash, Hasher};
 
-use serde_json::{Map, Value};
-
-use super::field;
+use super::tree::{Map, Tree};
 
 /// Why a parent links to a child. The order matters: when several relations link the same pair, only the
 /// first in this order is kept (an owner reference says the most).
@@ -184,18 +183,18 @@ impl<K: PartialEq + Copy> Chains<K> {
 
 // ---- small accessors: every one returns None / empty on a wrong shape instead of panicking ----
 
-fn value_at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a Value> {
-    path.iter().try_fold(v, |v, key| field(v, key))
+fn value_at<'a>(v: &'a Tree, path: &[&str]) -> Option<&'a Tree> {
+    path.iter().try_fold(v, |v, key| v.get(key))
 }
 
-fn str_at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a str> {
+fn str_at<'a>(v: &'a Tree, path: &[&str]) -> Option<&'a str> {
     value_at(v, path)?.as_str()
 }
 
 /// The elements of the array at `path`; nothing when it is missing or not an array.
-fn array_at<'a>(v: &'a Value, path: &[&str]) -> impl Iterator<Item = &'a Value> {
+fn array_at<'a>(v: &'a Tree, path: &[&str]) -> impl Iterator<Item = &'a Tree> {
     value_at(v, path)
-        .and_then(Value::as_array)
+        .and_then(Tree::as_array)
         .into_iter()
         .flatten()
 }
@@ -206,11 +205,11 @@ fn non_empty(s: Option<&str>) -> Option<&str> {
 }
 
 /// An owner reference's uid and whether it is the managing (`controller: true`) owner.
-fn owner_ref(owner: &Value) -> Option<(&str, bool)> {
+fn owner_ref(owner: &Tree) -> Option<(&str, bool)> {
     let mut uid = None;
     let mut controller = false;
-    for (key, value) in owner.as_object()? {
-        match key.as_str() {
+    for (key, value) in owner.as_object()?.iter() {
+        match key {
             "uid" => uid = non_empty(value.as_str()),
             "controller" => controller = value.as_bool() == Some(true),
             _ => {}
@@ -227,24 +226,24 @@ struct Node<'a> {
     uid: Option<&'a str>,
     name: Option<&'a str>,
     namespace: &'a str,
-    labels: Option<&'a Map<String, Value>>,
-    spec: Option<&'a Value>,
-    owner_refs: &'a [Value],
+    labels: Option<&'a Map>,
+    spec: Option<&'a Tree>,
+    owner_refs: &'a [Tree],
 }
 
 impl<'a> Node<'a> {
     /// Everything `edges` needs.
-    fn new(value: &'a Value) -> Self {
+    fn new(value: &'a Tree) -> Self {
         Self::read(value, true)
     }
 
     /// What `owned_closure` needs: no `spec`. Each key read is a cache miss on a cold object, so
     /// the walk stops once it has what it needs.
-    fn without_spec(value: &'a Value) -> Self {
+    fn without_spec(value: &'a Tree) -> Self {
         Self::read(value, false)
     }
 
-    fn read(value: &'a Value, with_spec: bool) -> Self {
+    fn read(value: &'a Tree, with_spec: bool) -> Self {
         let mut node = Node {
             kind: "",
             core: true,
@@ -261,8 +260,8 @@ impl<'a> Node<'a> {
         let mut meta = None;
         // Fields still to find: kind, apiVersion, metadata, spec (when wanted).
         let mut missing = if with_spec { 4 } else { 3 };
-        for (key, field) in object {
-            match key.as_str() {
+        for (key, field) in object.iter() {
+            match key {
                 "kind" => node.kind = field.as_str().unwrap_or(""),
                 "apiVersion" => node.core = field.as_str().is_none_or(|v| v == "v1"),
                 "metadata" => meta = field.as_object(),
@@ -276,14 +275,14 @@ impl<'a> Node<'a> {
         }
         // Only a Pod's and an EndpointSlice's own labels link anything.
         let want_labels = node.is_core("Pod") || node.kind == "EndpointSlice";
-        for (key, field) in meta.into_iter().flatten() {
-            match key.as_str() {
+        for (key, field) in meta.into_iter().flat_map(Map::iter) {
+            match key {
                 "uid" => node.uid = non_empty(field.as_str()),
                 "name" => node.name = non_empty(field.as_str()),
                 "namespace" => node.namespace = field.as_str().unwrap_or(""),
                 // Checked before the key's text is read: that read is the cost.
                 k if want_labels && k == "labels" => node.labels = field.as_object(),
-                "ownerReferences" => node.owner_refs = field.as_array().map_or(&[], Vec::as_slice),
+                "ownerReferences" => node.owner_refs = field.as_array().unwrap_or(&[]),
                 _ => {}
             }
         }
@@ -338,7 +337,7 @@ impl<'a> Node<'a> {
     /// The labels a Service selector is matched against: a Pod's own labels, or the pod template labels of a
     /// workload (Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, and any CRD shaped like one, e.g. an
     /// Argo Rollout). A listed workload kind without template labels simply has nothing to match.
-    fn pod_labels(&self) -> Option<&'a Map<String, Value>> {
+    fn pod_labels(&self) -> Option<&'a Map> {
         if self.is_core("Pod") {
             self.labels
         } else {
@@ -349,36 +348,36 @@ impl<'a> Node<'a> {
 
 /// A Service's `spec.selector` as pairs; None when absent, empty (a selector-less Service selects nothing) or
 /// malformed (a non-string value cannot be matched meaningfully).
-fn service_selector(spec: &Value) -> Option<Vec<(&str, &str)>> {
-    let selector = field(spec, "selector")?.as_object()?;
+fn service_selector(spec: &Tree) -> Option<Vec<(&str, &str)>> {
+    let selector = spec.get("selector")?.as_object()?;
     if selector.is_empty() {
         return None;
     }
     selector
         .iter()
-        .map(|(k, v)| Some((k.as_str(), v.as_str()?)))
+        .map(|(k, v)| Some((k, v.as_str()?)))
         .collect()
 }
 
-fn selector_matches(selector: &[(&str, &str)], labels: &Map<String, Value>) -> bool {
+fn selector_matches(selector: &[(&str, &str)], labels: &Map) -> bool {
     selector
         .iter()
-        .all(|(k, v)| labels.get(*k).and_then(Value::as_str) == Some(*v))
+        .all(|(k, v)| labels.get(k).and_then(Tree::as_str) == Some(*v))
 }
 
 /// Service names an Ingress routes to: `networking.k8s.io/v1` (`backend.service.name`, `spec.defaultBackend`)
 /// and the older `extensions/v1beta1` / `networking.k8s.io/v1beta1` form (`backend.serviceName`,
 /// `spec.backend`).
-fn ingress_backends(spec: &Value) -> impl Iterator<Item = &str> {
-    fn backend_service(backend: &Value) -> Option<&str> {
+fn ingress_backends(spec: &Tree) -> impl Iterator<Item = &str> {
+    fn backend_service(backend: &Tree) -> Option<&str> {
         str_at(backend, &["service", "name"]).or_else(|| str_at(backend, &["serviceName"]))
     }
     let defaults = ["defaultBackend", "backend"]
         .into_iter()
-        .filter_map(|key| field(spec, key));
+        .filter_map(|key| spec.get(key));
     let paths = array_at(spec, &["rules"])
         .flat_map(|rule| array_at(rule, &["http", "paths"]))
-        .filter_map(|path| field(path, "backend"));
+        .filter_map(|path| path.get("backend"));
     defaults.chain(paths).filter_map(backend_service)
 }
 
@@ -394,15 +393,21 @@ fn ingress_backends(spec: &Value) -> impl Iterator<Item = &str> {
 ///
 /// Linear: one pass indexes candidates by owner uid and by Service, then a walk from the selected objects
 /// expands each uid and each Service at most once, which is also what stops ownership cycles.
-pub fn owned_closure(selected: &[Value], candidates: &[Value]) -> Vec<usize> {
-    let roots: Vec<Node> = selected.iter().map(Node::without_spec).collect();
+pub fn owned_closure(
+    selected: &[impl Borrow<Tree>],
+    candidates: &[impl Borrow<Tree>],
+) -> Vec<usize> {
+    let roots: Vec<Node> = selected
+        .iter()
+        .map(|o| Node::without_spec(o.borrow()))
+        .collect();
     let selected_uids: IdSet<Hashed<&str>> = roots.iter().filter_map(Node::uid_key).collect();
 
     let mut nodes = Vec::with_capacity(candidates.len());
     let mut children: Chains<&str> = Chains::new();
     let mut service_parts: Chains<NsName> = Chains::new();
     for (i, candidate) in candidates.iter().enumerate() {
-        let node = Node::without_spec(candidate);
+        let node = Node::without_spec(candidate.borrow());
         for (owner, _) in node.owners() {
             children.insert(hashed_str(owner), i as u32);
         }
@@ -481,7 +486,7 @@ struct SelectorService<'a> {
 /// Edges are sorted (by from, to, kind) and at most one edge links a pair: when several relations hold, the
 /// first in [`EdgeType`] order wins, so an EndpointSlice owned by its Service gets one `Owner` edge. An edge
 /// never points from an object to itself. Objects without a uid are not nodes.
-pub fn edges(objects: &[Value]) -> Vec<Edge> {
+pub fn edges(objects: &[impl Borrow<Tree>]) -> Vec<Edge> {
     // One visit per object: index it and note every reference it makes, resolved once all are indexed.
     let mut nodes: Vec<Node> = Vec::with_capacity(objects.len());
     // The uid's first 8 bytes, big-endian: orders uids without touching the strings in most comparisons.
@@ -498,9 +503,9 @@ pub fn edges(objects: &[Value]) -> Vec<Edge> {
     let mut scale_targets: Chains<(&str, &str, &str)> = Chains::new();
     let mut target_kinds: IdSet<u64> = IdSet::default();
     let mut selectors: Vec<SelectorService> = Vec::new();
-    let mut workloads: Vec<(u32, &Map<String, Value>)> = Vec::new();
+    let mut workloads: Vec<(u32, &Map)> = Vec::new();
     for (i, object) in objects.iter().enumerate() {
-        let node = Node::new(object);
+        let node = Node::new(object.borrow());
         let i = i as u32;
         prefixes.push(node.uid.map_or(0, uid_prefix));
         kind_hashes.push(hash_strs(&[node.kind]));
@@ -512,7 +517,7 @@ pub fn edges(objects: &[Value]) -> Vec<Edge> {
             owner_refs.push((i, hashed_str(owner), controller));
         }
         let ns = node.namespace;
-        let spec = node.spec.unwrap_or(&Value::Null);
+        let spec = node.spec.unwrap_or(&Tree::Null);
         match node.kind {
             "Service" if node.core => {
                 let Some(key) = node.service_key() else {
@@ -680,7 +685,7 @@ pub fn edges(objects: &[Value]) -> Vec<Edge> {
 /// workloads.
 fn selector_matches_topmost(
     selectors: &[SelectorService],
-    workloads: &[(u32, &Map<String, Value>)],
+    workloads: &[(u32, &Map)],
     controller: &[u32],
     nodes: &[Node],
 ) -> Vec<(u32, u32)> {
@@ -713,7 +718,7 @@ fn selector_matches_topmost(
     let mut matches: Vec<(u32, u32)> = Vec::new();
     for &(w, labels) in workloads {
         let ns = nodes[w as usize].namespace;
-        for (key, value) in labels {
+        for (key, value) in labels.iter() {
             let Some(value) = value.as_str() else {
                 continue;
             };
@@ -751,8 +756,38 @@ fn selector_matches_topmost(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
     use std::time::{Duration, Instant};
+
+    /// The objects as the resource group keeps them ([`crate::resources::object`]).
+    fn kept(objects: &[Value]) -> Vec<Tree> {
+        let parse = |o: &Value| crate::resources::object::parse(&o.to_string()).expect("parse");
+        objects.iter().map(parse).collect()
+    }
+
+    fn trees(objects: &[Value]) -> Vec<Tree> {
+        objects.iter().map(Tree::from).collect()
+    }
+
+    /// [`super::edges`] of the whole objects, checked against the kept fields: the graph must not
+    /// read a field left out there.
+    fn edges(objects: &[Value]) -> Vec<Edge> {
+        let whole = super::edges(&trees(objects));
+        assert_eq!(
+            super::edges(&kept(objects)),
+            whole,
+            "edges of the kept fields"
+        );
+        whole
+    }
+
+    /// [`super::owned_closure`], checked the same way.
+    fn owned_closure(selected: &[Value], candidates: &[Value]) -> Vec<usize> {
+        let whole = super::owned_closure(&trees(selected), &trees(candidates));
+        let kept_closure = super::owned_closure(&kept(selected), &kept(candidates));
+        assert_eq!(kept_closure, whole, "closure of the kept fields");
+        whole
+    }
 
     fn object(api: &str, kind: &str, ns: &str, name: &str, uid: &str) -> Value {
         json!({"apiVersion": api, "kind": kind, "metadata": {"name": name, "namespace": ns, "uid": uid}})
@@ -1403,7 +1438,7 @@ mod tests {
             assert!(idx.windows(2).all(|w| w[0] < w[1]));
             let mut uids: Vec<String> = idx
                 .iter()
-                .map(|&i| Node::new(&objs[i]).uid_str().to_owned())
+                .map(|&i| objs[i]["metadata"]["uid"].as_str().unwrap().to_owned())
                 .collect();
             uids.sort();
             uids
@@ -1528,9 +1563,9 @@ mod tests {
     /// Prints timings with `--nocapture` (meaningful in release); `GRAPH_BENCH_RUNS=N` adds the best of N runs.
     #[test]
     fn hundred_thousand_objects() {
-        let objects = large_cluster();
+        let objects = trees(&large_cluster());
         assert_eq!(objects.len(), 100_000);
-        let selected: Vec<Value> = objects
+        let selected: Vec<Tree> = objects
             .iter()
             .filter(|o| matches!(Node::new(o).kind, "Deployment" | "Service"))
             .cloned()
@@ -1543,10 +1578,10 @@ mod tests {
         let (mut best_closure, mut best_edges) = (Duration::MAX, Duration::MAX);
         for _ in 0..runs {
             let start = Instant::now();
-            let closure = std::hint::black_box(owned_closure(&selected, &objects));
+            let closure = std::hint::black_box(super::owned_closure(&selected, &objects));
             best_closure = best_closure.min(start.elapsed());
             let start = Instant::now();
-            let graph = std::hint::black_box(edges(&objects));
+            let graph = std::hint::black_box(super::edges(&objects));
             best_edges = best_edges.min(start.elapsed());
             drop((closure, graph));
         }
@@ -1554,10 +1589,10 @@ mod tests {
             println!("best of {runs}: owned_closure {best_closure:?}, edges {best_edges:?}");
         }
         let start = Instant::now();
-        let closure = owned_closure(&selected, &objects);
+        let closure = super::owned_closure(&selected, &objects);
         let closure_time = start.elapsed();
         let start = Instant::now();
-        let graph = edges(&objects);
+        let graph = super::edges(&objects);
         let edges_time = start.elapsed();
         println!(
             "100k objects: owned_closure {closure_time:?}, edges {edges_time:?}, total {:?}",

@@ -7,6 +7,8 @@ use serde_json::{Map, Value};
 use super::fetch::{ListError, Listing, ResourceEvent};
 use super::graph::{self, Edge};
 use super::health::{self, Health};
+use super::object::Object;
+use super::tree::Tree;
 
 /// The warning of a group without resources (GitLab's wording).
 pub const NO_RESOURCES_WARNING: &str =
@@ -20,7 +22,7 @@ pub fn label_selector(project_id: i64, environment_slug: &str) -> String {
 }
 
 /// One resource of the group.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Resource {
     pub uid: String,
     pub api_version: String,
@@ -33,15 +35,15 @@ pub struct Resource {
     pub created_at: Option<DateTime<Utc>>,
     /// `None` when no health rule applies to the kind (which is not `Unknown`).
     pub health: Option<Health>,
-    /// The object as the cluster answered it, without `metadata.managedFields` (server-side apply
-    /// bookkeeping that `kubectl get -o yaml` hides too).
-    pub manifest: Value,
+    /// The object as listed; [`Object::manifest`] is what a reader sees of it, built only when
+    /// asked for.
+    pub object: Object,
     /// Most recent first.
     pub events: Vec<ResourceEvent>,
 }
 
 /// An environment's resources, their links and overall health.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ResourceGroup {
     pub namespace: String,
     pub label_selector: String,
@@ -58,22 +60,21 @@ pub struct ResourceGroup {
 }
 
 /// A top-level string field, `""` when absent.
-fn field<'a>(object: &'a Value, name: &str) -> &'a str {
-    object.get(name).and_then(Value::as_str).unwrap_or("")
+fn field<'a>(object: &'a Tree, name: &str) -> &'a str {
+    object.get(name).and_then(Tree::as_str).unwrap_or("")
 }
 
-/// A `metadata` string field, `""` when absent. (`Value::pointer` would allocate for every
-/// path segment, and this runs for every field of every resource.)
-fn meta<'a>(object: &'a Value, name: &str) -> &'a str {
+/// A `metadata` string field, `""` when absent.
+fn meta<'a>(object: &'a Tree, name: &str) -> &'a str {
     object
         .get("metadata")
         .and_then(|m| m.get(name))
-        .and_then(Value::as_str)
+        .and_then(Tree::as_str)
         .unwrap_or("")
 }
 
 /// `(apiVersion, kind, namespace, name, uid)`: the order resources are shown in.
-fn order_key(object: &Value) -> [&str; 5] {
+fn order_key(object: &Tree) -> [&str; 5] {
     [
         field(object, "apiVersion"),
         field(object, "kind"),
@@ -97,24 +98,25 @@ pub fn assemble(listing: Listing) -> ResourceGroup {
         unavailable,
     } = listing;
 
-    let objects: Vec<Value> = selected.into_iter().chain(owned).collect();
+    let objects: Vec<Object> = selected.into_iter().chain(owned).collect();
     // Sort keys read once per object: reading them in the comparator cost more than the rest of
     // the assembly. Edges and health do not depend on the order, so they are computed on the
     // objects as listed and permuted with them.
     let mut keyed: Vec<([&str; 5], usize)> = objects
         .iter()
         .enumerate()
-        .map(|(i, object)| (order_key(object), i))
+        .map(|(i, object)| (order_key(&object.view), i))
         .collect();
     keyed.sort_unstable();
     let order: Vec<usize> = keyed.into_iter().map(|(_, i)| i).collect();
     let edges = graph::edges(&objects);
-    let healths: Vec<Option<Health>> = objects.iter().map(health::health).collect();
-    let mut slots: Vec<Option<(Value, Option<Health>)>> =
+    let healths: Vec<Option<Health>> = objects.iter().map(|o| health::health(&o.view)).collect();
+    let mut slots: Vec<Option<(Object, Option<Health>)>> =
         objects.into_iter().zip(healths).map(Some).collect();
-    let (objects, healths): (Vec<Value>, Vec<Option<Health>>) =
+    let (objects, healths): (Vec<Object>, Vec<Option<Health>>) =
         order.into_iter().filter_map(|i| slots[i].take()).unzip();
     let group_health = health::aggregate(objects.iter().zip(&healths).filter_map(|(object, h)| {
+        let object = &object.view;
         let namespace = Some(meta(object, "namespace")).filter(|ns| !ns.is_empty());
         Some((
             field(object, "kind"),
@@ -127,30 +129,27 @@ pub fn assemble(listing: Listing) -> ResourceGroup {
     let resources: Vec<Resource> = objects
         .into_iter()
         .zip(healths)
-        .map(|(mut manifest, health)| {
-            if let Some(metadata) = manifest.get_mut("metadata").and_then(Value::as_object_mut) {
-                metadata.remove("managedFields");
-            }
-            let uid = meta(&manifest, "uid").to_string();
+        .map(|(object, health)| {
+            let view = &object.view;
+            let uid = meta(view, "uid").to_string();
             let events = events.remove(&uid).unwrap_or_default();
-            let namespace = meta(&manifest, "namespace");
+            let namespace = meta(view, "namespace");
             Resource {
-                api_version: field(&manifest, "apiVersion").to_string(),
-                kind: field(&manifest, "kind").to_string(),
+                api_version: field(view, "apiVersion").to_string(),
+                kind: field(view, "kind").to_string(),
                 namespace: (!namespace.is_empty()).then(|| namespace.to_string()),
-                name: meta(&manifest, "name").to_string(),
-                labels: manifest
+                name: meta(view, "name").to_string(),
+                labels: view
                     .get("metadata")
                     .and_then(|m| m.get("labels"))
                     .filter(|l| l.is_object())
-                    .cloned()
-                    .unwrap_or_else(|| Value::Object(Map::new())),
-                created_at: DateTime::parse_from_rfc3339(meta(&manifest, "creationTimestamp"))
+                    .map_or_else(|| Value::Object(Map::new()), Value::from),
+                created_at: DateTime::parse_from_rfc3339(meta(view, "creationTimestamp"))
                     .ok()
                     .map(|t| t.with_timezone(&Utc)),
                 uid,
                 health,
-                manifest,
+                object,
                 events,
             }
         })
@@ -188,10 +187,17 @@ mod tests {
     use crate::resources::graph::EdgeType;
     use crate::resources::health::HealthStatus;
     use serde_json::json;
+    use serde_json::value::RawValue;
 
-    fn deployment(name: &str, uid: &str, ready: bool) -> Value {
+    /// A listed object, as the cluster's answer becomes one.
+    fn listed(value: Value) -> Object {
+        let text = RawValue::from_string(value.to_string()).unwrap();
+        Object::parse(&text, "", "").unwrap()
+    }
+
+    fn deployment(name: &str, uid: &str, ready: bool) -> Object {
         let available = if ready { 1 } else { 0 };
-        json!({
+        listed(json!({
             "apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": {"name": name, "namespace": "prod", "uid": uid, "generation": 1,
                          "creationTimestamp": "2024-05-01T12:00:00Z",
@@ -202,20 +208,20 @@ mod tests {
             "status": {"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1,
                        "availableReplicas": available, "readyReplicas": available,
                        "conditions": if ready { json!([]) } else { json!([{"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded", "message": "too slow"}]) }},
-        })
+        }))
     }
 
-    fn owned(api_version: &str, kind: &str, name: &str, uid: &str, owner: &str) -> Value {
-        json!({
+    fn owned(api_version: &str, kind: &str, name: &str, uid: &str, owner: &str) -> Object {
+        listed(json!({
             "apiVersion": api_version, "kind": kind,
             "metadata": {"name": name, "namespace": "prod", "uid": uid,
                          "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "x", "uid": owner, "controller": true}]},
-        })
+        }))
     }
 
-    fn config_map(name: &str, uid: &str) -> Value {
-        json!({"apiVersion": "v1", "kind": "ConfigMap",
-               "metadata": {"name": name, "namespace": "prod", "uid": uid}})
+    fn config_map(name: &str, uid: &str) -> Object {
+        listed(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                      "metadata": {"name": name, "namespace": "prod", "uid": uid}}))
     }
 
     fn event(reason: &str) -> ResourceEvent {
@@ -284,8 +290,12 @@ mod tests {
         );
         assert_eq!(web.health.as_ref().unwrap().status, HealthStatus::Healthy);
         assert_eq!(web.events, [event("ScalingReplicaSet")]);
-        assert!(web.manifest["metadata"].get("managedFields").is_none());
-        assert_eq!(web.manifest["spec"]["replicas"], 1);
+        let manifest = web.object.manifest();
+        assert!(manifest["metadata"].get("managedFields").is_none());
+        assert_eq!(
+            manifest["spec"]["template"]["spec"],
+            json!({"containers": []})
+        );
         let settings = &group.resources[2];
         assert_eq!(settings.health, None, "a ConfigMap has no health rule");
         assert_eq!(settings.labels, json!({}));
@@ -376,7 +386,11 @@ mod tests {
         });
         assert_eq!(group, reversed);
         // The same as computing everything on the sorted objects, one thread.
-        let sorted: Vec<Value> = group.resources.iter().map(|r| r.manifest.clone()).collect();
+        let sorted: Vec<Tree> = group
+            .resources
+            .iter()
+            .map(|r| Tree::from(&r.object.manifest()))
+            .collect();
         assert_eq!(group.edges, graph::edges(&sorted));
         let healths: Vec<_> = sorted.iter().map(health::health).collect();
         let shown: Vec<_> = group.resources.iter().map(|r| r.health.clone()).collect();

@@ -1,0 +1,271 @@
+//! A listed Kubernetes object as the resource group holds it: a compact [`Tree`] of the fields
+//! that the dependency graph, the health rules and the assembly read, and the text the cluster
+//! sent, for `manifest`.
+//!
+//! The tree is built in the same parse that skips the rest unbuilt (a container list, an
+//! Endpoints' addresses, a ConfigMap's data, `managedFields`), so a group's passes (ownership,
+//! edges, health) walk a fraction of each object. The text is kept as it came and parsed again
+//! only when a query asks for the `manifest` of a resource.
+//!
+//! [`KEPT`] names the fields. The health and graph tests run every fixture both whole and
+//! through [`parse`], so a rule that reads a field not kept here fails its tests.
+
+use serde_json::value::RawValue;
+use serde_json::Value;
+
+use super::health::{HPA_CONDITIONS_ANNOTATION, IGNORE_RESTART_POLICY_ANNOTATION};
+pub use super::tree::Keep;
+use super::tree::Tree;
+
+/// One listed object.
+#[derive(Debug, Clone)]
+pub struct Object {
+    /// The kept fields; `apiVersion` and `kind` are always there (list items often lack them).
+    pub view: Tree,
+    /// The object as the cluster sent it.
+    pub text: Box<RawValue>,
+}
+
+impl std::borrow::Borrow<Tree> for Object {
+    fn borrow(&self) -> &Tree {
+        &self.view
+    }
+}
+
+impl Object {
+    /// Parses one list item of the given type.
+    pub fn parse(text: &RawValue, api_version: &str, kind: &str) -> serde_json::Result<Object> {
+        Ok(Object {
+            view: parse_typed(KEPT, text.get(), api_version, kind)?,
+            text: text.to_owned(),
+        })
+    }
+
+    /// The whole object, without `metadata.managedFields`: server-side apply bookkeeping, often
+    /// the largest part of an object, that `kubectl get -o yaml` hides too.
+    pub fn manifest(&self) -> Value {
+        let mut manifest: Value = serde_json::from_str(self.text.get()).unwrap_or(Value::Null);
+        if let Value::Object(object) = &mut manifest {
+            for field in ["apiVersion", "kind"] {
+                if let Some(value) = self.view.get(field) {
+                    object.insert(field.into(), value.into());
+                }
+            }
+            if let Some(Value::Object(metadata)) = object.get_mut("metadata") {
+                metadata.remove("managedFields");
+            }
+        }
+        manifest
+    }
+}
+
+impl PartialEq for Object {
+    fn eq(&self, other: &Self) -> bool {
+        self.view == other.view && self.text.get() == other.text.get()
+    }
+}
+
+use Keep::{All, Fields};
+
+/// What is read of an object: by the graph (identity, owners, and the fields that link
+/// objects), by the health rules (the few spec fields they consult, and all of `status`, whose
+/// shape each kind and custom resource decides), and by the assembly (labels, creation time).
+pub const KEPT: Keep = Fields(&[
+    ("apiVersion", All),
+    ("kind", All),
+    (
+        "metadata",
+        Fields(&[
+            ("name", All),
+            ("namespace", All),
+            ("uid", All),
+            ("generation", All),
+            ("creationTimestamp", All),
+            ("deletionTimestamp", All),
+            ("labels", All),
+            (
+                "annotations",
+                Fields(&[
+                    (IGNORE_RESTART_POLICY_ANNOTATION, All),
+                    (HPA_CONDITIONS_ANNOTATION, All),
+                ]),
+            ),
+            (
+                "ownerReferences",
+                Fields(&[("uid", All), ("controller", All)]),
+            ),
+        ]),
+    ),
+    (
+        "spec",
+        Fields(&[
+            // Health rules.
+            ("paused", All),
+            ("replicas", All),
+            ("updateStrategy", All),
+            ("restartPolicy", All),
+            ("suspend", All),
+            ("type", All),
+            // Links: Service selectors and the pod template labels they match, Ingress
+            // backends, autoscaler targets, a Pod's claims.
+            ("selector", All),
+            (
+                "template",
+                Fields(&[("metadata", Fields(&[("labels", All)]))]),
+            ),
+            ("rules", All),
+            ("defaultBackend", All),
+            ("backend", All),
+            ("scaleTargetRef", All),
+            ("volumes", Fields(&[("persistentVolumeClaim", All)])),
+        ]),
+    ),
+    ("status", All),
+]);
+
+/// What the ownership walk reads of an object that no selector picked: who it is and who owns
+/// it. Only the objects the walk keeps are parsed again with [`KEPT`].
+pub const HEAD: Keep = Fields(&[
+    ("apiVersion", All),
+    ("kind", All),
+    (
+        "metadata",
+        Fields(&[
+            ("name", All),
+            ("namespace", All),
+            ("uid", All),
+            ("labels", All),
+            (
+                "ownerReferences",
+                Fields(&[("uid", All), ("controller", All)]),
+            ),
+        ]),
+    ),
+]);
+
+/// The [`KEPT`] fields of the JSON text of one object, in one pass that builds nothing else.
+pub fn parse(text: &str) -> serde_json::Result<Tree> {
+    KEPT.parse(text)
+}
+
+/// The `keep` fields of a list item: list items omit `apiVersion` and `kind` (the list carries
+/// them), so they are put back.
+pub fn parse_typed(
+    keep: Keep,
+    text: &str,
+    api_version: &str,
+    kind: &str,
+) -> serde_json::Result<Tree> {
+    let mut view = keep.parse(text)?;
+    if let Tree::Object(map) = &mut view {
+        for (field, value) in [("apiVersion", api_version), ("kind", kind)] {
+            if !map.get(field).is_some_and(Tree::is_string) {
+                map.set(field, Tree::String(value.into()));
+            }
+        }
+    }
+    Ok(view)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn raw(value: &Value) -> Box<RawValue> {
+        RawValue::from_string(value.to_string()).unwrap()
+    }
+
+    #[test]
+    fn keeps_what_is_read_and_drops_the_rest() {
+        let pod = json!({
+            "metadata": {
+                "name": "web-1", "namespace": "apps", "uid": "u1", "resourceVersion": "7",
+                "labels": {"app": "web"},
+                "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{...}",
+                                IGNORE_RESTART_POLICY_ANNOTATION: "true"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "rs", "controller": true}],
+                "managedFields": [{"manager": "kubectl"}],
+            },
+            "spec": {"containers": [{"name": "web", "image": "web:1"}], "restartPolicy": "Always",
+                     "volumes": [{"name": "config", "configMap": {"name": "c"}},
+                                 {"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]},
+            "status": {"phase": "Running", "anything": [1, {"a": null}]},
+        });
+        let object = Object::parse(&raw(&pod), "v1", "Pod").unwrap();
+        assert_eq!(
+            Value::from(&object.view),
+            json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {
+                    "name": "web-1", "namespace": "apps", "uid": "u1", "labels": {"app": "web"},
+                    "annotations": {IGNORE_RESTART_POLICY_ANNOTATION: "true"},
+                    "ownerReferences": [{"uid": "rs", "controller": true}],
+                },
+                "spec": {"restartPolicy": "Always",
+                         "volumes": [{}, {"persistentVolumeClaim": {"claimName": "data"}}]},
+                "status": {"phase": "Running", "anything": [1, {"a": null}]},
+            })
+        );
+        // The manifest is the whole object but its managed fields, typed as it was listed.
+        let mut expected = pod.clone();
+        expected["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("managedFields");
+        expected["apiVersion"] = json!("v1");
+        expected["kind"] = json!("Pod");
+        assert_eq!(object.manifest(), expected);
+    }
+
+    #[test]
+    fn a_head_is_who_the_object_is_and_who_owns_it() {
+        let pod = json!({"metadata": {"name": "p", "uid": "u", "labels": {"a": "b"}, "generation": 2,
+                                      "ownerReferences": [{"uid": "o", "controller": false, "name": "x"}]},
+                         "status": {"phase": "Running"}});
+        assert_eq!(
+            Value::from(&parse_typed(HEAD, &pod.to_string(), "v1", "Pod").unwrap()),
+            json!({"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": "p", "uid": "u", "labels": {"a": "b"},
+                                "ownerReferences": [{"uid": "o", "controller": false}]}})
+        );
+    }
+
+    #[test]
+    fn list_items_get_their_type() {
+        let item = parse_typed(
+            KEPT,
+            r#"{"metadata": {"name": "x"}}"#,
+            "apps/v1",
+            "Deployment",
+        );
+        let item = Value::from(&item.unwrap());
+        assert_eq!(
+            (&item["apiVersion"], &item["kind"]),
+            (&json!("apps/v1"), &json!("Deployment"))
+        );
+        let text = r#"{"apiVersion": "example.com/v2", "kind": "Widget"}"#;
+        let typed = Value::from(&parse_typed(KEPT, text, "example.com/v1", "Widget").unwrap());
+        assert_eq!(
+            typed["apiVersion"], "example.com/v2",
+            "the server's own word stays"
+        );
+    }
+
+    #[test]
+    fn odd_shapes_are_kept_as_they_are_and_never_fail() {
+        // A field named like a kept map but of another type, nulls, numbers of every kind.
+        let odd = json!({"apiVersion": "example.com/v1", "kind": "Widget",
+                         "metadata": null, "spec": "text", "status": [1, -2, 3.5, true, null]});
+        let object = Object::parse(&raw(&odd), "ignored/v1", "Ignored").unwrap();
+        assert_eq!(Value::from(&object.view), odd);
+        let nested =
+            json!({"spec": {"template": [{"metadata": {"labels": {"a": "b"}, "x": 1}}, 2]}});
+        assert_eq!(
+            Value::from(&parse(&nested.to_string()).unwrap()),
+            json!({"spec": {"template": [{"metadata": {"labels": {"a": "b"}}}, 2]}})
+        );
+        assert!(parse("{\"spec\": {").is_err());
+        assert!(parse("{} {}").is_err());
+    }
+}

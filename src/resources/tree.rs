@@ -1,0 +1,372 @@
+//! A compact JSON tree: what the health rules and the dependency graph read objects through.
+//!
+//! `serde_json::Value` keeps every map key and every string in an allocation of its own, and
+//! its maps in B-tree nodes. Reading one field of an object not in cache (a large resource
+//! group is never in cache) then costs a cache miss per key compared on the way. Here a map is
+//! one slice of entries, and a key or a string of up to 24 bytes (nearly every key and name of
+//! a Kubernetes object) sits inline in its entry, so that finding `metadata.uid` reads a few
+//! contiguous lines. Entries keep the order of the text; a key given twice keeps its last value,
+//! as `serde_json` does.
+//!
+//! [`Keep`] parses only chosen fields, in the same pass, skipping the rest unbuilt.
+
+use std::borrow::Cow;
+
+use compact_str::CompactString;
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+
+/// A JSON value.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum Tree {
+    #[default]
+    Null,
+    Bool(bool),
+    /// Integers, as `serde_json` reads them; `UInt` only above `i64::MAX`.
+    Int(i64),
+    UInt(u64),
+    Float(f64),
+    String(CompactString),
+    Array(Box<[Tree]>),
+    Object(Map),
+}
+
+/// A JSON object: its entries in the order of the text.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Map(Box<[(CompactString, Tree)]>);
+
+impl Map {
+    /// The value of `key`. Lengths are compared before text, and both sit in the entry.
+    pub fn get(&self, key: &str) -> Option<&Tree> {
+        self.0
+            .iter()
+            .find_map(|(k, v)| (k.len() == key.len() && k == key).then_some(v))
+    }
+
+    /// Sets `key`: in its place when it is there, else last.
+    pub fn set(&mut self, key: &str, value: Tree) {
+        if let Some(entry) = self.0.iter_mut().find(|(k, _)| k == key) {
+            entry.1 = value;
+            return;
+        }
+        let mut entries = std::mem::take(&mut self.0).into_vec();
+        entries.push((key.into(), value));
+        self.0 = entries.into_boxed_slice();
+    }
+
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.get(key).is_some()
+    }
+
+    pub fn iter(&self) -> <&Map as IntoIterator>::IntoIter {
+        self.into_iter()
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+type Entry = (CompactString, Tree);
+
+impl<'a> IntoIterator for &'a Map {
+    type Item = (&'a str, &'a Tree);
+    type IntoIter = std::iter::Map<std::slice::Iter<'a, Entry>, fn(&'a Entry) -> Self::Item>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter().map(|(k, v)| (k.as_str(), v))
+    }
+}
+
+impl FromIterator<(CompactString, Tree)> for Map {
+    /// A repeated key keeps its last value, in the place of its first.
+    fn from_iter<I: IntoIterator<Item = (CompactString, Tree)>>(entries: I) -> Self {
+        let mut map: Vec<(CompactString, Tree)> = Vec::new();
+        for (key, value) in entries {
+            match map.iter_mut().find(|(k, _)| *k == key) {
+                Some(entry) => entry.1 = value,
+                None => map.push((key, value)),
+            }
+        }
+        Map(map.into_boxed_slice())
+    }
+}
+
+impl Tree {
+    /// `self[key]` of an object; `None` for a missing key or anything but an object.
+    pub fn get(&self, key: &str) -> Option<&Tree> {
+        self.as_object()?.get(key)
+    }
+
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Tree::String(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// An integer that fits in `i64`, as `serde_json::Value::as_i64` reads it.
+    pub fn as_i64(&self) -> Option<i64> {
+        match *self {
+            Tree::Int(i) => Some(i),
+            Tree::UInt(u) => i64::try_from(u).ok(),
+            _ => None,
+        }
+    }
+
+    pub fn as_bool(&self) -> Option<bool> {
+        match *self {
+            Tree::Bool(b) => Some(b),
+            _ => None,
+        }
+    }
+
+    pub fn as_array(&self) -> Option<&[Tree]> {
+        match self {
+            Tree::Array(items) => Some(items),
+            _ => None,
+        }
+    }
+
+    pub fn as_object(&self) -> Option<&Map> {
+        match self {
+            Tree::Object(map) => Some(map),
+            _ => None,
+        }
+    }
+
+    pub fn is_null(&self) -> bool {
+        matches!(self, Tree::Null)
+    }
+
+    pub fn is_object(&self) -> bool {
+        matches!(self, Tree::Object(_))
+    }
+
+    pub fn is_string(&self) -> bool {
+        matches!(self, Tree::String(_))
+    }
+}
+
+impl From<&serde_json::Value> for Tree {
+    fn from(value: &serde_json::Value) -> Self {
+        use serde_json::Value;
+        match value {
+            Value::Null => Tree::Null,
+            Value::Bool(b) => Tree::Bool(*b),
+            Value::Number(n) => match (n.as_i64(), n.as_u64()) {
+                (Some(i), _) => Tree::Int(i),
+                (None, Some(u)) => Tree::UInt(u),
+                _ => Tree::Float(n.as_f64().unwrap_or(f64::NAN)),
+            },
+            Value::String(s) => Tree::String(s.into()),
+            Value::Array(items) => Tree::Array(items.iter().map(Tree::from).collect()),
+            Value::Object(map) => Tree::Object(
+                map.iter()
+                    .map(|(k, v)| (CompactString::from(k.as_str()), Tree::from(v)))
+                    .collect(),
+            ),
+        }
+    }
+}
+
+impl From<&Tree> for serde_json::Value {
+    fn from(tree: &Tree) -> Self {
+        use serde_json::Value;
+        match tree {
+            Tree::Null => Value::Null,
+            Tree::Bool(b) => Value::Bool(*b),
+            Tree::Int(i) => Value::from(*i),
+            Tree::UInt(u) => Value::from(*u),
+            Tree::Float(f) => Value::from(*f),
+            Tree::String(s) => Value::String(s.to_string()),
+            Tree::Array(items) => Value::Array(items.iter().map(Value::from).collect()),
+            Tree::Object(map) => Value::Object(
+                map.iter()
+                    .map(|(k, v)| (k.to_owned(), Value::from(v)))
+                    .collect(),
+            ),
+        }
+    }
+}
+
+/// Which part of a JSON value to build: all of it, or the named fields of an object, each with
+/// its own rule. On an array the rule applies to every element; a scalar is kept as it is.
+#[derive(Debug, Clone, Copy)]
+pub enum Keep {
+    All,
+    Fields(&'static [(&'static str, Keep)]),
+}
+
+impl Keep {
+    /// The `self` part of the JSON text `text`, in one pass that builds nothing else.
+    pub fn parse(self, text: &str) -> serde_json::Result<Tree> {
+        let mut deserializer = serde_json::Deserializer::from_str(text);
+        let tree = self.deserialize(&mut deserializer)?;
+        deserializer.end()?;
+        Ok(tree)
+    }
+}
+
+impl<'de> Deserialize<'de> for Tree {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Tree, D::Error> {
+        Keep::All.deserialize(deserializer)
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for Keep {
+    type Value = Tree;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Tree, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Keep {
+    type Value = Tree;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Tree, A::Error> {
+        let mut entries = Vec::new();
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            let keep = match self {
+                Keep::All => Some(Keep::All),
+                Keep::Fields(fields) => fields.iter().find(|(name, _)| *name == key).map(|f| f.1),
+            };
+            match keep {
+                Some(keep) => entries.push((CompactString::from(key), map.next_value_seed(keep)?)),
+                None => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(Tree::Object(entries.into_iter().collect()))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Tree, A::Error> {
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+        while let Some(item) = seq.next_element_seed(self)? {
+            items.push(item);
+        }
+        Ok(Tree::Array(items.into_boxed_slice()))
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Tree, E> {
+        Ok(Tree::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Tree, E> {
+        Ok(Tree::Int(v))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Tree, E> {
+        Ok(i64::try_from(v).map_or(Tree::UInt(v), Tree::Int))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Tree, E> {
+        Ok(Tree::Float(v))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Tree, E> {
+        Ok(Tree::String(v.into()))
+    }
+
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Tree, E> {
+        Ok(Tree::String(v.into()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Tree, E> {
+        Ok(Tree::String(v.into()))
+    }
+
+    fn visit_unit<E>(self) -> Result<Tree, E> {
+        Ok(Tree::Null)
+    }
+
+    fn visit_none<E>(self) -> Result<Tree, E> {
+        Ok(Tree::Null)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Tree, D::Error> {
+        self.deserialize(deserializer)
+    }
+}
+
+/// For messages that quote an object.
+impl std::fmt::Display for Tree {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        serde_json::Value::from(self).fmt(f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn reads_as_serde_json_reads() {
+        let value = json!({"a": [1, -2, 3.5, 18446744073709551615u64, true, null, "x"],
+                           "b": {"c": "a string longer than twenty-four bytes", "d": {}}, "": ""});
+        let tree: Tree = serde_json::from_str(&value.to_string()).unwrap();
+        assert_eq!(tree, Tree::from(&value));
+        assert_eq!(serde_json::Value::from(&tree), value);
+        let a = tree.get("a").and_then(Tree::as_array).unwrap();
+        let as_i64: Vec<_> = a.iter().map(Tree::as_i64).collect();
+        let expected: Vec<_> = value["a"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(serde_json::Value::as_i64)
+            .collect();
+        assert_eq!(as_i64, expected);
+        assert_eq!(a[4].as_bool(), Some(true));
+        assert!(a[5].is_null() && !a[6].is_null() && a[6].is_string());
+        let b = tree.get("b").unwrap();
+        assert_eq!(
+            b.get("c").and_then(Tree::as_str),
+            Some("a string longer than twenty-four bytes")
+        );
+        assert!(
+            b.get("d").unwrap().is_object() && b.get("d").unwrap().as_object().unwrap().is_empty()
+        );
+        assert_eq!(tree.get(""), Some(&Tree::String("".into())));
+        assert_eq!(tree.get("nope"), None);
+        assert_eq!(Tree::Int(1).get("a"), None);
+        assert_eq!(tree.to_string(), value.to_string());
+    }
+
+    #[test]
+    fn a_repeated_key_keeps_its_last_value_as_serde_json_does() {
+        let text = r#"{"a": 1, "b": 2, "a": 3}"#;
+        let tree: Tree = serde_json::from_str(text).unwrap();
+        let value: serde_json::Value = serde_json::from_str(text).unwrap();
+        assert_eq!(tree.get("a"), Some(&Tree::Int(3)));
+        assert_eq!(tree.as_object().unwrap().len(), 2);
+        assert_eq!(serde_json::Value::from(&tree), value);
+    }
+
+    #[test]
+    fn keep_builds_only_the_named_fields() {
+        const KEEP: Keep =
+            Keep::Fields(&[("a", Keep::All), ("b", Keep::Fields(&[("c", Keep::All)]))]);
+        let text = r#"{"a": {"x": [1]}, "b": [{"c": 1, "d": 2}, 3, {"d": {"e": []}}], "z": {"deep": [[[]]]}}"#;
+        assert_eq!(
+            serde_json::Value::from(&KEEP.parse(text).unwrap()),
+            json!({"a": {"x": [1]}, "b": [{"c": 1}, 3, {}]})
+        );
+        assert!(KEEP.parse(r#"{"a": "#).is_err());
+        assert!(KEEP.parse("{} {}").is_err());
+        assert_eq!(
+            KEEP.parse("[1, null]").unwrap(),
+            Tree::Array([Tree::Int(1), Tree::Null].into())
+        );
+    }
+}
