@@ -9,34 +9,38 @@
 //! environment in the namespace, and Events. Measured in the same run, medians over the
 //! iterations:
 //!
-//! - (a) envlens: `list_resource_group` then `group::assemble`, through a `kube::Client`, with a
-//!   warm discovery cache (as the service has it after its first view of the cluster);
+//! - (a) envlens: the GraphQL query of the environment's `resourceGroup` (every field but
+//!   `manifest`), through the service's router, as a signed-in developer whose `user_access`
+//!   impersonates them: session check, SQL, listing, assembly and the JSON answer. The router is
+//!   called in the process, without a socket, like the floor's requests skip none;
+//! - (a') the library alone: `list_resource_group` then `group::assemble` through a
+//!   `kube::Client`, with a warm discovery cache (as the service has it after its first view);
 //! - (b) `kubectl get <every namespaced listable kind> -l <selector> -n <ns> -o json`, which
 //!   finds only the labelled objects, not what they own (skipped when kubectl is absent);
 //! - (c) the floor: the very list requests (a) sends, all at once, straight to the server over
 //!   already open keep-alive connections, bodies read and not parsed.
 //!
-//! (a) is `measure_envlens`: swap it for a GraphQL `resourceGroup` request against a running
-//! service to measure the whole path.
+//! The database is a private PostgreSQL started from the machine's binaries, as the tests do.
 
-#[path = "../tests/support/kube_api/mod.rs"]
-mod kube_api;
+#[allow(dead_code)]
+#[path = "../tests/support/mod.rs"]
+mod support;
 
 use std::time::{Duration, Instant};
 
-use axum::body::Bytes;
-use axum::http::HeaderMap;
+use axum::body::{Body, Bytes};
+use axum::http::{header, HeaderMap, Request};
+use envlens::auth::mint_session;
 use envlens::resources::discovery::DiscoveryCache;
 use envlens::resources::fetch::{list_resource_group, FetchOptions};
 use envlens::resources::group;
 use http_body_util::{BodyExt, Empty};
-use kube_api::{KubeApi, Served};
 use serde_json::{json, Value};
+use support::environment::{self, NS, PROJECT, SLUG};
+use support::kube_api::{KubeApi, Served};
+use support::TestApp;
 use tokio::net::TcpStream;
 
-const NS: &str = "bench";
-const PROJECT: i64 = 7;
-const SLUG: &str = "production";
 const NOISE_SLUG: &str = "staging";
 const LATENCY: Duration = Duration::from_millis(5);
 const CUSTOM_KINDS: usize = 21;
@@ -246,6 +250,11 @@ fn events(api: &KubeApi, slug: &str) {
 }
 
 struct Bench {
+    /// The service, with GitLab's side recorded: a developer's `user_access` to agent 7, whose
+    /// last successful deployment of `production` went to the namespace.
+    app: TestApp,
+    /// The developer's session.
+    token: String,
     api: KubeApi,
     served: Served,
     client: kube::Client,
@@ -303,7 +312,12 @@ async fn setup() -> (Bench, usize) {
         })
         .collect::<Vec<_>>()
         .join(",");
+    let app = environment::gitlab(&served).await;
+    let (token, _) = mint_session(support::SESSION_KEY, 2, "dev", Duration::from_secs(3600))
+        .expect("session token");
     let bench = Bench {
+        app,
+        token,
         api,
         served,
         client,
@@ -317,7 +331,37 @@ async fn setup() -> (Bench, usize) {
 
 // ---- the measurements ----
 
-/// (a) One view of the resource group by envlens. The view is returned, so that the caller
+/// What a page showing the environment's resources asks for: everything but the manifests.
+const QUERY: &str = r#"{ project(fullPath: "acme/apps/web") { environment(name: "production") {
+    resourceGroup { namespace labelSelector health healthMessage warnings
+      errors { apiVersion kind code message }
+      resources { uid apiVersion kind namespace name labels createdAt health { status message }
+                  events { type reason message count lastSeen } }
+      edges { from to type } } } } }"#;
+
+/// (a) The service's answer to [`QUERY`]: its body, checked by the caller after the time is
+/// taken.
+async fn measure_graphql(b: &Bench) -> Vec<u8> {
+    let request = Request::post("/api/graphql")
+        .header(header::AUTHORIZATION, format!("Bearer {}", b.token))
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(json!({ "query": QUERY }).to_string()))
+        .expect("request");
+    let response = b.app.send(request).await;
+    assert_eq!(response.status, 200, "{}", response.text());
+    response.body
+}
+
+/// The resources of a [`measure_graphql`] answer, which must have no errors.
+fn graphql_resources(body: &[u8]) -> usize {
+    let answer: Value = serde_json::from_slice(body).expect("JSON");
+    assert!(answer.get("errors").is_none(), "{answer}");
+    let group = &answer["data"]["project"]["environment"]["resourceGroup"];
+    assert_eq!(group["errors"], json!([]), "{}", group["errors"]);
+    group["resources"].as_array().map_or(0, Vec::len)
+}
+
+/// (a') One view of the resource group by the library. The view is returned, so that the caller
 /// drops it after taking the time: freeing it is not part of answering.
 async fn measure_envlens(b: &Bench) -> group::ResourceGroup {
     let listing = list_resource_group(
@@ -449,6 +493,8 @@ async fn run(a: Args) {
         })
         .collect();
     assert_eq!(resources, RESOURCES, "resources in the group");
+    let answered = graphql_resources(&measure_graphql(&b).await);
+    assert_eq!(answered, RESOURCES, "resources in the GraphQL answer");
     let mut conns = connect(&authority, uris.len()).await;
     let floor_bytes = measure_floor(&authority, &mut conns, &uris).await;
     let kubectl_available = measure_kubectl(&b).await.is_some();
@@ -463,11 +509,17 @@ async fn run(a: Args) {
         floor_bytes / 1024
     );
 
-    let (mut envlens, mut floor, mut kubectl) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut envlens, mut library, mut floor, mut kubectl) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for i in 0..a.iterations {
         let started = Instant::now();
-        let view = measure_envlens(&b).await;
+        let body = measure_graphql(&b).await;
         envlens.push(started.elapsed());
+        drop(body);
+
+        let started = Instant::now();
+        let view = measure_envlens(&b).await;
+        library.push(started.elapsed());
         drop(view);
 
         let started = Instant::now();
@@ -482,10 +534,15 @@ async fn run(a: Args) {
         }
     }
 
-    let (envlens, floor) = (median(envlens), median(floor));
+    let (envlens, library, floor) = (median(envlens), median(library), median(floor));
     println!(
-        "(a) envlens list_resource_group + assemble: median {} over {} iterations",
+        "(a) envlens, the GraphQL resourceGroup query:  median {} over {} iterations",
         ms(envlens),
+        a.iterations
+    );
+    println!(
+        "(a') list_resource_group + assemble alone:     median {} over {} iterations",
+        ms(library),
         a.iterations
     );
     println!(

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::http::{header, Method, Request};
+use axum::http::{header, Request};
 use envlens::auth::mint_session;
 use serde_json::{json, Value};
 use tempfile::TempDir;
@@ -23,72 +23,6 @@ const NO_RESOURCES: &str =
 const ROOT: (i64, &str) = (1, "root");
 const DEV: (i64, &str) = (2, "dev");
 const REP: (i64, &str) = (3, "rep");
-
-/// acme (1) > acme/apps (2); acme/agents (10, agent 7 `prod`), acme/apps/web (42).
-/// Agent 7 lets acme/apps deploy, and grants `user_access` to developers of acme/apps/web,
-/// impersonated. Users: 1 root (admin), 2 dev (developer of 42), 3 rep (reporter of 42).
-/// Deployments: `production` and `review` to `shop` through agent 7, successful; `canary`
-/// only failed.
-async fn setup(served: &Served) -> TestApp {
-    let app = TestApp::with_config(&format!(
-        "kubernetes:\n  kubeconfig: {}\n  response_timeout: 3s\n",
-        served.kubeconfig.display()
-    ))
-    .await;
-    let res = app.internal(Method::PUT, "/api/v4/internal/identity", &json!({
-        "groups": [{"id": 1, "full_path": "acme"}, {"id": 2, "full_path": "acme/apps"}],
-        "projects": [{"id": 10, "full_path": "acme/agents", "visibility": "private"},
-                     {"id": PROJECT, "full_path": "acme/apps/web", "visibility": "private"}],
-        "users": [{"id": 1, "username": "root", "admin": true}, {"id": 2, "username": "dev"},
-                  {"id": 3, "username": "rep"}],
-        "members": [
-            {"user_id": 2, "source_type": "project", "source_id": PROJECT, "access_level": 30},
-            {"user_id": 3, "source_type": "project", "source_id": PROJECT, "access_level": 20}
-        ]
-    })).await;
-    assert_eq!(res.status, 200, "{}", res.text());
-    let res = app
-        .internal(
-            Method::PUT,
-            "/api/v4/internal/kubernetes/agents/7",
-            &json!({"project_id": 10, "name": "prod"}),
-        )
-        .await;
-    assert!(res.status.is_success(), "{}", res.text());
-    let config = json!({"ci_access": {"groups": [{"id": "acme/apps"}]},
-        "user_access": {"access_as": {"user": {}}, "projects": [{"id": "acme/apps/web"}]}});
-    let res = app
-        .internal(
-            Method::POST,
-            "/api/v4/internal/kubernetes/agent_configuration",
-            &json!({"agent_id": 7, "agent_config": config}),
-        )
-        .await;
-    assert_eq!(res.status, 200, "{}", res.text());
-    deploy(&app, 1, (100, SLUG), "success").await;
-    deploy(&app, 2, (101, "review"), "success").await;
-    deploy(&app, 3, (102, "canary"), "failed").await;
-    app
-}
-
-/// Deployment `id` of acme/apps/web to environment `env` (id, name = slug), through agent 7
-/// into `shop`, finished `status`.
-async fn deploy(app: &TestApp, id: i64, env: (i64, &str), status: &str) {
-    let res = app.internal(Method::POST, "/api/v4/internal/deployments", &json!({
-        "deployment": {"id": id, "iid": id, "status": "created", "ref": "main", "sha": "abc", "tag": false,
-                       "created_at": "2026-11-21T10:00:00Z"},
-        "project": {"id": PROJECT, "full_path": "acme/apps/web"},
-        "environment": {"id": env.0, "name": env.1, "slug": env.1, "tier": "production"},
-        "job": {"id": id, "name": "deploy", "protected_ref": true},
-        "kubernetes": {"agent": "acme/agents:prod", "namespace": NS}
-    })).await;
-    assert_eq!(res.status, 201, "{}", res.text());
-    let hook = json!({"object_kind": "deployment", "deployment_id": id, "status": status,
-        "status_changed_at": "2026-11-21 10:05:00 UTC", "environment": env.1,
-        "project": {"id": PROJECT, "path_with_namespace": "acme/apps/web"}});
-    let res = app.hook("Deployment Hook", hook.to_string(), None).await;
-    assert_eq!(res.status, 200, "{}", res.text());
-}
 
 async fn cluster() -> (KubeApi, Served, TempDir) {
     let dir = tempfile::tempdir().unwrap();
@@ -146,7 +80,7 @@ fn list_requests(api: &KubeApi) -> Vec<crate::support::kube_api::RecordedRequest
 #[tokio::test]
 async fn the_environment_and_what_it_owns_as_the_user_sees_it() {
     let (api, served, _dir) = cluster().await;
-    let app = setup(&served).await;
+    let app = environment::gitlab(&served).await;
     let body = resource_group(&app, DEV, SLUG).await;
     let group = group_of(&body);
 
@@ -342,7 +276,7 @@ async fn the_environment_and_what_it_owns_as_the_user_sees_it() {
 #[tokio::test]
 async fn a_user_without_user_access_is_refused_and_the_cluster_never_asked() {
     let (api, served, _dir) = cluster().await;
-    let app = setup(&served).await;
+    let app = environment::gitlab(&served).await;
     // rep reads the project (reporter) but is not a developer: no user_access.
     let body = resource_group(&app, REP, SLUG).await;
     assert_eq!(body["data"]["project"]["environment"]["name"], SLUG);
@@ -367,7 +301,7 @@ async fn a_user_without_user_access_is_refused_and_the_cluster_never_asked() {
 async fn a_refused_kind_is_reported_and_the_rest_still_answers() {
     let (api, served, _dir) = cluster().await;
     api.deny(|r| r.resource == "configmaps" && r.user == "gitlab:user:dev");
-    let app = setup(&served).await;
+    let app = environment::gitlab(&served).await;
     let body = resource_group(&app, DEV, SLUG).await;
     let group = group_of(&body);
     assert_eq!(group["errors"].as_array().unwrap().len(), 1, "{group}");
@@ -395,7 +329,7 @@ async fn a_refused_kind_is_reported_and_the_rest_still_answers() {
 #[tokio::test]
 async fn empty_groups_warn_and_environments_without_an_agent_deployment_have_none() {
     let (_api, served, _dir) = cluster().await;
-    let app = setup(&served).await;
+    let app = environment::gitlab(&served).await;
     let body = resource_group(&app, DEV, "review").await;
     let group = group_of(&body);
     assert_eq!(group["resources"], json!([]));
@@ -416,7 +350,7 @@ async fn empty_groups_warn_and_environments_without_an_agent_deployment_have_non
 #[tokio::test]
 async fn an_unreachable_cluster_is_a_bad_gateway_error() {
     let (_api, served, _dir) = cluster().await;
-    let app = setup(&served).await;
+    let app = environment::gitlab(&served).await;
     served.shutdown().await;
     let body = resource_group(&app, DEV, SLUG).await;
     assert_eq!(
@@ -441,7 +375,7 @@ async fn an_unreachable_cluster_is_a_bad_gateway_error() {
 #[tokio::test]
 async fn the_database_connection_is_released_while_the_cluster_answers() {
     let (api, served, _dir) = cluster().await;
-    let app = setup(&served).await;
+    let app = environment::gitlab(&served).await;
     // Discovery first, so that the delay below falls on the lists only.
     let _ = resource_group(&app, DEV, SLUG).await;
     api.fault(|r| (r.verb == "list").then_some(Fault::Delay(Duration::from_millis(800))));
@@ -460,7 +394,7 @@ async fn the_database_connection_is_released_while_the_cluster_answers() {
 #[tokio::test]
 async fn resource_groups_count_against_the_complexity_limit() {
     let (api, served, _dir) = cluster().await;
-    let app = setup(&served).await;
+    let app = environment::gitlab(&served).await;
     let (token, _) = mint_session(SESSION_KEY, DEV.0, DEV.1, Duration::from_secs(600)).unwrap();
     let query = r#"{ group(fullPath: "acme") { environments(first: 20) {
         nodes { resourceGroup { namespace } } } } }"#;

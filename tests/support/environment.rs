@@ -2,9 +2,11 @@
 //! namespace `shop`, with what its controllers own, a `staging` environment beside it, a
 //! look-alike in another namespace, and Events.
 
+use axum::http::Method;
 use serde_json::{json, Value};
 
-use super::kube_api::KubeApi;
+use super::kube_api::{KubeApi, Served};
+use super::TestApp;
 
 pub const NS: &str = "shop";
 pub const PROJECT: i64 = 42;
@@ -209,4 +211,72 @@ pub fn widgets(api: &KubeApi) {
     api.insert(json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": meta(NS, "banner", "uid-widget", gitlab_labels(SLUG, "banner")),
                       "spec": {}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}));
     api.insert(json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": meta(NS, "banner-staging", "uid-widget-stg", gitlab_labels("staging", "banner"))}));
+}
+
+// ---- GitLab's side ----
+
+/// acme (1) > acme/apps (2); acme/agents (10, agent 7 `prod`), acme/apps/web (42).
+/// Agent 7 lets acme/apps deploy, and grants `user_access` to developers of acme/apps/web,
+/// impersonated. Users: 1 root (admin), 2 dev (developer of 42), 3 rep (reporter of 42).
+/// Deployments: `production` and `review` to `shop` through agent 7, successful; `canary`
+/// only failed.
+pub async fn gitlab(served: &Served) -> TestApp {
+    let app = TestApp::with_config(&format!(
+        "kubernetes:\n  kubeconfig: {}\n  response_timeout: 3s\n",
+        served.kubeconfig.display()
+    ))
+    .await;
+    let res = app.internal(Method::PUT, "/api/v4/internal/identity", &json!({
+        "groups": [{"id": 1, "full_path": "acme"}, {"id": 2, "full_path": "acme/apps"}],
+        "projects": [{"id": 10, "full_path": "acme/agents", "visibility": "private"},
+                     {"id": PROJECT, "full_path": "acme/apps/web", "visibility": "private"}],
+        "users": [{"id": 1, "username": "root", "admin": true}, {"id": 2, "username": "dev"},
+                  {"id": 3, "username": "rep"}],
+        "members": [
+            {"user_id": 2, "source_type": "project", "source_id": PROJECT, "access_level": 30},
+            {"user_id": 3, "source_type": "project", "source_id": PROJECT, "access_level": 20}
+        ]
+    })).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    let res = app
+        .internal(
+            Method::PUT,
+            "/api/v4/internal/kubernetes/agents/7",
+            &json!({"project_id": 10, "name": "prod"}),
+        )
+        .await;
+    assert!(res.status.is_success(), "{}", res.text());
+    let config = json!({"ci_access": {"groups": [{"id": "acme/apps"}]},
+        "user_access": {"access_as": {"user": {}}, "projects": [{"id": "acme/apps/web"}]}});
+    let res = app
+        .internal(
+            Method::POST,
+            "/api/v4/internal/kubernetes/agent_configuration",
+            &json!({"agent_id": 7, "agent_config": config}),
+        )
+        .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    deploy(&app, 1, (100, SLUG), "success").await;
+    deploy(&app, 2, (101, "review"), "success").await;
+    deploy(&app, 3, (102, "canary"), "failed").await;
+    app
+}
+
+/// Deployment `id` of acme/apps/web to environment `env` (id, name = slug), through agent 7
+/// into `shop`, finished `status`.
+pub async fn deploy(app: &TestApp, id: i64, env: (i64, &str), status: &str) {
+    let res = app.internal(Method::POST, "/api/v4/internal/deployments", &json!({
+        "deployment": {"id": id, "iid": id, "status": "created", "ref": "main", "sha": "abc", "tag": false,
+                       "created_at": "2026-11-21T10:00:00Z"},
+        "project": {"id": PROJECT, "full_path": "acme/apps/web"},
+        "environment": {"id": env.0, "name": env.1, "slug": env.1, "tier": "production"},
+        "job": {"id": id, "name": "deploy", "protected_ref": true},
+        "kubernetes": {"agent": "acme/agents:prod", "namespace": NS}
+    })).await;
+    assert_eq!(res.status, 201, "{}", res.text());
+    let hook = json!({"object_kind": "deployment", "deployment_id": id, "status": status,
+        "status_changed_at": "2026-11-21 10:05:00 UTC", "environment": env.1,
+        "project": {"id": PROJECT, "path_with_namespace": "acme/apps/web"}});
+    let res = app.hook("Deployment Hook", hook.to_string(), None).await;
+    assert_eq!(res.status, 200, "{}", res.text());
 }
