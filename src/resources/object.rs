@@ -67,6 +67,9 @@ impl PartialEq for Object {
 
 use Keep::{All, Fields};
 
+/// Of each owner reference, what the ownership walk and the edges read.
+const OWNERS: Keep = Fields(&[("uid", All), ("controller", All)]);
+
 /// What is read of an object: by the graph (identity, owners, and the fields that link
 /// objects), by the health rules (the few spec fields they consult, and all of `status`, whose
 /// shape each kind and custom resource decides), and by the assembly (labels, creation time).
@@ -90,10 +93,7 @@ pub const KEPT: Keep = Fields(&[
                     (HPA_CONDITIONS_ANNOTATION, All),
                 ]),
             ),
-            (
-                "ownerReferences",
-                Fields(&[("uid", All), ("controller", All)]),
-            ),
+            ("ownerReferences", OWNERS),
         ]),
     ),
     (
@@ -135,10 +135,7 @@ pub const HEAD: Keep = Fields(&[
             ("namespace", All),
             ("uid", All),
             ("labels", All),
-            (
-                "ownerReferences",
-                Fields(&[("uid", All), ("controller", All)]),
-            ),
+            ("ownerReferences", OWNERS),
         ]),
     ),
 ]);
