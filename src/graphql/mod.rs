@@ -1,5 +1,6 @@
 //! GraphQL at `POST /api/graphql` (SPEC 5.1), and its explorer at `GET /-/graphql-explorer`.
 
+mod documents;
 mod loaders;
 mod resource_group;
 mod types;
@@ -76,10 +77,11 @@ pub async fn execute(State(state): State<AppState>, req: Request) -> Response {
         Ok(body) => body,
         Err(e) => return error_response(&e),
     };
-    let request: async_graphql::Request = match serde_json::from_slice(&body) {
+    let mut request: async_graphql::Request = match serde_json::from_slice(&body) {
         Ok(request) => request,
         Err(e) => return error_response(&Error::BadRequest(format!("not a GraphQL request: {e}"))),
     };
+    documents::prepare(&mut request);
     let viewer = Viewer {
         user_id: user.id,
         admin: user.admin,
