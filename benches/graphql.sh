@@ -4,7 +4,8 @@
 # (70% successful, with their agent_deployments row). At each size: p50 of the query (32
 # connections, 15 s) and the EXPLAIN of the last-deployment lookup. At 10 million, two rounds
 # of pgbench running the same statements (benches/graphql.pgbench, 32 clients) then envlens
-# (32 connections), and the ratio of each round.
+# (32 connections), and the ratio of each round. The query goes as GitLab's frontend sends its
+# queries: one text, with the project and environment as variables.
 #
 #   benches/graphql.sh [seconds]
 source "$(dirname "$0")/common.sh"
@@ -46,10 +47,10 @@ SQL
 
 measure() {
   echo "== $1 deployments: the blueprint query, one connection, ${seconds}s (latency)"
-  "$load" graphql --url "$url" --session-secret-file "$dir/session-secret" --user-id 5 --username dev \
+  "$load" graphql --url "$url" --session-secret-file "$dir/session-secret" --user-id 5 --username dev --variables yes \
     --connections 1 --seconds "$seconds" | tee "$work/graphql-1-$1.json"
   echo "== $1 deployments: the blueprint query, 32 connections, ${seconds}s (throughput)"
-  "$load" graphql --url "$url" --session-secret-file "$dir/session-secret" --user-id 5 --username dev \
+  "$load" graphql --url "$url" --session-secret-file "$dir/session-secret" --user-id 5 --username dev --variables yes \
     --connections 32 --seconds "$seconds" | tee "$work/graphql-$1.json"
   echo "-- EXPLAIN of the last successful deployment of one environment, with its agent"
   sql -c "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) SELECT d.id, ad.agent_id, a.name, p.full_path
@@ -73,7 +74,7 @@ for round in 1 2; do
   pgbench -h "$dir/run" -U envlens -n -M prepared -c 32 -j 2 -T "$seconds" -f benches/graphql.pgbench envlens \
     | tee "$work/pgbench-$round.txt" | grep -E "^(tps|latency|number of failed)"
   echo "== round $round at 10000000 deployments: envlens, 32 connections, ${seconds}s"
-  "$load" graphql --url "$url" --session-secret-file "$dir/session-secret" --user-id 5 --username dev \
+  "$load" graphql --url "$url" --session-secret-file "$dir/session-secret" --user-id 5 --username dev --variables yes \
     --connections 32 --seconds "$seconds" | tee "$work/graphql-round-$round.json"
 done
 python3 - "$work" <<'PY'

@@ -3,7 +3,7 @@
 //! `cargo bench --bench load -- seed  --url U --secret-file F`
 //! `cargo bench --bench load -- run   --url U --secret-file F --connections 32 --seconds 30 [--rate R] [--acked FILE]`
 //!
-//! `cargo bench --bench load -- graphql --url U --session-secret-file F --user-id N --username U [--connections 32] [--seconds 30] [--rate R]`
+//! `cargo bench --bench load -- graphql --url U --session-secret-file F --user-id N --username U [--variables yes|no] [--connections 32] [--seconds 30] [--rate R]`
 //!
 //! `get --url U --path P [--header 'name: value']...` sends the same GET over and over;
 //! `proxy` does so as a bearer session (`--session-secret-file`, `--user-id`, `--username`)
@@ -11,7 +11,9 @@
 //!
 //! `graphql` sends the blueprint's query for environment `env<j>` of project `bench/p<k>`,
 //! rotating over 100 projects x 100 environments (the scenario `benches/graphql.sh` seeds),
-//! as a bearer session of the given user.
+//! as a bearer session of the given user. With `--variables yes` every request sends the same
+//! query text with `fullPath` and `name` as variables, the way GitLab's frontend does; by
+//! default they are literals in the text (10,000 different texts).
 //!
 //! `seed` creates the scenario: groups `bench` > `bench/team` > `bench/team/apps` and
 //! `bench/other`, 100 projects (even ones under `bench/team/apps`, odd ones under
@@ -51,6 +53,7 @@ struct Args {
     path: String,
     headers: Vec<(String, String)>,
     agent: i64,
+    variables: bool,
 }
 
 fn args() -> Args {
@@ -70,6 +73,7 @@ fn args() -> Args {
         path: "/".into(),
         headers: Vec::new(),
         agent: 1,
+        variables: false,
     };
     while let Some(flag) = it.next() {
         let value = it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
@@ -86,6 +90,13 @@ fn args() -> Args {
             "--username" => a.username = value,
             "--path" => a.path = value,
             "--agent" => a.agent = value.parse().expect("--agent"),
+            "--variables" => {
+                a.variables = match value.as_str() {
+                    "yes" => true,
+                    "no" => false,
+                    _ => panic!("--variables yes|no"),
+                }
+            }
             "--header" => {
                 let (name, value) = value.split_once(':').expect("--header 'name: value'");
                 a.headers
@@ -117,6 +128,7 @@ enum Scenario {
     },
     Graphql {
         bearer: String,
+        variables: bool,
     },
     Get {
         path: String,
@@ -136,22 +148,32 @@ impl Scenario {
                 deployment(n),
             ),
             Scenario::Get { path, headers } => ("GET", path, headers.clone(), String::new()),
-            Scenario::Graphql { bearer } => {
-                let query = format!(
-                    r#"{{ project(fullPath: "bench/p{}") {{ environment(name: "env{}") {{ slug lastDeployment(status: SUCCESS) {{ agent {{ id name project {{ fullPath }} kubernetesNamespace }} }} }} }} }}"#,
-                    n % 100,
-                    (n / 100) % 100
+            Scenario::Graphql { bearer, variables } => {
+                let (project, environment) = (
+                    format!("bench/p{}", n % 100),
+                    format!("env{}", (n / 100) % 100),
                 );
+                let body = if *variables {
+                    json!({ "query": BLUEPRINT_QUERY, "variables": { "fullPath": project, "name": environment } })
+                } else {
+                    let query = format!(
+                        r#"{{ project(fullPath: "{project}") {{ environment(name: "{environment}") {{ slug lastDeployment(status: SUCCESS) {{ agent {{ id name project {{ fullPath }} kubernetesNamespace }} }} }} }} }}"#
+                    );
+                    json!({ "query": query })
+                };
                 (
                     "POST",
                     "/api/graphql",
                     vec![("authorization".into(), bearer.clone())],
-                    json!({ "query": query }).to_string(),
+                    body.to_string(),
                 )
             }
         }
     }
 }
+
+/// The blueprint's query with its arguments as variables, one text for every request.
+const BLUEPRINT_QUERY: &str = "query Blueprint($fullPath: ID!, $name: String!) { project(fullPath: $fullPath) { environment(name: $name) { slug lastDeployment(status: SUCCESS) { agent { id name project { fullPath } kubernetesNamespace } } } } }";
 
 fn project(i: i64) -> (i64, String) {
     let group = if i % 2 == 0 {
@@ -404,7 +426,8 @@ async fn main() {
         }
         "graphql" => {
             let bearer = session(&a);
-            run(&a, &authority, Scenario::Graphql { bearer }).await
+            let variables = a.variables;
+            run(&a, &authority, Scenario::Graphql { bearer, variables }).await
         }
         "get" => {
             let scenario = Scenario::Get { path: a.path.clone(), headers: a.headers.clone() };

@@ -506,10 +506,10 @@ async fn a_page_of_deployments_runs_the_same_statements_for_3_or_60() {
     );
 }
 
-/// The blueprint query: the session's user, the project, the environment, and the last
+/// The blueprint query: the session's user with the project, the environment, and the last
 /// deployment with its agent and the agent's project (benches/graphql.pgbench runs the same).
 #[tokio::test]
-async fn the_blueprint_query_runs_four_statements() {
+async fn the_blueprint_query_runs_three_statements() {
     count_statements();
     let app = setup().await;
     deploy(
@@ -527,7 +527,82 @@ async fn the_blueprint_query_runs_four_statements() {
     let agent =
         data(&app, DEV, q).await["project"]["environment"]["lastDeployment"]["agent"].clone();
     assert_eq!(agent["project"]["fullPath"], "acme/agents");
-    assert_eq!(STATEMENTS.with(Cell::get) - before, 4);
+    assert_eq!(STATEMENTS.with(Cell::get) - before, 3);
+}
+
+/// The session's user is read by the first statement that needs them, or after the query
+/// when none did; a user the mirror does not know gets a 401 without data whatever the query.
+#[tokio::test]
+async fn a_user_the_mirror_does_not_know_is_refused_whatever_the_query() {
+    let app = setup().await;
+    let ghost = (99, "ghost");
+    for q in [
+        r#"{ project(fullPath: "acme/apps/api") { fullPath environment(name: "production") { slug } } }"#,
+        r#"{ project(fullPath: "nowhere") { fullPath } }"#,
+        r#"{ group(fullPath: "acme") { fullPath } }"#,
+        "{ currentUser { username } }",
+        "{ __typename }",
+        "{ noSuchField }",
+        "{ project(fullPath: ",
+    ] {
+        let res = query(&app, ghost, q).await;
+        assert_eq!(res.status, 401, "{q}: {}", res.text());
+        assert_eq!(
+            res.json()["errors"][0]["extensions"]["code"],
+            "UNAUTHENTICATED",
+            "{q}"
+        );
+        assert!(res.json().get("data").is_none(), "{q}");
+    }
+    // Refused before execution too: 401 before 415.
+    let (token, _) = mint_session(SESSION_KEY, ghost.0, ghost.1, Duration::from_secs(600)).unwrap();
+    let req = Request::post("/api/graphql")
+        .header(header::AUTHORIZATION, format!("Bearer {token}"))
+        .header(header::CONTENT_TYPE, "text/plain")
+        .body(Body::from("{ __typename }"))
+        .unwrap();
+    assert_eq!(app.send(req).await.status, 401);
+    // Known users still get the project as they may read it, through the same first statement.
+    assert_eq!(
+        data(
+            &app,
+            GUS,
+            r#"{ project(fullPath: "acme/apps/web") { fullPath } }"#
+        )
+        .await,
+        json!({"project": null})
+    );
+    assert_eq!(
+        data(&app, DEV, r#"{ a: project(fullPath: "acme/apps/web") { fullPath } b: project(fullPath: "other/secret") { fullPath } me: currentUser { username } }"#).await,
+        json!({"a": {"fullPath": "acme/apps/web"}, "b": null, "me": {"username": "dev"}})
+    );
+    assert_eq!(
+        data(&app, DEV, "{ __typename }").await,
+        json!({"__typename": "Query"})
+    );
+}
+
+/// The same query text with different variables: one parsed document serves both.
+#[tokio::test]
+async fn one_query_text_with_different_variables() {
+    let app = setup().await;
+    let text = "query P($p: ID!) { project(fullPath: $p) { fullPath } }";
+    let (token, _) = mint_session(SESSION_KEY, DEV.0, DEV.1, Duration::from_secs(600)).unwrap();
+    for (path, expected) in [
+        ("acme/apps/web", json!({"fullPath": "acme/apps/web"})),
+        ("other/secret", Value::Null),
+        ("acme/apps/api", json!({"fullPath": "acme/apps/api"})),
+    ] {
+        let req = Request::post("/api/graphql")
+            .header(header::AUTHORIZATION, format!("Bearer {token}"))
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(
+                json!({ "query": text, "variables": {"p": path} }).to_string(),
+            ))
+            .unwrap();
+        let res = app.send(req).await;
+        assert_eq!(res.json()["data"]["project"], expected, "{path}");
+    }
 }
 
 #[tokio::test]

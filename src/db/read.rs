@@ -8,9 +8,12 @@
 //! assumes 10 elements): with one key it always looked costlier, so PostgreSQL planned the
 //! statement anew on every call, which cost more than running it.
 
+use std::sync::LazyLock;
+
 use chrono::{DateTime, Utc};
 use sqlx::{FromRow, PgExecutor};
 
+use crate::db::identity::User;
 use crate::error::Result;
 
 /// Who reads: the reading rules depend on it.
@@ -104,6 +107,60 @@ pub async fn readable_project(
     .bind(full_path)
     .fetch_optional(db)
     .await?)
+}
+
+/// The user `user_id`, and the project at `full_path` if that user may read it; `None` when
+/// the mirror does not know the user. A request's first statement is usually its project's,
+/// and it reads the session's user along: one round trip fewer than the user on its own.
+pub async fn user_and_readable_project(
+    db: impl PgExecutor<'_>,
+    user_id: i64,
+    full_path: &str,
+) -> Result<Option<(User, Option<ProjectRow>)>> {
+    /// `READABLE` for the user row `u`, whose admin flag is not known beforehand.
+    static SQL: LazyLock<String> = LazyLock::new(|| {
+        let readable = READABLE
+            .replace("$2::bool", "u.admin")
+            .replace("$1", "u.id");
+        format!(
+            "SELECT u.id AS user_id, u.username, u.admin, p.id, p.path, p.full_path
+             FROM users u LEFT JOIN LATERAL (
+               SELECT p.id, p.path, p.full_path FROM projects p LEFT JOIN namespaces n ON n.id = p.namespace_id
+               WHERE lower(p.full_path) = lower($2) AND {readable}) p ON true
+             WHERE u.id = $1"
+        )
+    });
+    #[derive(FromRow)]
+    struct Columns {
+        user_id: i64,
+        username: String,
+        admin: bool,
+        id: Option<i64>,
+        path: Option<String>,
+        full_path: Option<String>,
+    }
+    let row: Option<Columns> = sqlx::query_as(&SQL)
+        .bind(user_id)
+        .bind(full_path)
+        .fetch_optional(db)
+        .await?;
+    Ok(row.map(|c| {
+        let user = User {
+            id: c.user_id,
+            username: c.username,
+            admin: c.admin,
+        };
+        let project = match (c.id, c.path, c.full_path) {
+            (Some(id), Some(path), Some(full_path)) => Some(ProjectRow {
+                id,
+                path,
+                full_path,
+                readable: true,
+            }),
+            _ => None,
+        };
+        (user, project)
+    }))
 }
 
 /// The group at `full_path`, if the viewer is an admin, a member of it or of an ancestor, or

@@ -2,7 +2,7 @@
 //! every list a query touches is loaded in one statement per level, never one per row.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use async_graphql::dataloader::{DataLoader, HashMapCache, Loader};
@@ -10,10 +10,13 @@ use sqlx::pool::PoolConnection;
 use sqlx::{PgPool, Postgres};
 use tokio::sync::{MappedMutexGuard, Mutex, MutexGuard};
 
+use crate::auth::{CurrentUser, Session};
+use crate::db::identity::{self, User};
 use crate::db::read::{
     self, AgentDeploymentRow, AgentRow, DeploymentRow, DeploymentWithAgent, EnvironmentRow,
     ProjectRow, Viewer,
 };
+use crate::error::Error;
 
 /// Loader errors must be `Clone`.
 pub type LoadError = Arc<crate::error::Error>;
@@ -29,13 +32,106 @@ pub type LoadError = Arc<crate::error::Error>;
 /// A resolver about to wait on something else for long (a cluster, for a resource group)
 /// [`releases`](Db::release) the connection, so that slow clusters cannot drain the pool; a
 /// later statement of the same request takes one again.
+///
+/// The session's user is read by the request's first statement that needs them (see
+/// [`SessionUser`]).
 pub struct Db {
     pool: PgPool,
     conn: Mutex<Option<PoolConnection<Postgres>>>,
-    viewer: Viewer,
+    user: Arc<SessionUser>,
+}
+
+/// The user of a verified session, once a statement has read their row: `None` inside when
+/// the mirror does not know them. Whoever answers the request must make sure it was read, and
+/// refuse the request when the user is unknown ([`SessionUser::read`]).
+pub struct SessionUser {
+    session: Session,
+    found: OnceLock<Option<CurrentUser>>,
+}
+
+impl SessionUser {
+    pub fn new(session: Session) -> Self {
+        SessionUser {
+            session,
+            found: OnceLock::new(),
+        }
+    }
+
+    /// The user, if a statement has read their row yet.
+    fn known(&self) -> Option<Result<&CurrentUser, Error>> {
+        self.found
+            .get()
+            .map(|user| user.as_ref().ok_or_else(unknown))
+    }
+
+    fn set(&self, user: Option<User>) -> Result<&CurrentUser, Error> {
+        let via = self.session.via;
+        let user = user.map(|u| CurrentUser {
+            id: u.id,
+            username: u.username,
+            admin: u.admin,
+            via,
+        });
+        // Another statement of the request may have read the same row first.
+        let _ = self.found.set(user);
+        self.known().expect("just set")
+    }
+
+    /// The user, reading their row on `db` unless a statement already did: an error when the
+    /// mirror does not know them, which refuses the request like a forged token.
+    pub async fn read(&self, db: impl sqlx::PgExecutor<'_>) -> Result<&CurrentUser, Error> {
+        match self.known() {
+            Some(user) => user,
+            None => self.set(identity::find_user(db, self.session.user_id).await?),
+        }
+    }
+}
+
+fn unknown() -> Error {
+    Error::Unauthorized("unknown user".into())
 }
 
 impl Db {
+    /// The session's user, read on the request's connection unless a statement already did.
+    pub async fn user(&self) -> Result<&CurrentUser, Error> {
+        if let Some(user) = self.user.known() {
+            return user;
+        }
+        let mut conn = self.conn().await?;
+        self.user.read(&mut **conn).await
+    }
+
+    /// Who reads, for the reading rules.
+    pub async fn viewer(&self) -> Result<Viewer, Error> {
+        let user = self.user().await?;
+        Ok(Viewer {
+            user_id: user.id,
+            admin: user.admin,
+        })
+    }
+
+    /// The project at `full_path` if the user may read it; the user's row comes in the same
+    /// statement when no statement has read it yet.
+    pub async fn readable_project(&self, full_path: &str) -> Result<Option<ProjectRow>, Error> {
+        if let Some(user) = self.user.known() {
+            let user = user?;
+            let viewer = Viewer {
+                user_id: user.id,
+                admin: user.admin,
+            };
+            return read::readable_project(&mut **self.conn().await?, viewer, full_path).await;
+        }
+        let found = read::user_and_readable_project(
+            &mut **self.conn().await?,
+            self.user.session.user_id,
+            full_path,
+        )
+        .await?;
+        let (user, project) = found.map_or((None, None), |(user, project)| (Some(user), project));
+        self.user.set(user)?;
+        Ok(project)
+    }
+
     /// The request's connection, for one statement at a time: hold the guard no longer.
     pub async fn conn(
         &self,
@@ -63,12 +159,12 @@ impl Db {
 pub fn loader(
     pool: PgPool,
     conn: PoolConnection<Postgres>,
-    viewer: Viewer,
+    user: Arc<SessionUser>,
 ) -> DataLoader<Db, HashMapCache> {
     let db = Db {
         pool,
         conn: Mutex::new(Some(conn)),
-        viewer,
+        user,
     };
     DataLoader::with_cache(db, tokio::spawn, HashMapCache::default()).delay(Duration::ZERO)
 }
@@ -111,8 +207,9 @@ impl Loader<ProjectId> for Db {
 
     async fn load(&self, keys: &[ProjectId]) -> Result<HashMap<ProjectId, ProjectRow>, LoadError> {
         let ids: Vec<i64> = keys.iter().map(|k| k.0).collect();
+        let viewer = self.viewer().await?;
         Ok(by(
-            read::projects(&mut **self.conn().await?, self.viewer, &ids).await?,
+            read::projects(&mut **self.conn().await?, viewer, &ids).await?,
             |p| ProjectId(p.id),
         ))
     }
@@ -148,14 +245,11 @@ impl Loader<LastDeployment> for Db {
             by_status.entry(k.1).or_default().push(k.0);
         }
         let mut found = HashMap::new();
+        let viewer = self.viewer().await?;
         for (status, environment_ids) in by_status {
-            let rows = read::last_deployments(
-                &mut **self.conn().await?,
-                self.viewer,
-                &environment_ids,
-                status,
-            )
-            .await?;
+            let rows =
+                read::last_deployments(&mut **self.conn().await?, viewer, &environment_ids, status)
+                    .await?;
             for d in rows {
                 if let Some(env) = d.deployment.environment_id {
                     found.insert(LastDeployment(env, status), d);

@@ -1,9 +1,13 @@
 //! GraphQL at `POST /api/graphql` (SPEC 5.1), and its explorer at `GET /-/graphql-explorer`.
 
+mod documents;
 mod loaders;
 mod resource_group;
 mod types;
 
+use std::sync::Arc;
+
+use async_graphql::dataloader::{DataLoader, HashMapCache};
 use async_graphql::{EmptyMutation, EmptySubscription, Schema};
 use axum::extract::{Request, State};
 use axum::http::header::CONTENT_TYPE;
@@ -12,11 +16,11 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
 
-use crate::auth::{verify_session, CurrentUser};
-use crate::db::read::Viewer;
+use crate::auth::verify_session;
 use crate::error::Error;
 use crate::extract::read_body;
 use crate::state::AppState;
+use loaders::SessionUser;
 use types::Query;
 
 pub type EnvlensSchema = Schema<Query, EmptyMutation, EmptySubscription>;
@@ -42,22 +46,23 @@ pub fn sdl() -> String {
 /// Only POST with a JSON body, after authentication (and, for the session cookie, its CSRF
 /// check): a GET or a form post could otherwise be forged by another site.
 ///
-/// The request takes one connection from the pool and runs every statement on it, from the
-/// session's user to the last loader (see `loaders::Db`).
+/// The request takes one connection from the pool and runs every statement on it (see
+/// `loaders::Db`). The session's user is read by the first statement that needs them, for
+/// the blueprint query together with its project (one round trip fewer); whatever the query
+/// reads, the answer is a 401 without data when the mirror does not know the user, as it was
+/// when the user was read first.
 pub async fn execute(State(state): State<AppState>, req: Request) -> Response {
     let (parts, body) = req.into_parts();
     let session = match verify_session(&parts, &state.keys) {
         Ok(session) => session,
         Err(e) => return error_response(&e),
     };
-    let mut conn = match state.db.acquire().await {
+    let conn = match state.db.acquire().await {
         Ok(conn) => conn,
         Err(e) => return error_response(&e.into()),
     };
-    let user = match CurrentUser::find(&mut *conn, session).await {
-        Ok(user) => user,
-        Err(e) => return error_response(&e),
-    };
+    let user = Arc::new(SessionUser::new(session));
+    let db = loaders::loader(state.db.clone(), conn, user.clone());
     let json = parts
         .headers
         .get(CONTENT_TYPE)
@@ -70,26 +75,48 @@ pub async fn execute(State(state): State<AppState>, req: Request) -> Response {
     if !json {
         let body = json!({"errors": [{"message": "send the query as POST with Content-Type: application/json",
                                       "extensions": {"code": "BAD_REQUEST"}}]});
-        return (StatusCode::UNSUPPORTED_MEDIA_TYPE, Json(body)).into_response();
+        return refuse(
+            &db,
+            (StatusCode::UNSUPPORTED_MEDIA_TYPE, Json(body)).into_response(),
+        )
+        .await;
     }
     let body = match read_body(Request::from_parts(parts, body), &state).await {
         Ok(body) => body,
-        Err(e) => return error_response(&e),
+        Err(e) => return refuse(&db, error_response(&e)).await,
     };
-    let request: async_graphql::Request = match serde_json::from_slice(&body) {
+    let mut request: async_graphql::Request = match serde_json::from_slice(&body) {
         Ok(request) => request,
-        Err(e) => return error_response(&Error::BadRequest(format!("not a GraphQL request: {e}"))),
+        Err(e) => {
+            let e = Error::BadRequest(format!("not a GraphQL request: {e}"));
+            return refuse(&db, error_response(&e)).await;
+        }
     };
-    let viewer = Viewer {
-        user_id: user.id,
-        admin: user.admin,
-    };
-    let request = request
-        .data(viewer)
-        .data(loaders::loader(state.db.clone(), conn, viewer))
-        .data(user)
-        .data(state.clusters.clone());
-    Json(state.schema.execute(request).await).into_response()
+    // `resourceGroup` reads the user from the request's data (it impersonates them), so a
+    // query that may select it reads the user first.
+    let document = documents::prepare(&mut request);
+    if document.is_none_or(|d| documents::selects(&d, "resourceGroup")) {
+        match db.loader().user().await {
+            Ok(user) => request = request.data(user.clone()),
+            Err(e) => return error_response(&e),
+        }
+    }
+    let request = request.data(db).data(state.clusters.clone());
+    let response = state.schema.execute(request).await;
+    // A query that read nothing (`{ __typename }`, or one refused by validation) has not
+    // read the user yet.
+    match user.read(&state.db).await {
+        Ok(_) => Json(response).into_response(),
+        Err(e) => error_response(&e),
+    }
+}
+
+/// A refusal before execution, or 401 when the mirror does not know the user.
+async fn refuse(db: &DataLoader<loaders::Db, HashMapCache>, response: Response) -> Response {
+    match db.loader().user().await {
+        Ok(_) => response,
+        Err(e) => error_response(&e),
+    }
 }
 
 /// An error before execution, in GraphQL's shape, with the HTTP status of its kind.

@@ -41,8 +41,9 @@ pub(super) async fn conn<'a>(
     loader(ctx).loader().conn().await.gql()
 }
 
-fn viewer(ctx: &Context<'_>) -> Viewer {
-    *ctx.data_unchecked()
+/// Who reads, for the reading rules: the session's user.
+async fn viewer(ctx: &Context<'_>) -> Result<Viewer> {
+    loader(ctx).loader().viewer().await.gql()
 }
 
 /// Our errors as GraphQL errors, never through `Display` alone (which would show causes).
@@ -168,7 +169,9 @@ pub struct Query;
 impl Query {
     /// A project by full path; `null` when it does not exist or the user may not read it.
     async fn project(&self, ctx: &Context<'_>, full_path: ID) -> Result<Option<Project>> {
-        let row = read::readable_project(&mut **conn(ctx).await?, viewer(ctx), &full_path)
+        let row = loader(ctx)
+            .loader()
+            .readable_project(&full_path)
             .await
             .gql()?;
         Ok(row.map(Project))
@@ -176,15 +179,17 @@ impl Query {
 
     /// A group by full path; `null` when it does not exist for the user.
     async fn group(&self, ctx: &Context<'_>, full_path: ID) -> Result<Option<Group>> {
-        let row = read::visible_group(&mut **conn(ctx).await?, viewer(ctx), &full_path)
+        let viewer = viewer(ctx).await?;
+        let row = read::visible_group(&mut **conn(ctx).await?, viewer, &full_path)
             .await
             .gql()?;
         Ok(row.map(Group))
     }
 
     /// The signed-in user.
-    async fn current_user(&self, ctx: &Context<'_>) -> UserCore {
-        UserCore(ctx.data_unchecked::<CurrentUser>().clone())
+    async fn current_user(&self, ctx: &Context<'_>) -> Result<UserCore> {
+        let user = loader(ctx).loader().user().await.gql()?;
+        Ok(UserCore(user.clone()))
     }
 }
 
@@ -321,8 +326,9 @@ impl Group {
                 limit,
                 ..Default::default()
             };
+            let viewer = viewer(ctx).await?;
             let rows =
-                read::group_environments(&mut **conn(ctx).await?, viewer(ctx), self.0.id, &filter)
+                read::group_environments(&mut **conn(ctx).await?, viewer, self.0.id, &filter)
                     .await
                     .gql()?;
             preload(ctx, &rows).await?;
