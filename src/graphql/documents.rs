@@ -14,7 +14,7 @@ use std::num::NonZeroUsize;
 use std::sync::{Arc, LazyLock, Mutex};
 
 use async_graphql::parser::parse_query;
-use async_graphql::parser::types::{ExecutableDocument, Selection, SelectionSet};
+use async_graphql::parser::types::ExecutableDocument;
 use lru::LruCache;
 
 /// Texts longer than this are parsed every time: a dashboard's query is a few KiB at most.
@@ -26,11 +26,11 @@ const ENTRIES: usize = 256;
 static DOCUMENTS: LazyLock<Mutex<LruCache<Box<str>, Arc<ExecutableDocument>>>> =
     LazyLock::new(|| Mutex::new(LruCache::new(NonZeroUsize::new(ENTRIES).expect("not 0"))));
 
-/// Gives the request its parsed document, from the cache or parsed now and kept, and returns
-/// it. A text that does not parse is left to async-graphql, which answers the syntax error.
-pub fn prepare(request: &mut async_graphql::Request) -> Option<Arc<ExecutableDocument>> {
+/// Gives the request its parsed document, from the cache or parsed now and kept. A text that
+/// does not parse is left to async-graphql, which answers the syntax error.
+pub fn prepare(request: &mut async_graphql::Request) {
     if request.query.len() > MAX_TEXT {
-        return None;
+        return;
     }
     let cached = lock().get(request.query.as_str()).cloned();
     let doc = match cached {
@@ -41,34 +41,12 @@ pub fn prepare(request: &mut async_graphql::Request) -> Option<Arc<ExecutableDoc
                 lock().put(request.query.as_str().into(), doc.clone());
                 doc
             }
-            Err(_) => return None,
+            Err(_) => return,
         },
     };
     // Cloned outside the lock; a clone shares the document's names and costs a fraction of
     // a parse.
     request.set_parsed_query(ExecutableDocument::clone(&doc));
-    Some(doc)
-}
-
-/// Whether any operation or fragment of `doc` selects a field named `name`, at any depth.
-pub fn selects(doc: &ExecutableDocument, name: &str) -> bool {
-    fn within(set: &SelectionSet, name: &str) -> bool {
-        set.items.iter().any(|item| match &item.node {
-            Selection::Field(f) => {
-                f.node.name.node == name || within(&f.node.selection_set.node, name)
-            }
-            Selection::InlineFragment(f) => within(&f.node.selection_set.node, name),
-            // Fragments are searched on their own, below.
-            Selection::FragmentSpread(_) => false,
-        })
-    }
-    doc.operations
-        .iter()
-        .any(|(_, op)| within(&op.node.selection_set.node, name))
-        || doc
-            .fragments
-            .values()
-            .any(|f| within(&f.node.selection_set.node, name))
 }
 
 fn lock() -> std::sync::MutexGuard<'static, LruCache<Box<str>, Arc<ExecutableDocument>>> {
@@ -101,24 +79,6 @@ mod tests {
             !cache.contains(text),
             "the least recently used text went first"
         );
-    }
-
-    #[test]
-    fn finds_a_field_in_operations_fragments_and_inline_fragments() {
-        let doc = |text: &str| parse_query(text).unwrap();
-        let nested = "{ project(fullPath: \"a\") { environment(name: \"b\") { resourceGroup { namespace } } } }";
-        assert!(selects(&doc(nested), "resourceGroup"));
-        let fragment = "query Q { project(fullPath: \"a\") { environment(name: \"b\") { ...E } } }
-                        fragment E on Environment { slug resourceGroup { namespace } }";
-        assert!(selects(&doc(fragment), "resourceGroup"));
-        let inline = "{ project(fullPath: \"a\") { environment(name: \"b\") { ... on Environment { rg: resourceGroup { namespace } } } } }";
-        assert!(selects(&doc(inline), "resourceGroup"));
-        let alias = "{ project(fullPath: \"a\") { resourceGroup: fullPath } }";
-        assert!(
-            !selects(&doc(alias), "resourceGroup"),
-            "an alias is not the field"
-        );
-        assert!(!selects(&doc("{ currentUser { id } }"), "resourceGroup"));
     }
 
     #[test]

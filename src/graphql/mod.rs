@@ -92,15 +92,7 @@ pub async fn execute(State(state): State<AppState>, req: Request) -> Response {
             return refuse(&db, error_response(&e)).await;
         }
     };
-    // `resourceGroup` reads the user from the request's data (it impersonates them), so a
-    // query that may select it reads the user first.
-    let document = documents::prepare(&mut request);
-    if document.is_none_or(|d| documents::selects(&d, "resourceGroup")) {
-        match db.loader().user().await {
-            Ok(user) => request = request.data(user.clone()),
-            Err(e) => return error_response(&e),
-        }
-    }
+    documents::prepare(&mut request);
     let request = request.data(db).data(state.clusters.clone());
     let response = state.schema.execute(request).await;
     // A query that read nothing (`{ __typename }`, or one refused by validation) has not

@@ -8,7 +8,6 @@ use async_graphql::{ComplexObject, Context, Enum, Json, SimpleObject, ID};
 use serde_json::Value;
 
 use super::types::{conn, project, DeploymentAgent, Gql, Result, Time};
-use crate::auth::CurrentUser;
 use crate::clusters::Clusters;
 use crate::db::read::{AgentRow, EnvironmentRow};
 use crate::error::Error;
@@ -40,7 +39,7 @@ pub async fn load(
     agent: AgentRow,
     namespace: String,
 ) -> Result<ResourceGroup> {
-    let user: &CurrentUser = ctx.data_unchecked();
+    let user = super::types::loader(ctx).loader().user().await.gql()?;
     let clusters: &Arc<Clusters> = ctx.data_unchecked();
     let grant = clusters
         .grants
