@@ -3,15 +3,20 @@
 # the same list sent straight to the test API server (`benches/kube_server.rs`), 32 connections,
 # in alternating runs of each, as a developer whose user_access impersonates them.
 #
-#   benches/proxy.sh [seconds] [rounds]
+#   benches/proxy.sh [seconds] [rounds] [latency_ms]
+#
+# latency_ms (default 0) is added by the API server to every request it answers, as a real API
+# server takes milliseconds to list pods: with 0, the test server answers from memory and the
+# comparison mostly measures how the four processes share the machine's cores.
 source "$(dirname "$0")/common.sh"
 seconds=${1:-10}
 rounds=${2:-3}
+latency_ms=${3:-0}
 work=$(mktemp -d /tmp/envlens-proxy.XXXXXX); chmod 755 "$work"; dir=$work/data
 port=18485
 kube_server=$(cargo bench --no-run --bench kube_server --message-format=json 2>/dev/null |
   python3 -c 'import json,sys; print([m["executable"] for m in map(json.loads, sys.stdin) if m.get("executable") and m["target"]["name"] == "kube_server"][-1])')
-"$kube_server" "$work/kube" 20 >"$work/kube.url" &
+"$kube_server" "$work/kube" 20 "$latency_ms" >"$work/kube.url" &
 kube_pid=$!
 until [ -s "$work/kube.url" ]; do sleep 0.05; done
 kube_url=$(cat "$work/kube.url")
@@ -34,7 +39,9 @@ path=/api/v1/namespaces/apps/pods
 "$load" proxy --url "http://127.0.0.1:$port" --path "/k8s-proxy$path" --connections 1 --seconds 1 \
   --session-secret-file "$dir/session-secret" --user-id 5 --username dev --agent 1 | grep -q '"200"' ||
   { echo "the proxied list does not answer 200"; exit 1; }
+echo "latency ${latency_ms} ms, ${seconds} s per run"
 for round in $(seq "$rounds"); do
+  printf 'round %s load %s\n' "$round" "$(cut -d' ' -f1-3 /proc/loadavg)"
   printf 'round %s direct ' "$round"
   "$load" get --url "$kube_url" --path "$path" --connections 32 --seconds "$seconds"
   printf 'round %s proxy  ' "$round"

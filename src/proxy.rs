@@ -103,18 +103,17 @@ pub async fn forward(State(state): State<AppState>, request: Request) -> Respons
     let mut upstream = axum::http::Request::new(kube::client::Body::from(body));
     *upstream.method_mut() = parts.method;
     *upstream.uri_mut() = uri;
-    *upstream.headers_mut() = request_headers(parts.headers);
-    upstream
-        .headers_mut()
-        .extend(grant.impersonation(AccessType::from(session.via)));
+    let headers = upstream.headers_mut();
+    *headers = request_headers(parts.headers);
+    for (name, value) in grant.impersonation_headers(AccessType::from(session.via)) {
+        headers.append(name, value.clone());
+    }
 
     let timeout = state.clusters.response_timeout;
     match tokio::time::timeout(timeout, cluster.client.send(upstream)).await {
         Ok(Ok(response)) => {
             let (mut parts, body) = response.into_parts();
-            strip(&mut parts.headers, HOP_BY_HOP);
-            // Which origins may read the answer is envlens' decision, not the cluster's.
-            strip_prefixed(&mut parts.headers, "access-control-");
+            response_headers(&mut parts.headers);
             Response::from_parts(parts, Body::new(body))
         }
         Ok(Err(e)) => {
@@ -188,24 +187,30 @@ fn request_headers(mut headers: HeaderMap) -> HeaderMap {
     for name in named {
         headers.remove(name);
     }
-    strip(&mut headers, HOP_BY_HOP);
-    strip(&mut headers, CREDENTIALS);
-    strip(&mut headers, &["host", "content-length"]);
-    strip_prefixed(&mut headers, "impersonate-");
+    remove_where(&mut headers, |name| {
+        HOP_BY_HOP.contains(&name)
+            || CREDENTIALS.contains(&name)
+            || name == "host"
+            || name == "content-length"
+            || name.starts_with("impersonate-")
+    });
     headers
 }
 
-fn strip(headers: &mut HeaderMap, names: &[&str]) {
-    for name in names {
-        headers.remove(*name);
-    }
+/// The cluster's headers minus this hop's and its CORS headers: which origins may read the
+/// answer is envlens' decision, not the cluster's.
+fn response_headers(headers: &mut HeaderMap) {
+    remove_where(headers, |name| {
+        HOP_BY_HOP.contains(&name) || name.starts_with("access-control-")
+    });
 }
 
-/// Removes every header whose (lower-case) name starts with `prefix`.
-fn strip_prefixed(headers: &mut HeaderMap, prefix: &str) {
+/// Removes every header whose (lower-case) name `unwanted` picks, in one pass over the names
+/// (the usual request or response has a handful of headers, and most lists name more).
+fn remove_where(headers: &mut HeaderMap, unwanted: impl Fn(&str) -> bool) {
     let names: Vec<HeaderName> = headers
         .keys()
-        .filter(|name| name.as_str().starts_with(prefix))
+        .filter(|name| unwanted(name.as_str()))
         .cloned()
         .collect();
     for name in names {
@@ -308,5 +313,25 @@ mod tests {
         let mut names: Vec<&str> = kept.keys().map(|k| k.as_str()).collect();
         names.sort();
         assert_eq!(names, ["accept", "content-type"]);
+    }
+
+    #[test]
+    fn the_clusters_cors_and_framing_stay_behind() {
+        let mut headers = HeaderMap::new();
+        for (name, value) in [
+            ("access-control-allow-origin", "*"),
+            ("access-control-allow-credentials", "true"),
+            ("connection", "keep-alive"),
+            ("transfer-encoding", "chunked"),
+            ("content-type", "application/json"),
+            ("audit-id", "a"),
+            ("cache-control", "no-cache, private"),
+        ] {
+            headers.append(name, HeaderValue::from_static(value));
+        }
+        response_headers(&mut headers);
+        let mut names: Vec<&str> = headers.keys().map(|k| k.as_str()).collect();
+        names.sort();
+        assert_eq!(names, ["audit-id", "cache-control", "content-type"]);
     }
 }

@@ -3,7 +3,7 @@
 //! impersonation headers that carry it to the cluster.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
@@ -47,6 +47,9 @@ pub struct Grant {
     pub agent: Agent,
     pub username: String,
     pub authorization: UserAuthorization,
+    /// The impersonation headers for each [`AccessType`], made on first use: a cached grant
+    /// serves many proxied requests, and building them costs a dozen allocations.
+    impersonation: OnceLock<[HeaderMap; 2]>,
 }
 
 /// The user's `user_access` to the agent; `None` for a refusal, an unknown agent or an unknown
@@ -85,6 +88,7 @@ pub async fn authorize(
             agent: rows.agent,
             username: rows.username,
             authorization,
+            impersonation: OnceLock::new(),
         }),
     )
 }
@@ -143,6 +147,24 @@ impl Grant {
     /// `gitlab:user:<username>`, groups `gitlab:user` then every role of every qualifying
     /// project and group, and the `agent.gitlab.com/*` extras, as KAS sends them.
     pub fn impersonation(&self, access_type: AccessType) -> HeaderMap {
+        self.impersonation_headers(access_type).clone()
+    }
+
+    /// [`Grant::impersonation`], borrowed.
+    pub fn impersonation_headers(&self, access_type: AccessType) -> &HeaderMap {
+        let [cookie, token] = self.impersonation.get_or_init(|| {
+            [
+                self.build_impersonation(AccessType::SessionCookie),
+                self.build_impersonation(AccessType::PersonalAccessToken),
+            ]
+        });
+        match access_type {
+            AccessType::SessionCookie => cookie,
+            AccessType::PersonalAccessToken => token,
+        }
+    }
+
+    fn build_impersonation(&self, access_type: AccessType) -> HeaderMap {
         let mut headers = HeaderMap::new();
         if self.authorization.access_as != AccessAs::User {
             return headers;
@@ -205,6 +227,7 @@ mod tests {
                 projects: vec![(42, vec!["guest", "planner", "reporter", "developer"])],
                 groups: vec![(3, vec!["guest"])],
             },
+            impersonation: OnceLock::new(),
         }
     }
 
@@ -218,7 +241,8 @@ mod tests {
 
     #[test]
     fn impersonates_the_user_with_roles_and_extras() {
-        let h = grant(AccessAs::User).impersonation(AccessType::SessionCookie);
+        let grant = grant(AccessAs::User);
+        let h = grant.impersonation(AccessType::SessionCookie);
         assert_eq!(values(&h, "impersonate-user"), ["gitlab:user:alice"]);
         assert_eq!(
             values(&h, "impersonate-group"),
@@ -245,10 +269,18 @@ mod tests {
             ["session_cookie"]
         );
         assert_eq!(h.len(), 1 + 6 + 4);
-        let token = grant(AccessAs::User).impersonation(AccessType::PersonalAccessToken);
+        // The same grant, made once for each way of signing in.
+        let token = grant.impersonation_headers(AccessType::PersonalAccessToken);
         assert_eq!(
-            values(&token, "impersonate-extra-agent.gitlab.com%2faccess_type"),
+            values(token, "impersonate-extra-agent.gitlab.com%2faccess_type"),
             ["personal_access_token"]
+        );
+        assert_eq!(
+            values(
+                grant.impersonation_headers(AccessType::SessionCookie),
+                "impersonate-extra-agent.gitlab.com%2faccess_type"
+            ),
+            ["session_cookie"]
         );
     }
 

@@ -30,6 +30,8 @@ const LEEWAY_SECONDS: u64 = 5;
 pub struct Keys {
     internal: DecodingKey,
     session: DecodingKey,
+    /// Session tokens that `session` verified recently.
+    sessions: session::VerifiedSessions,
     webhook_token: Secret,
 }
 
@@ -38,6 +40,7 @@ impl Keys {
         Keys {
             internal: DecodingKey::from_secret(secrets.internal.bytes()),
             session: DecodingKey::from_secret(secrets.session.bytes()),
+            sessions: session::VerifiedSessions::new(session::VerifiedSessions::CAPACITY),
             webhook_token: secrets.webhook_token,
         }
     }

@@ -2,17 +2,19 @@
 //! as a bearer token for scripts.
 
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use axum::extract::{FromRequestParts, Query};
 use axum::http::header::{AUTHORIZATION, COOKIE, UPGRADE};
 use axum::http::request::Parts;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
+use jsonwebtoken::DecodingKey;
 use serde::{Deserialize, Serialize};
 use sqlx::PgExecutor;
 use subtle::ConstantTimeEq;
 
-use super::{verify, Keys, TimeClaims, ISSUER};
+use super::{verify, Keys, TimeClaims, ISSUER, LEEWAY_SECONDS};
 use crate::db;
 use crate::error::Error;
 use crate::state::AppState;
@@ -100,31 +102,107 @@ pub struct Session {
 
 /// Checks the request's session: bearer first, else the cookie and its CSRF token.
 pub fn verify_session(parts: &Parts, keys: &Keys) -> Result<Session, Error> {
-    let (claims, via) = if let Some(value) = parts.headers.get(AUTHORIZATION) {
+    let (token, via) = if let Some(value) = parts.headers.get(AUTHORIZATION) {
         let token = value
             .to_str()
             .ok()
             .and_then(|v| v.strip_prefix("Bearer "))
             .ok_or_else(|| Error::Unauthorized("Authorization must be `Bearer <token>`".into()))?;
-        let claims: SessionClaims =
-            verify(token.trim(), &keys.session, AUDIENCE, MAX_LIFETIME_SECONDS)?;
-        (claims, Via::Bearer)
+        (token.trim(), Via::Bearer)
     } else {
         let token =
             session_cookie(parts).ok_or_else(|| Error::Unauthorized("not signed in".into()))?;
-        let claims: SessionClaims = verify(token, &keys.session, AUDIENCE, MAX_LIFETIME_SECONDS)?;
+        (token, Via::Cookie)
+    };
+    let verified = keys.sessions.verify(token, &keys.session)?;
+    if via == Via::Cookie {
         let sent =
             csrf_token(parts).ok_or_else(|| Error::Unauthorized("missing CSRF token".into()))?;
-        if !bool::from(sent.as_bytes().ct_eq(claims.csrf.as_bytes())) {
+        if !bool::from(sent.as_bytes().ct_eq(verified.csrf.as_bytes())) {
             return Err(Error::Unauthorized("CSRF token does not match".into()));
         }
-        (claims, Via::Cookie)
-    };
-    let user_id = claims
-        .sub
-        .parse()
-        .map_err(|_| Error::Unauthorized("token subject is not a user id".into()))?;
+    }
+    let user_id = verified
+        .user_id
+        .ok_or_else(|| Error::Unauthorized("token subject is not a user id".into()))?;
     Ok(Session { user_id, via })
+}
+
+/// What a request needs of a verified session token.
+#[derive(Debug, Clone)]
+struct Verified {
+    /// `sub` as a user id; `None` when it is not one (the request is then refused).
+    user_id: Option<i64>,
+    csrf: Arc<str>,
+    exp: i64,
+    /// When it was verified (Unix seconds).
+    at: i64,
+}
+
+/// Session tokens verified recently, by their exact text: a page watching resources sends many
+/// requests with the same token, and checking its signature and claims each time costs more than
+/// the rest of a proxied request's own work.
+///
+/// Only tokens that verified are kept. Of the checks, only `exp` can turn an accepted token into
+/// a refused one as time passes (`iat`, `nbf` and the lifetime bound only get easier), so an entry
+/// answers until `exp` plus the leeway has passed, and never if the clock went back since it was
+/// verified; otherwise the token is verified again, and refused with verification's own message.
+/// A token that differs in any byte is another entry. At `capacity` entries, the expired ones go,
+/// and if none had expired, all of them.
+pub(super) struct VerifiedSessions {
+    capacity: usize,
+    entries: Mutex<HashMap<Box<str>, Verified>>,
+}
+
+impl VerifiedSessions {
+    /// Enough for every signed-in user of a large instance, each token a few hundred bytes.
+    pub(super) const CAPACITY: usize = 10_000;
+
+    pub(super) fn new(capacity: usize) -> Self {
+        VerifiedSessions {
+            capacity,
+            entries: Mutex::default(),
+        }
+    }
+
+    /// The token's claims, from the cache or verified now (and then cached).
+    fn verify(&self, token: &str, key: &DecodingKey) -> Result<Verified, Error> {
+        let now = chrono::Utc::now().timestamp();
+        if let Some(verified) = self.get(token, now) {
+            return Ok(verified);
+        }
+        let claims: SessionClaims = verify(token, key, AUDIENCE, MAX_LIFETIME_SECONDS)?;
+        let verified = Verified {
+            user_id: claims.sub.parse().ok(),
+            csrf: claims.csrf.into(),
+            exp: claims.exp,
+            at: now,
+        };
+        self.insert(token, verified.clone(), now);
+        Ok(verified)
+    }
+
+    fn get(&self, token: &str, now: i64) -> Option<Verified> {
+        let entries = self.lock();
+        let verified = entries.get(token)?;
+        (verified.at <= now && now <= verified.exp + LEEWAY_SECONDS as i64)
+            .then(|| verified.clone())
+    }
+
+    fn insert(&self, token: &str, verified: Verified, now: i64) {
+        let mut entries = self.lock();
+        if entries.len() >= self.capacity && !entries.contains_key(token) {
+            entries.retain(|_, v| v.at <= now && now <= v.exp + LEEWAY_SECONDS as i64);
+            if entries.len() >= self.capacity {
+                entries.clear();
+            }
+        }
+        entries.insert(token.into(), verified);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Box<str>, Verified>> {
+        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 fn session_cookie(parts: &Parts) -> Option<&str> {
@@ -181,4 +259,133 @@ pub fn mint_session(
         &jsonwebtoken::EncodingKey::from_secret(key),
     )?;
     Ok((token, csrf))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use axum::http::Request;
+
+    use super::*;
+    use crate::auth::secrets::{Secret, Secrets};
+
+    const KEY: &[u8] = b"0123456789abcdef0123456789abcdef";
+
+    fn keys() -> Keys {
+        Keys::new(Secrets {
+            internal: Secret::new(b"internal-key-internal-key-intern".to_vec()),
+            session: Secret::new(KEY.to_vec()),
+            webhook_token: Secret::new(b"hook".to_vec()),
+            generated: Vec::new(),
+        })
+    }
+
+    fn token(user_id: i64) -> String {
+        mint_session(KEY, user_id, "alice", Duration::from_secs(600))
+            .unwrap()
+            .0
+    }
+
+    fn parts(header: (&str, &str), csrf: Option<&str>) -> Parts {
+        let mut request = Request::get("/k8s-proxy/api").header(header.0, header.1);
+        if let Some(csrf) = csrf {
+            request = request.header(CSRF_HEADER, csrf);
+        }
+        request.body(()).unwrap().into_parts().0
+    }
+
+    fn bearer(token: &str) -> Parts {
+        parts(("authorization", &format!("Bearer {token}")), None)
+    }
+
+    fn cached(keys: &Keys) -> usize {
+        keys.sessions.lock().len()
+    }
+
+    #[test]
+    fn a_cached_token_answers_only_until_it_expires() {
+        let cache = VerifiedSessions::new(10);
+        let key = DecodingKey::from_secret(KEY);
+        let token = token(7);
+        let first = cache.verify(&token, &key).unwrap();
+        assert_eq!(first.user_id, Some(7));
+        let (at, exp) = (first.at, first.exp);
+        assert!(cache.get(&token, at).is_some());
+        // As verification does: accepted until `exp` plus the leeway, refused after.
+        assert!(cache.get(&token, exp + LEEWAY_SECONDS as i64).is_some());
+        assert!(cache.get(&token, exp + LEEWAY_SECONDS as i64 + 1).is_none());
+        // A clock that went back since is not trusted with `iat` and `nbf`.
+        assert!(cache.get(&token, at - 1).is_none());
+    }
+
+    #[test]
+    fn another_token_is_verified_on_its_own() {
+        let keys = keys();
+        let good = token(7);
+        assert_eq!(verify_session(&bearer(&good), &keys).unwrap().user_id, 7);
+        assert_eq!(verify_session(&bearer(&good), &keys).unwrap().user_id, 7);
+        assert_eq!(cached(&keys), 1);
+        // The same claims under another signature.
+        let (head_and_claims, signature) = good.rsplit_once('.').unwrap();
+        let flipped = if signature.starts_with('A') { 'B' } else { 'A' };
+        let forged = format!("{head_and_claims}.{flipped}{}", &signature[1..]);
+        assert!(verify_session(&bearer(&forged), &keys).is_err());
+        let other_key = mint_session(&[7; 32], 7, "alice", Duration::from_secs(600))
+            .unwrap()
+            .0;
+        assert!(verify_session(&bearer(&other_key), &keys).is_err());
+        assert_eq!(cached(&keys), 1);
+        // Another user's token is their own entry.
+        assert_eq!(
+            verify_session(&bearer(&token(8)), &keys).unwrap().user_id,
+            8
+        );
+        assert_eq!(cached(&keys), 2);
+    }
+
+    #[test]
+    fn a_cached_cookie_still_needs_its_csrf_token() {
+        let keys = keys();
+        let (token, csrf) = mint_session(KEY, 7, "alice", Duration::from_secs(600)).unwrap();
+        let cookie = format!("_gitlab_kas={token}");
+        let session = verify_session(&parts(("cookie", &cookie), Some(&csrf)), &keys).unwrap();
+        assert_eq!((session.user_id, session.via), (7, Via::Cookie));
+        assert_eq!(cached(&keys), 1);
+        for (sent, why) in [
+            (None, "missing CSRF token"),
+            (Some("x"), "CSRF token does not match"),
+        ] {
+            match verify_session(&parts(("cookie", &cookie), sent), &keys) {
+                Err(Error::Unauthorized(message)) => assert_eq!(message, why),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn the_cache_stays_within_its_capacity() {
+        let cache = VerifiedSessions::new(3);
+        let key = DecodingKey::from_secret(KEY);
+        for user in 1..=10 {
+            let token = token(user);
+            cache.verify(&token, &key).unwrap();
+            assert!(cache.lock().len() <= 3);
+            assert!(cache.lock().contains_key(token.as_str()));
+        }
+        // Full: the expired entries go first, the others stay.
+        let cache = VerifiedSessions::new(2);
+        let entry = |exp| Verified {
+            user_id: Some(1),
+            csrf: "c".into(),
+            exp,
+            at: 0,
+        };
+        cache.insert("long", entry(1000), 0);
+        cache.insert("short", entry(10), 0);
+        cache.insert("new", entry(1000), 100);
+        let mut kept: Vec<String> = cache.lock().keys().map(|k| k.to_string()).collect();
+        kept.sort();
+        assert_eq!(kept, ["long", "new"]);
+    }
 }
