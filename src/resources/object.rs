@@ -14,8 +14,7 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::health::{HPA_CONDITIONS_ANNOTATION, IGNORE_RESTART_POLICY_ANNOTATION};
-pub use super::tree::Keep;
-use super::tree::Tree;
+use super::tree::{Keep, Tree};
 
 /// One listed object.
 #[derive(Debug, Clone)]

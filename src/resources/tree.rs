@@ -299,13 +299,6 @@ impl<'de> Visitor<'de> for Keep {
     }
 }
 
-/// For messages that quote an object.
-impl std::fmt::Display for Tree {
-    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        serde_json::Value::from(self).fmt(f)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -340,7 +333,6 @@ mod tests {
         assert_eq!(tree.get(""), Some(&Tree::String("".into())));
         assert_eq!(tree.get("nope"), None);
         assert_eq!(Tree::Int(1).get("a"), None);
-        assert_eq!(tree.to_string(), value.to_string());
     }
 
     #[test]
