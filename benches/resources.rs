@@ -21,8 +21,9 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use envlens::resources::graph::{edges, owned_closure};
-use envlens::resources::health::{aggregate, health};
+use envlens::resources::graph::owned_closure;
+use envlens::resources::group::edges_and_health;
+use envlens::resources::health::aggregate;
 use envlens::resources::object;
 use envlens::resources::tree::Tree;
 use serde_json::{json, Value};
@@ -380,35 +381,27 @@ fn environment(n: usize) -> (Vec<Value>, Vec<Value>) {
     (env.objects, selected)
 }
 
-/// What the service computes for the resource group; returns the sizes so nothing is skipped.
+/// What the service computes for the resource group (`fetch` the closure, `group::assemble`
+/// the rest); returns the sizes so nothing is skipped.
 fn pipeline(objects: &[Tree], selected: &[Tree]) -> (usize, usize, usize) {
     let closure = owned_closure(selected, objects);
     // Every object here is in the group: the closure plus the selected ones.
-    let graph = edges(objects);
-    // Each object's health with what names it, read while the object is in cache, as the
-    // service fills in each resource of its answer.
-    let resources: Vec<_> = objects
-        .iter()
-        .map(|o| {
-            fn text(v: Option<&Tree>) -> Option<&str> {
-                v.and_then(Tree::as_str)
-            }
-            let meta = o.get("metadata");
-            (
-                text(o.get("kind")).unwrap_or(""),
-                text(meta.and_then(|m| m.get("namespace"))),
-                text(meta.and_then(|m| m.get("name"))).unwrap_or(""),
-                health(o),
-            )
-        })
-        .collect();
-    let group = aggregate(
-        resources
-            .iter()
-            .filter_map(|(kind, ns, name, h)| Some((*kind, *ns, *name, h.as_ref()?))),
-    );
+    let (graph, healths) = edges_and_health(objects);
+    // The cause names of the group's health, as the service reads them for its answer.
+    let group = aggregate(objects.iter().zip(&healths).filter_map(|(o, h)| {
+        fn text(v: Option<&Tree>) -> Option<&str> {
+            v.and_then(Tree::as_str)
+        }
+        let meta = o.get("metadata");
+        Some((
+            text(o.get("kind")).unwrap_or(""),
+            text(meta.and_then(|m| m.get("namespace"))),
+            text(meta.and_then(|m| m.get("name"))).unwrap_or(""),
+            h.as_ref()?,
+        ))
+    }));
     black_box(&group);
-    (closure.len(), graph.len(), resources.len())
+    (closure.len(), graph.len(), healths.len())
 }
 
 /// The objects as the service holds them: each parsed from its text by [`object::parse`],

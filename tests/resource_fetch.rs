@@ -205,11 +205,12 @@ async fn lists_the_environment_and_what_it_owns() {
     assert_eq!(find("ConfigMap web-config").health, None);
 
     let edge = |from: &str, to: &str| {
-        let (from, to) = (find(from).uid.clone(), find(to).uid.clone());
+        let uid = |i: u32| &group.resources[i as usize].uid;
+        let (from, to) = (&find(from).uid, &find(to).uid);
         group
             .edges
             .iter()
-            .find(|e| e.from == from && e.to == to)
+            .find(|e| uid(e.from) == from && uid(e.to) == to)
             .map(|e| e.kind)
     };
     assert_eq!(

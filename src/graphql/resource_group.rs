@@ -12,7 +12,7 @@ use crate::clusters::Clusters;
 use crate::db::read::{AgentRow, EnvironmentRow};
 use crate::error::Error;
 use crate::resources::fetch::{self, FetchOptions, ListError, ResourceEvent};
-use crate::resources::graph::{self, EdgeType};
+use crate::resources::graph::EdgeType;
 use crate::resources::group::{self, label_selector};
 use crate::resources::health::{self, Health};
 use crate::resources::object::Object;
@@ -108,8 +108,16 @@ impl ResourceGroup {
             label_selector: group.label_selector,
             health: group.health.status.into(),
             health_message: group.health.message,
+            edges: group
+                .edges
+                .iter()
+                .map(|e| ResourceEdge {
+                    from: ID(group.resources[e.from as usize].uid.clone()),
+                    to: ID(group.resources[e.to as usize].uid.clone()),
+                    kind: e.kind.into(),
+                })
+                .collect(),
             resources: group.resources.into_iter().map(Into::into).collect(),
-            edges: group.edges.into_iter().map(Into::into).collect(),
             warnings: group.warnings,
             errors: group.errors.into_iter().map(Into::into).collect(),
         }
@@ -240,16 +248,6 @@ pub struct ResourceEdge {
     to: ID,
     #[graphql(name = "type")]
     kind: ResourceEdgeType,
-}
-
-impl From<graph::Edge> for ResourceEdge {
-    fn from(e: graph::Edge) -> Self {
-        ResourceEdge {
-            from: ID(e.from),
-            to: ID(e.to),
-            kind: e.kind.into(),
-        }
-    }
 }
 
 #[derive(SimpleObject)]

@@ -230,8 +230,14 @@ pub async fn list_resource_group(
         discovery.invalidate();
     }
 
-    let selected = unique_by_uid(selected, &HashSet::new());
-    let owned = parse_candidates(owned_candidates(&selected, candidates));
+    // CPU work over what may be 100,000 objects: off the async runtime's threads.
+    let (selected, owned) = tokio::task::spawn_blocking(move || {
+        let selected = unique_by_uid(selected, &HashSet::new());
+        let owned = parse_candidates(owned_candidates(&selected, candidates));
+        (selected, owned)
+    })
+    .await
+    .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
     let in_group: HashSet<&str> = selected
         .iter()
         .chain(&owned)

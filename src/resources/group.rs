@@ -1,12 +1,15 @@
 //! The resource group of an environment as GraphQL shows it (`Environment.resourceGroup`): pure
 //! assembly of what [`fetch`](super::fetch) listed, with health and edges, tested without I/O.
 
+use std::borrow::Borrow;
+
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 
 use super::fetch::{ListError, Listing, ResourceEvent};
 use super::graph::{self, Edge};
 use super::health::{self, Health};
+use super::join;
 use super::object::Object;
 use super::tree::Tree;
 
@@ -84,6 +87,16 @@ fn order_key(object: &Tree) -> [&str; 5] {
     ]
 }
 
+/// The edges among `objects` ([`graph::edges`]) and the health of each, in their order: the two
+/// read the same objects and nothing of each other, so a large group has them on two threads.
+pub fn edges_and_health<T: Borrow<Tree> + Sync>(objects: &[T]) -> (Vec<Edge>, Vec<Option<Health>>) {
+    let healths = || objects.iter().map(|o| health::health(o.borrow())).collect();
+    let (healths, edges) = join(objects.len() >= super::PARALLEL_FROM, healths, || {
+        graph::edges(objects)
+    });
+    (edges, healths)
+}
+
 /// Builds the view: selected and owned objects together, sorted, each with its health and Events;
 /// the edges among them; the group's health over the resources that have one, causes named in
 /// resource order; warnings; the errors as listed.
@@ -109,8 +122,20 @@ pub fn assemble(listing: Listing) -> ResourceGroup {
         .collect();
     keyed.sort_unstable();
     let order: Vec<usize> = keyed.into_iter().map(|(_, i)| i).collect();
-    let edges = graph::edges(&objects);
-    let healths: Vec<Option<Health>> = objects.iter().map(|o| health::health(&o.view)).collect();
+    let (edges, healths) = edges_and_health(&objects);
+    // Edges name objects by their index as listed; the resources are shown in `order`.
+    let mut position = vec![0u32; order.len()];
+    for (shown, &listed) in order.iter().enumerate() {
+        position[listed] = shown as u32;
+    }
+    let edges = edges
+        .into_iter()
+        .map(|e| Edge {
+            from: position[e.from as usize],
+            to: position[e.to as usize],
+            kind: e.kind,
+        })
+        .collect();
     let mut slots: Vec<Option<(Object, Option<Health>)>> =
         objects.into_iter().zip(healths).map(Some).collect();
     let (objects, healths): (Vec<Object>, Vec<Option<Health>>) =
@@ -303,8 +328,8 @@ mod tests {
         assert_eq!(
             group.edges,
             [Edge {
-                from: "d-1".into(),
-                to: "rs-1".into(),
+                from: 0,
+                to: 1,
                 kind: EdgeType::Owner
             }]
         );

@@ -10,3 +10,26 @@ pub mod health;
 pub mod manifests;
 pub mod object;
 pub mod tree;
+
+/// Groups from this many objects on are worked on by two threads where the work splits in two:
+/// a thread costs tens of microseconds, a pass over a thousand objects about a hundred.
+const PARALLEL_FROM: usize = 1_000;
+
+/// `a` and `b`, with `a` on a thread of its own when `parallel`.
+///
+/// The pure passes over a large group (ownership, edges, health) take tens of milliseconds
+/// each; where two of them read the same objects and nothing of each other, the second core
+/// halves the wait. The caller is on a blocking thread, never on the async runtime's.
+fn join<A: Send, B>(parallel: bool, a: impl FnOnce() -> A + Send, b: impl FnOnce() -> B) -> (A, B) {
+    if !parallel {
+        return (a(), b());
+    }
+    std::thread::scope(|scope| {
+        let a = scope.spawn(a);
+        let b = b();
+        let a = a
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        (a, b)
+    })
+}
