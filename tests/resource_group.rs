@@ -40,11 +40,16 @@ const GROUP_FIELDS: &str = "agent { id name kubernetesNamespace project { fullPa
 
 /// The whole response to a query of `environment`'s resource group.
 async fn resource_group(app: &TestApp, user: (i64, &str), environment: &str) -> Value {
-    let (token, _) = mint_session(SESSION_KEY, user.0, user.1, Duration::from_secs(600)).unwrap();
     let query = format!(
         r#"{{ project(fullPath: "acme/apps/web") {{ environment(name: "{environment}") {{
             name resourceGroup {{ {GROUP_FIELDS} }} }} }} }}"#
     );
+    graphql(app, user, &query).await
+}
+
+/// The whole response to `query`, sent as `user`.
+async fn graphql(app: &TestApp, user: (i64, &str), query: &str) -> Value {
+    let (token, _) = mint_session(SESSION_KEY, user.0, user.1, Duration::from_secs(600)).unwrap();
     let req = Request::post("/api/graphql")
         .header(header::AUTHORIZATION, format!("Bearer {token}"))
         .header(header::CONTENT_TYPE, "application/json")
@@ -271,6 +276,52 @@ async fn the_environment_and_what_it_owns_as_the_user_sees_it() {
         );
         assert!(r.path.contains(&format!("/namespaces/{NS}/")), "{}", r.path);
     }
+}
+
+/// Resources and edges selected with plain fields are written straight into the answer
+/// (`graphql::plain`); a fragment or a directive anywhere in the selection sends them through
+/// async-graphql's resolvers. Both must answer alike.
+#[tokio::test]
+async fn plain_and_resolved_selections_answer_alike() {
+    let (_api, served, _dir) = cluster().await;
+    let app = environment::gitlab(&served).await;
+    let query = |group: &str, fragments: &str| {
+        format!(
+            r#"{{ project(fullPath: "acme/apps/web") {{ environment(name: "{SLUG}") {{
+                resourceGroup {{ {group} }} }} }} }} {fragments}"#
+        )
+    };
+    let plain = graphql(&app, DEV, &query(GROUP_FIELDS, "")).await;
+    let resolved_fields = GROUP_FIELDS
+        .replace("resources {", "resources { ...Resource ")
+        .replace("edges { from", "edges { from @include(if: true)");
+    let fragment = "fragment Resource on KubernetesResource { __typename }";
+    let resolved = graphql(&app, DEV, &query(&resolved_fields, fragment)).await;
+    let mut resolved_group = group_of(&resolved).clone();
+    for resource in resolved_group["resources"].as_array_mut().unwrap() {
+        assert_eq!(
+            resource.as_object_mut().unwrap().remove("__typename"),
+            Some(json!("KubernetesResource"))
+        );
+    }
+    let plain_group = group_of(&plain);
+    assert!(plain_group["resources"].as_array().unwrap().len() > 10);
+    assert!(plain_group["edges"].as_array().unwrap().len() > 5);
+    assert_eq!(plain_group, &resolved_group);
+
+    // Aliases name the fields; a key given twice is merged, as async-graphql does.
+    let aliased = "resources { id: uid kind health { status } health { message } }
+        edges { parent: from child: to }";
+    let aliased = graphql(&app, DEV, &query(aliased, "")).await;
+    let first = &group_of(&aliased)["resources"][0];
+    let mut keys: Vec<&String> = first.as_object().unwrap().keys().collect();
+    keys.sort();
+    assert_eq!(keys, ["health", "id", "kind"]);
+    assert_eq!(first["id"], plain_group["resources"][0]["uid"]);
+    assert_eq!(first["health"], plain_group["resources"][0]["health"]);
+    let edge = &group_of(&aliased)["edges"][0];
+    assert_eq!(edge["parent"], plain_group["edges"][0]["from"]);
+    assert_eq!(edge["child"], plain_group["edges"][0]["to"]);
 }
 
 #[tokio::test]

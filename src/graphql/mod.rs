@@ -2,6 +2,7 @@
 
 mod documents;
 mod loaders;
+mod plain;
 mod resource_group;
 mod types;
 

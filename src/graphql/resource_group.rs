@@ -4,8 +4,11 @@
 
 use std::sync::Arc;
 
-use async_graphql::{ComplexObject, Context, Enum, Json, SimpleObject, ID};
-use serde_json::Value;
+use async_graphql::parser::types::SelectionSet;
+use async_graphql::resolver_utils::enum_value;
+use async_graphql::{ComplexObject, Context, Enum, Json, ScalarType, SimpleObject, Value, ID};
+
+use super::plain::{self, optional, string, Plain, PlainList};
 
 use super::types::{conn, project, DeploymentAgent, Gql, Result, Time};
 use crate::clusters::Clusters;
@@ -92,9 +95,9 @@ pub struct ResourceGroup {
     /// Names up to three resources that cause `health`.
     health_message: Option<String>,
     /// Ordered by apiVersion, kind, namespace and name.
-    resources: Vec<KubernetesResource>,
+    resources: PlainList<KubernetesResource>,
     /// Parent to child.
-    edges: Vec<ResourceEdge>,
+    edges: PlainList<ResourceEdge>,
     warnings: Vec<String>,
     /// Kinds that could not be listed; the rest is still shown.
     errors: Vec<ResourceListError>,
@@ -108,16 +111,18 @@ impl ResourceGroup {
             label_selector: group.label_selector,
             health: group.health.status.into(),
             health_message: group.health.message,
-            edges: group
-                .edges
-                .iter()
-                .map(|e| ResourceEdge {
-                    from: ID(group.resources[e.from as usize].uid.clone()),
-                    to: ID(group.resources[e.to as usize].uid.clone()),
-                    kind: e.kind.into(),
-                })
-                .collect(),
-            resources: group.resources.into_iter().map(Into::into).collect(),
+            edges: PlainList(
+                group
+                    .edges
+                    .iter()
+                    .map(|e| ResourceEdge {
+                        from: ID(group.resources[e.from as usize].uid.clone()),
+                        to: ID(group.resources[e.to as usize].uid.clone()),
+                        kind: e.kind.into(),
+                    })
+                    .collect(),
+            ),
+            resources: PlainList(group.resources.into_iter().map(Into::into).collect()),
             warnings: group.warnings,
             errors: group.errors.into_iter().map(Into::into).collect(),
         }
@@ -158,7 +163,7 @@ pub struct KubernetesResource {
     namespace: Option<String>,
     name: String,
     /// `metadata.labels`, an object.
-    labels: Json<Value>,
+    labels: Json<serde_json::Value>,
     created_at: Option<Time>,
     /// Null when no health rule applies to the kind (which is not UNKNOWN).
     health: Option<ResourceHealth>,
@@ -171,7 +176,7 @@ pub struct KubernetesResource {
 #[ComplexObject]
 impl KubernetesResource {
     /// The object as the cluster answered it, without `metadata.managedFields`.
-    async fn manifest(&self) -> Json<Value> {
+    async fn manifest(&self) -> Json<serde_json::Value> {
         Json(self.object.manifest())
     }
 }
@@ -248,6 +253,65 @@ pub struct ResourceEdge {
     to: ID,
     #[graphql(name = "type")]
     kind: ResourceEdgeType,
+}
+
+impl Plain for KubernetesResource {
+    fn field(&self, name: &str, selection: &SelectionSet) -> Value {
+        match name {
+            "uid" => string(&self.uid),
+            "apiVersion" => string(&self.api_version),
+            "kind" => string(&self.kind),
+            "namespace" => optional(self.namespace.as_ref(), |ns| string(ns)),
+            "name" => string(&self.name),
+            "labels" => json(&self.labels.0),
+            "createdAt" => optional(self.created_at.as_ref(), Time::to_value),
+            "health" => optional(self.health.as_ref(), |h| plain::object(h, selection)),
+            "manifest" => json(&self.object.manifest()),
+            "events" => plain::list(&self.events, selection),
+            _ => Value::Null,
+        }
+    }
+}
+
+/// A `JSON` field, as async-graphql's `Json` answers it.
+fn json(value: &serde_json::Value) -> Value {
+    async_graphql::to_value(value).unwrap_or_default()
+}
+
+impl Plain for ResourceHealth {
+    fn field(&self, name: &str, _: &SelectionSet) -> Value {
+        match name {
+            "status" => enum_value(self.status),
+            "message" => optional(self.message.as_ref(), |m| string(m)),
+            _ => Value::Null,
+        }
+    }
+}
+
+impl Plain for ResourceEdge {
+    fn field(&self, name: &str, _: &SelectionSet) -> Value {
+        match name {
+            "from" => string(&self.from),
+            "to" => string(&self.to),
+            "type" => enum_value(self.kind),
+            _ => Value::Null,
+        }
+    }
+}
+
+impl Plain for KubernetesEvent {
+    fn field(&self, name: &str, _: &SelectionSet) -> Value {
+        match name {
+            "type" => string(&self.event_type),
+            "reason" => string(&self.reason),
+            "message" => string(&self.message),
+            "count" => Value::from(self.count),
+            "firstSeen" => optional(self.first_seen.as_ref(), Time::to_value),
+            "lastSeen" => optional(self.last_seen.as_ref(), Time::to_value),
+            "source" => optional(self.source.as_ref(), |s| string(s)),
+            _ => Value::Null,
+        }
+    }
 }
 
 #[derive(SimpleObject)]
