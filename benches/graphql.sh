@@ -2,14 +2,15 @@
 # The blueprint's GraphQL query against `serve` on its embedded PostgreSQL, over 10,000
 # environments (100 projects x 100) with 10 thousand, 1 million, then 10 million deployments
 # (70% successful, with their agent_deployments row). At each size: p50 of the query (32
-# connections, 15 s) and the EXPLAIN of the last-deployment lookup. At 10 million, two rounds
+# connections, 15 s) and the EXPLAIN of the last-deployment lookup. At 10 million, rounds (2 by default)
 # of pgbench running the same statements (benches/graphql.pgbench, 32 clients) then envlens
 # (32 connections), and the ratio of each round. The query goes as GitLab's frontend sends its
 # queries: one text, with the project and environment as variables.
 #
-#   benches/graphql.sh [seconds]
+#   benches/graphql.sh [seconds] [rounds]
 source "$(dirname "$0")/common.sh"
 seconds=${1:-15}
+rounds=${2:-2}
 work=$(mktemp -d /tmp/envlens-graphql.XXXXXX); chmod 755 "$work"; dir=$work/data
 port=18484
 url=http://127.0.0.1:$port
@@ -69,7 +70,7 @@ for total in 10000 1000000 10000000; do
 done
 
 # At 10 million, pgbench and envlens take turns, twice, so that neither has the quieter moment.
-for round in 1 2; do
+for round in $(seq "$rounds"); do
   echo "== round $round at 10000000 deployments: pgbench, the same statements, 32 clients, ${seconds}s"
   pgbench -h "$dir/run" -U envlens -n -M prepared -c 32 -j 2 -T "$seconds" -f benches/graphql.pgbench envlens \
     | tee "$work/pgbench-$round.txt" | grep -E "^(tps|latency|number of failed)"
@@ -77,16 +78,16 @@ for round in 1 2; do
   "$load" graphql --url "$url" --session-secret-file "$dir/session-secret" --user-id 5 --username dev --variables yes \
     --connections 32 --seconds "$seconds" | tee "$work/graphql-round-$round.json"
 done
-python3 - "$work" <<'PY'
+python3 - "$work" "$rounds" <<'PY'
 import json, statistics, sys
-w = sys.argv[1]
+w, rounds = sys.argv[1], int(sys.argv[2])
 for n in ("10000", "1000000", "10000000"):
     one = json.load(open(f"{w}/graphql-1-{n}.json"))
     r = json.load(open(f"{w}/graphql-{n}.json"))
     print(f"{int(n):>10,} deployments: one connection p50 {one['latency_ms']['p50']:.2f} ms p99 {one['latency_ms']['p99']:.2f} ms; "
           f"32 connections {r['requests_per_second']:.0f} queries/s p50 {r['latency_ms']['p50']:.2f} ms; statuses {r['statuses']}")
 ratios = []
-for i in (1, 2):
+for i in range(1, rounds + 1):
     tps = float([l.split()[2] for l in open(f"{w}/pgbench-{i}.txt") if l.startswith("tps")][0])
     r = json.load(open(f"{w}/graphql-round-{i}.json"))
     ratios.append(r['requests_per_second'] / tps)
