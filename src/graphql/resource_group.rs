@@ -9,7 +9,6 @@ use async_graphql::resolver_utils::enum_value;
 use async_graphql::{ComplexObject, Context, Enum, Json, ScalarType, SimpleObject, Value, ID};
 
 use super::plain::{self, optional, string, Plain, PlainList};
-
 use super::types::{conn, project, DeploymentAgent, Gql, Result, Time};
 use crate::clusters::Clusters;
 use crate::db::read::{AgentRow, EnvironmentRow};

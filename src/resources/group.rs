@@ -54,7 +54,7 @@ pub struct ResourceGroup {
     pub health: Health,
     /// Ordered by apiVersion, kind, namespace, name (then uid).
     pub resources: Vec<Resource>,
-    /// Parent to child, between resources of the group, in [`graph::edges`]' order.
+    /// Parent to child, as indices into `resources`, in [`graph::edges`]' order (by uid).
     pub edges: Vec<Edge>,
     /// [`NO_RESOURCES_WARNING`] when there are no resources; one line per API group version left
     /// out because its discovery failed.
