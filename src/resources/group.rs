@@ -387,7 +387,7 @@ mod tests {
     #[test]
     fn big_groups_come_out_as_small_ones_do() {
         let mut objects = Vec::new();
-        for i in 0..200 {
+        for i in 0..500 {
             objects.push(deployment(
                 &format!("web-{i:03}"),
                 &format!("d-{i:03}"),
@@ -401,6 +401,8 @@ mod tests {
                 &format!("d-{i:03}"),
             ));
         }
+        // Large enough for two threads (`super::join`).
+        assert!(objects.len() >= super::super::PARALLEL_FROM);
         let group = assemble(Listing {
             selected: objects.clone(),
             ..Listing::default()
@@ -420,9 +422,10 @@ mod tests {
         let healths: Vec<_> = sorted.iter().map(health::health).collect();
         let shown: Vec<_> = group.resources.iter().map(|r| r.health.clone()).collect();
         assert_eq!(shown, healths);
-        assert_eq!(group.edges.len(), 200);
+        assert_eq!(group.edges.len(), 500);
         assert_eq!(group.health.status, HealthStatus::Degraded);
-        assert!(group.health.message.unwrap().ends_with("; and 26 more"));
+        // 72 of the 500 Deployments are not ready: three named, the rest counted.
+        assert!(group.health.message.unwrap().ends_with("; and 69 more"));
     }
 
     #[test]
