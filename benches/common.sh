@@ -1,8 +1,10 @@
 # Shared by the benchmark scripts: build, find the load tool, start and stop envlens.
+# envlens and the load tool are built in one invocation, so that the library is compiled once:
+# built apart, the library of a bench target (whose dev-dependencies turn on more features of
+# shared crates) and that of the binary differ, and each change cost two builds of it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release --quiet
-load=$(cargo bench --no-run --bench load --message-format=json 2>/dev/null |
+load=$(cargo build --release --bin envlens --bench load --message-format=json 2>/dev/null |
   python3 -c 'import json,sys; print([m["executable"] for m in map(json.loads, sys.stdin) if m.get("executable") and m["target"]["name"] == "load"][-1])')
 bindir=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
 as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }

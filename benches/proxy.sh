@@ -14,7 +14,7 @@ rounds=${2:-3}
 latency_ms=${3:-0}
 work=$(mktemp -d /tmp/envlens-proxy.XXXXXX); chmod 755 "$work"; dir=$work/data
 port=18485
-kube_server=$(cargo bench --no-run --bench kube_server --message-format=json 2>/dev/null |
+kube_server=$(cargo build --release --bench kube_server --message-format=json 2>/dev/null |
   python3 -c 'import json,sys; print([m["executable"] for m in map(json.loads, sys.stdin) if m.get("executable") and m["target"]["name"] == "kube_server"][-1])')
 "$kube_server" "$work/kube" 20 "$latency_ms" >"$work/kube.url" &
 kube_pid=$!
