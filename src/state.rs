@@ -7,6 +7,7 @@ use sqlx::PgPool;
 use crate::auth::Keys;
 use crate::clusters::Clusters;
 use crate::config::Limits;
+use crate::db::lease::Leases;
 use crate::graphql::EnvlensSchema;
 use crate::settings::{CorsSettings, KubernetesSettings};
 use crate::telemetry::Metrics;
@@ -14,6 +15,8 @@ use crate::telemetry::Metrics;
 #[derive(Clone)]
 pub struct AppState {
     pub db: PgPool,
+    /// GraphQL's connections (see `db::lease`).
+    pub reads: Leases,
     pub keys: Arc<Keys>,
     pub metrics: Arc<Metrics>,
     pub limits: Limits,
@@ -25,6 +28,7 @@ pub struct AppState {
 impl AppState {
     pub fn new(db: PgPool, keys: Keys, limits: Limits) -> Self {
         AppState {
+            reads: Leases::new(&db),
             db,
             keys: Arc::new(keys),
             metrics: Arc::new(Metrics::default()),

@@ -11,6 +11,7 @@ mod graphql;
 mod health_cli;
 mod identity;
 mod kube_api;
+mod leases;
 mod ops;
 mod proxy;
 mod resource_fetch;

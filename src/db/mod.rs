@@ -6,6 +6,7 @@ pub mod deliveries;
 pub mod deployments;
 pub mod embedded;
 pub mod identity;
+pub mod lease;
 pub mod read;
 
 use std::str::FromStr;

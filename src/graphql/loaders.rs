@@ -6,12 +6,11 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use async_graphql::dataloader::{DataLoader, HashMapCache, Loader};
-use sqlx::pool::PoolConnection;
-use sqlx::{PgPool, Postgres};
 use tokio::sync::{MappedMutexGuard, Mutex, MutexGuard};
 
 use crate::auth::{CurrentUser, Session};
 use crate::db::identity::{self, User};
+use crate::db::lease::{Lease, Leases};
 use crate::db::read::{
     self, AgentDeploymentRow, AgentRow, DeploymentRow, DeploymentWithAgent, EnvironmentRow,
     ProjectRow, Viewer,
@@ -36,8 +35,8 @@ pub type LoadError = Arc<crate::error::Error>;
 /// The session's user is read by the request's first statement that needs them (see
 /// [`SessionUser`]).
 pub struct Db {
-    pool: PgPool,
-    conn: Mutex<Option<PoolConnection<Postgres>>>,
+    leases: Leases,
+    conn: Mutex<Option<Lease>>,
     user: Arc<SessionUser>,
 }
 
@@ -133,21 +132,27 @@ impl Db {
     }
 
     /// The request's connection, for one statement at a time: hold the guard no longer.
-    pub async fn conn(
-        &self,
-    ) -> Result<MappedMutexGuard<'_, PoolConnection<Postgres>>, crate::error::Error> {
+    pub async fn conn(&self) -> Result<MappedMutexGuard<'_, Lease>, crate::error::Error> {
         let mut guard = self.conn.lock().await;
         if guard.is_none() {
-            *guard = Some(self.pool.acquire().await?);
+            *guard = Some(self.leases.acquire().await?);
         }
         Ok(MutexGuard::map(guard, |conn| {
             conn.as_mut().expect("taken just above")
         }))
     }
 
-    /// Gives the connection back to the pool until the next statement.
+    /// Gives the connection back until the next statement.
     pub async fn release(&self) {
         self.conn.lock().await.take();
+    }
+
+    /// Closes the connection instead of giving it back: the request found the database
+    /// unavailable (see `db::lease`).
+    pub async fn discard(&self) {
+        if let Some(lease) = self.conn.lock().await.take() {
+            lease.discard();
+        }
     }
 }
 
@@ -156,13 +161,9 @@ impl Db {
 /// row are cached too (as `None`), or every node would ask again. Batching therefore does not
 /// rest on a timer, and there is none: a 1 ms batching delay per level cost the blueprint
 /// query some 5 ms.
-pub fn loader(
-    pool: PgPool,
-    conn: PoolConnection<Postgres>,
-    user: Arc<SessionUser>,
-) -> DataLoader<Db, HashMapCache> {
+pub fn loader(leases: Leases, conn: Lease, user: Arc<SessionUser>) -> DataLoader<Db, HashMapCache> {
     let db = Db {
-        pool,
+        leases,
         conn: Mutex::new(Some(conn)),
         user,
     };

@@ -58,12 +58,12 @@ pub async fn execute(State(state): State<AppState>, req: Request) -> Response {
         Ok(session) => session,
         Err(e) => return error_response(&e),
     };
-    let conn = match state.db.acquire().await {
+    let conn = match state.reads.acquire().await {
         Ok(conn) => conn,
         Err(e) => return error_response(&e.into()),
     };
     let user = Arc::new(SessionUser::new(session));
-    let db = loaders::loader(state.db.clone(), conn, user.clone());
+    let db = Arc::new(loaders::loader(state.reads.clone(), conn, user.clone()));
     let json = parts
         .headers
         .get(CONTENT_TYPE)
@@ -94,14 +94,23 @@ pub async fn execute(State(state): State<AppState>, req: Request) -> Response {
         }
     };
     documents::prepare(&mut request);
-    let request = request.data(db).data(state.clusters.clone());
+    let request = request.data(db.clone()).data(state.clusters.clone());
     let response = state.schema.execute(request).await;
+    if response.errors.iter().any(unavailable) {
+        db.loader().discard().await;
+    }
     // A query that read nothing (`{ __typename }`, or one refused by validation) has not
     // read the user yet.
     match user.read(&state.db).await {
         Ok(_) => Json(response).into_response(),
         Err(e) => error_response(&e),
     }
+}
+
+/// An error of the database being away (or of a connection to it broken).
+fn unavailable(e: &async_graphql::ServerError) -> bool {
+    let code = e.extensions.as_ref().and_then(|x| x.get("code"));
+    matches!(code, Some(async_graphql::Value::String(code)) if code == "SERVICE_UNAVAILABLE")
 }
 
 /// A refusal before execution, or 401 when the mirror does not know the user.

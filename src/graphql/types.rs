@@ -1,5 +1,7 @@
 //! The GraphQL types of SPEC 5.1, named as in GitLab's schema.
 
+use std::sync::Arc;
+
 use async_graphql::connection::{Connection, Edge};
 use async_graphql::dataloader::{DataLoader, HashMapCache};
 use async_graphql::{
@@ -7,8 +9,6 @@ use async_graphql::{
     Value, ID,
 };
 use chrono::{DateTime, SecondsFormat, Utc};
-use sqlx::pool::PoolConnection;
-use sqlx::Postgres;
 use tokio::sync::MappedMutexGuard;
 
 use super::loaders::{
@@ -17,6 +17,7 @@ use super::loaders::{
 };
 use super::resource_group::{self, ResourceGroup};
 use crate::auth::CurrentUser;
+use crate::db::lease::Lease;
 use crate::db::read::{
     self, AgentRow, DeploymentRow, EnvironmentFilter, EnvironmentRow, GroupRow, ProjectRow, Viewer,
 };
@@ -31,13 +32,11 @@ fn gid(kind: &str, id: i64) -> ID {
 }
 
 pub(super) fn loader<'a>(ctx: &Context<'a>) -> &'a DataLoader<Db, HashMapCache> {
-    ctx.data_unchecked()
+    ctx.data_unchecked::<Arc<DataLoader<Db, HashMapCache>>>()
 }
 
 /// The request's connection (see `loaders::Db`), for one statement.
-pub(super) async fn conn<'a>(
-    ctx: &Context<'a>,
-) -> Result<MappedMutexGuard<'a, PoolConnection<Postgres>>> {
+pub(super) async fn conn<'a>(ctx: &Context<'a>) -> Result<MappedMutexGuard<'a, Lease>> {
     loader(ctx).loader().conn().await.gql()
 }
 

@@ -1,0 +1,133 @@
+//! GraphQL's connections (`db::lease`): reused as they come back, bounded, recovered after an
+//! interrupted statement, closed when discarded.
+
+use std::time::Duration;
+
+use envlens::db::lease::Leases;
+use sqlx::postgres::PgPoolOptions;
+use sqlx::PgPool;
+
+use crate::support::postgres::fresh_database;
+
+/// Leases of at most `max` connections to a fresh database, waiting 300 ms for one.
+async fn leases(max: u32) -> (Leases, PgPool) {
+    let db = fresh_database().await;
+    let pool = PgPoolOptions::new()
+        .max_connections(max)
+        .acquire_timeout(Duration::from_millis(300))
+        .connect_with((*db.connect_options()).clone())
+        .await
+        .unwrap();
+    (Leases::new(&pool), db)
+}
+
+async fn backend(conn: &mut sqlx::PgConnection) -> i32 {
+    sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(conn)
+        .await
+        .unwrap()
+}
+
+/// Backends connected to the test's database, this test's own pool's excepted.
+async fn backends(db: &PgPool) -> Vec<i32> {
+    sqlx::query_scalar(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()
+         ORDER BY pid",
+    )
+    .fetch_all(db)
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_connection_comes_back_and_serves_the_next_request() {
+    let (leases, db) = leases(2).await;
+    let mut first = leases.acquire().await.unwrap();
+    let pid = backend(&mut first).await;
+    drop(first);
+    let mut again = leases.acquire().await.unwrap();
+    assert_eq!(
+        backend(&mut again).await,
+        pid,
+        "the same connection, not a new one"
+    );
+    // Two at once: a second connection opens beside the first.
+    let mut other = leases.acquire().await.unwrap();
+    let other_pid = backend(&mut other).await;
+    assert_ne!(other_pid, pid);
+    drop((again, other));
+    // Both stay open while idle, and serve the next requests in turn.
+    let open = backends(&db).await;
+    assert!(open.contains(&pid) && open.contains(&other_pid), "{open:?}");
+    let (mut a, mut b) = (
+        leases.acquire().await.unwrap(),
+        leases.acquire().await.unwrap(),
+    );
+    let mut again = [backend(&mut a).await, backend(&mut b).await];
+    again.sort();
+    let mut before = [pid, other_pid];
+    before.sort();
+    assert_eq!(again, before);
+}
+
+#[tokio::test]
+async fn no_more_than_the_maximum_at_once_then_a_timeout() {
+    let (leases, _db) = leases(2).await;
+    let a = leases.acquire().await.unwrap();
+    let _b = leases.acquire().await.unwrap();
+    let refused = leases
+        .acquire()
+        .await
+        .err()
+        .expect("a third lease waits, then fails");
+    assert!(matches!(refused, sqlx::Error::PoolTimedOut), "{refused:?}");
+    // One back: the waiting request gets it.
+    let waiting = tokio::spawn({
+        let leases = leases.clone();
+        async move { leases.acquire().await.map(|_| ()) }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    drop(a);
+    waiting.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_statement_cut_short_leaves_nothing_for_the_next_borrower() {
+    let (leases, _db) = leases(1).await;
+    let mut lease = leases.acquire().await.unwrap();
+    let pid = backend(&mut lease).await;
+    // The request is dropped while its statement runs (its client went away).
+    let cut = tokio::time::timeout(
+        Duration::from_millis(50),
+        sqlx::query_scalar::<_, i32>("SELECT 7 FROM pg_sleep(0.3)").fetch_one(&mut *lease),
+    )
+    .await;
+    assert!(cut.is_err(), "the statement was still running");
+    drop(lease);
+    // The next borrower has the same connection and its own answer, not the rows left over.
+    let mut next = leases.acquire().await.unwrap();
+    let answer: i32 = sqlx::query_scalar("SELECT 42")
+        .fetch_one(&mut *next)
+        .await
+        .unwrap();
+    assert_eq!(answer, 42);
+    assert_eq!(backend(&mut next).await, pid);
+}
+
+#[tokio::test]
+async fn a_discarded_connection_is_closed_and_replaced() {
+    let (leases, db) = leases(1).await;
+    let mut lease = leases.acquire().await.unwrap();
+    let pid = backend(&mut lease).await;
+    lease.discard();
+    let mut next = leases.acquire().await.unwrap();
+    assert_ne!(backend(&mut next).await, pid, "a new connection");
+    // The server ends the discarded connection's backend.
+    for _ in 0..100 {
+        if !backends(&db).await.contains(&pid) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("backend {pid} is still connected");
+}
