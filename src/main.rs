@@ -2,6 +2,10 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+/// See Cargo.toml for why.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     envlens::telemetry::init_logging();
