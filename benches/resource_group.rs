@@ -22,6 +22,10 @@
 //!
 //! The database is a private PostgreSQL started from the machine's binaries, as the tests do.
 
+/// The service's allocator (src/main.rs), so that the figures are the service's.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[allow(dead_code)]
 #[path = "../tests/support/mod.rs"]
 mod support;

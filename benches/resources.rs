@@ -30,6 +30,10 @@ use envlens::resources::object;
 use envlens::resources::tree::Tree;
 use serde_json::{json, Value};
 
+/// The service's allocator (src/main.rs), so that the figures are the service's.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const PROJECT_LABEL: &str = "app.gitlab.com/project_id";
 const ENVIRONMENT_LABEL: &str = "app.gitlab.com/environment_slug";
 

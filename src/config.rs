@@ -41,7 +41,8 @@ pub struct DatabaseArgs {
     #[arg(long, env = "ENVLENS_POSTGRES_BIN_DIR")]
     pub postgres_bin_dir: Option<PathBuf>,
     /// Connections in the pool; by default twice the cores plus one (at least 4): more
-    /// backends than the cores can run only lengthen the queue inside PostgreSQL.
+    /// backends than the cores can run only lengthen the queue inside PostgreSQL. GraphQL
+    /// requests have as many again, of their own (`db::lease`).
     #[arg(long, env = "ENVLENS_DATABASE_MAX_CONNECTIONS", default_value_t = default_pool_size())]
     pub database_max_connections: u32,
     /// How long a request waits for a database connection before it is answered 503.
