@@ -23,13 +23,12 @@ pub type LoadError = Arc<crate::error::Error>;
 /// The database as one viewer sees it, through the request's one connection; one loader
 /// serves every key type below.
 ///
-/// A request takes its connection from the pool once, and every statement it runs (the
-/// resolvers' and the loaders') takes turns on it. sqlx checks a connection with a round
-/// trip each time it goes back to the pool, so a checkout per statement doubled the round
-/// trips; and the statements of one request mostly wait for each other anyway.
+/// A request borrows its connection once ([`Leases`]), and every statement it runs (the
+/// resolvers' and the loaders') takes turns on it: the statements of one request mostly wait
+/// for each other anyway.
 ///
 /// A resolver about to wait on something else for long (a cluster, for a resource group)
-/// [`releases`](Db::release) the connection, so that slow clusters cannot drain the pool; a
+/// [`releases`](Db::release) the connection, so that slow clusters cannot hold them all; a
 /// later statement of the same request takes one again.
 ///
 /// The session's user is read by the request's first statement that needs them (see

@@ -47,7 +47,7 @@ pub fn sdl() -> String {
 /// Only POST with a JSON body, after authentication (and, for the session cookie, its CSRF
 /// check): a GET or a form post could otherwise be forged by another site.
 ///
-/// The request takes one connection from the pool and runs every statement on it (see
+/// The request borrows one connection (`db::lease`) and runs every statement on it (see
 /// `loaders::Db`). The session's user is read by the first statement that needs them, for
 /// the blueprint query together with its project (one round trip fewer); whatever the query
 /// reads, the answer is a 401 without data when the mirror does not know the user, as it was
@@ -117,7 +117,12 @@ fn unavailable(e: &async_graphql::ServerError) -> bool {
 async fn refuse(db: &DataLoader<loaders::Db, HashMapCache>, response: Response) -> Response {
     match db.loader().user().await {
         Ok(_) => response,
-        Err(e) => error_response(&e),
+        Err(e) => {
+            if matches!(e, Error::Unavailable(_)) {
+                db.loader().discard().await;
+            }
+            error_response(&e)
+        }
     }
 }
 

@@ -32,7 +32,7 @@ pub const COST: usize = 500;
 /// Checks the user's `user_access` to `agent`, then lists and assembles the group of
 /// `environment` in `namespace`.
 ///
-/// The request's database connection goes back to the pool before the cluster is asked, so
+/// The request's database connection is given back before the cluster is asked, so
 /// that slow clusters hold no connection. Assembly (health and edges, linear but CPU-bound on a
 /// large group) runs on the blocking pool, away from the request threads.
 pub async fn load(
