@@ -115,6 +115,27 @@ async fn a_statement_cut_short_leaves_nothing_for_the_next_borrower() {
 }
 
 #[tokio::test]
+async fn a_connection_past_the_pools_lifetime_is_closed_when_it_comes_back() {
+    let db = fresh_database().await;
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .max_lifetime(Duration::from_millis(200))
+        .connect_with((*db.connect_options()).clone())
+        .await
+        .unwrap();
+    let leases = Leases::new(&pool);
+    let mut lease = leases.acquire().await.unwrap();
+    let pid = backend(&mut lease).await;
+    drop(lease);
+    let mut young = leases.acquire().await.unwrap();
+    assert_eq!(backend(&mut young).await, pid, "still young: kept");
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    drop(young);
+    let mut next = leases.acquire().await.unwrap();
+    assert_ne!(backend(&mut next).await, pid, "too old: replaced");
+}
+
+#[tokio::test]
 async fn a_discarded_connection_is_closed_and_replaced() {
     let (leases, db) = leases(1).await;
     let mut lease = leases.acquire().await.unwrap();

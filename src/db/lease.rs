@@ -14,12 +14,15 @@
 //! - a connection whose request saw the database unavailable is [discarded](Lease::discard),
 //!   so a restarted server costs each old connection one failed request, as with sqlx's pool.
 //!
+//! A connection older than the pool's maximum lifetime is closed when it comes back, as the
+//! pool would close it.
+//!
 //! The stack has as many connections as the pool may (`--database-max-connections`), apart
 //! from it: the rest of envlens (ingest, the proxy's checks) keeps its own.
 
 use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::{ConnectOptions, PgPool};
@@ -31,8 +34,10 @@ pub struct Leases(Arc<Shared>);
 
 struct Shared {
     options: Arc<PgConnectOptions>,
-    idle: Mutex<Vec<PgConnection>>,
+    /// Each with the time it was opened.
+    idle: Mutex<Vec<(PgConnection, Instant)>>,
     permits: Arc<Semaphore>,
+    max_lifetime: Option<Duration>,
     /// How long a request waits for a connection, connecting included, as with the pool.
     timeout: Duration,
 }
@@ -45,6 +50,7 @@ impl Leases {
             options: pool.connect_options(),
             idle: Mutex::new(Vec::with_capacity(max)),
             permits: Arc::new(Semaphore::new(max)),
+            max_lifetime: pool.options().get_max_lifetime(),
             timeout: pool.options().get_acquire_timeout(),
         }))
     }
@@ -63,7 +69,7 @@ impl Leases {
             let idle = shared.lock().pop();
             let conn = match idle {
                 Some(conn) => conn,
-                None => shared.options.connect().await?,
+                None => (shared.options.connect().await?, Instant::now()),
             };
             Ok(Lease {
                 conn: Some(conn),
@@ -78,7 +84,7 @@ impl Leases {
 }
 
 impl Shared {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<PgConnection>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(PgConnection, Instant)>> {
         // A push or a pop cannot leave the stack half-changed.
         self.idle.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -86,7 +92,7 @@ impl Shared {
 
 /// One connection, for one request; back to the stack when dropped.
 pub struct Lease {
-    conn: Option<PgConnection>,
+    conn: Option<(PgConnection, Instant)>,
     keep: bool,
     shared: Arc<Shared>,
     /// Dropped after `drop` has put the connection back, so that the request it wakes finds it.
@@ -104,21 +110,25 @@ impl Lease {
 impl Deref for Lease {
     type Target = PgConnection;
     fn deref(&self) -> &PgConnection {
-        self.conn.as_ref().expect("only taken on drop")
+        &self.conn.as_ref().expect("only taken on drop").0
     }
 }
 
 impl DerefMut for Lease {
     fn deref_mut(&mut self) -> &mut PgConnection {
-        self.conn.as_mut().expect("only taken on drop")
+        &mut self.conn.as_mut().expect("only taken on drop").0
     }
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        // A discarded connection closes its socket as it drops; the server ends its backend.
-        if let Some(conn) = self.conn.take().filter(|_| self.keep) {
-            self.shared.lock().push(conn);
+        // A connection not kept closes its socket as it drops; the server ends its backend.
+        let expired =
+            |opened: Instant| (self.shared.max_lifetime).is_some_and(|max| opened.elapsed() >= max);
+        if let Some(conn) = self.conn.take() {
+            if self.keep && !expired(conn.1) {
+                self.shared.lock().push(conn);
+            }
         }
     }
 }
