@@ -584,6 +584,43 @@ async fn a_user_the_mirror_does_not_know_is_refused_whatever_the_query() {
 
 /// The same query text with different variables: one parsed document serves both.
 #[tokio::test]
+async fn uploads_still_coming_hold_no_database_connection() {
+    let app = setup().await;
+    let (token, _) = mint_session(SESSION_KEY, DEV.0, DEV.1, Duration::from_secs(600)).unwrap();
+    // More requests than the database has connections for GraphQL (8 in the tests), each
+    // with a body that never ends.
+    let uploads: Vec<_> = (0..12)
+        .map(|_| {
+            let req = Request::post("/api/graphql")
+                .header(header::AUTHORIZATION, format!("Bearer {token}"))
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from_stream(futures_util::stream::pending::<
+                    Result<axum::body::Bytes, std::io::Error>,
+                >()))
+                .unwrap();
+            let router = app.router.clone();
+            tokio::spawn(async move { tower::ServiceExt::oneshot(router, req).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let answer = tokio::time::timeout(
+        Duration::from_secs(5),
+        data(
+            &app,
+            DEV,
+            r#"{ project(fullPath: "acme/apps/web") { fullPath } }"#,
+        ),
+    )
+    .await
+    .expect("answered while the uploads wait");
+    assert_eq!(answer["project"]["fullPath"], "acme/apps/web");
+    for upload in uploads {
+        assert!(!upload.is_finished(), "the uploads are still waiting");
+        upload.abort();
+    }
+}
+
+#[tokio::test]
 async fn one_query_text_with_different_variables() {
     let app = setup().await;
     let text = "query P($p: ID!) { project(fullPath: $p) { fullPath } }";

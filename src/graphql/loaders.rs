@@ -36,12 +36,12 @@ pub type LoadError = Arc<crate::error::Error>;
 pub struct Db {
     leases: Leases,
     conn: Mutex<Option<Lease>>,
-    user: Arc<SessionUser>,
+    user: SessionUser,
 }
 
 /// The user of a verified session, once a statement has read their row: `None` inside when
 /// the mirror does not know them. Whoever answers the request must make sure it was read, and
-/// refuse the request when the user is unknown ([`SessionUser::read`]).
+/// refuse the request when the user is unknown ([`Db::user`]).
 pub struct SessionUser {
     session: Session,
     found: OnceLock<Option<CurrentUser>>,
@@ -77,7 +77,7 @@ impl SessionUser {
 
     /// The user, reading their row on `db` unless a statement already did: an error when the
     /// mirror does not know them, which refuses the request like a forged token.
-    pub async fn read(&self, db: impl sqlx::PgExecutor<'_>) -> Result<&CurrentUser, Error> {
+    async fn read(&self, db: impl sqlx::PgExecutor<'_>) -> Result<&CurrentUser, Error> {
         match self.known() {
             Some(user) => user,
             None => self.set(identity::find_user(db, self.session.user_id).await?),
@@ -160,10 +160,10 @@ impl Db {
 /// row are cached too (as `None`), or every node would ask again. Batching therefore does not
 /// rest on a timer, and there is none: a 1 ms batching delay per level cost the blueprint
 /// query some 5 ms.
-pub fn loader(leases: Leases, conn: Lease, user: Arc<SessionUser>) -> DataLoader<Db, HashMapCache> {
+pub fn loader(leases: Leases, user: SessionUser) -> DataLoader<Db, HashMapCache> {
     let db = Db {
         leases,
-        conn: Mutex::new(Some(conn)),
+        conn: Mutex::new(None),
         user,
     };
     DataLoader::with_cache(db, tokio::spawn, HashMapCache::default()).delay(Duration::ZERO)

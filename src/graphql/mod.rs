@@ -58,12 +58,11 @@ pub async fn execute(State(state): State<AppState>, req: Request) -> Response {
         Ok(session) => session,
         Err(e) => return error_response(&e),
     };
-    let conn = match state.reads.acquire().await {
-        Ok(conn) => conn,
-        Err(e) => return error_response(&e.into()),
-    };
-    let user = Arc::new(SessionUser::new(session));
-    let db = Arc::new(loaders::loader(state.reads.clone(), conn, user.clone()));
+    // The connection is borrowed once the body is in: a slow upload must not hold one.
+    let db = Arc::new(loaders::loader(
+        state.reads.clone(),
+        SessionUser::new(session),
+    ));
     let json = parts
         .headers
         .get(CONTENT_TYPE)
@@ -76,7 +75,7 @@ pub async fn execute(State(state): State<AppState>, req: Request) -> Response {
     if !json {
         let body = json!({"errors": [{"message": "send the query as POST with Content-Type: application/json",
                                       "extensions": {"code": "BAD_REQUEST"}}]});
-        return refuse(
+        return unless_unknown(
             &db,
             (StatusCode::UNSUPPORTED_MEDIA_TYPE, Json(body)).into_response(),
         )
@@ -84,16 +83,20 @@ pub async fn execute(State(state): State<AppState>, req: Request) -> Response {
     }
     let body = match read_body(Request::from_parts(parts, body), &state).await {
         Ok(body) => body,
-        Err(e) => return refuse(&db, error_response(&e)).await,
+        Err(e) => return unless_unknown(&db, error_response(&e)).await,
     };
     let mut request: async_graphql::Request = match serde_json::from_slice(&body) {
         Ok(request) => request,
         Err(e) => {
             let e = Error::BadRequest(format!("not a GraphQL request: {e}"));
-            return refuse(&db, error_response(&e)).await;
+            return unless_unknown(&db, error_response(&e)).await;
         }
     };
     documents::prepare(&mut request);
+    // Borrowed now, so that a database away is one 503 rather than an error per field.
+    if let Err(e) = db.loader().conn().await {
+        return error_response(&e);
+    }
     let request = request.data(db.clone()).data(state.clusters.clone());
     let response = state.schema.execute(request).await;
     if response.errors.iter().any(unavailable) {
@@ -101,10 +104,7 @@ pub async fn execute(State(state): State<AppState>, req: Request) -> Response {
     }
     // A query that read nothing (`{ __typename }`, or one refused by validation) has not
     // read the user yet.
-    match user.read(&state.db).await {
-        Ok(_) => Json(response).into_response(),
-        Err(e) => error_response(&e),
-    }
+    unless_unknown(&db, Json(response).into_response()).await
 }
 
 /// An error of the database being away (or of a connection to it broken).
@@ -113,8 +113,12 @@ fn unavailable(e: &async_graphql::ServerError) -> bool {
     matches!(code, Some(async_graphql::Value::String(code)) if code == "SERVICE_UNAVAILABLE")
 }
 
-/// A refusal before execution, or 401 when the mirror does not know the user.
-async fn refuse(db: &DataLoader<loaders::Db, HashMapCache>, response: Response) -> Response {
+/// `response`, unless the mirror does not know the session's user (401), read now if no
+/// statement has read them yet.
+async fn unless_unknown(
+    db: &DataLoader<loaders::Db, HashMapCache>,
+    response: Response,
+) -> Response {
     match db.loader().user().await {
         Ok(_) => response,
         Err(e) => {
