@@ -1,15 +1,17 @@
 //! Dependency graph over live Kubernetes objects, Argo CD style.
 //!
-//! Pure functions over objects as `serde_json::Tree`: no I/O, no panics on malformed input, output in a
-//! deterministic order whatever the input order, and linear time: everything is hash-indexed (by uid, by
-//! `(namespace, name)`, by label pair), never a quadratic scan.
+//! Pure functions over objects as [`Tree`]s: no I/O, no panics on malformed input, output in a deterministic
+//! order whatever the input order, and linear work: everything is hash-indexed (by uid, by
+//! `(namespace, name)`, by label pair), never a quadratic scan; only the edges' final sort is `n log n`.
 //!
-//! On 100k objects the cost is cache misses on the JSON tree (every map node and string is its own heap
-//! allocation), not arithmetic, so the code is shaped for that: each object is visited once, its maps walked
-//! once rather than probed key by key, a string is read only when an index needs it, hashed once, and the
-//! indexes keep those hashes so that key strings are only compared on a full-hash hit. Indexes are chains in
-//! one `Vec`, not a `Vec` per key. An earlier straightforward version (SipHash maps of `Vec`s, key lookups
-//! per field) was ~2.5x slower.
+//! On 100k objects the cost is cache misses, not arithmetic, so the code is shaped for that. Each object's
+//! tree is read once, in order ([`Nodes`]): its maps walked once rather than probed key by key, and what the
+//! graph needs (uids, names, owners, references, labels) copied into a few compact vectors, while the next
+//! objects' trees are prefetched ([`super::tree::prefetched`]). The passes that index and link work on those
+//! copies, which are a tenth of the size of the trees. Hashes are computed by the pass that needs them, and
+//! indexes keep them so that strings are only compared on a full-hash hit. Indexes are chains in one `Vec`,
+//! not a `Vec` per key. An earlier straightforward version (SipHash maps of `Vec`s, key lookups per field)
+//! was ~2.5x slower; one that read each tree in each pass, half as fast at 100k objects.
 //!
 //! Core kinds (`Service`, `Endpoints`, `Pod`, `PersistentVolumeClaim`) are recognised only with
 //! `apiVersion: v1` (or no apiVersion), so that a CRD reusing the kind name (e.g. a Knative `Service`) is not
@@ -21,7 +23,7 @@ use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hash, Hasher};
 
 use super::join;
-use super::tree::{Map, Tree};
+use super::tree::{prefetched, Map, Tree};
 
 /// Why a parent links to a child. The order matters: when several relations link the same pair, only the
 /// first in this order is kept (an owner reference says the most).
@@ -69,15 +71,29 @@ fn mix(hash: u64, word: u64) -> u64 {
 fn hash_strs(parts: &[&str]) -> u64 {
     let mut hash = 0;
     for part in parts {
-        let mut chunks = part.as_bytes().chunks_exact(8);
-        for chunk in &mut chunks {
-            let mut word = [0u8; 8];
-            word.copy_from_slice(chunk);
-            hash = mix(hash, u64::from_le_bytes(word));
+        let bytes = part.as_bytes();
+        let n = bytes.len();
+        let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap_or_default());
+        let half = |at: usize| {
+            u64::from(u32::from_le_bytes(
+                bytes[at..at + 4].try_into().unwrap_or_default(),
+            ))
+        };
+        if n >= 8 {
+            for at in (0..n - 7).step_by(8) {
+                hash = mix(hash, word(at));
+            }
+            if n % 8 != 0 {
+                // The last 8 bytes, overlapping the previous word: no copy of a short tail.
+                hash = mix(hash, word(n - 8));
+            }
+        } else if n >= 4 {
+            hash = mix(hash, half(0) | half(n - 4) << 32);
+        } else if n > 0 {
+            let byte = |at: usize| u64::from(bytes[at]);
+            hash = mix(hash, byte(0) | byte(n / 2) << 8 | byte(n - 1) << 16);
         }
-        let mut word = [0u8; 8];
-        word[..chunks.remainder().len()].copy_from_slice(chunks.remainder());
-        hash = mix(mix(hash, u64::from_le_bytes(word)), part.len() as u64);
+        hash = mix(hash, n as u64);
     }
     // The multiply leaves the low bits weak, and hash tables pick buckets by them.
     hash.rotate_left(26)
@@ -127,25 +143,11 @@ impl<K> Hash for Hashed<K> {
     }
 }
 
-fn hashed_str(uid: &str) -> Hashed<&str> {
-    Hashed {
-        hash: hash_strs(&[uid]),
-        key: uid,
-    }
-}
-
 fn uid_prefix(uid: &str) -> u64 {
     let mut word = [0u8; 8];
     let len = uid.len().min(8);
     word[..len].copy_from_slice(&uid.as_bytes()[..len]);
     u64::from_be_bytes(word)
-}
-
-fn hashed_ns_name<'a>(namespace: &'a str, name: &'a str) -> Hashed<NsName<'a>> {
-    Hashed {
-        hash: hash_strs(&[namespace, name]),
-        key: (namespace, name),
-    }
 }
 
 /// A multimap from hashed keys to object indices, as linked chains in one `Vec`: no allocation per key, and
@@ -223,153 +225,6 @@ fn owner_ref(owner: &Tree) -> Option<(&str, bool)> {
     Some((uid?, controller))
 }
 
-/// The fields every pass needs, read in one visit per object.
-struct Node<'a> {
-    kind: &'a str,
-    /// `apiVersion` is `v1` or absent: a core kind rather than a CRD of the same name.
-    core: bool,
-    uid: Option<&'a str>,
-    name: Option<&'a str>,
-    namespace: &'a str,
-    labels: Option<&'a Map>,
-    spec: Option<&'a Tree>,
-    owner_refs: &'a [Tree],
-}
-
-impl<'a> Node<'a> {
-    /// Everything `edges` needs.
-    fn new(value: &'a Tree) -> Self {
-        Self::read(value, true)
-    }
-
-    /// What `owned_closure` needs: no `spec`. Each key read is a cache miss on a cold object, so
-    /// the walk stops once it has what it needs.
-    fn without_spec(value: &'a Tree) -> Self {
-        Self::read(value, false)
-    }
-
-    fn read(value: &'a Tree, with_spec: bool) -> Self {
-        let mut node = Node {
-            kind: "",
-            core: true,
-            uid: None,
-            name: None,
-            namespace: "",
-            labels: None,
-            spec: None,
-            owner_refs: &[],
-        };
-        let Some(object) = value.as_object() else {
-            return node;
-        };
-        let mut meta = None;
-        // Fields still to find: kind, apiVersion, metadata, spec (when wanted).
-        let mut missing = if with_spec { 4 } else { 3 };
-        for (key, field) in object.iter() {
-            match key {
-                "kind" => node.kind = field.as_str().unwrap_or(""),
-                "apiVersion" => node.core = field.as_str().is_none_or(|v| v == "v1"),
-                "metadata" => meta = field.as_object(),
-                k if with_spec && k == "spec" => node.spec = Some(field),
-                _ => continue,
-            }
-            missing -= 1;
-            if missing == 0 {
-                break;
-            }
-        }
-        // Only a Pod's and an EndpointSlice's own labels link anything.
-        let want_labels = node.is_core("Pod") || node.kind == "EndpointSlice";
-        for (key, field) in meta.into_iter().flat_map(Map::iter) {
-            match key {
-                "uid" => node.uid = non_empty(field.as_str()),
-                "name" => node.name = non_empty(field.as_str()),
-                "namespace" => node.namespace = field.as_str().unwrap_or(""),
-                // Checked before the key's text is read: that read is the cost.
-                k if want_labels && k == "labels" => node.labels = field.as_object(),
-                "ownerReferences" => node.owner_refs = field.as_array().unwrap_or(&[]),
-                _ => {}
-            }
-        }
-        node
-    }
-
-    fn uid_str(&self) -> &'a str {
-        self.uid.unwrap_or("")
-    }
-
-    /// Hashes are computed on demand: reading a string that no index needs would cost a cache miss.
-    fn uid_key(&self) -> Option<Hashed<&'a str>> {
-        self.uid.map(hashed_str)
-    }
-
-    fn ns_name(&self) -> Option<Hashed<NsName<'a>>> {
-        self.name.map(|name| hashed_ns_name(self.namespace, name))
-    }
-
-    fn is_core(&self, kind: &str) -> bool {
-        self.core && self.kind == kind
-    }
-
-    fn owners(&self) -> impl Iterator<Item = (&'a str, bool)> {
-        self.owner_refs.iter().filter_map(owner_ref)
-    }
-
-    /// `(namespace, name)` of a core Service.
-    fn service_key(&self) -> Option<Hashed<NsName<'a>>> {
-        if self.is_core("Service") {
-            self.ns_name()
-        } else {
-            None
-        }
-    }
-
-    /// `(namespace, service name)` of the Service an Endpoints or EndpointSlice object belongs to.
-    fn endpoints_service(&self) -> Option<(Hashed<NsName<'a>>, EdgeType)> {
-        if self.is_core("Endpoints") {
-            Some((self.ns_name()?, EdgeType::Endpoints))
-        } else if self.kind == "EndpointSlice" {
-            let service = non_empty(self.labels?.get(SERVICE_NAME_LABEL)?.as_str())?;
-            Some((
-                hashed_ns_name(self.namespace, service),
-                EdgeType::EndpointSlice,
-            ))
-        } else {
-            None
-        }
-    }
-
-    /// The labels a Service selector is matched against: a Pod's own labels, or the pod template labels of a
-    /// workload (Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, and any CRD shaped like one, e.g. an
-    /// Argo Rollout). A listed workload kind without template labels simply has nothing to match.
-    fn pod_labels(&self) -> Option<&'a Map> {
-        if self.is_core("Pod") {
-            self.labels
-        } else {
-            value_at(self.spec?, &["template", "metadata", "labels"])?.as_object()
-        }
-    }
-}
-
-/// A Service's `spec.selector` as pairs; None when absent, empty (a selector-less Service selects nothing) or
-/// malformed (a non-string value cannot be matched meaningfully).
-fn service_selector(spec: &Tree) -> Option<Vec<(&str, &str)>> {
-    let selector = spec.get("selector")?.as_object()?;
-    if selector.is_empty() {
-        return None;
-    }
-    selector
-        .iter()
-        .map(|(k, v)| Some((k, v.as_str()?)))
-        .collect()
-}
-
-fn selector_matches(selector: &[(&str, &str)], labels: &Map) -> bool {
-    selector
-        .iter()
-        .all(|(k, v)| labels.get(k).and_then(Tree::as_str) == Some(*v))
-}
-
 /// Service names an Ingress routes to: `networking.k8s.io/v1` (`backend.service.name`, `spec.defaultBackend`)
 /// and the older `extensions/v1beta1` / `networking.k8s.io/v1beta1` form (`backend.serviceName`,
 /// `spec.backend`).
@@ -386,6 +241,485 @@ fn ingress_backends(spec: &Tree) -> impl Iterator<Item = &str> {
     defaults.chain(paths).filter_map(backend_service)
 }
 
+// ---- what the graph knows of each object, read from its tree in one visit ----
+
+/// A string copied into [`Nodes::text`]. Offsets are `u32`: the identity strings of a group
+/// (uids, names, labels) are a small part of its objects, far below 4 GiB for any cluster.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Str {
+    start: u32,
+    len: u32,
+}
+
+impl Str {
+    fn shifted(self, by: u32) -> Str {
+        Str {
+            start: self.start + by,
+            ..self
+        }
+    }
+}
+
+/// What a kind means to the graph. Core kinds (`Service`, `Endpoints`, `Pod`,
+/// `PersistentVolumeClaim`) only with `apiVersion: v1` (or none).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    Service,
+    Endpoints,
+    EndpointSlice,
+    Claim,
+    Ingress,
+    Autoscaler,
+    Pod,
+    /// Any other kind: a workload when it has pod template labels.
+    Other,
+}
+
+impl Role {
+    fn of(kind: &str, core: bool) -> Role {
+        match kind {
+            "Service" if core => Role::Service,
+            "Endpoints" if core => Role::Endpoints,
+            "EndpointSlice" => Role::EndpointSlice,
+            "PersistentVolumeClaim" if core => Role::Claim,
+            "Ingress" => Role::Ingress,
+            "HorizontalPodAutoscaler" => Role::Autoscaler,
+            "Pod" if core => Role::Pod,
+            _ => Role::Other,
+        }
+    }
+}
+
+/// One object: who it is. Hashes are computed by the passes that need them, from the copies.
+#[derive(Clone, Copy, Debug)]
+struct Node {
+    kind: Str,
+    /// Kinds repeat from one object to the next, and so their hashes.
+    kind_hash: u64,
+    role: Role,
+    uid: Option<Str>,
+    /// The uid's first 8 bytes, big-endian: orders uids without reading them in most comparisons.
+    prefix: u64,
+    name: Option<Str>,
+    namespace: Str,
+}
+
+/// A reference from an object to something it names, `(namespace of the object, name)`.
+#[derive(Clone, Copy, Debug)]
+struct NameRef {
+    object: u32,
+    target: Str,
+    kind: EdgeType,
+    /// The object is the edge's parent (an Ingress of its Service), rather than its child (an
+    /// Endpoints of its Service).
+    parent: bool,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct OwnerRef {
+    child: u32,
+    uid: Str,
+    controller: bool,
+}
+
+/// An autoscaler's `spec.scaleTargetRef`.
+#[derive(Clone, Copy, Debug)]
+struct ScaleTarget {
+    autoscaler: u32,
+    kind: Str,
+    name: Str,
+}
+
+/// A Service's selector or a workload's pod labels: a range of [`Nodes::pairs`].
+#[derive(Clone, Copy, Debug)]
+struct Labels {
+    object: u32,
+    start: u32,
+    end: u32,
+}
+
+/// A label or selector pair with a string value.
+#[derive(Clone, Copy, Debug)]
+struct Pair {
+    key: Str,
+    value: Str,
+}
+
+/// What the dependency graph reads of a list of objects, copied out of their trees in one visit
+/// each.
+///
+/// A group of 100,000 objects does not fit in the caches: each field read of a tree is a miss,
+/// and the graph's passes (indexes, lookups, the sort) would each read the trees again in an
+/// order of their own. Here each tree is read once, in order, beside its health
+/// ([`super::group::edges_and_health`]); the passes then work on a few compact vectors.
+#[derive(Debug, Default)]
+pub struct Nodes {
+    /// Every copied string.
+    text: String,
+    nodes: Vec<Node>,
+    owners: Vec<OwnerRef>,
+    names: Vec<NameRef>,
+    scale_targets: Vec<ScaleTarget>,
+    /// Services with a usable selector.
+    selectors: Vec<Labels>,
+    /// Pods and objects with pod template labels.
+    workloads: Vec<Labels>,
+    pairs: Vec<Pair>,
+    /// Whether to read what only [`edges`] needs (`spec`, pod labels), not just what
+    /// [`owned_closure`] needs.
+    links: bool,
+}
+
+impl Nodes {
+    /// Nodes for [`edges`] (`links`) or for [`owned_closure`] only, with room for `objects`.
+    pub fn new(links: bool, objects: usize) -> Nodes {
+        // About: a uid, a name, an owner's uid and a few labels each; kinds and namespaces
+        // repeat. Room enough that a read on another thread seldom allocates.
+        Nodes {
+            text: String::with_capacity(objects * if links { 256 } else { 128 }),
+            nodes: Vec::with_capacity(objects),
+            owners: Vec::with_capacity(objects),
+            names: Vec::with_capacity(objects / 2),
+            workloads: Vec::with_capacity(if links { objects } else { 0 }),
+            pairs: Vec::with_capacity(if links { objects * 4 } else { 0 }),
+            links,
+            ..Nodes::default()
+        }
+    }
+
+    /// The nodes of `objects`, read on two threads when there are many.
+    pub fn read<T: Borrow<Tree> + Sync>(objects: &[T], links: bool) -> Nodes {
+        Nodes::read_with(objects, links, |_| ()).0
+    }
+
+    /// The nodes of `objects` and `also` of each, in the same visit of its tree: a large group is
+    /// not in cache, and reading a tree again costs as much as the first time. Many objects are
+    /// read on two threads, half each.
+    pub fn read_with<T, R>(
+        objects: &[T],
+        links: bool,
+        also: impl Fn(&Tree) -> R + Sync,
+    ) -> (Nodes, Vec<R>)
+    where
+        T: Borrow<Tree> + Sync,
+        R: Send,
+    {
+        let prefetch = objects.len() >= super::PREFETCH_FROM;
+        let (first, second) = objects.split_at(objects.len() / 2);
+        // Allocated here: a new thread's allocations come from a heap of its own, whose memory
+        // the system must first map and clear, and that cost more than the thread saved.
+        let mut halves = [first, second].map(|part| {
+            (
+                Nodes::new(links, part.len()),
+                Vec::with_capacity(part.len()),
+            )
+        });
+        let read = |part: &[T], (nodes, results): &mut (Nodes, Vec<R>)| {
+            for object in prefetched(part, prefetch) {
+                nodes.push(object);
+                results.push(also(object));
+            }
+        };
+        let [a, b] = &mut halves;
+        let parallel = objects.len() >= super::PARALLEL_FROM;
+        join(parallel, || read(first, a), || read(second, b));
+        let [(mut nodes, mut results), (rest, rest_results)] = halves;
+        nodes.append(rest);
+        results.extend(rest_results);
+        (nodes, results)
+    }
+
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    fn str(&self, s: Str) -> &str {
+        &self.text[s.start as usize..(s.start + s.len) as usize]
+    }
+
+    fn copy(&mut self, s: &str) -> Str {
+        let start = self.text.len() as u32;
+        self.text.push_str(s);
+        Str {
+            start,
+            len: s.len() as u32,
+        }
+    }
+
+    /// `s`, copied unless the previous object had the same (kinds and namespaces repeat).
+    fn copy_repeated(&mut self, s: &str, previous: Option<Str>) -> Str {
+        match previous {
+            Some(p) if self.str(p) == s => p,
+            _ => self.copy(s),
+        }
+    }
+
+    /// Adds one object. Each key read is a cache miss on a cold object, so every map is walked
+    /// once and only what the graph needs is read.
+    pub fn push(&mut self, value: &Tree) {
+        let i = self.nodes.len() as u32;
+        let (mut kind, mut core, mut meta, mut spec) = ("", true, None, None);
+        if let Some(object) = value.as_object() {
+            // Fields still to find: kind, apiVersion, metadata, spec (when wanted).
+            let mut missing = if self.links { 4 } else { 3 };
+            for (key, field) in object.iter() {
+                match key {
+                    "kind" => kind = field.as_str().unwrap_or(""),
+                    "apiVersion" => core = field.as_str().is_none_or(|v| v == "v1"),
+                    "metadata" => meta = field.as_object(),
+                    k if self.links && k == "spec" => spec = Some(field),
+                    _ => continue,
+                }
+                missing -= 1;
+                if missing == 0 {
+                    break;
+                }
+            }
+        }
+        let role = Role::of(kind, core);
+        let (mut uid, mut name, mut namespace, mut labels, mut owners) =
+            (None, None, "", None, &[][..]);
+        // Only a Pod's and an EndpointSlice's own labels link anything.
+        let want_labels = role == Role::EndpointSlice || (self.links && role == Role::Pod);
+        for (key, field) in meta.into_iter().flat_map(Map::iter) {
+            match key {
+                "uid" => uid = non_empty(field.as_str()),
+                "name" => name = non_empty(field.as_str()),
+                "namespace" => namespace = field.as_str().unwrap_or(""),
+                // Checked before the key's text is read: that read is the cost.
+                k if want_labels && k == "labels" => labels = field.as_object(),
+                "ownerReferences" => owners = field.as_array().unwrap_or(&[]),
+                _ => {}
+            }
+        }
+
+        let previous = self.nodes.last().copied();
+        let (kind, kind_hash) = match previous {
+            Some(p) if self.str(p.kind) == kind => (p.kind, p.kind_hash),
+            _ => (self.copy(kind), hash_strs(&[kind])),
+        };
+        let node = Node {
+            kind,
+            kind_hash,
+            role,
+            uid: uid.map(|u| self.copy(u)),
+            prefix: uid.map_or(0, uid_prefix),
+            name: name.map(|n| self.copy(n)),
+            namespace: self.copy_repeated(namespace, previous.map(|p| p.namespace)),
+        };
+        self.nodes.push(node);
+        for (owner, controller) in owners.iter().filter_map(owner_ref) {
+            let uid = self.copy(owner);
+            self.owners.push(OwnerRef {
+                child: i,
+                uid,
+                controller,
+            });
+        }
+        let name_ref = |nodes: &mut Nodes, target: &str, kind: EdgeType, parent: bool| {
+            let target = nodes.copy(target);
+            nodes.names.push(NameRef {
+                object: i,
+                target,
+                kind,
+                parent,
+            });
+        };
+        match role {
+            Role::Endpoints => {
+                if let Some(name) = name {
+                    name_ref(self, name, EdgeType::Endpoints, false);
+                }
+            }
+            Role::EndpointSlice => {
+                let service = labels.and_then(|l| l.get(SERVICE_NAME_LABEL));
+                if let Some(service) = non_empty(service.and_then(Tree::as_str)) {
+                    name_ref(self, service, EdgeType::EndpointSlice, false);
+                }
+            }
+            _ if !self.links => {}
+            Role::Service => {
+                let selector = spec
+                    .and_then(|s| s.get("selector"))
+                    .and_then(Tree::as_object);
+                // A selector-less Service selects nothing; a non-string value cannot match.
+                let usable = |s: &&Map| !s.is_empty() && s.iter().all(|(_, v)| v.is_string());
+                if let Some(selector) = selector.filter(usable).filter(|_| name.is_some()) {
+                    let labels = self.pairs(i, selector);
+                    self.selectors.push(labels);
+                }
+            }
+            Role::Ingress => {
+                for backend in spec.into_iter().flat_map(ingress_backends) {
+                    name_ref(self, backend, EdgeType::IngressBackend, true);
+                }
+            }
+            Role::Autoscaler => {
+                let target = |field| spec.and_then(|s| str_at(s, &["scaleTargetRef", field]));
+                if let (Some(kind), Some(name)) = (target("kind"), target("name")) {
+                    let target = ScaleTarget {
+                        autoscaler: i,
+                        kind: self.copy(kind),
+                        name: self.copy(name),
+                    };
+                    self.scale_targets.push(target);
+                }
+            }
+            Role::Pod | Role::Other => {
+                // Pods, and anything with a pod template, are what Service selectors pick.
+                let pod_labels = if role == Role::Pod {
+                    labels
+                } else {
+                    spec.and_then(|s| value_at(s, &["template", "metadata", "labels"]))
+                        .and_then(Tree::as_object)
+                };
+                if let Some(labels) = pod_labels {
+                    let labels = self.pairs(i, labels);
+                    self.workloads.push(labels);
+                }
+                if role == Role::Pod {
+                    for volume in spec.into_iter().flat_map(|s| array_at(s, &["volumes"])) {
+                        let claim = str_at(volume, &["persistentVolumeClaim", "claimName"]);
+                        if let Some(claim) = claim {
+                            name_ref(self, claim, EdgeType::VolumeClaim, true);
+                        }
+                    }
+                }
+            }
+            Role::Claim => {}
+        }
+    }
+
+    /// The string pairs of a label map or selector.
+    fn pairs(&mut self, object: u32, labels: &Map) -> Labels {
+        let start = self.pairs.len() as u32;
+        for (key, value) in labels.iter() {
+            let Some(value) = value.as_str() else {
+                continue;
+            };
+            let pair = Pair {
+                key: self.copy(key),
+                value: self.copy(value),
+            };
+            self.pairs.push(pair);
+        }
+        Labels {
+            object,
+            start,
+            end: self.pairs.len() as u32,
+        }
+    }
+
+    /// Appends the nodes of the objects after these.
+    pub fn append(&mut self, other: Nodes) {
+        let objects = self.nodes.len() as u32;
+        let text = self.text.len() as u32;
+        let pairs = self.pairs.len() as u32;
+        self.text.push_str(&other.text);
+        self.nodes.extend(other.nodes.into_iter().map(|n| Node {
+            kind: n.kind.shifted(text),
+            uid: n.uid.map(|u| u.shifted(text)),
+            name: n.name.map(|s| s.shifted(text)),
+            namespace: n.namespace.shifted(text),
+            ..n
+        }));
+        self.owners
+            .extend(other.owners.into_iter().map(|o| OwnerRef {
+                child: o.child + objects,
+                uid: o.uid.shifted(text),
+                ..o
+            }));
+        self.names.extend(other.names.into_iter().map(|r| NameRef {
+            object: r.object + objects,
+            target: r.target.shifted(text),
+            ..r
+        }));
+        self.scale_targets
+            .extend(other.scale_targets.into_iter().map(|t| ScaleTarget {
+                autoscaler: t.autoscaler + objects,
+                kind: t.kind.shifted(text),
+                name: t.name.shifted(text),
+            }));
+        let labels = |l: Labels| Labels {
+            object: l.object + objects,
+            start: l.start + pairs,
+            end: l.end + pairs,
+        };
+        self.selectors
+            .extend(other.selectors.into_iter().map(labels));
+        self.workloads
+            .extend(other.workloads.into_iter().map(labels));
+        self.pairs.extend(other.pairs.into_iter().map(|p| Pair {
+            key: p.key.shifted(text),
+            value: p.value.shifted(text),
+        }));
+    }
+
+    fn hashed(&self, s: Str) -> Hashed<&str> {
+        let key = self.str(s);
+        Hashed {
+            hash: hash_strs(&[key]),
+            key,
+        }
+    }
+
+    fn uid(&self, i: u32) -> Option<Hashed<&str>> {
+        self.nodes[i as usize].uid.map(|uid| self.hashed(uid))
+    }
+
+    fn uid_str(&self, i: u32) -> &str {
+        self.nodes[i as usize].uid.map_or("", |uid| self.str(uid))
+    }
+
+    /// Whether objects `a` and `b` have the same uid: most pairs differ in the first bytes.
+    fn same_uid(&self, a: u32, b: u32) -> bool {
+        a == b
+            || (self.nodes[a as usize].prefix == self.nodes[b as usize].prefix
+                && self.uid_str(a) == self.uid_str(b))
+    }
+
+    fn ns_name(&self, i: u32) -> Option<Hashed<NsName<'_>>> {
+        Some(self.target(i, self.nodes[i as usize].name?))
+    }
+
+    /// `(namespace, name)`: `name` in the namespace of object `object`.
+    fn target(&self, object: u32, name: Str) -> Hashed<NsName<'_>> {
+        let key = (
+            self.str(self.nodes[object as usize].namespace),
+            self.str(name),
+        );
+        Hashed {
+            hash: hash_strs(&[key.0, key.1]),
+            key,
+        }
+    }
+
+    /// `(namespace, name)` of a core Service.
+    fn service_key(&self, i: u32) -> Option<Hashed<NsName<'_>>> {
+        (self.nodes[i as usize].role == Role::Service)
+            .then(|| self.ns_name(i))
+            .flatten()
+    }
+
+    fn pairs_of(&self, labels: Labels) -> &[Pair] {
+        &self.pairs[labels.start as usize..labels.end as usize]
+    }
+
+    /// Whether every pair of `selector` is among `labels`.
+    fn selector_matches(&self, selector: &[Pair], labels: &[Pair]) -> bool {
+        selector.iter().all(|wanted| {
+            labels
+                .iter()
+                .find(|label| self.str(label.key) == self.str(wanted.key))
+                .is_some_and(|label| self.str(label.value) == self.str(wanted.value))
+        })
+    }
+}
+
 /// Which of `candidates` belong to the group rooted at `selected` (the label-selected objects): every
 /// candidate whose ownerReferences chain (transitively, through other candidates) leads to a selected object,
 /// plus Endpoints named like a selected Service in the same namespace, plus EndpointSlices whose label
@@ -400,71 +734,56 @@ fn ingress_backends(spec: &Tree) -> impl Iterator<Item = &str> {
 /// expands each uid and each Service at most once, which is also what stops ownership cycles.
 pub fn owned_closure(
     selected: &[impl Borrow<Tree> + Sync],
-    candidates: &[impl Borrow<Tree>],
+    candidates: &[impl Borrow<Tree> + Sync],
 ) -> Vec<usize> {
-    // The selected objects and the candidates are read on two threads when there are many.
-    let roots = || {
-        let roots: Vec<(Node, Option<Hashed<&str>>)> = selected
-            .iter()
-            .map(|o| {
-                let node = Node::without_spec(o.borrow());
-                let uid = node.uid_key();
-                (node, uid)
-            })
-            .collect();
-        let uids: IdSet<Hashed<&str>> = roots.iter().filter_map(|(_, uid)| *uid).collect();
-        (roots, uids)
-    };
-    let index = || {
-        let mut nodes = Vec::with_capacity(candidates.len());
-        let mut children: Chains<&str> = Chains::new();
-        let mut service_parts: Chains<NsName> = Chains::new();
-        for (i, candidate) in candidates.iter().enumerate() {
-            let node = Node::without_spec(candidate.borrow());
-            for (owner, _) in node.owners() {
-                children.insert(hashed_str(owner), i as u32);
-            }
-            if let Some((service, _)) = node.endpoints_service() {
-                service_parts.insert(service, i as u32);
-            }
-            nodes.push(node);
+    let roots = Nodes::read(selected, false);
+    let nodes = Nodes::read(candidates, false);
+    let selected_uids: IdSet<Hashed<&str>> = (0..roots.len() as u32)
+        .filter_map(|i| roots.uid(i))
+        .collect();
+    let mut children: Chains<&str> = Chains::new();
+    for owner in &nodes.owners {
+        children.insert(nodes.hashed(owner.uid), owner.child);
+    }
+    let mut service_parts: Chains<NsName> = Chains::new();
+    for r in &nodes.names {
+        if matches!(r.kind, EdgeType::Endpoints | EdgeType::EndpointSlice) {
+            service_parts.insert(nodes.target(r.object, r.target), r.object);
         }
-        (nodes, children, service_parts)
-    };
-    let parallel = selected.len() + candidates.len() >= super::PARALLEL_FROM;
-    let ((roots, selected_uids), (nodes, children, service_parts)) = join(parallel, roots, index);
+    }
 
     // 0 = not reached, 1 = included, 2 = reached but selected itself (same uid), so not returned.
-    let mut reached = vec![0u8; candidates.len()];
+    let mut reached = vec![0u8; nodes.len()];
     let mut expanded_uids: IdSet<Hashed<&str>> = IdSet::default();
     let mut expanded_services: IdSet<Hashed<NsName>> = IdSet::default();
-    let mut stack: Vec<(&Node, Option<Hashed<&str>>)> =
-        roots.iter().map(|(node, uid)| (node, *uid)).collect();
-    while let Some((node, uid)) = stack.pop() {
+    // What to expand: a uid and a Service's key, of a root or of a reached candidate.
+    type Expand<'a> = (Option<Hashed<&'a str>>, Option<Hashed<NsName<'a>>>);
+    let mut stack: Vec<Expand> = (0..roots.len() as u32)
+        .map(|i| (roots.uid(i), roots.service_key(i)))
+        .collect();
+    while let Some((uid, service)) = stack.pop() {
         let owned = uid
             .filter(|u| expanded_uids.insert(*u))
             .into_iter()
             .flat_map(|u| children.get(u));
-        let parts = node
-            .service_key()
+        let parts = service
             .filter(|key| expanded_services.insert(*key))
             .into_iter()
             .flat_map(|key| service_parts.get(key));
         for i in owned.chain(parts) {
-            let i = i as usize;
-            if reached[i] != 0 {
+            if reached[i as usize] != 0 {
                 continue;
             }
-            let uid = nodes[i].uid_key();
+            let uid = nodes.uid(i);
             if uid.is_some_and(|u| selected_uids.contains(&u)) {
-                reached[i] = 2;
+                reached[i as usize] = 2;
             } else {
-                reached[i] = 1;
-                stack.push((&nodes[i], uid));
+                reached[i as usize] = 1;
+                stack.push((uid, nodes.service_key(i)));
             }
         }
     }
-    (0..candidates.len()).filter(|&i| reached[i] == 1).collect()
+    (0..nodes.len()).filter(|&i| reached[i] == 1).collect()
 }
 
 /// An edge under construction: node indices plus the uid prefixes that order most pairs without reading the
@@ -477,290 +796,245 @@ struct RawEdge {
     kind: EdgeType,
 }
 
-/// A Service with a usable selector, parsed while its object is in cache.
-struct SelectorService<'a> {
-    service: u32,
-    namespace: &'a str,
-    selector: Vec<(&'a str, &'a str)>,
+/// The dependency graph among `objects`, parent to child: see [`Nodes::edges`].
+pub fn edges<T: Borrow<Tree> + Sync>(objects: &[T]) -> Vec<Edge> {
+    Nodes::read(objects, true).edges()
 }
 
-/// The dependency graph among `objects`, parent to child: owner references first (owner -> owned, only when
-/// both are present), then: Service -> EndpointSlice (label `kubernetes.io/service-name`, same namespace),
-/// Service -> Endpoints (same name and namespace), Service -> workload (Deployment, StatefulSet, DaemonSet,
-/// ReplicaSet, Pod, Job, and any object with `spec.template.metadata.labels`) when the Service's non-empty
-/// `spec.selector` matches the workload's pod template labels (for a Pod: its own labels), same namespace;
-/// Ingress -> Service for every backend service name (v1 and the old `serviceName` form); Pod ->
-/// PersistentVolumeClaim for `spec.volumes[].persistentVolumeClaim.claimName` (same namespace; only Pods,
-/// not StatefulSet claim templates); HorizontalPodAutoscaler -> its `spec.scaleTargetRef` (kind + name, same
-/// namespace).
-///
-/// Service selectors link only the top-most matching workload of each ownership chain: a matching object is
-/// skipped when its controller owner matches the same Service too. A Deployment, its ReplicaSets and their
-/// Pods usually all match, and Argo CD likewise draws one Service -> Deployment edge rather than a fan-out to
-/// every Pod; the Pods stay reachable through the owner edges. A bare Pod, or a Pod whose owner is absent or
-/// does not match, is still linked directly.
-///
-/// Edges are sorted (by the uids of from and to, then kind) and at most one edge links a pair: when several
-/// relations hold, the first in [`EdgeType`] order wins, so an EndpointSlice owned by its Service gets one
-/// `Owner` edge. An edge never points from an object to itself. Objects without a uid are not nodes.
-pub fn edges(objects: &[impl Borrow<Tree>]) -> Vec<Edge> {
-    // One visit per object: index it and note every reference it makes, resolved once all are indexed.
-    let mut nodes: Vec<Node> = Vec::with_capacity(objects.len());
-    // The uid's first 8 bytes, big-endian: orders uids without touching the strings in most comparisons.
-    let mut prefixes: Vec<u64> = Vec::with_capacity(objects.len());
-    // Hash of each kind, so that the HPA pass skips kinds no HPA targets without reading their strings.
-    let mut kind_hashes: Vec<u64> = Vec::with_capacity(objects.len());
-    let mut present: IdMap<Hashed<&str>, u32> = IdMap::default();
-    present.reserve(objects.len());
-    let mut services: Chains<NsName> = Chains::new();
-    let mut claims: Chains<NsName> = Chains::new();
-    let mut owner_refs: Vec<(u32, Hashed<&str>, bool)> = Vec::new();
-    // (object, target key, the edge's kind, whether the object is the parent)
-    let mut name_refs: Vec<(u32, Hashed<NsName>, EdgeType, bool)> = Vec::new();
-    let mut scale_targets: Chains<(&str, &str, &str)> = Chains::new();
-    let mut target_kinds: IdSet<u64> = IdSet::default();
-    let mut selectors: Vec<SelectorService> = Vec::new();
-    let mut workloads: Vec<(u32, &Map)> = Vec::new();
-    for (i, object) in objects.iter().enumerate() {
-        let node = Node::new(object.borrow());
-        let i = i as u32;
-        prefixes.push(node.uid.map_or(0, uid_prefix));
-        kind_hashes.push(hash_strs(&[node.kind]));
-        nodes.push(node);
-        let node = &nodes[i as usize];
-        let Some(uid) = node.uid_key() else { continue };
-        present.entry(uid).or_insert(i);
-        for (owner, controller) in node.owners() {
-            owner_refs.push((i, hashed_str(owner), controller));
+impl Nodes {
+    /// The dependency graph among the objects, parent to child: owner references first (owner -> owned, only
+    /// when both are present), then: Service -> EndpointSlice (label `kubernetes.io/service-name`, same
+    /// namespace), Service -> Endpoints (same name and namespace), Service -> workload (Deployment,
+    /// StatefulSet, DaemonSet, ReplicaSet, Pod, Job, and any object with `spec.template.metadata.labels`)
+    /// when the Service's non-empty `spec.selector` matches the workload's pod template labels (for a Pod: its
+    /// own labels), same namespace; Ingress -> Service for every backend service name (v1 and the old
+    /// `serviceName` form); Pod -> PersistentVolumeClaim for `spec.volumes[].persistentVolumeClaim.claimName`
+    /// (same namespace; only Pods, not StatefulSet claim templates); HorizontalPodAutoscaler -> its
+    /// `spec.scaleTargetRef` (kind + name, same namespace).
+    ///
+    /// Service selectors link only the top-most matching workload of each ownership chain: a matching object
+    /// is skipped when its controller owner matches the same Service too. A Deployment, its ReplicaSets and
+    /// their Pods usually all match, and Argo CD likewise draws one Service -> Deployment edge rather than a
+    /// fan-out to every Pod; the Pods stay reachable through the owner edges. A bare Pod, or a Pod whose owner
+    /// is absent or does not match, is still linked directly.
+    ///
+    /// Edges are sorted (by the uids of from and to, then kind) and at most one edge links a pair: when
+    /// several relations hold, the first in [`EdgeType`] order wins, so an EndpointSlice owned by its Service
+    /// gets one `Owner` edge. An edge never points from an object to itself. Objects without a uid are not
+    /// nodes. Nodes read without `links` give the ownership and Endpoints edges only.
+    pub fn edges(&self) -> Vec<Edge> {
+        let nodes = &self.nodes;
+        let has_uid = |i: u32| nodes[i as usize].uid.is_some();
+        let mut present: IdMap<Hashed<&str>, u32> = IdMap::default();
+        present.reserve(nodes.len());
+        let mut services: Chains<NsName> = Chains::new();
+        let mut claims: Chains<NsName> = Chains::new();
+        for i in 0..nodes.len() as u32 {
+            let Some(uid) = self.uid(i) else { continue };
+            present.entry(uid).or_insert(i);
+            match nodes[i as usize].role {
+                Role::Service => services.insert_some(self.ns_name(i), i),
+                Role::Claim => claims.insert_some(self.ns_name(i), i),
+                _ => {}
+            }
         }
-        let ns = node.namespace;
-        let spec = node.spec.unwrap_or(&Tree::Null);
-        match node.kind {
-            "Service" if node.core => {
-                let Some(key) = node.service_key() else {
+
+        let mut raw: Vec<RawEdge> = Vec::with_capacity(self.owners.len() + self.names.len());
+        let mut push = |from: u32, to: u32, kind: EdgeType| {
+            if !self.same_uid(from, to) {
+                raw.push(RawEdge {
+                    from_prefix: nodes[from as usize].prefix,
+                    to_prefix: nodes[to as usize].prefix,
+                    from,
+                    to,
+                    kind,
+                });
+            }
+        };
+
+        let mut controller = vec![NONE; nodes.len()];
+        for owner_ref in self.owners.iter().filter(|o| has_uid(o.child)) {
+            let child = owner_ref.child;
+            if let Some(&owner) = present.get(&self.hashed(owner_ref.uid)) {
+                push(owner, child, EdgeType::Owner);
+                let self_owned = self.same_uid(owner, child);
+                if owner_ref.controller && controller[child as usize] == NONE && !self_owned {
+                    controller[child as usize] = owner;
+                }
+            }
+        }
+        for r in self.names.iter().filter(|r| has_uid(r.object)) {
+            let targets = if r.kind == EdgeType::VolumeClaim {
+                &claims
+            } else {
+                &services
+            };
+            for target in targets.get(self.target(r.object, r.target)) {
+                if r.parent {
+                    push(r.object, target, r.kind);
+                } else {
+                    push(target, r.object, r.kind);
+                }
+            }
+        }
+        self.scale_target_edges(|hpa, target| push(hpa, target, EdgeType::ScaleTarget));
+        for (service, workload) in self.selector_matches_topmost(&controller) {
+            push(service, workload, EdgeType::ServiceSelector);
+        }
+
+        let cmp_uid = |a: u32, a_prefix: u64, b: u32, b_prefix: u64| {
+            if a == b {
+                Ordering::Equal
+            } else {
+                a_prefix
+                    .cmp(&b_prefix)
+                    .then_with(|| self.uid_str(a).cmp(self.uid_str(b)))
+            }
+        };
+        raw.sort_unstable_by(|a, b| {
+            cmp_uid(a.from, a.from_prefix, b.from, b.from_prefix)
+                .then_with(|| cmp_uid(a.to, a.to_prefix, b.to, b.to_prefix))
+                .then(a.kind.cmp(&b.kind))
+        });
+        raw.dedup_by(|later, first| {
+            cmp_uid(later.from, later.from_prefix, first.from, first.from_prefix).is_eq()
+                && cmp_uid(later.to, later.to_prefix, first.to, first.to_prefix).is_eq()
+        });
+        raw.into_iter()
+            .map(|e| Edge {
+                from: e.from,
+                to: e.to,
+                kind: e.kind,
+            })
+            .collect()
+    }
+
+    /// `(autoscaler, target)` for every object with a uid that an autoscaler's `scaleTargetRef`
+    /// names (kind and name, same namespace).
+    fn scale_target_edges(&self, mut link: impl FnMut(u32, u32)) {
+        if self.scale_targets.is_empty() {
+            return;
+        }
+        let mut targets: Chains<(&str, &str, &str)> = Chains::new();
+        // Kinds that some autoscaler targets, so that other kinds are skipped by their hash.
+        let mut kinds: IdSet<u64> = IdSet::default();
+        for t in self.scale_targets.iter() {
+            if self.nodes[t.autoscaler as usize].uid.is_none() {
+                continue;
+            }
+            let target = self.target(t.autoscaler, t.name);
+            let (kind, (ns, name)) = (self.str(t.kind), target.key);
+            kinds.insert(hash_strs(&[kind]));
+            // Hashed by (namespace, name) like the targets, compared with the kind too.
+            let key = (kind, ns, name);
+            targets.insert(
+                Hashed {
+                    hash: target.hash,
+                    key,
+                },
+                t.autoscaler,
+            );
+        }
+        for (i, node) in self.nodes.iter().enumerate() {
+            if node.uid.is_none() || !kinds.contains(&node.kind_hash) {
+                continue;
+            }
+            let Some(target) = self.ns_name(i as u32) else {
+                continue;
+            };
+            let (ns, name) = target.key;
+            let key = (self.str(node.kind), ns, name);
+            for hpa in targets.get(Hashed {
+                hash: target.hash,
+                key,
+            }) {
+                link(hpa, i as u32);
+            }
+        }
+    }
+
+    /// `(service, workload)` pairs for selector matches, top-most per ownership chain.
+    ///
+    /// Each Service is indexed under one pair of its selector, the one fewest selectors share (a per-app label
+    /// rather than `tier: web`); each workload then looks up its own labels in that small index and fully
+    /// checks only the Services found. Cost: one pass over workload labels plus the checks, instead of
+    /// services x workloads.
+    fn selector_matches_topmost(&self, controller: &[u32]) -> Vec<(u32, u32)> {
+        let has_uid = |l: &&Labels| self.nodes[l.object as usize].uid.is_some();
+        let selectors: Vec<Labels> = self.selectors.iter().filter(has_uid).copied().collect();
+        if selectors.is_empty() {
+            return Vec::new();
+        }
+        let namespace = |i: u32| self.str(self.nodes[i as usize].namespace);
+        let pair_hash = |object: u32, pair: &Pair| {
+            hash_strs(&[namespace(object), self.str(pair.key), self.str(pair.value)])
+        };
+        // Collisions only blur this heuristic, so counting by hash alone is fine.
+        let mut pair_use: IdMap<u64, u32> = IdMap::default();
+        for &s in &selectors {
+            for pair in self.pairs_of(s) {
+                *pair_use.entry(pair_hash(s.object, pair)).or_default() += 1;
+            }
+        }
+        let mut index: IdMap<u64, Vec<u32>> = IdMap::default();
+        let mut keys: IdSet<Hashed<&str>> = IdSet::default();
+        for (s, &service) in selectors.iter().enumerate() {
+            let rarest = self
+                .pairs_of(service)
+                .iter()
+                .map(|pair| (pair, pair_hash(service.object, pair)))
+                .min_by_key(|(_, hash)| pair_use.get(hash).copied().unwrap_or(0));
+            if let Some((pair, hash)) = rarest {
+                index.entry(hash).or_default().push(s as u32);
+                keys.insert(self.hashed(pair.key));
+            }
+        }
+
+        // (selector, workload) for every full match.
+        let mut matches: Vec<(u32, u32)> = Vec::new();
+        for &workload in self.workloads.iter().filter(has_uid) {
+            let (w, labels) = (workload.object, self.pairs_of(workload));
+            for label in labels {
+                if !keys.contains(&self.hashed(label.key)) {
                     continue;
-                };
-                services.insert(key, i);
-                if let Some(selector) = service_selector(spec) {
-                    selectors.push(SelectorService {
-                        service: i,
-                        namespace: ns,
-                        selector,
-                    });
                 }
-            }
-            "Endpoints" | "EndpointSlice" => {
-                if let Some((service, kind)) = node.endpoints_service() {
-                    name_refs.push((i, service, kind, false));
-                }
-            }
-            "PersistentVolumeClaim" if node.core => {
-                if let Some(key) = node.ns_name() {
-                    claims.insert(key, i);
-                }
-            }
-            "Ingress" => {
-                for backend in ingress_backends(spec) {
-                    let key = hashed_ns_name(ns, backend);
-                    name_refs.push((i, key, EdgeType::IngressBackend, true));
-                }
-            }
-            "HorizontalPodAutoscaler" => {
-                let target = |field| str_at(spec, &["scaleTargetRef", field]);
-                if let (Some(kind), Some(name)) = (target("kind"), target("name")) {
-                    // Hashed by (namespace, name) like the targets, compared with the kind too.
-                    let hash = hashed_ns_name(ns, name).hash;
-                    target_kinds.insert(hash_strs(&[kind]));
-                    scale_targets.insert(
-                        Hashed {
-                            hash,
-                            key: (kind, ns, name),
-                        },
-                        i,
-                    );
-                }
-            }
-            _ => {
-                // Pods, and anything with a pod template, are what Service selectors pick.
-                if let Some(labels) = node.pod_labels() {
-                    workloads.push((i, labels));
-                }
-                if node.is_core("Pod") {
-                    for volume in array_at(spec, &["volumes"]) {
-                        let claim = str_at(volume, &["persistentVolumeClaim", "claimName"]);
-                        if let Some(claim) = claim {
-                            let key = hashed_ns_name(ns, claim);
-                            name_refs.push((i, key, EdgeType::VolumeClaim, true));
-                        }
+                for &s in index.get(&pair_hash(w, label)).into_iter().flatten() {
+                    let service = selectors[s as usize];
+                    if namespace(service.object) == namespace(w)
+                        && self.selector_matches(self.pairs_of(service), labels)
+                    {
+                        matches.push((s, w));
                     }
                 }
             }
         }
-    }
+        matches.sort_unstable();
+        matches.dedup();
 
-    let mut raw: Vec<RawEdge> = Vec::with_capacity(owner_refs.len() + name_refs.len());
-    let mut push = |from: u32, to: u32, kind: EdgeType| {
-        let (parent, child) = (&nodes[from as usize], &nodes[to as usize]);
-        if parent.uid != child.uid {
-            raw.push(RawEdge {
-                from_prefix: prefixes[from as usize],
-                to_prefix: prefixes[to as usize],
-                from,
-                to,
-                kind,
-            });
-        }
-    };
-
-    let mut controller = vec![NONE; nodes.len()];
-    for &(child, owner, is_controller) in &owner_refs {
-        if let Some(&owner) = present.get(&owner) {
-            push(owner, child, EdgeType::Owner);
-            let self_owned = nodes[owner as usize].uid == nodes[child as usize].uid;
-            if is_controller && controller[child as usize] == NONE && !self_owned {
-                controller[child as usize] = owner;
+        // matched_by[w] == s marks workload w as matched by selector s: O(1) "does my controller match too".
+        let mut matched_by = vec![NONE; self.nodes.len()];
+        let mut topmost = Vec::with_capacity(matches.len());
+        for group in matches.chunk_by(|a, b| a.0 == b.0) {
+            for &(s, w) in group {
+                matched_by[w as usize] = s;
             }
-        }
-    }
-    for &(i, key, kind, is_parent) in &name_refs {
-        let targets = if kind == EdgeType::VolumeClaim {
-            &claims
-        } else {
-            &services
-        };
-        for target in targets.get(key) {
-            if is_parent {
-                push(i, target, kind);
-            } else {
-                push(target, i, kind);
-            }
-        }
-    }
-    if !target_kinds.is_empty() {
-        for (i, node) in nodes.iter().enumerate() {
-            if node.uid.is_none() || !target_kinds.contains(&kind_hashes[i]) {
-                continue;
-            }
-            let Some(target) = node.ns_name() else {
-                continue;
-            };
-            let (ns, name) = target.key;
-            let key = (node.kind, ns, name);
-            for hpa in scale_targets.get(Hashed {
-                hash: target.hash,
-                key,
-            }) {
-                push(hpa, i as u32, EdgeType::ScaleTarget);
-            }
-        }
-    }
-    for (service, workload) in selector_matches_topmost(&selectors, &workloads, &controller, &nodes)
-    {
-        push(service, workload, EdgeType::ServiceSelector);
-    }
-
-    let uid_of = |i: u32| nodes[i as usize].uid_str();
-    let cmp_uid = |a: u32, a_prefix: u64, b: u32, b_prefix: u64| {
-        if a == b {
-            Ordering::Equal
-        } else {
-            a_prefix
-                .cmp(&b_prefix)
-                .then_with(|| uid_of(a).cmp(uid_of(b)))
-        }
-    };
-    raw.sort_unstable_by(|a, b| {
-        cmp_uid(a.from, a.from_prefix, b.from, b.from_prefix)
-            .then_with(|| cmp_uid(a.to, a.to_prefix, b.to, b.to_prefix))
-            .then(a.kind.cmp(&b.kind))
-    });
-    raw.dedup_by(|later, first| {
-        cmp_uid(later.from, later.from_prefix, first.from, first.from_prefix).is_eq()
-            && cmp_uid(later.to, later.to_prefix, first.to, first.to_prefix).is_eq()
-    });
-    raw.into_iter()
-        .map(|e| Edge {
-            from: e.from,
-            to: e.to,
-            kind: e.kind,
-        })
-        .collect()
-}
-
-/// `(service, workload)` pairs for selector matches, top-most per ownership chain.
-///
-/// Each Service is indexed under one pair of its selector, the one fewest selectors share (a per-app label
-/// rather than `tier: web`); each workload then looks up its own labels in that small index and fully checks
-/// only the Services found. Cost: one pass over workload labels plus the checks, instead of services x
-/// workloads.
-fn selector_matches_topmost(
-    selectors: &[SelectorService],
-    workloads: &[(u32, &Map)],
-    controller: &[u32],
-    nodes: &[Node],
-) -> Vec<(u32, u32)> {
-    if selectors.is_empty() {
-        return Vec::new();
-    }
-    let pair_hash = |ns: &str, key: &str, value: &str| hash_strs(&[ns, key, value]);
-    // Collisions only blur this heuristic, so counting by hash alone is fine.
-    let mut pair_use: IdMap<u64, u32> = IdMap::default();
-    for s in selectors {
-        for (k, v) in &s.selector {
-            *pair_use.entry(pair_hash(s.namespace, k, v)).or_default() += 1;
-        }
-    }
-    let mut index: IdMap<u64, Vec<u32>> = IdMap::default();
-    let mut keys: IdSet<Hashed<&str>> = IdSet::default();
-    for (s, service) in selectors.iter().enumerate() {
-        let rarest = service
-            .selector
-            .iter()
-            .map(|(k, v)| (k, pair_hash(service.namespace, k, v)))
-            .min_by_key(|(_, hash)| pair_use.get(hash).copied().unwrap_or(0));
-        if let Some((key, hash)) = rarest {
-            index.entry(hash).or_default().push(s as u32);
-            keys.insert(hashed_str(key));
-        }
-    }
-
-    // (selector, workload) for every full match.
-    let mut matches: Vec<(u32, u32)> = Vec::new();
-    for &(w, labels) in workloads {
-        let ns = nodes[w as usize].namespace;
-        for (key, value) in labels.iter() {
-            let Some(value) = value.as_str() else {
-                continue;
-            };
-            if !keys.contains(&hashed_str(key)) {
-                continue;
-            }
-            for &s in index.get(&pair_hash(ns, key, value)).into_iter().flatten() {
-                let service = &selectors[s as usize];
-                if service.namespace == ns && selector_matches(&service.selector, labels) {
-                    matches.push((s, w));
+            for &(s, w) in group {
+                let owner = controller[w as usize];
+                if owner == NONE || matched_by[owner as usize] != s {
+                    topmost.push((selectors[s as usize].object, w));
                 }
             }
         }
+        topmost
     }
-    matches.sort_unstable();
-    matches.dedup();
+}
 
-    // matched_by[w] == s marks workload w as matched by selector s: O(1) "does my controller match too".
-    let mut matched_by = vec![NONE; nodes.len()];
-    let mut topmost = Vec::with_capacity(matches.len());
-    for group in matches.chunk_by(|a, b| a.0 == b.0) {
-        for &(s, w) in group {
-            matched_by[w as usize] = s;
-        }
-        for &(s, w) in group {
-            let owner = controller[w as usize];
-            if owner == NONE || matched_by[owner as usize] != s {
-                topmost.push((selectors[s as usize].service, w));
-            }
+impl<K: PartialEq + Copy> Chains<K> {
+    fn insert_some(&mut self, key: Option<Hashed<K>>, value: u32) {
+        if let Some(key) = key {
+            self.insert(key, value);
         }
     }
-    topmost
 }
 
 #[cfg(test)]
@@ -788,7 +1062,8 @@ mod tests {
     }
 
     fn named(objects: &[Tree], edges: &[Edge]) -> Vec<Named> {
-        let uid = |i: u32| Node::new(&objects[i as usize]).uid_str().to_owned();
+        let nodes = Nodes::read(objects, true);
+        let uid = |i: u32| nodes.uid_str(i).to_owned();
         edges
             .iter()
             .map(|e| Named {
@@ -1598,7 +1873,12 @@ mod tests {
         assert_eq!(objects.len(), 100_000);
         let selected: Vec<Tree> = objects
             .iter()
-            .filter(|o| matches!(Node::new(o).kind, "Deployment" | "Service"))
+            .filter(|o| {
+                matches!(
+                    o.get("kind").and_then(Tree::as_str),
+                    Some("Deployment" | "Service")
+                )
+            })
             .cloned()
             .collect();
 

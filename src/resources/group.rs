@@ -7,9 +7,8 @@ use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 
 use super::fetch::{ListError, Listing, ResourceEvent};
-use super::graph::{self, Edge};
+use super::graph::{Edge, Nodes};
 use super::health::{self, Health};
-use super::join;
 use super::object::Object;
 use super::tree::Tree;
 
@@ -54,7 +53,7 @@ pub struct ResourceGroup {
     pub health: Health,
     /// Ordered by apiVersion, kind, namespace, name (then uid).
     pub resources: Vec<Resource>,
-    /// Parent to child, as indices into `resources`, in [`graph::edges`]' order (by uid).
+    /// Parent to child, as indices into `resources`, in [`Nodes::edges`]' order (by uid).
     pub edges: Vec<Edge>,
     /// [`NO_RESOURCES_WARNING`] when there are no resources; one line per API group version left
     /// out because its discovery failed.
@@ -87,14 +86,11 @@ fn order_key(object: &Tree) -> [&str; 5] {
     ]
 }
 
-/// The edges among `objects` ([`graph::edges`]) and the health of each, in their order: the two
-/// read the same objects and nothing of each other, so a large group has them on two threads.
+/// The edges among `objects` ([`Nodes::edges`]) and the health of each, in their order, from one
+/// visit of each object's tree ([`Nodes::read_with`]).
 pub fn edges_and_health<T: Borrow<Tree> + Sync>(objects: &[T]) -> (Vec<Edge>, Vec<Option<Health>>) {
-    let healths = || objects.iter().map(|o| health::health(o.borrow())).collect();
-    let (healths, edges) = join(objects.len() >= super::PARALLEL_FROM, healths, || {
-        graph::edges(objects)
-    });
-    (edges, healths)
+    let (nodes, healths) = Nodes::read_with(objects, true, health::health);
+    (nodes.edges(), healths)
 }
 
 /// Builds the view: selected and owned objects together, sorted, each with its health and Events;
@@ -140,16 +136,11 @@ pub fn assemble(listing: Listing) -> ResourceGroup {
         objects.into_iter().zip(healths).map(Some).collect();
     let (objects, healths): (Vec<Object>, Vec<Option<Health>>) =
         order.into_iter().filter_map(|i| slots[i].take()).unzip();
-    let group_health = health::aggregate(objects.iter().zip(&healths).filter_map(|(object, h)| {
-        let object = &object.view;
+    let group_health = health::aggregate_by(healths.iter().map(Option::as_ref), |i| {
+        let object = &objects[i].view;
         let namespace = Some(meta(object, "namespace")).filter(|ns| !ns.is_empty());
-        Some((
-            field(object, "kind"),
-            namespace,
-            meta(object, "name"),
-            h.as_ref()?,
-        ))
-    }));
+        (field(object, "kind"), namespace, meta(object, "name"))
+    });
 
     let resources: Vec<Resource> = objects
         .into_iter()
@@ -387,22 +378,22 @@ mod tests {
     #[test]
     fn big_groups_come_out_as_small_ones_do() {
         let mut objects = Vec::new();
-        for i in 0..500 {
+        for i in 0..2_000 {
             objects.push(deployment(
-                &format!("web-{i:03}"),
-                &format!("d-{i:03}"),
+                &format!("web-{i:04}"),
+                &format!("d-{i:04}"),
                 i % 7 != 0,
             ));
             objects.push(owned(
                 "apps/v1",
                 "ReplicaSet",
-                &format!("web-{i:03}-rs"),
-                &format!("rs-{i:03}"),
-                &format!("d-{i:03}"),
+                &format!("web-{i:04}-rs"),
+                &format!("rs-{i:04}"),
+                &format!("d-{i:04}"),
             ));
         }
-        // Large enough for two threads (`super::join`).
-        assert!(objects.len() >= super::super::PARALLEL_FROM);
+        // Large enough for two threads (`super::join`) and for prefetching.
+        assert!(objects.len() >= super::super::PARALLEL_FROM.max(super::super::PREFETCH_FROM));
         let group = assemble(Listing {
             selected: objects.clone(),
             ..Listing::default()
@@ -418,14 +409,16 @@ mod tests {
             .iter()
             .map(|r| Tree::from(&r.object.manifest()))
             .collect();
-        assert_eq!(group.edges, graph::edges(&sorted));
+        let mut nodes = Nodes::new(true, sorted.len());
+        sorted.iter().for_each(|object| nodes.push(object));
+        assert_eq!(group.edges, nodes.edges());
         let healths: Vec<_> = sorted.iter().map(health::health).collect();
         let shown: Vec<_> = group.resources.iter().map(|r| r.health.clone()).collect();
         assert_eq!(shown, healths);
-        assert_eq!(group.edges.len(), 500);
+        assert_eq!(group.edges.len(), 2_000);
         assert_eq!(group.health.status, HealthStatus::Degraded);
-        // 72 of the 500 Deployments are not ready: three named, the rest counted.
-        assert!(group.health.message.unwrap().ends_with("; and 69 more"));
+        // 286 of the 2,000 Deployments are not ready: three named, the rest counted.
+        assert!(group.health.message.unwrap().ends_with("; and 283 more"));
     }
 
     #[test]

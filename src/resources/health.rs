@@ -138,11 +138,26 @@ pub fn health(value: &Tree) -> Option<Health> {
 pub fn aggregate<'a>(
     items: impl IntoIterator<Item = (&'a str, Option<&'a str>, &'a str, &'a Health)>,
 ) -> Health {
+    let items: Vec<_> = items.into_iter().collect();
+    aggregate_by(items.iter().map(|item| Some(item.3)), |i| {
+        let (kind, namespace, name, _) = items[i];
+        (kind, namespace, name)
+    })
+}
+
+/// [`aggregate`] over the healths of a list of objects (`None` for those without one), asking
+/// `describe` for the `(kind, namespace, name)` of the object at an index only for the causes
+/// named: a group of 100,000 objects is not in cache, and reading every name costs a pass.
+pub fn aggregate_by<'a, 'h>(
+    healths: impl IntoIterator<Item = Option<&'h Health>>,
+    describe: impl Fn(usize) -> (&'a str, Option<&'a str>, &'a str),
+) -> Health {
     const SHOWN: usize = 3;
     let mut worst = Healthy;
-    let mut causes: Vec<String> = Vec::with_capacity(SHOWN);
+    let mut causes: Vec<(usize, Option<&str>)> = Vec::with_capacity(SHOWN);
     let mut count = 0usize;
-    for (kind, namespace, name, item) in items {
+    for (i, item) in healths.into_iter().enumerate() {
+        let Some(item) = item else { continue };
         if item.status.severity() > worst.severity() {
             worst = item.status;
             causes.clear();
@@ -151,18 +166,20 @@ pub fn aggregate<'a>(
         if item.status == worst {
             count += 1;
             if causes.len() < SHOWN {
-                causes.push(describe_cause(
-                    kind,
-                    namespace,
-                    name,
-                    item.message.as_deref(),
-                ));
+                causes.push((i, item.message.as_deref()));
             }
         }
     }
     if worst == Healthy {
         return Health::new(Healthy, "");
     }
+    let causes: Vec<String> = causes
+        .into_iter()
+        .map(|(i, message)| {
+            let (kind, namespace, name) = describe(i);
+            describe_cause(kind, namespace, name, message)
+        })
+        .collect();
     let mut message = format!("Caused by {}", causes.join("; "));
     if count > SHOWN {
         message.push_str(&format!("; and {} more", count - SHOWN));

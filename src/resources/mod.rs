@@ -12,8 +12,13 @@ pub mod object;
 pub mod tree;
 
 /// Groups from this many objects on are worked on by two threads where the work splits in two:
-/// a thread costs tens of microseconds, a pass over a thousand objects about a hundred.
-const PARALLEL_FROM: usize = 1_000;
+/// a thread costs tens of microseconds, a pass over a thousand objects about two hundred, and
+/// measured over `benches/resources.rs`' environment, two threads break even at 1,000 objects.
+const PARALLEL_FROM: usize = 2_000;
+
+/// Groups from this many objects on are read with [`tree::prefetched`]: smaller ones stay in
+/// the caches between passes, and prefetching them only costs.
+const PREFETCH_FROM: usize = 4_000;
 
 /// `a` and `b`, with `a` on a thread of its own when `parallel`.
 ///

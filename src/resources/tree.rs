@@ -12,6 +12,8 @@
 
 use std::borrow::Cow;
 
+use std::borrow::Borrow;
+
 use compact_str::CompactString;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
@@ -150,6 +152,58 @@ impl Tree {
     pub fn is_string(&self) -> bool {
         matches!(self, Tree::String(_))
     }
+
+    /// Starts loading the maps and arrays `depth` levels below this value into the cache,
+    /// without waiting for them; the levels above must be in cache already, or this waits.
+    pub fn prefetch(&self, depth: u32) {
+        match self {
+            Tree::Array(items) if depth == 0 => prefetch(items),
+            Tree::Array(items) => items.iter().for_each(|item| item.prefetch(depth - 1)),
+            Tree::Object(map) if depth == 0 => prefetch(&map.0),
+            Tree::Object(map) => map.0.iter().for_each(|(_, v)| v.prefetch(depth - 1)),
+            _ => {}
+        }
+    }
+}
+
+/// Prefetches the first lines of `items`: eight lines hold the entries of nearly every map of
+/// a Kubernetes object.
+fn prefetch<T>(items: &[T]) {
+    let bytes = std::mem::size_of_val(items);
+    let start = items.as_ptr().cast::<i8>();
+    for offset in (0..bytes).step_by(64).take(8) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a prefetch reads nothing; the address is inside `items`.
+        unsafe {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            _mm_prefetch::<_MM_HINT_T0>(start.add(offset));
+        }
+    }
+}
+
+/// How far ahead of the object being read each level of the trees is prefetched: a level can
+/// only be prefetched once the level above it has arrived.
+const AHEAD: [usize; 4] = [8, 6, 4, 2];
+
+/// The trees of `objects` in order, each prefetched ([`Tree::prefetch`]) a few objects ahead of
+/// its reading when `prefetch`: a pass over a group too large for the caches otherwise waits
+/// for memory at each map it enters, one map after the other. Measured over a generated
+/// environment (`benches/resources.rs`): a third less time at 100,000 objects, and a third more
+/// at 1,000, which are in cache anyway; see [`super::PREFETCH_FROM`].
+pub fn prefetched<T: Borrow<Tree>>(
+    objects: &[T],
+    prefetch: bool,
+) -> impl Iterator<Item = &Tree> + '_ {
+    objects.iter().enumerate().map(move |(i, object)| {
+        if prefetch {
+            for (depth, ahead) in AHEAD.into_iter().enumerate() {
+                if let Some(next) = objects.get(i + ahead) {
+                    next.borrow().prefetch(depth as u32);
+                }
+            }
+        }
+        object.borrow()
+    })
 }
 
 impl From<&serde_json::Value> for Tree {
@@ -360,5 +414,27 @@ mod tests {
             KEEP.parse("[1, null]").unwrap(),
             Tree::Array([Tree::Int(1), Tree::Null].into())
         );
+    }
+
+    #[test]
+    fn prefetched_trees_come_in_order_whatever_their_shape() {
+        // Every shape at every depth the prefetch reaches, and lists shorter and longer than
+        // how far ahead it looks.
+        let shapes = [
+            json!({"a": {"b": [{"c": {"d": [1, "x"]}}, null]}, "e": "a string longer than inline"}),
+            json!([[[[[]]]], {}, 2.5, true]),
+            json!("text"),
+            json!(null),
+            json!({}),
+        ];
+        for n in [0, 1, 3, 9, 40] {
+            let trees: Vec<Tree> = (0..n)
+                .map(|i| Tree::from(&shapes[i % shapes.len()]))
+                .collect();
+            for prefetch in [false, true] {
+                let read: Vec<&Tree> = prefetched(&trees, prefetch).collect();
+                assert_eq!(read, trees.iter().collect::<Vec<_>>());
+            }
+        }
     }
 }
