@@ -7,10 +7,13 @@
 //!
 //! The objects are held as the service holds them: each parsed from its JSON text into a
 //! compact tree of the fields the pipeline reads (`kept`, in wall time, and `kept-cpu`, in the
-//! process' CPU time, which other processes on a shared machine cannot stretch). From 1,000
-//! objects on the pipeline uses a second thread (ownership: the selected objects beside the
-//! candidates; health beside the edges), so `kept` is below `kept-cpu`. `whole-cpu`
-//! runs the same pipeline on the whole objects in the same trees, in the same run.
+//! process' CPU time, which other processes on a shared machine cannot stretch). From 2,000
+//! objects on the pipeline reads each half of the objects on a thread of its own, so `kept` is
+//! below `kept-cpu`. `whole-cpu` runs the same pipeline on the whole objects in the same trees,
+//! in the same run.
+//!
+//! `PIPELINE_RUNS=N,K` runs the pipeline K times over N objects and exits, without criterion:
+//! `benches/resources_work.sh` counts its instructions and cache misses under cachegrind.
 //!
 //! The environment is what a GitLab-deployed app looks like in its namespace: Deployments with
 //! their current and an old ReplicaSet and their Pods, Services with an EndpointSlice and
@@ -22,10 +25,10 @@
 use std::hint::black_box;
 use std::time::Duration;
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
 use envlens::resources::graph::owned_closure;
 use envlens::resources::group::edges_and_health;
-use envlens::resources::health::aggregate;
+use envlens::resources::health::aggregate_by;
 use envlens::resources::object;
 use envlens::resources::tree::Tree;
 use serde_json::{json, Value};
@@ -389,23 +392,23 @@ fn environment(n: usize) -> (Vec<Value>, Vec<Value>) {
 
 /// What the service computes for the resource group (`fetch` the closure, `group::assemble`
 /// the rest); returns the sizes so nothing is skipped.
+#[inline(never)]
 fn pipeline(objects: &[Tree], selected: &[Tree]) -> (usize, usize, usize) {
     let closure = owned_closure(selected, objects);
     // Every object here is in the group: the closure plus the selected ones.
     let (graph, healths) = edges_and_health(objects);
-    // The cause names of the group's health, as the service reads them for its answer.
-    let group = aggregate(objects.iter().zip(&healths).filter_map(|(o, h)| {
+    // The group's health, naming its causes as the service does.
+    let group = aggregate_by(healths.iter().map(Option::as_ref), |i| {
         fn text(v: Option<&Tree>) -> Option<&str> {
             v.and_then(Tree::as_str)
         }
-        let meta = o.get("metadata");
-        Some((
+        let (o, meta) = (&objects[i], objects[i].get("metadata"));
+        (
             text(o.get("kind")).unwrap_or(""),
             text(meta.and_then(|m| m.get("namespace"))),
             text(meta.and_then(|m| m.get("name"))).unwrap_or(""),
-            h.as_ref()?,
-        ))
-    }));
+        )
+    });
     black_box(&group);
     (closure.len(), graph.len(), healths.len())
 }
@@ -484,4 +487,26 @@ fn bench(c: &mut Criterion) {
 }
 
 criterion_group!(benches, bench);
-criterion_main!(benches);
+
+/// `PIPELINE_RUNS=N,K`: the objects of [`environment`]`(N)`, then K runs of the pipeline.
+fn runs_only(spec: &str) {
+    let parse = |part: Option<&str>| part.and_then(|p| p.trim().parse::<usize>().ok());
+    let mut parts = spec.split(',');
+    let (Some(n), Some(runs)) = (parse(parts.next()), parse(parts.next())) else {
+        panic!("PIPELINE_RUNS is N,K (objects, runs), not {spec:?}");
+    };
+    let (all, all_selected) = environment(n);
+    let (objects, selected) = (kept(&all), kept(&all_selected));
+    drop((all, all_selected));
+    for _ in 0..runs {
+        black_box(pipeline(black_box(&objects), black_box(&selected)));
+    }
+}
+
+fn main() {
+    if let Ok(spec) = std::env::var("PIPELINE_RUNS") {
+        return runs_only(&spec);
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}
