@@ -823,63 +823,19 @@ impl Nodes {
     /// gets one `Owner` edge. An edge never points from an object to itself. Objects without a uid are not
     /// nodes. Nodes read without `links` give the ownership and Endpoints edges only.
     pub fn edges(&self) -> Vec<Edge> {
-        let nodes = &self.nodes;
-        let has_uid = |i: u32| nodes[i as usize].uid.is_some();
-        let mut present: IdMap<Hashed<&str>, u32> = IdMap::default();
-        present.reserve(nodes.len());
-        let mut services: Chains<NsName> = Chains::new();
-        let mut claims: Chains<NsName> = Chains::new();
-        for i in 0..nodes.len() as u32 {
-            let Some(uid) = self.uid(i) else { continue };
-            present.entry(uid).or_insert(i);
-            match nodes[i as usize].role {
-                Role::Service => services.insert_some(self.ns_name(i), i),
-                Role::Claim => claims.insert_some(self.ns_name(i), i),
-                _ => {}
-            }
-        }
-
-        let mut raw: Vec<RawEdge> = Vec::with_capacity(self.owners.len() + self.names.len());
-        let mut push = |from: u32, to: u32, kind: EdgeType| {
-            if !self.same_uid(from, to) {
-                raw.push(RawEdge {
-                    from_prefix: nodes[from as usize].prefix,
-                    to_prefix: nodes[to as usize].prefix,
-                    from,
-                    to,
-                    kind,
-                });
-            }
-        };
-
-        let mut controller = vec![NONE; nodes.len()];
-        for owner_ref in self.owners.iter().filter(|o| has_uid(o.child)) {
-            let child = owner_ref.child;
-            if let Some(&owner) = present.get(&self.hashed(owner_ref.uid)) {
-                push(owner, child, EdgeType::Owner);
-                let self_owned = self.same_uid(owner, child);
-                if owner_ref.controller && controller[child as usize] == NONE && !self_owned {
-                    controller[child as usize] = owner;
-                }
-            }
-        }
-        for r in self.names.iter().filter(|r| has_uid(r.object)) {
-            let targets = if r.kind == EdgeType::VolumeClaim {
-                &claims
-            } else {
-                &services
-            };
-            for target in targets.get(self.target(r.object, r.target)) {
-                if r.parent {
-                    push(r.object, target, r.kind);
-                } else {
-                    push(target, r.object, r.kind);
-                }
-            }
-        }
-        self.scale_target_edges(|hpa, target| push(hpa, target, EdgeType::ScaleTarget));
-        for (service, workload) in self.selector_matches_topmost(&controller) {
-            push(service, workload, EdgeType::ServiceSelector);
+        // The selector matches are found beside the references; only picking the top-most
+        // needs both. What the other thread fills is allocated here, as in `read_with`.
+        let mut matches = Vec::with_capacity(self.workloads.len());
+        let mut raw =
+            Vec::with_capacity(self.owners.len() + self.names.len() + self.selectors.len());
+        let mut controller = vec![NONE; self.nodes.len()];
+        join(
+            self.nodes.len() >= super::PARALLEL_FROM,
+            || self.service_matches(&mut matches),
+            || self.references(&mut raw, &mut controller),
+        );
+        for (service, workload) in topmost(&matches, &controller) {
+            self.link(&mut raw, service, workload, EdgeType::ServiceSelector);
         }
 
         let cmp_uid = |a: u32, a_prefix: u64, b: u32, b_prefix: u64| {
@@ -907,6 +863,64 @@ impl Nodes {
                 kind: e.kind,
             })
             .collect()
+    }
+
+    /// Adds the edge `from` -> `to` unless both are the same object.
+    fn link(&self, raw: &mut Vec<RawEdge>, from: u32, to: u32, kind: EdgeType) {
+        if !self.same_uid(from, to) {
+            raw.push(RawEdge {
+                from_prefix: self.nodes[from as usize].prefix,
+                to_prefix: self.nodes[to as usize].prefix,
+                from,
+                to,
+                kind,
+            });
+        }
+    }
+
+    /// The edges of owner references, of names (Endpoints, EndpointSlices, Ingress backends,
+    /// claims) and of scale targets; each object's controller owner, for [`topmost`].
+    fn references(&self, raw: &mut Vec<RawEdge>, controller: &mut [u32]) {
+        let nodes = &self.nodes;
+        let has_uid = |i: u32| nodes[i as usize].uid.is_some();
+        let mut present: IdMap<Hashed<&str>, u32> = IdMap::default();
+        present.reserve(nodes.len());
+        let mut services: Chains<NsName> = Chains::new();
+        let mut claims: Chains<NsName> = Chains::new();
+        for i in 0..nodes.len() as u32 {
+            let Some(uid) = self.uid(i) else { continue };
+            present.entry(uid).or_insert(i);
+            match nodes[i as usize].role {
+                Role::Service => services.insert_some(self.ns_name(i), i),
+                Role::Claim => claims.insert_some(self.ns_name(i), i),
+                _ => {}
+            }
+        }
+        for owner_ref in self.owners.iter().filter(|o| has_uid(o.child)) {
+            let child = owner_ref.child;
+            if let Some(&owner) = present.get(&self.hashed(owner_ref.uid)) {
+                self.link(raw, owner, child, EdgeType::Owner);
+                let self_owned = self.same_uid(owner, child);
+                if owner_ref.controller && controller[child as usize] == NONE && !self_owned {
+                    controller[child as usize] = owner;
+                }
+            }
+        }
+        for r in self.names.iter().filter(|r| has_uid(r.object)) {
+            let targets = if r.kind == EdgeType::VolumeClaim {
+                &claims
+            } else {
+                &services
+            };
+            for target in targets.get(self.target(r.object, r.target)) {
+                if r.parent {
+                    self.link(raw, r.object, target, r.kind);
+                } else {
+                    self.link(raw, target, r.object, r.kind);
+                }
+            }
+        }
+        self.scale_target_edges(|hpa, target| self.link(raw, hpa, target, EdgeType::ScaleTarget));
     }
 
     /// `(autoscaler, target)` for every object with a uid that an autoscaler's `scaleTargetRef`
@@ -953,17 +967,18 @@ impl Nodes {
         }
     }
 
-    /// `(service, workload)` pairs for selector matches, top-most per ownership chain.
+    /// `(service, workload)` for every Service whose selector matches a workload's labels, in
+    /// `matches`, sorted.
     ///
     /// Each Service is indexed under one pair of its selector, the one fewest selectors share (a per-app label
     /// rather than `tier: web`); each workload then looks up its own labels in that small index and fully
     /// checks only the Services found. Cost: one pass over workload labels plus the checks, instead of
     /// services x workloads.
-    fn selector_matches_topmost(&self, controller: &[u32]) -> Vec<(u32, u32)> {
+    fn service_matches(&self, matches: &mut Vec<(u32, u32)>) {
         let has_uid = |l: &&Labels| self.nodes[l.object as usize].uid.is_some();
         let selectors: Vec<Labels> = self.selectors.iter().filter(has_uid).copied().collect();
         if selectors.is_empty() {
-            return Vec::new();
+            return;
         }
         let namespace = |i: u32| self.str(self.nodes[i as usize].namespace);
         let pair_hash = |object: u32, pair: &Pair| {
@@ -990,8 +1005,6 @@ impl Nodes {
             }
         }
 
-        // (selector, workload) for every full match.
-        let mut matches: Vec<(u32, u32)> = Vec::new();
         for &workload in self.workloads.iter().filter(has_uid) {
             let (w, labels) = (workload.object, self.pairs_of(workload));
             for label in labels {
@@ -1003,30 +1016,34 @@ impl Nodes {
                     if namespace(service.object) == namespace(w)
                         && self.selector_matches(self.pairs_of(service), labels)
                     {
-                        matches.push((s, w));
+                        matches.push((service.object, w));
                     }
                 }
             }
         }
         matches.sort_unstable();
         matches.dedup();
+    }
+}
 
-        // matched_by[w] == s marks workload w as matched by selector s: O(1) "does my controller match too".
-        let mut matched_by = vec![NONE; self.nodes.len()];
-        let mut topmost = Vec::with_capacity(matches.len());
-        for group in matches.chunk_by(|a, b| a.0 == b.0) {
-            for &(s, w) in group {
-                matched_by[w as usize] = s;
-            }
-            for &(s, w) in group {
-                let owner = controller[w as usize];
-                if owner == NONE || matched_by[owner as usize] != s {
-                    topmost.push((selectors[s as usize].object, w));
-                }
+/// The `(service, workload)` matches to link: the top-most per ownership chain, a workload
+/// being left out when its controller matches the same Service.
+fn topmost(matches: &[(u32, u32)], controller: &[u32]) -> Vec<(u32, u32)> {
+    // matched_by[w] == s marks workload w as matched by Service s: O(1) "does my controller match too".
+    let mut matched_by = vec![NONE; controller.len()];
+    let mut topmost = Vec::with_capacity(matches.len());
+    for group in matches.chunk_by(|a, b| a.0 == b.0) {
+        for &(s, w) in group {
+            matched_by[w as usize] = s;
+        }
+        for &(s, w) in group {
+            let owner = controller[w as usize];
+            if owner == NONE || matched_by[owner as usize] != s {
+                topmost.push((s, w));
             }
         }
-        topmost
     }
+    topmost
 }
 
 impl<K: PartialEq + Copy> Chains<K> {
