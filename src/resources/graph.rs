@@ -122,6 +122,10 @@ impl Hasher for IdHasher {
 type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
 type IdSet<K> = HashSet<K, BuildHasherDefault<IdHasher>>;
 
+fn id_set<K>(capacity: usize) -> IdSet<K> {
+    IdSet::with_capacity_and_hasher(capacity, Default::default())
+}
+
 /// A key with its hash: equality checks the hash first and only then the strings.
 #[derive(Clone, Copy, Debug)]
 struct Hashed<K> {
@@ -160,9 +164,13 @@ struct Chains<K> {
 
 impl<K: PartialEq + Copy> Chains<K> {
     fn new() -> Self {
+        Chains::with_capacity(0)
+    }
+
+    fn with_capacity(keys: usize) -> Self {
         Chains {
-            heads: IdMap::default(),
-            entries: Vec::new(),
+            heads: IdMap::with_capacity_and_hasher(keys, Default::default()),
+            entries: Vec::with_capacity(keys),
         }
     }
 
@@ -245,7 +253,7 @@ fn ingress_backends(spec: &Tree) -> impl Iterator<Item = &str> {
 
 /// A string copied into [`Nodes::text`]. Offsets are `u32`: the identity strings of a group
 /// (uids, names, labels) are a small part of its objects, far below 4 GiB for any cluster.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug)]
 struct Str {
     start: u32,
     len: u32,
@@ -738,10 +746,15 @@ pub fn owned_closure(
 ) -> Vec<usize> {
     let roots = Nodes::read(selected, false);
     let nodes = Nodes::read(candidates, false);
-    let selected_uids: IdSet<Hashed<&str>> = (0..roots.len() as u32)
-        .filter_map(|i| roots.uid(i))
+    // What to expand: a uid and a Service's key, of a root or of a reached candidate.
+    type Expand<'a> = (Option<Hashed<&'a str>>, Option<Hashed<NsName<'a>>>);
+    let mut stack: Vec<Expand> = (0..roots.len() as u32)
+        .map(|i| (roots.uid(i), roots.service_key(i)))
         .collect();
-    let mut children: Chains<&str> = Chains::new();
+    // Tables are sized up front: growing one rehashes it, at random places in memory.
+    let mut selected_uids: IdSet<Hashed<&str>> = id_set(stack.len());
+    selected_uids.extend(stack.iter().filter_map(|(uid, _)| *uid));
+    let mut children: Chains<&str> = Chains::with_capacity(nodes.owners.len());
     for owner in &nodes.owners {
         children.insert(nodes.hashed(owner.uid), owner.child);
     }
@@ -754,13 +767,8 @@ pub fn owned_closure(
 
     // 0 = not reached, 1 = included, 2 = reached but selected itself (same uid), so not returned.
     let mut reached = vec![0u8; nodes.len()];
-    let mut expanded_uids: IdSet<Hashed<&str>> = IdSet::default();
+    let mut expanded_uids: IdSet<Hashed<&str>> = id_set(roots.len() + nodes.len());
     let mut expanded_services: IdSet<Hashed<NsName>> = IdSet::default();
-    // What to expand: a uid and a Service's key, of a root or of a reached candidate.
-    type Expand<'a> = (Option<Hashed<&'a str>>, Option<Hashed<NsName<'a>>>);
-    let mut stack: Vec<Expand> = (0..roots.len() as u32)
-        .map(|i| (roots.uid(i), roots.service_key(i)))
-        .collect();
     while let Some((uid, service)) = stack.pop() {
         let owned = uid
             .filter(|u| expanded_uids.insert(*u))
