@@ -12,8 +12,9 @@ pub mod object;
 pub mod tree;
 
 /// Groups from this many objects on are worked on by two threads where the work splits in two:
-/// a thread costs tens of microseconds, a pass over a thousand objects about two hundred, and
-/// measured over `benches/resources.rs`' environment, two threads break even at 1,000 objects.
+/// a thread costs tens of microseconds, a pass over a thousand objects about two hundred.
+/// Measured over `benches/resources.rs`' environment, two threads break even at 1,000 objects
+/// and gain from 2,000.
 const PARALLEL_FROM: usize = 2_000;
 
 /// Groups from this many objects on are read with [`tree::prefetched`]: smaller ones stay in
