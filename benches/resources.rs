@@ -28,7 +28,7 @@ use std::time::Duration;
 use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
 use envlens::resources::graph::owned_closure;
 use envlens::resources::group::edges_and_health;
-use envlens::resources::health::aggregate_by;
+use envlens::resources::health::aggregate;
 use envlens::resources::object;
 use envlens::resources::tree::Tree;
 use serde_json::{json, Value};
@@ -398,7 +398,7 @@ fn pipeline(objects: &[Tree], selected: &[Tree]) -> (usize, usize, usize) {
     // Every object here is in the group: the closure plus the selected ones.
     let (graph, healths) = edges_and_health(objects);
     // The group's health, naming its causes as the service does.
-    let group = aggregate_by(healths.iter().map(Option::as_ref), |i| {
+    let group = aggregate(healths.iter().map(Option::as_ref), |i| {
         fn text(v: Option<&Tree>) -> Option<&str> {
             v.and_then(Tree::as_str)
         }

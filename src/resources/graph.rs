@@ -373,13 +373,13 @@ pub struct Nodes {
     /// Pods and objects with pod template labels.
     workloads: Vec<Labels>,
     pairs: Vec<Pair>,
-    /// Whether to read what only [`edges`] needs (`spec`, pod labels), not just what
+    /// Whether to read what only [`Nodes::edges`] needs (`spec`, pod labels), not just what
     /// [`owned_closure`] needs.
     links: bool,
 }
 
 impl Nodes {
-    /// Nodes for [`edges`] (`links`) or for [`owned_closure`] only, with room for `objects`.
+    /// Nodes for [`Nodes::edges`] (`links`) or for [`owned_closure`] only, with room for `objects`.
     pub fn new(links: bool, objects: usize) -> Nodes {
         // About: a uid, a name, an owner's uid and a few labels each; kinds and namespaces
         // repeat. Room enough that a read on another thread seldom allocates.
@@ -804,11 +804,6 @@ struct RawEdge {
     kind: EdgeType,
 }
 
-/// The dependency graph among `objects`, parent to child: see [`Nodes::edges`].
-pub fn edges<T: Borrow<Tree> + Sync>(objects: &[T]) -> Vec<Edge> {
-    Nodes::read(objects, true).edges()
-}
-
 impl Nodes {
     /// The dependency graph among the objects, parent to child: owner references first (owner -> owned, only
     /// when both are present), then: Service -> EndpointSlice (label `kubernetes.io/service-name`, same
@@ -1099,13 +1094,13 @@ mod tests {
             .collect()
     }
 
-    /// [`super::edges`] of the whole objects, by uid, checked against the kept fields: the graph
+    /// [`Nodes::edges`] of the whole objects, by uid, checked against the kept fields: the graph
     /// must not read a field left out there.
     fn edges(objects: &[Value]) -> Vec<Named> {
         let (whole, kept) = (trees(objects), kept(objects));
-        let named_whole = named(&whole, &super::edges(&whole));
+        let named_whole = named(&whole, &Nodes::read(&whole, true).edges());
         assert_eq!(
-            named(&kept, &super::edges(&kept)),
+            named(&kept, &Nodes::read(&kept, true).edges()),
             named_whole,
             "edges of the kept fields"
         );
@@ -1917,7 +1912,7 @@ mod tests {
             let closure = std::hint::black_box(super::owned_closure(&selected, &objects));
             best_closure = best_closure.min(start.elapsed());
             let start = Instant::now();
-            let graph = std::hint::black_box(super::edges(&objects));
+            let graph = std::hint::black_box(Nodes::read(&objects, true).edges());
             best_edges = best_edges.min(start.elapsed());
             drop((closure, graph));
         }
@@ -1928,7 +1923,7 @@ mod tests {
         let closure = super::owned_closure(&selected, &objects);
         let closure_time = start.elapsed();
         let start = Instant::now();
-        let graph = super::edges(&objects);
+        let graph = Nodes::read(&objects, true).edges();
         let edges_time = start.elapsed();
         println!(
             "100k objects: owned_closure {closure_time:?}, edges {edges_time:?}, total {:?}",

@@ -136,7 +136,7 @@ pub fn assemble(listing: Listing) -> ResourceGroup {
         objects.into_iter().zip(healths).map(Some).collect();
     let (objects, healths): (Vec<Object>, Vec<Option<Health>>) =
         order.into_iter().filter_map(|i| slots[i].take()).unzip();
-    let group_health = health::aggregate_by(healths.iter().map(Option::as_ref), |i| {
+    let group_health = health::aggregate(healths.iter().map(Option::as_ref), |i| {
         let object = &objects[i].view;
         let namespace = Some(meta(object, "namespace")).filter(|ns| !ns.is_empty());
         (field(object, "kind"), namespace, meta(object, "name"))

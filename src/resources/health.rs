@@ -131,24 +131,14 @@ pub fn health(value: &Tree) -> Option<Health> {
 /// The group's health: the worst status by severity, with a message naming up to three causes,
 /// e.g. "Caused by Deployment default/web: Deployment \"web\" exceeded its progress deadline; Pod default/web-1: ..."
 /// (name the cause as `<Kind> <namespace>/<name>: <message>`; if more than three resources share the worst status, add "and N more").
-/// Input: (kind, namespace, name, health) for objects that have a health. Empty input: Healthy, no message.
+/// Input: the healths of a list of objects (`None` for those without one). Empty input, or none
+/// with a health: Healthy, no message.
 ///
 /// Causes are named in input order, so the caller decides which three a reader sees first.
-/// A Healthy group has no message: there is nothing to explain.
-pub fn aggregate<'a>(
-    items: impl IntoIterator<Item = (&'a str, Option<&'a str>, &'a str, &'a Health)>,
-) -> Health {
-    let items: Vec<_> = items.into_iter().collect();
-    aggregate_by(items.iter().map(|item| Some(item.3)), |i| {
-        let (kind, namespace, name, _) = items[i];
-        (kind, namespace, name)
-    })
-}
-
-/// [`aggregate`] over the healths of a list of objects (`None` for those without one), asking
-/// `describe` for the `(kind, namespace, name)` of the object at an index only for the causes
-/// named: a group of 100,000 objects is not in cache, and reading every name costs a pass.
-pub fn aggregate_by<'a, 'h>(
+/// `describe` gives the `(kind, namespace, name)` of the object at an index, and is asked only
+/// for the causes named: a group of 100,000 objects is not in cache, and reading every name
+/// would cost a pass. A Healthy group has no message: there is nothing to explain.
+pub fn aggregate<'a, 'h>(
     healths: impl IntoIterator<Item = Option<&'h Health>>,
     describe: impl Fn(usize) -> (&'a str, Option<&'a str>, &'a str),
 ) -> Health {
@@ -885,6 +875,17 @@ fn custom_resource(obj: &Obj) -> Option<Health> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`super::aggregate`] over `(kind, namespace, name, health)` items.
+    fn aggregate<'a>(
+        items: impl IntoIterator<Item = (&'a str, Option<&'a str>, &'a str, &'a Health)>,
+    ) -> Health {
+        let items: Vec<_> = items.into_iter().collect();
+        super::aggregate(items.iter().map(|item| Some(item.3)), |i| {
+            let (kind, namespace, name, _) = items[i];
+            (kind, namespace, name)
+        })
+    }
     use serde_json::{json, Value};
 
     /// A namespaced object named "web" at generation 1, with the given spec and status.
