@@ -8,7 +8,7 @@ use crate::auth::Keys;
 use crate::clusters::Clusters;
 use crate::config::Limits;
 use crate::db::lease::Leases;
-use crate::graphql::EnvlensSchema;
+use crate::graphql::Schemas;
 use crate::settings::{CorsSettings, KubernetesSettings};
 use crate::telemetry::Metrics;
 
@@ -20,7 +20,7 @@ pub struct AppState {
     pub keys: Arc<Keys>,
     pub metrics: Arc<Metrics>,
     pub limits: Limits,
-    pub schema: EnvlensSchema,
+    pub schemas: Schemas,
     pub clusters: Arc<Clusters>,
     pub cors: Arc<CorsSettings>,
 }
@@ -33,7 +33,7 @@ impl AppState {
             keys: Arc::new(keys),
             metrics: Arc::new(Metrics::default()),
             limits,
-            schema: crate::graphql::schema(),
+            schemas: Schemas::new(),
             clusters: Arc::new(Clusters::fallback_only(&KubernetesSettings::default())),
             cors: Arc::default(),
         }

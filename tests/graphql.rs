@@ -642,6 +642,57 @@ async fn one_query_text_with_different_variables() {
     }
 }
 
+/// A query that passed validation once is then checked in the fast mode (`graphql::documents`):
+/// a later request of the same text must still meet the limits with its own values, and get
+/// the strict rules' answer when a variable's kind differs.
+#[tokio::test]
+async fn a_validated_query_text_still_meets_its_limits_and_types() {
+    let app = setup().await;
+    let mut text = String::from("query Wide($p: ID!, $n: Int) {");
+    for i in 0..60 {
+        text.push_str(&format!(
+            " p{i}: project(fullPath: $p) {{ environments(first: $n) {{ nodes {{ id name slug }} }} }}"
+        ));
+    }
+    text.push_str(" }");
+    let (token, _) = mint_session(SESSION_KEY, DEV.0, DEV.1, Duration::from_secs(600)).unwrap();
+    let send = |variables: Value| {
+        let req = Request::post("/api/graphql")
+            .header(header::AUTHORIZATION, format!("Bearer {token}"))
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(
+                json!({ "query": text, "variables": variables }).to_string(),
+            ))
+            .unwrap();
+        app.send(req)
+    };
+    for _ in 0..2 {
+        let res = send(json!({"p": "acme/apps/web", "n": 1})).await;
+        assert!(res.json().get("errors").is_none(), "{}", res.text());
+        assert_eq!(
+            res.json()["data"]["p59"]["environments"]["nodes"],
+            json!([])
+        );
+    }
+    let res = send(json!({"p": "acme/apps/web", "n": 100})).await;
+    assert_eq!(res.json()["errors"][0]["message"], "Query is too complex.");
+    for (variables, argument) in [
+        (json!({"p": true, "n": 1}), "fullPath"),
+        (json!({"p": "acme/apps/web", "n": "one"}), "first"),
+        (json!({"p": "acme/apps/web", "n": 1.5}), "first"),
+    ] {
+        let res = send(variables.clone()).await;
+        let message = res.json()["errors"][0]["message"].clone();
+        assert!(
+            message.as_str().is_some_and(
+                |m| m.starts_with(&format!("Invalid value for argument \"{argument}\""))
+            ),
+            "{variables}: {}",
+            res.text()
+        );
+    }
+}
+
 #[tokio::test]
 async fn depth_and_complexity_limits() {
     let app = setup().await;

@@ -1,20 +1,31 @@
-//! Parsed query documents, kept by query text.
+//! Parsed query documents, kept by query text, and which of their requests passed validation.
 //!
 //! GitLab's frontend sends a few fixed query texts, with their arguments as variables, so the
 //! same text arrives over and over; parsing it was some 9% of the CPU of a blueprint query.
 //! Parsing is a pure function of the text, so a parsed document can stand in for the text in
-//! any later request, whoever sends it. Everything else still runs on every request:
-//! async-graphql's nesting and directive checks of the document, and validation, whose
-//! complexity limit depends on the variables' values.
+//! any later request, whoever sends it.
 //!
-//! async-graphql's `ApolloPersistedQueries` extension keeps parsed documents only for clients
-//! that send a `persistedQuery` hash instead of the text, which GitLab's frontend does not.
+//! Validation was the next 8%. Its strict rules are a function of the document, the operation
+//! chosen and, through one rule (`ArgumentsOfCorrectType`), the variables' values. When every
+//! variable the document declares is a `String`, `ID`, `Boolean` or `Int` (with or without
+//! `!`), that rule's verdict on a value depends only on its kind (absent, null, boolean,
+//! string, whole number that fits 64 signed bits, other number): a variable can only stand
+//! where its own type is expected (`VariableInAllowedPosition`), and those scalars accept a
+//! value by its kind alone. So a request whose document, operation name and variables' kinds
+//! are those of a request that was answered without any error ([`Prepared::validated`])
+//! would pass the strict rules again, and is checked in async-graphql's fast mode instead,
+//! which still applies the complexity and depth limits (they read the values: `first: $n`).
+//! Anything else (enums, lists, input objects, custom scalars) is validated in full each time.
+//!
+//! async-graphql's `ApolloPersistedQueries` extension keeps documents only for clients that
+//! send a `persistedQuery` hash instead of the text, which GitLab's frontend does not.
 
 use std::num::NonZeroUsize;
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 
 use async_graphql::parser::parse_query;
-use async_graphql::parser::types::ExecutableDocument;
+use async_graphql::parser::types::{BaseType, ExecutableDocument};
+use async_graphql::{Value as ConstValue, Variables};
 use lru::LruCache;
 
 /// Texts longer than this are parsed every time: a dashboard's query is a few KiB at most.
@@ -22,36 +33,139 @@ const MAX_TEXT: usize = 16 * 1024;
 /// Documents kept: far more than the distinct queries of GitLab's frontend, and at most
 /// `ENTRIES * MAX_TEXT` of text (a document takes a few times its text).
 const ENTRIES: usize = 256;
+/// Validated operation names and variables' kinds kept per document.
+const SIGNATURES: usize = 16;
 
-static DOCUMENTS: LazyLock<Mutex<LruCache<Box<str>, Arc<ExecutableDocument>>>> =
-    LazyLock::new(|| Mutex::new(LruCache::new(NonZeroUsize::new(ENTRIES).expect("not 0"))));
-
-/// Gives the request its parsed document, from the cache or parsed now and kept. A text that
-/// does not parse is left to async-graphql, which answers the syntax error.
-pub fn prepare(request: &mut async_graphql::Request) {
-    if request.query.len() > MAX_TEXT {
-        return;
-    }
-    let cached = lock().get(request.query.as_str()).cloned();
-    let doc = match cached {
-        Some(doc) => doc,
-        None => match parse_query(&request.query) {
-            Ok(doc) => {
-                let doc = Arc::new(doc);
-                lock().put(request.query.as_str().into(), doc.clone());
-                doc
-            }
-            Err(_) => return,
-        },
-    };
-    // Cloned outside the lock; a clone shares the document's names and costs a fraction of
-    // a parse.
-    request.set_parsed_query(ExecutableDocument::clone(&doc));
+struct Entry {
+    doc: ExecutableDocument,
+    /// Every declared variable is of a type whose values validate by their kind alone.
+    by_kind: bool,
+    /// [`signature`]s of requests answered without error, most recent last.
+    validated: Mutex<Vec<Box<[u8]>>>,
 }
 
-fn lock() -> std::sync::MutexGuard<'static, LruCache<Box<str>, Arc<ExecutableDocument>>> {
+static DOCUMENTS: LazyLock<Mutex<LruCache<Box<str>, Arc<Entry>>>> =
+    LazyLock::new(|| Mutex::new(LruCache::new(NonZeroUsize::new(ENTRIES).expect("not 0"))));
+
+/// What [`prepare`] found out about a request.
+#[derive(Default)]
+pub struct Prepared {
+    /// The document and the request's signature, when a verdict on it can be kept.
+    kept: Option<(Arc<Entry>, Box<[u8]>)>,
+    validated: bool,
+}
+
+impl Prepared {
+    /// A request of the same signature was answered without error: strict validation would
+    /// pass, the fast mode suffices.
+    pub fn validated(&self) -> bool {
+        self.validated
+    }
+
+    /// The request was answered without any error, so it passed validation: later requests of
+    /// its signature need not run the strict rules.
+    pub fn passed(self) {
+        let Some((entry, signature)) = self.kept else {
+            return;
+        };
+        if self.validated {
+            return;
+        }
+        let mut validated = relock(&entry.validated);
+        if !validated.contains(&signature) {
+            if validated.len() == SIGNATURES {
+                validated.remove(0);
+            }
+            validated.push(signature);
+        }
+    }
+}
+
+/// Gives the request its parsed document, from the cache or parsed now and kept, and tells
+/// whether it is known to pass validation. A text that does not parse is left to
+/// async-graphql, which answers the syntax error.
+pub fn prepare(request: &mut async_graphql::Request) -> Prepared {
+    if request.query.len() > MAX_TEXT {
+        return Prepared::default();
+    }
+    let cached = relock(&DOCUMENTS).get(request.query.as_str()).cloned();
+    let entry = match cached {
+        Some(entry) => entry,
+        None => match parse_query(&request.query) {
+            Ok(doc) => {
+                let entry = Arc::new(Entry {
+                    by_kind: declares_only_kinded_scalars(&doc),
+                    doc,
+                    validated: Mutex::default(),
+                });
+                relock(&DOCUMENTS).put(request.query.as_str().into(), entry.clone());
+                entry
+            }
+            Err(_) => return Prepared::default(),
+        },
+    };
+    // Cloned outside the cache's lock; a clone shares the document's names and costs a
+    // fraction of a parse.
+    request.set_parsed_query(entry.doc.clone());
+    let signature = entry
+        .by_kind
+        .then(|| signature(request.operation_name.as_deref(), &request.variables))
+        .flatten();
+    match signature {
+        Some(signature) => {
+            let validated = relock(&entry.validated).contains(&signature);
+            Prepared {
+                validated,
+                kept: Some((entry, signature)),
+            }
+        }
+        None => Prepared::default(),
+    }
+}
+
+/// Whether every variable of every operation is declared `String`, `ID`, `Boolean` or `Int`.
+fn declares_only_kinded_scalars(doc: &ExecutableDocument) -> bool {
+    doc.operations.iter().all(|(_, op)| {
+        op.node.variable_definitions.iter().all(|v| {
+            matches!(&v.node.var_type.node.base,
+                BaseType::Named(name) if matches!(name.as_str(), "String" | "ID" | "Boolean" | "Int"))
+        })
+    })
+}
+
+/// The operation name and each variable's name and kind; `None` when a value is a list, an
+/// object or anything else whose validity its kind does not settle. Variables are ordered by
+/// name ([`Variables`] is a sorted map).
+fn signature(operation: Option<&str>, variables: &Variables) -> Option<Box<[u8]>> {
+    let mut s = Vec::with_capacity(64);
+    // Absent and anonymous differ from every name by the leading byte.
+    match operation {
+        Some(name) => {
+            s.push(1);
+            s.extend_from_slice(name.as_bytes());
+        }
+        None => s.push(0),
+    }
+    for (name, value) in variables.iter() {
+        let kind = match value {
+            ConstValue::Null => b'0',
+            ConstValue::Boolean(_) => b'b',
+            ConstValue::String(_) => b's',
+            ConstValue::Number(n) if n.is_i64() => b'i',
+            ConstValue::Number(_) => b'n',
+            _ => return None,
+        };
+        s.push(0);
+        s.extend_from_slice(name.as_bytes());
+        s.push(0);
+        s.push(kind);
+    }
+    Some(s.into_boxed_slice())
+}
+
+fn relock<T>(lock: &Mutex<T>) -> MutexGuard<'_, T> {
     // Holds no invariant a panic could break: a poisoned cache is still a cache.
-    DOCUMENTS.lock().unwrap_or_else(|e| e.into_inner())
+    lock.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[cfg(test)]
@@ -64,30 +178,71 @@ mod tests {
         request
     }
 
+    fn cached(text: &str) -> bool {
+        relock(&DOCUMENTS).contains(text)
+    }
+
     #[test]
     fn keeps_a_text_once_and_bounds_the_cache() {
         let text = "query Unit($p: ID!) { project(fullPath: $p) { id } }";
         let mut r = request(text);
         assert!(r.parsed_query().is_ok());
-        assert!(lock().contains(text));
+        assert!(cached(text));
         for i in 0..ENTRIES + 10 {
             request(&format!("{{ project(fullPath: \"unit/{i}\") {{ id }} }}"));
         }
-        let cache = lock();
-        assert!(cache.len() <= ENTRIES);
-        assert!(
-            !cache.contains(text),
-            "the least recently used text went first"
-        );
+        assert!(relock(&DOCUMENTS).len() <= ENTRIES);
+        assert!(!cached(text), "the least recently used text went first");
     }
 
     #[test]
     fn leaves_what_does_not_parse_or_is_too_long() {
         let broken = "{ project(fullPath: ";
         request(broken);
-        assert!(!lock().contains(broken));
+        assert!(!cached(broken));
         let long = format!("{{ currentUser {{ id }} }}{}", " ".repeat(MAX_TEXT));
         request(&long);
-        assert!(!lock().contains(long.as_str()));
+        assert!(!cached(long.as_str()));
+    }
+
+    fn with(text: &str, operation: Option<&str>, variables: serde_json::Value) -> Prepared {
+        let mut request =
+            async_graphql::Request::new(text).variables(Variables::from_json(variables));
+        request.operation_name = operation.map(str::to_owned);
+        prepare(&mut request)
+    }
+
+    #[test]
+    fn a_validated_signature_is_remembered_by_kinds_not_values() {
+        let text = "query Kinds($p: ID!, $n: String) { project(fullPath: $p) { id } }";
+        let vars = |p: serde_json::Value| serde_json::json!({ "p": p, "n": "x" });
+        assert!(!with(text, None, vars("a/b".into())).validated());
+        with(text, None, vars("a/b".into())).passed();
+        assert!(with(text, None, vars("other/path".into())).validated());
+        // Another kind, another operation name, a variable more or less: not yet seen.
+        assert!(!with(text, None, vars(42.into())).validated());
+        assert!(!with(text, None, vars(serde_json::Value::Null)).validated());
+        assert!(!with(text, None, vars(1.5.into())).validated());
+        assert!(!with(text, Some("Kinds"), vars("a/b".into())).validated());
+        assert!(!with(text, None, serde_json::json!({ "p": "a/b" })).validated());
+        // A list's or an object's validity is not its kind's: never kept.
+        let list = with(text, None, vars(serde_json::json!(["a/b"])));
+        assert!(list.kept.is_none());
+        list.passed();
+        assert!(!with(text, None, vars(serde_json::json!(["a/b"]))).validated());
+    }
+
+    #[test]
+    fn documents_with_other_variable_types_are_always_validated() {
+        for text in [
+            "query E($t: DeploymentTier) { project(fullPath: \"a\") { id } }",
+            "query L($p: [ID!]) { project(fullPath: \"a\") { id } }",
+            "query A($p: ID!) { a: project(fullPath: $p) { id } } query B($t: DeploymentTier) { b: project(fullPath: \"x\") { id } }",
+        ] {
+            let prepared = with(text, None, serde_json::json!({}));
+            assert!(prepared.kept.is_none(), "{text}");
+            prepared.passed();
+            assert!(!with(text, None, serde_json::json!({})).validated(), "{text}");
+        }
     }
 }

@@ -9,7 +9,7 @@ mod types;
 use std::sync::Arc;
 
 use async_graphql::dataloader::{DataLoader, HashMapCache};
-use async_graphql::{EmptyMutation, EmptySubscription, Schema};
+use async_graphql::{EmptyMutation, EmptySubscription, Schema, ValidationMode};
 use axum::extract::{Request, State};
 use axum::http::header::CONTENT_TYPE;
 use axum::http::StatusCode;
@@ -32,16 +32,41 @@ const MAX_DEPTH: usize = 12;
 /// Each field costs 1, lists their page size times their children.
 const MAX_COMPLEXITY: usize = 5000;
 
-pub fn schema() -> EnvlensSchema {
+fn schema(mode: ValidationMode) -> EnvlensSchema {
     Schema::build(Query, EmptyMutation, EmptySubscription)
         .limit_depth(MAX_DEPTH)
         .limit_complexity(MAX_COMPLEXITY)
+        .validation_mode(mode)
         .finish()
+}
+
+/// The schema with each validation mode: strict for a request not known to pass, fast (the
+/// complexity and depth limits only) for one whose document, operation and variables' kinds
+/// already passed (see `documents`).
+#[derive(Clone)]
+pub struct Schemas {
+    strict: EnvlensSchema,
+    fast: EnvlensSchema,
+}
+
+impl Schemas {
+    pub fn new() -> Self {
+        Schemas {
+            strict: schema(ValidationMode::Strict),
+            fast: schema(ValidationMode::Fast),
+        }
+    }
+}
+
+impl Default for Schemas {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 /// The SDL committed as `schema.graphql`.
 pub fn sdl() -> String {
-    schema().sdl()
+    schema(ValidationMode::Strict).sdl()
 }
 
 /// Only POST with a JSON body, after authentication (and, for the session cookie, its CSRF
@@ -92,13 +117,21 @@ pub async fn execute(State(state): State<AppState>, req: Request) -> Response {
             return unless_unknown(&db, error_response(&e)).await;
         }
     };
-    documents::prepare(&mut request);
+    let prepared = documents::prepare(&mut request);
     // Borrowed now, so that a database away is one 503 rather than an error per field.
     if let Err(e) = db.loader().conn().await {
         return error_response(&e);
     }
     let request = request.data(db.clone()).data(state.clusters.clone());
-    let response = state.schema.execute(request).await;
+    let schema = if prepared.validated() {
+        &state.schemas.fast
+    } else {
+        &state.schemas.strict
+    };
+    let response = schema.execute(request).await;
+    if response.errors.is_empty() {
+        prepared.passed();
+    }
     if response.errors.iter().any(unavailable) {
         db.loader().discard().await;
     }
