@@ -6,6 +6,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use async_graphql::dataloader::{DataLoader, HashMapCache, Loader};
+use async_graphql::{Context, QueryPathSegment};
 use tokio::sync::{MappedMutexGuard, Mutex, MutexGuard};
 
 use crate::auth::{CurrentUser, Session};
@@ -169,6 +170,33 @@ pub fn loader(leases: Leases, user: SessionUser) -> DataLoader<Db, HashMapCache>
     DataLoader::with_cache(db, tokio::spawn, HashMapCache::default()).delay(Duration::ZERO)
 }
 
+/// The values of `keys`, through the request's DataLoader when the field is in a list, so that
+/// the list's items share a statement. A field outside every list (no index on its path, as
+/// under `project(fullPath)`) has nothing to batch with: its keys are loaded on the spot,
+/// without the DataLoader's task and channel (two task hand-offs per blueprint query). Nor
+/// are they looked up in or added to its cache: lists preload only their own nodes' keys, and
+/// the same field under another alias merely reads again.
+pub async fn load<K, I>(
+    ctx: &Context<'_>,
+    keys: I,
+) -> Result<HashMap<K, <Db as Loader<K>>::Value>, LoadError>
+where
+    Db: Loader<K, Error = LoadError>,
+    K: Send + Sync + std::hash::Hash + Eq + Clone + 'static,
+    I: IntoIterator<Item = K>,
+{
+    let loader = ctx.data_unchecked::<Arc<DataLoader<Db, HashMapCache>>>();
+    let mut node = ctx.path_node.as_ref();
+    while let Some(n) = node {
+        if let QueryPathSegment::Index(_) = n.segment {
+            return loader.load_many(keys).await;
+        }
+        node = n.parent;
+    }
+    let keys: Vec<K> = keys.into_iter().collect();
+    loader.loader().load(&keys).await
+}
+
 /// A project by id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ProjectId(pub i64);
@@ -260,14 +288,14 @@ impl Loader<LastDeployment> for Db {
     }
 }
 
-/// The last deployments of environments in a status. Their agents came in the same statement:
-/// they go to the cache of the loaders that `agent { ... project { ... } }` asks, so that the
-/// blueprint query runs one statement for its last deployment, agent and agent's project.
-pub async fn last_deployments(
+/// The last deployments of environments in a status, as loaded by the `LastDeployment` loader.
+/// Their agents came in the same statement: they go to the cache of the loaders that
+/// `agent { ... project { ... } }` asks, so that the blueprint query runs one statement for its
+/// last deployment, agent and agent's project.
+pub async fn feed_agents(
     loader: &DataLoader<Db, HashMapCache>,
-    keys: impl IntoIterator<Item = LastDeployment>,
-) -> Result<HashMap<LastDeployment, DeploymentRow>, LoadError> {
-    let found = loader.load_many(keys).await?;
+    found: HashMap<LastDeployment, Option<DeploymentWithAgent>>,
+) -> HashMap<LastDeployment, DeploymentRow> {
     let mut deployments = HashMap::with_capacity(found.len());
     let (mut rows, mut agents, mut projects) = (Vec::new(), Vec::new(), Vec::new());
     for (key, d) in found {
@@ -286,7 +314,7 @@ pub async fn last_deployments(
     loader.feed_many(rows).await;
     loader.feed_many(agents).await;
     loader.feed_many(projects).await;
-    Ok(deployments)
+    deployments
 }
 
 impl Loader<AgentOfDeployment> for Db {

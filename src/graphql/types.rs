@@ -12,7 +12,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use tokio::sync::MappedMutexGuard;
 
 use super::loaders::{
-    last_deployments, AgentId, AgentOfDeployment, Db, EnvironmentName, LastDeployment, LoadError,
+    feed_agents, load, AgentId, AgentOfDeployment, Db, EnvironmentName, LastDeployment, LoadError,
     ProjectId,
 };
 use super::resource_group::{self, ResourceGroup};
@@ -225,11 +225,9 @@ impl Project {
         if !self.0.readable {
             return Ok(None);
         }
-        let row = loader(ctx)
-            .load_one(EnvironmentName(self.0.id, name))
-            .await
-            .gql()?;
-        Ok(row.map(Environment))
+        let key = EnvironmentName(self.0.id, name);
+        let rows = load(ctx, [key]).await.gql()?;
+        Ok(rows.into_values().next().map(Environment))
     }
 
     #[graphql(complexity = "page_cost(first, child_complexity)")]
@@ -412,12 +410,8 @@ async fn preload(ctx: &Context<'_>, environments: &[EnvironmentRow]) -> Result<(
     }
     for status in statuses {
         // Their agents come with them.
-        last_deployments(
-            loader,
-            environments.iter().map(|e| LastDeployment(e.id, status)),
-        )
-        .await
-        .gql()?;
+        let keys = environments.iter().map(|e| LastDeployment(e.id, status));
+        feed_agents(loader, loader.load_many(keys).await.gql()?).await;
     }
     Ok(())
 }
@@ -428,7 +422,7 @@ impl Environment {
     /// The agent and namespace of the last successful deployment.
     async fn last_agent(&self, ctx: &Context<'_>) -> Result<Option<(AgentRow, String)>> {
         let key = LastDeployment(self.0.id, DeploymentStatus::Success.as_str());
-        let last = last_deployments(loader(ctx), [key]).await.gql()?;
+        let last = feed_agents(loader(ctx), load(ctx, [key]).await.gql()?).await;
         match last.into_values().next() {
             Some(d) => deployment_agent(ctx, d.id).await,
             None => Ok(None),
@@ -491,7 +485,7 @@ impl Environment {
         status: DeploymentStatus,
     ) -> Result<Option<Deployment>> {
         let key = LastDeployment(self.0.id, status.as_str());
-        let last = last_deployments(loader(ctx), [key]).await.gql()?;
+        let last = feed_agents(loader(ctx), load(ctx, [key]).await.gql()?).await;
         Ok(last.into_values().next().map(Deployment))
     }
 
