@@ -172,6 +172,9 @@ fn relock<T>(lock: &Mutex<T>) -> MutexGuard<'_, T> {
 mod tests {
     use super::*;
 
+    /// The cache is the process' own: one test filling it would evict another's documents.
+    static SERIAL: Mutex<()> = Mutex::new(());
+
     fn request(text: &str) -> async_graphql::Request {
         let mut request = async_graphql::Request::new(text);
         prepare(&mut request);
@@ -184,6 +187,7 @@ mod tests {
 
     #[test]
     fn keeps_a_text_once_and_bounds_the_cache() {
+        let _serial = relock(&SERIAL);
         let text = "query Unit($p: ID!) { project(fullPath: $p) { id } }";
         let mut r = request(text);
         assert!(r.parsed_query().is_ok());
@@ -197,6 +201,7 @@ mod tests {
 
     #[test]
     fn leaves_what_does_not_parse_or_is_too_long() {
+        let _serial = relock(&SERIAL);
         let broken = "{ project(fullPath: ";
         request(broken);
         assert!(!cached(broken));
@@ -214,6 +219,7 @@ mod tests {
 
     #[test]
     fn a_validated_signature_is_remembered_by_kinds_not_values() {
+        let _serial = relock(&SERIAL);
         let text = "query Kinds($p: ID!, $n: String) { project(fullPath: $p) { id } }";
         let vars = |p: serde_json::Value| serde_json::json!({ "p": p, "n": "x" });
         assert!(!with(text, None, vars("a/b".into())).validated());
@@ -234,6 +240,7 @@ mod tests {
 
     #[test]
     fn documents_with_other_variable_types_are_always_validated() {
+        let _serial = relock(&SERIAL);
         for text in [
             "query E($t: DeploymentTier) { project(fullPath: \"a\") { id } }",
             "query L($p: [ID!]) { project(fullPath: \"a\") { id } }",
