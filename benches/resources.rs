@@ -12,6 +12,11 @@
 //! below `kept-cpu`. `whole-cpu` runs the same pipeline on the whole objects in the same trees,
 //! in the same run.
 //!
+//! `cold` runs the same pipeline in wall time over copies of the same objects, a different
+//! copy each run, so that at every size the objects come from memory rather than the caches:
+//! the time per object then shows the work per object, which `kept` shows only for sizes
+//! beyond the caches.
+//!
 //! `PIPELINE_RUNS=N,K` runs the pipeline K times over N objects and exits, without criterion:
 //! `benches/resources_work.sh` counts its instructions and cache misses under cachegrind.
 //!
@@ -413,6 +418,10 @@ fn pipeline(objects: &[Tree], selected: &[Tree]) -> (usize, usize, usize) {
     (closure.len(), graph.len(), healths.len())
 }
 
+/// Objects in the copies `cold` cycles through: 200,000 objects' trees are some ten times
+/// this machine's 32 MB last-level cache.
+const COLD_OBJECTS: usize = 200_000;
+
 /// The objects as the service holds them: each parsed from its text by [`object::parse`],
 /// which keeps only the fields the graph, the health rules and the assembly read.
 fn kept(objects: &[Value]) -> Vec<Tree> {
@@ -475,6 +484,23 @@ fn bench(c: &mut Criterion) {
         group.bench_with_input(BenchmarkId::new("kept", n), &n, |b, _| {
             b.iter(|| black_box(pipeline(black_box(&objects), black_box(&selected))))
         });
+        // The same objects, copied until the copies hold COLD_OBJECTS, one copy per run in
+        // turn: each run reads objects that the runs since have pushed out of the caches, at
+        // every size, as `kept` does only at 100,000.
+        let copies: Vec<(Vec<Tree>, Vec<Tree>)> = (0..COLD_OBJECTS.div_ceil(n))
+            .map(|_| (objects.clone(), selected.clone()))
+            .collect();
+        group.bench_with_input(BenchmarkId::new("cold", n), &n, |b, _| {
+            b.iter_custom(|iterations| {
+                let start = std::time::Instant::now();
+                for i in 0..iterations as usize {
+                    let (objects, selected) = &copies[i % copies.len()];
+                    black_box(pipeline(black_box(objects), black_box(selected)));
+                }
+                start.elapsed()
+            })
+        });
+        drop(copies);
         group.bench_with_input(BenchmarkId::new("kept-cpu", n), &n, |b, _| {
             b.iter_custom(|iterations| cpu_timed(iterations, &objects, &selected))
         });
