@@ -7,7 +7,9 @@
 //!
 //! The objects are held as the service holds them: each parsed from its JSON text into a
 //! compact tree of the fields the pipeline reads (`kept`, in wall time, and `kept-cpu`, in the
-//! process' CPU time, which other processes on a shared machine cannot stretch). From 2,000
+//! process' CPU time, which other processes on a shared machine cannot stretch); the
+//! closure's candidates, as `fetch` holds them, only their head (type, names, uid, labels,
+//! owner references), since `fetch` parses the rest only of those that belong. From 2,000
 //! objects on the pipeline reads each half of the objects on a thread of its own, so `kept` is
 //! below `kept-cpu`. `whole-cpu` runs the same pipeline on the whole objects in the same trees,
 //! in the same run.
@@ -398,8 +400,13 @@ fn environment(n: usize) -> (Vec<Value>, Vec<Value>) {
 /// What the service computes for the resource group (`fetch` the closure, `group::assemble`
 /// the rest); returns the sizes so nothing is skipped.
 #[inline(never)]
-fn pipeline(objects: &[Tree], selected: &[Tree]) -> (usize, usize, usize) {
-    let closure = owned_closure(selected, objects);
+fn pipeline(input: &Input) -> (usize, usize, usize) {
+    let Input {
+        objects,
+        selected,
+        candidates,
+    } = input;
+    let closure = owned_closure(selected, candidates);
     // Every object here is in the group: the closure plus the selected ones.
     let (graph, healths) = edges_and_health(objects);
     // The group's health, naming its causes as the service does.
@@ -422,18 +429,49 @@ fn pipeline(objects: &[Tree], selected: &[Tree]) -> (usize, usize, usize) {
 /// this machine's 32 MB last-level cache.
 const COLD_OBJECTS: usize = 200_000;
 
-/// The objects as the service holds them: each parsed from its text by [`object::parse`],
-/// which keeps only the fields the graph, the health rules and the assembly read.
-fn kept(objects: &[Value]) -> Vec<Tree> {
-    objects
-        .iter()
-        .map(|o| object::parse(&o.to_string()).expect("parse"))
-        .collect()
+/// What the pipeline reads: the group's objects, the selected ones among them, and the
+/// candidates for the ownership closure (here every object).
+#[derive(Clone)]
+struct Input {
+    objects: Vec<Tree>,
+    selected: Vec<Tree>,
+    candidates: Vec<Tree>,
 }
 
-/// The whole objects in the same compact trees: what keeping only some fields saves.
-fn whole(objects: &[Value]) -> Vec<Tree> {
-    objects.iter().map(Tree::from).collect()
+impl Input {
+    /// As the service holds them: objects parsed from their text by [`object::parse`], which
+    /// keeps only the fields the graph, the health rules and the assembly read; candidates as
+    /// `fetch` reads them before it knows which belong, only their [`object::HEAD`] (type,
+    /// name, uid, labels, owner references).
+    fn kept(all: &[Value], selected: &[Value]) -> Input {
+        let kept = |objects: &[Value]| -> Vec<Tree> {
+            objects
+                .iter()
+                .map(|o| object::parse(&o.to_string()).expect("parse"))
+                .collect()
+        };
+        let head = |o: &Value| {
+            let (api_version, kind) = (o["apiVersion"].as_str(), o["kind"].as_str());
+            let (api_version, kind) = (api_version.unwrap_or(""), kind.unwrap_or(""));
+            object::parse_typed(object::HEAD, &o.to_string(), api_version, kind).expect("parse")
+        };
+        Input {
+            objects: kept(all),
+            selected: kept(selected),
+            candidates: all.iter().map(head).collect(),
+        }
+    }
+
+    /// The whole objects in the same compact trees, candidates too: what keeping only some
+    /// fields saves.
+    fn whole(all: &[Value], selected: &[Value]) -> Input {
+        let objects: Vec<Tree> = all.iter().map(Tree::from).collect();
+        Input {
+            candidates: objects.clone(),
+            objects,
+            selected: selected.iter().map(Tree::from).collect(),
+        }
+    }
 }
 
 /// This process' CPU time, every thread's: unlike the wall clock, not stretched when other
@@ -450,10 +488,10 @@ fn process_cpu_time() -> Duration {
 }
 
 /// `iterations` runs of the pipeline, timed in the process' CPU time.
-fn cpu_timed(iterations: u64, objects: &[Tree], selected: &[Tree]) -> Duration {
+fn cpu_timed(iterations: u64, input: &Input) -> Duration {
     let start = process_cpu_time();
     for _ in 0..iterations {
-        black_box(pipeline(black_box(objects), black_box(selected)));
+        black_box(pipeline(black_box(input)));
     }
     process_cpu_time() - start
 }
@@ -462,17 +500,19 @@ fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("resource_group");
     for n in [1_000usize, 10_000, 100_000] {
         let (all, all_selected) = environment(n);
-        let (objects, selected) = (kept(&all), kept(&all_selected));
-        let (whole, whole_selected) = (whole(&all), whole(&all_selected));
+        let (kept, whole) = (
+            Input::kept(&all, &all_selected),
+            Input::whole(&all, &all_selected),
+        );
         drop((all, all_selected));
         assert_eq!(
-            pipeline(&objects, &selected),
-            pipeline(&whole, &whole_selected),
+            pipeline(&kept),
+            pipeline(&whole),
             "the kept fields give the same group"
         );
-        let (closure, graph, _) = pipeline(&objects, &selected);
+        let (closure, graph, _) = pipeline(&kept);
         assert_eq!(
-            closure + selected.len(),
+            closure + kept.selected.len(),
             n,
             "every object belongs to the group"
         );
@@ -482,31 +522,30 @@ fn bench(c: &mut Criterion) {
         group.warm_up_time(Duration::from_secs(if n >= 100_000 { 3 } else { 1 }));
         group.measurement_time(Duration::from_secs(if n >= 100_000 { 8 } else { 4 }));
         group.bench_with_input(BenchmarkId::new("kept", n), &n, |b, _| {
-            b.iter(|| black_box(pipeline(black_box(&objects), black_box(&selected))))
+            b.iter(|| black_box(pipeline(black_box(&kept))))
         });
         // The same objects, copied until the copies hold COLD_OBJECTS, one copy per run in
         // turn: each run reads objects that the runs since have pushed out of the caches, at
         // every size, as `kept` does only at 100,000.
-        let copies: Vec<(Vec<Tree>, Vec<Tree>)> = (0..COLD_OBJECTS.div_ceil(n))
-            .map(|_| (objects.clone(), selected.clone()))
+        let copies: Vec<Input> = (0..COLD_OBJECTS.div_ceil(n))
+            .map(|_| kept.clone())
             .collect();
         group.bench_with_input(BenchmarkId::new("cold", n), &n, |b, _| {
             b.iter_custom(|iterations| {
                 let start = std::time::Instant::now();
                 for i in 0..iterations as usize {
-                    let (objects, selected) = &copies[i % copies.len()];
-                    black_box(pipeline(black_box(objects), black_box(selected)));
+                    black_box(pipeline(black_box(&copies[i % copies.len()])));
                 }
                 start.elapsed()
             })
         });
         drop(copies);
         group.bench_with_input(BenchmarkId::new("kept-cpu", n), &n, |b, _| {
-            b.iter_custom(|iterations| cpu_timed(iterations, &objects, &selected))
+            b.iter_custom(|iterations| cpu_timed(iterations, &kept))
         });
         // The same objects whole, same run.
         group.bench_with_input(BenchmarkId::new("whole-cpu", n), &n, |b, _| {
-            b.iter_custom(|iterations| cpu_timed(iterations, &whole, &whole_selected))
+            b.iter_custom(|iterations| cpu_timed(iterations, &whole))
         });
     }
     group.finish();
@@ -522,10 +561,10 @@ fn runs_only(spec: &str) {
         panic!("PIPELINE_RUNS is N,K (objects, runs), not {spec:?}");
     };
     let (all, all_selected) = environment(n);
-    let (objects, selected) = (kept(&all), kept(&all_selected));
+    let input = Input::kept(&all, &all_selected);
     drop((all, all_selected));
     for _ in 0..runs {
-        black_box(pipeline(black_box(&objects), black_box(&selected)));
+        black_box(pipeline(black_box(&input)));
     }
 }
 
