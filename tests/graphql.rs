@@ -528,6 +528,20 @@ async fn the_blueprint_query_runs_three_statements() {
         data(&app, DEV, q).await["project"]["environment"]["lastDeployment"]["agent"].clone();
     assert_eq!(agent["project"]["fullPath"], "acme/agents");
     assert_eq!(STATEMENTS.with(Cell::get) - before, 3);
+    // GitLab's frontend query, and every field that shows the last successful deployment at
+    // once: the deployment is read once for all of them.
+    let q = r#"{ project(fullPath: "acme/apps/web") { environment(name: "production") { id
+        kubernetesNamespace clusterAgent { id name webPath }
+        lastDeployment(status: SUCCESS) { id agent { kubernetesNamespace } } } } }"#;
+    let before = STATEMENTS.with(Cell::get);
+    let environment = data(&app, DEV, q).await["project"]["environment"].clone();
+    assert_eq!(environment["kubernetesNamespace"], "web-prod");
+    assert_eq!(environment["clusterAgent"]["name"], "prod");
+    assert_eq!(
+        environment["lastDeployment"]["agent"]["kubernetesNamespace"],
+        "web-prod"
+    );
+    assert_eq!(STATEMENTS.with(Cell::get) - before, 3);
 }
 
 /// The session's user is read by the first statement that needs them, or after the query

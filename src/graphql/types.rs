@@ -9,7 +9,7 @@ use async_graphql::{
     Value, ID,
 };
 use chrono::{DateTime, SecondsFormat, Utc};
-use tokio::sync::MappedMutexGuard;
+use tokio::sync::{MappedMutexGuard, OnceCell};
 
 use super::loaders::{
     feed_agents, load, AgentId, AgentOfDeployment, Db, EnvironmentName, LastDeployment, LoadError,
@@ -227,7 +227,7 @@ impl Project {
         }
         let key = EnvironmentName(self.0.id, name);
         let rows = load(ctx, [key]).await.gql()?;
-        Ok(rows.into_values().next().map(Environment))
+        Ok(rows.into_values().next().map(Environment::new))
     }
 
     #[graphql(complexity = "page_cost(first, child_complexity)")]
@@ -257,7 +257,10 @@ impl Project {
                 .await
                 .gql()?;
             preload(ctx, &rows).await?;
-            Ok(rows.into_iter().map(|e| (e.id, Environment(e))).collect())
+            Ok(rows
+                .into_iter()
+                .map(|e| (e.id, Environment::new(e)))
+                .collect())
         })
         .await
     }
@@ -329,7 +332,10 @@ impl Group {
                     .await
                     .gql()?;
             preload(ctx, &rows).await?;
-            Ok(rows.into_iter().map(|e| (e.id, Environment(e))).collect())
+            Ok(rows
+                .into_iter()
+                .map(|e| (e.id, Environment::new(e)))
+                .collect())
         })
         .await
     }
@@ -416,14 +422,44 @@ async fn preload(ctx: &Context<'_>, environments: &[EnvironmentRow]) -> Result<(
     Ok(())
 }
 
-pub struct Environment(pub EnvironmentRow);
+pub struct Environment {
+    row: EnvironmentRow,
+    /// The last successful deployment, read once for every field that shows it
+    /// (`clusterAgent`, `kubernetesNamespace`, `resourceGroup`, `lastDeployment(status:
+    /// SUCCESS)`): outside lists its loads do not go through the DataLoader's cache (see
+    /// `loaders::load`).
+    last_success: OnceCell<Option<DeploymentRow>>,
+}
 
 impl Environment {
+    pub fn new(row: EnvironmentRow) -> Self {
+        Environment {
+            row,
+            last_success: OnceCell::new(),
+        }
+    }
+
+    /// The deployment with the highest id in `status`, its agent in the loaders' cache.
+    async fn last(
+        &self,
+        ctx: &Context<'_>,
+        status: DeploymentStatus,
+    ) -> Result<Option<DeploymentRow>> {
+        let read = || async {
+            let key = LastDeployment(self.row.id, status.as_str());
+            let last = feed_agents(loader(ctx), load(ctx, [key]).await.gql()?).await;
+            Ok(last.into_values().next())
+        };
+        if status == DeploymentStatus::Success {
+            self.last_success.get_or_try_init(read).await.cloned()
+        } else {
+            read().await
+        }
+    }
+
     /// The agent and namespace of the last successful deployment.
     async fn last_agent(&self, ctx: &Context<'_>) -> Result<Option<(AgentRow, String)>> {
-        let key = LastDeployment(self.0.id, DeploymentStatus::Success.as_str());
-        let last = feed_agents(loader(ctx), load(ctx, [key]).await.gql()?).await;
-        match last.into_values().next() {
+        match self.last(ctx, DeploymentStatus::Success).await? {
             Some(d) => deployment_agent(ctx, d.id).await,
             None => Ok(None),
         }
@@ -455,27 +491,27 @@ pub(super) async fn project(ctx: &Context<'_>, id: i64) -> Result<Project> {
 #[Object]
 impl Environment {
     async fn id(&self) -> ID {
-        gid("Environment", self.0.id)
+        gid("Environment", self.row.id)
     }
 
     async fn name(&self) -> &str {
-        &self.0.name
+        &self.row.name
     }
 
     async fn slug(&self) -> &str {
-        &self.0.slug
+        &self.row.slug
     }
 
     async fn tier(&self) -> Option<DeploymentTier> {
-        self.0.tier.as_deref().and_then(DeploymentTier::parse)
+        self.row.tier.as_deref().and_then(DeploymentTier::parse)
     }
 
     async fn state(&self) -> &str {
-        &self.0.state
+        &self.row.state
     }
 
     async fn project(&self, ctx: &Context<'_>) -> Result<Project> {
-        project(ctx, self.0.project_id).await
+        project(ctx, self.row.project_id).await
     }
 
     /// The deployment with the highest id in `status`.
@@ -484,9 +520,7 @@ impl Environment {
         ctx: &Context<'_>,
         status: DeploymentStatus,
     ) -> Result<Option<Deployment>> {
-        let key = LastDeployment(self.0.id, status.as_str());
-        let last = feed_agents(loader(ctx), load(ctx, [key]).await.gql()?).await;
-        Ok(last.into_values().next().map(Deployment))
+        Ok(self.last(ctx, status).await?.map(Deployment))
     }
 
     /// Newest first.
@@ -503,7 +537,7 @@ impl Environment {
         page(first, after, |before, limit| async move {
             let rows = read::environment_deployments(
                 &mut **conn(ctx).await?,
-                self.0.id,
+                self.row.id,
                 statuses.as_deref(),
                 before,
                 limit,
@@ -535,7 +569,7 @@ impl Environment {
     #[graphql(complexity = "resource_group::COST + child_complexity")]
     async fn resource_group(&self, ctx: &Context<'_>) -> Result<Option<ResourceGroup>> {
         match self.last_agent(ctx).await? {
-            Some((agent, namespace)) => resource_group::load(ctx, &self.0, agent, namespace)
+            Some((agent, namespace)) => resource_group::load(ctx, &self.row, agent, namespace)
                 .await
                 .map(Some),
             None => Ok(None),
