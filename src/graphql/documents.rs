@@ -11,8 +11,8 @@
 //! `!`), that rule's verdict on a value depends only on its kind (absent, null, boolean,
 //! string, whole number that fits 64 signed bits, other number): a variable can only stand
 //! where its own type is expected (`VariableInAllowedPosition`), and those scalars accept a
-//! value by its kind alone. So a request whose document, operation name and variables' kinds
-//! are those of a request that was answered without any error ([`Prepared::validated`])
+//! value by its kind alone. So a request whose document, operation name and declared variables'
+//! kinds are those of a request that was answered without any error ([`Prepared::validated`])
 //! would pass the strict rules again, and is checked in async-graphql's fast mode instead,
 //! which still applies the complexity and depth limits (they read the values: `first: $n`).
 //! Anything else (enums, lists, input objects, custom scalars) is validated in full each time.
@@ -25,7 +25,7 @@ use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 
 use async_graphql::parser::parse_query;
 use async_graphql::parser::types::{BaseType, ExecutableDocument};
-use async_graphql::{Value as ConstValue, Variables};
+use async_graphql::{Name, Value as ConstValue, Variables};
 use lru::LruCache;
 
 /// Texts longer than this are parsed every time: a dashboard's query is a few KiB at most.
@@ -38,10 +38,21 @@ const SIGNATURES: usize = 16;
 
 struct Entry {
     doc: ExecutableDocument,
-    /// Every declared variable is of a type whose values validate by their kind alone.
-    by_kind: bool,
-    /// [`signature`]s of requests answered without error, most recent last.
-    validated: Mutex<Vec<Box<[u8]>>>,
+    /// The variables declared by any of its operations, once each, when every one is of a type
+    /// whose values validate by their kind alone; `None` otherwise.
+    declared: Option<Vec<Name>>,
+    /// [`Signature`]s of requests answered without error, most recent last.
+    validated: Mutex<Vec<Signature>>,
+}
+
+/// What strict validation depends on beside the document: the operation chosen and the kind of
+/// each declared variable's value. Variables the document does not declare are not part of it:
+/// a document that uses one fails validation whatever its value.
+#[derive(Debug, PartialEq)]
+struct Signature {
+    operation: Option<String>,
+    /// One byte per declared variable, in [`Entry::declared`]'s order.
+    kinds: Box<[u8]>,
 }
 
 static DOCUMENTS: LazyLock<Mutex<LruCache<Box<str>, Arc<Entry>>>> =
@@ -51,7 +62,7 @@ static DOCUMENTS: LazyLock<Mutex<LruCache<Box<str>, Arc<Entry>>>> =
 #[derive(Default)]
 pub struct Prepared {
     /// The document and the request's signature, when a verdict on it can be kept.
-    kept: Option<(Arc<Entry>, Box<[u8]>)>,
+    kept: Option<(Arc<Entry>, Signature)>,
     validated: bool,
 }
 
@@ -94,7 +105,7 @@ pub fn prepare(request: &mut async_graphql::Request) -> Prepared {
         None => match parse_query(&request.query) {
             Ok(doc) => {
                 let entry = Arc::new(Entry {
-                    by_kind: declares_only_kinded_scalars(&doc),
+                    declared: kinded_variables(&doc),
                     doc,
                     validated: Mutex::default(),
                 });
@@ -107,10 +118,13 @@ pub fn prepare(request: &mut async_graphql::Request) -> Prepared {
     // Cloned outside the cache's lock; a clone shares the document's names and costs a
     // fraction of a parse.
     request.set_parsed_query(entry.doc.clone());
-    let signature = entry
-        .by_kind
-        .then(|| signature(request.operation_name.as_deref(), &request.variables))
-        .flatten();
+    let signature = entry.declared.as_deref().and_then(|declared| {
+        signature(
+            request.operation_name.as_deref(),
+            declared,
+            &request.variables,
+        )
+    });
     match signature {
         Some(signature) => {
             let validated = relock(&entry.validated).contains(&signature);
@@ -123,44 +137,49 @@ pub fn prepare(request: &mut async_graphql::Request) -> Prepared {
     }
 }
 
-/// Whether every variable of every operation is declared `String`, `ID`, `Boolean` or `Int`.
-fn declares_only_kinded_scalars(doc: &ExecutableDocument) -> bool {
-    doc.operations.iter().all(|(_, op)| {
-        op.node.variable_definitions.iter().all(|v| {
-            matches!(&v.node.var_type.node.base,
-                BaseType::Named(name) if matches!(name.as_str(), "String" | "ID" | "Boolean" | "Int"))
-        })
-    })
+/// The variables declared by the document's operations, sorted and once each, if every one is
+/// a `String`, `ID`, `Boolean` or `Int`.
+fn kinded_variables(doc: &ExecutableDocument) -> Option<Vec<Name>> {
+    let mut names = Vec::new();
+    for (_, op) in doc.operations.iter() {
+        for v in &op.node.variable_definitions {
+            let BaseType::Named(ty) = &v.node.var_type.node.base else {
+                return None;
+            };
+            if !matches!(ty.as_str(), "String" | "ID" | "Boolean" | "Int") {
+                return None;
+            }
+            names.push(v.node.name.node.clone());
+        }
+    }
+    names.sort_unstable();
+    names.dedup();
+    Some(names)
 }
 
-/// The operation name and each variable's name and kind; `None` when a value is a list, an
-/// object or anything else whose validity its kind does not settle. Variables are ordered by
-/// name ([`Variables`] is a sorted map).
-fn signature(operation: Option<&str>, variables: &Variables) -> Option<Box<[u8]>> {
-    let mut s = Vec::with_capacity(64);
-    // Absent and anonymous differ from every name by the leading byte.
-    match operation {
-        Some(name) => {
-            s.push(1);
-            s.extend_from_slice(name.as_bytes());
-        }
-        None => s.push(0),
-    }
-    for (name, value) in variables.iter() {
-        let kind = match value {
-            ConstValue::Null => b'0',
-            ConstValue::Boolean(_) => b'b',
-            ConstValue::String(_) => b's',
-            ConstValue::Number(n) if n.is_i64() => b'i',
-            ConstValue::Number(_) => b'n',
-            _ => return None,
-        };
-        s.push(0);
-        s.extend_from_slice(name.as_bytes());
-        s.push(0);
-        s.push(kind);
-    }
-    Some(s.into_boxed_slice())
+/// The operation name and the kind of each of `declared` in `variables`; `None` when a value
+/// is a list, an object or anything else whose validity its kind does not settle.
+fn signature(
+    operation: Option<&str>,
+    declared: &[Name],
+    variables: &Variables,
+) -> Option<Signature> {
+    let kinds = declared
+        .iter()
+        .map(|name| match variables.get(name) {
+            None => Some(b'-'),
+            Some(ConstValue::Null) => Some(b'0'),
+            Some(ConstValue::Boolean(_)) => Some(b'b'),
+            Some(ConstValue::String(_)) => Some(b's'),
+            Some(ConstValue::Number(n)) if n.is_i64() => Some(b'i'),
+            Some(ConstValue::Number(_)) => Some(b'n'),
+            Some(_) => None,
+        })
+        .collect::<Option<Box<[u8]>>>()?;
+    Some(Signature {
+        operation: operation.map(str::to_owned),
+        kinds,
+    })
 }
 
 fn relock<T>(lock: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -231,6 +250,9 @@ mod tests {
         assert!(!with(text, None, vars(1.5.into())).validated());
         assert!(!with(text, Some("Kinds"), vars("a/b".into())).validated());
         assert!(!with(text, None, serde_json::json!({ "p": "a/b" })).validated());
+        // Variables the document does not declare play no part, whatever their names.
+        let extra = serde_json::json!({ "p": "c/d", "n": "y", "n\0b\0p": true, "x": [1] });
+        assert!(with(text, None, extra).validated());
         // A list's or an object's validity is not its kind's: never kept.
         let list = with(text, None, vars(serde_json::json!(["a/b"])));
         assert!(list.kept.is_none());
