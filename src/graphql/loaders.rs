@@ -172,10 +172,12 @@ pub fn loader(leases: Leases, user: SessionUser) -> DataLoader<Db, HashMapCache>
 
 /// The values of `keys`, through the request's DataLoader when the field is in a list, so that
 /// the list's items share a statement. A field outside every list (no index on its path, as
-/// under `project(fullPath)`) has nothing to batch with: its keys are loaded on the spot,
-/// without the DataLoader's task and channel (two task hand-offs per blueprint query). Nor
-/// are they looked up in or added to its cache: lists preload only their own nodes' keys, and
-/// the same field under another alias merely reads again.
+/// under `project(fullPath)`) is resolved once per parent unless the query repeats it under
+/// aliases: its keys are loaded on the spot, without the DataLoader's task and channel (two
+/// task hand-offs per blueprint query), and neither looked up in nor added to its cache, which
+/// lists preload with their own nodes' keys. Fields of one object that need the same row share
+/// one read of their own (`types::Environment`); aliases read each on their own, as aliased
+/// root fields always have.
 pub async fn load<K, I>(
     ctx: &Context<'_>,
     keys: I,
