@@ -317,7 +317,7 @@ impl RawConn {
             .and_then(|code| code.parse::<u16>().ok())
             .ok_or_else(|| invalid("status line"))?;
         let body = &self.buf[head..];
-        let errors = body.windows(8).any(|w| w == b"\"errors\"");
+        let errors = status == 200 && body.windows(8).any(|w| w == b"\"errors\"");
         Ok((status, errors))
     }
 }
