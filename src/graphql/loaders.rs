@@ -187,7 +187,7 @@ where
     K: Send + Sync + std::hash::Hash + Eq + Clone + 'static,
     I: IntoIterator<Item = K>,
 {
-    let loader = ctx.data_unchecked::<Arc<DataLoader<Db, HashMapCache>>>();
+    let loader = super::types::loader(ctx);
     let mut node = ctx.path_node.as_ref();
     while let Some(n) = node {
         if let QueryPathSegment::Index(_) = n.segment {
