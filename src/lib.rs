@@ -1,25 +1,19 @@
 //! envlens: which cluster agent and namespace each GitLab deployment went to, and the live
-//! Kubernetes resources behind an environment.
+//! Kubernetes resources behind an environment. `ARCHITECTURE.md` maps the modules.
 
-pub mod access;
-pub mod agent_config;
 pub mod auth;
-pub mod clusters;
-pub mod commands;
+pub mod cli;
 pub mod config;
 pub mod db;
-pub mod deployment_status;
 pub mod error;
-pub mod extract;
+pub mod gitlab;
 pub mod graphql;
+pub mod http;
 pub mod ingest;
-pub mod ops;
-pub mod proxy;
+pub mod k8s;
 pub mod resources;
-pub mod settings;
 pub mod state;
 pub mod telemetry;
-pub mod user_access;
 
 use std::future::Future;
 use std::time::Duration;
@@ -33,39 +27,39 @@ use axum::Router;
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
-use error::Error;
-use state::AppState;
+use crate::error::Error;
+use crate::state::AppState;
 
 /// Every route, with its middleware. Tests drive this without a socket.
 pub fn app(state: AppState) -> Router {
     let api = Router::new()
         .route(
             "/api/v4/internal/identity",
-            put(ingest::identity::put_snapshot),
+            put(crate::ingest::identity::put_snapshot),
         )
         .route(
             "/api/v4/internal/kubernetes/agents/{id}",
-            put(ingest::agents::put_agent),
+            put(crate::ingest::agents::put_agent),
         )
         .route(
             "/api/v4/internal/kubernetes/agent_configuration",
-            post(ingest::agents::post_configuration),
+            post(crate::ingest::agents::post_configuration),
         )
         .route(
             "/api/v4/internal/deployments",
-            post(ingest::deployments::create),
+            post(crate::ingest::deployments::create),
         )
-        .route("/webhooks/gitlab", post(ingest::hooks::receive))
+        .route("/webhooks/gitlab", post(crate::ingest::hooks::receive))
         .route("/api/user", get(current_user))
-        .route("/api/graphql", post(graphql::execute))
-        .layer(from_fn_with_state(state.limits, telemetry::timeout));
+        .route("/api/graphql", post(crate::graphql::execute))
+        .layer(from_fn_with_state(state.limits, http::middleware::timeout));
     // Streams run for as long as the client stays: no request timeout here.
-    let proxy = Router::new().route("/k8s-proxy/{*path}", any(proxy::forward));
+    let proxy = Router::new().route("/k8s-proxy/{*path}", any(crate::k8s::proxy::forward));
     let mut router = Router::new()
         .merge(api)
         .merge(proxy)
-        .merge(ops::routes())
-        .route("/-/graphql-explorer", get(graphql::explorer))
+        .merge(http::ops::routes())
+        .route("/-/graphql-explorer", get(crate::graphql::explorer))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(state.limits.body_limit));
     if let Some(cors) = cors(&state.cors) {
@@ -74,14 +68,14 @@ pub fn app(state: AppState) -> Router {
     router
         .layer(from_fn_with_state(
             state.metrics.clone(),
-            telemetry::observe,
+            http::middleware::observe,
         ))
         .with_state(state)
 }
 
 /// The configured origins may call envlens with the user's cookie; preflights are answered
 /// before any credential check, as browsers send them without credentials.
-fn cors(settings: &settings::CorsSettings) -> Option<tower_http::cors::CorsLayer> {
+fn cors(settings: &crate::config::file::CorsSettings) -> Option<tower_http::cors::CorsLayer> {
     use tower_http::cors::{AllowHeaders, AllowOrigin, CorsLayer};
     if settings.allowed_origins.is_empty() {
         return None;
@@ -113,7 +107,7 @@ fn cors(settings: &settings::CorsSettings) -> Option<tower_http::cors::CorsLayer
 }
 
 /// The signed-in user, so that a frontend or script can check its session.
-async fn current_user(user: auth::CurrentUser) -> Json<Value> {
+async fn current_user(user: crate::auth::CurrentUser) -> Json<Value> {
     Json(json!({ "id": user.id, "username": user.username, "admin": user.admin }))
 }
 

@@ -10,7 +10,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 async fn main() -> ExitCode {
     envlens::telemetry::init_logging();
     let cli = envlens::config::Cli::parse();
-    match envlens::commands::run(cli.command).await {
+    match envlens::cli::run(cli.command).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");

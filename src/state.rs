@@ -5,11 +5,11 @@ use std::sync::Arc;
 use sqlx::PgPool;
 
 use crate::auth::Keys;
-use crate::clusters::Clusters;
+use crate::config::file::{CorsSettings, KubernetesSettings};
 use crate::config::Limits;
 use crate::db::lease::Leases;
 use crate::graphql::Schemas;
-use crate::settings::{CorsSettings, KubernetesSettings};
+use crate::k8s::clusters::Clusters;
 use crate::telemetry::Metrics;
 
 #[derive(Clone)]
@@ -45,4 +45,26 @@ impl AppState {
         self.cors = Arc::new(cors);
         self
     }
+}
+
+/// What the extractors and handlers below take of the state, so that none of them names
+/// [`AppState`] and the modules import only downwards.
+macro_rules! sub_states {
+    ($($field:ident: $ty:ty),* $(,)?) => {$(
+        impl axum::extract::FromRef<AppState> for $ty {
+            fn from_ref(state: &AppState) -> Self {
+                state.$field.clone()
+            }
+        }
+    )*};
+}
+
+sub_states! {
+    db: PgPool,
+    reads: Leases,
+    keys: Arc<Keys>,
+    metrics: Arc<Metrics>,
+    limits: Limits,
+    schemas: Schemas,
+    clusters: Arc<Clusters>,
 }

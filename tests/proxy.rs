@@ -610,8 +610,8 @@ async fn a_configuration_naming_a_missing_context_names_agent_and_context() {
         "kubernetes:\n  kubeconfig: {}\n  agents:\n  - agent: acme/agents:prod\n    context: nowhere\n",
         served.kubeconfig.display()
     );
-    let settings = envlens::settings::Settings::parse(&yaml).unwrap();
-    let err = match envlens::clusters::Clusters::load(&settings.kubernetes).await {
+    let settings = envlens::config::file::Settings::parse(&yaml).unwrap();
+    let err = match envlens::k8s::clusters::Clusters::load(&settings.kubernetes).await {
         Ok(_) => panic!("a missing context must fail"),
         Err(e) => format!("{e:#}"),
     };

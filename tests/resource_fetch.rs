@@ -6,11 +6,12 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
-use envlens::resources::discovery::DiscoveryCache;
-use envlens::resources::fetch::{list_resource_group, FetchError, FetchOptions, ListError};
+use envlens::k8s::discovery::DiscoveryCache;
+use envlens::k8s::fetch::{list_resource_group, FetchError, FetchOptions};
 use envlens::resources::graph::EdgeType;
 use envlens::resources::group::{self, label_selector, ResourceGroup};
 use envlens::resources::health::HealthStatus;
+use envlens::resources::listing::ListError;
 
 use crate::support::environment::*;
 use crate::support::kube_api::{Fault, KubeApi, RecordedRequest, Served};

@@ -1,12 +1,13 @@
 //! Requests from GitLab Rails: a short-lived JWT in `Gitlab-Envlens-Api-Request`.
 
-use axum::extract::FromRequestParts;
+use std::sync::Arc;
+
+use axum::extract::{FromRef, FromRequestParts};
 use axum::http::request::Parts;
 use serde::Deserialize;
 
-use super::{verify, TimeClaims};
+use super::{verify, Keys, TimeClaims};
 use crate::error::Error;
-use crate::state::AppState;
 
 pub const INTERNAL_HEADER: &str = "gitlab-envlens-api-request";
 const AUDIENCE: &str = "envlens";
@@ -32,17 +33,21 @@ impl TimeClaims for Claims {
 #[derive(Debug, Clone, Copy)]
 pub struct Internal;
 
-impl FromRequestParts<AppState> for Internal {
+impl<S: Send + Sync> FromRequestParts<S> for Internal
+where
+    Arc<Keys>: FromRef<S>,
+{
     type Rejection = Error;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Error> {
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Error> {
+        let keys = Arc::<Keys>::from_ref(state);
         let token = parts
             .headers
             .get(INTERNAL_HEADER)
             .ok_or_else(|| Error::Unauthorized("missing Gitlab-Envlens-Api-Request header".into()))?
             .to_str()
             .map_err(|_| Error::Unauthorized("token is malformed".into()))?;
-        verify::<Claims>(token, &state.keys.internal, AUDIENCE, MAX_LIFETIME_SECONDS)?;
+        verify::<Claims>(token, &keys.internal, AUDIENCE, MAX_LIFETIME_SECONDS)?;
         Ok(Internal)
     }
 }

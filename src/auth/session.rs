@@ -4,20 +4,19 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use axum::extract::{FromRequestParts, Query};
+use axum::extract::{FromRef, FromRequestParts, Query};
 use axum::http::header::{AUTHORIZATION, COOKIE, UPGRADE};
 use axum::http::request::Parts;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use jsonwebtoken::DecodingKey;
 use serde::{Deserialize, Serialize};
-use sqlx::PgExecutor;
+use sqlx::{PgExecutor, PgPool};
 use subtle::ConstantTimeEq;
 
 use super::{verify, Keys, TimeClaims, ISSUER, LEEWAY_SECONDS};
 use crate::db;
 use crate::error::Error;
-use crate::state::AppState;
 
 pub const SESSION_COOKIE: &str = "_gitlab_kas";
 pub const CSRF_HEADER: &str = "x-csrf-token";
@@ -58,12 +57,16 @@ pub struct CurrentUser {
     pub via: Via,
 }
 
-impl FromRequestParts<AppState> for CurrentUser {
+impl<S: Send + Sync> FromRequestParts<S> for CurrentUser
+where
+    Arc<Keys>: FromRef<S>,
+    PgPool: FromRef<S>,
+{
     type Rejection = Error;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Error> {
-        let session = verify_session(parts, &state.keys)?;
-        CurrentUser::find(&state.db, session).await
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Error> {
+        let session = verify_session(parts, &Arc::<Keys>::from_ref(state))?;
+        CurrentUser::find(&PgPool::from_ref(state), session).await
     }
 }
 

@@ -4,9 +4,9 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::PgConnection;
 
-use crate::agent_config::CiAccessEntry;
-use crate::deployment_status::{DeploymentStatus, StatusReport};
 use crate::error::{Error, Result};
+use crate::gitlab::agent_config::CiAccessEntry;
+use crate::gitlab::deployment_status::{DeploymentStatus, StatusReport};
 
 /// The recorded outcome of a deployment's first creation call.
 #[derive(Debug, Clone, sqlx::FromRow)]

@@ -17,10 +17,12 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
 
-use crate::auth::verify_session;
+use crate::auth::{verify_session, Keys};
+use crate::config::Limits;
+use crate::db::lease::Leases;
 use crate::error::Error;
-use crate::extract::read_body;
-use crate::state::AppState;
+use crate::http::extract::read_body;
+use crate::k8s::clusters::Clusters;
 use loaders::SessionUser;
 use types::Query;
 
@@ -77,17 +79,21 @@ pub fn sdl() -> String {
 /// the blueprint query together with its project (one round trip fewer); whatever the query
 /// reads, the answer is a 401 without data when the mirror does not know the user, as it was
 /// when the user was read first.
-pub async fn execute(State(state): State<AppState>, req: Request) -> Response {
+pub async fn execute(
+    State(keys): State<Arc<Keys>>,
+    State(reads): State<Leases>,
+    State(schemas): State<Schemas>,
+    State(clusters): State<Arc<Clusters>>,
+    State(limits): State<Limits>,
+    req: Request,
+) -> Response {
     let (parts, body) = req.into_parts();
-    let session = match verify_session(&parts, &state.keys) {
+    let session = match verify_session(&parts, &keys) {
         Ok(session) => session,
         Err(e) => return error_response(&e),
     };
     // The connection is borrowed once the body is in: a slow upload must not hold one.
-    let db = Arc::new(loaders::loader(
-        state.reads.clone(),
-        SessionUser::new(session),
-    ));
+    let db = Arc::new(loaders::loader(reads, SessionUser::new(session)));
     let json = parts
         .headers
         .get(CONTENT_TYPE)
@@ -106,7 +112,7 @@ pub async fn execute(State(state): State<AppState>, req: Request) -> Response {
         )
         .await;
     }
-    let body = match read_body(Request::from_parts(parts, body), &state).await {
+    let body = match read_body(Request::from_parts(parts, body), limits.body_limit).await {
         Ok(body) => body,
         Err(e) => return unless_unknown(&db, error_response(&e)).await,
     };
@@ -122,11 +128,11 @@ pub async fn execute(State(state): State<AppState>, req: Request) -> Response {
     if let Err(e) = db.loader().conn().await {
         return error_response(&e);
     }
-    let request = request.data(db.clone()).data(state.clusters.clone());
+    let request = request.data(db.clone()).data(clusters);
     let schema = if prepared.validated() {
-        &state.schemas.fast
+        &schemas.fast
     } else {
-        &state.schemas.strict
+        &schemas.strict
     };
     let response = schema.execute(request).await;
     if response.errors.is_empty() {

@@ -10,15 +10,16 @@ use async_graphql::{ComplexObject, Context, Enum, Json, ScalarType, SimpleObject
 
 use super::plain::{self, optional, string, Plain, PlainList};
 use super::types::{conn, project, DeploymentAgent, Gql, Result, Time};
-use crate::clusters::Clusters;
 use crate::db::read::{AgentRow, EnvironmentRow};
 use crate::error::Error;
-use crate::resources::fetch::{self, FetchOptions, ListError, ResourceEvent};
+use crate::k8s::clusters::Clusters;
+use crate::k8s::fetch::{self, FetchOptions};
+use crate::k8s::grants::AccessType;
 use crate::resources::graph::EdgeType;
 use crate::resources::group::{self, label_selector};
 use crate::resources::health::{self, Health};
+use crate::resources::listing::{ListError, ResourceEvent};
 use crate::resources::object::Object;
-use crate::user_access::AccessType;
 
 /// What a user without `user_access` to the agent reads (GitLab's wording).
 pub const FORBIDDEN_MESSAGE: &str = "You don't have access to an agent that deployed to this \

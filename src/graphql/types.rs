@@ -21,8 +21,8 @@ use crate::db::lease::Lease;
 use crate::db::read::{
     self, AgentRow, DeploymentRow, EnvironmentFilter, EnvironmentRow, GroupRow, ProjectRow, Viewer,
 };
-use crate::deployment_status::DeploymentStatus;
 use crate::error::Error;
+use crate::gitlab::deployment_status::DeploymentStatus;
 
 pub(super) type Result<T> = async_graphql::Result<T>;
 

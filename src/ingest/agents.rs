@@ -9,12 +9,12 @@ use axum::Json as JsonResponse;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::validate;
-use crate::agent_config::AgentConfig;
 use crate::auth::Internal;
 use crate::db::agents::{self as db, Authorization};
 use crate::error::{Error, Result};
-use crate::extract::{from_value, Json};
+use crate::gitlab::agent_config::AgentConfig;
+use crate::gitlab::validate;
+use crate::http::extract::{from_value, Json};
 use crate::state::AppState;
 
 #[derive(Debug, Deserialize)]

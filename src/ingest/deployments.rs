@@ -10,14 +10,14 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use sqlx::PgConnection;
 
-use super::validate;
-use crate::access::{self, CiAuthorizations, Job};
 use crate::auth::Internal;
 use crate::db::deployments::{self as db, Creation, Environment, NewDeployment};
 use crate::db::identity;
-use crate::deployment_status::{DeploymentStatus, StatusReport};
 use crate::error::{Error, Result};
-use crate::extract::Json;
+use crate::gitlab::access::{self, CiAuthorizations, Job};
+use crate::gitlab::deployment_status::{DeploymentStatus, StatusReport};
+use crate::gitlab::validate;
+use crate::http::extract::Json;
 use crate::state::AppState;
 
 /// Kubernetes' namespace when nothing names one.

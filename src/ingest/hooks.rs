@@ -15,7 +15,7 @@ use super::identity::SystemHook;
 use crate::auth::Webhook;
 use crate::db::deliveries;
 use crate::error::{Error, Result};
-use crate::extract::{from_value, parse, read_body};
+use crate::http::extract::{from_value, parse, read_body};
 use crate::state::AppState;
 
 const EVENT_HEADER: &str = "x-gitlab-event";
@@ -41,7 +41,7 @@ pub async fn receive(
             "`{event}` events are not used by envlens"
         )));
     }
-    let body: Value = parse(&read_body(req, &state).await?)?;
+    let body: Value = parse(&read_body(req, state.limits.body_limit).await?)?;
     if !body.is_object() {
         return Err(Error::invalid("", "a hook must be a JSON object"));
     }

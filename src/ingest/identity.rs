@@ -8,11 +8,11 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use sqlx::PgConnection;
 
-use super::validate;
 use crate::auth::Internal;
 use crate::db::identity::{self as db, Snapshot};
 use crate::error::{Error, Result};
-use crate::extract::{from_value, Json};
+use crate::gitlab::validate;
+use crate::http::extract::{from_value, Json};
 use crate::state::AppState;
 
 /// The system hook events envlens mirrors, in the payload shapes GitLab documents. Events

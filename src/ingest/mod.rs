@@ -5,4 +5,3 @@ pub mod agents;
 pub mod deployments;
 pub mod hooks;
 pub mod identity;
-pub mod validate;

@@ -6,9 +6,9 @@ use std::borrow::Borrow;
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 
-use super::fetch::{ListError, Listing, ResourceEvent};
 use super::graph::{Edge, Nodes};
 use super::health::{self, Health};
+use super::listing::{ListError, Listing, ResourceEvent};
 use super::object::Object;
 use super::tree::Tree;
 
@@ -199,9 +199,9 @@ mod tests {
     use std::collections::HashMap;
 
     use super::*;
-    use crate::resources::discovery::DiscoveryFailure;
     use crate::resources::graph::EdgeType;
     use crate::resources::health::HealthStatus;
+    use crate::resources::listing::DiscoveryFailure;
     use serde_json::json;
     use serde_json::value::RawValue;
 

@@ -69,8 +69,8 @@ impl TestApp {
 
     /// With a configuration file's settings (cluster connections, CORS).
     pub async fn with_config(yaml: &str) -> Self {
-        let settings = envlens::settings::Settings::parse(yaml).expect("test configuration");
-        let clusters = envlens::clusters::Clusters::load(&settings.kubernetes)
+        let settings = envlens::config::file::Settings::parse(yaml).expect("test configuration");
+        let clusters = envlens::k8s::clusters::Clusters::load(&settings.kubernetes)
             .await
             .expect("test clusters");
         let db = postgres::fresh_database().await;

@@ -117,7 +117,7 @@ fn check_len(field: &str, len: usize) -> Result<()> {
 }
 
 fn check_id(field: &str, id: &str) -> Result<()> {
-    crate::ingest::validate::full_path(field, id.trim())
+    crate::gitlab::validate::full_path(field, id.trim())
 }
 
 #[cfg(test)]
@@ -126,7 +126,7 @@ mod tests {
     use serde_json::json;
 
     fn config(v: Value) -> Result<AgentConfig> {
-        let c: AgentConfig = crate::extract::from_value(v, "agent_config")?;
+        let c: AgentConfig = crate::http::extract::from_value(v, "agent_config")?;
         c.validate("agent_config")?;
         Ok(c)
     }

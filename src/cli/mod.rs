@@ -1,14 +1,16 @@
 //! The subcommands: `serve`, `migrate`, `token`, `print-schema`, `health`.
 
+pub mod health;
+
 use anyhow::Context;
 use tokio::net::TcpListener;
 
 use crate::auth::secrets::Secrets;
 use crate::auth::{mint_session, Keys};
-use crate::clusters::Clusters;
+use crate::config::file::Settings;
 use crate::config::{Command, DatabaseArgs, HealthArgs, ServeArgs, TokenArgs};
 use crate::db::{self, Database};
-use crate::settings::Settings;
+use crate::k8s::clusters::Clusters;
 use crate::state::AppState;
 
 pub async fn run(command: Command) -> anyhow::Result<()> {
@@ -20,14 +22,14 @@ pub async fn run(command: Command) -> anyhow::Result<()> {
             print!("{}", crate::graphql::sdl());
             Ok(())
         }
-        Command::Health(args) => health(args),
+        Command::Health(args) => health_command(args),
     }
 }
 
 /// Prints what it could read, then fails (exit 1) if any file or document could not be read.
-fn health(args: HealthArgs) -> anyhow::Result<()> {
+fn health_command(args: HealthArgs) -> anyhow::Result<()> {
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    let failures = crate::resources::cli::run(
+    let failures = crate::cli::health::run(
         &args.files,
         args.output,
         &mut std::io::stdin().lock(),

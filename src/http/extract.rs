@@ -2,31 +2,32 @@
 //! not JSON, 422 naming the field for JSON of the wrong shape, 413 over the body limit.
 
 use axum::body::Bytes;
-use axum::extract::{FromRequest, Request};
+use axum::extract::{FromRef, FromRequest, Request};
 use axum::http::StatusCode;
 use serde::de::DeserializeOwned;
 
+use crate::config::Limits;
 use crate::error::Error;
-use crate::state::AppState;
 
 pub struct Json<T>(pub T);
 
-impl<T: DeserializeOwned> FromRequest<AppState> for Json<T> {
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Json<T>
+where
+    Limits: FromRef<S>,
+{
     type Rejection = Error;
 
-    async fn from_request(req: Request, state: &AppState) -> Result<Self, Error> {
-        let body = read_body(req, state).await?;
+    async fn from_request(req: Request, state: &S) -> Result<Self, Error> {
+        let body = read_body(req, Limits::from_ref(state).body_limit).await?;
         parse(&body).map(Json)
     }
 }
 
 /// The whole body, within the body limit (`DefaultBodyLimit`, set from `--body-limit`).
-pub async fn read_body(req: Request, state: &AppState) -> Result<Bytes, Error> {
-    Bytes::from_request(req, state).await.map_err(|rejection| {
+pub async fn read_body(req: Request, limit: usize) -> Result<Bytes, Error> {
+    Bytes::from_request(req, &()).await.map_err(|rejection| {
         if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            Error::PayloadTooLarge {
-                limit: state.limits.body_limit,
-            }
+            Error::PayloadTooLarge { limit }
         } else {
             Error::BadRequest(rejection.body_text())
         }

@@ -9,15 +9,20 @@
 //! Every answer envlens makes itself is a Kubernetes `Status`, so that kubectl and client
 //! libraries show it as they would show the cluster's own.
 
+use std::sync::Arc;
+
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
+use sqlx::PgPool;
 
 use crate::auth::verify_session;
-use crate::state::AppState;
-use crate::user_access::AccessType;
+use crate::auth::Keys;
+use crate::config::Limits;
+use crate::k8s::clusters::Clusters;
+use crate::k8s::grants::AccessType;
 
 pub const PREFIX: &str = "/k8s-proxy";
 const AGENT_HEADER: &str = "gitlab-agent-id";
@@ -41,9 +46,15 @@ const HOP_BY_HOP: &[&str] = &[
 /// Request headers that carry the user's GitLab credentials or another identity.
 const CREDENTIALS: &[&str] = &["authorization", "cookie", AGENT_HEADER, "x-csrf-token"];
 
-pub async fn forward(State(state): State<AppState>, request: Request) -> Response {
+pub async fn forward(
+    State(keys): State<Arc<Keys>>,
+    State(db): State<PgPool>,
+    State(clusters): State<Arc<Clusters>>,
+    State(limits): State<Limits>,
+    request: Request,
+) -> Response {
     let (parts, body) = request.into_parts();
-    let session = match verify_session(&parts, &state.keys) {
+    let session = match verify_session(&parts, &keys) {
         Ok(session) => session,
         Err(e) => return unauthorized(&e.to_string()),
     };
@@ -52,8 +63,11 @@ pub async fn forward(State(state): State<AppState>, request: Request) -> Respons
             "the Gitlab-Agent-Id header (or gitlab-agent-id parameter) must name an agent",
         );
     };
-    let grants = &state.clusters.grants;
-    let grant = match grants.authorize(&state.db, agent_id, session.user_id).await {
+    let grant = match clusters
+        .grants
+        .authorize(&db, agent_id, session.user_id)
+        .await
+    {
         Ok(Some(grant)) => grant,
         // An unknown agent, an unknown user and a refusal read the same.
         Ok(None) => {
@@ -75,20 +89,19 @@ pub async fn forward(State(state): State<AppState>, request: Request) -> Respons
             "the path must be a Kubernetes API path, without `.` or `..` segments",
         );
     };
-    let body = match axum::body::to_bytes(body, state.limits.body_limit).await {
+    let body = match axum::body::to_bytes(body, limits.body_limit).await {
         Ok(body) => body,
         Err(_) => {
             return status(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 &format!(
                     "request body is larger than the limit of {} bytes",
-                    state.limits.body_limit
+                    limits.body_limit
                 ),
             )
         }
     };
-    let cluster = match state
-        .clusters
+    let cluster = match clusters
         .for_agent(
             grant.agent.id,
             &grant.agent.project_full_path,
@@ -109,7 +122,7 @@ pub async fn forward(State(state): State<AppState>, request: Request) -> Respons
         headers.append(name, value.clone());
     }
 
-    let timeout = state.clusters.response_timeout;
+    let timeout = clusters.response_timeout;
     match tokio::time::timeout(timeout, cluster.client.send(upstream)).await {
         Ok(Ok(response)) => {
             let (mut parts, body) = response.into_parts();

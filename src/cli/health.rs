@@ -1,7 +1,7 @@
 //! `envlens health`: the health of the Kubernetes objects in manifest files, judged by the very
-//! rules the service applies to a live environment ([`super::health::health`]).
+//! rules the service applies to a live environment ([`crate::resources::health::health`]).
 //!
-//! Reading and printing only; the parsing is [`super::manifests`]. Everything writes to
+//! Reading and printing only; the parsing is [`crate::resources::manifests`]. Everything writes to
 //! `impl Write` so the tests see exactly what a terminal would.
 
 use std::io::{self, Read, Write};
@@ -9,18 +9,11 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use super::health::{health, Health};
-use super::manifests;
-use super::tree::Tree;
+use crate::resources::health::{health, Health};
+use crate::resources::manifests;
+use crate::resources::tree::Tree;
 
-/// How `envlens health` prints its answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
-    /// Aligned columns with a header, like kubectl.
-    Table,
-    /// A JSON array of `{apiVersion, kind, namespace, name, health}`.
-    Json,
-}
+pub use crate::config::OutputFormat as Format;
 
 /// One object's identity and health, in input order.
 #[derive(Debug, serde::Serialize)]

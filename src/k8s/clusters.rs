@@ -15,8 +15,8 @@ use anyhow::Context;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio::sync::OnceCell;
 
-use crate::resources::discovery::DiscoveryCache;
-use crate::settings::{AgentRef, KubernetesSettings};
+use crate::config::file::{AgentRef, KubernetesSettings};
+use crate::k8s::discovery::DiscoveryCache;
 
 /// A client, where it leads (for messages), and the cluster's discovered kinds, shared by
 /// every view of the cluster.
@@ -35,7 +35,7 @@ pub struct Clusters {
     connect_timeout: Duration,
     pub response_timeout: Duration,
     /// Recent `user_access` decisions.
-    pub grants: crate::user_access::GrantCache,
+    pub grants: crate::k8s::grants::GrantCache,
 }
 
 /// No client could be made for the agent: the proxy answers 502 with this message.
@@ -81,7 +81,7 @@ impl Clusters {
             default_kubeconfig: settings.kubeconfig.clone(),
             connect_timeout: settings.connect_timeout,
             response_timeout: settings.response_timeout,
-            grants: crate::user_access::GrantCache::new(settings.access_cache),
+            grants: crate::k8s::grants::GrantCache::new(settings.access_cache),
         }
     }
 

@@ -97,7 +97,7 @@ pub struct TokenArgs {
 pub struct HealthArgs {
     /// Output format.
     #[arg(short, long, value_enum, default_value = "table")]
-    pub output: crate::resources::cli::Format,
+    pub output: OutputFormat,
     /// Manifest files: several documents each, `---` between them; `-` (or none) reads standard input.
     #[arg(value_name = "FILE")]
     pub files: Vec<PathBuf>,
@@ -153,6 +153,15 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         }
     };
     Ok(d)
+}
+
+/// How `envlens health` prints its answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    /// Aligned columns with a header, like kubectl.
+    Table,
+    /// A JSON array of `{apiVersion, kind, namespace, name, health}`.
+    Json,
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@
 //! every view.
 //!
 //! When the selector is made of equality terms only (`k=v,k2=v2`, as
-//! [`group::label_selector`](super::group::label_selector) builds it), an owned kind is listed
+//! [`group::label_selector`](crate::resources::group::label_selector) builds it), an owned kind is listed
 //! once, unselected, and its selected objects are picked out here by their labels: the same
 //! answer as a second, selected list, for one request less per owned kind.
 //!
@@ -42,14 +42,15 @@ use axum::http::HeaderMap;
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 // `raw_value` is a serde_json feature that sqlx (json) already turns on for this crate.
-use super::tree::{Map, Tree};
+use crate::resources::tree::{Map, Tree};
 use serde_json::value::RawValue;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use super::discovery::{self, ApiKind, DiscoveryCache, DiscoveryError, DiscoveryFailure, Failure};
-use super::graph;
-use super::object::{self, Object};
+use super::discovery::{self, ApiKind, DiscoveryCache, DiscoveryError, Failure};
+use crate::resources::graph;
+use crate::resources::listing::{ListError, Listing, ResourceEvent};
+use crate::resources::object::{self, Object};
 
 /// `(group, kind)` of the kinds listed without the selector, because Kubernetes' controllers
 /// create them for a parent without copying its labels:
@@ -98,53 +99,6 @@ impl Default for FetchOptions {
             events_per_resource: 10,
         }
     }
-}
-
-/// A kind that could not be listed.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
-pub struct ListError {
-    pub api_version: String,
-    pub kind: String,
-    /// The HTTP status, when the cluster answered (403, 404, 500, …); `None` for a timeout or a
-    /// connection failure.
-    pub code: Option<u16>,
-    /// The `Status` message when the answer carried one.
-    pub message: String,
-}
-
-/// One Event about a resource, flattened from a core/v1 Event.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct ResourceEvent {
-    /// `Normal` or `Warning`.
-    pub event_type: String,
-    pub reason: String,
-    pub message: String,
-    /// How many times it happened (`count`, or `series.count`), at least 1.
-    pub count: u32,
-    /// `firstTimestamp`, else `eventTime`, else the Event's creation.
-    pub first_seen: Option<DateTime<Utc>>,
-    /// `series.lastObservedTime`, else `lastTimestamp`, else `eventTime`, else `first_seen`.
-    pub last_seen: Option<DateTime<Utc>>,
-    /// The component that reported it (`source.component` or `reportingComponent`).
-    pub source: Option<String>,
-}
-
-/// What the cluster answered for one environment, before assembly into a view.
-#[derive(Debug, Clone, Default)]
-pub struct Listing {
-    pub namespace: String,
-    pub label_selector: String,
-    /// The label-selected objects, one per uid, `apiVersion` and `kind` filled in.
-    pub selected: Vec<Object>,
-    /// The objects whose ownership chain leads to a selected one (and the Endpoints and
-    /// EndpointSlices of selected Services), one per uid, none of them selected.
-    pub owned: Vec<Object>,
-    /// Events by the uid of the object they are about (only objects above), most recent first.
-    pub events: HashMap<String, Vec<ResourceEvent>>,
-    /// Kinds that failed to list (the Events included, as `v1 Event`), by apiVersion and kind.
-    pub errors: Vec<ListError>,
-    /// Group versions left out because their discovery failed.
-    pub unavailable: Arc<[DiscoveryFailure]>,
 }
 
 /// Nothing could be listed.

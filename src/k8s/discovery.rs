@@ -13,6 +13,8 @@
 //! never objects (every authenticated user may read them through `system:discovery`).
 
 use std::sync::{Arc, Mutex, MutexGuard};
+
+pub use crate::resources::listing::DiscoveryFailure;
 use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
@@ -58,17 +60,6 @@ impl ApiKind {
             format!("/apis/{}/{}", self.group, self.version)
         }
     }
-}
-
-/// A group version whose discovery failed, e.g. an aggregated API whose server is down (503). Its
-/// kinds are left out until a later refresh succeeds.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct DiscoveryFailure {
-    /// e.g. `metrics.k8s.io/v1beta1`.
-    pub group_version: String,
-    /// The HTTP status, when the cluster answered.
-    pub code: Option<u16>,
-    pub message: String,
 }
 
 /// One discovery's outcome, shared by everyone reading the cache.

@@ -1,5 +1,5 @@
 //! A signed-in user's access to an agent's cluster (`user_access`, SPEC 5.2 and 5.3): the rows
-//! the decision needs, the decision itself (pure, in [`crate::access`]), and the Kubernetes
+//! the decision needs, the decision itself (pure, in [`crate::gitlab::access`]), and the Kubernetes
 //! impersonation headers that carry it to the cluster.
 
 use std::collections::HashMap;
@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use sqlx::PgExecutor;
 
-use crate::access::{self, AccessAs, SourceKind, UserAccessEntry, UserAuthorization};
 use crate::auth::Via;
 use crate::db::agents::{self, Agent};
 use crate::error::Result;
+use crate::gitlab::access::{self, AccessAs, SourceKind, UserAccessEntry, UserAuthorization};
 
 /// How the user proved who they are, as KAS reports it in `agent.gitlab.com/access_type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,17 +1,24 @@
 //! Operations endpoints: liveness, readiness, metrics.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::State;
+use axum::extract::{FromRef, State};
 use axum::http::header::CONTENT_TYPE;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
+use sqlx::PgPool;
 
 use crate::error::{Error, Result};
-use crate::state::AppState;
+use crate::telemetry::Metrics;
 
-pub fn routes() -> Router<AppState> {
+pub fn routes<S>() -> Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+    PgPool: FromRef<S>,
+    Arc<Metrics>: FromRef<S>,
+{
     Router::new()
         .route("/-/liveness", get(liveness))
         .route("/-/readiness", get(readiness))
@@ -24,8 +31,8 @@ async fn liveness() -> &'static str {
 }
 
 /// Ready while the database answers, within two seconds.
-async fn readiness(State(state): State<AppState>) -> Result<&'static str> {
-    let ping = sqlx::query("SELECT 1").execute(&state.db);
+async fn readiness(State(db): State<PgPool>) -> Result<&'static str> {
+    let ping = sqlx::query("SELECT 1").execute(&db);
     match tokio::time::timeout(Duration::from_secs(2), ping).await {
         Ok(Ok(_)) => Ok("ok"),
         Ok(Err(e)) => Err(Error::Unavailable(e)),
@@ -33,9 +40,9 @@ async fn readiness(State(state): State<AppState>) -> Result<&'static str> {
     }
 }
 
-async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+async fn metrics(State(metrics): State<Arc<Metrics>>) -> impl IntoResponse {
     (
         [(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
-        state.metrics.render(),
+        metrics.render(),
     )
 }

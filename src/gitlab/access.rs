@@ -1,6 +1,6 @@
 //! Who may use which agent: pure decisions over rows already loaded, tested without I/O.
 
-use crate::agent_config::CiAccessEntry;
+use crate::gitlab::agent_config::CiAccessEntry;
 
 /// What a deployment job brings to the `ci_access` decision.
 #[derive(Debug, Clone)]
