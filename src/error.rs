@@ -1,6 +1,7 @@
 //! The one error type of the HTTP layer, and how each variant is answered.
 //!
-//! REST answers are `{"error": {"code", "message", "field"?}}` (SPEC section 3). Internal
+//! REST answers are `{"error": {"code", "message", "field"?}}` (SPEC section 3), GraphQL
+//! answers an error with `extensions.code`, and the Kubernetes proxy a `Status` object. Internal
 //! errors are logged once, inside the request's span, and the client sees a generic message.
 
 use axum::http::StatusCode;
@@ -117,13 +118,7 @@ impl Error {
             Error::BadGateway(_) => "BAD_GATEWAY",
             Error::Internal(_) => "INTERNAL_SERVER_ERROR",
         };
-        let message = match self {
-            Error::Internal(e) => {
-                tracing::error!(error = ?e, "internal error");
-                "internal error".to_owned()
-            }
-            other => other.to_string(),
-        };
+        let message = self.public_message();
         use async_graphql::ErrorExtensions;
         async_graphql::Error::new(message).extend_with(|_, ext| ext.set("code", code))
     }
@@ -133,6 +128,22 @@ impl IntoResponse for Error {
     fn into_response(self) -> Response {
         let status = self.status();
         let message = match &self {
+            Error::Invalid { message, .. } => message.clone(),
+            other => other.public_message(),
+        };
+        let mut error = json!({ "code": self.code(), "message": message });
+        if let Error::Invalid { field, .. } = &self {
+            error["field"] = json!(field);
+        }
+        (status, Json(json!({ "error": error }))).into_response()
+    }
+}
+
+impl Error {
+    /// What the client is told. Logs the cause of an internal error (and a database outage)
+    /// here, once, inside the request's span; the client sees no detail of it.
+    fn public_message(&self) -> String {
+        match self {
             Error::Internal(e) => {
                 tracing::error!(error = ?e, "internal error");
                 "internal error".to_owned()
@@ -141,13 +152,44 @@ impl IntoResponse for Error {
                 tracing::warn!(error = %e, "database unavailable");
                 self.to_string()
             }
-            Error::Invalid { message, .. } => message.clone(),
             other => other.to_string(),
-        };
-        let mut error = json!({ "code": self.code(), "message": message });
-        if let Error::Invalid { field, .. } = &self {
-            error["field"] = json!(field);
         }
-        (status, Json(json!({ "error": error }))).into_response()
     }
+
+    /// The same error as a Kubernetes `Status` object, as the proxy answers (SPEC 5.3).
+    pub fn to_kubernetes_status(&self) -> Response {
+        kubernetes_status(self.status(), &self.public_message())
+    }
+}
+
+/// A Kubernetes `Status` answer of envlens' own: `reason` as the API server names it.
+pub fn kubernetes_status(code: StatusCode, message: &str) -> Response {
+    let reason = match code {
+        StatusCode::BAD_REQUEST => "BadRequest",
+        StatusCode::UNAUTHORIZED => "Unauthorized",
+        StatusCode::FORBIDDEN => "Forbidden",
+        StatusCode::NOT_FOUND => "NotFound",
+        StatusCode::CONFLICT => "Conflict",
+        StatusCode::PAYLOAD_TOO_LARGE => "RequestEntityTooLarge",
+        StatusCode::UNPROCESSABLE_ENTITY => "Invalid",
+        StatusCode::GATEWAY_TIMEOUT => "Timeout",
+        StatusCode::NOT_IMPLEMENTED => "MethodNotAllowed",
+        StatusCode::BAD_GATEWAY | StatusCode::SERVICE_UNAVAILABLE => "ServiceUnavailable",
+        _ => "InternalError",
+    };
+    let body = json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code.as_u16(),
+    });
+    (
+        code,
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
 }

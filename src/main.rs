@@ -8,8 +8,15 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    envlens::telemetry::init_logging();
     let cli = envlens::config::Cli::parse();
+    let _traces =
+        match envlens::telemetry::init_logging(cli.log_format, cli.otlp_endpoint.as_deref()) {
+            Ok(guard) => guard,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                return ExitCode::FAILURE;
+            }
+        };
     match envlens::cli::run(cli.command).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

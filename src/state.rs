@@ -27,20 +27,26 @@ pub struct AppState {
 
 impl AppState {
     pub fn new(db: PgPool, keys: Keys, limits: Limits) -> Self {
+        let metrics = Arc::new(Metrics::default());
         AppState {
             reads: Leases::new(&db),
             db,
             keys: Arc::new(keys),
-            metrics: Arc::new(Metrics::default()),
+            metrics: metrics.clone(),
             limits,
             schemas: Schemas::new(),
-            clusters: Arc::new(Clusters::fallback_only(&KubernetesSettings::default())),
+            clusters: Arc::new(Clusters::fallback_only(
+                &KubernetesSettings::default(),
+                metrics,
+            )),
             cors: Arc::default(),
         }
     }
 
-    /// With the configuration file's cluster connections and CORS origins.
+    /// With the configuration file's cluster connections and CORS origins. The metrics the
+    /// clusters count into become the state's, so that `/metrics` shows them.
     pub fn with_clusters(mut self, clusters: Clusters, cors: CorsSettings) -> Self {
+        self.metrics = clusters.metrics.clone();
         self.clusters = Arc::new(clusters);
         self.cors = Arc::new(cors);
         self

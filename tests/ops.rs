@@ -50,7 +50,7 @@ async fn metrics_count_requests_by_route_and_status() {
         .await;
     assert_eq!(
         metrics.headers["content-type"],
-        "text/plain; version=0.0.4; charset=utf-8"
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
     );
     let text = metrics.text();
     assert!(

@@ -22,7 +22,7 @@ use crate::support::*;
 /// Users: 1 root (admin); 2 pdev, developer of project 11; 3 gmaint, maintainer of acme;
 /// 4 subonly, owner of acme/apps/team only; 5 rep, reporter of project 11; 6 gdev, developer
 /// of acme/apps; 7 other, owner of other.
-async fn setup(yaml: &str) -> TestApp {
+pub async fn setup(yaml: &str) -> TestApp {
     let app = TestApp::with_config(yaml).await;
     let res = app.internal(Method::PUT, "/api/v4/internal/identity", &json!({
         "groups": [{"id": 1, "full_path": "acme"}, {"id": 2, "full_path": "acme/apps"},
@@ -73,7 +73,7 @@ async fn setup(yaml: &str) -> TestApp {
 }
 
 /// A fake cluster with two pods in `apps`, and envlens reaching it through `kubeconfig`.
-async fn cluster() -> (KubeApi, Served, TempDir) {
+pub async fn cluster() -> (KubeApi, Served, TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let api = KubeApi::new();
     for name in ["web-1", "web-2"] {
@@ -85,18 +85,18 @@ async fn cluster() -> (KubeApi, Served, TempDir) {
     (api, served, dir)
 }
 
-fn config(served: &Served) -> String {
+pub fn config(served: &Served) -> String {
     format!(
         "kubernetes:\n  kubeconfig: {}\n",
         served.kubeconfig.display()
     )
 }
 
-fn token(user: i64) -> (String, String) {
+pub fn token(user: i64) -> (String, String) {
     mint_session(SESSION_KEY, user, "ignored", Duration::from_secs(600)).unwrap()
 }
 
-fn bearer(user: i64, agent: i64, method: Method, path: &str) -> axum::http::request::Builder {
+pub fn bearer(user: i64, agent: i64, method: Method, path: &str) -> axum::http::request::Builder {
     Request::builder()
         .method(method)
         .uri(path)
@@ -113,7 +113,7 @@ async fn get(app: &TestApp, user: i64, agent: i64, path: &str) -> TestResponse {
     .await
 }
 
-const PODS: &str = "/k8s-proxy/api/v1/namespaces/apps/pods";
+pub const PODS: &str = "/k8s-proxy/api/v1/namespaces/apps/pods";
 
 #[track_caller]
 fn assert_unauthorized(res: &TestResponse) {
@@ -611,7 +611,9 @@ async fn a_configuration_naming_a_missing_context_names_agent_and_context() {
         served.kubeconfig.display()
     );
     let settings = envlens::config::file::Settings::parse(&yaml).unwrap();
-    let err = match envlens::k8s::clusters::Clusters::load(&settings.kubernetes).await {
+    let err = match envlens::k8s::clusters::Clusters::load(&settings.kubernetes, Default::default())
+        .await
+    {
         Ok(_) => panic!("a missing context must fail"),
         Err(e) => format!("{e:#}"),
     };

@@ -128,6 +128,7 @@ pub fn verify_session(parts: &Parts, keys: &Keys) -> Result<Session, Error> {
     let user_id = verified
         .user_id
         .ok_or_else(|| Error::Unauthorized("token subject is not a user id".into()))?;
+    crate::telemetry::record_user(user_id);
     Ok(Session { user_id, via })
 }
 

@@ -49,7 +49,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         Some(path) => Settings::load(path)?,
         None => Settings::default(),
     };
-    let clusters = Clusters::load(&settings.kubernetes).await?;
+    let metrics = std::sync::Arc::new(crate::telemetry::Metrics::default());
+    let clusters = Clusters::load(&settings.kubernetes, metrics).await?;
     let secrets = Secrets::load(&args.secrets, &args.database.data_dir)?;
     for path in &secrets.generated {
         println!("generated secret {}", path.display());

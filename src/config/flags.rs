@@ -11,6 +11,30 @@ use clap::{Args, Parser, Subcommand};
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// How log lines are written to stderr.
+    #[arg(
+        long,
+        global = true,
+        env = "ENVLENS_LOG_FORMAT",
+        value_enum,
+        default_value_t
+    )]
+    pub log_format: LogFormat,
+    /// Export traces over OTLP/HTTP (protobuf) to this URL, e.g.
+    /// `http://collector:4318/v1/traces`. Without it, no exporter runs.
+    #[arg(long, global = true, env = "ENVLENS_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
+}
+
+/// How log lines are written (`--log-format`, `ENVLENS_LOG_FORMAT`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// One readable line per event, the span's fields before the message.
+    #[default]
+    Text,
+    /// One JSON object per line: `timestamp`, `level`, `fields.message`, the event's own
+    /// fields, and `span` / `spans` with the request's fields.
+    Json,
 }
 
 #[derive(Debug, Subcommand)]

@@ -88,6 +88,10 @@ pub async fn execute(
     req: Request,
 ) -> Response {
     let (parts, body) = req.into_parts();
+    let request_id = parts
+        .extensions
+        .get::<crate::telemetry::RequestId>()
+        .cloned();
     let session = match verify_session(&parts, &keys) {
         Ok(session) => session,
         Err(e) => return error_response(&e),
@@ -128,7 +132,10 @@ pub async fn execute(
     if let Err(e) = db.loader().conn().await {
         return error_response(&e);
     }
-    let request = request.data(db.clone()).data(clusters);
+    let mut request = request.data(db.clone()).data(clusters);
+    if let Some(id) = request_id {
+        request = request.data(id);
+    }
     let schema = if prepared.validated() {
         &schemas.fast
     } else {

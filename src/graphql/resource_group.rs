@@ -20,6 +20,7 @@ use crate::resources::group::{self, label_selector};
 use crate::resources::health::{self, Health};
 use crate::resources::listing::{ListError, ResourceEvent};
 use crate::resources::object::Object;
+use crate::telemetry::RequestId;
 
 /// What a user without `user_access` to the agent reads (GitLab's wording).
 pub const FORBIDDEN_MESSAGE: &str = "You don't have access to an agent that deployed to this \
@@ -42,6 +43,7 @@ pub async fn load(
     agent: AgentRow,
     namespace: String,
 ) -> Result<ResourceGroup> {
+    crate::telemetry::record_agent(agent.id, Some(&environment.name));
     let user = super::types::loader(ctx).loader().user().await.gql()?;
     let clusters: &Arc<Clusters> = ctx.data_unchecked();
     let grant = clusters
@@ -62,12 +64,17 @@ pub async fn load(
         .map_err(|e| unreachable(&e))?;
     let options = FetchOptions {
         request_timeout: clusters.response_timeout,
+        agent: Some(agent.id),
         ..FetchOptions::default()
     };
+    let mut headers = grant.impersonation(AccessType::from(user.via));
+    if let Some(id) = ctx.data_opt::<RequestId>() {
+        id.outgoing_headers(&mut headers);
+    }
     let listing = fetch::list_resource_group(
         &cluster.client,
         &cluster.discovery,
-        &grant.impersonation(AccessType::from(user.via)),
+        &headers,
         &namespace,
         &label_selector(environment.project_id, &environment.slug),
         &options,

@@ -1,4 +1,5 @@
-//! The middleware around every route: the request log and its metrics, and the request timeout.
+//! The middleware around every route: the request's span, id, log line and metrics, and the
+//! request timeout.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -6,34 +7,66 @@ use std::time::Instant;
 use axum::extract::{MatchedPath, Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use opentelemetry::propagation::TextMapPropagator;
+use opentelemetry_http::HeaderExtractor;
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use tracing::Instrument;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use crate::config::Limits;
 use crate::error::Error;
-use crate::telemetry::Metrics;
+use crate::telemetry::request_id::REQUEST_ID_HEADER;
+use crate::telemetry::{Metrics, RequestId};
 
-/// Records and logs every request, under its route pattern (never the raw path, which would
-/// make one series per id).
-pub async fn observe(State(metrics): State<Arc<Metrics>>, req: Request, next: Next) -> Response {
+/// Opens the request's span and answers its id; records and logs every request under its
+/// route pattern (never the raw path, which would make one series per id, and may carry
+/// what a log must not).
+///
+/// The span carries the request id (the caller's `X-Request-Id` when well formed: GitLab's
+/// correlation id), the method and route; the user, agent and environment are recorded into
+/// it once known, so every line logged inside carries them. With `--otlp-endpoint` the span
+/// continues the caller's W3C `traceparent`.
+pub async fn observe(
+    State(metrics): State<Arc<Metrics>>,
+    mut req: Request,
+    next: Next,
+) -> Response {
     let started = Instant::now();
+    let id = RequestId::from_headers(req.headers());
+    req.extensions_mut().insert(id.clone());
     let method = req.method().clone();
-    let path = req.uri().path().to_owned();
     let route = req
         .extensions()
         .get::<MatchedPath>()
         .map(|m| m.as_str().to_owned())
         .unwrap_or_else(|| "unmatched".to_owned());
-    let response = next.run(req).await;
+    let span = tracing::info_span!(
+        "request",
+        request_id = %id,
+        method = %method,
+        route = %route,
+        user_id = tracing::field::Empty,
+        agent_id = tracing::field::Empty,
+        environment = tracing::field::Empty,
+    );
+    if id.traceparent().is_some() {
+        let parent = TraceContextPropagator::new().extract(&HeaderExtractor(req.headers()));
+        let _ = span.set_parent(parent);
+    }
+    let mut response = next.run(req).instrument(span.clone()).await;
     let elapsed = started.elapsed();
     let status = response.status().as_u16();
     metrics.record(method.as_str(), &route, status, elapsed);
-    tracing::info!(
-        method = %method,
-        path,
-        route,
-        status,
-        duration_ms = elapsed.as_secs_f64() * 1000.0,
-        "request"
-    );
+    response
+        .headers_mut()
+        .insert(REQUEST_ID_HEADER, id.header_value());
+    span.in_scope(|| {
+        tracing::info!(
+            status,
+            duration_ms = elapsed.as_secs_f64() * 1000.0,
+            "request"
+        )
+    });
     response
 }
 

@@ -40,9 +40,15 @@ async fn readiness(State(db): State<PgPool>) -> Result<&'static str> {
     }
 }
 
-async fn metrics(State(metrics): State<Arc<Metrics>>) -> impl IntoResponse {
+async fn metrics(
+    State(metrics): State<Arc<Metrics>>,
+    State(db): State<PgPool>,
+) -> impl IntoResponse {
     (
-        [(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
-        metrics.render(),
+        [(
+            CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        metrics.render(Some(&db)),
     )
 }

@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -17,6 +18,8 @@ use tokio::sync::OnceCell;
 
 use crate::config::file::{AgentRef, KubernetesSettings};
 use crate::k8s::discovery::DiscoveryCache;
+use crate::k8s::observe::ObserveLayer;
+use crate::telemetry::Metrics;
 
 /// A client, where it leads (for messages), and the cluster's discovered kinds, shared by
 /// every view of the cluster.
@@ -36,6 +39,8 @@ pub struct Clusters {
     pub response_timeout: Duration,
     /// Recent `user_access` decisions.
     pub grants: crate::k8s::grants::GrantCache,
+    /// Where every client counts its requests.
+    pub metrics: Arc<Metrics>,
 }
 
 /// No client could be made for the agent: the proxy answers 502 with this message.
@@ -48,7 +53,10 @@ pub struct Unconfigured {
 
 impl Clusters {
     /// Builds the client of every configured agent.
-    pub async fn load(settings: &KubernetesSettings) -> anyhow::Result<Self> {
+    pub async fn load(
+        settings: &KubernetesSettings,
+        metrics: Arc<Metrics>,
+    ) -> anyhow::Result<Self> {
         let mut configured = HashMap::new();
         for entry in &settings.agents {
             let kubeconfig = entry.kubeconfig.as_ref().or(settings.kubeconfig.as_ref());
@@ -56,6 +64,7 @@ impl Clusters {
                 kubeconfig.map(|p| p.as_path()),
                 entry.context.as_deref(),
                 settings.connect_timeout,
+                &metrics,
             )
             .await
             .with_context(|| {
@@ -69,12 +78,12 @@ impl Clusters {
         }
         Ok(Clusters {
             configured,
-            ..Clusters::fallback_only(settings)
+            ..Clusters::fallback_only(settings, metrics)
         })
     }
 
     /// Every agent through the default connection: no entries are built.
-    pub fn fallback_only(settings: &KubernetesSettings) -> Self {
+    pub fn fallback_only(settings: &KubernetesSettings, metrics: Arc<Metrics>) -> Self {
         Clusters {
             configured: HashMap::new(),
             default: OnceCell::new(),
@@ -82,6 +91,7 @@ impl Clusters {
             connect_timeout: settings.connect_timeout,
             response_timeout: settings.response_timeout,
             grants: crate::k8s::grants::GrantCache::new(settings.access_cache),
+            metrics,
         }
     }
 
@@ -106,6 +116,7 @@ impl Clusters {
                     self.default_kubeconfig.as_deref(),
                     None,
                     self.connect_timeout,
+                    &self.metrics,
                 )
             })
             .await
@@ -123,6 +134,7 @@ async fn connect(
     kubeconfig: Option<&Path>,
     context: Option<&str>,
     connect_timeout: Duration,
+    metrics: &Arc<Metrics>,
 ) -> anyhow::Result<Cluster> {
     let options = KubeConfigOptions {
         context: context.map(str::to_owned),
@@ -159,7 +171,12 @@ async fn connect(
     // The cluster's own 429 and 503 answers belong to the caller (the proxy passes them on, a
     // resource group reports them); kube would otherwise retry them for seconds.
     config.default_retry = false;
-    let client = kube::Client::try_from(config).context("cannot build the Kubernetes client")?;
+    let client = kube::client::ClientBuilder::try_from(config)
+        .context("cannot build the Kubernetes client")?
+        .with_layer(&ObserveLayer {
+            metrics: metrics.clone(),
+        })
+        .build();
     Ok(Cluster {
         discovery: DiscoveryCache::new(client.clone(), DiscoveryCache::DEFAULT_TTL),
         client,

@@ -15,6 +15,8 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 
 pub use crate::resources::listing::DiscoveryFailure;
+
+use crate::k8s::observe::ForAgent;
 use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
@@ -321,6 +323,7 @@ pub(super) async fn get(
     client: &kube::Client,
     path_and_query: &str,
     headers: &HeaderMap,
+    agent: Option<ForAgent>,
     timeout: Duration,
 ) -> Result<Bytes, Failure> {
     let mut request = Request::get(path_and_query)
@@ -332,6 +335,9 @@ pub(super) async fn get(
     request
         .headers_mut()
         .insert(header::ACCEPT, HeaderValue::from_static("application/json"));
+    if let Some(agent) = agent {
+        request.extensions_mut().insert(agent);
+    }
     let exchange = async {
         let response = client.send(request).await?;
         let status = response.status();
@@ -386,7 +392,7 @@ async fn discover(
     let fetch = |path: &'static str| {
         let none = &none;
         async move {
-            get(client, path, none, DISCOVERY_TIMEOUT)
+            get(client, path, none, None, DISCOVERY_TIMEOUT)
                 .await
                 .map_err(|f| DiscoveryError {
                     path: path.into(),
@@ -415,10 +421,11 @@ async fn discover(
         tasks.spawn(async move {
             let _permit = limit.acquire_owned().await;
             let path = format!("/apis/{group}/{version}");
-            let outcome = match get(&client, &path, &HeaderMap::new(), DISCOVERY_TIMEOUT).await {
-                Ok(body) => listable_kinds(&group, &version, &body).map_err(Failure::bad_body),
-                Err(failure) => Err(failure),
-            };
+            let outcome =
+                match get(&client, &path, &HeaderMap::new(), None, DISCOVERY_TIMEOUT).await {
+                    Ok(body) => listable_kinds(&group, &version, &body).map_err(Failure::bad_body),
+                    Err(failure) => Err(failure),
+                };
             (i, outcome)
         });
     }

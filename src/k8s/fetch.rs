@@ -48,6 +48,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use super::discovery::{self, ApiKind, DiscoveryCache, DiscoveryError, Failure};
+use crate::k8s::observe::ForAgent;
 use crate::resources::graph;
 use crate::resources::listing::{ListError, Listing, ResourceEvent};
 use crate::resources::object::{self, Object};
@@ -85,6 +86,8 @@ pub struct FetchOptions {
     pub page_size: usize,
     /// Events kept per resource, most recent first.
     pub events_per_resource: usize,
+    /// The agent the lists are made for, as the cluster metrics name it.
+    pub agent: Option<i64>,
 }
 
 impl Default for FetchOptions {
@@ -97,6 +100,7 @@ impl Default for FetchOptions {
             request_timeout: Duration::from_secs(10),
             page_size: 500,
             events_per_resource: 10,
+            agent: None,
         }
     }
 }
@@ -371,6 +375,7 @@ async fn run(
             job: job.clone(),
             page_size: options.page_size.max(1),
             timeout: options.request_timeout,
+            agent: options.agent.map(ForAgent),
         };
         tasks.spawn(async move { (i, pages.list().await) });
     }
@@ -403,6 +408,7 @@ struct Pages {
     job: Job,
     page_size: usize,
     timeout: Duration,
+    agent: Option<ForAgent>,
 }
 
 /// One page of a list, its items parsed as `T`.
@@ -432,7 +438,7 @@ impl Pages {
             let uri = self.uri(paged, token.as_deref());
             let body = {
                 let _permit = self.in_flight.acquire().await;
-                discovery::get(&self.client, &uri, &self.headers, self.timeout).await
+                discovery::get(&self.client, &uri, &self.headers, self.agent, self.timeout).await
             };
             let body = match body {
                 Err(Failure {

@@ -6,4 +6,5 @@ pub mod clusters;
 pub mod discovery;
 pub mod fetch;
 pub mod grants;
+pub mod observe;
 pub mod proxy;

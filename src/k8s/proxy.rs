@@ -11,18 +11,20 @@
 
 use std::sync::Arc;
 
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
-use axum::response::{IntoResponse, Response};
-use serde_json::json;
+use axum::response::Response;
 use sqlx::PgPool;
 
 use crate::auth::verify_session;
 use crate::auth::Keys;
 use crate::config::Limits;
+use crate::error::{kubernetes_status, Error};
 use crate::k8s::clusters::Clusters;
 use crate::k8s::grants::AccessType;
+use crate::k8s::observe::ForAgent;
+use crate::telemetry::RequestId;
 
 pub const PREFIX: &str = "/k8s-proxy";
 const AGENT_HEADER: &str = "gitlab-agent-id";
@@ -63,6 +65,8 @@ pub async fn forward(
             "the Gitlab-Agent-Id header (or gitlab-agent-id parameter) must name an agent",
         );
     };
+    crate::telemetry::record_agent(agent_id, None);
+    let request_id = parts.extensions.get::<RequestId>().cloned();
     let grant = match clusters
         .grants
         .authorize(&db, agent_id, session.user_id)
@@ -75,16 +79,16 @@ pub async fn forward(
                 "agent {agent_id} does not exist or its user_access does not allow you"
             ))
         }
-        Err(e) => return status(e.status(), &e.to_string()),
+        Err(e) => return e.to_kubernetes_status(),
     };
     if parts.headers.contains_key(header::UPGRADE) {
-        return status(
+        return kubernetes_status(
             StatusCode::NOT_IMPLEMENTED,
             "connection upgrades (exec, attach, port-forward) are not proxied",
         );
     }
     let Some(uri) = upstream_uri(&parts.uri) else {
-        return status(
+        return kubernetes_status(
             StatusCode::BAD_REQUEST,
             "the path must be a Kubernetes API path, without `.` or `..` segments",
         );
@@ -92,13 +96,8 @@ pub async fn forward(
     let body = match axum::body::to_bytes(body, limits.body_limit).await {
         Ok(body) => body,
         Err(_) => {
-            return status(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                &format!(
-                    "request body is larger than the limit of {} bytes",
-                    limits.body_limit
-                ),
-            )
+            let limit = limits.body_limit;
+            return Error::PayloadTooLarge { limit }.to_kubernetes_status();
         }
     };
     let cluster = match clusters
@@ -110,7 +109,7 @@ pub async fn forward(
         .await
     {
         Ok(cluster) => cluster,
-        Err(e) => return status(StatusCode::BAD_GATEWAY, &e.to_string()),
+        Err(e) => return Error::BadGateway(e.to_string()).to_kubernetes_status(),
     };
 
     let mut upstream = axum::http::Request::new(kube::client::Body::from(body));
@@ -121,6 +120,10 @@ pub async fn forward(
     for (name, value) in grant.impersonation_headers(AccessType::from(session.via)) {
         headers.append(name, value.clone());
     }
+    if let Some(id) = &request_id {
+        id.outgoing_headers(headers);
+    }
+    upstream.extensions_mut().insert(ForAgent(agent_id));
 
     let timeout = clusters.response_timeout;
     match tokio::time::timeout(timeout, cluster.client.send(upstream)).await {
@@ -131,18 +134,16 @@ pub async fn forward(
         }
         Ok(Err(e)) => {
             tracing::warn!(agent = agent_id, cluster = %cluster.source, error = %e, "cluster unreachable");
-            status(
-                StatusCode::BAD_GATEWAY,
-                &format!("the cluster of agent {agent_id} cannot be reached: {e}"),
-            )
+            Error::BadGateway(format!(
+                "the cluster of agent {agent_id} cannot be reached: {e}"
+            ))
+            .to_kubernetes_status()
         }
-        Err(_) => status(
-            StatusCode::BAD_GATEWAY,
-            &format!(
-                "the cluster of agent {agent_id} did not answer within {}s",
-                timeout.as_secs_f32()
-            ),
-        ),
+        Err(_) => Error::BadGateway(format!(
+            "the cluster of agent {agent_id} did not answer within {}s",
+            timeout.as_secs_f32()
+        ))
+        .to_kubernetes_status(),
     }
 }
 
@@ -233,41 +234,12 @@ fn remove_where(headers: &mut HeaderMap, unwanted: impl Fn(&str) -> bool) {
 
 /// 401 for every credential or `user_access` failure, marked for GitLab's frontend.
 fn unauthorized(message: &str) -> Response {
-    let mut response = status(StatusCode::UNAUTHORIZED, message);
+    let mut response = kubernetes_status(StatusCode::UNAUTHORIZED, message);
     response.headers_mut().insert(
         HeaderName::from_static("gitlab-unauthorized"),
         HeaderValue::from_static("true"),
     );
     response
-}
-
-/// A Kubernetes `Status` answer of envlens' own.
-pub fn status(code: StatusCode, message: &str) -> Response {
-    let reason = match code {
-        StatusCode::BAD_REQUEST => "BadRequest",
-        StatusCode::UNAUTHORIZED => "Unauthorized",
-        StatusCode::FORBIDDEN => "Forbidden",
-        StatusCode::NOT_FOUND => "NotFound",
-        StatusCode::PAYLOAD_TOO_LARGE => "RequestEntityTooLarge",
-        StatusCode::GATEWAY_TIMEOUT => "Timeout",
-        StatusCode::BAD_GATEWAY | StatusCode::SERVICE_UNAVAILABLE => "ServiceUnavailable",
-        _ => "InternalError",
-    };
-    let body = json!({
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason,
-        "code": code.as_u16(),
-    });
-    (
-        code,
-        [(header::CONTENT_TYPE, "application/json")],
-        Bytes::from(body.to_string()),
-    )
-        .into_response()
 }
 
 #[cfg(test)]

@@ -70,9 +70,10 @@ impl TestApp {
     /// With a configuration file's settings (cluster connections, CORS).
     pub async fn with_config(yaml: &str) -> Self {
         let settings = envlens::config::file::Settings::parse(yaml).expect("test configuration");
-        let clusters = envlens::k8s::clusters::Clusters::load(&settings.kubernetes)
-            .await
-            .expect("test clusters");
+        let clusters =
+            envlens::k8s::clusters::Clusters::load(&settings.kubernetes, Default::default())
+                .await
+                .expect("test clusters");
         let db = postgres::fresh_database().await;
         let state = AppState::new(db.clone(), keys(), Limits::default())
             .with_clusters(clusters, settings.cors);

@@ -1,0 +1,179 @@
+//! Every request to a cluster, counted and timed (`envlens_cluster_requests_total`,
+//! `envlens_cluster_request_duration_seconds`): a layer of each agent's `kube::Client`, so the
+//! listing, discovery and the proxy are all seen, however they send.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use axum::http::{Method, Request, Response};
+use tower::{Layer, Service};
+
+use crate::telemetry::Metrics;
+
+/// The agent a request is sent for, set as a request extension by whoever sends it; requests
+/// shared by every agent of a cluster (discovery) have none and count as agent `-`.
+#[derive(Debug, Clone, Copy)]
+pub struct ForAgent(pub i64);
+
+#[derive(Clone)]
+pub struct ObserveLayer {
+    pub metrics: Arc<Metrics>,
+}
+
+impl<S> Layer<S> for ObserveLayer {
+    type Service = Observe<S>;
+
+    fn layer(&self, inner: S) -> Observe<S> {
+        Observe {
+            inner,
+            metrics: self.metrics.clone(),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct Observe<S> {
+    inner: S,
+    metrics: Arc<Metrics>,
+}
+
+impl<S, B, R> Service<Request<B>> for Observe<S>
+where
+    S: Service<Request<B>, Response = Response<R>>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        let (verb, resource) = classify(request.method(), request.uri());
+        let agent = request
+            .extensions()
+            .get::<ForAgent>()
+            .map_or_else(|| "-".to_owned(), |a| a.0.to_string());
+        let metrics = self.metrics.clone();
+        let started = Instant::now();
+        let answer = self.inner.call(request);
+        Box::pin(async move {
+            let answer = answer.await;
+            let code = answer.as_ref().ok().map(|r| r.status().as_u16());
+            metrics.cluster_request(&agent, verb, &resource, code, started.elapsed());
+            answer
+        })
+    }
+}
+
+/// The Kubernetes verb and resource of a request, as the API server's audit log names them
+/// (`list pods`, `get pods/log`, `watch deployments`); `discovery` for the API's own
+/// documents. A path prefix before `/api` or `/apis` (a cluster behind Rancher) is skipped.
+pub fn classify(method: &Method, uri: &axum::http::Uri) -> (&'static str, String) {
+    let segments: Vec<&str> = uri.path().split('/').filter(|s| !s.is_empty()).collect();
+    let start = segments.iter().position(|s| *s == "api" || *s == "apis");
+    let rest = match start {
+        Some(i) if segments[i] == "api" => segments.get(i + 2..),
+        Some(i) => segments.get(i + 3..),
+        None => None,
+    };
+    let rest = match rest {
+        Some(rest) if !rest.is_empty() => rest,
+        _ => return ("discovery", String::new()),
+    };
+    let rest = match rest {
+        ["namespaces", _, tail @ ..] if !tail.is_empty() => tail,
+        other => other,
+    };
+    let resource = match rest {
+        [resource, _, sub, ..] => format!("{resource}/{sub}"),
+        [resource, ..] => (*resource).to_owned(),
+        [] => String::new(),
+    };
+    let named = rest.len() >= 2;
+    let watching = uri
+        .query()
+        .is_some_and(|q| q.split('&').any(|p| p == "watch=true" || p == "watch=1"));
+    let verb = match *method {
+        Method::GET if watching => "watch",
+        Method::GET if named => "get",
+        Method::GET => "list",
+        Method::POST => "create",
+        Method::PUT => "update",
+        Method::PATCH => "patch",
+        Method::DELETE if named => "delete",
+        Method::DELETE => "deletecollection",
+        _ => "other",
+    };
+    (verb, resource)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn of(method: Method, uri: &str) -> (&'static str, String) {
+        classify(&method, &uri.parse().unwrap())
+    }
+
+    #[test]
+    fn verbs_and_resources_as_the_audit_log_names_them() {
+        let cases = [
+            (Method::GET, "/api", "discovery", ""),
+            (Method::GET, "/apis/apps/v1", "discovery", ""),
+            (
+                Method::GET,
+                "/api/v1/namespaces/shop/pods?labelSelector=a%3Db",
+                "list",
+                "pods",
+            ),
+            (
+                Method::GET,
+                "/api/v1/namespaces/shop/pods?watch=true",
+                "watch",
+                "pods",
+            ),
+            (
+                Method::GET,
+                "/api/v1/namespaces/shop/pods/web-1/log?follow=true",
+                "get",
+                "pods/log",
+            ),
+            (
+                Method::GET,
+                "/apis/apps/v1/namespaces/shop/deployments/web",
+                "get",
+                "deployments",
+            ),
+            (Method::GET, "/api/v1/namespaces", "list", "namespaces"),
+            (Method::GET, "/api/v1/namespaces/shop", "get", "namespaces"),
+            (Method::GET, "/api/v1/nodes", "list", "nodes"),
+            (
+                Method::POST,
+                "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+                "create",
+                "subjectaccessreviews",
+            ),
+            (
+                Method::DELETE,
+                "/api/v1/namespaces/shop/pods",
+                "deletecollection",
+                "pods",
+            ),
+            (
+                Method::GET,
+                "/k8s/clusters/c-1/api/v1/namespaces/x/services",
+                "list",
+                "services",
+            ),
+        ];
+        for (method, uri, verb, resource) in cases {
+            assert_eq!(of(method, uri), (verb, resource.to_owned()), "{uri}");
+        }
+    }
+}

@@ -1,0 +1,295 @@
+//! Metrics in the OpenMetrics text format, with the Prometheus project's own client
+//! (`prometheus-client`): typed label sets and no global registry, so that every server a test
+//! starts counts on its own.
+//!
+//! Names follow Prometheus' conventions (`_total`, `_seconds`, base units). Labels stay bounded:
+//! HTTP routes are the matched patterns, cluster resources the API's plural names, agents
+//! their ids (as many as are configured); never a user, an object's name or a raw path.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+/// Upper bounds of the latency histograms, in seconds.
+const BUCKETS: [f64; 12] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
+];
+
+fn histogram() -> Histogram {
+    Histogram::new(BUCKETS)
+}
+
+type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HttpLabels {
+    method: String,
+    route: String,
+    status: u16,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClusterLabels {
+    agent: String,
+    verb: &'static str,
+    resource: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClusterAnswerLabels {
+    agent: String,
+    verb: &'static str,
+    resource: String,
+    /// The HTTP status, or `error` when no answer came (refused, timed out).
+    code: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ConnectionState {
+    state: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WebhookLabels {
+    /// `X-Gitlab-Event` and `event_name`, `other` for any name envlens does not know.
+    event: String,
+    /// `applied`, `ignored` or `unapplied`.
+    outcome: &'static str,
+}
+
+/// Every metric envlens keeps. Cheap to share (`Arc<Metrics>`); recording takes a read lock
+/// once a series exists.
+pub struct Metrics {
+    registry: Registry,
+    http_requests: Family<HttpLabels, Counter>,
+    http_duration: Histograms<HttpLabels>,
+    cluster_requests: Family<ClusterAnswerLabels, Counter>,
+    cluster_duration: Histograms<ClusterLabels>,
+    database_connections: Family<ConnectionState, Gauge>,
+    database_max_connections: Gauge,
+    database_acquire: Histogram,
+    database_acquire_failures: Counter,
+    /// How often the embedded PostgreSQL was started again after it died.
+    pub postgres_restarts: Counter,
+    webhook_events: Family<WebhookLabels, Counter>,
+    /// Unix time of the last change applied to the identity mirror, 0 before the first.
+    mirror_applied_at: AtomicI64,
+    mirror_applied_gauge: Gauge,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::default();
+        let http_requests = Family::<HttpLabels, Counter>::default();
+        registry.register(
+            "envlens_http_requests",
+            "HTTP requests answered, by method, route and status",
+            http_requests.clone(),
+        );
+        let http_duration = Histograms::<HttpLabels>::new_with_constructor(histogram);
+        registry.register(
+            "envlens_http_request_duration_seconds",
+            "Time to answer HTTP requests, to the response head",
+            http_duration.clone(),
+        );
+        let cluster_requests = Family::<ClusterAnswerLabels, Counter>::default();
+        registry.register(
+            "envlens_cluster_requests",
+            "Requests to Kubernetes API servers, by agent, verb, resource and answer",
+            cluster_requests.clone(),
+        );
+        let cluster_duration = Histograms::<ClusterLabels>::new_with_constructor(histogram);
+        registry.register(
+            "envlens_cluster_request_duration_seconds",
+            "Time for a Kubernetes API server to answer, to the response head",
+            cluster_duration.clone(),
+        );
+        let database_connections = Family::<ConnectionState, Gauge>::default();
+        registry.register(
+            "envlens_database_connections",
+            "Open PostgreSQL connections of the pool, idle or in use",
+            database_connections.clone(),
+        );
+        let database_max_connections = Gauge::default();
+        registry.register(
+            "envlens_database_max_connections",
+            "The pool's maximum number of connections",
+            database_max_connections.clone(),
+        );
+        let database_acquire = histogram();
+        registry.register(
+            "envlens_database_acquire_duration_seconds",
+            "Time to get a connection for a request",
+            database_acquire.clone(),
+        );
+        let database_acquire_failures = Counter::default();
+        registry.register(
+            "envlens_database_acquire_failures",
+            "Requests that got no connection (timeout or database down)",
+            database_acquire_failures.clone(),
+        );
+        let postgres_restarts = Counter::default();
+        registry.register(
+            "envlens_postgres_restarts",
+            "Restarts of the embedded PostgreSQL after it stopped",
+            postgres_restarts.clone(),
+        );
+        let webhook_events = Family::<WebhookLabels, Counter>::default();
+        registry.register(
+            "envlens_webhook_events",
+            "GitLab webhook events received, by event and outcome",
+            webhook_events.clone(),
+        );
+        let mirror_applied_gauge = Gauge::default();
+        registry.register(
+            "envlens_identity_mirror_last_applied_timestamp_seconds",
+            "Unix time of the last change applied to the identity mirror (0: none yet)",
+            mirror_applied_gauge.clone(),
+        );
+        Metrics {
+            registry,
+            http_requests,
+            http_duration,
+            cluster_requests,
+            cluster_duration,
+            database_connections,
+            database_max_connections,
+            database_acquire,
+            database_acquire_failures,
+            postgres_restarts,
+            webhook_events,
+            mirror_applied_at: AtomicI64::new(0),
+            mirror_applied_gauge,
+        }
+    }
+}
+
+impl Metrics {
+    /// One answered HTTP request.
+    pub fn record(&self, method: &str, route: &str, status: u16, elapsed: Duration) {
+        let labels = HttpLabels {
+            method: method.to_owned(),
+            route: route.to_owned(),
+            status,
+        };
+        self.http_requests.get_or_create(&labels).inc();
+        self.http_duration
+            .get_or_create(&labels)
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// One request to a cluster: `code` is the HTTP status, `None` when no answer came.
+    pub fn cluster_request(
+        &self,
+        agent: &str,
+        verb: &'static str,
+        resource: &str,
+        code: Option<u16>,
+        elapsed: Duration,
+    ) {
+        let code = code.map_or_else(|| "error".to_owned(), |c| c.to_string());
+        self.cluster_requests
+            .get_or_create(&ClusterAnswerLabels {
+                agent: agent.to_owned(),
+                verb,
+                resource: resource.to_owned(),
+                code,
+            })
+            .inc();
+        self.cluster_duration
+            .get_or_create(&ClusterLabels {
+                agent: agent.to_owned(),
+                verb,
+                resource: resource.to_owned(),
+            })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// A connection handed to a request after `waited`, or none (`ok` false).
+    pub fn database_acquired(&self, waited: Duration, ok: bool) {
+        self.database_acquire.observe(waited.as_secs_f64());
+        if !ok {
+            self.database_acquire_failures.inc();
+        }
+    }
+
+    /// A webhook event and what became of it (`applied`, `ignored`, `unapplied`).
+    pub fn webhook_event(&self, event: &str, outcome: &'static str) {
+        self.webhook_events
+            .get_or_create(&WebhookLabels {
+                event: event.to_owned(),
+                outcome,
+            })
+            .inc();
+    }
+
+    /// The identity mirror changed now.
+    pub fn mirror_applied(&self) {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        self.mirror_applied_at.store(now, Ordering::Relaxed);
+    }
+
+    /// The OpenMetrics text of every series, with the pool's gauges read now.
+    pub fn render(&self, pool: Option<&sqlx::PgPool>) -> String {
+        if let Some(pool) = pool {
+            let size = i64::from(pool.size());
+            let idle = pool.num_idle() as i64;
+            let connections = &self.database_connections;
+            connections
+                .get_or_create(&ConnectionState { state: "idle" })
+                .set(idle);
+            connections
+                .get_or_create(&ConnectionState { state: "in_use" })
+                .set((size - idle).max(0));
+            self.database_max_connections
+                .set(i64::from(pool.options().get_max_connections()));
+        }
+        self.mirror_applied_gauge
+            .set(self.mirror_applied_at.load(Ordering::Relaxed));
+        let mut out = String::new();
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_counts_and_cumulative_buckets() {
+        let m = Metrics::default();
+        m.record("GET", "/-/liveness", 200, Duration::from_micros(500));
+        m.record("GET", "/-/liveness", 200, Duration::from_millis(20));
+        m.record("POST", "/webhooks/gitlab", 401, Duration::from_secs(30));
+        m.cluster_request("7", "list", "pods", Some(403), Duration::from_millis(3));
+        m.cluster_request("7", "list", "pods", None, Duration::from_millis(3));
+        let text = m.render(None);
+        assert!(text.contains(
+            "envlens_http_requests_total{method=\"GET\",route=\"/-/liveness\",status=\"200\"} 2"
+        ), "{text}");
+        assert!(text.contains("envlens_http_request_duration_seconds_bucket{le=\"0.001\",method=\"GET\",route=\"/-/liveness\",status=\"200\"} 1"), "{text}");
+        assert!(text.contains("envlens_http_request_duration_seconds_bucket{le=\"0.025\",method=\"GET\",route=\"/-/liveness\",status=\"200\"} 2"));
+        assert!(text.contains("envlens_http_request_duration_seconds_bucket{le=\"10.0\",method=\"POST\",route=\"/webhooks/gitlab\",status=\"401\"} 0"));
+        assert!(text.contains("envlens_http_request_duration_seconds_bucket{le=\"+Inf\",method=\"POST\",route=\"/webhooks/gitlab\",status=\"401\"} 1"));
+        assert!(text.contains("envlens_cluster_requests_total{agent=\"7\",verb=\"list\",resource=\"pods\",code=\"403\"} 1"));
+        assert!(text.contains("envlens_cluster_requests_total{agent=\"7\",verb=\"list\",resource=\"pods\",code=\"error\"} 1"));
+        assert!(text.contains("envlens_cluster_request_duration_seconds_count{agent=\"7\",verb=\"list\",resource=\"pods\"} 2"));
+        assert!(text.ends_with("# EOF\n"));
+    }
+}

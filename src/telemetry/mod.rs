@@ -1,0 +1,26 @@
+//! What envlens tells its operators: logs (text or JSON, one span per request), traces over
+//! OTLP when asked for, Prometheus metrics, and the request id that ties a log line to GitLab's
+//! correlation id and to the cluster's audit log.
+
+pub mod logging;
+pub mod metrics;
+mod otlp;
+pub mod request_id;
+
+pub use logging::{init_logging, LogFormat};
+pub use metrics::Metrics;
+pub use request_id::RequestId;
+
+/// Records who is asking into the request's span, once authentication knows.
+pub fn record_user(user_id: i64) {
+    tracing::Span::current().record("user_id", user_id);
+}
+
+/// Records the agent (and environment) a request is about into its span.
+pub fn record_agent(agent_id: i64, environment: Option<&str>) {
+    let span = tracing::Span::current();
+    span.record("agent_id", agent_id);
+    if let Some(environment) = environment {
+        span.record("environment", environment);
+    }
+}
