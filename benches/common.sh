@@ -12,7 +12,7 @@ as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
 # start_envlens DIR PORT [serve flags...]: serves in the background, waits for readiness.
 start_envlens() {
   local dir=$1 port=$2; shift 2
-  ENVLENS_LOG=warn target/release/envlens serve --listen "127.0.0.1:$port" --data-dir "$dir" "$@" >"$dir.out" 2>"$dir.err" &
+  ENVLENS_LOG=${ENVLENS_LOG:-warn} target/release/envlens serve --listen "127.0.0.1:$port" --data-dir "$dir" "$@" >"$dir.out" 2>"$dir.err" &
   envlens_pid=$!
   trap stop_envlens EXIT
   until curl -sf "http://127.0.0.1:$port/-/readiness" >/dev/null; do
