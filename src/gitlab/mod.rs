@@ -4,5 +4,7 @@
 
 pub mod access;
 pub mod agent_config;
+pub mod api;
 pub mod deployment_status;
+pub mod id_token;
 pub mod validate;

@@ -51,6 +51,14 @@ struct ClusterAnswerLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GitLabLabels {
+    /// The endpoint's pattern, e.g. `/projects/:id/environments`.
+    endpoint: &'static str,
+    /// The HTTP status, or `error` when no answer came.
+    code: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ConnectionState {
     state: &'static str,
 }
@@ -71,6 +79,8 @@ pub struct Metrics {
     http_duration: Histograms<HttpLabels>,
     cluster_requests: Family<ClusterAnswerLabels, Counter>,
     cluster_duration: Histograms<ClusterLabels>,
+    gitlab_requests: Family<GitLabLabels, Counter>,
+    gitlab_duration: Histograms<GitLabLabels>,
     database_connections: Family<ConnectionState, Gauge>,
     database_max_connections: Gauge,
     database_acquire: Histogram,
@@ -115,6 +125,18 @@ impl Default for Metrics {
             "envlens_cluster_request_duration_seconds",
             "Time for a Kubernetes API server to answer, to the response head",
             cluster_duration.clone(),
+        );
+        let gitlab_requests = Family::<GitLabLabels, Counter>::default();
+        registry.register(
+            "envlens_gitlab_requests",
+            "Calls to GitLab's API, by endpoint and answer",
+            gitlab_requests.clone(),
+        );
+        let gitlab_duration = Histograms::<GitLabLabels>::new_with_constructor(histogram);
+        registry.register(
+            "envlens_gitlab_request_duration_seconds",
+            "Time for GitLab to answer a call, the whole body read",
+            gitlab_duration.clone(),
         );
         let database_connections = Family::<ConnectionState, Gauge>::default();
         registry.register(
@@ -164,6 +186,8 @@ impl Default for Metrics {
             http_duration,
             cluster_requests,
             cluster_duration,
+            gitlab_requests,
+            gitlab_duration,
             database_connections,
             database_max_connections,
             database_acquire,
@@ -214,6 +238,18 @@ impl Metrics {
                 verb,
                 resource: resource.to_owned(),
             })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// One call to GitLab (each attempt of it): `code` `None` when no answer came.
+    pub fn gitlab_request(&self, endpoint: &'static str, code: Option<u16>, elapsed: Duration) {
+        let labels = GitLabLabels {
+            endpoint,
+            code: code.map_or_else(|| "error".to_owned(), |c| c.to_string()),
+        };
+        self.gitlab_requests.get_or_create(&labels).inc();
+        self.gitlab_duration
+            .get_or_create(&labels)
             .observe(elapsed.as_secs_f64());
     }
 
