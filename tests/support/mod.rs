@@ -169,6 +169,7 @@ impl TestApp {
             "deployments",
             "agent_deployments",
             "deployment_creations",
+            "cluster_agent_tokens",
             "webhook_deliveries",
         ];
         let mut out = String::new();
