@@ -1,5 +1,6 @@
 //! SQL of cluster agents and their resolved `ci_access` / `user_access` authorizations.
 
+use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::{PgConnection, PgExecutor};
 
@@ -174,4 +175,70 @@ pub async fn user_access(
     .bind(user_id)
     .fetch_optional(db)
     .await?)
+}
+
+/// An agent token as GitLab reports it; never the secret.
+#[derive(Debug, Clone)]
+pub struct Token {
+    pub id: i64,
+    pub name: String,
+    pub description: Option<String>,
+    pub status: String,
+    pub created_at: DateTime<Utc>,
+    pub created_by_user_id: Option<i64>,
+    pub last_used_at: Option<DateTime<Utc>>,
+}
+
+/// Replaces the agent's tokens with `tokens`. A token id that another agent holds is a
+/// conflict: GitLab's token ids are unique across agents.
+pub async fn replace_tokens(
+    conn: &mut PgConnection,
+    agent_id: i64,
+    tokens: &[Token],
+) -> Result<()> {
+    sqlx::query("DELETE FROM cluster_agent_tokens WHERE agent_id = $1")
+        .bind(agent_id)
+        .execute(&mut *conn)
+        .await?;
+    let ids: Vec<i64> = tokens.iter().map(|t| t.id).collect();
+    let held: Option<(i64, i64)> = sqlx::query_as(
+        "SELECT id, agent_id FROM cluster_agent_tokens WHERE id = ANY ($1) ORDER BY id LIMIT 1",
+    )
+    .bind(&ids)
+    .fetch_optional(&mut *conn)
+    .await?;
+    if let Some((token, other)) = held {
+        return Err(Error::Conflict(format!(
+            "token {token} belongs to agent {other}: GitLab's token ids are unique"
+        )));
+    }
+    let names: Vec<&str> = tokens.iter().map(|t| t.name.as_str()).collect();
+    let descriptions: Vec<Option<&str>> = tokens.iter().map(|t| t.description.as_deref()).collect();
+    let statuses: Vec<&str> = tokens.iter().map(|t| t.status.as_str()).collect();
+    let created: Vec<DateTime<Utc>> = tokens.iter().map(|t| t.created_at).collect();
+    let creators: Vec<Option<i64>> = tokens.iter().map(|t| t.created_by_user_id).collect();
+    let used: Vec<Option<DateTime<Utc>>> = tokens.iter().map(|t| t.last_used_at).collect();
+    sqlx::query(
+        "INSERT INTO cluster_agent_tokens
+             (agent_id, id, name, description, status, created_at, created_by_user_id, last_used_at)
+         SELECT $1, * FROM UNNEST($2::bigint[], $3::text[], $4::text[], $5::text[], $6::timestamptz[],
+                                  $7::bigint[], $8::timestamptz[])",
+    )
+    .bind(agent_id)
+    .bind(&ids)
+    .bind(&names)
+    .bind(&descriptions)
+    .bind(&statuses)
+    .bind(&created)
+    .bind(&creators)
+    .bind(&used)
+    .execute(conn)
+    .await
+    .map_err(|e| match violated_constraint(&e) {
+        Some("cluster_agent_tokens_pkey") => Error::Conflict(format!(
+            "a token of agent {agent_id} belongs to another agent: GitLab's token ids are unique"
+        )),
+        _ => e.into(),
+    })?;
+    Ok(())
 }
