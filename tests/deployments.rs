@@ -733,10 +733,7 @@ async fn bad_creation_calls_name_their_field_and_change_nothing() {
             "kubernetes.namespace",
         ),
         (
-            with(
-                "/kubernetes/flux_resource_path",
-                json!("HelmRelease/flux-system"),
-            ),
+            with("/kubernetes/flux_resource_path", json!("")),
             "kubernetes.flux_resource_path",
         ),
         (
@@ -749,7 +746,7 @@ async fn bad_creation_calls_name_their_field_and_change_nothing() {
         (
             with(
                 "/kubernetes",
-                json!({"agent": "acme/agents:prod", "dashboard": {"namespace": "apps", "flux_resource_path": "apps"}}),
+                json!({"agent": "acme/agents:prod", "dashboard": {"namespace": "apps", "flux_resource_path": "a\u{0}b"}}),
             ),
             "kubernetes.dashboard.flux_resource_path",
         ),
