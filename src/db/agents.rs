@@ -121,6 +121,23 @@ pub async fn replace_configuration(
     Ok(())
 }
 
+/// The access level of the user `u` to what the `user_access` entry `x` names, as the decision
+/// needs it: their effective access to a project (its own membership or an ancestor group's),
+/// or their membership of a group or one of its ancestors (a subgroup's does not count); NULL
+/// for none. Shared by the proxy's check (5.2) and GraphQL's `userAccessAuthorizedAgents`.
+pub(crate) const ENTRY_ACCESS_LEVEL: &str = "CASE WHEN x.project_id IS NOT NULL THEN
+        (SELECT max(m.access_level) FROM members m
+         WHERE m.user_id = u.id AND (
+            (m.source_type = 'project' AND m.source_id = x.project_id)
+            OR (m.source_type = 'group' AND m.source_id = ANY (
+                SELECT unnest(n.traversal_ids) FROM projects xp
+                JOIN namespaces n ON n.id = xp.namespace_id WHERE xp.id = x.project_id))))
+    ELSE
+        (SELECT max(m.access_level) FROM members m JOIN namespaces g ON g.id = x.group_id
+         WHERE m.user_id = u.id AND m.source_type = 'group'
+           AND m.source_id = ANY (g.traversal_ids))
+    END";
+
 /// What the `user_access` decision needs, in one statement: the agent, the user, and each
 /// `user_access` entry with the user's access to what it names.
 #[derive(Debug, sqlx::FromRow)]
@@ -148,29 +165,18 @@ pub async fn user_access(
     agent_id: i64,
     user_id: i64,
 ) -> Result<Option<UserAccessRows>> {
-    Ok(sqlx::query_as(
+    Ok(sqlx::query_as(&format!(
         "SELECT a.id, a.project_id, a.name, p.full_path AS project_full_path, u.username, u.admin,
             COALESCE((SELECT jsonb_agg(jsonb_build_object(
                 'project_id', x.project_id, 'group_id', x.group_id,
                 'access_as', x.config -> 'access_as',
-                'access_level', CASE WHEN x.project_id IS NOT NULL THEN
-                    (SELECT max(m.access_level) FROM members m
-                     WHERE m.user_id = u.id AND (
-                        (m.source_type = 'project' AND m.source_id = x.project_id)
-                        OR (m.source_type = 'group' AND m.source_id = ANY (
-                            SELECT unnest(n.traversal_ids) FROM projects xp
-                            JOIN namespaces n ON n.id = xp.namespace_id WHERE xp.id = x.project_id))))
-                ELSE
-                    (SELECT max(m.access_level) FROM members m JOIN namespaces g ON g.id = x.group_id
-                     WHERE m.user_id = u.id AND m.source_type = 'group'
-                       AND m.source_id = ANY (g.traversal_ids))
-                END) ORDER BY x.project_id NULLS LAST, x.group_id)
+                'access_level', {ENTRY_ACCESS_LEVEL}) ORDER BY x.project_id NULLS LAST, x.group_id)
              FROM agent_user_access_authorizations x WHERE x.agent_id = a.id), '[]') AS entries
          FROM cluster_agents a
          JOIN projects p ON p.id = a.project_id
          JOIN users u ON u.id = $2
-         WHERE a.id = $1",
-    )
+         WHERE a.id = $1"
+    ))
     .bind(agent_id)
     .bind(user_id)
     .fetch_optional(db)
