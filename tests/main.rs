@@ -7,6 +7,7 @@ mod agents;
 mod auth;
 mod deployments;
 mod embedded;
+mod gitlab_frontend;
 mod graphql;
 mod health_cli;
 mod identity;
