@@ -42,6 +42,10 @@ pub fn app(state: AppState) -> Router {
             put(crate::ingest::agents::put_agent),
         )
         .route(
+            "/api/v4/internal/kubernetes/agents/{id}/tokens",
+            put(crate::ingest::agents::put_tokens),
+        )
+        .route(
             "/api/v4/internal/kubernetes/agent_configuration",
             post(crate::ingest::agents::post_configuration),
         )

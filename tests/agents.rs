@@ -233,3 +233,132 @@ async fn destroying_the_agents_project_removes_the_agent() {
         .await
         .is_empty());
 }
+
+fn token(id: i64, name: &str, status: &str, last_used_at: Option<&str>) -> Value {
+    // As GitLab's REST API answers it; `token` only in a creation's answer, never stored.
+    json!({"id": id, "name": name, "description": null, "agent_id": 7, "status": status,
+           "created_at": "2022-03-25T14:12:11.497Z", "created_by_user_id": 1,
+           "last_used_at": last_used_at, "token": "glagent-secret"})
+}
+
+async fn put_tokens(app: &TestApp, agent: i64, tokens: &Value) -> TestResponse {
+    app.internal(
+        Method::PUT,
+        &format!("/api/v4/internal/kubernetes/agents/{agent}/tokens"),
+        tokens,
+    )
+    .await
+}
+
+#[tokio::test]
+async fn an_agents_tokens_are_replaced_as_a_whole() {
+    let app = app_with_projects().await;
+    register(&app, 7, 10, "prod").await;
+    register(&app, 8, 10, "staging").await;
+    let tokens = json!([
+        token(1, "abcd", "active", Some("2026-11-21T10:00:00Z")),
+        token(2, "old", "revoked", None),
+    ]);
+    let res = put_tokens(&app, 7, &tokens).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    assert_eq!(res.json(), json!({"agent_id": 7, "tokens": 2, "active": 1}));
+    let stored = "SELECT id, agent_id, name, status, created_by_user_id, last_used_at::text FROM cluster_agent_tokens ORDER BY id";
+    assert_eq!(
+        app.rows(stored).await,
+        vec![
+            json!({"id": 1, "agent_id": 7, "name": "abcd", "status": "active", "created_by_user_id": 1,
+                   "last_used_at": "2026-11-21 10:00:00+00"}),
+            json!({"id": 2, "agent_id": 7, "name": "old", "status": "revoked", "created_by_user_id": 1,
+                   "last_used_at": null}),
+        ]
+    );
+    // The next list replaces it: token 2 is gone, 3 is new, and GitLab's string user id is taken.
+    let mut three = token(3, "new", "active", None);
+    three["created_by_user_id"] = json!("5");
+    let res = put_tokens(&app, 7, &json!([token(1, "abcd", "active", None), three])).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    assert_eq!(
+        app.rows("SELECT id, created_by_user_id FROM cluster_agent_tokens ORDER BY id")
+            .await,
+        vec![
+            json!({"id": 1, "created_by_user_id": 1}),
+            json!({"id": 3, "created_by_user_id": 5})
+        ]
+    );
+    // The secret is nowhere.
+    assert!(!app.fingerprint().await.contains("glagent-secret"));
+    // An empty list removes them all.
+    assert_eq!(put_tokens(&app, 7, &json!([])).await.status, 200);
+    assert!(app
+        .rows("SELECT id FROM cluster_agent_tokens")
+        .await
+        .is_empty());
+}
+
+#[tokio::test]
+async fn bad_token_lists_name_their_field_and_change_nothing() {
+    let app = app_with_projects().await;
+    register(&app, 7, 10, "prod").await;
+    register(&app, 8, 10, "staging").await;
+    let mut other = token(9, "theirs", "active", None);
+    other["agent_id"] = json!(8);
+    assert_eq!(put_tokens(&app, 8, &json!([other])).await.status, 200);
+    assert_eq!(
+        put_tokens(&app, 7, &json!([token(1, "abcd", "active", None)]))
+            .await
+            .status,
+        200
+    );
+    let before = app.fingerprint().await;
+    let with = |key: &str, value: Value| {
+        let mut t = token(2, "new", "active", None);
+        t[key] = value;
+        json!([token(1, "abcd", "active", None), t])
+    };
+    let cases = [
+        (with("id", json!(0)), "[1].id"),
+        (with("id", json!(1)), "[1].id"),
+        (with("name", json!("")), "[1].name"),
+        (with("name", json!("a".repeat(256))), "[1].name"),
+        (with("name", json!("a\u{0}b")), "[1].name"),
+        (
+            with("description", json!("d".repeat(1025))),
+            "[1].description",
+        ),
+        (with("agent_id", json!(8)), "[1].agent_id"),
+        (with("status", json!("expired")), "[1].status"),
+        (with("created_at", json!("yesterday")), "[1].created_at"),
+        (
+            with("created_by_user_id", json!("root")),
+            "[1].created_by_user_id",
+        ),
+        (with("last_used_at", json!(5)), "[1].last_used_at"),
+        (json!({"tokens": []}), ""),
+    ];
+    for (body, field) in cases {
+        let res = put_tokens(&app, 7, &body).await;
+        assert_eq!(res.error(422)["field"], field, "{body}");
+    }
+    // Another agent's token id: a conflict. An unknown agent: 404.
+    let res = put_tokens(&app, 7, &json!([token(9, "theirs", "active", None)])).await;
+    assert_eq!(
+        res.error(409)["message"],
+        "token 9 belongs to agent 8: GitLab's token ids are unique"
+    );
+    assert_eq!(put_tokens(&app, 70, &json!([])).await.status, 404);
+    assert_eq!(
+        put_tokens(&app, 0, &json!([])).await.error(422)["field"],
+        "id"
+    );
+    // Internal authentication, like every internal route.
+    let res = app
+        .internal_raw(
+            Method::PUT,
+            "/api/v4/internal/kubernetes/agents/7/tokens",
+            "not-a-token",
+            "[]".into(),
+        )
+        .await;
+    assert_eq!(res.status, 401);
+    assert_eq!(app.fingerprint().await, before);
+}

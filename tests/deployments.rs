@@ -7,6 +7,7 @@ use serde_json::{json, Value};
 use crate::support::*;
 
 const DEPLOYMENTS: &str = "/api/v4/internal/deployments";
+const FLUX: &str = "kustomize.toolkit.fluxcd.io/v1/namespaces/flux-system/kustomizations/web";
 
 /// acme (1) > acme/platform (2) > acme/platform/web (3); beta (4).
 /// Projects: acme/agents (10, home of agent 7 `prod`), acme/platform/web/app (11),
@@ -108,11 +109,14 @@ async fn the_blueprint_example_records_the_agent_deployment() {
     assert_eq!(res.status, 201, "{}", res.text());
     assert_eq!(
         res.json(),
-        json!({"deployment_id": 101, "agent_deployment": {"agent_id": 7, "kubernetes_namespace": "apps"}})
+        json!({"deployment_id": 101, "agent_deployment": {"agent_id": 7, "kubernetes_namespace": "apps",
+                                                          "flux_resource_path": null}})
     );
     assert_eq!(
         app.rows("SELECT * FROM agent_deployments").await,
-        vec![json!({"deployment_id": 101, "agent_id": 7, "kubernetes_namespace": "apps"})]
+        vec![
+            json!({"deployment_id": 101, "agent_id": 7, "kubernetes_namespace": "apps", "flux_resource_path": null})
+        ]
     );
     assert_eq!(app.rows("SELECT id, iid, project_id, environment_id, status, ref, sha, tag, job_id FROM deployments").await, vec![
         json!({"id": 101, "iid": 2, "project_id": 11, "environment_id": 1120, "status": "created", "ref": "main", "sha": "0a1b2c3d4e5f", "tag": false, "job_id": 5101}),
@@ -350,6 +354,87 @@ async fn replays_are_idempotent_and_changes_are_conflicts() {
     assert_eq!(app.fingerprint().await, before);
 }
 
+/// GitLab 18.4's `dashboard` keys and the deprecated ones (SPEC 4.3): the example
+/// records the dashboard's namespace, not the agent's default one.
+#[tokio::test]
+async fn both_shapes_of_the_kubernetes_section_are_taken() {
+    let app = setup().await;
+    configure(
+        &app,
+        json!({"groups": [{"id": "acme", "default_namespace": "default"}]}),
+    )
+    .await;
+    let project = (12, "acme/platform/api");
+    let dashboard = json!({"agent": "acme/agents:prod", "dashboard": {"namespace": "web", "flux_resource_path": FLUX}});
+    let res = create(
+        &app,
+        &body(601, project, "production", true, Some(dashboard.clone())),
+    )
+    .await;
+    assert_eq!(res.status, 201, "{}", res.text());
+    assert_eq!(
+        res.json()["agent_deployment"],
+        json!({"agent_id": 7, "kubernetes_namespace": "web", "flux_resource_path": FLUX})
+    );
+    let deprecated =
+        json!({"agent": "acme/agents:prod", "namespace": "web", "flux_resource_path": FLUX});
+    let res = create(
+        &app,
+        &body(602, project, "staging", true, Some(deprecated.clone())),
+    )
+    .await;
+    assert_eq!(res.status, 201, "{}", res.text());
+    // GitLab 18's managed resources are GitLab's to create: taken, nothing to record.
+    let managed = json!({"agent": "acme/agents:prod", "dashboard": {"namespace": "web"},
+                         "managed_resources": {"enabled": true}});
+    let res = create(&app, &body(603, project, "review/x", true, Some(managed))).await;
+    assert_eq!(res.status, 201, "{}", res.text());
+    assert_eq!(
+        app.rows("SELECT deployment_id, kubernetes_namespace, flux_resource_path FROM agent_deployments ORDER BY 1")
+            .await,
+        vec![
+            json!({"deployment_id": 601, "kubernetes_namespace": "web", "flux_resource_path": FLUX}),
+            json!({"deployment_id": 602, "kubernetes_namespace": "web", "flux_resource_path": FLUX}),
+            json!({"deployment_id": 603, "kubernetes_namespace": "web", "flux_resource_path": null}),
+        ]
+    );
+
+    // A replay in the other shape asks for the same thing: the same answer, nothing written.
+    let before = app.fingerprint().await;
+    let first = create(
+        &app,
+        &body(601, project, "production", true, Some(dashboard)),
+    )
+    .await;
+    let other_shape = create(
+        &app,
+        &body(601, project, "production", true, Some(deprecated)),
+    )
+    .await;
+    assert_eq!(
+        (other_shape.status, other_shape.json()),
+        (first.status, first.json())
+    );
+    // Another Flux resource, or none, is a conflict.
+    let other_path = FLUX.replace("/web", "/api");
+    for kubernetes in [
+        json!({"agent": "acme/agents:prod", "dashboard": {"namespace": "web", "flux_resource_path": other_path}}),
+        json!({"agent": "acme/agents:prod", "dashboard": {"namespace": "web"}}),
+    ] {
+        let res = create(
+            &app,
+            &body(601, project, "production", true, Some(kubernetes)),
+        )
+        .await;
+        let message = res.error(409)["message"].as_str().unwrap().to_owned();
+        assert_eq!(
+            message.split(", not ").next().unwrap(),
+            format!("deployment 601 was created with agent acme/agents:prod, namespace web and Flux resource path {FLUX}")
+        );
+    }
+    assert_eq!(app.fingerprint().await, before);
+}
+
 #[tokio::test]
 async fn concurrent_deliveries_of_one_deployment_create_one_row() {
     let app = setup().await;
@@ -528,9 +613,15 @@ async fn bad_creation_calls_name_their_field_and_change_nothing() {
         true,
         k8s("acme/agents:prod", "apps"),
     );
+    // Sets (or adds) the value at `pointer`.
     let with = |pointer: &str, value: Value| {
         let mut b = good.clone();
-        *b.pointer_mut(pointer).unwrap() = value;
+        let (parent, key) = pointer.rsplit_once('/').unwrap();
+        b.pointer_mut(parent)
+            .unwrap()
+            .as_object_mut()
+            .unwrap()
+            .insert(key.to_owned(), value);
         b
     };
     let without = |parent: &str, key: &str| {
@@ -595,6 +686,77 @@ async fn bad_creation_calls_name_their_field_and_change_nothing() {
             "kubernetes.namespace",
         ),
         (without("/kubernetes", "agent"), "kubernetes.agent"),
+        // GitLab 18's keys: an unknown key anywhere in the section is named, never dropped.
+        (
+            with("/kubernetes/dashbord", json!({})),
+            "kubernetes.dashbord",
+        ),
+        (
+            with(
+                "/kubernetes/dashboard",
+                json!({"namespace": "apps", "namspace": "x"}),
+            ),
+            "kubernetes.dashboard.namspace",
+        ),
+        (
+            with(
+                "/kubernetes/managed_resources",
+                json!({"enabled": true, "x": 1}),
+            ),
+            "kubernetes.managed_resources.x",
+        ),
+        (
+            with("/kubernetes/managed_resources", json!({"enabled": "yes"})),
+            "kubernetes.managed_resources.enabled",
+        ),
+        (
+            with("/kubernetes/dashboard", json!("apps")),
+            "kubernetes.dashboard",
+        ),
+        (
+            with(
+                "/kubernetes",
+                json!({"agent": "acme/agents:prod", "dashboard": {"namespace": "Apps"}}),
+            ),
+            "kubernetes.dashboard.namespace",
+        ),
+        (
+            with(
+                "/kubernetes",
+                json!({"agent": "acme/agents:prod", "dashboard": {"flux_resource_path": FLUX}}),
+            ),
+            "kubernetes.dashboard.namespace",
+        ),
+        // Set in both places: named by its deprecated place.
+        (
+            with("/kubernetes/dashboard", json!({"namespace": "apps"})),
+            "kubernetes.namespace",
+        ),
+        (
+            with("/kubernetes/flux_resource_path", json!("")),
+            "kubernetes.flux_resource_path",
+        ),
+        (
+            with(
+                "/kubernetes/flux_resource_path",
+                json!(format!("{FLUX}/{}", "x".repeat(200))),
+            ),
+            "kubernetes.flux_resource_path",
+        ),
+        (
+            with(
+                "/kubernetes",
+                json!({"agent": "acme/agents:prod", "dashboard": {"namespace": "apps", "flux_resource_path": "a\u{0}b"}}),
+            ),
+            "kubernetes.dashboard.flux_resource_path",
+        ),
+        (
+            with(
+                "/kubernetes",
+                json!({"agent": "acme/agents:prod", "flux_resource_path": FLUX}),
+            ),
+            "kubernetes.namespace",
+        ),
         (without("", "deployment"), "deployment"),
         (without("", "job"), "job"),
     ];

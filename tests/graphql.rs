@@ -384,6 +384,11 @@ thread_local! {
     static STATEMENTS: Cell<usize> = const { Cell::new(0) };
 }
 
+/// The statements this thread has run so far (see [`count_statements`]).
+pub(crate) fn statements() -> usize {
+    STATEMENTS.with(Cell::get)
+}
+
 /// Counts the statements sqlx runs, per thread: each test runs on its own current-thread
 /// runtime, the loaders' tasks included. Installed once, globally, because sqlx's log callsite
 /// is registered before any test-scoped subscriber could be, and would stay disabled.
@@ -397,7 +402,7 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for StatementCounter {
     }
 }
 
-fn count_statements() {
+pub(crate) fn count_statements() {
     static INSTALLED: Once = Once::new();
     INSTALLED.call_once(|| {
         let subscriber = tracing_subscriber::registry().with(StatementCounter);

@@ -8,6 +8,7 @@ mod auth;
 mod ci_deployments;
 mod deployments;
 mod embedded;
+mod gitlab_frontend;
 mod graphql;
 mod health_cli;
 mod identity;

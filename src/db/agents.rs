@@ -1,5 +1,6 @@
 //! SQL of cluster agents and their resolved `ci_access` / `user_access` authorizations.
 
+use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::{PgConnection, PgExecutor};
 
@@ -120,6 +121,23 @@ pub async fn replace_configuration(
     Ok(())
 }
 
+/// The access level of the user `u` to what the `user_access` entry `x` names, as the decision
+/// needs it: their effective access to a project (its own membership or an ancestor group's),
+/// or their membership of a group or one of its ancestors (a subgroup's does not count); NULL
+/// for none. Shared by the proxy's check (5.2) and GraphQL's `userAccessAuthorizedAgents`.
+pub(crate) const ENTRY_ACCESS_LEVEL: &str = "CASE WHEN x.project_id IS NOT NULL THEN
+        (SELECT max(m.access_level) FROM members m
+         WHERE m.user_id = u.id AND (
+            (m.source_type = 'project' AND m.source_id = x.project_id)
+            OR (m.source_type = 'group' AND m.source_id = ANY (
+                SELECT unnest(n.traversal_ids) FROM projects xp
+                JOIN namespaces n ON n.id = xp.namespace_id WHERE xp.id = x.project_id))))
+    ELSE
+        (SELECT max(m.access_level) FROM members m JOIN namespaces g ON g.id = x.group_id
+         WHERE m.user_id = u.id AND m.source_type = 'group'
+           AND m.source_id = ANY (g.traversal_ids))
+    END";
+
 /// What the `user_access` decision needs, in one statement: the agent, the user, and each
 /// `user_access` entry with the user's access to what it names.
 #[derive(Debug, sqlx::FromRow)]
@@ -147,31 +165,86 @@ pub async fn user_access(
     agent_id: i64,
     user_id: i64,
 ) -> Result<Option<UserAccessRows>> {
-    Ok(sqlx::query_as(
+    Ok(sqlx::query_as(&format!(
         "SELECT a.id, a.project_id, a.name, p.full_path AS project_full_path, u.username, u.admin,
             COALESCE((SELECT jsonb_agg(jsonb_build_object(
                 'project_id', x.project_id, 'group_id', x.group_id,
                 'access_as', x.config -> 'access_as',
-                'access_level', CASE WHEN x.project_id IS NOT NULL THEN
-                    (SELECT max(m.access_level) FROM members m
-                     WHERE m.user_id = u.id AND (
-                        (m.source_type = 'project' AND m.source_id = x.project_id)
-                        OR (m.source_type = 'group' AND m.source_id = ANY (
-                            SELECT unnest(n.traversal_ids) FROM projects xp
-                            JOIN namespaces n ON n.id = xp.namespace_id WHERE xp.id = x.project_id))))
-                ELSE
-                    (SELECT max(m.access_level) FROM members m JOIN namespaces g ON g.id = x.group_id
-                     WHERE m.user_id = u.id AND m.source_type = 'group'
-                       AND m.source_id = ANY (g.traversal_ids))
-                END) ORDER BY x.project_id NULLS LAST, x.group_id)
+                'access_level', {ENTRY_ACCESS_LEVEL}) ORDER BY x.project_id NULLS LAST, x.group_id)
              FROM agent_user_access_authorizations x WHERE x.agent_id = a.id), '[]') AS entries
          FROM cluster_agents a
          JOIN projects p ON p.id = a.project_id
          JOIN users u ON u.id = $2
-         WHERE a.id = $1",
-    )
+         WHERE a.id = $1"
+    ))
     .bind(agent_id)
     .bind(user_id)
     .fetch_optional(db)
     .await?)
+}
+
+/// An agent token as GitLab reports it; never the secret.
+#[derive(Debug, Clone)]
+pub struct Token {
+    pub id: i64,
+    pub name: String,
+    pub description: Option<String>,
+    pub status: String,
+    pub created_at: DateTime<Utc>,
+    pub created_by_user_id: Option<i64>,
+    pub last_used_at: Option<DateTime<Utc>>,
+}
+
+/// Replaces the agent's tokens with `tokens`. A token id that another agent holds is a
+/// conflict: GitLab's token ids are unique across agents.
+pub async fn replace_tokens(
+    conn: &mut PgConnection,
+    agent_id: i64,
+    tokens: &[Token],
+) -> Result<()> {
+    sqlx::query("DELETE FROM cluster_agent_tokens WHERE agent_id = $1")
+        .bind(agent_id)
+        .execute(&mut *conn)
+        .await?;
+    let ids: Vec<i64> = tokens.iter().map(|t| t.id).collect();
+    let held: Option<(i64, i64)> = sqlx::query_as(
+        "SELECT id, agent_id FROM cluster_agent_tokens WHERE id = ANY ($1) ORDER BY id LIMIT 1",
+    )
+    .bind(&ids)
+    .fetch_optional(&mut *conn)
+    .await?;
+    if let Some((token, other)) = held {
+        return Err(Error::Conflict(format!(
+            "token {token} belongs to agent {other}: GitLab's token ids are unique"
+        )));
+    }
+    let names: Vec<&str> = tokens.iter().map(|t| t.name.as_str()).collect();
+    let descriptions: Vec<Option<&str>> = tokens.iter().map(|t| t.description.as_deref()).collect();
+    let statuses: Vec<&str> = tokens.iter().map(|t| t.status.as_str()).collect();
+    let created: Vec<DateTime<Utc>> = tokens.iter().map(|t| t.created_at).collect();
+    let creators: Vec<Option<i64>> = tokens.iter().map(|t| t.created_by_user_id).collect();
+    let used: Vec<Option<DateTime<Utc>>> = tokens.iter().map(|t| t.last_used_at).collect();
+    sqlx::query(
+        "INSERT INTO cluster_agent_tokens
+             (agent_id, id, name, description, status, created_at, created_by_user_id, last_used_at)
+         SELECT $1, * FROM UNNEST($2::bigint[], $3::text[], $4::text[], $5::text[], $6::timestamptz[],
+                                  $7::bigint[], $8::timestamptz[])",
+    )
+    .bind(agent_id)
+    .bind(&ids)
+    .bind(&names)
+    .bind(&descriptions)
+    .bind(&statuses)
+    .bind(&created)
+    .bind(&creators)
+    .bind(&used)
+    .execute(conn)
+    .await
+    .map_err(|e| match violated_constraint(&e) {
+        Some("cluster_agent_tokens_pkey") => Error::Conflict(format!(
+            "a token of agent {agent_id} belongs to another agent: GitLab's token ids are unique"
+        )),
+        _ => e.into(),
+    })?;
+    Ok(())
 }

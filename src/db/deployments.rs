@@ -8,36 +8,41 @@ use crate::error::{Error, Result};
 use crate::gitlab::agent_config::CiAccessEntry;
 use crate::gitlab::deployment_status::{DeploymentStatus, StatusReport};
 
-/// The recorded outcome of a deployment's first creation call.
+/// The recorded outcome of a deployment's first creation call: what it asked for, and why no
+/// `agent_deployments` row was written (`None` when one was).
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct Creation {
     pub agent: Option<String>,
     pub namespace: Option<String>,
+    pub flux_resource_path: Option<String>,
     pub reason: Option<String>,
 }
 
-/// Claims the creation of `deployment_id` for this request; `Some` with the earlier outcome
-/// when another request claimed it first (waiting for that one to commit or roll back).
+/// Claims the creation of `deployment_id` for this request, recording what it asks for; `Some`
+/// with the earlier outcome when another request claimed it first (waiting for that one to
+/// commit or roll back).
 pub async fn claim_creation(
     conn: &mut PgConnection,
     deployment_id: i64,
-    agent: Option<&str>,
-    namespace: Option<&str>,
+    requested: &Creation,
 ) -> Result<Option<Creation>> {
     let claimed = sqlx::query(
-        "INSERT INTO deployment_creations (deployment_id, agent, namespace) VALUES ($1, $2, $3)
+        "INSERT INTO deployment_creations (deployment_id, agent, namespace, flux_resource_path)
+         VALUES ($1, $2, $3, $4)
          ON CONFLICT (deployment_id) DO NOTHING",
     )
     .bind(deployment_id)
-    .bind(agent)
-    .bind(namespace)
+    .bind(&requested.agent)
+    .bind(&requested.namespace)
+    .bind(&requested.flux_resource_path)
     .execute(&mut *conn)
     .await?;
     if claimed.rows_affected() == 1 {
         return Ok(None);
     }
     let earlier = sqlx::query_as(
-        "SELECT agent, namespace, reason FROM deployment_creations WHERE deployment_id = $1",
+        "SELECT agent, namespace, flux_resource_path, reason FROM deployment_creations
+         WHERE deployment_id = $1",
     )
     .bind(deployment_id)
     .fetch_one(conn)
@@ -269,28 +274,40 @@ pub async fn ci_access_entries(
     Ok((project, groups))
 }
 
+/// A deployment's `agent_deployments` row (without the deployment id).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct AgentDeployment {
+    pub agent_id: i64,
+    pub kubernetes_namespace: String,
+    pub flux_resource_path: Option<String>,
+}
+
 pub async fn insert_agent_deployment(
     conn: &mut PgConnection,
     deployment_id: i64,
-    agent_id: i64,
-    namespace: &str,
+    row: &AgentDeployment,
 ) -> Result<()> {
-    sqlx::query("INSERT INTO agent_deployments (deployment_id, agent_id, kubernetes_namespace) VALUES ($1, $2, $3)")
-        .bind(deployment_id)
-        .bind(agent_id)
-        .bind(namespace)
-        .execute(conn)
-        .await?;
+    sqlx::query(
+        "INSERT INTO agent_deployments (deployment_id, agent_id, kubernetes_namespace, flux_resource_path)
+         VALUES ($1, $2, $3, $4)",
+    )
+    .bind(deployment_id)
+    .bind(row.agent_id)
+    .bind(&row.kubernetes_namespace)
+    .bind(&row.flux_resource_path)
+    .execute(conn)
+    .await?;
     Ok(())
 }
 
-/// The deployment's `agent_deployments` row: agent id and namespace.
+/// The deployment's `agent_deployments` row.
 pub async fn agent_deployment(
     conn: &mut PgConnection,
     deployment_id: i64,
-) -> Result<Option<(i64, String)>> {
+) -> Result<Option<AgentDeployment>> {
     Ok(sqlx::query_as(
-        "SELECT agent_id, kubernetes_namespace FROM agent_deployments WHERE deployment_id = $1",
+        "SELECT agent_id, kubernetes_namespace, flux_resource_path FROM agent_deployments
+         WHERE deployment_id = $1",
     )
     .bind(deployment_id)
     .fetch_optional(conn)

@@ -8,6 +8,7 @@ pub mod embedded;
 pub mod identity;
 pub mod lease;
 pub mod read;
+pub mod read_agents;
 
 use std::str::FromStr;
 use std::time::{Duration, Instant};

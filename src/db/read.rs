@@ -86,6 +86,7 @@ pub struct AgentDeploymentRow {
     pub deployment_id: i64,
     pub agent_id: i64,
     pub kubernetes_namespace: String,
+    pub flux_resource_path: Option<String>,
 }
 
 const ENVIRONMENT_COLUMNS: &str = "e.id, e.project_id, e.name, e.slug, e.tier, e.state";
@@ -241,6 +242,7 @@ struct DeploymentWithAgentColumns {
     deployment: DeploymentRow,
     agent_id: Option<i64>,
     kubernetes_namespace: Option<String>,
+    flux_resource_path: Option<String>,
     agent_project_id: Option<i64>,
     agent_name: Option<String>,
     agent_created_at: Option<DateTime<Utc>>,
@@ -277,6 +279,7 @@ impl From<DeploymentWithAgentColumns> for DeploymentWithAgent {
                     deployment_id: d,
                     agent_id: id,
                     kubernetes_namespace: ns,
+                    flux_resource_path: c.flux_resource_path,
                 },
                 AgentRow {
                     id,
@@ -304,7 +307,7 @@ impl From<DeploymentWithAgentColumns> for DeploymentWithAgent {
 /// `READABLE` takes `$1` and `$2`.
 fn with_agent(from: &str) -> String {
     format!(
-        "SELECT {DEPLOYMENT_COLUMNS}, ad.agent_id, ad.kubernetes_namespace,
+        "SELECT {DEPLOYMENT_COLUMNS}, ad.agent_id, ad.kubernetes_namespace, ad.flux_resource_path,
                 a.project_id AS agent_project_id, a.name AS agent_name, a.created_at AS agent_created_at,
                 p.path AS agent_project_path, p.full_path AS agent_project_full_path,
                 {READABLE} AS agent_project_readable
@@ -350,7 +353,8 @@ pub async fn agent_deployments(
     deployment_ids: &[i64],
 ) -> Result<Vec<AgentDeploymentRow>> {
     Ok(sqlx::query_as(
-        "SELECT deployment_id, agent_id, kubernetes_namespace FROM agent_deployments WHERE deployment_id = ANY ($1)",
+        "SELECT deployment_id, agent_id, kubernetes_namespace, flux_resource_path FROM agent_deployments
+         WHERE deployment_id = ANY ($1)",
     )
     .bind(deployment_ids)
     .fetch_all(db)
@@ -459,6 +463,26 @@ pub async fn environment_deployments(
     .bind(statuses)
     .bind(before)
     .bind(limit)
+    .fetch_all(db)
+    .await?)
+}
+
+/// GitLab's cap on the deployments it counts for display (`EnvironmentPresenter`).
+pub const DEPLOYMENTS_COUNTED: i64 = 1000;
+
+/// The number of deployments of each environment, counting no further than
+/// [`DEPLOYMENTS_COUNTED`]: one short index range each.
+pub async fn deployment_counts(
+    db: impl PgExecutor<'_>,
+    environment_ids: &[i64],
+) -> Result<Vec<(i64, i64)>> {
+    Ok(sqlx::query_as(
+        "SELECT k.environment_id, (SELECT count(*) FROM (
+                    SELECT 1 FROM deployments d WHERE d.environment_id = k.environment_id LIMIT $2) c)
+         FROM UNNEST($1::bigint[]) AS k(environment_id)",
+    )
+    .bind(environment_ids)
+    .bind(DEPLOYMENTS_COUNTED)
     .fetch_all(db)
     .await?)
 }

@@ -11,16 +11,53 @@ pub struct Job<'a> {
     pub protected_ref: bool,
 }
 
-/// The agent's `ci_access` entries that could apply to the job's project.
-#[derive(Debug, Clone, Default)]
-pub struct CiAuthorizations {
-    /// The agent's own configuration project is the job's project.
+/// The agent's `ci_access` entries that could apply to a project: `E` is the entry as the
+/// caller holds it (parsed for a job's check, its stored JSON for GraphQL's
+/// `ciAccessAuthorizedAgents`).
+#[derive(Debug, Clone)]
+pub struct CiAuthorizations<E = CiAccessEntry> {
+    /// The agent's own configuration project is the project.
     pub is_config_project: bool,
-    /// An entry naming the job's project.
-    pub project: Option<CiAccessEntry>,
-    /// Entries naming an ancestor group of the job's project, with the group's depth (1 for a
+    /// An entry naming the project.
+    pub project: Option<E>,
+    /// Entries naming an ancestor group of the project, with the group's depth (1 for a
     /// top-level group).
-    pub groups: Vec<(usize, CiAccessEntry)>,
+    pub groups: Vec<(usize, E)>,
+}
+
+impl<E> Default for CiAuthorizations<E> {
+    fn default() -> Self {
+        CiAuthorizations {
+            is_config_project: false,
+            project: None,
+            groups: Vec::new(),
+        }
+    }
+}
+
+/// The authorization that wins for a project.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CiMatch<'a, E> {
+    /// The agent's configuration project: always authorized, unrestricted.
+    ConfigProject,
+    /// A `ci_access` entry, for the project or its nearest listed ancestor group.
+    Entry(&'a E),
+}
+
+/// GitLab's `ci_access` rule for a project: the first authorization wins, in the order
+/// explicit project entry, the agent's configuration project, the nearest ancestor group.
+/// `None` when nothing authorizes the project. Deployment creation (SPEC 4.3) then applies
+/// the winning entry's restrictions to the job ([`ci_access`]); GraphQL's
+/// `ciAccessAuthorizedAgents` lists the agent with that entry.
+pub fn ci_authorization<E>(auth: &CiAuthorizations<E>) -> Option<CiMatch<'_, E>> {
+    if let Some(entry) = &auth.project {
+        Some(CiMatch::Entry(entry))
+    } else if auth.is_config_project {
+        Some(CiMatch::ConfigProject)
+    } else {
+        let nearest = auth.groups.iter().max_by_key(|(depth, _)| *depth);
+        nearest.map(|(_, entry)| CiMatch::Entry(entry))
+    }
 }
 
 /// Why the job may not use the agent, in words for the person reading the CI job.
@@ -55,22 +92,17 @@ impl Refusal {
     }
 }
 
-/// GitLab's `ci_access` rule: the first authorization wins, in the order explicit project
-/// entry, the agent's configuration project (always authorized, unrestricted), the nearest
-/// ancestor group; then that entry's `environments` and `protected_branches_only` apply.
+/// GitLab's `ci_access` rule for a deployment job: the authorization that wins for its project
+/// ([`ci_authorization`]), then that entry's `environments` and `protected_branches_only`.
 /// Returns the winning entry (`None` for the configuration project).
 pub fn ci_access<'a>(
     job: &Job,
     auth: &'a CiAuthorizations,
 ) -> Result<Option<&'a CiAccessEntry>, Refusal> {
-    let entry = if let Some(entry) = &auth.project {
-        entry
-    } else if auth.is_config_project {
-        return Ok(None);
-    } else if let Some((_, entry)) = auth.groups.iter().max_by_key(|(depth, _)| *depth) {
-        entry
-    } else {
-        return Err(Refusal::NotAuthorized);
+    let entry = match ci_authorization(auth) {
+        None => return Err(Refusal::NotAuthorized),
+        Some(CiMatch::ConfigProject) => return Ok(None),
+        Some(CiMatch::Entry(entry)) => entry,
     };
     if let Some(patterns) = entry.environments.as_ref().filter(|p| !p.is_empty()) {
         if !patterns
@@ -200,6 +232,25 @@ pub fn user_access(
         }
     }
     (!granted.projects.is_empty() || !granted.groups.is_empty()).then_some(granted)
+}
+
+/// GitLab's `user_access` rule for one project, as GraphQL's `userAccessAuthorizedAgents` asks
+/// it: [`user_access`] itself, over the agent's entries that cover the project (its own entry,
+/// then those of its ancestor groups, nearest first). Returns the position in `entries` of the
+/// first entry the user qualifies through, whose configuration is shown; `None` is a refusal.
+pub fn user_access_for_project(
+    admin: bool,
+    access_as: Option<AccessAs>,
+    entries: &[UserAccessEntry],
+) -> Option<usize> {
+    let granted = user_access(admin, access_as, entries)?;
+    entries.iter().position(|entry| {
+        let through = match entry.kind {
+            SourceKind::Project => &granted.projects,
+            SourceKind::Group => &granted.groups,
+        };
+        through.iter().any(|(id, _)| *id == entry.id)
+    })
 }
 
 #[cfg(test)]
@@ -392,5 +443,49 @@ mod tests {
         assert_eq!(AccessAs::from_config(Some(&json!(null))), None);
         assert_eq!(AccessAs::from_config(Some(&json!({}))), None);
         assert_eq!(AccessAs::from_config(None), None);
+    }
+
+    #[test]
+    fn user_access_for_a_project_shows_the_entry_that_admits() {
+        use SourceKind::{Group, Project};
+        let user = Some(AccessAs::User);
+        // The project's own entry admits: it is the one shown.
+        let entries = [grant(Project, 11, Some(30)), grant(Group, 2, Some(40))];
+        assert_eq!(user_access_for_project(false, user, &entries), Some(0));
+        // A reporter of the project, developer through its nearest group.
+        let entries = [
+            grant(Project, 11, Some(20)),
+            grant(Group, 2, Some(30)),
+            grant(Group, 1, Some(30)),
+        ];
+        assert_eq!(user_access_for_project(false, user, &entries), Some(1));
+        // No entry admits; no access_as; no entry at all.
+        let reporter = [grant(Project, 11, Some(20)), grant(Group, 1, None)];
+        assert_eq!(user_access_for_project(false, user, &reporter), None);
+        assert_eq!(user_access_for_project(true, None, &reporter), None);
+        assert_eq!(user_access_for_project(true, user, &[]), None);
+        // An admin is admitted through the first entry.
+        assert_eq!(user_access_for_project(true, user, &reporter), Some(0));
+    }
+
+    #[test]
+    fn the_winning_ci_authorization_of_a_project() {
+        let auth = CiAuthorizations {
+            is_config_project: true,
+            project: None,
+            groups: vec![(1, "top"), (2, "sub")],
+        };
+        assert_eq!(ci_authorization(&auth), Some(CiMatch::ConfigProject));
+        let auth = CiAuthorizations {
+            is_config_project: false,
+            ..auth
+        };
+        assert_eq!(ci_authorization(&auth), Some(CiMatch::Entry(&"sub")));
+        let auth = CiAuthorizations {
+            project: Some("own"),
+            ..auth
+        };
+        assert_eq!(ci_authorization(&auth), Some(CiMatch::Entry(&"own")));
+        assert_eq!(ci_authorization(&CiAuthorizations::<&str>::default()), None);
     }
 }

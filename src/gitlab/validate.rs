@@ -111,6 +111,103 @@ pub fn dns_label(field: &str, value: &str) -> Result<()> {
     }
 }
 
+/// GitLab's bounds for a Flux resource path (its `environment:kubernetes:dashboard` schema: 1 to
+/// 255 characters, the length of the environment's column).
+pub const FLUX_RESOURCE_PATH_MAX: usize = 255;
+
+/// A Flux resource path, checked as GitLab checks it: a string of 1 to 255 characters (its
+/// `dashboard` schema and `Environment` model). The dashboard reads it as
+/// `<group>/<version>/namespaces/<namespace>/<plural>/<name>` (GitLab's documented example:
+/// `helm.toolkit.fluxcd.io/v2/namespaces/flux-system/helmreleases/helm-release-resource`), but
+/// GitLab does not check that shape, and its own examples and specs use others
+/// (`path/to/flux/resource`): refusing them would lose a deployment that GitLab ran.
+pub fn flux_resource_path(field: &str, value: &str) -> Result<()> {
+    if value.is_empty() {
+        return Err(Error::invalid(
+            field,
+            "must not be empty: a Flux resource path like \
+             `helm.toolkit.fluxcd.io/v2/namespaces/flux-system/helmreleases/web`",
+        ));
+    }
+    text(field, value, FLUX_RESOURCE_PATH_MAX)
+}
+
+/// The namespace and Flux resource path of a deploy job's `environment:kubernetes`, at one of
+/// the two places GitLab takes them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DashboardKeys<'a> {
+    pub namespace: Option<&'a str>,
+    pub flux_resource_path: Option<&'a str>,
+}
+
+/// GitLab's rules for those keys (its `Entry::Kubernetes` and `dashboard` schema): GitLab 18.4
+/// moved `namespace` and `flux_resource_path` under `dashboard` and deprecated the old places;
+/// a key set in both is refused, `dashboard` needs its `namespace`, and the deprecated
+/// `flux_resource_path` needs the deprecated `namespace`. Returns the keys in effect.
+pub fn kubernetes_dashboard<'a>(
+    deprecated: DashboardKeys<'a>,
+    dashboard: Option<DashboardKeys<'a>>,
+) -> Result<DashboardKeys<'a>> {
+    const SECTION: &str = "kubernetes";
+    let moved = dashboard.unwrap_or_default();
+    for (key, old, new) in [
+        ("namespace", deprecated.namespace, moved.namespace),
+        (
+            "flux_resource_path",
+            deprecated.flux_resource_path,
+            moved.flux_resource_path,
+        ),
+    ] {
+        if old.is_some() && new.is_some() {
+            return Err(Error::invalid(
+                format!("{SECTION}.{key}"),
+                format!("cannot be set when {SECTION}.dashboard.{key} is set: GitLab 18.4 moved it there"),
+            ));
+        }
+    }
+    if dashboard.is_some() && moved.namespace.is_none() {
+        return Err(Error::invalid(
+            format!("{SECTION}.dashboard.namespace"),
+            "is required when kubernetes.dashboard is set",
+        ));
+    }
+    if deprecated.flux_resource_path.is_some() && deprecated.namespace.is_none() {
+        return Err(Error::invalid(
+            format!("{SECTION}.namespace"),
+            "is required when kubernetes.flux_resource_path is set",
+        ));
+    }
+    for (place, keys) in [
+        (SECTION.to_owned(), deprecated),
+        (format!("{SECTION}.dashboard"), moved),
+    ] {
+        if let Some(namespace) = keys.namespace {
+            dns_label(&format!("{place}.namespace"), namespace)?;
+        }
+        if let Some(path) = keys.flux_resource_path {
+            flux_resource_path(&format!("{place}.flux_resource_path"), path)?;
+        }
+    }
+    Ok(DashboardKeys {
+        namespace: moved.namespace.or(deprecated.namespace),
+        flux_resource_path: moved.flux_resource_path.or(deprecated.flux_resource_path),
+    })
+}
+
+/// Free text for a column of `max` characters: no NUL (PostgreSQL cannot store it).
+pub fn text(field: &str, value: &str, max: usize) -> Result<()> {
+    if value.contains('\0') {
+        Err(Error::invalid(field, "must not contain NUL characters"))
+    } else if value.chars().count() > max {
+        Err(Error::invalid(
+            field,
+            format!("must be at most {max} characters"),
+        ))
+    } else {
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -146,5 +243,109 @@ mod tests {
         assert_eq!(access_level_name("f", "Minimal Access").unwrap(), 5);
         assert!(access_level_name("f", "Admin").is_err());
         assert!(access_level("f", 25).is_err());
+    }
+
+    #[test]
+    fn flux_resource_paths() {
+        for good in [
+            "kustomize.toolkit.fluxcd.io/v1/namespaces/flux-system/kustomizations/app",
+            // GitLab checks only the length; its own specs and docs use these.
+            "path/to/flux/resource",
+            "HelmRelease/flux-system",
+            &"p".repeat(FLUX_RESOURCE_PATH_MAX),
+        ] {
+            assert!(flux_resource_path("f", good).is_ok(), "{good:?} refused");
+        }
+        for bad in ["", &"p".repeat(FLUX_RESOURCE_PATH_MAX + 1), "a\0b"] {
+            assert!(flux_resource_path("f", bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn texts() {
+        assert!(text("f", "héllo", 5).is_ok());
+        assert!(text("f", "héllo!", 5).is_err());
+        assert!(text("f", "a\0b", 5).is_err());
+    }
+
+    fn keys<'a>(namespace: Option<&'a str>, flux: Option<&'a str>) -> DashboardKeys<'a> {
+        DashboardKeys {
+            namespace,
+            flux_resource_path: flux,
+        }
+    }
+
+    fn refused_field(result: Result<DashboardKeys<'_>>) -> String {
+        match result {
+            Err(Error::Invalid { field, .. }) => field,
+            other => panic!("accepted: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn both_shapes_of_the_kubernetes_section() {
+        const FLUX: &str =
+            "kustomize.toolkit.fluxcd.io/v1/namespaces/flux-system/kustomizations/web";
+        let none = DashboardKeys::default();
+        // The deprecated keys, the new ones, and nothing at all.
+        assert_eq!(
+            kubernetes_dashboard(keys(Some("web"), Some(FLUX)), None).unwrap(),
+            keys(Some("web"), Some(FLUX))
+        );
+        assert_eq!(
+            kubernetes_dashboard(none, Some(keys(Some("web"), Some(FLUX)))).unwrap(),
+            keys(Some("web"), Some(FLUX))
+        );
+        assert_eq!(kubernetes_dashboard(none, None).unwrap(), none);
+        // A key in both places is refused by its old name, whatever the values.
+        assert_eq!(
+            refused_field(kubernetes_dashboard(
+                keys(Some("web"), None),
+                Some(keys(Some("web"), None))
+            )),
+            "kubernetes.namespace"
+        );
+        assert_eq!(
+            refused_field(kubernetes_dashboard(
+                keys(None, Some(FLUX)),
+                Some(keys(Some("web"), Some(FLUX)))
+            )),
+            "kubernetes.flux_resource_path"
+        );
+        // dashboard needs its namespace; the deprecated path needs the deprecated namespace.
+        assert_eq!(
+            refused_field(kubernetes_dashboard(none, Some(keys(None, Some(FLUX))))),
+            "kubernetes.dashboard.namespace"
+        );
+        assert_eq!(
+            refused_field(kubernetes_dashboard(keys(None, Some(FLUX)), None)),
+            "kubernetes.namespace"
+        );
+        assert_eq!(
+            refused_field(kubernetes_dashboard(
+                keys(None, Some(FLUX)),
+                Some(keys(Some("web"), None))
+            )),
+            "kubernetes.namespace"
+        );
+        // Values are checked where they stand.
+        assert_eq!(
+            refused_field(kubernetes_dashboard(none, Some(keys(Some("Web"), None)))),
+            "kubernetes.dashboard.namespace"
+        );
+        assert_eq!(
+            refused_field(kubernetes_dashboard(
+                none,
+                Some(keys(Some("web"), Some("")))
+            )),
+            "kubernetes.dashboard.flux_resource_path"
+        );
+        assert_eq!(
+            refused_field(kubernetes_dashboard(
+                keys(Some("web"), Some(&"x".repeat(256))),
+                None
+            )),
+            "kubernetes.flux_resource_path"
+        );
     }
 }

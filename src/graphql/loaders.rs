@@ -16,7 +16,11 @@ use crate::db::read::{
     self, AgentDeploymentRow, AgentRow, DeploymentRow, DeploymentWithAgent, EnvironmentRow,
     ProjectRow, Viewer,
 };
+use crate::db::read_agents::{self, TokenRow};
 use crate::error::Error;
+use crate::gitlab::access::{
+    self, AccessAs, CiAuthorizations, CiMatch, SourceKind, UserAccessEntry,
+};
 
 /// Loader errors must be `Clone`.
 pub type LoadError = Arc<crate::error::Error>;
@@ -346,5 +350,193 @@ impl Loader<AgentId> for Db {
             read::agents(&mut **self.conn().await?, &ids).await?,
             |a| AgentId(a.id),
         ))
+    }
+}
+
+/// The number of deployments of an environment, counted up to `read::DEPLOYMENTS_COUNTED`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DeploymentCount(pub i64);
+
+impl Loader<DeploymentCount> for Db {
+    type Value = i64;
+    type Error = LoadError;
+
+    async fn load(
+        &self,
+        keys: &[DeploymentCount],
+    ) -> Result<HashMap<DeploymentCount, i64>, LoadError> {
+        let ids: Vec<i64> = keys.iter().map(|k| k.0).collect();
+        let counts = read::deployment_counts(&mut **self.conn().await?, &ids).await?;
+        Ok(counts
+            .into_iter()
+            .map(|(id, count)| (DeploymentCount(id), count))
+            .collect())
+    }
+}
+
+/// A page of an agent's active tokens: `limit` of them after the token id `after`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct AgentTokens {
+    pub agent_id: i64,
+    pub after: Option<i64>,
+    pub limit: i64,
+}
+
+impl Loader<AgentTokens> for Db {
+    type Value = Vec<TokenRow>;
+    type Error = LoadError;
+
+    async fn load(
+        &self,
+        keys: &[AgentTokens],
+    ) -> Result<HashMap<AgentTokens, Vec<TokenRow>>, LoadError> {
+        // One statement per page asked for (in practice, one).
+        let mut pages: HashMap<(Option<i64>, i64), Vec<i64>> = HashMap::new();
+        for k in keys {
+            pages
+                .entry((k.after, k.limit))
+                .or_default()
+                .push(k.agent_id);
+        }
+        let viewer = self.viewer().await?;
+        let mut found: HashMap<AgentTokens, Vec<TokenRow>> =
+            keys.iter().map(|k| (*k, Vec::new())).collect();
+        for ((after, limit), agent_ids) in pages {
+            let rows = read_agents::active_tokens(
+                &mut **self.conn().await?,
+                viewer,
+                &agent_ids,
+                after,
+                limit,
+            )
+            .await?;
+            for row in rows {
+                let key = AgentTokens {
+                    agent_id: row.agent_id,
+                    after,
+                    limit,
+                };
+                found.entry(key).or_default().push(row);
+            }
+        }
+        Ok(found)
+    }
+}
+
+/// An agent authorized for a project, with the configuration of the entry that authorizes it.
+#[derive(Debug, Clone)]
+pub struct AuthorizedAgent {
+    pub agent: AgentRow,
+    pub config: serde_json::Value,
+}
+
+/// The agents whose `ci_access` authorizes a project.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CiAccessAgents(pub i64);
+
+/// The agents whose `user_access` admits the viewer for a project.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct UserAccessAgents(pub i64);
+
+/// Consecutive rows of one (project, agent), in the order the statement gave them.
+fn per_project_and_agent<R>(
+    rows: Vec<R>,
+    key: impl Fn(&R) -> (i64, i64),
+) -> Vec<((i64, i64), Vec<R>)> {
+    let mut groups: Vec<((i64, i64), Vec<R>)> = Vec::new();
+    for row in rows {
+        let k = key(&row);
+        match groups.last_mut() {
+            Some((last, rows)) if *last == k => rows.push(row),
+            _ => groups.push((k, vec![row])),
+        }
+    }
+    groups
+}
+
+impl Loader<CiAccessAgents> for Db {
+    type Value = Vec<AuthorizedAgent>;
+    type Error = LoadError;
+
+    async fn load(
+        &self,
+        keys: &[CiAccessAgents],
+    ) -> Result<HashMap<CiAccessAgents, Vec<AuthorizedAgent>>, LoadError> {
+        let ids: Vec<i64> = keys.iter().map(|k| k.0).collect();
+        let rows = read_agents::ci_authorizations(&mut **self.conn().await?, &ids).await?;
+        let mut found: HashMap<CiAccessAgents, Vec<AuthorizedAgent>> =
+            keys.iter().map(|k| (*k, Vec::new())).collect();
+        for ((project_id, _), rows) in
+            per_project_and_agent(rows, |r| (r.for_project_id, r.agent.id))
+        {
+            let mut auth = CiAuthorizations::default();
+            let agent = rows[0].agent.clone();
+            for row in rows {
+                match (row.kind.as_str(), row.depth) {
+                    ("config", _) => auth.is_config_project = true,
+                    ("project", _) => auth.project = Some(row.config),
+                    (_, Some(depth)) => auth.groups.push((depth as usize, row.config)),
+                    (_, None) => {}
+                }
+            }
+            let config = match access::ci_authorization(&auth) {
+                None => continue,
+                Some(CiMatch::ConfigProject) => serde_json::json!({}),
+                Some(CiMatch::Entry(config)) => config.clone(),
+            };
+            found
+                .entry(CiAccessAgents(project_id))
+                .or_default()
+                .push(AuthorizedAgent { agent, config });
+        }
+        Ok(found)
+    }
+}
+
+impl Loader<UserAccessAgents> for Db {
+    type Value = Vec<AuthorizedAgent>;
+    type Error = LoadError;
+
+    async fn load(
+        &self,
+        keys: &[UserAccessAgents],
+    ) -> Result<HashMap<UserAccessAgents, Vec<AuthorizedAgent>>, LoadError> {
+        let ids: Vec<i64> = keys.iter().map(|k| k.0).collect();
+        let viewer = self.viewer().await?;
+        let rows =
+            read_agents::user_authorizations(&mut **self.conn().await?, viewer, &ids).await?;
+        let mut found: HashMap<UserAccessAgents, Vec<AuthorizedAgent>> =
+            keys.iter().map(|k| (*k, Vec::new())).collect();
+        for ((project_id, _), rows) in
+            per_project_and_agent(rows, |r| (r.for_project_id, r.agent.id))
+        {
+            // Every entry of an agent carries the section's `access_as`.
+            let access_as = AccessAs::from_config(rows[0].config.get("access_as"));
+            let entries: Vec<UserAccessEntry> = rows
+                .iter()
+                .map(|r| UserAccessEntry {
+                    kind: if r.kind == "project" {
+                        SourceKind::Project
+                    } else {
+                        SourceKind::Group
+                    },
+                    id: r.source_id,
+                    access_level: r.access_level,
+                })
+                .collect();
+            let Some(admitted) = access::user_access_for_project(viewer.admin, access_as, &entries)
+            else {
+                continue;
+            };
+            let row = &rows[admitted];
+            found
+                .entry(UserAccessAgents(project_id))
+                .or_default()
+                .push(AuthorizedAgent {
+                    agent: row.agent.clone(),
+                    config: row.config.clone(),
+                });
+        }
+        Ok(found)
     }
 }

@@ -1,5 +1,6 @@
 //! GraphQL at `POST /api/graphql` (SPEC 5.1), and its explorer at `GET /-/graphql-explorer`.
 
+mod agents;
 mod documents;
 mod loaders;
 mod plain;

@@ -11,15 +11,19 @@ use async_graphql::{
 use chrono::{DateTime, SecondsFormat, Utc};
 use tokio::sync::{MappedMutexGuard, OnceCell};
 
+use super::agents::{
+    self, ClusterAgentAuthorizationCiAccess, ClusterAgentAuthorizationUserAccess, ClusterAgentToken,
+};
 use super::loaders::{
-    feed_agents, load, AgentId, AgentOfDeployment, Db, EnvironmentName, LastDeployment, LoadError,
-    ProjectId,
+    feed_agents, load, AgentId, AgentOfDeployment, Db, DeploymentCount, EnvironmentName,
+    LastDeployment, LoadError, ProjectId,
 };
 use super::resource_group::{self, ResourceGroup};
 use crate::auth::CurrentUser;
 use crate::db::lease::Lease;
 use crate::db::read::{
-    self, AgentRow, DeploymentRow, EnvironmentFilter, EnvironmentRow, GroupRow, ProjectRow, Viewer,
+    self, AgentDeploymentRow, AgentRow, DeploymentRow, EnvironmentFilter, EnvironmentRow, GroupRow,
+    ProjectRow, Viewer,
 };
 use crate::error::Error;
 use crate::gitlab::deployment_status::DeploymentStatus;
@@ -120,14 +124,28 @@ const MAX_PAGE: i32 = 100;
 
 /// A page costs its size times what each node asks for, so the complexity limit bounds the
 /// rows a query can make the server load.
-fn page_cost(first: Option<i32>, child_complexity: usize) -> usize {
+pub(super) fn page_cost(first: Option<i32>, child_complexity: usize) -> usize {
     first.unwrap_or(DEFAULT_PAGE).clamp(0, MAX_PAGE) as usize * child_complexity
 }
 
 /// A page of `first` nodes after the cursor `after`, ordered by id; the cursor is the id.
 /// `fetch(after, limit)` returns up to `limit` nodes, one more than the page to tell whether
 /// another page follows.
-async fn page<N, F, Fut>(
+/// The `(after, limit)` that [`page`] asks its fetch for, given the arguments; `None` when it
+/// refuses them.
+pub(super) fn page_window(first: Option<i32>, after: Option<&str>) -> Option<(Option<i64>, i64)> {
+    let first = first.unwrap_or(DEFAULT_PAGE);
+    if !(0..=MAX_PAGE).contains(&first) {
+        return None;
+    }
+    let after = match after {
+        None => None,
+        Some(cursor) => Some(cursor.parse::<i64>().ok()?),
+    };
+    Some((after, first as i64 + 1))
+}
+
+pub(super) async fn page<N, F, Fut>(
     first: Option<i32>,
     after: Option<String>,
     fetch: F,
@@ -221,10 +239,16 @@ impl Project {
         &self.0.path
     }
 
-    async fn environment(&self, ctx: &Context<'_>, name: String) -> Result<Option<Environment>> {
-        if !self.0.readable {
+    /// The environment named `name`; `null` without a name (GitLab's argument is optional, and
+    /// its frontend declares `$environmentName: String`).
+    async fn environment(
+        &self,
+        ctx: &Context<'_>,
+        name: Option<String>,
+    ) -> Result<Option<Environment>> {
+        let Some(name) = name.filter(|_| self.0.readable) else {
             return Ok(None);
-        }
+        };
         let key = EnvironmentName(self.0.id, name);
         let rows = load(ctx, [key]).await.gql()?;
         Ok(rows.into_values().next().map(Environment::new))
@@ -275,6 +299,23 @@ impl Project {
         Ok(rows.into_iter().next().map(ClusterAgent))
     }
 
+    /// Authorized cluster agents for the project through the `ci_access` keyword.
+    async fn ci_access_authorized_agents(
+        &self,
+        ctx: &Context<'_>,
+    ) -> Result<Option<Connection<String, ClusterAgentAuthorizationCiAccess>>> {
+        agents::ci_access_authorized(ctx, &self.0).await
+    }
+
+    /// Authorized cluster agents for the project through the `user_access` keyword: those
+    /// that admit the signed-in user.
+    async fn user_access_authorized_agents(
+        &self,
+        ctx: &Context<'_>,
+    ) -> Result<Option<Connection<String, ClusterAgentAuthorizationUserAccess>>> {
+        agents::user_access_authorized(ctx, &self.0).await
+    }
+
     async fn cluster_agents(&self, ctx: &Context<'_>) -> Result<Connection<String, ClusterAgent>> {
         let rows = match self.0.readable {
             true => read::project_agents(&mut **conn(ctx).await?, self.0.id, None)
@@ -282,6 +323,8 @@ impl Project {
                 .gql()?,
             false => Vec::new(),
         };
+        let ids: Vec<i64> = rows.iter().map(|a| a.id).collect();
+        agents::preload_for_agents(ctx, node_fields(ctx).into_iter(), &ids).await?;
         let mut connection = Connection::new(false, false);
         connection.edges.extend(
             rows.into_iter()
@@ -342,7 +385,7 @@ impl Group {
 }
 
 /// The fields a page's nodes select, through `nodes` or `edges { node }`.
-fn node_fields<'a>(ctx: &'a Context<'_>) -> Vec<async_graphql::SelectionField<'a>> {
+pub(super) fn node_fields<'a>(ctx: &'a Context<'_>) -> Vec<async_graphql::SelectionField<'a>> {
     let look = ctx.look_ahead();
     let nodes = look.field("nodes").selection_fields();
     let edge_nodes = look.field("edges").field("node").selection_fields();
@@ -386,12 +429,19 @@ async fn preload_deployments(ctx: &Context<'_>, deployments: &[DeploymentRow]) -
 /// the nodes select is loaded.
 async fn preload(ctx: &Context<'_>, environments: &[EnvironmentRow]) -> Result<()> {
     let mut statuses = std::collections::BTreeSet::new();
-    let mut projects = false;
+    let mut projects = Vec::new();
+    let mut counts = false;
+    let mut agents = Vec::new();
     for field in node_fields(ctx) {
         match field.name() {
-            "clusterAgent" | "kubernetesNamespace" => {
+            "clusterAgent" => {
+                statuses.insert(DeploymentStatus::Success.as_str());
+                agents.push(field);
+            }
+            "kubernetesNamespace" | "fluxResourcePath" => {
                 statuses.insert(DeploymentStatus::Success.as_str());
             }
+            "deploymentsDisplayCount" => counts = true,
             "lastDeployment" => {
                 let arguments = field.arguments().ok().into_iter().flatten();
                 let status = arguments
@@ -403,21 +453,35 @@ async fn preload(ctx: &Context<'_>, environments: &[EnvironmentRow]) -> Result<(
                     }
                 }
             }
-            "project" => projects = true,
+            "project" => projects.push(field),
             _ => {}
         }
     }
     let loader = loader(ctx);
-    if projects {
+    if !projects.is_empty() {
+        let ids: Vec<i64> = environments.iter().map(|e| e.project_id).collect();
         loader
-            .load_many(environments.iter().map(|e| ProjectId(e.project_id)))
+            .load_many(ids.iter().copied().map(ProjectId))
             .await
             .gql()?;
+        let fields = projects.iter().flat_map(|p| p.selection_set());
+        agents::preload_for_projects(ctx, fields, &ids).await?;
+    }
+    if counts {
+        let keys = environments.iter().map(|e| DeploymentCount(e.id));
+        loader.load_many(keys).await.gql()?;
     }
     for status in statuses {
         // Their agents come with them.
         let keys = environments.iter().map(|e| LastDeployment(e.id, status));
-        feed_agents(loader, loader.load_many(keys).await.gql()?).await;
+        let last = feed_agents(loader, loader.load_many(keys).await.gql()?).await;
+        if status == DeploymentStatus::Success.as_str() && !agents.is_empty() {
+            let deployments = last.values().map(|d| AgentOfDeployment(d.id));
+            let rows = loader.load_many(deployments).await.gql()?;
+            let agent_ids: Vec<i64> = rows.values().flatten().map(|r| r.agent_id).collect();
+            let fields = agents.iter().flat_map(|a| a.selection_set());
+            agents::preload_for_agents(ctx, fields, &agent_ids).await?;
+        }
     }
     Ok(())
 }
@@ -457,8 +521,11 @@ impl Environment {
         }
     }
 
-    /// The agent and namespace of the last successful deployment.
-    async fn last_agent(&self, ctx: &Context<'_>) -> Result<Option<(AgentRow, String)>> {
+    /// The agent of the last successful deployment, with its `agent_deployments` row.
+    async fn last_agent(
+        &self,
+        ctx: &Context<'_>,
+    ) -> Result<Option<(AgentRow, AgentDeploymentRow)>> {
         match self.last(ctx, DeploymentStatus::Success).await? {
             Some(d) => deployment_agent(ctx, d.id).await,
             None => Ok(None),
@@ -469,7 +536,7 @@ impl Environment {
 async fn deployment_agent(
     ctx: &Context<'_>,
     deployment_id: i64,
-) -> Result<Option<(AgentRow, String)>> {
+) -> Result<Option<(AgentRow, AgentDeploymentRow)>> {
     let Some(row) = loader(ctx)
         .load_one(AgentOfDeployment(deployment_id))
         .await
@@ -479,7 +546,7 @@ async fn deployment_agent(
         return Ok(None);
     };
     let agent = loader(ctx).load_one(AgentId(row.agent_id)).await.gql()?;
-    Ok(agent.map(|a| (a, row.kubernetes_namespace)))
+    Ok(agent.map(|a| (a, row)))
 }
 
 pub(super) async fn project(ctx: &Context<'_>, id: i64) -> Result<Project> {
@@ -560,7 +627,30 @@ impl Environment {
 
     /// The namespace of the last successful deployment.
     async fn kubernetes_namespace(&self, ctx: &Context<'_>) -> Result<Option<String>> {
-        Ok(self.last_agent(ctx).await?.map(|(_, namespace)| namespace))
+        Ok(self
+            .last_agent(ctx)
+            .await?
+            .map(|(_, row)| row.kubernetes_namespace))
+    }
+
+    /// The Flux resource path of the last successful deployment (`environment:kubernetes:
+    /// dashboard:flux_resource_path`, or the deprecated `flux_resource_path`).
+    async fn flux_resource_path(&self, ctx: &Context<'_>) -> Result<Option<String>> {
+        Ok(self
+            .last_agent(ctx)
+            .await?
+            .and_then(|(_, row)| row.flux_resource_path))
+    }
+
+    /// The number of deployments, exact up to 999 and `999+` beyond, as GitLab shows it.
+    async fn deployments_display_count(&self, ctx: &Context<'_>) -> Result<Option<String>> {
+        let counts = load(ctx, [DeploymentCount(self.row.id)]).await.gql()?;
+        let count = counts.into_values().next().unwrap_or(0);
+        Ok(Some(if count >= read::DEPLOYMENTS_COUNTED {
+            format!("{}+", read::DEPLOYMENTS_COUNTED - 1)
+        } else {
+            count.to_string()
+        }))
     }
 
     /// The live resources of the last successful deployment's namespace, labelled for this
@@ -569,9 +659,11 @@ impl Environment {
     #[graphql(complexity = "resource_group::COST + child_complexity")]
     async fn resource_group(&self, ctx: &Context<'_>) -> Result<Option<ResourceGroup>> {
         match self.last_agent(ctx).await? {
-            Some((agent, namespace)) => resource_group::load(ctx, &self.row, agent, namespace)
-                .await
-                .map(Some),
+            Some((agent, row)) => {
+                resource_group::load(ctx, &self.row, agent, row.kubernetes_namespace)
+                    .await
+                    .map(Some)
+            }
             None => Ok(None),
         }
     }
@@ -622,7 +714,10 @@ impl Deployment {
     async fn agent(&self, ctx: &Context<'_>) -> Result<Option<DeploymentAgent>> {
         Ok(deployment_agent(ctx, self.0.id)
             .await?
-            .map(|(agent, namespace)| DeploymentAgent { agent, namespace }))
+            .map(|(agent, row)| DeploymentAgent {
+                agent,
+                namespace: row.kubernetes_namespace,
+            }))
     }
 }
 
@@ -686,5 +781,16 @@ impl ClusterAgent {
 
     async fn created_at(&self) -> Option<Time> {
         Some(Time(self.0.created_at))
+    }
+
+    /// Tokens associated with the cluster agent: its active ones, as GitLab reports them.
+    #[graphql(complexity = "page_cost(first, child_complexity)")]
+    async fn tokens(
+        &self,
+        ctx: &Context<'_>,
+        first: Option<i32>,
+        after: Option<String>,
+    ) -> Result<Option<Connection<String, ClusterAgentToken>>> {
+        agents::tokens(ctx, &self.0, first, after).await.map(Some)
     }
 }

@@ -57,7 +57,8 @@ fn shape_error(e: serde_path_to_error::Error<serde_json::Error>, prefix: &str) -
         return Error::BadRequest(format!("malformed JSON: {inner}"));
     }
     let message = strip_position(&inner.to_string());
-    // serde names a missing field in the message, at the path of the object that lacks it.
+    // serde names a missing field in the message, at the path of the object that lacks it (an
+    // unknown field's path names the field itself).
     let field = match missing_field(&message) {
         Some(name) if path.is_empty() => name.to_owned(),
         Some(name) => format!("{path}.{name}"),
@@ -116,5 +117,28 @@ mod tests {
         assert_eq!(field_of(r#"{}"#), (422, "items".into()));
         assert_eq!(field_of(r#"{"items": [}"#), (400, String::new()));
         assert_eq!(field_of(""), (400, String::new()));
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[allow(dead_code)]
+    struct Strict {
+        section: StrictInner,
+    }
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct StrictInner {
+        known: Option<i64>,
+    }
+
+    #[test]
+    fn names_an_unknown_field() {
+        match parse::<Strict>(br#"{"section": {"known": 1, "dashbord": {}}}"#).unwrap_err() {
+            Error::Invalid { field, message } => {
+                assert_eq!(field, "section.dashbord");
+                assert!(message.starts_with("unknown field `dashbord`"), "{message}");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
     }
 }

@@ -6,6 +6,7 @@ use std::collections::HashSet;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json as JsonResponse;
+use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -30,10 +31,7 @@ pub async fn put_agent(
     Path(id): Path<String>,
     Json(body): Json<AgentBody>,
 ) -> Result<(StatusCode, JsonResponse<Value>)> {
-    let id: i64 = id
-        .parse()
-        .map_err(|_| Error::invalid("id", format!("`{id}` is not an agent id")))?;
-    validate::positive("id", id)?;
+    let id = agent_id(&id)?;
     validate::positive("project_id", body.project_id)?;
     validate::dns_label("name", &body.name)?;
     if !db::project_exists(&state.db, body.project_id).await? {
@@ -198,4 +196,131 @@ fn counts(rows: &[Authorization]) -> Value {
         "projects": rows.iter().filter(|r| r.project_id.is_some()).count(),
         "groups": rows.iter().filter(|r| r.group_id.is_some()).count(),
     })
+}
+
+/// One of the agent's tokens as GitLab's REST API answers it (`GET
+/// /projects/:id/cluster_agents/:agent_id/tokens`, and `.../tokens/:token_id` with
+/// `last_used_at`). Other keys are ignored; the secret `token` of a creation answer is never
+/// read.
+#[derive(Debug, Deserialize)]
+pub struct TokenIn {
+    id: i64,
+    name: String,
+    #[serde(default)]
+    description: Option<String>,
+    /// When present, the agent of the path.
+    #[serde(default)]
+    agent_id: Option<i64>,
+    status: String,
+    created_at: DateTime<Utc>,
+    /// An integer in GitLab's examples, a string in its table: either is taken.
+    #[serde(default)]
+    created_by_user_id: Option<UserId>,
+    #[serde(default)]
+    last_used_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum UserId {
+    Number(i64),
+    Text(String),
+}
+
+/// GitLab's limits of a token's name and description.
+const TOKEN_NAME_MAX: usize = 255;
+const TOKEN_DESCRIPTION_MAX: usize = 1024;
+
+impl TokenIn {
+    fn validate(self, i: usize, agent_id: i64, seen: &mut HashSet<i64>) -> Result<db::Token> {
+        let field = |name: &str| format!("[{i}].{name}");
+        validate::positive(&field("id"), self.id)?;
+        if !seen.insert(self.id) {
+            return Err(Error::invalid(
+                field("id"),
+                format!("token {} is listed twice", self.id),
+            ));
+        }
+        validate::non_empty(&field("name"), &self.name)?;
+        validate::text(&field("name"), &self.name, TOKEN_NAME_MAX)?;
+        if let Some(description) = &self.description {
+            validate::text(&field("description"), description, TOKEN_DESCRIPTION_MAX)?;
+        }
+        if let Some(other) = self.agent_id.filter(|a| *a != agent_id) {
+            return Err(Error::invalid(
+                field("agent_id"),
+                format!(
+                    "token {} is agent {other}'s, not agent {agent_id}'s",
+                    self.id
+                ),
+            ));
+        }
+        if !matches!(self.status.as_str(), "active" | "revoked") {
+            return Err(Error::invalid(
+                field("status"),
+                format!("`{}` is not one of active, revoked", self.status),
+            ));
+        }
+        let created_by_user_id = match self.created_by_user_id {
+            None => None,
+            Some(UserId::Number(id)) => Some(id),
+            Some(UserId::Text(text)) => Some(text.parse().map_err(|_| {
+                Error::invalid(
+                    field("created_by_user_id"),
+                    format!("`{text}` is not a user id"),
+                )
+            })?),
+        };
+        if let Some(user) = created_by_user_id {
+            validate::positive(&field("created_by_user_id"), user)?;
+        }
+        Ok(db::Token {
+            id: self.id,
+            name: self.name,
+            description: self.description,
+            status: self.status,
+            created_at: self.created_at,
+            created_by_user_id,
+            last_used_at: self.last_used_at,
+        })
+    }
+}
+
+/// `PUT /api/v4/internal/kubernetes/agents/{id}/tokens`: the agent's tokens as GitLab lists
+/// them, replacing those it had, in one transaction.
+pub async fn put_tokens(
+    _: Internal,
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Json(body): Json<Vec<TokenIn>>,
+) -> Result<JsonResponse<Value>> {
+    let agent_id = agent_id(&id)?;
+    let mut seen = HashSet::new();
+    let tokens = body
+        .into_iter()
+        .enumerate()
+        .map(|(i, t)| t.validate(i, agent_id, &mut seen))
+        .collect::<Result<Vec<_>>>()?;
+    let mut tx = state.db.begin().await?;
+    if db::find(&mut *tx, agent_id).await?.is_none() {
+        return Err(Error::NotFound(format!(
+            "agent {agent_id} is not registered"
+        )));
+    }
+    db::replace_tokens(&mut tx, agent_id, &tokens).await?;
+    tx.commit().await?;
+    Ok(JsonResponse(json!({
+        "agent_id": agent_id,
+        "tokens": tokens.len(),
+        "active": tokens.iter().filter(|t| t.status == "active").count(),
+    })))
+}
+
+/// The `{id}` of an agent's path.
+fn agent_id(id: &str) -> Result<i64> {
+    let parsed: i64 = id
+        .parse()
+        .map_err(|_| Error::invalid("id", format!("`{id}` is not an agent id")))?;
+    validate::positive("id", parsed)?;
+    Ok(parsed)
 }

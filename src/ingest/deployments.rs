@@ -11,12 +11,12 @@ use serde_json::{json, Value};
 use sqlx::PgConnection;
 
 use crate::auth::Internal;
-use crate::db::deployments::{self as db, Creation, Environment, NewDeployment};
+use crate::db::deployments::{self as db, AgentDeployment, Creation, Environment, NewDeployment};
 use crate::db::identity;
 use crate::error::{Error, Result};
 use crate::gitlab::access::{self, CiAuthorizations, Job};
 use crate::gitlab::deployment_status::{DeploymentStatus, StatusReport};
-use crate::gitlab::validate;
+use crate::gitlab::validate::{self, DashboardKeys};
 use crate::http::extract::Json;
 use crate::state::AppState;
 
@@ -67,17 +67,84 @@ struct JobIn {
     protected_ref: bool,
 }
 
+/// The job's `environment:kubernetes`, with GitLab 18's keys. Every key GitLab knows is taken;
+/// any other is a 422 naming it, never dropped without a word.
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct KubernetesIn {
     agent: String,
-    /// Falls back to the authorizing entry's `default_namespace`, then `default`.
+    /// Deprecated since GitLab 18.4 for `dashboard.namespace`. Falls back to the authorizing
+    /// entry's `default_namespace`, then `default`.
+    #[serde(default)]
     namespace: Option<String>,
+    /// GitLab 17.7; deprecated since 18.4 for `dashboard.flux_resource_path`.
+    #[serde(default)]
+    flux_resource_path: Option<String>,
+    #[serde(default)]
+    dashboard: Option<DashboardIn>,
+    /// GitLab 18's resources that GitLab creates for the environment: taken as GitLab's schema
+    /// has it, with nothing for envlens to do.
+    #[serde(default)]
+    #[allow(dead_code)]
+    managed_resources: Option<ManagedResourcesIn>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DashboardIn {
+    #[serde(default)]
+    namespace: Option<String>,
+    #[serde(default)]
+    flux_resource_path: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ManagedResourcesIn {
+    #[serde(default)]
+    #[allow(dead_code)]
+    enabled: Option<bool>,
+}
+
+/// What a creation call asks for: the agent and where in its cluster the environment lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Target<'a> {
+    /// `<config project full path>:<agent name>`, as requested.
+    reference: &'a str,
+    agent_project: &'a str,
+    agent_name: &'a str,
+    /// `None`: the authorizing entry's `default_namespace`, then `default`.
+    namespace: Option<&'a str>,
+    flux_resource_path: Option<&'a str>,
+}
+
+impl KubernetesIn {
+    fn target(&self) -> Result<Target<'_>> {
+        let keys = validate::kubernetes_dashboard(
+            DashboardKeys {
+                namespace: self.namespace.as_deref(),
+                flux_resource_path: self.flux_resource_path.as_deref(),
+            },
+            self.dashboard.as_ref().map(|d| DashboardKeys {
+                namespace: d.namespace.as_deref(),
+                flux_resource_path: d.flux_resource_path.as_deref(),
+            }),
+        )?;
+        let (agent_project, agent_name) = parse_agent_reference(&self.agent)?;
+        Ok(Target {
+            reference: &self.agent,
+            agent_project,
+            agent_name,
+            namespace: keys.namespace,
+            flux_resource_path: keys.flux_resource_path,
+        })
+    }
 }
 
 const TIERS: [&str; 5] = ["production", "staging", "testing", "development", "other"];
 
 impl CreationBody {
-    fn validate(&self) -> Result<(DeploymentStatus, Option<(&str, &str)>)> {
+    fn validate(&self) -> Result<(DeploymentStatus, Option<Target<'_>>)> {
         let d = &self.deployment;
         validate::positive("deployment.id", d.id)?;
         if let Some(iid) = d.iid {
@@ -104,16 +171,12 @@ impl CreationBody {
         }
         validate::positive("job.id", self.job.id)?;
         validate::non_empty("job.name", &self.job.name)?;
-        let agent = match &self.kubernetes {
-            None => None,
-            Some(k) => {
-                if let Some(namespace) = &k.namespace {
-                    validate::dns_label("kubernetes.namespace", namespace)?;
-                }
-                Some(parse_agent_reference(&k.agent)?)
-            }
-        };
-        Ok((status, agent))
+        let target = self
+            .kubernetes
+            .as_ref()
+            .map(KubernetesIn::target)
+            .transpose()?;
+        Ok((status, target))
     }
 }
 
@@ -137,20 +200,13 @@ pub async fn create(
     State(state): State<AppState>,
     Json(body): Json<CreationBody>,
 ) -> Result<(StatusCode, JsonResponse<Value>)> {
-    let (status, agent_ref) = body.validate()?;
-    let requested = body.kubernetes.as_ref();
+    let (status, target) = body.validate()?;
     let deployment_id = body.deployment.id;
     let mut tx = state.db.begin().await?;
 
-    let claim = db::claim_creation(
-        &mut tx,
-        deployment_id,
-        requested.map(|k| k.agent.as_str()),
-        requested.and_then(|k| k.namespace.as_deref()),
-    )
-    .await?;
-    if let Some(earlier) = claim {
-        return replay(&mut tx, deployment_id, &earlier, requested).await;
+    let requested = Creation::requested(target.as_ref());
+    if let Some(earlier) = db::claim_creation(&mut tx, deployment_id, &requested).await? {
+        return replay(&mut tx, deployment_id, &earlier, &requested).await;
     }
 
     let project = &body.project;
@@ -198,18 +254,16 @@ pub async fn create(
         git_ref: d.git_ref.as_deref().unwrap_or_default(),
         protected_ref: body.job.protected_ref,
     };
-    let outcome = match (requested, agent_ref) {
-        (Some(k), Some((agent_project, agent_name))) => {
-            authorize(&mut tx, &job, project.id, &k.agent, agent_project, agent_name, k.namespace.as_deref()).await?
-        }
-        _ => Err("the job's environment has no kubernetes section (agent and namespace), so no agent is recorded".to_owned()),
+    let outcome = match target {
+        Some(target) => authorize(&mut tx, &job, project.id, &target).await?,
+        None => Outcome::Refused("the job's environment has no kubernetes section (agent and namespace), so no agent is recorded".to_owned()),
     };
     let answer = match outcome {
-        Ok((agent_id, namespace)) => {
-            db::insert_agent_deployment(&mut tx, deployment_id, agent_id, &namespace).await?;
-            written(deployment_id, agent_id, &namespace)
+        Outcome::Written(row) => {
+            db::insert_agent_deployment(&mut tx, deployment_id, &row).await?;
+            written(deployment_id, &row)
         }
-        Err(reason) => {
+        Outcome::Refused(reason) => {
             db::set_creation_reason(&mut tx, deployment_id, &reason).await?;
             refused(deployment_id, &reason)
         }
@@ -218,20 +272,31 @@ pub async fn create(
     Ok(answer)
 }
 
-/// The agent and namespace the job may deploy to, or why not.
+/// Whether the job may deploy through the agent.
+enum Outcome {
+    /// The `agent_deployments` row to write.
+    Written(AgentDeployment),
+    /// Why not, in words for the person reading the CI job.
+    Refused(String),
+}
+
+/// The agent, namespace and Flux resource path the job may deploy to, or why not.
 async fn authorize(
     conn: &mut PgConnection,
     job: &Job<'_>,
     project_id: i64,
-    reference: &str,
-    agent_project: &str,
-    agent_name: &str,
-    namespace: Option<&str>,
-) -> Result<Result<(i64, String), String>> {
+    target: &Target<'_>,
+) -> Result<Outcome> {
+    let Target {
+        reference,
+        agent_project,
+        agent_name,
+        ..
+    } = *target;
     let Some((agent_id, config_project_id)) =
         db::find_agent(conn, agent_project, agent_name).await?
     else {
-        return Ok(Err(format!(
+        return Ok(Outcome::Refused(format!(
             "agent {reference} does not exist: project {agent_project} has no agent named {agent_name}"
         )));
     };
@@ -241,59 +306,85 @@ async fn authorize(
         project: project_entry,
         groups,
     };
-    match access::ci_access(job, &auth) {
+    Ok(match access::ci_access(job, &auth) {
         Ok(entry) => {
             let default_namespace = entry.and_then(|e| e.default_namespace.as_deref());
-            let namespace = namespace.or(default_namespace).unwrap_or(DEFAULT_NAMESPACE);
-            Ok(Ok((agent_id, namespace.to_owned())))
+            let namespace = target
+                .namespace
+                .or(default_namespace)
+                .unwrap_or(DEFAULT_NAMESPACE);
+            Outcome::Written(AgentDeployment {
+                agent_id,
+                kubernetes_namespace: namespace.to_owned(),
+                flux_resource_path: target.flux_resource_path.map(str::to_owned),
+            })
         }
-        Err(refusal) => Ok(Err(refusal.reason(job, reference))),
-    }
+        Err(refusal) => Outcome::Refused(refusal.reason(job, reference)),
+    })
 }
 
-/// A known deployment: the earlier answer when the request names the same agent and
-/// namespace, 409 otherwise. Nothing is written.
+/// A known deployment: the earlier answer when the request names the same agent, namespace
+/// and Flux resource path (in either shape of the kubernetes section), 409 otherwise. Nothing
+/// is written.
 async fn replay(
     conn: &mut PgConnection,
     deployment_id: i64,
     earlier: &Creation,
-    requested: Option<&KubernetesIn>,
+    requested: &Creation,
 ) -> Result<(StatusCode, JsonResponse<Value>)> {
-    let same = earlier.agent.as_deref() == requested.map(|k| k.agent.as_str())
-        && earlier.namespace.as_deref() == requested.and_then(|k| k.namespace.as_deref());
-    if !same {
-        let describe = |agent: Option<&str>, namespace: Option<&str>| match agent {
-            Some(agent) => format!(
-                "agent {agent} and namespace {}",
-                namespace.unwrap_or("(default)")
-            ),
-            None => "no kubernetes section".to_owned(),
-        };
+    if !earlier.same_request(requested) {
         return Err(Error::Conflict(format!(
             "deployment {deployment_id} was created with {}, not {}",
-            describe(earlier.agent.as_deref(), earlier.namespace.as_deref()),
-            describe(
-                requested.map(|k| k.agent.as_str()),
-                requested.and_then(|k| k.namespace.as_deref())
-            ),
+            earlier.describe(),
+            requested.describe(),
         )));
     }
     Ok(match db::agent_deployment(conn, deployment_id).await? {
-        Some((agent_id, namespace)) => written(deployment_id, agent_id, &namespace),
+        Some(row) => written(deployment_id, &row),
         None => refused(deployment_id, earlier.reason.as_deref().unwrap_or_default()),
     })
 }
 
-fn written(
-    deployment_id: i64,
-    agent_id: i64,
-    namespace: &str,
-) -> (StatusCode, JsonResponse<Value>) {
+impl Creation {
+    /// What a request asks for, as its claim records it.
+    fn requested(target: Option<&Target<'_>>) -> Self {
+        Creation {
+            agent: target.map(|t| t.reference.to_owned()),
+            namespace: target.and_then(|t| t.namespace.map(str::to_owned)),
+            flux_resource_path: target.and_then(|t| t.flux_resource_path.map(str::to_owned)),
+            reason: None,
+        }
+    }
+
+    fn same_request(&self, other: &Creation) -> bool {
+        (&self.agent, &self.namespace, &self.flux_resource_path)
+            == (&other.agent, &other.namespace, &other.flux_resource_path)
+    }
+
+    fn describe(&self) -> String {
+        let Some(agent) = &self.agent else {
+            return "no kubernetes section".to_owned();
+        };
+        let namespace = self.namespace.as_deref().unwrap_or("(default)");
+        match &self.flux_resource_path {
+            Some(path) => {
+                format!("agent {agent}, namespace {namespace} and Flux resource path {path}")
+            }
+            None => format!("agent {agent} and namespace {namespace}"),
+        }
+    }
+}
+
+fn written(deployment_id: i64, row: &AgentDeployment) -> (StatusCode, JsonResponse<Value>) {
     (
         StatusCode::CREATED,
         JsonResponse(json!({
             "deployment_id": deployment_id,
-            "agent_deployment": { "agent_id": agent_id, "kubernetes_namespace": namespace },
+            "agent_deployment": {
+                "agent_id": row.agent_id,
+                "kubernetes_namespace": row.kubernetes_namespace,
+                "flux_resource_path": row.flux_resource_path,
+            },
         })),
     )
 }

@@ -171,6 +171,7 @@ impl TestApp {
             "deployments",
             "agent_deployments",
             "deployment_creations",
+            "cluster_agent_tokens",
             "webhook_deliveries",
         ];
         let mut out = String::new();
