@@ -53,6 +53,10 @@ pub fn app(state: AppState) -> Router {
             "/api/v4/internal/deployments",
             post(crate::ingest::deployments::create),
         )
+        .route(
+            "/api/v4/ci/deployments",
+            post(ingest::ci_deployments::create),
+        )
         .route("/webhooks/gitlab", post(crate::ingest::hooks::receive))
         .route("/api/user", get(current_user))
         .route("/api/graphql", post(crate::graphql::execute))

@@ -8,6 +8,7 @@ use crate::auth::Keys;
 use crate::config::file::{CorsSettings, KubernetesSettings};
 use crate::config::Limits;
 use crate::db::lease::Leases;
+use crate::gitlab::Instance;
 use crate::graphql::Schemas;
 use crate::k8s::clusters::Clusters;
 use crate::telemetry::Metrics;
@@ -23,6 +24,8 @@ pub struct AppState {
     pub schemas: Schemas,
     pub clusters: Arc<Clusters>,
     pub cors: Arc<CorsSettings>,
+    /// The GitLab instance, when the configuration names one (SPEC 12).
+    pub gitlab: Option<Arc<Instance>>,
 }
 
 impl AppState {
@@ -40,7 +43,14 @@ impl AppState {
                 metrics,
             )),
             cors: Arc::default(),
+            gitlab: None,
         }
+    }
+
+    /// With the GitLab instance the configuration file names.
+    pub fn with_gitlab(mut self, gitlab: Instance) -> Self {
+        self.gitlab = Some(Arc::new(gitlab));
+        self
     }
 
     /// With the configuration file's cluster connections and CORS origins. The metrics the

@@ -154,3 +154,221 @@ async fn gitlab_unreachable_is_not_a_refusal_of_the_token() {
     let token = gitlab.sign(&gitlab.job_claims(AUDIENCE), Signer::Rsa);
     assert!(matches!(tokens.verify(&token).await, Err(Refused::Keys(_))));
 }
+
+// ---- `POST /api/v4/ci/deployments`, joined with GitLab's Deployment Hook ----
+
+use axum::body::Body;
+use axum::http::{header, Method, Request};
+use envlens::config::Limits;
+use envlens::gitlab::Instance;
+use envlens::state::AppState;
+
+use crate::support::{keys, postgres, TestApp, TestResponse};
+
+/// acme/apps/web (42) may deploy through agent 7 `acme/agents:prod` (its ci_access names the
+/// group acme/apps); acme/other/api (43) may not. envlens knows the test GitLab.
+async fn app_beside(gitlab: &TestGitLab) -> TestApp {
+    let db = postgres::fresh_database().await;
+    let api = GitLab::new(&gitlab.url, None, Arc::default(), Policy::default()).unwrap();
+    let instance = Instance {
+        id_tokens: IdTokens::new(api.clone(), AUDIENCE),
+        api,
+    };
+    let state = AppState::new(db.clone(), keys(), Limits::default()).with_gitlab(instance);
+    let app = TestApp {
+        router: envlens::app(state),
+        db,
+    };
+    let res = app.internal(Method::PUT, "/api/v4/internal/identity", &json!({
+        "groups": [{"id": 1, "full_path": "acme"}, {"id": 2, "full_path": "acme/apps"}, {"id": 3, "full_path": "acme/other"}],
+        "projects": [{"id": 10, "full_path": "acme/agents", "visibility": "private"},
+                     {"id": 42, "full_path": "acme/apps/web", "visibility": "private"},
+                     {"id": 43, "full_path": "acme/other/api", "visibility": "private"}],
+        "users": [], "members": []
+    })).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    let res = app
+        .internal(
+            Method::PUT,
+            "/api/v4/internal/kubernetes/agents/7",
+            &json!({"project_id": 10, "name": "prod"}),
+        )
+        .await;
+    assert!(res.status.is_success(), "{}", res.text());
+    let config =
+        json!({"ci_access": {"groups": [{"id": "acme/apps", "default_namespace": "apps"}]}});
+    let res = app
+        .internal(
+            Method::POST,
+            "/api/v4/internal/kubernetes/agent_configuration",
+            &json!({"agent_id": 7, "agent_config": config}),
+        )
+        .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    app
+}
+
+async fn from_job(app: &TestApp, token: &str, body: serde_json::Value) -> TestResponse {
+    app.send(
+        Request::post("/api/v4/ci/deployments")
+            .header(header::AUTHORIZATION, format!("Bearer {token}"))
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(body.to_string()))
+            .unwrap(),
+    )
+    .await
+}
+
+/// GitLab's Deployment Hook for deployment `id` of job `job` (its documented shape).
+async fn hook(app: &TestApp, id: i64, job: i64, project: (i64, &str), status: &str) {
+    let body = json!({
+        "object_kind": "deployment", "status": status, "status_changed_at": "2026-11-24 10:00:00 +0100",
+        "deployment_id": id, "deployable_id": job, "deployable_url": format!("https://gitlab.example.com/{}/-/jobs/{job}", project.1),
+        "environment": "production", "environment_tier": "production", "environment_slug": "production",
+        "environment_external_url": null,
+        "project": {"id": project.0, "name": "web", "path_with_namespace": project.1, "visibility_level": 0},
+        "short_sha": "714a629c", "user": {"id": 2, "username": "dev"}, "user_url": "https://gitlab.example.com/dev",
+        "commit_url": "https://gitlab.example.com/c", "commit_title": "Deploy", "ref": "main"
+    });
+    let res = app.hook("Deployment Hook", body.to_string(), None).await;
+    assert!(res.status.is_success(), "{}", res.text());
+}
+
+async fn agent_row(app: &TestApp, deployment: i64) -> Option<(i64, String)> {
+    sqlx::query_as(
+        "SELECT agent_id, kubernetes_namespace FROM agent_deployments WHERE deployment_id = $1",
+    )
+    .bind(deployment)
+    .fetch_optional(&app.db)
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn the_hook_first_then_the_job_records_the_agent() {
+    let gitlab = TestGitLab::start().await;
+    let app = app_beside(&gitlab).await;
+    hook(&app, 9001, 302, (42, "acme/apps/web"), "running").await;
+    let token = gitlab.sign(&gitlab.job_claims(AUDIENCE), Signer::Rsa);
+    let body = json!({"agent": "acme/agents:prod", "namespace": "shop"});
+    let res = from_job(&app, &token, body.clone()).await;
+    assert_eq!(res.status, 201, "{}", res.text());
+    assert_eq!(
+        res.json(),
+        json!({"deployment_id": 9001,
+        "agent_deployment": {"agent_id": 7, "kubernetes_namespace": "shop", "flux_resource_path": null}})
+    );
+    // A retried job gets the same answer; another namespace for the same job is a conflict.
+    let again = from_job(&app, &token, body).await;
+    assert_eq!((again.status, again.json()), (res.status, res.json()));
+    let other = from_job(
+        &app,
+        &token,
+        json!({"agent": "acme/agents:prod", "namespace": "other"}),
+    )
+    .await;
+    assert_eq!(other.status, 409, "{}", other.text());
+    assert_eq!(agent_row(&app, 9001).await, Some((7, "shop".to_owned())));
+}
+
+#[tokio::test]
+async fn the_job_first_then_the_hook_records_the_agent() {
+    let gitlab = TestGitLab::start().await;
+    let app = app_beside(&gitlab).await;
+    let token = gitlab.sign(&gitlab.job_claims(AUDIENCE), Signer::Ec);
+    // GitLab 18's shape, the namespace left to the authorizing entry's default.
+    let res = from_job(
+        &app,
+        &token,
+        json!({"agent": "acme/agents:prod", "dashboard": {"flux_resource_path": null}}),
+    )
+    .await;
+    assert_eq!(
+        res.status,
+        422,
+        "dashboard without its namespace: {}",
+        res.text()
+    );
+    let res = from_job(&app, &token, json!({"agent": "acme/agents:prod"})).await;
+    assert_eq!(res.status, 202, "{}", res.text());
+    assert_eq!(res.json()["deployment_id"], serde_json::Value::Null);
+    assert_eq!(agent_row(&app, 9002).await, None);
+    hook(&app, 9002, 302, (42, "acme/apps/web"), "running").await;
+    assert_eq!(agent_row(&app, 9002).await, Some((7, "apps".to_owned())));
+    // The success hook, redelivered, changes nothing more.
+    hook(&app, 9002, 302, (42, "acme/apps/web"), "success").await;
+    hook(&app, 9002, 302, (42, "acme/apps/web"), "success").await;
+    assert_eq!(agent_row(&app, 9002).await, Some((7, "apps".to_owned())));
+    // The job's retry now has the deployment's answer.
+    let res = from_job(&app, &token, json!({"agent": "acme/agents:prod"})).await;
+    assert_eq!(res.status, 201, "{}", res.text());
+    assert_eq!(res.json()["deployment_id"], 9002);
+}
+
+#[tokio::test]
+async fn an_unauthorized_project_gets_the_reason_and_no_row() {
+    let gitlab = TestGitLab::start().await;
+    let app = app_beside(&gitlab).await;
+    let mut claims = gitlab.job_claims(AUDIENCE);
+    claims["project_id"] = json!("43");
+    claims["project_path"] = json!("acme/other/api");
+    hook(&app, 9003, 302, (43, "acme/other/api"), "running").await;
+    let res = from_job(
+        &app,
+        &gitlab.sign(&claims, Signer::Rsa),
+        json!({"agent": "acme/agents:prod"}),
+    )
+    .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    assert!(
+        res.json()["reason"]
+            .as_str()
+            .unwrap()
+            .contains("acme/other/api"),
+        "{}",
+        res.text()
+    );
+    assert_eq!(agent_row(&app, 9003).await, None);
+}
+
+#[tokio::test]
+async fn forged_tokens_get_401_and_write_nothing() {
+    let gitlab = TestGitLab::start().await;
+    let app = app_beside(&gitlab).await;
+    let body = json!({"agent": "acme/agents:prod", "namespace": "shop"});
+    let mut expired = gitlab.job_claims(AUDIENCE);
+    expired["exp"] = json!(chrono::Utc::now().timestamp() - 60);
+    let tokens = [
+        gitlab.sign(&gitlab.job_claims(AUDIENCE), Signer::Forged),
+        gitlab.sign(&gitlab.job_claims(AUDIENCE), Signer::NoAlgorithm),
+        gitlab.sign(&gitlab.job_claims(AUDIENCE), Signer::HmacWithPublicKey),
+        gitlab.sign(
+            &gitlab.job_claims("https://elsewhere.example.com"),
+            Signer::Rsa,
+        ),
+        gitlab.sign(&expired, Signer::Rsa),
+    ];
+    for token in &tokens {
+        let res = from_job(&app, token, body.clone()).await;
+        assert_eq!(res.error(401)["code"], "unauthorized");
+    }
+    let res = app
+        .send(
+            Request::post("/api/v4/ci/deployments")
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from(body.to_string()))
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(res.status, 401);
+    let kept: i64 = sqlx::query_scalar("SELECT count(*) FROM ci_deployment_requests")
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(kept, 0);
+    // A job without an environment deploys nothing: 422.
+    let mut claims = gitlab.job_claims(AUDIENCE);
+    claims.as_object_mut().unwrap().remove("environment");
+    let res = from_job(&app, &gitlab.sign(&claims, Signer::Rsa), body).await;
+    assert_eq!(res.error(422)["field"], "environment");
+}

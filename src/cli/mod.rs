@@ -60,8 +60,16 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let addr = listener.local_addr()?;
-    let state = AppState::new(database.pool.clone(), Keys::new(secrets), args.limits)
+    let mut state = AppState::new(database.pool.clone(), Keys::new(secrets), args.limits)
         .with_clusters(clusters, settings.cors);
+    if let Some(gitlab) = &settings.gitlab {
+        let public_url = args
+            .public_url
+            .clone()
+            .unwrap_or_else(|| format!("http://{addr}"));
+        let instance = crate::gitlab::Instance::load(gitlab, &public_url, state.metrics.clone())?;
+        state = state.with_gitlab(instance);
+    }
     let pruning = tokio::spawn(prune_deliveries(state.db.clone()));
     println!(
         "envlens listening on http://{addr}; GraphQL explorer at http://{addr}/-/graphql-explorer"

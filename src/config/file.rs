@@ -32,6 +32,22 @@ pub struct Settings {
     pub kubernetes: KubernetesSettings,
     #[serde(default)]
     pub cors: CorsSettings,
+    /// The GitLab instance envlens runs beside (SPEC 12).
+    #[serde(default)]
+    pub gitlab: Option<GitLabSettings>,
+}
+
+/// ```yaml
+/// gitlab:
+///   url: https://gitlab.example.com     # its address, as it writes it into ID tokens' `iss`
+///   token_file: /etc/envlens/gitlab-token # a `read_api` token, for the sync (optional)
+/// ```
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GitLabSettings {
+    pub url: String,
+    #[serde(default)]
+    pub token_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

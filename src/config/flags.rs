@@ -101,6 +101,10 @@ pub struct ServeArgs {
     /// YAML file of cluster connections per agent, proxy timeouts and CORS origins (see README).
     #[arg(long, env = "ENVLENS_CONFIG")]
     pub config: Option<PathBuf>,
+    /// The address users and jobs reach envlens at, e.g. `https://envlens.example.com`: the
+    /// audience of CI/CD ID tokens. Default: `http://<listen address>`.
+    #[arg(long, env = "ENVLENS_PUBLIC_URL")]
+    pub public_url: Option<String>,
 }
 
 #[derive(Debug, Clone, Args)]

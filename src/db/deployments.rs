@@ -313,3 +313,84 @@ pub async fn agent_deployment(
     .fetch_optional(conn)
     .await?)
 }
+
+/// Serializes the two halves of a CI deployment (the job's call and GitLab's hook) for one
+/// job: the only advisory lock envlens takes, keyed by the job id.
+pub async fn lock_job(conn: &mut PgConnection, job_id: i64) -> Result<()> {
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(job_id)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// A deploy job's request (SPEC 12.2), as kept until its deployment is known.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct CiRequest {
+    pub job_id: i64,
+    pub project_id: i64,
+    pub environment: String,
+    pub ref_protected: bool,
+    pub git_ref: String,
+    pub kubernetes: sqlx::types::Json<serde_json::Value>,
+}
+
+/// Keeps `request`; the request already kept for that job when there is one (unchanged).
+pub async fn put_ci_request(
+    conn: &mut PgConnection,
+    request: &CiRequest,
+) -> Result<Option<CiRequest>> {
+    let inserted = sqlx::query(
+        "INSERT INTO ci_deployment_requests (job_id, project_id, environment, ref_protected, git_ref, kubernetes)
+         VALUES ($1, $2, $3, $4, $5, $6)
+         ON CONFLICT (job_id) DO NOTHING",
+    )
+    .bind(request.job_id)
+    .bind(request.project_id)
+    .bind(&request.environment)
+    .bind(request.ref_protected)
+    .bind(&request.git_ref)
+    .bind(&request.kubernetes)
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
+    if inserted == 1 {
+        return Ok(None);
+    }
+    ci_request(conn, request.job_id).await
+}
+
+pub async fn ci_request(conn: &mut PgConnection, job_id: i64) -> Result<Option<CiRequest>> {
+    Ok(sqlx::query_as(
+        "SELECT job_id, project_id, environment, ref_protected, git_ref, kubernetes
+         FROM ci_deployment_requests WHERE job_id = $1",
+    )
+    .bind(job_id)
+    .fetch_optional(conn)
+    .await?)
+}
+
+/// The deployment of a job in a project, once GitLab's hook has named it.
+pub async fn deployment_of_job(
+    conn: &mut PgConnection,
+    project_id: i64,
+    job_id: i64,
+) -> Result<Option<i64>> {
+    Ok(sqlx::query_scalar(
+        "SELECT id FROM deployments WHERE job_id = $1 AND project_id = $2 ORDER BY id DESC LIMIT 1",
+    )
+    .bind(job_id)
+    .bind(project_id)
+    .fetch_optional(conn)
+    .await?)
+}
+
+/// Records the job of a deployment that a hook named, where it was not known yet.
+pub async fn link_job(conn: &mut PgConnection, id: i64, job_id: i64) -> Result<()> {
+    sqlx::query("UPDATE deployments SET job_id = $2 WHERE id = $1 AND job_id IS NULL")
+        .bind(id)
+        .bind(job_id)
+        .execute(conn)
+        .await?;
+    Ok(())
+}

@@ -1,6 +1,7 @@
 //! What GitLab decides, as pure functions over loaded rows: an agent's configuration and who it
 //! authorizes (`ci_access`, `user_access`), which deployment status wins, and the validation of
-//! the names and paths GitLab hands over.
+//! the names and paths GitLab hands over; and the instance itself, as a third party reaches it
+//! (its API, its CI/CD ID tokens).
 
 pub mod access;
 pub mod agent_config;
@@ -8,3 +9,32 @@ pub mod api;
 pub mod deployment_status;
 pub mod id_token;
 pub mod validate;
+
+/// The GitLab instance envlens runs beside, when the configuration file names one.
+pub struct Instance {
+    pub api: api::GitLab,
+    pub id_tokens: id_token::IdTokens,
+}
+
+impl Instance {
+    /// From `gitlab.url` (and its token file), for ID tokens addressed to `public_url`.
+    pub fn load(
+        settings: &crate::config::file::GitLabSettings,
+        public_url: &str,
+        metrics: std::sync::Arc<crate::telemetry::Metrics>,
+    ) -> anyhow::Result<Self> {
+        use anyhow::Context;
+        let token = match &settings.token_file {
+            Some(path) => Some(api::Token::new(
+                &std::fs::read_to_string(path)
+                    .with_context(|| format!("cannot read gitlab.token_file {}", path.display()))?,
+            )),
+            None => None,
+        };
+        let api = api::GitLab::new(&settings.url, token, metrics, api::Policy::default())?;
+        Ok(Instance {
+            id_tokens: id_token::IdTokens::new(api.clone(), public_url),
+            api,
+        })
+    }
+}

@@ -6,7 +6,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json as JsonResponse;
 use chrono::{DateTime, NaiveDateTime, Utc};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use sqlx::PgConnection;
 
@@ -69,9 +69,9 @@ struct JobIn {
 
 /// The job's `environment:kubernetes`, with GitLab 18's keys. Every key GitLab knows is taken;
 /// any other is a 422 naming it, never dropped without a word.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-struct KubernetesIn {
+pub struct KubernetesIn {
     agent: String,
     /// Deprecated since GitLab 18.4 for `dashboard.namespace`. Falls back to the authorizing
     /// entry's `default_namespace`, then `default`.
@@ -89,7 +89,7 @@ struct KubernetesIn {
     managed_resources: Option<ManagedResourcesIn>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 struct DashboardIn {
     #[serde(default)]
@@ -98,7 +98,7 @@ struct DashboardIn {
     flux_resource_path: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 struct ManagedResourcesIn {
     #[serde(default)]
@@ -108,7 +108,7 @@ struct ManagedResourcesIn {
 
 /// What a creation call asks for: the agent and where in its cluster the environment lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Target<'a> {
+pub(super) struct Target<'a> {
     /// `<config project full path>:<agent name>`, as requested.
     reference: &'a str,
     agent_project: &'a str,
@@ -119,7 +119,7 @@ struct Target<'a> {
 }
 
 impl KubernetesIn {
-    fn target(&self) -> Result<Target<'_>> {
+    pub(super) fn target(&self) -> Result<Target<'_>> {
         let keys = validate::kubernetes_dashboard(
             DashboardKeys {
                 namespace: self.namespace.as_deref(),
@@ -204,9 +204,8 @@ pub async fn create(
     let deployment_id = body.deployment.id;
     let mut tx = state.db.begin().await?;
 
-    let requested = Creation::requested(target.as_ref());
-    if let Some(earlier) = db::claim_creation(&mut tx, deployment_id, &requested).await? {
-        return replay(&mut tx, deployment_id, &earlier, &requested).await;
+    if let Some(earlier) = claim(&mut tx, deployment_id, target.as_ref()).await? {
+        return Ok(earlier);
     }
 
     let project = &body.project;
@@ -254,22 +253,53 @@ pub async fn create(
         git_ref: d.git_ref.as_deref().unwrap_or_default(),
         protected_ref: body.job.protected_ref,
     };
+    let answer = record(&mut tx, deployment_id, &job, project.id, target.as_ref()).await?;
+    tx.commit().await?;
+    Ok(answer)
+}
+
+/// The answer of SPEC 4.3: 201 with the row, or 200 with the reason there is none.
+pub(super) type Answer = (StatusCode, JsonResponse<Value>);
+
+/// Claims the creation of `deployment_id` for this request: `Some` with the earlier answer
+/// when another request made it first (a 409 when that one asked for something else).
+pub(super) async fn claim(
+    conn: &mut PgConnection,
+    deployment_id: i64,
+    target: Option<&Target<'_>>,
+) -> Result<Option<Answer>> {
+    let requested = Creation::requested(target);
+    match db::claim_creation(conn, deployment_id, &requested).await? {
+        Some(earlier) => replay(conn, deployment_id, &earlier, &requested)
+            .await
+            .map(Some),
+        None => Ok(None),
+    }
+}
+
+/// Decides under the agent's `ci_access` whether the job may deploy to `target`, and records
+/// the `agent_deployments` row, or the reason there is none, for a claimed deployment.
+pub(super) async fn record(
+    conn: &mut PgConnection,
+    deployment_id: i64,
+    job: &Job<'_>,
+    project_id: i64,
+    target: Option<&Target<'_>>,
+) -> Result<Answer> {
     let outcome = match target {
-        Some(target) => authorize(&mut tx, &job, project.id, &target).await?,
+        Some(target) => authorize(conn, job, project_id, target).await?,
         None => Outcome::Refused("the job's environment has no kubernetes section (agent and namespace), so no agent is recorded".to_owned()),
     };
-    let answer = match outcome {
+    Ok(match outcome {
         Outcome::Written(row) => {
-            db::insert_agent_deployment(&mut tx, deployment_id, &row).await?;
+            db::insert_agent_deployment(conn, deployment_id, &row).await?;
             written(deployment_id, &row)
         }
         Outcome::Refused(reason) => {
-            db::set_creation_reason(&mut tx, deployment_id, &reason).await?;
+            db::set_creation_reason(conn, deployment_id, &reason).await?;
             refused(deployment_id, &reason)
         }
-    };
-    tx.commit().await?;
-    Ok(answer)
+    })
 }
 
 /// Whether the job may deploy through the agent.
@@ -410,6 +440,9 @@ pub struct DeploymentHook {
     #[serde(rename = "ref")]
     git_ref: Option<String>,
     short_sha: Option<String>,
+    /// The deploy job (GitLab's `deployable_id`): joins a job's own call (SPEC 12.2).
+    #[serde(default)]
+    deployable_id: Option<i64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -500,10 +533,24 @@ impl StatusEvent {
             git_ref: h.git_ref.as_deref(),
             sha: h.short_sha.as_deref(),
             tag: None,
-            job_id: None,
+            job_id: h.deployable_id,
             created_at: None,
         };
-        let Some(stored) = db::insert_or_lock(conn, &new).await? else {
+        if let Some(job_id) = h.deployable_id.filter(|id| *id > 0) {
+            // The job's own call may be waiting for this hook, or come after it.
+            db::lock_job(conn, job_id).await?;
+        }
+        let stored = db::insert_or_lock(conn, &new).await?;
+        if let Some(job_id) = h.deployable_id.filter(|id| *id > 0) {
+            super::ci_deployments::join_hook(
+                conn,
+                h.deployment_id,
+                job_id,
+                &h.project.path_with_namespace,
+            )
+            .await?;
+        }
+        let Some(stored) = stored else {
             return Ok(true);
         };
         if let Some(environment_id) = environment_id {

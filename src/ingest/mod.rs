@@ -2,6 +2,7 @@
 //! deployments, and the hooks that carry them.
 
 pub mod agents;
+pub mod ci_deployments;
 pub mod deployments;
 pub mod hooks;
 pub mod identity;
