@@ -42,6 +42,9 @@ struct Series {
 #[derive(Debug, Default)]
 pub struct Metrics {
     series: Mutex<BTreeMap<Key, Series>>,
+    /// GitLab hook events by event and outcome; both are `'static` names from fixed lists
+    /// (unknown events are `other`), so this stays bounded too.
+    webhooks: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
 }
 
 impl Metrics {
@@ -63,8 +66,31 @@ impl Metrics {
         s.buckets[bucket] += 1;
     }
 
+    /// One GitLab hook event: `outcome` is applied, ignored, unapplied, duplicate, rejected
+    /// (a 4xx) or failed (a 5xx).
+    pub fn webhook_event(&self, event: &'static str, outcome: &'static str) {
+        let mut webhooks = self.webhooks.lock().unwrap_or_else(|e| e.into_inner());
+        *webhooks.entry((event, outcome)).or_default() += 1;
+    }
+
     /// The Prometheus text exposition of every series.
     pub fn render(&self) -> String {
+        let mut out = self.render_requests();
+        let webhooks = self.webhooks.lock().unwrap_or_else(|e| e.into_inner());
+        out.push_str("# HELP envlens_webhook_events_total GitLab hook events received, by event and outcome (applied, ignored, unapplied, duplicate, rejected, failed).\n");
+        out.push_str("# TYPE envlens_webhook_events_total counter\n");
+        for ((event, outcome), count) in webhooks.iter() {
+            let _ = writeln!(
+                out,
+                "envlens_webhook_events_total{{event=\"{}\",outcome=\"{}\"}} {count}",
+                escape(event),
+                escape(outcome)
+            );
+        }
+        out
+    }
+
+    fn render_requests(&self) -> String {
         let series = self.series.lock().unwrap_or_else(|e| e.into_inner());
         let mut out = String::new();
         out.push_str("# HELP envlens_http_requests_total HTTP requests answered, by method, route and status.\n");
@@ -142,5 +168,21 @@ mod tests {
         assert!(text.contains("envlens_http_request_duration_seconds_bucket{method=\"GET\",route=\"/-/liveness\",status=\"200\",le=\"0.025\"} 2"));
         assert!(text.contains("envlens_http_request_duration_seconds_bucket{method=\"POST\",route=\"/webhooks/gitlab\",status=\"401\",le=\"10\"} 0"));
         assert!(text.contains("envlens_http_request_duration_seconds_bucket{method=\"POST\",route=\"/webhooks/gitlab\",status=\"401\",le=\"+Inf\"} 1"));
+    }
+
+    #[test]
+    fn counts_webhook_events_by_event_and_outcome() {
+        let m = Metrics::default();
+        m.webhook_event("user_create", "applied");
+        m.webhook_event("user_create", "applied");
+        m.webhook_event("other", "ignored");
+        let text = m.render();
+        assert!(text.contains(
+            "envlens_webhook_events_total{event=\"user_create\",outcome=\"applied\"} 2\n"
+        ));
+        assert!(
+            text.contains("envlens_webhook_events_total{event=\"other\",outcome=\"ignored\"} 1\n")
+        );
+        assert!(text.contains("# TYPE envlens_webhook_events_total counter\n"));
     }
 }
