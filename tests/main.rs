@@ -7,6 +7,8 @@ mod agents;
 mod auth;
 mod deployments;
 mod embedded;
+mod explorer;
+mod first_steps;
 mod graphql;
 mod health_cli;
 mod identity;

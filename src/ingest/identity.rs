@@ -6,7 +6,7 @@ use axum::extract::State;
 use axum::Json as JsonResponse;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use sqlx::PgConnection;
+use sqlx::{PgConnection, PgPool};
 
 use crate::auth::Internal;
 use crate::db::identity::{self as db, Snapshot};
@@ -490,14 +490,21 @@ impl Uniques {
     }
 }
 
-/// Upserts a whole snapshot in one transaction; rows it does not name are left as they are.
+/// `PUT /api/v4/internal/identity`.
 pub async fn put_snapshot(
     _: Internal,
     State(state): State<AppState>,
     Json(body): Json<IdentitySnapshot>,
 ) -> Result<JsonResponse<Value>> {
-    let snapshot = body.into_columns()?;
-    let mut tx = state.db.begin().await?;
+    import(&state.db, body).await.map(JsonResponse)
+}
+
+/// Upserts a whole snapshot in one transaction; rows it does not name are left as they are.
+/// The bulk endpoint and `envlens identity import` both come here. Answers the number of rows
+/// of each kind.
+pub async fn import(db: &PgPool, snapshot: IdentitySnapshot) -> Result<Value> {
+    let snapshot = snapshot.into_columns()?;
+    let mut tx = db.begin().await?;
     if let Some(i) = db::apply_snapshot(&mut tx, &snapshot).await? {
         return Err(Error::invalid(
             format!("members[{i}].user_id"),
@@ -508,10 +515,10 @@ pub async fn put_snapshot(
         ));
     }
     tx.commit().await?;
-    Ok(JsonResponse(json!({
+    Ok(json!({
         "groups": snapshot.group_ids.len(),
         "projects": snapshot.project_ids.len(),
         "users": snapshot.user_ids.len(),
         "members": snapshot.member_user_ids.len(),
-    })))
+    }))
 }
