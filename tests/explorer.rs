@@ -100,3 +100,95 @@ async fn the_explorer_is_served_whole_from_the_binary() {
         assert!(!script.contains(other), "{other}");
     }
 }
+
+/// With Debian's `chromium` installed: the explorer loaded in a headless browser, whose
+/// network log shows that every request the page made went to envlens, and whose console
+/// shows no load the Content-Security-Policy refused (an attempt to reach another host) and
+/// no script error. Skipped without chromium.
+#[tokio::test]
+async fn a_headless_browser_loads_the_explorer_from_envlens_alone() {
+    if std::process::Command::new("chromium")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("no chromium on this machine (apt-get install chromium): skipped");
+        return;
+    }
+    let app = TestApp::new().await;
+    let state =
+        envlens::state::AppState::new(app.db.clone(), keys(), envlens::config::Limits::default());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let origin = format!("http://{}", listener.local_addr().unwrap());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(envlens::run(
+        state,
+        listener,
+        async { stopped.await.unwrap_or(()) },
+        std::time::Duration::from_secs(5),
+    ));
+
+    let dir = tempfile::tempdir().unwrap();
+    let net_log = dir.path().join("net.json");
+    let url = format!("{origin}/");
+    let args = vec![
+        "--headless=new".to_owned(),
+        "--no-sandbox".into(),
+        "--disable-gpu".into(),
+        "--disable-background-networking".into(),
+        "--disable-component-update".into(),
+        "--no-first-run".into(),
+        // The browser's own background requests stay on this machine too.
+        "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1".into(),
+        "--enable-logging=stderr".into(),
+        "--virtual-time-budget=3000".into(),
+        format!("--user-data-dir={}", dir.path().join("profile").display()),
+        format!("--log-net-log={}", net_log.display()),
+        "--dump-dom".into(),
+        url,
+    ];
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("chromium")
+            .args(&args)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let _ = stop.send(());
+    server.await.unwrap().unwrap();
+
+    let dom = String::from_utf8_lossy(&out.stdout);
+    let console = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{console}");
+    // `/` led to the explorer, which rendered with its schema.
+    assert!(dom.contains("envlens GraphQL explorer"), "{dom}");
+    assert!(dom.contains("type Query {"), "{dom}");
+    for problem in ["Content Security Policy", "Uncaught", "net::ERR_"] {
+        assert!(!console.contains(problem), "`{problem}` in:\n{console}");
+    }
+
+    // Every request the page initiated, from the browser's network log.
+    let log: serde_json::Value = serde_json::from_slice(&std::fs::read(&net_log).unwrap()).unwrap();
+    let start_job = log["constants"]["logEventTypes"]["URL_REQUEST_START_JOB"].clone();
+    let mut from_page: Vec<String> = log["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == start_job && e["params"]["initiator"] == origin.as_str())
+        .map(|e| e["params"]["url"].as_str().unwrap().to_owned())
+        .collect();
+    from_page.sort();
+    from_page.dedup();
+    assert!(
+        from_page.contains(&format!("{origin}/-/graphql-explorer/explorer.js")),
+        "{from_page:?}"
+    );
+    assert!(
+        from_page.contains(&format!("{origin}/-/graphql-explorer/explorer.css")),
+        "{from_page:?}"
+    );
+    for url in &from_page {
+        assert!(url.starts_with(&format!("{origin}/")), "{url}");
+    }
+}

@@ -162,3 +162,36 @@ fn the_readme_first_steps_work_on_a_fresh_install() {
         format!("307 http://{address}/-/graphql-explorer")
     );
 }
+
+#[test]
+fn identity_import_names_what_is_wrong() {
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().join(".envlens");
+    let bad = dir.path().join("bad.json");
+    for (contents, expected) in [
+        (
+            r#"{"users": [{"id": "one", "username": "root"}]}"#,
+            "users[0].id",
+        ),
+        ("{\"users\": [", "malformed JSON"),
+        (r#"{"people": []}"#, "unknown field `people`"),
+    ] {
+        std::fs::write(&bad, contents).unwrap();
+        let out = envlens_env(&mut Command::new(env!("CARGO_BIN_EXE_envlens")), &data_dir)
+            .args(["identity", "import"])
+            .arg(&bad)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{contents}");
+        let stderr = text(&out.stderr);
+        assert!(stderr.contains(expected), "{contents}: {stderr}");
+        assert!(stderr.contains("bad.json"), "{stderr}");
+    }
+    let missing = envlens_env(&mut Command::new(env!("CARGO_BIN_EXE_envlens")), &data_dir)
+        .args(["identity", "import", "no-such-file.json"])
+        .output()
+        .unwrap();
+    assert!(text(&missing.stderr).contains("cannot read no-such-file.json"));
+    // Nothing was started for files that could not be read.
+    assert!(!data_dir.exists());
+}
