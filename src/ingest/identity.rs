@@ -73,7 +73,7 @@ const APPLIED_EVENTS: [&str; 17] = [
     "user_remove_from_group",
     "user_update_for_group",
 ];
-const UNUSED_EVENTS: [&str; 14] = [
+const UNUSED_EVENTS: [&str; 13] = [
     "key_create",
     "key_destroy",
     "push",
@@ -87,7 +87,6 @@ const UNUSED_EVENTS: [&str; 14] = [
     "user_access_request_revoked_for_project",
     "gitlab_subscription_member_approval",
     "gitlab_subscription_member_approvals",
-    "deployment",
 ];
 
 /// The metric label of an event name: the name itself when GitLab documents it, else `other`.
@@ -521,4 +520,94 @@ pub async fn import(db: &PgPool, snapshot: IdentitySnapshot) -> Result<Value> {
         "users": snapshot.user_ids.len(),
         "members": snapshot.member_user_ids.len(),
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(body: Value) -> Result<SystemHook> {
+        SystemHook::from_json(body)
+    }
+
+    fn field(result: Result<impl std::fmt::Debug>) -> String {
+        match result {
+            Err(Error::Invalid { field, .. }) => field,
+            other => panic!("not a field error: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn events_without_use_are_ignored_not_refused() {
+        for body in [
+            json!({"event_name": "key_create", "id": 4}),
+            json!({"event_name": "a_future_event", "anything": [1]}),
+            json!({"object_kind": "merge_request", "user": {"name": "A"}}),
+            json!({"object_kind": "gitlab_subscription_member_approval", "action": "enqueue"}),
+        ] {
+            assert!(
+                matches!(read(body.clone()), Ok(SystemHook::Ignored)),
+                "{body}"
+            );
+        }
+    }
+
+    #[test]
+    fn what_is_not_an_event_is_refused() {
+        assert_eq!(field(read(json!({"user_id": 1}))), "event_name");
+        assert_eq!(field(read(json!({"event_name": 7}))), "event_name");
+        assert_eq!(field(read(json!({"object_kind": 7}))), "event_name");
+        assert_eq!(
+            field(read(
+                json!({"event_name": "user_create", "user_id": "1", "username": "a"})
+            )),
+            "user_id"
+        );
+    }
+
+    #[test]
+    fn older_shapes_are_read() {
+        let team = read(
+            json!({"event_name": "user_add_to_team", "user_id": 1, "user_username": "a",
+                                "project_id": 2, "project_access": "Master"}),
+        )
+        .unwrap();
+        let SystemHook::UserAddToTeam(e) = &team else {
+            panic!("{team:?}")
+        };
+        assert_eq!(level("access_level", &e.access_level).unwrap(), Ok(40));
+        team.validate().unwrap();
+
+        let group = read(
+            json!({"event_name": "group_create", "group_id": 78, "path": "storecloud",
+                                 "owner_email": null, "owner_name": null}),
+        )
+        .unwrap();
+        let SystemHook::GroupCreate(e) = &group else {
+            panic!("{group:?}")
+        };
+        assert_eq!(e.full_path().unwrap(), "storecloud");
+        group.validate().unwrap();
+
+        // A rename always names the new full path.
+        let rename =
+            read(json!({"event_name": "group_rename", "group_id": 1, "path": "b"})).unwrap();
+        assert_eq!(field(rename.validate()), "full_path");
+    }
+
+    #[test]
+    fn an_unknown_level_is_a_reason_not_a_refusal() {
+        let reason = level("group_access", &Some("Superuser".into()))
+            .unwrap()
+            .unwrap_err();
+        assert!(reason.contains("`Superuser`"), "{reason}");
+        assert_eq!(field(level("group_access", &None)), "group_access");
+    }
+
+    #[test]
+    fn metric_labels_are_bounded() {
+        assert_eq!(event_label("user_create"), "user_create");
+        assert_eq!(event_label("merge_request"), "merge_request");
+        assert_eq!(event_label("whatever-GitLab-sends-next"), "other");
+    }
 }
