@@ -192,3 +192,49 @@ async fn a_headless_browser_loads_the_explorer_from_envlens_alone() {
         assert!(url.starts_with(&format!("{origin}/")), "{url}");
     }
 }
+
+/// The query the explorer opens with runs, as `root` of `examples/identity.json`, without
+/// errors: it cannot drift from the schema unnoticed.
+#[tokio::test]
+async fn the_explorer_query_runs_against_the_example_identity() {
+    let app = TestApp::new().await;
+    let example = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/identity.json"
+    ))
+    .unwrap();
+    let snapshot: serde_json::Value = serde_json::from_str(&example).unwrap();
+    let res = app
+        .internal(
+            axum::http::Method::PUT,
+            "/api/v4/internal/identity",
+            &snapshot,
+        )
+        .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+
+    let html = get(&app, "/-/graphql-explorer").await.text();
+    let start = html.find("<textarea id=\"query\"").unwrap();
+    let start = start + html[start..].find('>').unwrap() + 1;
+    let end = start + html[start..].find("</textarea>").unwrap();
+    let query = &html[start..end];
+    let (token, _) =
+        envlens::auth::mint_session(SESSION_KEY, 1, "root", std::time::Duration::from_secs(60))
+            .unwrap();
+    let res = app
+        .send(
+            Request::post("/api/graphql")
+                .header(header::AUTHORIZATION, format!("Bearer {token}"))
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from(
+                    serde_json::json!({ "query": query }).to_string(),
+                ))
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    let body = res.json();
+    assert!(body.get("errors").is_none(), "{body}");
+    assert_eq!(body["data"]["currentUser"]["username"], "root");
+    assert_eq!(body["data"]["project"]["fullPath"], "acme/platform/shop");
+}
