@@ -21,6 +21,7 @@ use std::time::Duration;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{Method, Uri};
 use axum::middleware::from_fn_with_state;
+use axum::response::Redirect;
 use axum::routing::{any, get, post, put};
 use axum::Json;
 use axum::Router;
@@ -28,6 +29,7 @@ use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
 use crate::error::Error;
+use crate::graphql::explorer;
 use crate::state::AppState;
 
 /// Every route, with its middleware. Tests drive this without a socket.
@@ -67,7 +69,11 @@ pub fn app(state: AppState) -> Router {
         .merge(api)
         .merge(proxy)
         .merge(http::ops::routes())
-        .route("/-/graphql-explorer", get(crate::graphql::explorer))
+        // Until the dashboard gives `/` a page of its own.
+        .route("/", get(|| async { Redirect::temporary(explorer::PATH) }))
+        .route(explorer::PATH, get(explorer::page))
+        .route(explorer::SCRIPT_PATH, get(explorer::script))
+        .route(explorer::STYLE_PATH, get(explorer::style))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(state.limits.body_limit));
     if let Some(cors) = cors(&state.cors) {

@@ -547,7 +547,7 @@ async fn status_hooks_out_of_order_and_twice() {
     let again = app.hook("Deployment Hook", success, Some("d-3")).await;
     assert_eq!(
         again.json(),
-        json!({"applied": false, "reason": "already delivered"})
+        json!({"applied": false, "outcome": "duplicate", "reason": "already delivered"})
     );
     // Even an unfinished hook that claims to be newer cannot reopen a finished deployment.
     let late = app

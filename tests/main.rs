@@ -1,13 +1,13 @@
 //! The integration tests: one binary, a fresh PostgreSQL database per test, the router
 //! driven without a socket.
 
-mod support;
-
 mod agents;
 mod auth;
 mod ci_deployments;
 mod deployments;
 mod embedded;
+mod explorer;
+mod first_steps;
 mod gitlab_frontend;
 mod graphql;
 mod health_cli;
@@ -19,4 +19,6 @@ mod proxy;
 mod resource_fetch;
 mod resource_group;
 mod shutdown;
+mod support;
+mod system_hooks;
 mod telemetry;

@@ -11,7 +11,7 @@ use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde::de::DeserializeOwned;
 
-pub use internal::{Internal, INTERNAL_HEADER};
+pub use internal::{mint_internal, Internal, INTERNAL_HEADER};
 pub use session::{
     mint_session, verify_session, CurrentUser, Session, SessionClaims, Via, CSRF_HEADER,
     SESSION_COOKIE,

@@ -1,4 +1,4 @@
-//! The subcommands: `serve`, `migrate`, `token`, `print-schema`, `health`.
+//! The subcommands: `serve`, `migrate`, `token`, `identity import`, `print-schema`, `health`.
 
 pub mod health;
 
@@ -6,9 +6,11 @@ use anyhow::Context;
 use tokio::net::TcpListener;
 
 use crate::auth::secrets::Secrets;
-use crate::auth::{mint_session, Keys};
+use crate::auth::{mint_internal, mint_session, Keys};
 use crate::config::file::Settings;
-use crate::config::{Command, DatabaseArgs, HealthArgs, ServeArgs, TokenArgs};
+use crate::config::{
+    Command, DatabaseArgs, HealthArgs, IdentityCommand, ImportArgs, ServeArgs, TokenArgs,
+};
 use crate::db::{self, Database};
 use crate::k8s::clusters::Clusters;
 use crate::state::AppState;
@@ -18,6 +20,7 @@ pub async fn run(command: Command) -> anyhow::Result<()> {
         Command::Serve(args) => serve(args).await,
         Command::Migrate(args) => migrate(args).await,
         Command::Token(args) => token(args).await,
+        Command::Identity(IdentityCommand::Import(args)) => import_identity(args).await,
         Command::PrintSchema => {
             print!("{}", crate::graphql::sdl());
             Ok(())
@@ -127,10 +130,24 @@ async fn migrate(args: DatabaseArgs) -> anyhow::Result<()> {
 
 async fn token(args: TokenArgs) -> anyhow::Result<()> {
     let secrets = Secrets::load(&args.secrets, &args.database.data_dir)?;
+    let Some(username) = &args.user else {
+        println!("{}", mint_internal(secrets.internal.bytes(), args.ttl)?);
+        eprintln!(
+            "internal token: send it as the header `Gitlab-Envlens-Api-Request: <token>` \
+             to /api/v4/internal/...; it is valid for five minutes at most"
+        );
+        return Ok(());
+    };
     let database = Database::open(&args.database).await?;
-    let user = db::identity::find_user_by_username(&database.pool, &args.user).await;
+    let user = db::identity::find_user_by_username(&database.pool, username).await;
     database.close().await;
-    let user = user?.with_context(|| format!("no user `{}` in the identity mirror", args.user))?;
+    let user = user?.with_context(|| {
+        format!(
+            "no user `{username}` in the identity mirror: GitLab's system hooks or its bulk \
+             snapshot fill it; to try envlens without GitLab, \
+             `envlens identity import examples/identity.json`"
+        )
+    })?;
     let (token, csrf) = mint_session(secrets.session.bytes(), user.id, &user.username, args.ttl)?;
     println!("{token}");
     eprintln!(
@@ -139,4 +156,39 @@ async fn token(args: TokenArgs) -> anyhow::Result<()> {
         user.username, user.id
     );
     Ok(())
+}
+
+/// Applies a snapshot file through the same code as `PUT /api/v4/internal/identity`, in the
+/// database `serve` uses (attaching to its embedded PostgreSQL, or starting it).
+async fn import_identity(args: ImportArgs) -> anyhow::Result<()> {
+    let bytes = if args.file.as_os_str() == "-" {
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut bytes)?;
+        bytes
+    } else {
+        std::fs::read(&args.file).with_context(|| format!("cannot read {}", args.file.display()))?
+    };
+    let name = args.file.display();
+    let snapshot = crate::http::extract::parse(&bytes)
+        .map_err(|e| anyhow::anyhow!("{name}: {}", field_error(&e)))?;
+    let database = Database::open(&args.database).await?;
+    let imported = crate::ingest::identity::import(&database.pool, snapshot).await;
+    database.close().await;
+    let counts = imported.map_err(|e| anyhow::anyhow!("{name}: {}", field_error(&e)))?;
+    println!(
+        "imported {name}: {} groups, {} projects, {} users, {} members",
+        counts["groups"], counts["projects"], counts["users"], counts["members"]
+    );
+    Ok(())
+}
+
+/// An error as the API would name it: the field at fault first.
+fn field_error(e: &crate::error::Error) -> String {
+    match e {
+        crate::error::Error::Invalid { field, message } if !field.is_empty() => {
+            format!("{field}: {message}")
+        }
+        crate::error::Error::Invalid { message, .. } => message.clone(),
+        other => other.to_string(),
+    }
 }

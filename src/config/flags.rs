@@ -43,8 +43,12 @@ pub enum Command {
     Serve(ServeArgs),
     /// Apply the database migrations and exit.
     Migrate(DatabaseArgs),
-    /// Mint a session token for a mirrored user, for trying the API.
+    /// Mint a session token for a mirrored user (or an internal token, as GitLab signs its
+    /// requests), for trying the API.
     Token(TokenArgs),
+    /// The identity mirror: `envlens identity import <file>`.
+    #[command(subcommand)]
+    Identity(IdentityCommand),
     /// Print the GraphQL schema (SDL), as committed in `schema.graphql`.
     PrintSchema,
     /// Print the health of the Kubernetes objects in manifests (YAML or JSON), as the service
@@ -108,17 +112,40 @@ pub struct ServeArgs {
 }
 
 #[derive(Debug, Clone, Args)]
+#[command(group(clap::ArgGroup::new("kind").required(true).args(["user", "internal"])))]
 pub struct TokenArgs {
-    /// Username of a user in the identity mirror.
+    /// Username of a user in the identity mirror: a session token, as GitLab mints for a
+    /// signed-in user.
     #[arg(long)]
-    pub user: String,
-    /// How long the token is valid (at most a day).
+    pub user: Option<String>,
+    /// An internal token (`Gitlab-Envlens-Api-Request`), as GitLab signs its requests to
+    /// `/api/v4/internal/...`; valid for five minutes at most.
+    #[arg(long)]
+    pub internal: bool,
+    /// How long the token is valid (at most a day; five minutes for an internal token).
     #[arg(long, default_value = "1h", value_parser = parse_duration)]
     pub ttl: Duration,
     #[command(flatten)]
     pub database: DatabaseArgs,
     #[command(flatten)]
     pub secrets: SecretArgs,
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum IdentityCommand {
+    /// Upsert groups, projects, users and members from a file in the format of
+    /// `PUT /api/v4/internal/identity` (e.g. `examples/identity.json`; `-` reads standard
+    /// input), in one transaction, into the database `serve` uses.
+    Import(ImportArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ImportArgs {
+    /// The snapshot: `{"groups": [...], "projects": [...], "users": [...], "members": [...]}`.
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+    #[command(flatten)]
+    pub database: DatabaseArgs,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -72,13 +72,17 @@ pub fn access_level(field: &str, level: i32) -> Result<i32> {
     }
 }
 
-/// An access level as system hooks name it (`"Developer"`), case-insensitively.
-pub fn access_level_name(field: &str, name: &str) -> Result<i32> {
+/// An access level as system hooks name it (`"Developer"`), case-insensitively; `Master` is
+/// the name GitLab gave Maintainer before 11.0, and older GitLabs still send it.
+pub fn access_level_named(name: &str) -> Option<i32> {
+    let name = name.trim();
+    if name.eq_ignore_ascii_case("Master") {
+        return Some(40);
+    }
     ACCESS_LEVELS
         .iter()
-        .find(|(_, n)| n.eq_ignore_ascii_case(name.trim()))
+        .find(|(_, n)| n.eq_ignore_ascii_case(name))
         .map(|(level, _)| *level)
-        .ok_or_else(|| Error::invalid(field, format!("`{name}` is not an access level (Guest, Planner, Reporter, Developer, Maintainer, Owner)")))
 }
 
 pub fn source_type(field: &str, value: &str) -> Result<()> {
@@ -239,9 +243,11 @@ mod tests {
 
     #[test]
     fn access_levels() {
-        assert_eq!(access_level_name("f", "developer").unwrap(), 30);
-        assert_eq!(access_level_name("f", "Minimal Access").unwrap(), 5);
-        assert!(access_level_name("f", "Admin").is_err());
+        assert_eq!(access_level_named("developer"), Some(30));
+        assert_eq!(access_level_named("Minimal Access"), Some(5));
+        assert_eq!(access_level_named("Master"), Some(40));
+        assert_eq!(access_level_named("Maintainer"), Some(40));
+        assert_eq!(access_level_named("Admin"), None);
         assert!(access_level("f", 25).is_err());
     }
 

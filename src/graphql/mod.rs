@@ -2,6 +2,7 @@
 
 mod agents;
 mod documents;
+pub mod explorer;
 mod loaders;
 mod plain;
 mod resource_group;
@@ -14,7 +15,7 @@ use async_graphql::{EmptyMutation, EmptySubscription, Schema, ValidationMode};
 use axum::extract::{Request, State};
 use axum::http::header::CONTENT_TYPE;
 use axum::http::StatusCode;
-use axum::response::{Html, IntoResponse, Response};
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
 
@@ -182,9 +183,4 @@ fn error_response(e: &Error) -> Response {
     let error = e.to_graphql();
     let body = json!({ "errors": [{ "message": error.message, "extensions": error.extensions }] });
     (e.status(), Json(body)).into_response()
-}
-
-/// GraphiQL, with a header editor for `Authorization: Bearer <envlens token --user ...>`.
-pub async fn explorer() -> Html<&'static str> {
-    Html(include_str!("explorer.html"))
 }

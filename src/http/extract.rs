@@ -34,10 +34,14 @@ pub async fn read_body(req: Request, limit: usize) -> Result<Bytes, Error> {
     })
 }
 
-/// Parses JSON, telling malformed input (400) from a field of the wrong shape (422).
+/// Parses JSON, telling malformed input (400) from a field of the wrong shape (422). Bytes
+/// after the JSON value (other than white space) are malformed input too.
 pub fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, Error> {
-    let de = &mut serde_json::Deserializer::from_slice(body);
-    serde_path_to_error::deserialize(de).map_err(|e| shape_error(e, ""))
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| shape_error(e, ""))?;
+    de.end()
+        .map_err(|e| Error::BadRequest(format!("malformed JSON: {e}")))?;
+    Ok(value)
 }
 
 /// Reads a part of an already parsed body; errors name fields below `prefix` (e.g. `agent_config`).
@@ -117,6 +121,13 @@ mod tests {
         assert_eq!(field_of(r#"{}"#), (422, "items".into()));
         assert_eq!(field_of(r#"{"items": [}"#), (400, String::new()));
         assert_eq!(field_of(""), (400, String::new()));
+        assert_eq!(field_of(r#"{"items": []} x"#), (400, String::new()));
+        assert_eq!(field_of(r#"{"items": []}{}"#), (400, String::new()));
+    }
+
+    #[test]
+    fn white_space_after_the_value_is_fine() {
+        assert!(parse::<Outer>(b"{\"items\": []}\n \t").is_ok());
     }
 
     #[derive(Debug, Deserialize)]

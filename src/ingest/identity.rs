@@ -6,7 +6,7 @@ use axum::extract::State;
 use axum::Json as JsonResponse;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use sqlx::PgConnection;
+use sqlx::{PgConnection, PgPool};
 
 use crate::auth::Internal;
 use crate::db::identity::{self as db, Snapshot};
@@ -15,10 +15,11 @@ use crate::gitlab::validate;
 use crate::http::extract::{from_value, Json};
 use crate::state::AppState;
 
-/// The system hook events envlens mirrors, in the payload shapes GitLab documents. Events
-/// it does not mirror (`push`, `key_create`, ...) are [`SystemHook::Other`]: GitLab sends
-/// every event to every system hook and disables a receiver that keeps failing, so they are
-/// acknowledged and ignored rather than refused.
+/// The system hook events envlens mirrors, in the payload shapes GitLab documents from 9.5 on.
+/// Events it has no use for (`push`, `key_create`, a `merge_request` with only `object_kind`,
+/// a name it does not know) are [`SystemHook::Ignored`]: GitLab sends every event to every
+/// system hook and disables a receiver that keeps failing, so they are acknowledged rather
+/// than refused.
 #[derive(Debug)]
 pub enum SystemHook {
     ProjectCreate(ProjectEvent),
@@ -38,7 +39,64 @@ pub enum SystemHook {
     UserAddToGroup(GroupMemberEvent),
     UserUpdateForGroup(GroupMemberEvent),
     UserRemoveFromGroup(GroupMemberEvent),
-    Other,
+    /// An event envlens has no use for.
+    Ignored,
+}
+
+/// What became of a well-formed event.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Applied,
+    /// It cannot be applied (a path another id holds, an access level envlens does not
+    /// know); nothing was written, and the reason is logged and answered.
+    Unapplied(String),
+}
+
+/// The events envlens applies, then those GitLab documents that it has no use for. Metrics
+/// label an event by one of these names, or `other`, so that the label stays bounded.
+const APPLIED_EVENTS: [&str; 17] = [
+    "project_create",
+    "project_destroy",
+    "project_rename",
+    "project_transfer",
+    "project_update",
+    "group_create",
+    "group_destroy",
+    "group_rename",
+    "user_create",
+    "user_destroy",
+    "user_rename",
+    "user_add_to_team",
+    "user_remove_from_team",
+    "user_update_for_team",
+    "user_add_to_group",
+    "user_remove_from_group",
+    "user_update_for_group",
+];
+const UNUSED_EVENTS: [&str; 13] = [
+    "key_create",
+    "key_destroy",
+    "push",
+    "tag_push",
+    "repository_update",
+    "merge_request",
+    "user_failed_login",
+    "user_access_request_to_group",
+    "user_access_request_to_project",
+    "user_access_request_revoked_for_group",
+    "user_access_request_revoked_for_project",
+    "gitlab_subscription_member_approval",
+    "gitlab_subscription_member_approvals",
+];
+
+/// The metric label of an event name: the name itself when GitLab documents it, else `other`.
+pub fn event_label(name: &str) -> &'static str {
+    APPLIED_EVENTS
+        .iter()
+        .chain(UNUSED_EVENTS.iter())
+        .find(|known| **known == name)
+        .copied()
+        .unwrap_or("other")
 }
 
 #[derive(Debug, Deserialize)]
@@ -56,7 +114,10 @@ pub struct ProjectDestroyEvent {
 #[derive(Debug, Deserialize)]
 pub struct GroupEvent {
     group_id: i64,
-    full_path: String,
+    /// Absent from `group_create` before GitLab 11; then `path` is the full path of the
+    /// top-level group (only a top-level group's path is its full path).
+    full_path: Option<String>,
+    path: Option<String>,
     /// Only in `group_rename`.
     old_full_path: Option<String>,
 }
@@ -82,7 +143,9 @@ pub struct TeamEvent {
     user_id: i64,
     user_username: String,
     project_id: i64,
-    /// Absent from `user_remove_from_team`.
+    /// `project_access` before GitLab 11 (and in `user_remove_from_team` until 12); not
+    /// needed in `user_remove_from_team`.
+    #[serde(alias = "project_access")]
     access_level: Option<String>,
     project_path_with_namespace: Option<String>,
     project_visibility: Option<String>,
@@ -93,18 +156,35 @@ pub struct GroupMemberEvent {
     user_id: i64,
     user_username: String,
     group_id: i64,
-    /// Absent from `user_remove_from_group`.
+    /// Not needed in `user_remove_from_group`.
     group_access: Option<String>,
 }
 
+impl GroupEvent {
+    /// The group's full path: `full_path`, else (older `group_create`) `path`.
+    fn full_path(&self) -> Result<&str> {
+        self.full_path
+            .as_deref()
+            .or(self.path.as_deref())
+            .ok_or_else(|| Error::invalid("full_path", "missing field `full_path`"))
+    }
+}
+
 impl SystemHook {
-    /// Reads an event by its `event_name`. (Not a serde-tagged enum: those buffer their input
-    /// and lose the path of the field at fault.)
+    /// Reads an event by its `event_name` (or, for the events that have none, such as the
+    /// `merge_request` system hook, its `object_kind`). Not a serde-tagged enum: those buffer
+    /// their input and lose the path of the field at fault.
     pub fn from_json(body: Value) -> Result<Self> {
-        let name = match body.get("event_name") {
-            Some(Value::String(name)) => name.clone(),
-            Some(_) => return Err(Error::invalid("event_name", "must be a string")),
-            None => return Err(Error::invalid("event_name", "missing field `event_name`")),
+        let name = match (body.get("event_name"), body.get("object_kind")) {
+            (Some(Value::String(name)), _) => name.clone(),
+            (Some(_), _) => return Err(Error::invalid("event_name", "must be a string")),
+            (None, Some(Value::String(_))) => return Ok(SystemHook::Ignored),
+            (None, _) => {
+                return Err(Error::invalid(
+                    "event_name",
+                    "missing field `event_name` (or `object_kind`)",
+                ))
+            }
         };
         Ok(match name.as_str() {
             "project_create" => SystemHook::ProjectCreate(from_value(body, "")?),
@@ -124,11 +204,13 @@ impl SystemHook {
             "user_add_to_group" => SystemHook::UserAddToGroup(from_value(body, "")?),
             "user_update_for_group" => SystemHook::UserUpdateForGroup(from_value(body, "")?),
             "user_remove_from_group" => SystemHook::UserRemoveFromGroup(from_value(body, "")?),
-            _ => SystemHook::Other,
+            _ => SystemHook::Ignored,
         })
     }
 
-    /// Checks every field before anything is written.
+    /// Checks that every field the event needs is there and well formed, before anything is
+    /// written. What fails here is malformed (a 422); values that are well formed but that
+    /// envlens cannot use are left to [`SystemHook::apply`].
     pub fn validate(&self) -> Result<()> {
         match self {
             SystemHook::ProjectCreate(e)
@@ -137,14 +219,19 @@ impl SystemHook {
             | SystemHook::ProjectTransfer(e) => {
                 validate::positive("project_id", e.project_id)?;
                 validate::full_path("path_with_namespace", &e.path_with_namespace)?;
-                if let Some(v) = &e.project_visibility {
-                    validate::visibility("project_visibility", v)?;
-                }
             }
             SystemHook::ProjectDestroy(e) => validate::positive("project_id", e.project_id)?,
             SystemHook::GroupCreate(e) | SystemHook::GroupRename(e) => {
                 validate::positive("group_id", e.group_id)?;
-                validate::full_path("full_path", &e.full_path)?;
+                if matches!(self, SystemHook::GroupRename(_)) && e.full_path.is_none() {
+                    return Err(Error::invalid("full_path", "missing field `full_path`"));
+                }
+                let field = if e.full_path.is_some() {
+                    "full_path"
+                } else {
+                    "path"
+                };
+                validate::full_path(field, e.full_path()?)?;
                 if let Some(old) = &e.old_full_path {
                     validate::full_path("old_full_path", old)?;
                 }
@@ -164,11 +251,8 @@ impl SystemHook {
                 if let Some(path) = &e.project_path_with_namespace {
                     validate::full_path("project_path_with_namespace", path)?;
                 }
-                if let Some(v) = &e.project_visibility {
-                    validate::visibility("project_visibility", v)?;
-                }
                 if !matches!(self, SystemHook::UserRemoveFromTeam(_)) {
-                    level("access_level", &e.access_level)?;
+                    required("access_level", &e.access_level)?;
                 }
             }
             SystemHook::UserAddToGroup(e)
@@ -178,34 +262,40 @@ impl SystemHook {
                 validate::non_empty("user_username", &e.user_username)?;
                 validate::positive("group_id", e.group_id)?;
                 if !matches!(self, SystemHook::UserRemoveFromGroup(_)) {
-                    level("group_access", &e.group_access)?;
+                    required("group_access", &e.group_access)?;
                 }
             }
-            SystemHook::Other => {}
+            SystemHook::Ignored => {}
         }
         Ok(())
     }
 
-    /// Applies a validated event inside the caller's transaction.
-    pub async fn apply(&self, conn: &mut PgConnection) -> Result<()> {
-        match self {
+    /// Applies a validated event inside the caller's transaction. On
+    /// [`Outcome::Unapplied`] the transaction may be aborted: the caller rolls it back.
+    pub async fn apply(&self, conn: &mut PgConnection) -> Result<Outcome> {
+        match self.write(conn).await {
+            // GitLab's paths and usernames are unique at any moment: a conflict means the
+            // mirror missed, or has not yet received, the event that freed the path.
+            Err(Error::Conflict(reason)) => Ok(Outcome::Unapplied(reason)),
+            other => other,
+        }
+    }
+
+    async fn write(&self, conn: &mut PgConnection) -> Result<Outcome> {
+        let done = match self {
             SystemHook::ProjectCreate(e)
             | SystemHook::ProjectUpdate(e)
             | SystemHook::ProjectRename(e)
             | SystemHook::ProjectTransfer(e) => {
-                db::upsert_project(
-                    conn,
-                    e.project_id,
-                    &e.path_with_namespace,
-                    e.project_visibility.as_deref(),
-                )
-                .await
+                let visibility = known_visibility(e.project_id, &e.project_visibility);
+                db::upsert_project(conn, e.project_id, &e.path_with_namespace, visibility).await
             }
             SystemHook::ProjectDestroy(e) => db::delete_project(conn, e.project_id).await,
-            SystemHook::GroupCreate(e) => db::upsert_group(conn, e.group_id, &e.full_path).await,
+            SystemHook::GroupCreate(e) => db::upsert_group(conn, e.group_id, e.full_path()?).await,
             SystemHook::GroupRename(e) => {
-                let old = e.old_full_path.as_deref().unwrap_or(&e.full_path);
-                db::move_group(conn, e.group_id, old, &e.full_path).await
+                let full_path = e.full_path()?;
+                let old = e.old_full_path.as_deref().unwrap_or(full_path);
+                db::move_group(conn, e.group_id, old, full_path).await
             }
             SystemHook::GroupDestroy(e) => db::delete_group(conn, e.group_id).await,
             SystemHook::UserCreate(e) | SystemHook::UserRename(e) => {
@@ -213,36 +303,71 @@ impl SystemHook {
             }
             SystemHook::UserDestroy(e) => db::delete_user(conn, e.user_id).await,
             SystemHook::UserAddToTeam(e) | SystemHook::UserUpdateForTeam(e) => {
+                let level = match level("access_level", &e.access_level)? {
+                    Ok(level) => level,
+                    Err(reason) => return Ok(Outcome::Unapplied(reason)),
+                };
                 db::upsert_user(conn, e.user_id, &e.user_username, None).await?;
                 if let Some(path) = &e.project_path_with_namespace {
-                    db::upsert_project(conn, e.project_id, path, e.project_visibility.as_deref())
-                        .await?;
+                    let visibility = known_visibility(e.project_id, &e.project_visibility);
+                    db::upsert_project(conn, e.project_id, path, visibility).await?;
                 }
-                let level = level("access_level", &e.access_level)?;
                 db::set_member(conn, e.user_id, "project", e.project_id, level).await
             }
             SystemHook::UserRemoveFromTeam(e) => {
                 db::remove_member(conn, e.user_id, "project", e.project_id).await
             }
             SystemHook::UserAddToGroup(e) | SystemHook::UserUpdateForGroup(e) => {
+                let level = match level("group_access", &e.group_access)? {
+                    Ok(level) => level,
+                    Err(reason) => return Ok(Outcome::Unapplied(reason)),
+                };
                 db::upsert_user(conn, e.user_id, &e.user_username, None).await?;
-                let level = level("group_access", &e.group_access)?;
                 db::set_member(conn, e.user_id, "group", e.group_id, level).await
             }
             SystemHook::UserRemoveFromGroup(e) => {
                 db::remove_member(conn, e.user_id, "group", e.group_id).await
             }
-            SystemHook::Other => Ok(()),
-        }
+            SystemHook::Ignored => Ok(()),
+        };
+        done.map(|()| Outcome::Applied)
     }
 }
 
-/// The access level a membership event names (required where it grants or changes one).
-fn level(field: &str, name: &Option<String>) -> Result<i32> {
-    let name = name
+fn required<'a>(field: &str, value: &'a Option<String>) -> Result<&'a str> {
+    value
         .as_deref()
-        .ok_or_else(|| Error::invalid(field, format!("missing field `{field}`")))?;
-    validate::access_level_name(field, name)
+        .ok_or_else(|| Error::invalid(field, format!("missing field `{field}`")))
+}
+
+/// The access level a membership event grants; missing is malformed. A name envlens does not
+/// know (a level newer than envlens, say) is no reason for GitLab to disable the hook: it is
+/// the reason the event is not applied.
+fn level(field: &str, name: &Option<String>) -> Result<std::result::Result<i32, String>> {
+    let name = required(field, name)?;
+    Ok(validate::access_level_named(name).ok_or_else(|| {
+        format!(
+            "`{field}` `{name}` is not an access level envlens knows (Guest, Planner, Reporter, \
+             Developer, Maintainer or Master, Owner, Minimal Access)"
+        )
+    }))
+}
+
+/// A project's visibility, when it is one envlens knows. Another value (GitLab 12's
+/// documentation shows `visibilitylevel|private`) leaves the mirror's as it is (private for a
+/// new project) rather than failing the whole event.
+fn known_visibility(project_id: i64, value: &Option<String>) -> Option<&str> {
+    let value = value.as_deref()?;
+    if validate::visibility("project_visibility", value).is_ok() {
+        Some(value)
+    } else {
+        tracing::warn!(
+            project_id,
+            visibility = value,
+            "unknown project visibility in a system hook: the mirror keeps the one it has"
+        );
+        None
+    }
 }
 
 /// `PUT /api/v4/internal/identity`.
@@ -364,14 +489,23 @@ impl Uniques {
     }
 }
 
-/// Upserts a whole snapshot in one transaction; rows it does not name are left as they are.
+/// `PUT /api/v4/internal/identity`.
 pub async fn put_snapshot(
     _: Internal,
     State(state): State<AppState>,
     Json(body): Json<IdentitySnapshot>,
 ) -> Result<JsonResponse<Value>> {
-    let snapshot = body.into_columns()?;
-    let mut tx = state.db.begin().await?;
+    let counts = import(&state.db, body).await?;
+    state.metrics.mirror_applied();
+    Ok(JsonResponse(counts))
+}
+
+/// Upserts a whole snapshot in one transaction; rows it does not name are left as they are.
+/// The bulk endpoint and `envlens identity import` both come here. Answers the number of rows
+/// of each kind.
+pub async fn import(db: &PgPool, snapshot: IdentitySnapshot) -> Result<Value> {
+    let snapshot = snapshot.into_columns()?;
+    let mut tx = db.begin().await?;
     if let Some(i) = db::apply_snapshot(&mut tx, &snapshot).await? {
         return Err(Error::invalid(
             format!("members[{i}].user_id"),
@@ -382,10 +516,100 @@ pub async fn put_snapshot(
         ));
     }
     tx.commit().await?;
-    Ok(JsonResponse(json!({
+    Ok(json!({
         "groups": snapshot.group_ids.len(),
         "projects": snapshot.project_ids.len(),
         "users": snapshot.user_ids.len(),
         "members": snapshot.member_user_ids.len(),
-    })))
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(body: Value) -> Result<SystemHook> {
+        SystemHook::from_json(body)
+    }
+
+    fn field(result: Result<impl std::fmt::Debug>) -> String {
+        match result {
+            Err(Error::Invalid { field, .. }) => field,
+            other => panic!("not a field error: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn events_without_use_are_ignored_not_refused() {
+        for body in [
+            json!({"event_name": "key_create", "id": 4}),
+            json!({"event_name": "a_future_event", "anything": [1]}),
+            json!({"object_kind": "merge_request", "user": {"name": "A"}}),
+            json!({"object_kind": "gitlab_subscription_member_approval", "action": "enqueue"}),
+        ] {
+            assert!(
+                matches!(read(body.clone()), Ok(SystemHook::Ignored)),
+                "{body}"
+            );
+        }
+    }
+
+    #[test]
+    fn what_is_not_an_event_is_refused() {
+        assert_eq!(field(read(json!({"user_id": 1}))), "event_name");
+        assert_eq!(field(read(json!({"event_name": 7}))), "event_name");
+        assert_eq!(field(read(json!({"object_kind": 7}))), "event_name");
+        assert_eq!(
+            field(read(
+                json!({"event_name": "user_create", "user_id": "1", "username": "a"})
+            )),
+            "user_id"
+        );
+    }
+
+    #[test]
+    fn older_shapes_are_read() {
+        let team = read(
+            json!({"event_name": "user_add_to_team", "user_id": 1, "user_username": "a",
+                                "project_id": 2, "project_access": "Master"}),
+        )
+        .unwrap();
+        let SystemHook::UserAddToTeam(e) = &team else {
+            panic!("{team:?}")
+        };
+        assert_eq!(level("access_level", &e.access_level).unwrap(), Ok(40));
+        team.validate().unwrap();
+
+        let group = read(
+            json!({"event_name": "group_create", "group_id": 78, "path": "storecloud",
+                                 "owner_email": null, "owner_name": null}),
+        )
+        .unwrap();
+        let SystemHook::GroupCreate(e) = &group else {
+            panic!("{group:?}")
+        };
+        assert_eq!(e.full_path().unwrap(), "storecloud");
+        group.validate().unwrap();
+
+        // A rename always names the new full path.
+        let rename =
+            read(json!({"event_name": "group_rename", "group_id": 1, "path": "b"})).unwrap();
+        assert_eq!(field(rename.validate()), "full_path");
+    }
+
+    #[test]
+    fn an_unknown_level_is_a_reason_not_a_refusal() {
+        let reason = level("group_access", &Some("Superuser".into()))
+            .unwrap()
+            .unwrap_err();
+        assert!(reason.contains("`Superuser`"), "{reason}");
+        assert_eq!(field(level("group_access", &None)), "group_access");
+    }
+
+    #[test]
+    fn metric_labels_are_bounded() {
+        assert_eq!(event_label("user_create"), "user_create");
+        assert_eq!(event_label("merge_request"), "merge_request");
+        assert_eq!(event_label("whatever-GitLab-sends-next"), "other");
+    }
 }

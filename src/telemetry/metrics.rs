@@ -67,7 +67,7 @@ struct ConnectionState {
 struct WebhookLabels {
     /// `X-Gitlab-Event` and `event_name`, `other` for any name envlens does not know.
     event: String,
-    /// `applied`, `ignored` or `unapplied`.
+    /// applied, ignored, unapplied, duplicate, rejected (a 4xx) or failed (a 5xx).
     outcome: &'static str,
 }
 
@@ -261,7 +261,8 @@ impl Metrics {
         }
     }
 
-    /// A webhook event and what became of it (`applied`, `ignored`, `unapplied`).
+    /// A webhook event and what became of it: applied, ignored, unapplied, duplicate,
+    /// rejected (a 4xx) or failed (a 5xx).
     pub fn webhook_event(&self, event: &str, outcome: &'static str) {
         self.webhook_events
             .get_or_create(&WebhookLabels {
@@ -327,5 +328,21 @@ mod tests {
         assert!(text.contains("envlens_cluster_requests_total{agent=\"7\",verb=\"list\",resource=\"pods\",code=\"error\"} 1"));
         assert!(text.contains("envlens_cluster_request_duration_seconds_count{agent=\"7\",verb=\"list\",resource=\"pods\"} 2"));
         assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn counts_webhook_events_by_event_and_outcome() {
+        let m = Metrics::default();
+        m.webhook_event("user_create", "applied");
+        m.webhook_event("user_create", "applied");
+        m.webhook_event("other", "ignored");
+        let text = m.render(None);
+        assert!(text.contains(
+            "envlens_webhook_events_total{event=\"user_create\",outcome=\"applied\"} 2\n"
+        ));
+        assert!(
+            text.contains("envlens_webhook_events_total{event=\"other\",outcome=\"ignored\"} 1\n")
+        );
+        assert!(text.contains("# TYPE envlens_webhook_events counter\n"));
     }
 }
