@@ -330,6 +330,29 @@ def test_monitoring_assets():
     assert rule["spec"] == {"groups": rules_file["groups"]}
 
 
+def test_readme_install_command_renders():
+    """The `helm install` of README "Running it in Kubernetes", its `--set`s parsed by Helm."""
+    readme = (REPO / "README.md").read_text()
+    start = readme.index("helm install envlens charts/envlens")
+    lines = [readme[start:].split("\n")[0]]
+    for line in readme[start:].split("\n")[1:]:
+        if not lines[-1].rstrip().endswith("\\"):
+            break
+        lines.append(line)
+    command = " ".join(line.rstrip(" \\") for line in lines)
+    words = command.split()
+    values: dict = {}
+    for i, word in enumerate(words):
+        if word == "--set":
+            values = merge(values, helm.parse_set_string(words[i + 1].strip("'")))
+    assert values["database"]["existingSecret"] == "envlens-database", (command, values)
+    with helm.Chart.load(CHART) as chart:
+        objs = objects(chart.render(values, name=RELEASE, namespace=NAMESPACE))
+    assert container(objs)["image"].startswith(values["image"]["repository"] + ":")
+    config = helm.values_from_yaml(pod_files(objs)["/etc/envlens/config/config.yaml"])
+    assert config["cors"]["allowed_origins"] == ["https://gitlab.example.com"], config
+
+
 def lookup(kubeconfig: str, namespace: str) -> dict:
     """The generated Secret's data when the chart is rendered as an upgrade against a cluster."""
     with helm.Config(kubeconfig_path=kubeconfig, namespace=namespace) as config, helm.Chart.load(CHART) as chart:
