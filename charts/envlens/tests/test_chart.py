@@ -155,11 +155,22 @@ def pod(objs: list[dict]) -> dict:
 # --- the checks ---------------------------------------------------------------------------
 
 
+EVERYTHING_ON = {
+    "otlpEndpoint": "http://otel-collector:4318/v1/traces",
+    "ingress": {"enabled": True, "className": "nginx", "tls": [{"hosts": ["envlens.example.com"], "secretName": "tls"}]},
+    "monitoring": {"grafanaDashboard": {"enabled": True}, "prometheusRule": {"enabled": True}},
+    "secrets": {"session": {"existingSecret": "gitlab-envlens", "key": "session"}},
+    "extraArgs": ["--request-timeout", "60s"],
+    "extraEnv": [{"name": "ENVLENS_LOG", "value": "debug"}],
+}
+
+
 def test_lint_is_clean():
-    report = helm.lint(CHART, BASE, strict=True, namespace=NAMESPACE)
-    assert not report["errors"], report
-    worse_than_info = [m for m in report["messages"] if m["severity"] >= 2]
-    assert not worse_than_info, worse_than_info
+    for values in (BASE, merge(BASE, EVERYTHING_ON)):
+        report = helm.lint(CHART, values, strict=True, namespace=NAMESPACE, kube_version="v1.30.0")
+        assert not report["errors"], report
+        worse_than_info = [m for m in report["messages"] if m["severity"] >= 2]
+        assert not worse_than_info, worse_than_info
 
 
 def test_no_database_no_render():
