@@ -3,6 +3,7 @@
 
 mod agents;
 mod auth;
+mod chart;
 mod ci_deployments;
 mod deployments;
 mod embedded;

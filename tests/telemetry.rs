@@ -126,7 +126,7 @@ async fn every_list_of_a_resource_group_carries_the_request_id() {
 }
 
 /// A URL of a fresh test database, for a process of its own.
-async fn database_url() -> String {
+pub async fn database_url() -> String {
     let pool = postgres::fresh_database().await;
     let options = pool.connect_options();
     let database = options.get_database().expect("a database name").to_owned();

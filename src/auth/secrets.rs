@@ -73,7 +73,8 @@ impl Secrets {
 /// shared secrets (`.gitlab_kas_secret`).
 fn generate(path: &Path) -> anyhow::Result<()> {
     if let Some(dir) = path.parent() {
-        fs::create_dir_all(dir)?;
+        fs::create_dir_all(dir)
+            .with_context(|| format!("cannot create the data folder {}", dir.display()))?;
     }
     let key: [u8; 32] = rand::random();
     let mut f = fs::OpenOptions::new()
