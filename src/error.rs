@@ -33,6 +33,9 @@ pub enum Error {
     /// A cluster (or another upstream) could not be reached or answered nothing usable.
     #[error("{0}")]
     BadGateway(String),
+    /// GitLab, which must vouch for the request, cannot be asked now: retry later.
+    #[error("{0}")]
+    GitLabUnavailable(String),
     #[error(transparent)]
     Internal(#[from] anyhow::Error),
 }
@@ -58,6 +61,7 @@ impl Error {
             Error::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             Error::Unavailable(_) | Error::Timeout(_) => StatusCode::SERVICE_UNAVAILABLE,
             Error::BadGateway(_) => StatusCode::BAD_GATEWAY,
+            Error::GitLabUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -72,7 +76,9 @@ impl Error {
             Error::Conflict(_) => "conflict",
             Error::PayloadTooLarge { .. } => "payload_too_large",
             Error::Invalid { .. } => "invalid",
-            Error::Unavailable(_) | Error::Timeout(_) => "unavailable",
+            Error::Unavailable(_) | Error::Timeout(_) | Error::GitLabUnavailable(_) => {
+                "unavailable"
+            }
             Error::BadGateway(_) => "bad_gateway",
             Error::Internal(_) => "internal",
         }
@@ -114,7 +120,9 @@ impl Error {
                 "BAD_USER_INPUT"
             }
             Error::Conflict(_) => "CONFLICT",
-            Error::Unavailable(_) | Error::Timeout(_) => "SERVICE_UNAVAILABLE",
+            Error::Unavailable(_) | Error::Timeout(_) | Error::GitLabUnavailable(_) => {
+                "SERVICE_UNAVAILABLE"
+            }
             Error::BadGateway(_) => "BAD_GATEWAY",
             Error::Internal(_) => "INTERNAL_SERVER_ERROR",
         };

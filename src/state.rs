@@ -83,4 +83,5 @@ sub_states! {
     limits: Limits,
     schemas: Schemas,
     clusters: Arc<Clusters>,
+    gitlab: Option<Arc<Instance>>,
 }

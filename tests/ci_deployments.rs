@@ -172,6 +172,7 @@ async fn app_beside(gitlab: &TestGitLab) -> TestApp {
     let api = GitLab::new(&gitlab.url, None, Arc::default(), Policy::default()).unwrap();
     let instance = Instance {
         id_tokens: IdTokens::new(api.clone(), AUDIENCE),
+        user_tokens: envlens::gitlab::tokens::UserTokens::new(std::time::Duration::from_secs(60)),
         api,
     };
     let state = AppState::new(db.clone(), keys(), Limits::default()).with_gitlab(instance);
@@ -371,4 +372,66 @@ async fn forged_tokens_get_401_and_write_nothing() {
     claims.as_object_mut().unwrap().remove("environment");
     let res = from_job(&app, &gitlab.sign(&claims, Signer::Rsa), body).await;
     assert_eq!(res.error(422)["field"], "environment");
+}
+
+// ---- GitLab's own tokens as bearer tokens (SPEC 12.4) ----
+
+#[tokio::test]
+async fn gitlab_tokens_are_checked_with_gitlab_and_cached() {
+    let gitlab = TestGitLab::start().await;
+    let app = app_beside(&gitlab).await;
+    let res = app
+        .internal(
+            Method::PUT,
+            "/api/v4/internal/identity",
+            &json!({
+                "groups": [], "projects": [], "users": [{"id": 2, "username": "dev"}], "members": []
+            }),
+        )
+        .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    gitlab.accept_token("glpat-dev-token", 2, "dev");
+    gitlab.accept_token("glpat-stranger", 99, "stranger");
+    let me = |token: &'static str| {
+        Request::get("/api/user")
+            .header(header::AUTHORIZATION, format!("Bearer {token}"))
+            .body(Body::empty())
+            .unwrap()
+    };
+    let res = app.send(me("glpat-dev-token")).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    assert_eq!(
+        res.json(),
+        json!({"id": 2, "username": "dev", "admin": false})
+    );
+    // Reused for the cache's time: GitLab is asked once.
+    let again = app.send(me("glpat-dev-token")).await;
+    assert_eq!(again.status, 200);
+    assert_eq!(gitlab.user_requests.load(Ordering::SeqCst), 1);
+    // A token GitLab refuses, and one of a user the mirror does not know: 401.
+    assert_eq!(
+        app.send(me("glpat-revoked")).await.error(401)["code"],
+        "unauthorized"
+    );
+    assert_eq!(app.send(me("glpat-stranger")).await.status, 401);
+    // GitLab down: 503, never a pass (a token not seen before).
+    gitlab.failing.store(true, Ordering::SeqCst);
+    gitlab.accept_token("glpat-new", 2, "dev");
+    let res = app.send(me("glpat-new")).await;
+    assert_eq!(res.error(503)["code"], "unavailable", "{}", res.text());
+    // GraphQL takes the same token.
+    gitlab.failing.store(false, Ordering::SeqCst);
+    let res = app
+        .send(
+            Request::post("/api/graphql")
+                .header(header::AUTHORIZATION, "Bearer glpat-dev-token")
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from(
+                    json!({"query": "{ currentUser { username } }"}).to_string(),
+                ))
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    assert_eq!(res.json()["data"]["currentUser"]["username"], "dev");
 }

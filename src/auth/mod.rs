@@ -13,8 +13,8 @@ use serde::de::DeserializeOwned;
 
 pub use internal::{mint_internal, Internal, INTERNAL_HEADER};
 pub use session::{
-    mint_session, verify_session, CurrentUser, Session, SessionClaims, Via, CSRF_HEADER,
-    SESSION_COOKIE,
+    authenticate, mint_session, verify_session, CurrentUser, Session, SessionClaims, Via,
+    CSRF_HEADER, SESSION_COOKIE,
 };
 pub use webhook::Webhook;
 

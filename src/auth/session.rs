@@ -17,6 +17,9 @@ use subtle::ConstantTimeEq;
 use super::{verify, Keys, TimeClaims, ISSUER, LEEWAY_SECONDS};
 use crate::db;
 use crate::error::Error;
+use crate::gitlab::tokens::is_jwt;
+use crate::gitlab::Instance;
+use crate::telemetry::RequestId;
 
 pub const SESSION_COOKIE: &str = "_gitlab_kas";
 pub const CSRF_HEADER: &str = "x-csrf-token";
@@ -61,11 +64,14 @@ impl<S: Send + Sync> FromRequestParts<S> for CurrentUser
 where
     Arc<Keys>: FromRef<S>,
     PgPool: FromRef<S>,
+    Option<Arc<Instance>>: FromRef<S>,
 {
     type Rejection = Error;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Error> {
-        let session = verify_session(parts, &Arc::<Keys>::from_ref(state))?;
+        let gitlab = Option::<Arc<Instance>>::from_ref(state);
+        let keys = Arc::<Keys>::from_ref(state);
+        let session = authenticate(parts, &keys, gitlab.as_deref()).await?;
         CurrentUser::find(&PgPool::from_ref(state), session).await
     }
 }
@@ -101,6 +107,48 @@ pub enum Via {
 pub struct Session {
     pub user_id: i64,
     pub via: Via,
+}
+
+/// The request's session: a GitLab token sent as bearer, checked with GitLab when envlens knows
+/// one (SPEC 12.4), else envlens' own session token ([`verify_session`]). GitLab unreachable is
+/// a 503, never a pass.
+pub async fn authenticate(
+    parts: &Parts,
+    keys: &Keys,
+    gitlab: Option<&Instance>,
+) -> Result<Session, Error> {
+    let bearer = parts
+        .headers
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    let Some(token) = bearer.filter(|t| !is_jwt(t)) else {
+        return verify_session(parts, keys);
+    };
+    let Some(gitlab) = gitlab else {
+        return Err(Error::Unauthorized(
+            "not an envlens token, and envlens knows no GitLab to check it with".into(),
+        ));
+    };
+    let request_id = parts.extensions.get::<RequestId>();
+    match gitlab
+        .user_tokens
+        .user_of(&gitlab.api, token, request_id)
+        .await
+    {
+        Ok(Some(user_id)) => {
+            crate::telemetry::record_user(user_id);
+            Ok(Session {
+                user_id,
+                via: Via::Bearer,
+            })
+        }
+        Ok(None) => Err(Error::Unauthorized(
+            "GitLab does not accept the token".into(),
+        )),
+        Err(e) => Err(Error::GitLabUnavailable(e.to_string())),
+    }
 }
 
 /// Checks the request's session: bearer first, else the cookie and its CSRF token.

@@ -41,6 +41,7 @@ pub struct Settings {
 /// gitlab:
 ///   url: https://gitlab.example.com     # its address, as it writes it into ID tokens' `iss`
 ///   token_file: /etc/envlens/gitlab-token # a `read_api` token, for the sync (optional)
+///   token_cache: 60s                      # how long GitLab's word on a user's token holds
 /// ```
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -48,6 +49,13 @@ pub struct GitLabSettings {
     pub url: String,
     #[serde(default)]
     pub token_file: Option<PathBuf>,
+    /// How long GitLab's answer about a user's token is reused (SPEC 12.4).
+    #[serde(default = "default_token_cache", deserialize_with = "duration")]
+    pub token_cache: Duration,
+}
+
+fn default_token_cache() -> Duration {
+    Duration::from_secs(60)
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -8,12 +8,15 @@ pub mod agent_config;
 pub mod api;
 pub mod deployment_status;
 pub mod id_token;
+pub mod tokens;
 pub mod validate;
 
 /// The GitLab instance envlens runs beside, when the configuration file names one.
 pub struct Instance {
     pub api: api::GitLab,
     pub id_tokens: id_token::IdTokens,
+    /// GitLab's answers about its tokens sent to envlens as bearer tokens.
+    pub user_tokens: tokens::UserTokens,
 }
 
 impl Instance {
@@ -34,6 +37,7 @@ impl Instance {
         let api = api::GitLab::new(&settings.url, token, metrics, api::Policy::default())?;
         Ok(Instance {
             id_tokens: id_token::IdTokens::new(api.clone(), public_url),
+            user_tokens: tokens::UserTokens::new(settings.token_cache),
             api,
         })
     }

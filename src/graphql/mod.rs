@@ -19,10 +19,11 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
 
-use crate::auth::{verify_session, Keys};
+use crate::auth::{authenticate, Keys};
 use crate::config::Limits;
 use crate::db::lease::Leases;
 use crate::error::Error;
+use crate::gitlab::Instance;
 use crate::http::extract::read_body;
 use crate::k8s::clusters::Clusters;
 use loaders::SessionUser;
@@ -87,6 +88,7 @@ pub async fn execute(
     State(schemas): State<Schemas>,
     State(clusters): State<Arc<Clusters>>,
     State(limits): State<Limits>,
+    State(gitlab): State<Option<Arc<Instance>>>,
     req: Request,
 ) -> Response {
     let (parts, body) = req.into_parts();
@@ -94,7 +96,7 @@ pub async fn execute(
         .extensions
         .get::<crate::telemetry::RequestId>()
         .cloned();
-    let session = match verify_session(&parts, &keys) {
+    let session = match authenticate(&parts, &keys, gitlab.as_deref()).await {
         Ok(session) => session,
         Err(e) => return error_response(&e),
     };

@@ -17,10 +17,11 @@ use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
 use axum::response::Response;
 use sqlx::PgPool;
 
-use crate::auth::verify_session;
+use crate::auth::authenticate;
 use crate::auth::Keys;
 use crate::config::Limits;
 use crate::error::{kubernetes_status, Error};
+use crate::gitlab::Instance;
 use crate::k8s::clusters::Clusters;
 use crate::k8s::grants::AccessType;
 use crate::k8s::observe::ForAgent;
@@ -53,11 +54,14 @@ pub async fn forward(
     State(db): State<PgPool>,
     State(clusters): State<Arc<Clusters>>,
     State(limits): State<Limits>,
+    State(gitlab): State<Option<Arc<Instance>>>,
     request: Request,
 ) -> Response {
     let (parts, body) = request.into_parts();
-    let session = match verify_session(&parts, &keys) {
+    let session = match authenticate(&parts, &keys, gitlab.as_deref()).await {
         Ok(session) => session,
+        // GitLab, which vouches for its tokens, cannot be asked: not a refusal.
+        Err(e @ Error::GitLabUnavailable(_)) => return e.to_kubernetes_status(),
         Err(e) => return unauthorized(&e.to_string()),
     };
     let Some(agent_id) = agent_id(&parts.headers, &parts.uri) else {

@@ -43,6 +43,11 @@ pub enum Signer {
 
 pub struct TestGitLab {
     pub url: String,
+    /// `GET /api/v4/user`: the user of each token GitLab accepts (its documented answer).
+    pub users_by_token: Arc<std::sync::Mutex<std::collections::HashMap<String, Value>>>,
+    /// How often `/api/v4/user` was asked, and whether it answers 500 (GitLab down).
+    pub user_requests: Arc<AtomicUsize>,
+    pub failing: Arc<std::sync::atomic::AtomicBool>,
     /// How often the key set was fetched.
     pub key_fetches: Arc<AtomicUsize>,
     rsa: EncodingKey,
@@ -71,7 +76,45 @@ impl TestGitLab {
         let key_fetches = Arc::new(AtomicUsize::new(0));
         let fetches = key_fetches.clone();
         let issuer = url.clone();
+        let users_by_token: Arc<std::sync::Mutex<std::collections::HashMap<String, Value>>> =
+            Arc::default();
+        let user_requests = Arc::new(AtomicUsize::new(0));
+        let failing = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (users, asked, down) = (
+            users_by_token.clone(),
+            user_requests.clone(),
+            failing.clone(),
+        );
         let router = Router::new()
+            .route(
+                "/api/v4/user",
+                get(move |headers: axum::http::HeaderMap| {
+                    asked.fetch_add(1, Ordering::SeqCst);
+                    let token = headers
+                        .get("authorization")
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(|v| v.strip_prefix("Bearer "))
+                        .or_else(|| headers.get("private-token").and_then(|v| v.to_str().ok()))
+                        .unwrap_or_default()
+                        .to_owned();
+                    let user = users.lock().unwrap().get(&token).cloned();
+                    let down = down.load(Ordering::SeqCst);
+                    async move {
+                        use axum::http::StatusCode;
+                        match (down, user) {
+                            (true, _) => (
+                                StatusCode::INTERNAL_SERVER_ERROR,
+                                Json(json!({"message": "500 Internal Server Error"})),
+                            ),
+                            (false, Some(user)) => (StatusCode::OK, Json(user)),
+                            (false, None) => (
+                                StatusCode::UNAUTHORIZED,
+                                Json(json!({"message": "401 Unauthorized"})),
+                            ),
+                        }
+                    }
+                }),
+            )
             .route(
                 "/.well-known/openid-configuration",
                 get(move || {
@@ -101,6 +144,9 @@ impl TestGitLab {
         tokio::spawn(async move { axum::serve(listener, router).await });
         TestGitLab {
             url,
+            users_by_token,
+            user_requests,
+            failing,
             key_fetches,
             rsa,
             ec,
@@ -167,5 +213,18 @@ impl TestGitLab {
             }
         }
         .unwrap()
+    }
+}
+
+impl TestGitLab {
+    /// A token GitLab accepts for user `id`, answering `/api/v4/user` as its documentation shows.
+    pub fn accept_token(&self, token: &str, id: i64, username: &str) {
+        self.users_by_token.lock().unwrap().insert(
+            token.to_owned(),
+            json!({"id": id, "username": username, "name": username, "state": "active",
+                   "locked": false, "avatar_url": null, "web_url": format!("{}/{username}", self.url),
+                   "created_at": "2026-01-01T00:00:00.000Z", "bio": "", "public_email": null,
+                   "email": format!("{username}@example.com"), "is_admin": false, "two_factor_enabled": false}),
+        );
     }
 }
