@@ -21,10 +21,13 @@ struct GitLabUser {
     id: i64,
 }
 
-/// GitLab's recent answers: the user id of a token, or `None` for a token GitLab refused.
+/// By a token's SHA-256: when GitLab answered, and the user (`None`: GitLab refused it).
+type Answers = HashMap<[u8; 32], (Instant, Option<i64>)>;
+
+/// GitLab's recent answers about the tokens sent to envlens.
 pub struct UserTokens {
     ttl: Duration,
-    answers: Mutex<HashMap<[u8; 32], (Instant, Option<i64>)>>,
+    answers: Mutex<Answers>,
 }
 
 impl UserTokens {
@@ -67,7 +70,7 @@ impl UserTokens {
         Ok(user)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], (Instant, Option<i64>)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Answers> {
         self.answers.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
