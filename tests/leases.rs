@@ -152,3 +152,53 @@ async fn a_discarded_connection_is_closed_and_replaced() {
     }
     panic!("backend {pid} is still connected");
 }
+
+#[tokio::test]
+async fn a_connection_idle_past_the_pools_idle_timeout_is_closed() {
+    let db = fresh_database().await;
+    let pool = PgPoolOptions::new()
+        .max_connections(2)
+        .idle_timeout(Duration::from_millis(300))
+        .connect_with((*db.connect_options()).clone())
+        .await
+        .unwrap();
+    let leases = Leases::new(&pool);
+    let (mut busy, mut idle) = (
+        leases.acquire().await.unwrap(),
+        leases.acquire().await.unwrap(),
+    );
+    let (busy_pid, idle_pid) = (backend(&mut busy).await, backend(&mut idle).await);
+    // `busy` goes back last, so it is on top and serves every request below; `idle` rests.
+    drop(idle);
+    drop(busy);
+    let mut closed = false;
+    for _ in 0..100 {
+        let mut lease = leases.acquire().await.unwrap();
+        assert_eq!(
+            backend(&mut lease).await,
+            busy_pid,
+            "the one in use is kept"
+        );
+        drop(lease);
+        if !backends(&db).await.contains(&idle_pid) {
+            closed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(closed, "backend {idle_pid} is still connected after 5s");
+    // Without a single request, the other goes the same way.
+    for _ in 0..100 {
+        if !backends(&db).await.contains(&busy_pid) {
+            // And a new request opens a new one.
+            let mut next = leases.acquire().await.unwrap();
+            assert!(![busy_pid, idle_pid].contains(&backend(&mut next).await));
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!(
+        "backend {busy_pid} is still connected after 5s idle: {:?}",
+        backends(&db).await
+    );
+}

@@ -14,19 +14,27 @@
 //! - a connection whose request saw the database unavailable is [discarded](Lease::discard),
 //!   so a restarted server costs each old connection one failed request, as with sqlx's pool.
 //!
-//! A connection older than the pool's maximum lifetime is closed when it comes back, as the
-//! pool would close it.
+//! A connection older than the pool's maximum lifetime is closed when it comes back, and one
+//! idle for longer than the pool's idle timeout (or past its lifetime while idle) is closed by
+//! a sweep that runs as often as the pool's own: the server keeps no backend for a burst that
+//! has passed.
 //!
 //! The stack has as many connections as the pool may (`--database-max-connections`), apart
 //! from it: the rest of envlens (ingest, the proxy's checks) keeps its own.
 
 use std::ops::{Deref, DerefMut};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use sqlx::postgres::{PgConnectOptions, PgConnection};
-use sqlx::{ConnectOptions, PgPool};
+use sqlx::{ConnectOptions, Connection, PgPool};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// A connection on the stack, with the time it was opened.
+struct Idle {
+    conn: (PgConnection, Instant),
+    idle_since: Instant,
+}
 
 /// The stack of idle connections and the permits that bound how many exist.
 #[derive(Clone)]
@@ -34,25 +42,37 @@ pub struct Leases(Arc<Shared>);
 
 struct Shared {
     options: Arc<PgConnectOptions>,
-    /// Each with the time it was opened.
-    idle: Mutex<Vec<(PgConnection, Instant)>>,
+    /// Last back on top: each entry's `idle_since` is no earlier than those below it.
+    idle: Mutex<Vec<Idle>>,
     permits: Arc<Semaphore>,
     max_lifetime: Option<Duration>,
+    idle_timeout: Option<Duration>,
     /// How long a request waits for a connection, connecting included, as with the pool.
     timeout: Duration,
 }
 
 impl Leases {
-    /// As many connections as `pool` may have, to the same server, waiting as long for one.
+    /// As many connections as `pool` may have, to the same server, waiting as long for one,
+    /// kept as long. Call it inside the runtime: the idle sweep is a task of its own.
     pub fn new(pool: &PgPool) -> Self {
         let max = pool.options().get_max_connections() as usize;
-        Leases(Arc::new(Shared {
+        let shared = Arc::new(Shared {
             options: pool.connect_options(),
             idle: Mutex::new(Vec::with_capacity(max)),
             permits: Arc::new(Semaphore::new(max)),
             max_lifetime: pool.options().get_max_lifetime(),
+            idle_timeout: pool.options().get_idle_timeout(),
             timeout: pool.options().get_acquire_timeout(),
-        }))
+        });
+        // As the pool's maintenance task: every shorter of the two limits.
+        let period = match (shared.max_lifetime, shared.idle_timeout) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        if let Some(period) = period {
+            tokio::spawn(sweep(Arc::downgrade(&shared), period));
+        }
+        Leases(shared)
     }
 
     /// An idle connection, or a new one while there are fewer than the maximum; waits for one
@@ -66,7 +86,7 @@ impl Leases {
                 .acquire_owned()
                 .await
                 .expect("the semaphore is never closed");
-            let idle = shared.lock().pop();
+            let idle = shared.pop_usable();
             let conn = match idle {
                 Some(conn) => conn,
                 None => (shared.options.connect().await?, Instant::now()),
@@ -84,9 +104,62 @@ impl Leases {
 }
 
 impl Shared {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(PgConnection, Instant)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Idle>> {
         // A push or a pop cannot leave the stack half-changed.
         self.idle.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn expired(&self, idle: &Idle, now: Instant) -> bool {
+        let (_, opened) = idle.conn;
+        self.max_lifetime
+            .is_some_and(|max| now.duration_since(opened) >= max)
+            || self
+                .idle_timeout
+                .is_some_and(|max| now.duration_since(idle.idle_since) >= max)
+    }
+
+    /// The most recently returned connection still within the limits; the expired ones
+    /// popped on the way are closed (dropped: the sweep closes them politely when it gets
+    /// there first).
+    fn pop_usable(&self) -> Option<(PgConnection, Instant)> {
+        let now = Instant::now();
+        let mut stack = self.lock();
+        while let Some(idle) = stack.pop() {
+            if !self.expired(&idle, now) {
+                return Some(idle.conn);
+            }
+        }
+        None
+    }
+
+    /// Takes the expired connections off the bottom of the stack, where the longest idle are.
+    fn take_expired(&self) -> Vec<PgConnection> {
+        let now = Instant::now();
+        let mut stack = self.lock();
+        let keep_from = stack
+            .iter()
+            .position(|idle| !self.expired(idle, now))
+            .unwrap_or(stack.len());
+        stack.drain(..keep_from).map(|idle| idle.conn.0).collect()
+    }
+}
+
+/// Closes the connections idle past the idle timeout or the lifetime, every `period`, until
+/// the leases are gone.
+async fn sweep(shared: Weak<Shared>, period: Duration) {
+    let mut every = tokio::time::interval(period);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        let expired = shared.take_expired();
+        drop(shared);
+        for conn in expired {
+            // A polite goodbye (`Terminate`), but not waiting long for a server that is away.
+            let _ = tokio::time::timeout(Duration::from_secs(1), conn.close()).await;
+        }
     }
 }
 
@@ -127,7 +200,8 @@ impl Drop for Lease {
             |opened: Instant| (self.shared.max_lifetime).is_some_and(|max| opened.elapsed() >= max);
         if let Some(conn) = self.conn.take() {
             if self.keep && !expired(conn.1) {
-                self.shared.lock().push(conn);
+                let idle_since = Instant::now();
+                self.shared.lock().push(Idle { conn, idle_since });
             }
         }
     }
