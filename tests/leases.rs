@@ -7,10 +7,10 @@ use envlens::db::lease::Leases;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 
-use crate::support::postgres::fresh_database;
+use crate::support::postgres::{fresh_database, TestDatabase};
 
 /// Leases of at most `max` connections to a fresh database, waiting 300 ms for one.
-async fn leases(max: u32) -> (Leases, PgPool) {
+async fn leases(max: u32) -> (Leases, TestDatabase) {
     let db = fresh_database().await;
     let pool = PgPoolOptions::new()
         .max_connections(max)

@@ -17,3 +17,4 @@ mod proxy;
 mod resource_fetch;
 mod resource_group;
 mod shutdown;
+mod test_databases;

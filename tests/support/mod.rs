@@ -27,6 +27,8 @@ pub const WEBHOOK_TOKEN: &str = "webhook-token";
 pub struct TestApp {
     pub router: Router,
     pub db: PgPool,
+    /// Dropped with the app, at the test's end.
+    _database: Option<postgres::TestDatabase>,
 }
 
 pub struct TestResponse {
@@ -59,11 +61,12 @@ impl TestApp {
     }
 
     pub async fn with_limits(limits: Limits) -> Self {
-        let db = postgres::fresh_database().await;
-        let state = AppState::new(db.clone(), keys(), limits);
+        let database = postgres::fresh_database().await;
+        let state = AppState::new(database.clone(), keys(), limits);
         TestApp {
             router: envlens::app(state),
-            db,
+            db: database.clone(),
+            _database: Some(database),
         }
     }
 
@@ -73,12 +76,13 @@ impl TestApp {
         let clusters = envlens::k8s::clusters::Clusters::load(&settings.kubernetes)
             .await
             .expect("test clusters");
-        let db = postgres::fresh_database().await;
-        let state = AppState::new(db.clone(), keys(), Limits::default())
+        let database = postgres::fresh_database().await;
+        let state = AppState::new(database.clone(), keys(), Limits::default())
             .with_clusters(clusters, settings.cors);
         TestApp {
             router: envlens::app(state),
-            db,
+            db: database.clone(),
+            _database: Some(database),
         }
     }
 
