@@ -38,13 +38,48 @@ struct Series {
     buckets: [u64; BUCKETS.len() + 1],
 }
 
-/// Request metrics. Routes are the matched patterns, so the number of series stays bounded.
-#[derive(Debug, Default)]
+/// Request metrics, and the metrics other parts [register](Metrics::register). Routes are
+/// the matched patterns, so the number of series stays bounded.
+#[derive(Default)]
 pub struct Metrics {
     series: Mutex<BTreeMap<Key, Series>>,
+    registered: Mutex<Vec<Registered>>,
+}
+
+/// A metric without labels whose value is read when `/metrics` is rendered.
+struct Registered {
+    name: &'static str,
+    help: &'static str,
+    /// `counter` or `gauge`.
+    kind: &'static str,
+    read: Box<dyn Fn() -> u64 + Send + Sync>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
 }
 
 impl Metrics {
+    /// Adds a metric whose value `read` gives at each rendering (a counter kept elsewhere,
+    /// a state); `kind` is `counter` or `gauge`.
+    pub fn register(
+        &self,
+        name: &'static str,
+        help: &'static str,
+        kind: &'static str,
+        read: impl Fn() -> u64 + Send + Sync + 'static,
+    ) {
+        let mut registered = self.registered.lock().unwrap_or_else(|e| e.into_inner());
+        registered.push(Registered {
+            name,
+            help,
+            kind,
+            read: Box::new(read),
+        });
+    }
+
     pub fn record(&self, method: &str, route: &str, status: u16, elapsed: Duration) {
         let seconds = elapsed.as_secs_f64();
         let bucket = BUCKETS
@@ -105,6 +140,13 @@ impl Metrics {
                 s.count
             );
         }
+        drop(series);
+        let registered = self.registered.lock().unwrap_or_else(|e| e.into_inner());
+        for r in registered.iter() {
+            let _ = writeln!(out, "# HELP {} {}", r.name, r.help);
+            let _ = writeln!(out, "# TYPE {} {}", r.name, r.kind);
+            let _ = writeln!(out, "{} {}", r.name, (r.read)());
+        }
         out
     }
 }
@@ -142,5 +184,20 @@ mod tests {
         assert!(text.contains("envlens_http_request_duration_seconds_bucket{method=\"GET\",route=\"/-/liveness\",status=\"200\",le=\"0.025\"} 2"));
         assert!(text.contains("envlens_http_request_duration_seconds_bucket{method=\"POST\",route=\"/webhooks/gitlab\",status=\"401\",le=\"10\"} 0"));
         assert!(text.contains("envlens_http_request_duration_seconds_bucket{method=\"POST\",route=\"/webhooks/gitlab\",status=\"401\",le=\"+Inf\"} 1"));
+    }
+
+    #[test]
+    fn renders_registered_metrics_as_they_are_when_asked() {
+        let m = Metrics::default();
+        let count = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let read = count.clone();
+        m.register("envlens_things_total", "Things.", "counter", move || {
+            read.load(std::sync::atomic::Ordering::Relaxed)
+        });
+        assert!(m.render().ends_with(
+            "# HELP envlens_things_total Things.\n# TYPE envlens_things_total counter\nenvlens_things_total 0\n"
+        ));
+        count.store(3, std::sync::atomic::Ordering::Relaxed);
+        assert!(m.render().contains("\nenvlens_things_total 3\n"));
     }
 }
