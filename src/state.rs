@@ -2,19 +2,19 @@
 
 use std::sync::Arc;
 
-use sqlx::PgPool;
-
 use crate::auth::Keys;
 use crate::config::file::{CorsSettings, KubernetesSettings};
 use crate::config::Limits;
 use crate::db::lease::Leases;
+use crate::db::pool::Pool;
 use crate::graphql::Schemas;
 use crate::k8s::clusters::Clusters;
 use crate::telemetry::Metrics;
 
 #[derive(Clone)]
 pub struct AppState {
-    pub db: PgPool,
+    /// Behind the health gate: while the database is known to be down, 503 at once.
+    pub db: Pool,
     /// GraphQL's connections (see `db::lease`).
     pub reads: Leases,
     pub keys: Arc<Keys>,
@@ -26,7 +26,9 @@ pub struct AppState {
 }
 
 impl AppState {
-    pub fn new(db: PgPool, keys: Keys, limits: Limits) -> Self {
+    /// Call it inside the runtime (the pool's probes and the leases' sweep are tasks).
+    pub fn new(db: impl Into<Pool>, keys: Keys, limits: Limits) -> Self {
+        let db = db.into();
         AppState {
             reads: Leases::new(&db),
             db,
@@ -60,7 +62,7 @@ macro_rules! sub_states {
 }
 
 sub_states! {
-    db: PgPool,
+    db: Pool,
     reads: Leases,
     keys: Arc<Keys>,
     metrics: Arc<Metrics>,

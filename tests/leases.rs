@@ -18,7 +18,7 @@ async fn leases(max: u32) -> (Leases, TestDatabase) {
         .connect_with((*db.connect_options()).clone())
         .await
         .unwrap();
-    (Leases::new(&pool), db)
+    (Leases::new(&pool.into()), db)
 }
 
 async fn backend(conn: &mut sqlx::PgConnection) -> i32 {
@@ -123,7 +123,7 @@ async fn a_connection_past_the_pools_lifetime_is_closed_when_it_comes_back() {
         .connect_with((*db.connect_options()).clone())
         .await
         .unwrap();
-    let leases = Leases::new(&pool);
+    let leases = Leases::new(&pool.into());
     let mut lease = leases.acquire().await.unwrap();
     let pid = backend(&mut lease).await;
     drop(lease);
@@ -162,7 +162,7 @@ async fn a_connection_idle_past_the_pools_idle_timeout_is_closed() {
         .connect_with((*db.connect_options()).clone())
         .await
         .unwrap();
-    let leases = Leases::new(&pool);
+    let leases = Leases::new(&pool.into());
     let (mut busy, mut idle) = (
         leases.acquire().await.unwrap(),
         leases.acquire().await.unwrap(),

@@ -11,11 +11,12 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use jsonwebtoken::DecodingKey;
 use serde::{Deserialize, Serialize};
-use sqlx::{PgExecutor, PgPool};
+use sqlx::PgExecutor;
 use subtle::ConstantTimeEq;
 
 use super::{verify, Keys, TimeClaims, ISSUER, LEEWAY_SECONDS};
 use crate::db;
+use crate::db::pool::Pool;
 use crate::error::Error;
 
 pub const SESSION_COOKIE: &str = "_gitlab_kas";
@@ -60,13 +61,14 @@ pub struct CurrentUser {
 impl<S: Send + Sync> FromRequestParts<S> for CurrentUser
 where
     Arc<Keys>: FromRef<S>,
-    PgPool: FromRef<S>,
+    Pool: FromRef<S>,
 {
     type Rejection = Error;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Error> {
         let session = verify_session(parts, &Arc::<Keys>::from_ref(state))?;
-        CurrentUser::find(&PgPool::from_ref(state), session).await
+        let mut conn = Pool::from_ref(state).acquire().await?;
+        CurrentUser::find(&mut *conn, session).await
     }
 }
 

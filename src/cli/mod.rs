@@ -61,6 +61,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let addr = listener.local_addr()?;
     let state = AppState::new(database.pool.clone(), Keys::new(secrets), args.limits)
         .with_clusters(clusters, settings.cors);
+    database.register_metrics(&state.metrics);
     let pruning = tokio::spawn(prune_deliveries(state.db.clone()));
     println!(
         "envlens listening on http://{addr}; GraphQL explorer at http://{addr}/-/graphql-explorer"
@@ -98,11 +99,11 @@ async fn shutdown_signal() {
 }
 
 /// Forgets webhook deliveries older than a week, hourly.
-async fn prune_deliveries(pool: sqlx::PgPool) {
+async fn prune_deliveries(pool: db::pool::Pool) {
     let mut every = tokio::time::interval(std::time::Duration::from_secs(3600));
     loop {
         every.tick().await;
-        if let Err(e) = db::deliveries::prune(&pool, 7).await {
+        if let Err(e) = db::deliveries::prune(pool.pg(), 7).await {
             tracing::warn!(error = %e, "cannot prune webhook deliveries");
         }
     }
@@ -119,7 +120,7 @@ async fn migrate(args: DatabaseArgs) -> anyhow::Result<()> {
 async fn token(args: TokenArgs) -> anyhow::Result<()> {
     let secrets = Secrets::load(&args.secrets, &args.database.data_dir)?;
     let database = Database::open(&args.database).await?;
-    let user = db::identity::find_user_by_username(&database.pool, &args.user).await;
+    let user = db::identity::find_user_by_username(database.pool.pg(), &args.user).await;
     database.close().await;
     let user = user?.with_context(|| format!("no user `{}` in the identity mirror", args.user))?;
     let (token, csrf) = mint_session(secrets.session.bytes(), user.id, &user.username, args.ttl)?;

@@ -12,7 +12,9 @@
 //! - GraphQL only reads, outside transactions: nothing else carries over from one request to
 //!   the next;
 //! - a connection whose request saw the database unavailable is [discarded](Lease::discard),
-//!   so a restarted server costs each old connection one failed request, as with sqlx's pool.
+//!   and one opened before the database last went down (`db::pool`) is closed, not lent: a
+//!   restarted server does not cost its old connections a failed request each;
+//! - while the database is known to be down, a request gets its 503 at once (`db::pool`).
 //!
 //! A connection older than the pool's maximum lifetime is closed when it comes back, and one
 //! idle for longer than the pool's idle timeout (or past its lifetime while idle) is closed by
@@ -27,13 +29,22 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use sqlx::postgres::{PgConnectOptions, PgConnection};
-use sqlx::{ConnectOptions, Connection, PgPool};
+use sqlx::{ConnectOptions, Connection};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use super::pool::Pool;
 
 /// A connection on the stack, with the time it was opened.
 struct Idle {
-    conn: (PgConnection, Instant),
+    conn: Opened,
     idle_since: Instant,
+}
+
+/// A connection, the time it was opened and how many outages there had been then.
+struct Opened {
+    conn: PgConnection,
+    at: Instant,
+    outages: u64,
 }
 
 /// The stack of idle connections and the permits that bound how many exist.
@@ -41,6 +52,8 @@ struct Idle {
 pub struct Leases(Arc<Shared>);
 
 struct Shared {
+    /// The pool's health gate, and its connect options.
+    gate: Pool,
     options: Arc<PgConnectOptions>,
     /// Last back on top: each entry's `idle_since` is no earlier than those below it.
     idle: Mutex<Vec<Idle>>,
@@ -54,9 +67,11 @@ struct Shared {
 impl Leases {
     /// As many connections as `pool` may have, to the same server, waiting as long for one,
     /// kept as long. Call it inside the runtime: the idle sweep is a task of its own.
-    pub fn new(pool: &PgPool) -> Self {
+    pub fn new(gate: &Pool) -> Self {
+        let pool = gate.pg();
         let max = pool.options().get_max_connections() as usize;
         let shared = Arc::new(Shared {
+            gate: gate.clone(),
             options: pool.connect_options(),
             idle: Mutex::new(Vec::with_capacity(max)),
             permits: Arc::new(Semaphore::new(max)),
@@ -76,10 +91,11 @@ impl Leases {
     }
 
     /// An idle connection, or a new one while there are fewer than the maximum; waits for one
-    /// to come back otherwise. `PoolTimedOut` (answered 503) after the acquire timeout.
+    /// to come back otherwise. `PoolTimedOut` (answered 503) after the acquire timeout, and an
+    /// error at once while the database is known to be down.
     pub async fn acquire(&self) -> Result<Lease, sqlx::Error> {
         let shared = &self.0;
-        tokio::time::timeout(shared.timeout, async {
+        let lease = tokio::time::timeout(shared.timeout, async {
             let permit = shared
                 .permits
                 .clone()
@@ -89,7 +105,15 @@ impl Leases {
             let idle = shared.pop_usable();
             let conn = match idle {
                 Some(conn) => conn,
-                None => (shared.options.connect().await?, Instant::now()),
+                None => {
+                    let outages = shared.gate.outages();
+                    let conn = shared.options.connect().await?;
+                    Opened {
+                        conn,
+                        at: Instant::now(),
+                        outages,
+                    }
+                }
             };
             Ok(Lease {
                 conn: Some(conn),
@@ -97,9 +121,9 @@ impl Leases {
                 shared: shared.clone(),
                 _permit: permit,
             })
-        })
-        .await
-        .map_err(|_| sqlx::Error::PoolTimedOut)?
+        });
+        let lease = async { lease.await.map_err(|_| sqlx::Error::PoolTimedOut)? };
+        shared.gate.guard(lease).await
     }
 }
 
@@ -110,9 +134,11 @@ impl Shared {
     }
 
     fn expired(&self, idle: &Idle, now: Instant) -> bool {
-        let (_, opened) = idle.conn;
-        self.max_lifetime
-            .is_some_and(|max| now.duration_since(opened) >= max)
+        let opened = idle.conn.at;
+        idle.conn.outages != self.gate.outages()
+            || self
+                .max_lifetime
+                .is_some_and(|max| now.duration_since(opened) >= max)
             || self
                 .idle_timeout
                 .is_some_and(|max| now.duration_since(idle.idle_since) >= max)
@@ -121,7 +147,7 @@ impl Shared {
     /// The most recently returned connection still within the limits; the expired ones
     /// popped on the way are closed (dropped: the sweep closes them politely when it gets
     /// there first).
-    fn pop_usable(&self) -> Option<(PgConnection, Instant)> {
+    fn pop_usable(&self) -> Option<Opened> {
         let now = Instant::now();
         let mut stack = self.lock();
         while let Some(idle) = stack.pop() {
@@ -140,7 +166,10 @@ impl Shared {
             .iter()
             .position(|idle| !self.expired(idle, now))
             .unwrap_or(stack.len());
-        stack.drain(..keep_from).map(|idle| idle.conn.0).collect()
+        stack
+            .drain(..keep_from)
+            .map(|idle| idle.conn.conn)
+            .collect()
     }
 }
 
@@ -165,7 +194,7 @@ async fn sweep(shared: Weak<Shared>, period: Duration) {
 
 /// One connection, for one request; back to the stack when dropped.
 pub struct Lease {
-    conn: Option<(PgConnection, Instant)>,
+    conn: Option<Opened>,
     keep: bool,
     shared: Arc<Shared>,
     /// Dropped after `drop` has put the connection back, so that the request it wakes finds it.
@@ -183,13 +212,13 @@ impl Lease {
 impl Deref for Lease {
     type Target = PgConnection;
     fn deref(&self) -> &PgConnection {
-        &self.conn.as_ref().expect("only taken on drop").0
+        &self.conn.as_ref().expect("only taken on drop").conn
     }
 }
 
 impl DerefMut for Lease {
     fn deref_mut(&mut self) -> &mut PgConnection {
-        &mut self.conn.as_mut().expect("only taken on drop").0
+        &mut self.conn.as_mut().expect("only taken on drop").conn
     }
 }
 
@@ -199,7 +228,7 @@ impl Drop for Lease {
         let expired =
             |opened: Instant| (self.shared.max_lifetime).is_some_and(|max| opened.elapsed() >= max);
         if let Some(conn) = self.conn.take() {
-            if self.keep && !expired(conn.1) {
+            if self.keep && !expired(conn.at) {
                 let idle_since = Instant::now();
                 self.shared.lock().push(Idle { conn, idle_since });
             }

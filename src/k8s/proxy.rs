@@ -16,11 +16,11 @@ use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
-use sqlx::PgPool;
 
 use crate::auth::verify_session;
 use crate::auth::Keys;
 use crate::config::Limits;
+use crate::db::pool::Pool;
 use crate::k8s::clusters::Clusters;
 use crate::k8s::grants::AccessType;
 
@@ -48,7 +48,7 @@ const CREDENTIALS: &[&str] = &["authorization", "cookie", AGENT_HEADER, "x-csrf-
 
 pub async fn forward(
     State(keys): State<Arc<Keys>>,
-    State(db): State<PgPool>,
+    State(db): State<Pool>,
     State(clusters): State<Arc<Clusters>>,
     State(limits): State<Limits>,
     request: Request,
@@ -63,11 +63,20 @@ pub async fn forward(
             "the Gitlab-Agent-Id header (or gitlab-agent-id parameter) must name an agent",
         );
     };
-    let grant = match clusters
-        .grants
-        .authorize(&db, agent_id, session.user_id)
-        .await
-    {
+    // A recent decision needs no connection: the proxy then works while the database is down.
+    let grants = &clusters.grants;
+    let decided = match grants.cached(agent_id, session.user_id) {
+        Some(grant) => Ok(grant),
+        None => match db.acquire().await {
+            Ok(mut conn) => {
+                grants
+                    .authorize(&mut *conn, agent_id, session.user_id)
+                    .await
+            }
+            Err(e) => Err(e.into()),
+        },
+    };
+    let grant = match decided {
         Ok(Some(grant)) => grant,
         // An unknown agent, an unknown user and a refusal read the same.
         Ok(None) => {

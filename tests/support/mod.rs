@@ -70,6 +70,15 @@ impl TestApp {
         }
     }
 
+    /// The router over `state`, whose database `db` the caller keeps (its own server, say).
+    pub fn serving(state: AppState, db: PgPool) -> Self {
+        TestApp {
+            router: envlens::app(state),
+            db,
+            _database: None,
+        }
+    }
+
     /// With a configuration file's settings (cluster connections, CORS).
     pub async fn with_config(yaml: &str) -> Self {
         let settings = envlens::config::file::Settings::parse(yaml).expect("test configuration");
