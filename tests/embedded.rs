@@ -182,8 +182,13 @@ async fn a_killed_postgres_is_restarted_and_nothing_acknowledged_is_lost() {
     let pool = database.pool.clone();
     let state = AppState::new(pool.clone(), keys(), Limits::default());
     database.register_metrics(&state.metrics);
+    let reads = state.reads.clone();
     let app = Arc::new(TestApp::serving(state, pool.pg().clone()));
     setup(&app).await;
+    // GraphQL's own connections: one opened now rests on their stack through the outage.
+    let mut lease = reads.acquire().await.unwrap();
+    sqlx::query("SELECT 1").execute(&mut *lease).await.unwrap();
+    drop(lease);
 
     let start = Instant::now();
     let stop = Arc::new(AtomicBool::new(false));
@@ -242,22 +247,35 @@ async fn a_killed_postgres_is_restarted_and_nothing_acknowledged_is_lost() {
     let killed_at = start.elapsed();
     assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
 
-    // Readiness is back within 5 seconds (polled; each poll bounded by its own 2 s).
+    // Readiness is back within 5 seconds (polled; each poll bounded by its own 2 s), once
+    // envlens knew of the outage. Meanwhile GraphQL's connections are refused at once too.
     let mut ready_after = None;
+    let mut leases_refused = false;
     while start.elapsed() < killed_at + Duration::from_secs(5) {
         tokio::time::sleep(Duration::from_millis(50)).await;
+        if pool.is_down() && !leases_refused {
+            let asked = Instant::now();
+            let refused = reads.acquire().await.err().expect("no lease while down");
+            assert!(asked.elapsed() <= Duration::from_millis(100), "{refused}");
+            leases_refused = true;
+        }
         let res = app
             .send(Request::get("/-/readiness").body(Body::empty()).unwrap())
             .await;
-        if res.status == 200 && start.elapsed() > killed_at + Duration::from_millis(50) {
+        if res.status == 200 && pool.outages() > 0 {
             ready_after = Some(start.elapsed() - killed_at);
             break;
         }
     }
+    assert!(leases_refused, "the outage was never seen from the test");
     let Some(ready_after) = ready_after else {
         let log = std::fs::read_to_string(dir.path().join("postgres.log")).unwrap_or_default();
         panic!("readiness not back within 5 s of the kill; PostgreSQL's log:\n{log}");
     };
+    // A lease is a connection to the new server, not the one that rested through the outage.
+    let mut lease = reads.acquire().await.unwrap();
+    sqlx::query("SELECT 1").execute(&mut *lease).await.unwrap();
+    drop(lease);
     // The load goes on for a while on the new server.
     tokio::time::sleep(Duration::from_millis(500)).await;
     stop.store(true, Ordering::Relaxed);
@@ -348,4 +366,82 @@ async fn a_killed_postgres_is_restarted_and_nothing_acknowledged_is_lost() {
 
     drop(app);
     database.close().await;
+}
+
+/// A database envlens did not start (`DATABASE_URL`) that goes away: a failed connect makes
+/// the outage known, requests then fail at once, and a probe opens the gate when it is back.
+#[tokio::test]
+async fn a_database_url_server_that_goes_away_is_known_down_until_it_is_back() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let server = EmbeddedPostgres::start(dir.path(), &options()).unwrap();
+    let mut args = serve_args(dir.path());
+    args.database_url = Some(server.url("postgres"));
+    let database = Database::open(&args).await.unwrap();
+    let pool = database.pool.clone();
+    let select_one = || async {
+        let mut conn = pool.acquire().await?;
+        sqlx::query("SELECT 1").execute(&mut *conn).await
+    };
+    select_one().await.unwrap();
+    let socket = server
+        .connect_options("postgres")
+        .get_socket()
+        .unwrap()
+        .join(".s.PGSQL.5432");
+    server.stop();
+    // A socket nobody listens on: connections are refused, which sqlx's pool retries until
+    // the acquire timeout (3 s).
+    drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
+
+    let gone = Instant::now();
+    let mut first = None;
+    while !pool.is_down() {
+        assert!(gone.elapsed() < Duration::from_secs(5), "never known down");
+        let asked = Instant::now();
+        assert!(select_one().await.is_err(), "the server is gone");
+        first.get_or_insert(asked.elapsed());
+    }
+    let first = first.unwrap();
+    assert!(
+        first < Duration::from_secs(1),
+        "the first request waited {first:?}"
+    );
+    for _ in 0..10 {
+        let asked = Instant::now();
+        assert!(select_one().await.is_err());
+        assert!(
+            asked.elapsed() <= Duration::from_millis(100),
+            "{:?}",
+            asked.elapsed()
+        );
+    }
+    let ready = app_ready(&pool).await;
+    assert_eq!(ready, 503);
+
+    std::fs::remove_file(&socket).unwrap();
+    let server = EmbeddedPostgres::start(dir.path(), &options()).unwrap();
+    let back = Instant::now();
+    while pool.is_down() {
+        assert!(
+            back.elapsed() < Duration::from_secs(5),
+            "never known up again"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The connection opened before the outage is not lent again: the first request succeeds.
+    select_one().await.unwrap();
+    assert_eq!(app_ready(&pool).await, 200);
+    database.close().await;
+    server.stop();
+}
+
+/// `/-/readiness` of an app over `pool`.
+async fn app_ready(pool: &envlens::db::pool::Pool) -> u16 {
+    let state = AppState::new(pool.clone(), keys(), Limits::default());
+    let app = TestApp::serving(state, pool.pg().clone());
+    let res = app
+        .send(Request::get("/-/readiness").body(Body::empty()).unwrap())
+        .await;
+    res.status.as_u16()
 }

@@ -114,7 +114,10 @@ impl Pool {
             // The sender lives as long as `self`: `wait_for` ends only when the database is down.
             let _ = down.wait_for(|down| *down).await;
         };
+        // `connect` first: when it is ready at once (an idle connection), the timer of
+        // `went_down` is never even registered.
         tokio::select! {
+            biased;
             result = connect => {
                 if let Err(e) = &result {
                     if is_unavailable(e) {
