@@ -157,7 +157,11 @@ impl EmbeddedPostgres {
         cmd.current_dir("/")
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
-            .stderr(log);
+            .stderr(log)
+            // Its own process group: the terminal's Ctrl-C reaches envlens, which drains its
+            // requests and then stops the server, instead of the server too (which would be
+            // restarted in the meantime).
+            .process_group(0);
         run_as(&mut cmd, owner, true);
         let server = spawn_supervised(cmd)?;
         let mut this = EmbeddedPostgres {
