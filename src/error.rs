@@ -88,17 +88,24 @@ impl Error {
 /// Database errors: a connection that cannot be had is 503 (retry later), anything else a bug.
 impl From<sqlx::Error> for Error {
     fn from(e: sqlx::Error) -> Self {
-        match e {
-            sqlx::Error::PoolTimedOut
-            | sqlx::Error::PoolClosed
-            | sqlx::Error::Io(_)
-            | sqlx::Error::Tls(_)
-            | sqlx::Error::WorkerCrashed => Error::Unavailable(e),
-            sqlx::Error::Database(ref db) if is_unavailable_code(db.code().as_deref()) => {
-                Error::Unavailable(e)
-            }
-            other => Error::Internal(other.into()),
+        match is_unavailable(&e) {
+            true => Error::Unavailable(e),
+            false => Error::Internal(e.into()),
         }
+    }
+}
+
+/// Whether `e` means the database cannot be had (away, starting, shutting down, too busy to
+/// lend a connection) rather than a bug.
+pub fn is_unavailable(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(db) => is_unavailable_code(db.code().as_deref()),
+        _ => false,
     }
 }
 

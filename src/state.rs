@@ -2,12 +2,11 @@
 
 use std::sync::Arc;
 
-use sqlx::PgPool;
-
 use crate::auth::Keys;
 use crate::config::file::{CorsSettings, KubernetesSettings};
 use crate::config::Limits;
 use crate::db::lease::Leases;
+use crate::db::pool::Pool;
 use crate::gitlab::Instance;
 use crate::graphql::Schemas;
 use crate::k8s::clusters::Clusters;
@@ -15,7 +14,8 @@ use crate::telemetry::Metrics;
 
 #[derive(Clone)]
 pub struct AppState {
-    pub db: PgPool,
+    /// Behind the health gate: while the database is known to be down, 503 at once.
+    pub db: Pool,
     /// GraphQL's connections (see `db::lease`).
     pub reads: Leases,
     pub keys: Arc<Keys>,
@@ -29,7 +29,9 @@ pub struct AppState {
 }
 
 impl AppState {
-    pub fn new(db: PgPool, keys: Keys, limits: Limits) -> Self {
+    /// Call it inside the runtime (the pool's probes and the leases' sweep are tasks).
+    pub fn new(db: impl Into<Pool>, keys: Keys, limits: Limits) -> Self {
+        let db = db.into();
         let metrics = Arc::new(Metrics::default());
         AppState {
             reads: Leases::new(&db),
@@ -76,7 +78,7 @@ macro_rules! sub_states {
 }
 
 sub_states! {
-    db: PgPool,
+    db: Pool,
     reads: Leases,
     keys: Arc<Keys>,
     metrics: Arc<Metrics>,

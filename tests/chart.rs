@@ -138,12 +138,13 @@ async fn envlens_starts_as_the_chart_runs_it_and_writes_nothing() {
             args[at + 1]
         );
     }
+    let (database_url, _database) = crate::telemetry::database_url().await;
     let mut command = Command::new(env!("CARGO_BIN_EXE_envlens"));
     command
         .args(&args)
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("DATABASE_URL", crate::telemetry::database_url().await)
+        .env("DATABASE_URL", &database_url)
         // Under /proc nothing can be created, even by root: a write would stop envlens.
         .env("ENVLENS_DATA_DIR", "/proc/envlens-data")
         .stdout(Stdio::piped())

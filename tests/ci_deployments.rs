@@ -168,18 +168,15 @@ use crate::support::{keys, postgres, TestApp, TestResponse};
 /// acme/apps/web (42) may deploy through agent 7 `acme/agents:prod` (its ci_access names the
 /// group acme/apps); acme/other/api (43) may not. envlens knows the test GitLab.
 async fn app_beside(gitlab: &TestGitLab) -> TestApp {
-    let db = postgres::fresh_database().await;
+    let database = postgres::fresh_database().await;
     let api = GitLab::new(&gitlab.url, None, Arc::default(), Policy::default()).unwrap();
     let instance = Instance {
         id_tokens: IdTokens::new(api.clone(), AUDIENCE),
         user_tokens: envlens::gitlab::tokens::UserTokens::new(std::time::Duration::from_secs(60)),
         api,
     };
-    let state = AppState::new(db.clone(), keys(), Limits::default()).with_gitlab(instance);
-    let app = TestApp {
-        router: envlens::app(state),
-        db,
-    };
+    let state = AppState::new((*database).clone(), keys(), Limits::default()).with_gitlab(instance);
+    let app = TestApp::owning(state, database);
     let res = app.internal(Method::PUT, "/api/v4/internal/identity", &json!({
         "groups": [{"id": 1, "full_path": "acme"}, {"id": 2, "full_path": "acme/apps"}, {"id": 3, "full_path": "acme/other"}],
         "projects": [{"id": 10, "full_path": "acme/agents", "visibility": "private"},

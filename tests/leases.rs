@@ -7,10 +7,10 @@ use envlens::db::lease::Leases;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 
-use crate::support::postgres::fresh_database;
+use crate::support::postgres::{fresh_database, TestDatabase};
 
 /// Leases of at most `max` connections to a fresh database, waiting 300 ms for one.
-async fn leases(max: u32) -> (Leases, PgPool) {
+async fn leases(max: u32) -> (Leases, TestDatabase) {
     let db = fresh_database().await;
     let pool = PgPoolOptions::new()
         .max_connections(max)
@@ -18,7 +18,7 @@ async fn leases(max: u32) -> (Leases, PgPool) {
         .connect_with((*db.connect_options()).clone())
         .await
         .unwrap();
-    (Leases::new(&pool), db)
+    (Leases::new(&pool.into()), db)
 }
 
 async fn backend(conn: &mut sqlx::PgConnection) -> i32 {
@@ -123,7 +123,7 @@ async fn a_connection_past_the_pools_lifetime_is_closed_when_it_comes_back() {
         .connect_with((*db.connect_options()).clone())
         .await
         .unwrap();
-    let leases = Leases::new(&pool);
+    let leases = Leases::new(&pool.into());
     let mut lease = leases.acquire().await.unwrap();
     let pid = backend(&mut lease).await;
     drop(lease);
@@ -151,4 +151,54 @@ async fn a_discarded_connection_is_closed_and_replaced() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     panic!("backend {pid} is still connected");
+}
+
+#[tokio::test]
+async fn a_connection_idle_past_the_pools_idle_timeout_is_closed() {
+    let db = fresh_database().await;
+    let pool = PgPoolOptions::new()
+        .max_connections(2)
+        .idle_timeout(Duration::from_millis(300))
+        .connect_with((*db.connect_options()).clone())
+        .await
+        .unwrap();
+    let leases = Leases::new(&pool.into());
+    let (mut busy, mut idle) = (
+        leases.acquire().await.unwrap(),
+        leases.acquire().await.unwrap(),
+    );
+    let (busy_pid, idle_pid) = (backend(&mut busy).await, backend(&mut idle).await);
+    // `busy` goes back last, so it is on top and serves every request below; `idle` rests.
+    drop(idle);
+    drop(busy);
+    let mut closed = false;
+    for _ in 0..100 {
+        let mut lease = leases.acquire().await.unwrap();
+        assert_eq!(
+            backend(&mut lease).await,
+            busy_pid,
+            "the one in use is kept"
+        );
+        drop(lease);
+        if !backends(&db).await.contains(&idle_pid) {
+            closed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(closed, "backend {idle_pid} is still connected after 5s");
+    // Without a single request, the other goes the same way.
+    for _ in 0..100 {
+        if !backends(&db).await.contains(&busy_pid) {
+            // And a new request opens a new one.
+            let mut next = leases.acquire().await.unwrap();
+            assert!(![busy_pid, idle_pid].contains(&backend(&mut next).await));
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!(
+        "backend {busy_pid} is still connected after 5s idle: {:?}",
+        backends(&db).await
+    );
 }

@@ -23,3 +23,4 @@ mod shutdown;
 mod support;
 mod system_hooks;
 mod telemetry;
+mod test_databases;

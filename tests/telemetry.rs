@@ -125,32 +125,34 @@ async fn every_list_of_a_resource_group_carries_the_request_id() {
     }
 }
 
-/// A URL of a fresh test database, for a process of its own.
-pub async fn database_url() -> String {
+/// A URL of a fresh test database, for a process of its own; the database lives as long as
+/// the returned guard.
+pub async fn database_url() -> (String, postgres::TestDatabase) {
     let pool = postgres::fresh_database().await;
     let options = pool.connect_options();
     let database = options.get_database().expect("a database name").to_owned();
-    pool.close().await;
     if let Ok(url) = std::env::var("DATABASE_URL") {
         // postgres://user:password@host:port/name?options: the same with this database.
         let (base, query) = url.split_once('?').unwrap_or((&url, ""));
         let server = base.rsplit_once('/').map_or(base, |(server, _)| server);
-        return format!("{server}/{database}?{query}");
+        return (format!("{server}/{database}?{query}"), pool);
     }
     let socket = options
         .get_socket()
         .expect("the private server's socket folder");
-    format!(
+    let url = format!(
         "postgresql://{}@localhost:{}/{database}?host={}",
         options.get_username(),
         options.get_port(),
         socket.display()
-    )
+    );
+    (url, pool)
 }
 
 /// `envlens serve` as a process: its address, and its stderr lines as they come.
 struct Served {
     child: std::process::Child,
+    _database: postgres::TestDatabase,
     addr: String,
     stderr: Arc<Mutex<Vec<String>>>,
 }
@@ -159,7 +161,7 @@ impl Served {
     async fn start(args: &[&str], dir: &std::path::Path) -> Served {
         let secret = dir.join("session-secret");
         std::fs::write(&secret, base64_of(SESSION_KEY)).unwrap();
-        let url = database_url().await;
+        let (url, database) = database_url().await;
         let mut child = Command::new(env!("CARGO_BIN_EXE_envlens"))
             .arg("serve")
             .args(["--listen", "127.0.0.1:0", "--database-url", &url])
@@ -206,6 +208,7 @@ impl Served {
         .unwrap();
         Served {
             child,
+            _database: database,
             addr,
             stderr,
         }
@@ -380,6 +383,26 @@ async fn the_shipped_dashboard_and_alerts_name_only_exposed_metrics() {
     metrics.database_acquired(second, false);
     metrics.webhook_event("System Hook/user_create", "applied");
     metrics.mirror_applied();
+    // What the database registers (the embedded server's restarts only with an embedded one:
+    // named here as db::Database registers it then).
+    let (url, _guard) = database_url().await;
+    let dir = tempfile::tempdir().unwrap();
+    let database = envlens::db::Database::open(&envlens::config::DatabaseArgs {
+        data_dir: dir.path().to_owned(),
+        database_url: Some(url),
+        postgres_bin_dir: None,
+        database_max_connections: 2,
+        database_acquire_timeout: second,
+    })
+    .await
+    .unwrap();
+    database.register_metrics(&metrics);
+    metrics.register(
+        "envlens_postgres_restarts_total",
+        "Restarts",
+        envlens::telemetry::MetricKind::Counter,
+        || 0,
+    );
     let db = postgres::fresh_database().await;
     let exposed = metrics.render(Some(&db));
     let mut named = 0;

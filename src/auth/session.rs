@@ -11,11 +11,12 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use jsonwebtoken::DecodingKey;
 use serde::{Deserialize, Serialize};
-use sqlx::{PgExecutor, PgPool};
+use sqlx::PgExecutor;
 use subtle::ConstantTimeEq;
 
 use super::{verify, Keys, TimeClaims, ISSUER, LEEWAY_SECONDS};
 use crate::db;
+use crate::db::pool::Pool;
 use crate::error::Error;
 use crate::gitlab::tokens::is_jwt;
 use crate::gitlab::Instance;
@@ -63,7 +64,7 @@ pub struct CurrentUser {
 impl<S: Send + Sync> FromRequestParts<S> for CurrentUser
 where
     Arc<Keys>: FromRef<S>,
-    PgPool: FromRef<S>,
+    Pool: FromRef<S>,
     Option<Arc<Instance>>: FromRef<S>,
 {
     type Rejection = Error;
@@ -72,7 +73,8 @@ where
         let gitlab = Option::<Arc<Instance>>::from_ref(state);
         let keys = Arc::<Keys>::from_ref(state);
         let session = authenticate(parts, &keys, gitlab.as_deref()).await?;
-        CurrentUser::find(&PgPool::from_ref(state), session).await
+        let mut conn = Pool::from_ref(state).acquire().await?;
+        CurrentUser::find(&mut *conn, session).await
     }
 }
 

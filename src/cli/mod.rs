@@ -73,6 +73,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let instance = crate::gitlab::Instance::load(gitlab, &public_url, state.metrics.clone())?;
         state = state.with_gitlab(instance);
     }
+    database.register_metrics(&state.metrics);
     let pruning = tokio::spawn(prune_deliveries(state.db.clone()));
     println!(
         "envlens listening on http://{addr}; GraphQL explorer at http://{addr}/-/graphql-explorer"
@@ -110,11 +111,11 @@ async fn shutdown_signal() {
 }
 
 /// Forgets webhook deliveries older than a week, hourly.
-async fn prune_deliveries(pool: sqlx::PgPool) {
+async fn prune_deliveries(pool: db::pool::Pool) {
     let mut every = tokio::time::interval(std::time::Duration::from_secs(3600));
     loop {
         every.tick().await;
-        if let Err(e) = db::deliveries::prune(&pool, 7).await {
+        if let Err(e) = db::deliveries::prune(pool.pg(), 7).await {
             tracing::warn!(error = %e, "cannot prune webhook deliveries");
         }
     }
@@ -139,7 +140,7 @@ async fn token(args: TokenArgs) -> anyhow::Result<()> {
         return Ok(());
     };
     let database = Database::open(&args.database).await?;
-    let user = db::identity::find_user_by_username(&database.pool, username).await;
+    let user = db::identity::find_user_by_username(database.pool.pg(), username).await;
     database.close().await;
     let user = user?.with_context(|| {
         format!(
@@ -172,7 +173,7 @@ async fn import_identity(args: ImportArgs) -> anyhow::Result<()> {
     let snapshot = crate::http::extract::parse(&bytes)
         .map_err(|e| anyhow::anyhow!("{name}: {}", field_error(&e)))?;
     let database = Database::open(&args.database).await?;
-    let imported = crate::ingest::identity::import(&database.pool, snapshot).await;
+    let imported = crate::ingest::identity::import(database.pool.pg(), snapshot).await;
     database.close().await;
     let counts = imported.map_err(|e| anyhow::anyhow!("{name}: {}", field_error(&e)))?;
     println!(

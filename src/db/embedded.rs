@@ -5,13 +5,20 @@
 //! root, PostgreSQL (which refuses root) runs as the `postgres` system user. The server dies
 //! with envlens even on SIGKILL (`PR_SET_PDEATHSIG`); a second envlens command on the same data
 //! folder (`envlens token` while `serve` runs) attaches to the running server instead.
+//!
+//! envlens started it, so envlens restarts it: a server that exits while envlens runs (killed,
+//! crashed) is started again after a backoff (100 ms, doubling up to 10 s, back to 100 ms after
+//! a run of a minute), logged and counted ([`EmbeddedPostgres::restarts`]). PostgreSQL recovers
+//! from its write-ahead log, so every committed transaction is there again. Whoever needs to
+//! know (the pool's health gate) hears of the exit through [`EmbeddedPostgres::on_exit`].
 
 use std::fs;
 use std::os::unix::fs::{chown, DirBuilderExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
-use std::sync::{mpsc, Mutex};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
@@ -40,21 +47,61 @@ pub struct EmbeddedPostgres {
     server: Option<Server>,
 }
 
-struct Server {
-    pid: i32,
-    /// In a mutex only so that a started server can live in a `static` (the tests' one).
-    exited: Mutex<mpsc::Receiver<std::io::Result<ExitStatus>>>,
+/// The server process, as its supervising thread and the handle share it.
+struct Server(Arc<Supervision>);
+
+type ExitHook = Box<dyn Fn(&str) + Send + Sync>;
+
+struct Supervision {
+    state: Mutex<Supervised>,
+    /// Signalled when `state` changes.
+    changed: Condvar,
+    restarts: Arc<AtomicU64>,
+    on_exit: Mutex<Option<ExitHook>>,
 }
 
+struct Supervised {
+    /// The running server's pid; `None` between an exit and the restart. Cleared before the
+    /// exited process is reaped, so that a signal never reaches a pid used again.
+    pid: Option<i32>,
+    /// Restart on exit: set once the first start succeeded (a server that cannot start at all
+    /// is an error to report, not to retry).
+    armed: bool,
+    stopping: bool,
+    /// How the server ended when the supervision ended (stopped, or exited before armed).
+    exited: Option<std::io::Result<ExitStatus>>,
+}
+
+/// First wait before a restart, doubled after each restart that did not last.
+const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+const MAX_BACKOFF: Duration = Duration::from_secs(10);
+/// A run this long resets the backoff.
+const STABLE_RUN: Duration = Duration::from_secs(60);
+
 impl Server {
-    fn try_exited(&self) -> Option<std::io::Result<ExitStatus>> {
-        self.exited.lock().ok()?.try_recv().ok()
+    fn lock(&self) -> MutexGuard<'_, Supervised> {
+        self.0.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn wait_exited(&self, timeout: Duration) -> bool {
-        self.exited
-            .lock()
-            .is_ok_and(|rx| rx.recv_timeout(timeout).is_ok())
+    fn try_exited(&self) -> Option<std::io::Result<ExitStatus>> {
+        self.lock().exited.take()
+    }
+
+    /// Stops supervising and signals the server; whether it ended within `timeout`.
+    fn stop(&self, signal: i32, timeout: Duration) -> bool {
+        let mut state = self.lock();
+        state.stopping = true;
+        if let Some(pid) = state.pid {
+            // SAFETY: kill(2) on our child, not yet reaped (see `Supervised::pid`).
+            unsafe { libc::kill(pid, signal) };
+        }
+        self.0.changed.notify_all();
+        let (state, _) = self
+            .0
+            .changed
+            .wait_timeout_while(state, timeout, |s| s.exited.is_none())
+            .unwrap_or_else(|e| e.into_inner());
+        state.exited.is_some()
     }
 }
 
@@ -100,11 +147,21 @@ impl EmbeddedPostgres {
         if options.ephemeral {
             cmd.args(["-c", "fsync=off", "-c", "synchronous_commit=off"])
                 .args(["-c", "full_page_writes=off"]);
+        } else if major_version(&pgdata) >= 14 {
+            // After a crash PostgreSQL first makes sure that what the dead server wrote is on
+            // disk. File by file (the default) that is one fsync per file of the cluster, seconds
+            // on a busy disk, before the restarted server accepts a connection; one `syncfs`
+            // of the file system gives the same guarantee.
+            cmd.args(["-c", "recovery_init_sync_method=syncfs"]);
         }
         cmd.current_dir("/")
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
-            .stderr(log);
+            .stderr(log)
+            // Its own process group: the terminal's Ctrl-C reaches envlens, which drains its
+            // requests and then stops the server, instead of the server too (which would be
+            // restarted in the meantime).
+            .process_group(0);
         run_as(&mut cmd, owner, true);
         let server = spawn_supervised(cmd)?;
         let mut this = EmbeddedPostgres {
@@ -114,7 +171,31 @@ impl EmbeddedPostgres {
             server: Some(server),
         };
         this.wait_ready(&pgdata, &log_path)?;
+        if let Some(server) = &this.server {
+            server.lock().armed = true;
+        }
         Ok(this)
+    }
+
+    /// How many times the server was started again after it exited (each attempt counts).
+    pub fn restarts(&self) -> Arc<AtomicU64> {
+        match &self.server {
+            Some(server) => server.0.restarts.clone(),
+            None => Arc::default(),
+        }
+    }
+
+    /// Calls `hook` (on the supervising thread) with the reason each time the server exits
+    /// while envlens runs, before it is started again.
+    pub fn on_exit(&self, hook: impl Fn(&str) + Send + Sync + 'static) {
+        if let Some(server) = &self.server {
+            *server.0.on_exit.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(hook));
+        }
+    }
+
+    /// The pid of the running server (the postmaster), if this handle started it.
+    pub fn pid(&self) -> Option<i32> {
+        self.server.as_ref()?.lock().pid
     }
 
     /// The cluster's folder (`PGDATA`).
@@ -171,13 +252,11 @@ impl EmbeddedPostgres {
         let Some(server) = self.server.take() else {
             return;
         };
-        // SAFETY: kill(2) with a pid we spawned and still supervise.
-        unsafe { libc::kill(server.pid, libc::SIGINT) };
-        match server.wait_exited(Duration::from_secs(30)) {
+        match server.stop(libc::SIGINT, Duration::from_secs(30)) {
             true => tracing::info!("embedded PostgreSQL stopped"),
             false => {
                 tracing::warn!("embedded PostgreSQL did not stop in 30s; killing it");
-                unsafe { libc::kill(server.pid, libc::SIGKILL) };
+                server.stop(libc::SIGKILL, Duration::from_secs(5));
             }
         }
     }
@@ -238,6 +317,12 @@ impl Drop for EmbeddedPostgres {
     fn drop(&mut self) {
         self.shutdown();
     }
+}
+
+/// The cluster's major version, from its `PG_VERSION` (0 if unreadable).
+fn major_version(pgdata: &Path) -> u32 {
+    let text = fs::read_to_string(pgdata.join("PG_VERSION")).unwrap_or_default();
+    text.trim().parse().unwrap_or(0)
 }
 
 /// The folder of `initdb` and `postgres`: `pg_config --bindir`, else the newest
@@ -348,27 +433,109 @@ fn run_as(cmd: &mut Command, owner: Option<(u32, u32)>, die_with_parent: bool) {
     }
 }
 
-/// Spawns on a thread that lives as long as the server, so that `PR_SET_PDEATHSIG` (which
-/// follows the spawning thread, not the process) fires only when envlens itself goes away.
+/// Spawns on a thread that lives as long as the server and its restarts, so that
+/// `PR_SET_PDEATHSIG` (which follows the spawning thread, not the process) fires only when
+/// envlens itself goes away.
 fn spawn_supervised(mut cmd: Command) -> anyhow::Result<Server> {
-    let (pid_tx, pid_rx) = mpsc::channel();
-    let (exit_tx, exit_rx) = mpsc::channel();
+    let supervision = Arc::new(Supervision {
+        state: Mutex::new(Supervised {
+            pid: None,
+            armed: false,
+            stopping: false,
+            exited: None,
+        }),
+        changed: Condvar::new(),
+        restarts: Arc::default(),
+        on_exit: Mutex::new(None),
+    });
+    let (started_tx, started_rx) = mpsc::channel();
+    let server = Server(supervision.clone());
     std::thread::Builder::new()
         .name("embedded-postgres".into())
-        .spawn(move || match cmd.spawn() {
-            Ok(mut child) => {
-                let _ = pid_tx.send(Ok(child.id() as i32));
-                let _ = exit_tx.send(child.wait());
-            }
-            Err(e) => {
-                let _ = pid_tx.send(Err(e));
-            }
+        .spawn(move || {
+            let child = match cmd.spawn() {
+                Ok(child) => child,
+                Err(e) => {
+                    let _ = started_tx.send(Err(e));
+                    return;
+                }
+            };
+            server.lock().pid = Some(child.id() as i32);
+            let _ = started_tx.send(Ok(()));
+            supervise(&server, cmd, child);
         })?;
-    let pid = pid_rx.recv()?.context("cannot start postgres")?;
-    Ok(Server {
-        pid,
-        exited: Mutex::new(exit_rx),
-    })
+    started_rx.recv()?.context("cannot start postgres")?;
+    Ok(Server(supervision))
+}
+
+/// Waits for the server to exit and starts it again, until envlens stops it.
+fn supervise(server: &Server, mut cmd: Command, mut child: Child) {
+    let mut backoff = FIRST_BACKOFF;
+    loop {
+        let started = Instant::now();
+        wait_exit_unreaped(&child);
+        let mut state = server.lock();
+        state.pid = None;
+        drop(state);
+        let status = child.wait();
+        let mut state = server.lock();
+        if state.stopping || !state.armed {
+            state.exited = Some(status);
+            server.0.changed.notify_all();
+            return;
+        }
+        if started.elapsed() >= STABLE_RUN {
+            backoff = FIRST_BACKOFF;
+        }
+        let why = match &status {
+            Ok(status) => format!("the embedded PostgreSQL exited ({status})"),
+            Err(e) => format!("the embedded PostgreSQL is gone ({e})"),
+        };
+        tracing::error!(reason = %why, ?backoff, "restarting the embedded PostgreSQL");
+        drop(state);
+        if let Some(hook) = &*server.0.on_exit.lock().unwrap_or_else(|e| e.into_inner()) {
+            hook(&why);
+        }
+        loop {
+            let state = server.lock();
+            let (mut state, _) = server
+                .0
+                .changed
+                .wait_timeout_while(state, backoff, |s| !s.stopping)
+                .unwrap_or_else(|e| e.into_inner());
+            if state.stopping {
+                state.exited = Some(status);
+                server.0.changed.notify_all();
+                return;
+            }
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+            server.0.restarts.fetch_add(1, Ordering::Relaxed);
+            match cmd.spawn() {
+                Ok(started) => {
+                    state.pid = Some(started.id() as i32);
+                    tracing::info!(pid = started.id(), "embedded PostgreSQL started again");
+                    child = started;
+                    break;
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, ?backoff, "cannot start the embedded PostgreSQL")
+                }
+            }
+        }
+    }
+}
+
+/// Blocks until `child` has exited, leaving it a zombie: its pid stays ours until reaped.
+fn wait_exit_unreaped(child: &Child) {
+    loop {
+        // SAFETY: waitid on our own child with a zeroed siginfo to fill.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        let flags = libc::WEXITED | libc::WNOWAIT;
+        let rc = unsafe { libc::waitid(libc::P_PID, child.id(), &mut info, flags) };
+        if rc == 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            return;
+        }
+    }
 }
 
 /// Where the cluster lives: in the data folder, unless envlens runs as root and the server's

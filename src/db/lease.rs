@@ -12,64 +12,108 @@
 //! - GraphQL only reads, outside transactions: nothing else carries over from one request to
 //!   the next;
 //! - a connection whose request saw the database unavailable is [discarded](Lease::discard),
-//!   so a restarted server costs each old connection one failed request, as with sqlx's pool.
+//!   and one opened before the database last went down (`db::pool`) is closed, not lent: a
+//!   restarted server does not cost its old connections a failed request each;
+//! - while the database is known to be down, a request gets its 503 at once (`db::pool`).
 //!
-//! A connection older than the pool's maximum lifetime is closed when it comes back, as the
-//! pool would close it.
+//! A connection older than the pool's maximum lifetime is closed when it comes back, and one
+//! idle for longer than the pool's idle timeout (or past its lifetime while idle) is closed by
+//! a sweep that runs as often as the pool's own: the server keeps no backend for a burst that
+//! has passed.
 //!
 //! The stack has as many connections as the pool may (`--database-max-connections`), apart
 //! from it: the rest of envlens (ingest, the proxy's checks) keeps its own.
 
 use std::ops::{Deref, DerefMut};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use sqlx::postgres::{PgConnectOptions, PgConnection};
-use sqlx::{ConnectOptions, PgPool};
+use sqlx::{ConnectOptions, Connection};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use super::pool::Pool;
+
+/// A connection on the stack, with the time it was opened.
+struct Idle {
+    conn: Opened,
+    idle_since: Instant,
+}
+
+/// A connection, the time it was opened and how many outages there had been then.
+struct Opened {
+    conn: PgConnection,
+    at: Instant,
+    outages: u64,
+}
 
 /// The stack of idle connections and the permits that bound how many exist.
 #[derive(Clone)]
 pub struct Leases(Arc<Shared>);
 
 struct Shared {
+    /// The pool's health gate, and its connect options.
+    gate: Pool,
     options: Arc<PgConnectOptions>,
-    /// Each with the time it was opened.
-    idle: Mutex<Vec<(PgConnection, Instant)>>,
+    /// Last back on top: each entry's `idle_since` is no earlier than those below it.
+    idle: Mutex<Vec<Idle>>,
     permits: Arc<Semaphore>,
     max_lifetime: Option<Duration>,
+    idle_timeout: Option<Duration>,
     /// How long a request waits for a connection, connecting included, as with the pool.
     timeout: Duration,
 }
 
 impl Leases {
-    /// As many connections as `pool` may have, to the same server, waiting as long for one.
-    pub fn new(pool: &PgPool) -> Self {
+    /// As many connections as `pool` may have, to the same server, waiting as long for one,
+    /// kept as long. Call it inside the runtime: the idle sweep is a task of its own.
+    pub fn new(gate: &Pool) -> Self {
+        let pool = gate.pg();
         let max = pool.options().get_max_connections() as usize;
-        Leases(Arc::new(Shared {
+        let shared = Arc::new(Shared {
+            gate: gate.clone(),
             options: pool.connect_options(),
             idle: Mutex::new(Vec::with_capacity(max)),
             permits: Arc::new(Semaphore::new(max)),
             max_lifetime: pool.options().get_max_lifetime(),
+            idle_timeout: pool.options().get_idle_timeout(),
             timeout: pool.options().get_acquire_timeout(),
-        }))
+        });
+        // As the pool's maintenance task: every shorter of the two limits.
+        let period = match (shared.max_lifetime, shared.idle_timeout) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        if let Some(period) = period {
+            tokio::spawn(sweep(Arc::downgrade(&shared), period));
+        }
+        Leases(shared)
     }
 
     /// An idle connection, or a new one while there are fewer than the maximum; waits for one
-    /// to come back otherwise. `PoolTimedOut` (answered 503) after the acquire timeout.
+    /// to come back otherwise. `PoolTimedOut` (answered 503) after the acquire timeout, and an
+    /// error at once while the database is known to be down.
     pub async fn acquire(&self) -> Result<Lease, sqlx::Error> {
         let shared = &self.0;
-        tokio::time::timeout(shared.timeout, async {
+        let lease = tokio::time::timeout(shared.timeout, async {
             let permit = shared
                 .permits
                 .clone()
                 .acquire_owned()
                 .await
                 .expect("the semaphore is never closed");
-            let idle = shared.lock().pop();
+            let idle = shared.pop_usable();
             let conn = match idle {
                 Some(conn) => conn,
-                None => (shared.options.connect().await?, Instant::now()),
+                None => {
+                    let outages = shared.gate.outages();
+                    let conn = shared.options.connect().await?;
+                    Opened {
+                        conn,
+                        at: Instant::now(),
+                        outages,
+                    }
+                }
             };
             Ok(Lease {
                 conn: Some(conn),
@@ -77,22 +121,80 @@ impl Leases {
                 shared: shared.clone(),
                 _permit: permit,
             })
-        })
-        .await
-        .map_err(|_| sqlx::Error::PoolTimedOut)?
+        });
+        let lease = async { lease.await.map_err(|_| sqlx::Error::PoolTimedOut)? };
+        shared.gate.guard(lease).await
     }
 }
 
 impl Shared {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(PgConnection, Instant)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Idle>> {
         // A push or a pop cannot leave the stack half-changed.
         self.idle.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn expired(&self, idle: &Idle, now: Instant) -> bool {
+        let opened = idle.conn.at;
+        idle.conn.outages != self.gate.outages()
+            || self
+                .max_lifetime
+                .is_some_and(|max| now.duration_since(opened) >= max)
+            || self
+                .idle_timeout
+                .is_some_and(|max| now.duration_since(idle.idle_since) >= max)
+    }
+
+    /// The most recently returned connection still within the limits; the expired ones
+    /// popped on the way are closed (dropped: the sweep closes them politely when it gets
+    /// there first).
+    fn pop_usable(&self) -> Option<Opened> {
+        let now = Instant::now();
+        let mut stack = self.lock();
+        while let Some(idle) = stack.pop() {
+            if !self.expired(&idle, now) {
+                return Some(idle.conn);
+            }
+        }
+        None
+    }
+
+    /// Takes the expired connections off the bottom of the stack, where the longest idle are.
+    fn take_expired(&self) -> Vec<PgConnection> {
+        let now = Instant::now();
+        let mut stack = self.lock();
+        let keep_from = stack
+            .iter()
+            .position(|idle| !self.expired(idle, now))
+            .unwrap_or(stack.len());
+        stack
+            .drain(..keep_from)
+            .map(|idle| idle.conn.conn)
+            .collect()
+    }
+}
+
+/// Closes the connections idle past the idle timeout or the lifetime, every `period`, until
+/// the leases are gone.
+async fn sweep(shared: Weak<Shared>, period: Duration) {
+    let mut every = tokio::time::interval(period);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        let expired = shared.take_expired();
+        drop(shared);
+        for conn in expired {
+            // A polite goodbye (`Terminate`), but not waiting long for a server that is away.
+            let _ = tokio::time::timeout(Duration::from_secs(1), conn.close()).await;
+        }
     }
 }
 
 /// One connection, for one request; back to the stack when dropped.
 pub struct Lease {
-    conn: Option<(PgConnection, Instant)>,
+    conn: Option<Opened>,
     keep: bool,
     shared: Arc<Shared>,
     /// Dropped after `drop` has put the connection back, so that the request it wakes finds it.
@@ -110,13 +212,13 @@ impl Lease {
 impl Deref for Lease {
     type Target = PgConnection;
     fn deref(&self) -> &PgConnection {
-        &self.conn.as_ref().expect("only taken on drop").0
+        &self.conn.as_ref().expect("only taken on drop").conn
     }
 }
 
 impl DerefMut for Lease {
     fn deref_mut(&mut self) -> &mut PgConnection {
-        &mut self.conn.as_mut().expect("only taken on drop").0
+        &mut self.conn.as_mut().expect("only taken on drop").conn
     }
 }
 
@@ -126,8 +228,9 @@ impl Drop for Lease {
         let expired =
             |opened: Instant| (self.shared.max_lifetime).is_some_and(|max| opened.elapsed() >= max);
         if let Some(conn) = self.conn.take() {
-            if self.keep && !expired(conn.1) {
-                self.shared.lock().push(conn);
+            if self.keep && !expired(conn.at) {
+                let idle_since = Instant::now();
+                self.shared.lock().push(Idle { conn, idle_since });
             }
         }
     }

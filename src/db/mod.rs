@@ -7,6 +7,7 @@ pub mod deployments;
 pub mod embedded;
 pub mod identity;
 pub mod lease;
+pub mod pool;
 pub mod read;
 pub mod read_agents;
 
@@ -19,7 +20,9 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::PgPool;
 
 use crate::config::DatabaseArgs;
+use crate::telemetry::{MetricKind, Metrics};
 use embedded::EmbeddedPostgres;
+use pool::Pool;
 
 pub static MIGRATOR: Migrator = sqlx::migrate!();
 
@@ -28,7 +31,7 @@ pub const DATABASE: &str = "envlens";
 
 /// The pool, and the embedded server behind it when envlens started one.
 pub struct Database {
-    pub pool: PgPool,
+    pub pool: Pool,
     pub embedded: Option<EmbeddedPostgres>,
 }
 
@@ -61,7 +64,33 @@ impl Database {
             .run(&pool)
             .await
             .context("cannot apply the database migrations")?;
+        let pool = Pool::new(pool);
+        if let Some(pg) = &embedded {
+            // Requests fail fast from the moment the server is gone, not after a timeout.
+            let pool = pool.clone();
+            pg.on_exit(move |why| pool.mark_down(why));
+        }
         Ok(Database { pool, embedded })
+    }
+
+    /// `envlens_database_up`, and `envlens_postgres_restarts_total` with an embedded server.
+    pub fn register_metrics(&self, metrics: &Metrics) {
+        let pool = self.pool.clone();
+        metrics.register(
+            "envlens_database_up",
+            "Whether the database is reachable (0 while it is known to be down)",
+            MetricKind::Gauge,
+            move || u64::from(!pool.is_down()),
+        );
+        if let Some(pg) = &self.embedded {
+            let restarts = pg.restarts();
+            metrics.register(
+                "envlens_postgres_restarts_total",
+                "Times the embedded PostgreSQL was started again after it exited",
+                MetricKind::Counter,
+                move || restarts.load(std::sync::atomic::Ordering::Relaxed),
+            );
+        }
     }
 
     /// Closes the pool, then stops the embedded server if envlens started it.

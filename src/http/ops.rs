@@ -8,15 +8,15 @@ use axum::http::header::CONTENT_TYPE;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
-use sqlx::PgPool;
 
+use crate::db::pool::Pool;
 use crate::error::{Error, Result};
 use crate::telemetry::Metrics;
 
 pub fn routes<S>() -> Router<S>
 where
     S: Clone + Send + Sync + 'static,
-    PgPool: FromRef<S>,
+    Pool: FromRef<S>,
     Arc<Metrics>: FromRef<S>,
 {
     Router::new()
@@ -30,9 +30,13 @@ async fn liveness() -> &'static str {
     "ok"
 }
 
-/// Ready while the database answers, within two seconds.
-async fn readiness(State(db): State<PgPool>) -> Result<&'static str> {
-    let ping = sqlx::query("SELECT 1").execute(&db);
+/// Ready while the database answers, within two seconds; not ready at once while it is known
+/// to be down (`db::pool`).
+async fn readiness(State(db): State<Pool>) -> Result<&'static str> {
+    let ping = async {
+        let mut conn = db.acquire().await?;
+        sqlx::query("SELECT 1").execute(&mut *conn).await
+    };
     match tokio::time::timeout(Duration::from_secs(2), ping).await {
         Ok(Ok(_)) => Ok("ok"),
         Ok(Err(e)) => Err(Error::Unavailable(e)),
@@ -40,15 +44,12 @@ async fn readiness(State(db): State<PgPool>) -> Result<&'static str> {
     }
 }
 
-async fn metrics(
-    State(metrics): State<Arc<Metrics>>,
-    State(db): State<PgPool>,
-) -> impl IntoResponse {
+async fn metrics(State(metrics): State<Arc<Metrics>>, State(db): State<Pool>) -> impl IntoResponse {
     (
         [(
             CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        metrics.render(Some(&db)),
+        metrics.render(Some(db.pg())),
     )
 }

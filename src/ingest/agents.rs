@@ -34,13 +34,14 @@ pub async fn put_agent(
     let id = agent_id(&id)?;
     validate::positive("project_id", body.project_id)?;
     validate::dns_label("name", &body.name)?;
-    if !db::project_exists(&state.db, body.project_id).await? {
+    let mut conn = state.db.acquire().await?;
+    if !db::project_exists(&mut *conn, body.project_id).await? {
         return Err(Error::NotFound(format!(
             "project {} is not in the identity mirror",
             body.project_id
         )));
     }
-    let created = db::upsert(&state.db, id, body.project_id, &body.name).await?;
+    let created = db::upsert(&mut *conn, id, body.project_id, &body.name).await?;
     let status = if created {
         StatusCode::CREATED
     } else {

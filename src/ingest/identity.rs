@@ -495,7 +495,7 @@ pub async fn put_snapshot(
     State(state): State<AppState>,
     Json(body): Json<IdentitySnapshot>,
 ) -> Result<JsonResponse<Value>> {
-    let counts = import(&state.db, body).await?;
+    let counts = import(state.db.pg(), body).await?;
     state.metrics.mirror_applied();
     Ok(JsonResponse(counts))
 }

@@ -122,12 +122,10 @@ impl GrantCache {
         agent_id: i64,
         user_id: i64,
     ) -> Result<Option<Arc<Grant>>> {
-        let key = (user_id, agent_id);
-        if let Some((at, grant)) = self.lock().get(&key) {
-            if at.elapsed() < self.ttl {
-                return Ok(grant.clone());
-            }
+        if let Some(grant) = self.cached(agent_id, user_id) {
+            return Ok(grant);
         }
+        let key = (user_id, agent_id);
         let grant = authorize(db, agent_id, user_id).await?.map(Arc::new);
         let mut entries = self.lock();
         if entries.len() >= MAX_CACHED {
@@ -135,6 +133,14 @@ impl GrantCache {
         }
         entries.insert(key, (Instant::now(), grant.clone()));
         Ok(grant)
+    }
+
+    /// The recent decision for the user on the agent, if there is one: then no connection is
+    /// needed.
+    pub fn cached(&self, agent_id: i64, user_id: i64) -> Option<Option<Arc<Grant>>> {
+        let entries = self.lock();
+        let (at, grant) = entries.get(&(user_id, agent_id))?;
+        (at.elapsed() < self.ttl).then(|| grant.clone())
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Decisions> {

@@ -15,11 +15,11 @@ use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
 use axum::response::Response;
-use sqlx::PgPool;
 
 use crate::auth::authenticate;
 use crate::auth::Keys;
 use crate::config::Limits;
+use crate::db::pool::Pool;
 use crate::error::{kubernetes_status, Error};
 use crate::gitlab::Instance;
 use crate::k8s::clusters::Clusters;
@@ -51,7 +51,7 @@ const CREDENTIALS: &[&str] = &["authorization", "cookie", AGENT_HEADER, "x-csrf-
 
 pub async fn forward(
     State(keys): State<Arc<Keys>>,
-    State(db): State<PgPool>,
+    State(db): State<Pool>,
     State(clusters): State<Arc<Clusters>>,
     State(limits): State<Limits>,
     State(gitlab): State<Option<Arc<Instance>>>,
@@ -71,11 +71,20 @@ pub async fn forward(
     };
     crate::telemetry::record_agent(agent_id, None);
     let request_id = parts.extensions.get::<RequestId>().cloned();
-    let grant = match clusters
-        .grants
-        .authorize(&db, agent_id, session.user_id)
-        .await
-    {
+    // A recent decision needs no connection: the proxy then works while the database is down.
+    let grants = &clusters.grants;
+    let decided = match grants.cached(agent_id, session.user_id) {
+        Some(grant) => Ok(grant),
+        None => match db.acquire().await {
+            Ok(mut conn) => {
+                grants
+                    .authorize(&mut *conn, agent_id, session.user_id)
+                    .await
+            }
+            Err(e) => Err(e.into()),
+        },
+    };
+    let grant = match decided {
         Ok(Some(grant)) => grant,
         // An unknown agent, an unknown user and a refusal read the same.
         Ok(None) => {

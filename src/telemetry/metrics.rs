@@ -9,9 +9,12 @@
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
@@ -74,7 +77,8 @@ struct WebhookLabels {
 /// Every metric envlens keeps. Cheap to share (`Arc<Metrics>`); recording takes a read lock
 /// once a series exists.
 pub struct Metrics {
-    registry: Registry,
+    /// Locked to render, and to [register](Metrics::register) a reading.
+    registry: std::sync::Mutex<Registry>,
     http_requests: Family<HttpLabels, Counter>,
     http_duration: Histograms<HttpLabels>,
     cluster_requests: Family<ClusterAnswerLabels, Counter>,
@@ -85,8 +89,6 @@ pub struct Metrics {
     database_max_connections: Gauge,
     database_acquire: Histogram,
     database_acquire_failures: Counter,
-    /// How often the embedded PostgreSQL was started again after it died.
-    pub postgres_restarts: Counter,
     webhook_events: Family<WebhookLabels, Counter>,
     /// Unix time of the last change applied to the identity mirror, 0 before the first.
     mirror_applied_at: AtomicI64,
@@ -162,12 +164,6 @@ impl Default for Metrics {
             "Requests that got no connection (timeout or database down)",
             database_acquire_failures.clone(),
         );
-        let postgres_restarts = Counter::default();
-        registry.register(
-            "envlens_postgres_restarts",
-            "Restarts of the embedded PostgreSQL after it stopped",
-            postgres_restarts.clone(),
-        );
         let webhook_events = Family::<WebhookLabels, Counter>::default();
         registry.register(
             "envlens_webhook_events",
@@ -181,7 +177,7 @@ impl Default for Metrics {
             mirror_applied_gauge.clone(),
         );
         Metrics {
-            registry,
+            registry: std::sync::Mutex::new(registry),
             http_requests,
             http_duration,
             cluster_requests,
@@ -192,7 +188,6 @@ impl Default for Metrics {
             database_max_connections,
             database_acquire,
             database_acquire_failures,
-            postgres_restarts,
             webhook_events,
             mirror_applied_at: AtomicI64::new(0),
             mirror_applied_gauge,
@@ -299,8 +294,68 @@ impl Metrics {
             .set(self.mirror_applied_at.load(Ordering::Relaxed));
         let mut out = String::new();
         // Writing to a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        let registry = self.registry.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
         out
+    }
+
+    /// A metric without labels whose value `read` gives at each scrape (a counter another
+    /// part keeps, a state): `name` as exposed (a counter's ends in `_total`).
+    pub fn register(
+        &self,
+        name: &'static str,
+        help: &'static str,
+        kind: Kind,
+        read: impl Fn() -> u64 + Send + Sync + 'static,
+    ) {
+        let reading = Reading {
+            name: name.strip_suffix("_total").unwrap_or(name),
+            help,
+            kind,
+            read: Box::new(read),
+        };
+        let mut registry = self.registry.lock().unwrap_or_else(|e| e.into_inner());
+        registry.register_collector(Box::new(reading));
+    }
+}
+
+/// What a [registered](Metrics::register) reading is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Counter,
+    Gauge,
+}
+
+struct Reading {
+    name: &'static str,
+    help: &'static str,
+    kind: Kind,
+    read: Box<dyn Fn() -> u64 + Send + Sync>,
+}
+
+impl std::fmt::Debug for Reading {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+impl Collector for Reading {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let value = (self.read)();
+        match self.kind {
+            Kind::Counter => {
+                let metric = ConstCounter::new(value);
+                let encoder =
+                    encoder.encode_descriptor(self.name, self.help, None, metric.metric_type())?;
+                metric.encode(encoder)
+            }
+            Kind::Gauge => {
+                let metric = ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX));
+                let encoder =
+                    encoder.encode_descriptor(self.name, self.help, None, metric.metric_type())?;
+                metric.encode(encoder)
+            }
+        }
     }
 }
 
@@ -344,5 +399,27 @@ mod tests {
             text.contains("envlens_webhook_events_total{event=\"other\",outcome=\"ignored\"} 1\n")
         );
         assert!(text.contains("# TYPE envlens_webhook_events counter\n"));
+    }
+
+    #[test]
+    fn renders_registered_readings_as_they_are_when_asked() {
+        let m = Metrics::default();
+        let count = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let read = count.clone();
+        m.register("envlens_things_total", "Things", Kind::Counter, move || {
+            read.load(Ordering::Relaxed)
+        });
+        m.register("envlens_up", "Up", Kind::Gauge, || 1);
+        let text = m.render(None);
+        assert!(
+            text.contains("# TYPE envlens_things counter\nenvlens_things_total 0\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE envlens_up gauge\nenvlens_up 1\n"),
+            "{text}"
+        );
+        count.store(3, Ordering::Relaxed);
+        assert!(m.render(None).contains("\nenvlens_things_total 3\n"));
     }
 }

@@ -8,7 +8,7 @@ mod otlp;
 pub mod request_id;
 
 pub use logging::{init_logging, LogFormat};
-pub use metrics::Metrics;
+pub use metrics::{Kind as MetricKind, Metrics};
 pub use request_id::RequestId;
 
 /// Records who is asking into the request's span, once authentication knows.

@@ -28,6 +28,8 @@ pub const WEBHOOK_TOKEN: &str = "webhook-token";
 pub struct TestApp {
     pub router: Router,
     pub db: PgPool,
+    /// Dropped with the app, at the test's end.
+    _database: Option<postgres::TestDatabase>,
 }
 
 pub struct TestResponse {
@@ -60,11 +62,30 @@ impl TestApp {
     }
 
     pub async fn with_limits(limits: Limits) -> Self {
-        let db = postgres::fresh_database().await;
-        let state = AppState::new(db.clone(), keys(), limits);
+        let database = postgres::fresh_database().await;
+        let state = AppState::new(database.clone(), keys(), limits);
+        TestApp {
+            router: envlens::app(state),
+            db: database.clone(),
+            _database: Some(database),
+        }
+    }
+
+    /// The router over `state`, whose database `db` the caller keeps (its own server, say).
+    /// The router of `state`, owning the test database it serves.
+    pub fn owning(state: AppState, database: postgres::TestDatabase) -> Self {
+        TestApp {
+            router: envlens::app(state),
+            db: (*database).clone(),
+            _database: Some(database),
+        }
+    }
+
+    pub fn serving(state: AppState, db: PgPool) -> Self {
         TestApp {
             router: envlens::app(state),
             db,
+            _database: None,
         }
     }
 
@@ -75,12 +96,13 @@ impl TestApp {
             envlens::k8s::clusters::Clusters::load(&settings.kubernetes, Default::default())
                 .await
                 .expect("test clusters");
-        let db = postgres::fresh_database().await;
-        let state = AppState::new(db.clone(), keys(), Limits::default())
+        let database = postgres::fresh_database().await;
+        let state = AppState::new(database.clone(), keys(), Limits::default())
             .with_clusters(clusters, settings.cors);
         TestApp {
             router: envlens::app(state),
-            db,
+            db: database.clone(),
+            _database: Some(database),
         }
     }
 
