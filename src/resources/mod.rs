@@ -6,6 +6,7 @@ pub mod group;
 pub mod health;
 pub mod listing;
 pub mod manifests;
+pub mod masking;
 pub mod object;
 pub mod tree;
 

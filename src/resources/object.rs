@@ -40,8 +40,10 @@ impl Object {
         })
     }
 
-    /// The whole object, without `metadata.managedFields`: server-side apply bookkeeping, often
-    /// the largest part of an object, that `kubectl get -o yaml` hides too.
+    /// The whole object as a reader may see it: without `metadata.managedFields` (server-side
+    /// apply bookkeeping, often the largest part of an object, that `kubectl get -o yaml` hides
+    /// too), and a Secret's values masked ([`super::masking`]). Every answer that shows a
+    /// manifest takes it from here.
     pub fn manifest(&self) -> Value {
         let mut manifest: Value = serde_json::from_str(self.text.get()).unwrap_or(Value::Null);
         if let Value::Object(object) = &mut manifest {
@@ -54,6 +56,7 @@ impl Object {
                 metadata.remove("managedFields");
             }
         }
+        super::masking::mask_secret(&mut manifest);
         manifest
     }
 }
@@ -212,6 +215,25 @@ mod tests {
         expected["apiVersion"] = json!("v1");
         expected["kind"] = json!("Pod");
         assert_eq!(object.manifest(), expected);
+    }
+
+    #[test]
+    fn a_secret_listed_without_its_kind_is_masked_by_the_kind_of_its_list() {
+        // List items often lack `kind`: the Secret is known by its list, and masked all the same.
+        let item = json!({"metadata": {"name": "db", "uid": "s1",
+                                       "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{\"stringData\":{\"pw\":\"hunter2\"}}"}},
+                          "type": "Opaque", "data": {"pw": "aHVudGVyMg=="}});
+        let text = RawValue::from_string(item.to_string()).unwrap();
+        let manifest = Object::parse(&text, "v1", "Secret").unwrap().manifest();
+        assert_eq!(manifest["data"], json!({"pw": "++++++++"}));
+        assert_eq!(
+            manifest["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"],
+            "++++++++"
+        );
+        assert_eq!(manifest["type"], "Opaque");
+        // The same item listed as another kind is not a Secret.
+        let other = Object::parse(&text, "example.com/v1", "Secret").unwrap();
+        assert_eq!(other.manifest()["data"], json!({"pw": "aHVudGVyMg=="}));
     }
 
     #[test]
