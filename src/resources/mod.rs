@@ -8,6 +8,7 @@ pub mod listing;
 pub mod manifests;
 pub mod masking;
 pub mod object;
+pub mod page;
 pub mod tree;
 
 /// Groups from this many objects on are worked on by two threads where the work splits in two:
