@@ -10,7 +10,7 @@
 
 use serde::de::IgnoredAny;
 use serde::Deserialize;
-use serde_json::de::{Deserializer, SliceRead};
+use serde_json::de::{Deserializer, StrRead};
 
 /// What one page of a list holds.
 #[derive(Debug)]
@@ -30,6 +30,12 @@ struct ListMeta {
 /// Reads `body`, a list (`{"metadata": {...}, "items": [...], ...}`, keys in any order), each
 /// item as `T`. An `items` of `null` (which some Go versions send for an empty list) is no item.
 pub fn read<'a, T: Deserialize<'a>>(body: &'a [u8]) -> serde_json::Result<Page<'a, T>> {
+    // Checked once, a word at a time, so that the parser need not check each string it builds
+    // (from bytes, serde_json checks the UTF-8 of every key and string it reads).
+    let body = std::str::from_utf8(body).map_err(|e| {
+        let at = e.valid_up_to();
+        unexpected(at, "UTF-8 text")
+    })?;
     let mut page = Page {
         items: Vec::new(),
         continue_token: None,
@@ -67,7 +73,7 @@ pub fn read<'a, T: Deserialize<'a>>(body: &'a [u8]) -> serde_json::Result<Page<'
 
 /// The elements of the array at `at` (or `null`).
 fn items<'a, T: Deserialize<'a>>(
-    body: &'a [u8],
+    body: &'a str,
     at: &mut usize,
     items: &mut Vec<(T, &'a str)>,
 ) -> serde_json::Result<()> {
@@ -95,27 +101,25 @@ fn items<'a, T: Deserialize<'a>>(
 
 /// The JSON value at `at` as `T`, and its text; `at` moves past it.
 fn value<'a, T: Deserialize<'a>>(
-    body: &'a [u8],
+    body: &'a str,
     at: &mut usize,
 ) -> serde_json::Result<(T, &'a str)> {
     peek(body, at);
     let start = *at;
-    let mut stream = Deserializer::new(SliceRead::new(&body[start..])).into_iter::<T>();
+    let mut stream = Deserializer::new(StrRead::new(&body[start..])).into_iter::<T>();
     let parsed = match stream.next() {
         Some(parsed) => parsed?,
         None => return Err(unexpected(start, "a value")),
     };
     *at = start + stream.byte_offset();
-    // The parse checked the text's structure, and the UTF-8 of the strings it built, not of
-    // those it skipped.
-    let text =
-        std::str::from_utf8(&body[start..*at]).map_err(|_| unexpected(start, "UTF-8 text"))?;
-    Ok((parsed, text))
+    // A value ends on an ASCII byte (a bracket, a quote, a digit or a letter of a literal), so
+    // `at` is on a character boundary.
+    Ok((parsed, &body[start..*at]))
 }
 
 /// The next byte that is not whitespace, left at `at`.
-fn peek(body: &[u8], at: &mut usize) -> Option<u8> {
-    while let Some(&byte) = body.get(*at) {
+fn peek(body: &str, at: &mut usize) -> Option<u8> {
+    while let Some(&byte) = body.as_bytes().get(*at) {
         if !matches!(byte, b' ' | b'\n' | b'\t' | b'\r') {
             return Some(byte);
         }
@@ -125,13 +129,13 @@ fn peek(body: &[u8], at: &mut usize) -> Option<u8> {
 }
 
 /// The next byte that is not whitespace, consumed.
-fn next(body: &[u8], at: &mut usize) -> Option<u8> {
+fn next(body: &str, at: &mut usize) -> Option<u8> {
     let byte = peek(body, at)?;
     *at += 1;
     Some(byte)
 }
 
-fn expect(body: &[u8], at: &mut usize, wanted: u8) -> serde_json::Result<()> {
+fn expect(body: &str, at: &mut usize, wanted: u8) -> serde_json::Result<()> {
     match next(body, at) {
         Some(byte) if byte == wanted => Ok(()),
         _ => Err(unexpected(*at, &format!("`{}`", wanted as char))),
