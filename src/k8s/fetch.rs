@@ -49,7 +49,7 @@ use super::discovery::{self, ApiKind, DiscoveryCache, DiscoveryError, Failure};
 use crate::resources::graph;
 use crate::resources::listing::{ListError, Listing, ResourceEvent};
 use crate::resources::object::{self, Head, Kept, Object};
-use crate::resources::page;
+use crate::resources::{self, page};
 
 /// `(group, kind)` of the kinds listed without the selector, because Kubernetes' controllers
 /// create them for a parent without copying its labels:
@@ -232,8 +232,23 @@ fn owned_candidates(selected: &[Object], candidates: Vec<Candidate>) -> Vec<Cand
         .collect()
 }
 
+/// Kept candidates from this many on are parsed on two threads, half each: parsing an object
+/// costs some 5 µs (its whole text is scanned again), a thread tens of microseconds, and the
+/// parse comes after every list has answered, when the other core has nothing else to do.
+const PARSE_PARALLEL_FROM: usize = 128;
+
 /// Parses kept candidates as [`Object`]s, in order.
-fn parse_candidates(kept: Vec<Candidate>) -> Vec<Object> {
+fn parse_candidates(mut kept: Vec<Candidate>) -> Vec<Object> {
+    let second = kept.split_off(kept.len() / 2);
+    let parallel = kept.len() + second.len() >= PARSE_PARALLEL_FROM;
+    // The second half on the other thread; the first here.
+    let (mut rest, mut objects) =
+        resources::join(parallel, || parse_in_order(second), || parse_in_order(kept));
+    objects.append(&mut rest);
+    objects
+}
+
+fn parse_in_order(kept: Vec<Candidate>) -> Vec<Object> {
     kept.into_iter()
         .filter_map(|Candidate { head, text }| {
             match Object::parse_text(text, str_of(&head, "apiVersion"), str_of(&head, "kind")) {
@@ -787,6 +802,20 @@ mod tests {
         Candidate {
             head: object::parse_typed(object::HEAD, text, "apps/v1", "ReplicaSet").unwrap(),
             text: text.into(),
+        }
+    }
+
+    #[test]
+    fn many_candidates_are_parsed_in_order_on_two_threads() {
+        for n in [0, 1, PARSE_PARALLEL_FROM - 1, PARSE_PARALLEL_FROM * 2 + 1] {
+            let text = |i| format!(r#"{{"metadata": {{"name": "r{i}", "uid": "u{i}"}}}}"#);
+            let kept = (0..n).map(|i| candidate(&text(i))).collect();
+            let names: Vec<String> = parse_candidates(kept)
+                .iter()
+                .map(|o| str_of(o.view.get("metadata").unwrap(), "name").to_owned())
+                .collect();
+            let expected: Vec<String> = (0..n).map(|i| format!("r{i}")).collect();
+            assert_eq!(names, expected, "{n} candidates");
         }
     }
 

@@ -26,7 +26,11 @@ const PREFETCH_FROM: usize = 4_000;
 /// The pure passes over a large group (ownership, edges, health) take tens of milliseconds
 /// each; where two of them read the same objects and nothing of each other, the second core
 /// halves the wait. The caller is on a blocking thread, never on the async runtime's.
-fn join<A: Send, B>(parallel: bool, a: impl FnOnce() -> A + Send, b: impl FnOnce() -> B) -> (A, B) {
+pub(crate) fn join<A: Send, B>(
+    parallel: bool,
+    a: impl FnOnce() -> A + Send,
+    b: impl FnOnce() -> B,
+) -> (A, B) {
     if !parallel {
         return (a(), b());
     }
