@@ -31,8 +31,9 @@
 //! ([`object::HEAD`]: type, name, uid, labels, owner references) and keep its text; the
 //! ownership walk runs over the heads, and only the objects it keeps are parsed further: other
 //! environments' Pods and ReplicaSets in the namespace are never built. Events parse into a typed
-//! struct. Pages are parsed in the task that fetched them, on any core, while other requests are
-//! still in flight.
+//! struct. Each page is read in one pass ([`page::read`]): an item's fields and its text come
+//! from the same scan. Pages are parsed in the task that fetched them, on any core, while other
+//! requests are still in flight.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;

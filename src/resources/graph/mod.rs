@@ -1,6 +1,6 @@
 //! Dependency graph over live Kubernetes objects, Argo CD style.
 //!
-//! Pure functions over objects as [`Tree`]s: no I/O, no panics on malformed input, output in a deterministic
+//! Pure functions over objects as [`Tree`](crate::resources::tree::Tree)s: no I/O, no panics on malformed input, output in a deterministic
 //! order whatever the input order, and linear work: everything is hash-indexed (by uid, by
 //! `(namespace, name)`, by label pair), never a quadratic scan; only the edges' final sort is `n log n`.
 //!
@@ -17,9 +17,9 @@
 //! `apiVersion: v1` (or no apiVersion), so that a CRD reusing the kind name (e.g. a Knative `Service`) is not
 //! mistaken for one.
 //!
-//! One file per concern: [`nodes`] reads the objects, [`closure`] follows owners to find a group's
-//! members, and one file per kind of edge links them ([`owners`], [`endpoints`], [`selector`],
-//! [`ingress`], [`claims`], [`scale_target`]); [`hashing`] holds the indexes they share.
+//! One file per concern: `nodes` reads the objects, `closure` follows owners to find a group's
+//! members, and one file per kind of edge links them (`owners`, `endpoints`, `selector`,
+//! `ingress`, `claims`, `scale_target`); `hashing` holds the indexes they share.
 
 mod claims;
 mod closure;
