@@ -324,6 +324,136 @@ async fn plain_and_resolved_selections_answer_alike() {
     assert_eq!(edge["child"], plain_group["edges"][0]["to"]);
 }
 
+/// SPEC 5.2: a Secret's values never leave envlens in a manifest, however the Secret joins the
+/// group and whichever path answers (plain or resolved); the Kubernetes proxy is the cluster's
+/// own API and answers the Secret as the cluster holds it.
+#[tokio::test]
+async fn secret_values_are_masked_in_manifests_but_not_through_the_proxy() {
+    use crate::support::environment::{gitlab_labels, meta, owner_ref};
+    const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+    let (api, served, _dir) = cluster().await;
+    // "hunter2", "admin", "s3cr3t-token", "sealed-value" in base64.
+    let secrets = [
+        (
+            "db",
+            json!({"password": "aHVudGVyMg==", "user": "YWRtaW4="}),
+        ),
+        ("sealed", json!({"value": "c2VhbGVkLXZhbHVl"})),
+        ("api-token", json!({"token": "czNjcjN0LXRva2Vu"})),
+    ];
+    // Labelled, as a chart applies it.
+    let mut db = meta(NS, "db", "uid-secret-db", gitlab_labels(SLUG, "db"));
+    db["annotations"] = json!({"note": "rotated monthly"});
+    api.insert(json!({"apiVersion": "v1", "kind": "Secret", "metadata": db, "type": "Opaque", "data": secrets[0].1}));
+    // Owned by a labelled custom resource whose controller copies its labels (a SealedSecret).
+    api.add_kind(
+        "bitnami.com",
+        "v1alpha1",
+        "SealedSecret",
+        "sealedsecrets",
+        true,
+    );
+    api.insert(
+        json!({"apiVersion": "bitnami.com/v1alpha1", "kind": "SealedSecret",
+        "metadata": meta(NS, "sealed", "uid-sealed", gitlab_labels(SLUG, "sealed")),
+        "spec": {"encryptedData": {"value": "AgBy3i4OJSWK+PiTySYZZA9rO43cGDEq"}}}),
+    );
+    let mut sealed = meta(
+        NS,
+        "sealed",
+        "uid-secret-sealed",
+        gitlab_labels(SLUG, "sealed"),
+    );
+    sealed["ownerReferences"] = owner_ref(
+        "bitnami.com/v1alpha1",
+        "SealedSecret",
+        "sealed",
+        "uid-sealed",
+    );
+    api.insert(
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": sealed, "data": secrets[1].1}),
+    );
+    // Applied with `stringData` by `kubectl apply`, which keeps it in the annotation.
+    let applied = json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "api-token", "namespace": NS, "labels": gitlab_labels(SLUG, "api")},
+        "stringData": {"token": "s3cr3t-token"}});
+    let mut token = meta(
+        NS,
+        "api-token",
+        "uid-secret-token",
+        gitlab_labels(SLUG, "api"),
+    );
+    token["annotations"] = json!({LAST_APPLIED: applied.to_string()});
+    api.insert(
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": token, "data": secrets[2].1}),
+    );
+    let app = environment::gitlab(&served).await;
+
+    let plain = resource_group(&app, DEV, SLUG).await;
+    let query = format!(
+        r#"{{ project(fullPath: "acme/apps/web") {{ environment(name: "{SLUG}") {{
+            resourceGroup {{ resources {{ ...Resource }} }} }} }} }}
+           fragment Resource on KubernetesResource {{ kind name manifest }}"#
+    );
+    let resolved = graphql(&app, DEV, &query).await;
+    for body in [&plain, &resolved] {
+        let group = group_of(body);
+        for (name, data) in &secrets {
+            let manifest = &resource(group, "Secret", name)["manifest"];
+            let keys: Vec<&String> = data.as_object().unwrap().keys().collect();
+            let masked: Vec<&String> = manifest["data"].as_object().unwrap().keys().collect();
+            assert_eq!(masked, keys, "{name}: the keys stay");
+            for (key, value) in manifest["data"].as_object().unwrap() {
+                assert_eq!(value, "++++++++", "{name}.{key}");
+            }
+            assert_eq!(manifest["metadata"]["name"], *name);
+        }
+        let token = &resource(group, "Secret", "api-token")["manifest"];
+        assert_eq!(token["metadata"]["annotations"][LAST_APPLIED], "++++++++");
+        let db = &resource(group, "Secret", "db")["manifest"];
+        assert_eq!(db["metadata"]["annotations"]["note"], "rotated monthly");
+        assert_eq!(db["type"], "Opaque");
+        // Nothing of any value, in any form, anywhere in the answer.
+        let text = body.to_string();
+        for secret in [
+            "aHVudGVy", "YWRtaW4", "c2VhbGVk", "czNjcjN0", "s3cr3t", "hunter2",
+        ] {
+            assert!(!text.contains(secret), "{secret} in {text}");
+        }
+        // Other kinds keep their data.
+        let sealed = &resource(group, "SealedSecret", "sealed")["manifest"];
+        assert_eq!(
+            sealed["spec"]["encryptedData"]["value"],
+            "AgBy3i4OJSWK+PiTySYZZA9rO43cGDEq"
+        );
+    }
+    // The owned Secret hangs under its owner.
+    assert!(group_of(&plain)["edges"]
+        .as_array()
+        .unwrap()
+        .contains(&json!({"from": "uid-sealed", "to": "uid-secret-sealed", "type": "OWNER"})));
+
+    let (session, _) = mint_session(SESSION_KEY, DEV.0, DEV.1, Duration::from_secs(600)).unwrap();
+    let proxied = app
+        .send(
+            Request::get(format!(
+                "/k8s-proxy/api/v1/namespaces/{NS}/secrets/api-token"
+            ))
+            .header(header::AUTHORIZATION, format!("Bearer {session}"))
+            .header("Gitlab-Agent-Id", "7")
+            .body(Body::empty())
+            .unwrap(),
+        )
+        .await;
+    assert_eq!(proxied.status, 200, "{}", proxied.text());
+    let secret = proxied.json();
+    assert_eq!(secret["data"], secrets[2].1);
+    assert_eq!(
+        secret["metadata"]["annotations"][LAST_APPLIED],
+        applied.to_string()
+    );
+}
+
 #[tokio::test]
 async fn a_user_without_user_access_is_refused_and_the_cluster_never_asked() {
     let (api, served, _dir) = cluster().await;

@@ -6,7 +6,9 @@ pub mod group;
 pub mod health;
 pub mod listing;
 pub mod manifests;
+pub mod masking;
 pub mod object;
+pub mod page;
 pub mod tree;
 
 /// Groups from this many objects on are worked on by two threads where the work splits in two:
@@ -24,7 +26,11 @@ const PREFETCH_FROM: usize = 4_000;
 /// The pure passes over a large group (ownership, edges, health) take tens of milliseconds
 /// each; where two of them read the same objects and nothing of each other, the second core
 /// halves the wait. The caller is on a blocking thread, never on the async runtime's.
-fn join<A: Send, B>(parallel: bool, a: impl FnOnce() -> A + Send, b: impl FnOnce() -> B) -> (A, B) {
+pub(crate) fn join<A: Send, B>(
+    parallel: bool,
+    a: impl FnOnce() -> A + Send,
+    b: impl FnOnce() -> B,
+) -> (A, B) {
     if !parallel {
         return (a(), b());
     }

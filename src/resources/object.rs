@@ -10,6 +10,7 @@
 //! [`KEPT`] names the fields. The health and graph tests run every fixture both whole and
 //! through [`parse`], so a rule that reads a field not kept here fails its tests.
 
+use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
@@ -21,8 +22,8 @@ use super::tree::{Keep, Tree};
 pub struct Object {
     /// The kept fields; `apiVersion` and `kind` are always there (list items often lack them).
     pub view: Tree,
-    /// The object as the cluster sent it.
-    pub text: Box<RawValue>,
+    /// The object as the cluster sent it: the JSON text of one object.
+    pub text: Box<str>,
 }
 
 impl std::borrow::Borrow<Tree> for Object {
@@ -34,16 +35,31 @@ impl std::borrow::Borrow<Tree> for Object {
 impl Object {
     /// Parses one list item of the given type.
     pub fn parse(text: &RawValue, api_version: &str, kind: &str) -> serde_json::Result<Object> {
+        Object::parse_text(text.get().into(), api_version, kind)
+    }
+
+    /// Parses one list item of the given type from its text, which it keeps.
+    pub fn parse_text(text: Box<str>, api_version: &str, kind: &str) -> serde_json::Result<Object> {
         Ok(Object {
-            view: parse_typed(KEPT, text.get(), api_version, kind)?,
-            text: text.to_owned(),
+            view: parse_typed(KEPT, &text, api_version, kind)?,
+            text,
         })
     }
 
-    /// The whole object, without `metadata.managedFields`: server-side apply bookkeeping, often
-    /// the largest part of an object, that `kubectl get -o yaml` hides too.
+    /// An item read with [`Kept`] from a list page, with its text.
+    pub fn from_kept(kept: Kept, text: &str, api_version: &str, kind: &str) -> Object {
+        Object {
+            view: typed(kept.0, api_version, kind),
+            text: text.into(),
+        }
+    }
+
+    /// The whole object as a reader may see it: without `metadata.managedFields` (server-side
+    /// apply bookkeeping, often the largest part of an object, that `kubectl get -o yaml` hides
+    /// too), and a Secret's values masked ([`super::masking`]). Every answer that shows a
+    /// manifest takes it from here.
     pub fn manifest(&self) -> Value {
-        let mut manifest: Value = serde_json::from_str(self.text.get()).unwrap_or(Value::Null);
+        let mut manifest: Value = serde_json::from_str(&self.text).unwrap_or(Value::Null);
         if let Value::Object(object) = &mut manifest {
             for field in ["apiVersion", "kind"] {
                 if let Some(value) = self.view.get(field) {
@@ -54,13 +70,14 @@ impl Object {
                 metadata.remove("managedFields");
             }
         }
+        super::masking::mask_secret(&mut manifest);
         manifest
     }
 }
 
 impl PartialEq for Object {
     fn eq(&self, other: &Self) -> bool {
-        self.view == other.view && self.text.get() == other.text.get()
+        self.view == other.view && self.text == other.text
     }
 }
 
@@ -152,7 +169,11 @@ pub fn parse_typed(
     api_version: &str,
     kind: &str,
 ) -> serde_json::Result<Tree> {
-    let mut view = keep.parse(text)?;
+    Ok(typed(keep.parse(text)?, api_version, kind))
+}
+
+/// `view` with `apiVersion` and `kind` put back where a list item lacks them.
+pub fn typed(mut view: Tree, api_version: &str, kind: &str) -> Tree {
     if let Tree::Object(map) = &mut view {
         for (field, value) in [("apiVersion", api_version), ("kind", kind)] {
             if !map.get(field).is_some_and(Tree::is_string) {
@@ -160,7 +181,27 @@ pub fn parse_typed(
             }
         }
     }
-    Ok(view)
+    view
+}
+
+/// A list item's [`KEPT`] fields, read as the list page is ([`super::page`]).
+#[derive(Debug)]
+pub struct Kept(pub Tree);
+
+impl<'de> Deserialize<'de> for Kept {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Kept, D::Error> {
+        serde::de::DeserializeSeed::deserialize(KEPT, deserializer).map(Kept)
+    }
+}
+
+/// A list item's [`HEAD`], read as the list page is ([`super::page`]).
+#[derive(Debug)]
+pub struct Head(pub Tree);
+
+impl<'de> Deserialize<'de> for Head {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Head, D::Error> {
+        serde::de::DeserializeSeed::deserialize(HEAD, deserializer).map(Head)
+    }
 }
 
 #[cfg(test)]
@@ -212,6 +253,25 @@ mod tests {
         expected["apiVersion"] = json!("v1");
         expected["kind"] = json!("Pod");
         assert_eq!(object.manifest(), expected);
+    }
+
+    #[test]
+    fn a_secret_listed_without_its_kind_is_masked_by_the_kind_of_its_list() {
+        // List items often lack `kind`: the Secret is known by its list, and masked all the same.
+        let item = json!({"metadata": {"name": "db", "uid": "s1",
+                                       "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{\"stringData\":{\"pw\":\"hunter2\"}}"}},
+                          "type": "Opaque", "data": {"pw": "aHVudGVyMg=="}});
+        let text = RawValue::from_string(item.to_string()).unwrap();
+        let manifest = Object::parse(&text, "v1", "Secret").unwrap().manifest();
+        assert_eq!(manifest["data"], json!({"pw": "++++++++"}));
+        assert_eq!(
+            manifest["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"],
+            "++++++++"
+        );
+        assert_eq!(manifest["type"], "Opaque");
+        // The same item listed as another kind is not a Secret.
+        let other = Object::parse(&text, "example.com/v1", "Secret").unwrap();
+        assert_eq!(other.manifest()["data"], json!({"pw": "aHVudGVyMg=="}));
     }
 
     #[test]

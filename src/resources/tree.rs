@@ -279,6 +279,39 @@ impl<'de> DeserializeSeed<'de> for Keep {
     }
 }
 
+/// A map key as the text has it: borrowed, unless escapes had to be undone. A `Cow<str>` would
+/// not do: serde reads a `Cow` through its owned form, a `String` for every key of every object,
+/// skipped ones included, and those allocations were a tenth of a list's parse.
+struct Key<'de>(Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Key<'de>, D::Error> {
+        deserializer.deserialize_str(KeyVisitor)
+    }
+}
+
+struct KeyVisitor;
+
+impl<'de> Visitor<'de> for KeyVisitor {
+    type Value = Key<'de>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a map key")
+    }
+
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {
+        Ok(Key(Cow::Borrowed(v)))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Key<'de>, E> {
+        Ok(Key(Cow::Owned(v.to_owned())))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Key<'de>, E> {
+        Ok(Key(Cow::Owned(v)))
+    }
+}
+
 impl<'de> Visitor<'de> for Keep {
     type Value = Tree;
 
@@ -287,20 +320,24 @@ impl<'de> Visitor<'de> for Keep {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Tree, A::Error> {
-        let mut entries = Vec::new();
-        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+        let mut entries: Vec<Entry> = Vec::new();
+        while let Some(Key(key)) = map.next_key()? {
             let keep = match self {
                 Keep::All => Some(Keep::All),
                 Keep::Fields(fields) => fields.iter().find(|(name, _)| *name == key).map(|f| f.1),
             };
-            match keep {
-                Some(keep) => entries.push((CompactString::from(key), map.next_value_seed(keep)?)),
-                None => {
-                    map.next_value::<IgnoredAny>()?;
-                }
+            let Some(keep) = keep else {
+                map.next_value::<IgnoredAny>()?;
+                continue;
+            };
+            let value = map.next_value_seed(keep)?;
+            // A repeated key keeps its last value, in the place of its first (as `FromIterator`).
+            match entries.iter_mut().find(|(k, _): &&mut Entry| *k == *key) {
+                Some(entry) => entry.1 = value,
+                None => entries.push((CompactString::from(key), value)),
             }
         }
-        Ok(Tree::Object(entries.into_iter().collect()))
+        Ok(Tree::Object(Map(entries.into_boxed_slice())))
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Tree, A::Error> {
@@ -386,6 +423,24 @@ mod tests {
         assert_eq!(tree.get(""), Some(&Tree::String("".into())));
         assert_eq!(tree.get("nope"), None);
         assert_eq!(Tree::Int(1).get("a"), None);
+    }
+
+    #[test]
+    fn keys_with_escapes_read_as_serde_json_reads_them() {
+        let text = r#"{"a\"b": 1, "k\u00e9y": {"x\ny": [{"\\": 2}]}, "plain": 3}"#;
+        let tree: Tree = serde_json::from_str(text).unwrap();
+        let value: serde_json::Value = serde_json::from_str(text).unwrap();
+        assert_eq!(serde_json::Value::from(&tree), value);
+        let inner = tree.get("kéy").and_then(|k| k.get("x\ny"));
+        assert!(inner
+            .and_then(Tree::as_array)
+            .is_some_and(|a| a[0].get("\\").is_some()));
+        assert_eq!(tree.get("a\"b").and_then(Tree::as_i64), Some(1));
+        let kept = Keep::Fields(&[("kéy", Keep::All)]).parse(text).unwrap();
+        assert_eq!(
+            serde_json::Value::from(&kept),
+            serde_json::json!({"kéy": value["kéy"]})
+        );
     }
 
     #[test]
