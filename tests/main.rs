@@ -9,6 +9,7 @@ mod deployments;
 mod embedded;
 mod graphql;
 mod health_cli;
+mod health_conformance;
 mod identity;
 mod kube_api;
 mod leases;

@@ -73,6 +73,9 @@ pub fn run(
             }
         };
         let parsed = manifests::parse(&text);
+        for warning in &parsed.warnings {
+            writeln!(err, "warning: {name}: {warning}")?;
+        }
         for problem in &parsed.errors {
             writeln!(err, "error: {name}: {problem}")?;
         }

@@ -128,12 +128,18 @@ pub(super) fn api_group<'a>(obj: impl Fields<'a>) -> &'a str {
         .map_or("", |(group, _)| group)
 }
 
+/// Argo CD's finalizer on hooks, which keeps them judged by their rule while they are deleted.
+pub(super) const HOOK_FINALIZER: &str = "argocd.argoproj.io/hook-finalizer";
+
+/// Whether the object is "Pending deletion" as gitops-engine says: a `deletionTimestamp` that
+/// reads as a time (Argo ignores one that does not), and no hook finalizer.
 pub(super) fn is_being_deleted<'a>(obj: impl Fields<'a>) -> bool {
-    match at(obj, &["metadata", "deletionTimestamp"]) {
-        None | Some(Tree::Null) => false,
-        Some(Tree::String(s)) => !s.is_empty(),
-        Some(_) => true,
-    }
+    let deleted = str_at(obj, &["metadata", "deletionTimestamp"])
+        .is_some_and(|t| chrono::DateTime::parse_from_rfc3339(t).is_ok());
+    deleted
+        && !list_at(obj, &["metadata", "finalizers"])
+            .iter()
+            .any(|f| f.as_str() == Some(HOOK_FINALIZER))
 }
 
 /// The controller has not yet seen the latest spec, so any status it reports is stale.

@@ -8,6 +8,7 @@
 //! value, so no input can panic.
 
 mod api_service;
+mod argo_workflows;
 mod autoscaling;
 mod batch;
 mod custom;
@@ -24,7 +25,7 @@ use fields::*;
 use HealthStatus::{Healthy, Progressing};
 
 pub use autoscaling::HPA_CONDITIONS_ANNOTATION;
-pub use pods::IGNORE_RESTART_POLICY_ANNOTATION;
+pub use pods::{HELM_HOOK_ANNOTATION, HOOK_ANNOTATION, IGNORE_RESTART_POLICY_ANNOTATION};
 
 /// How healthy one resource, or a group of them, is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -138,6 +139,7 @@ pub fn health(value: &Tree) -> Option<Health> {
         ("networking.k8s.io" | "extensions", "Ingress") => networking::ingress,
         ("autoscaling", "HorizontalPodAutoscaler") => autoscaling::hpa,
         ("apiregistration.k8s.io", "APIService") => api_service::api_service,
+        ("argoproj.io", "Workflow") => argo_workflows::workflow,
         (group, _) if BUILTIN_GROUPS.contains(&group) => return None,
         _ => return custom::custom_resource(obj),
     };
@@ -305,7 +307,7 @@ mod tests {
             json!({"apiVersion": "v1", "kind": "Pod", "status": "x"}),
             json!({"apiVersion": "v1", "kind": "Pod", "spec": 7, "status": {"phase": 3,
                    "containerStatuses": "nope", "initContainerStatuses": [1, null, {"state": "x"}]}}),
-            json!({"apiVersion": "v1", "kind": "Pod", "status": {"phase": "Running",
+            json!({"apiVersion": "v1", "kind": "Pod", "spec": {"restartPolicy": "Always"}, "status": {"phase": "Running",
                    "containerStatuses": [{"lastState": {"terminated": null}}, {"lastState": {"terminated": {}}}]}}),
             json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": "m", "spec": {"replicas": "3"}, "status": []}),
             json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "spec": {"updateStrategy": {"type": "RollingUpdate", "rollingUpdate": null}},
@@ -328,11 +330,7 @@ mod tests {
         }
         check(&odd[0], Unknown, None);
         // A restart with an empty termination record still counts, as in Argo.
-        check(
-            &odd[2],
-            Degraded,
-            Some("container \"\" last terminated: exit code 0"),
-        );
+        check(&odd[2], Degraded, None);
         // Wrongly typed fields read as zero values: nothing is rolling out.
         check(&odd[3], Healthy, None);
     }
@@ -465,6 +463,7 @@ mod tests {
             autoscaling::tests::fixtures(),
             api_service::tests::fixtures(),
             custom::tests::fixtures(),
+            argo_workflows::tests::fixtures(),
         ];
         let mut fixtures: Vec<Value> = families.into_iter().flatten().map(|f| f.1).collect();
         fixtures.extend([
@@ -497,11 +496,12 @@ mod tests {
             }
             if let (Some(kind), Some(h)) = (o["kind"].as_str(), health(o)) {
                 let group = api_group(&tree);
-                let kind = if group.contains('.') && !group.ends_with("k8s.io") {
-                    "custom resource"
-                } else {
-                    kind
-                };
+                let kind =
+                    if group.contains('.') && !group.ends_with("k8s.io") && kind != "Workflow" {
+                        "custom resource"
+                    } else {
+                        kind
+                    };
                 seen.entry(kind).or_default().insert(h.status.as_str());
             }
         }
@@ -536,6 +536,10 @@ mod tests {
         );
         expect("APIService", &["Healthy", "Progressing"]);
         expect("custom resource", &["Healthy", "Progressing", "Degraded"]);
+        expect(
+            "Workflow",
+            &["Healthy", "Progressing", "Degraded", "Unknown"],
+        );
     }
 
     #[test]
