@@ -36,6 +36,7 @@ use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
 use envlens::resources::graph::owned_closure;
 use envlens::resources::group::edges_and_health;
 use envlens::resources::health::aggregate;
+use envlens::resources::health::Customizations;
 use envlens::resources::object;
 use envlens::resources::tree::Tree;
 use serde_json::{json, Value};
@@ -408,7 +409,9 @@ fn pipeline(input: &Input) -> (usize, usize, usize) {
     } = input;
     let closure = owned_closure(selected, candidates);
     // Every object here is in the group: the closure plus the selected ones.
-    let (graph, healths) = edges_and_health(objects);
+    let (graph, healths) = edges_and_health(objects, &Customizations::default(), |t: &Tree| {
+        Some(Value::from(t))
+    });
     // The group's health, naming its causes as the service does.
     let group = aggregate(healths.iter().map(Option::as_ref), |i| {
         fn text(v: Option<&Tree>) -> Option<&str> {

@@ -10,6 +10,7 @@ use crate::config::Limits;
 use crate::db::lease::Leases;
 use crate::graphql::Schemas;
 use crate::k8s::clusters::Clusters;
+use crate::resources::health::Customizations;
 use crate::telemetry::Metrics;
 
 #[derive(Clone)]
@@ -23,6 +24,8 @@ pub struct AppState {
     pub schemas: Schemas,
     pub clusters: Arc<Clusters>,
     pub cors: Arc<CorsSettings>,
+    /// The user's health scripts, for the resource group.
+    pub health: Arc<Customizations>,
 }
 
 impl AppState {
@@ -36,6 +39,7 @@ impl AppState {
             schemas: Schemas::new(),
             clusters: Arc::new(Clusters::fallback_only(&KubernetesSettings::default())),
             cors: Arc::default(),
+            health: Arc::default(),
         }
     }
 
@@ -43,6 +47,12 @@ impl AppState {
     pub fn with_clusters(mut self, clusters: Clusters, cors: CorsSettings) -> Self {
         self.clusters = Arc::new(clusters);
         self.cors = Arc::new(cors);
+        self
+    }
+
+    /// With the user's health scripts.
+    pub fn with_health(mut self, health: Customizations) -> Self {
+        self.health = Arc::new(health);
         self
     }
 }
@@ -67,4 +77,5 @@ sub_states! {
     limits: Limits,
     schemas: Schemas,
     clusters: Arc<Clusters>,
+    health: Arc<Customizations>,
 }

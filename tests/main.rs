@@ -10,6 +10,7 @@ mod embedded;
 mod graphql;
 mod health_cli;
 mod health_conformance;
+mod health_lua;
 mod identity;
 mod kube_api;
 mod leases;

@@ -23,6 +23,7 @@ use crate::db::lease::Leases;
 use crate::error::Error;
 use crate::http::extract::read_body;
 use crate::k8s::clusters::Clusters;
+use crate::resources::health::Customizations;
 use loaders::SessionUser;
 use types::Query;
 
@@ -84,6 +85,7 @@ pub async fn execute(
     State(reads): State<Leases>,
     State(schemas): State<Schemas>,
     State(clusters): State<Arc<Clusters>>,
+    State(health): State<Arc<Customizations>>,
     State(limits): State<Limits>,
     req: Request,
 ) -> Response {
@@ -128,7 +130,7 @@ pub async fn execute(
     if let Err(e) = db.loader().conn().await {
         return error_response(&e);
     }
-    let request = request.data(db.clone()).data(clusters);
+    let request = request.data(db.clone()).data(clusters).data(health);
     let schema = if prepared.validated() {
         &schemas.fast
     } else {

@@ -13,6 +13,7 @@ mod autoscaling;
 mod batch;
 mod custom;
 mod fields;
+mod lua;
 mod networking;
 mod pods;
 mod storage;
@@ -22,7 +23,9 @@ mod workloads;
 
 use super::tree::Tree;
 use fields::*;
-use HealthStatus::{Healthy, Progressing};
+use HealthStatus::{Healthy, Progressing, Unknown};
+
+pub use lua::Customizations;
 
 pub use autoscaling::HPA_CONDITIONS_ANNOTATION;
 pub use pods::{HELM_HOOK_ANNOTATION, HOOK_ANNOTATION, IGNORE_RESTART_POLICY_ANNOTATION};
@@ -121,7 +124,34 @@ const BUILTIN_GROUPS: &[&str] = &[
 /// Like gitops-engine's `GetResourceHealth`, an object being deleted is "Pending deletion"
 /// whatever its kind, since that is what a user most needs to know about it.
 pub fn health(value: &Tree) -> Option<Health> {
+    builtin(&Obj::new(value))
+}
+
+/// The health of one object by the user's script for its kind ([`Customizations`]), or else by
+/// the built-in rules ([`health`]). A script reads any field, so `whole` gives the whole object
+/// (`value` may hold only some fields); it is asked only when a script applies.
+pub fn health_with(
+    value: &Tree,
+    whole: impl FnOnce() -> Option<serde_json::Value>,
+    custom: &Customizations,
+) -> Option<Health> {
     let obj = &Obj::new(value);
+    if custom.is_empty() {
+        return builtin(obj);
+    }
+    let script = str_at(obj, &["kind"]).and_then(|kind| custom.script_for(api_group(obj), kind));
+    match script {
+        None => builtin(obj),
+        // As in Argo CD, deletion comes before any script.
+        Some(_) if is_being_deleted(obj) => Some(Health::new(Progressing, "Pending deletion")),
+        Some(script) => match whole() {
+            Some(object) => custom.run(script, &object),
+            None => Some(Health::new(Unknown, "the object could not be read")),
+        },
+    }
+}
+
+fn builtin(obj: &Obj) -> Option<Health> {
     if is_being_deleted(obj) {
         return Some(Health::new(Progressing, "Pending deletion"));
     }
