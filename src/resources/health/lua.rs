@@ -18,7 +18,7 @@
 //! reads its objects on two threads. A script that fails, returns something else than a health
 //! or runs past its bounds (instructions, memory) gives that object `Unknown` with the reason.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -61,8 +61,9 @@ struct Script {
 /// Scripts by kind: exact keys, then patterns in order.
 #[derive(Default)]
 struct Index {
-    /// Kind, then (group, script).
-    exact: HashMap<Box<str>, Vec<(Box<str>, usize)>>,
+    /// Kind, then (group, script). Looked up for every object of a group: Fx, not SipHash,
+    /// whose hashing of the kind was most of what loaded scripts cost the kinds without one.
+    exact: rustc_hash::FxHashMap<Box<str>, Vec<(Box<str>, usize)>>,
     /// (pattern over `<group>/<Kind>` or `<Kind>`, whether `*` also matches `/`, script).
     patterns: Vec<(String, bool, usize)>,
 }
