@@ -389,7 +389,7 @@ async fn measure_envlens(b: &Bench) -> group::ResourceGroup {
     )
     .await
     .expect("list");
-    let group = group::assemble(listing);
+    let group = group::assemble(listing, &Default::default());
     assert!(group.errors.is_empty(), "{:?}", group.errors);
     group
 }

@@ -35,7 +35,7 @@ use std::time::Duration;
 use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
 use envlens::resources::graph::owned_closure;
 use envlens::resources::group::edges_and_health;
-use envlens::resources::health::aggregate;
+use envlens::resources::health::{aggregate, health_with, Customizations};
 use envlens::resources::object;
 use envlens::resources::tree::Tree;
 use serde_json::{json, Value};
@@ -401,6 +401,12 @@ fn environment(n: usize) -> (Vec<Value>, Vec<Value>) {
 /// the rest); returns the sizes so nothing is skipped.
 #[inline(never)]
 fn pipeline(input: &Input) -> (usize, usize, usize) {
+    pipeline_with(input, &Customizations::default())
+}
+
+/// [`pipeline`] with the user's health scripts loaded.
+#[inline(never)]
+fn pipeline_with(input: &Input, custom: &Customizations) -> (usize, usize, usize) {
     let Input {
         objects,
         selected,
@@ -408,7 +414,7 @@ fn pipeline(input: &Input) -> (usize, usize, usize) {
     } = input;
     let closure = owned_closure(selected, candidates);
     // Every object here is in the group: the closure plus the selected ones.
-    let (graph, healths) = edges_and_health(objects);
+    let (graph, healths) = edges_and_health(objects, custom, |t: &Tree| Some(Value::from(t)));
     // The group's health, naming its causes as the service does.
     let group = aggregate(healths.iter().map(Option::as_ref), |i| {
         fn text(v: Option<&Tree>) -> Option<&str> {
@@ -489,11 +495,121 @@ fn process_cpu_time() -> Duration {
 
 /// `iterations` runs of the pipeline, timed in the process' CPU time.
 fn cpu_timed(iterations: u64, input: &Input) -> Duration {
+    cpu_timed_with(iterations, input, &Customizations::default())
+}
+
+fn cpu_timed_with(iterations: u64, input: &Input, custom: &Customizations) -> Duration {
     let start = process_cpu_time();
     for _ in 0..iterations {
-        black_box(pipeline(black_box(input)));
+        black_box(pipeline_with(black_box(input), custom));
     }
     process_cpu_time() - start
+}
+
+/// A folder of health scripts for 50 kinds, none of them in the environment: what a user's
+/// `resource_customizations` costs the objects it does not apply to.
+fn fifty_kinds() -> (tempfile::TempDir, Customizations) {
+    let dir = tempfile::tempdir().expect("temporary folder");
+    for i in 0..50 {
+        let folder = dir.path().join(format!("kind{i}.example.com/Kind{i}"));
+        std::fs::create_dir_all(&folder).expect("folder");
+        let script = format!("return {{status = 'Healthy', message = 'kind {i}'}}");
+        std::fs::write(folder.join("health.lua"), script).expect("script");
+    }
+    let custom = Customizations::load(Some(dir.path()), &Default::default()).expect("scripts");
+    assert_eq!(custom.len(), 50);
+    (dir, custom)
+}
+
+/// Argo CD's Deployment rule in Lua, as a user would write it: the built-in rule's shape, for
+/// the cost of a script against the rule.
+const DEPLOYMENT_LUA: &str = r#"
+local spec, status, meta = obj.spec or {}, obj.status or {}, obj.metadata or {}
+if spec.paused then
+  return {status = "Suspended", message = "Deployment is paused"}
+end
+if (meta.generation or 0) > (status.observedGeneration or 0) then
+  return {status = "Progressing", message = "Waiting for rollout to finish: observed deployment generation less than desired generation"}
+end
+for _, c in ipairs(status.conditions or {}) do
+  if c.type == "Progressing" then
+    if c.reason == "ProgressDeadlineExceeded" then
+      return {status = "Degraded", message = string.format('Deployment "%s" exceeded its progress deadline', meta.name)}
+    end
+    break
+  end
+end
+local updated, replicas, available = status.updatedReplicas or 0, status.replicas or 0, status.availableReplicas or 0
+if spec.replicas ~= nil and updated < spec.replicas then
+  return {status = "Progressing", message = string.format("Waiting for rollout to finish: %d out of %d new replicas have been updated...", updated, spec.replicas)}
+end
+if replicas > updated then
+  return {status = "Progressing", message = string.format("Waiting for rollout to finish: %d old replicas are pending termination...", replicas - updated)}
+end
+if available < updated then
+  return {status = "Progressing", message = string.format("Waiting for rollout to finish: %d of %d updated replicas are available...", available, updated)}
+end
+return {status = "Healthy"}
+"#;
+
+/// The health of one kind by a script against the built-in rule of the same shape, per object:
+/// `builtin` (the rule on the kept tree), `script` (the whole object turned into Lua and the
+/// script run), `script-from-text` (as the service does it: the object's text parsed first).
+fn bench_script(c: &mut Criterion) {
+    let (all, _) = environment(20_000);
+    let deployments: Vec<Value> = all
+        .into_iter()
+        .filter(|o| o["kind"] == "Deployment")
+        .collect();
+    let texts: Vec<String> = deployments.iter().map(Value::to_string).collect();
+    let trees: Vec<Tree> = texts
+        .iter()
+        .map(|t| object::parse(t).expect("parse"))
+        .collect();
+    let scripts = [("apps_Deployment".to_string(), DEPLOYMENT_LUA.to_string())].into();
+    let custom = Customizations::load(None, &scripts).expect("script");
+    let none = Customizations::default();
+    for (tree, value) in trees.iter().zip(&deployments) {
+        assert_eq!(
+            health_with(tree, || Some(value.clone()), &custom),
+            health_with(tree, || None, &none),
+            "the script says what the rule says"
+        );
+    }
+    let mut group = c.benchmark_group("health_script");
+    group.throughput(Throughput::Elements(deployments.len() as u64));
+    group.bench_function(BenchmarkId::new("builtin", deployments.len()), |b| {
+        b.iter(|| {
+            trees
+                .iter()
+                .filter_map(|t| health_with(t, || None, &none))
+                .count()
+        })
+    });
+    group.bench_function(BenchmarkId::new("script", deployments.len()), |b| {
+        b.iter(|| {
+            trees
+                .iter()
+                .zip(&deployments)
+                .filter_map(|(t, v)| health_with(t, || Some(v.clone()), &custom))
+                .count()
+        })
+    });
+    group.bench_function(
+        BenchmarkId::new("script-from-text", deployments.len()),
+        |b| {
+            b.iter(|| {
+                trees
+                    .iter()
+                    .zip(&texts)
+                    .filter_map(|(t, text)| {
+                        health_with(t, || serde_json::from_str(text).ok(), &custom)
+                    })
+                    .count()
+            })
+        },
+    );
+    group.finish();
 }
 
 fn bench(c: &mut Criterion) {
@@ -546,6 +662,12 @@ fn bench(c: &mut Criterion) {
         group.bench_with_input(BenchmarkId::new("kept-cpu", n), &n, |b, _| {
             b.iter_custom(|iterations| cpu_timed(iterations, &kept))
         });
+        // Health scripts for 50 other kinds loaded, same run: what they cost where none applies.
+        let (_folder, fifty) = fifty_kinds();
+        assert_eq!(pipeline_with(&kept, &fifty), pipeline(&kept));
+        group.bench_with_input(BenchmarkId::new("kept-cpu-50-scripts", n), &n, |b, _| {
+            b.iter_custom(|iterations| cpu_timed_with(iterations, &kept, &fifty))
+        });
         // The same objects whole, same run.
         group.bench_with_input(BenchmarkId::new("whole-cpu", n), &n, |b, _| {
             b.iter_custom(|iterations| cpu_timed(iterations, &whole))
@@ -554,7 +676,7 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench);
+criterion_group!(benches, bench, bench_script);
 
 /// `PIPELINE_RUNS=N,K`: the objects of [`environment`]`(N)`, then K runs of the pipeline.
 fn runs_only(spec: &str) {
@@ -571,9 +693,54 @@ fn runs_only(spec: &str) {
     }
 }
 
+/// `SCRIPTS_AB=N,K`: K rounds over the objects of [`environment`]`(N)`, each round one run
+/// without health scripts and one with [`fifty_kinds`] loaded, in alternating order, each in
+/// the process' CPU time; prints both medians and their ratio.
+fn scripts_ab(spec: &str) {
+    let parse = |part: Option<&str>| part.and_then(|p| p.trim().parse::<usize>().ok());
+    let mut parts = spec.split(',');
+    let (Some(n), Some(rounds)) = (parse(parts.next()), parse(parts.next())) else {
+        panic!("SCRIPTS_AB is N,K (objects, rounds), not {spec:?}");
+    };
+    let (all, all_selected) = environment(n);
+    let input = Input::kept(&all, &all_selected);
+    drop((all, all_selected));
+    let (_folder, fifty) = fifty_kinds();
+    let none = Customizations::default();
+    let (mut without, mut with) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        let order = if round % 2 == 0 {
+            [&none, &fifty]
+        } else {
+            [&fifty, &none]
+        };
+        for custom in order {
+            let time = cpu_timed_with(1, &input, custom);
+            if std::ptr::eq(custom, &none) {
+                &mut without
+            } else {
+                &mut with
+            }
+            .push(time);
+        }
+    }
+    let median = |times: &mut Vec<Duration>| {
+        times.sort();
+        times[times.len() / 2]
+    };
+    let (a, b) = (median(&mut without), median(&mut with));
+    println!(
+        "{n} objects, {rounds} rounds: without scripts {a:?}, with 50 kinds of scripts {b:?}: {:.1}%",
+        (b.as_secs_f64() / a.as_secs_f64() - 1.0) * 100.0
+    );
+}
+
 fn main() {
     if let Ok(spec) = std::env::var("PIPELINE_RUNS") {
         return runs_only(&spec);
+    }
+    if let Ok(spec) = std::env::var("SCRIPTS_AB") {
+        return scripts_ab(&spec);
     }
     benches();
     Criterion::default().configure_from_args().final_summary();

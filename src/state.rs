@@ -10,6 +10,7 @@ use crate::db::pool::Pool;
 use crate::gitlab::Instance;
 use crate::graphql::Schemas;
 use crate::k8s::clusters::Clusters;
+use crate::resources::health::Customizations;
 use crate::telemetry::Metrics;
 
 #[derive(Clone)]
@@ -26,6 +27,8 @@ pub struct AppState {
     pub cors: Arc<CorsSettings>,
     /// The GitLab instance, when the configuration names one (SPEC 12).
     pub gitlab: Option<Arc<Instance>>,
+    /// The user's health scripts, for the resource group.
+    pub health: Arc<Customizations>,
 }
 
 impl AppState {
@@ -46,6 +49,7 @@ impl AppState {
             )),
             cors: Arc::default(),
             gitlab: None,
+            health: Arc::default(),
         }
     }
 
@@ -61,6 +65,12 @@ impl AppState {
         self.metrics = clusters.metrics.clone();
         self.clusters = Arc::new(clusters);
         self.cors = Arc::new(cors);
+        self
+    }
+
+    /// With the user's health scripts.
+    pub fn with_health(mut self, health: Customizations) -> Self {
+        self.health = Arc::new(health);
         self
     }
 }
@@ -86,4 +96,5 @@ sub_states! {
     schemas: Schemas,
     clusters: Arc<Clusters>,
     gitlab: Option<Arc<Instance>>,
+    health: Arc<Customizations>,
 }

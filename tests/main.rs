@@ -12,6 +12,8 @@ mod first_steps;
 mod gitlab_frontend;
 mod graphql;
 mod health_cli;
+mod health_conformance;
+mod health_lua;
 mod identity;
 mod kube_api;
 mod leases;

@@ -93,7 +93,7 @@ impl Cluster {
         )
         .await?;
         assert_eq!(listing.namespace, NS);
-        Ok(group::assemble(listing))
+        Ok(group::assemble(listing, &Default::default()))
     }
 }
 
@@ -502,7 +502,7 @@ async fn an_unreachable_cluster_is_an_error_and_an_empty_environment_a_warning()
     )
     .await
     .unwrap();
-    let empty = group::assemble(empty);
+    let empty = group::assemble(empty, &Default::default());
     assert!(empty.resources.is_empty());
     assert_eq!(empty.warnings, [group::NO_RESOURCES_WARNING]);
     assert_eq!(empty.health.status, HealthStatus::Healthy);

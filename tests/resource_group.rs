@@ -588,3 +588,55 @@ async fn resource_groups_count_against_the_complexity_limit() {
     assert_eq!(res.json()["errors"][0]["message"], "Query is too complex.");
     assert!(list_requests(&api).is_empty());
 }
+
+/// The user's health scripts (SPEC 11) judge the resource group too: a folder laid out as Argo
+/// CD's `resource_customizations` and an inline script, each over the whole object (fields that
+/// the group does not otherwise keep), overriding the built-in rule of its kind.
+#[tokio::test]
+async fn health_scripts_judge_the_resource_group() {
+    let (api, served, _dir) = cluster().await;
+    environment::widgets(&api);
+    let folder = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/lua");
+    let config = format!(
+        "health:\n  customizations: {folder}\n  scripts:\n    apps_Deployment: |\n      \
+         local c = obj.spec.template.spec.containers[1]\n      \
+         return {{status = \"Degraded\", message = c.name .. \" runs \" .. c.image}}\n"
+    );
+    let app = environment::gitlab_with(&served, &config).await;
+    let body = resource_group(&app, DEV, SLUG).await;
+    let group = group_of(&body);
+    let health = |kind: &str, name: &str| resource(group, kind, name)["health"].clone();
+    assert_eq!(
+        health("Deployment", "web"),
+        json!({"status": "DEGRADED", "message": "app runs nginx"})
+    );
+    // tests/fixtures/lua/example.com/Widget/health.lua, instead of the Ready condition.
+    assert_eq!(
+        health("Widget", "banner"),
+        json!({"status": "PROGRESSING", "message": "0% ready"})
+    );
+    // ConfigMap/health.lua returns nil without data: no health, as without a script.
+    assert_eq!(health("ConfigMap", "web-config"), Value::Null);
+    // Kinds without a script keep their rules.
+    assert_eq!(health("Service", "web")["status"], "HEALTHY");
+}
+
+/// A health script that does not compile stops envlens at start-up, naming it.
+#[test]
+fn a_bad_health_script_is_refused_at_start_up() {
+    let settings = envlens::config::file::Settings::parse(
+        "health:\n  scripts:\n    example.com_Widget: 'return {'\n",
+    )
+    .unwrap();
+    let err = envlens::resources::health::Customizations::load(None, &settings.health.scripts)
+        .err()
+        .expect("refused");
+    assert!(
+        err.to_string()
+            .starts_with("health.scripts.example.com_Widget:1:"),
+        "{err}"
+    );
+    // Unknown keys are still refused.
+    let err = envlens::config::file::Settings::parse("health:\n  script: {}\n").unwrap_err();
+    assert!(format!("{err:#}").contains("script"), "{err:#}");
+}

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::resources::health::{health, Health};
+use crate::resources::health::{health_with, Customizations, Health};
 use crate::resources::manifests;
 use crate::resources::tree::Tree;
 
@@ -28,7 +28,7 @@ pub struct Report {
 }
 
 impl Report {
-    pub fn of(object: &Value) -> Self {
+    pub fn of(object: &Value, custom: &Customizations) -> Self {
         let text = |pointer: &str| {
             object
                 .pointer(pointer)
@@ -40,7 +40,7 @@ impl Report {
             kind: text("/kind").unwrap_or_default(),
             namespace: text("/metadata/namespace").filter(|ns| !ns.is_empty()),
             name: text("/metadata/name").unwrap_or_default(),
-            health: health(&Tree::from(object)),
+            health: health_with(&Tree::from(object), || Some(object.clone()), custom),
         }
     }
 }
@@ -51,6 +51,7 @@ impl Report {
 pub fn run(
     files: &[PathBuf],
     format: Format,
+    custom: &Customizations,
     stdin: &mut dyn Read,
     out: &mut dyn Write,
     err: &mut dyn Write,
@@ -73,11 +74,14 @@ pub fn run(
             }
         };
         let parsed = manifests::parse(&text);
+        for warning in &parsed.warnings {
+            writeln!(err, "warning: {name}: {warning}")?;
+        }
         for problem in &parsed.errors {
             writeln!(err, "error: {name}: {problem}")?;
         }
         failures += parsed.errors.len();
-        reports.extend(parsed.objects.iter().map(Report::of));
+        reports.extend(parsed.objects.iter().map(|o| Report::of(o, custom)));
     }
     match format {
         Format::Table => write_table(&reports, out)?,
@@ -162,8 +166,16 @@ mod tests {
 
     fn run_on(stdin: &str, files: &[PathBuf], format: Format) -> (usize, String, String) {
         let (mut out, mut err) = (Vec::new(), Vec::new());
-        let failures = run(files, format, &mut stdin.as_bytes(), &mut out, &mut err)
-            .expect("writing to memory");
+        let none = Customizations::default();
+        let failures = run(
+            files,
+            format,
+            &none,
+            &mut stdin.as_bytes(),
+            &mut out,
+            &mut err,
+        )
+        .expect("writing to memory");
         (
             failures,
             String::from_utf8(out).expect("utf-8"),

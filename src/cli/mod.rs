@@ -13,6 +13,7 @@ use crate::config::{
 };
 use crate::db::{self, Database};
 use crate::k8s::clusters::Clusters;
+use crate::resources::health::Customizations;
 use crate::state::AppState;
 
 pub async fn run(command: Command) -> anyhow::Result<()> {
@@ -31,10 +32,12 @@ pub async fn run(command: Command) -> anyhow::Result<()> {
 
 /// Prints what it could read, then fails (exit 1) if any file or document could not be read.
 fn health_command(args: HealthArgs) -> anyhow::Result<()> {
+    let custom = Customizations::load(args.customizations.as_deref(), &Default::default())?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let failures = crate::cli::health::run(
         &args.files,
         args.output,
+        &custom,
         &mut std::io::stdin().lock(),
         &mut out,
         &mut std::io::stderr().lock(),
@@ -54,6 +57,11 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     let metrics = std::sync::Arc::new(crate::telemetry::Metrics::default());
     let clusters = Clusters::load(&settings.kubernetes, metrics).await?;
+    // A script that does not compile stops envlens here, naming it.
+    let health = Customizations::load(
+        settings.health.customizations.as_deref(),
+        &settings.health.scripts,
+    )?;
     let secrets = Secrets::load(&args.secrets, &args.database.data_dir)?;
     for path in &secrets.generated {
         println!("generated secret {}", path.display());
@@ -64,7 +72,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let addr = listener.local_addr()?;
     let mut state = AppState::new(database.pool.clone(), Keys::new(secrets), args.limits)
-        .with_clusters(clusters, settings.cors);
+        .with_clusters(clusters, settings.cors)
+        .with_health(health);
     if let Some(gitlab) = &settings.gitlab {
         let public_url = args
             .public_url

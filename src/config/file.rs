@@ -15,6 +15,11 @@
 //!       kubeconfig: /etc/envlens/staging  # this entry's own kubeconfig
 //! cors:
 //!   allowed_origins: [https://gitlab.example.com]
+//! health:                                 # Lua health scripts in Argo CD's format (SPEC 11)
+//!   customizations: /etc/envlens/resource_customizations   # <group>/<Kind>/health.lua
+//!   scripts:                              # inline, keyed as in argocd-cm
+//!     cert-manager.io_Certificate: |
+//!       return {status = "Healthy"}
 //! ```
 //!
 //! Unknown keys are refused, so that a typo does not silently leave a cluster unconfigured.
@@ -35,6 +40,8 @@ pub struct Settings {
     /// The GitLab instance envlens runs beside (SPEC 12).
     #[serde(default)]
     pub gitlab: Option<GitLabSettings>,
+    #[serde(default)]
+    pub health: HealthSettings,
 }
 
 /// ```yaml
@@ -56,6 +63,18 @@ pub struct GitLabSettings {
 
 fn default_token_cache() -> Duration {
     Duration::from_secs(60)
+}
+
+/// The user's Lua health scripts (SPEC 11), compiled at start-up by
+/// [`crate::resources::health::Customizations::load`].
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HealthSettings {
+    /// A folder laid out as Argo CD's `resource_customizations`.
+    pub customizations: Option<PathBuf>,
+    /// Inline scripts keyed `<group>_<Kind>` (or `<Kind>` for the core group), as in `argocd-cm`.
+    #[serde(default)]
+    pub scripts: std::collections::BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

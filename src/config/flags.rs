@@ -153,6 +153,10 @@ pub struct HealthArgs {
     /// Output format.
     #[arg(short, long, value_enum, default_value = "table")]
     pub output: OutputFormat,
+    /// A folder of Lua health scripts laid out as Argo CD's `resource_customizations`
+    /// (`<group>/<Kind>/health.lua`); a script replaces the built-in rule of its kind.
+    #[arg(long, value_name = "FOLDER")]
+    pub customizations: Option<PathBuf>,
     /// Manifest files: several documents each, `---` between them; `-` (or none) reads standard input.
     #[arg(value_name = "FILE")]
     pub files: Vec<PathBuf>,

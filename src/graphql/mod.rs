@@ -26,6 +26,7 @@ use crate::error::Error;
 use crate::gitlab::Instance;
 use crate::http::extract::read_body;
 use crate::k8s::clusters::Clusters;
+use crate::resources::health::Customizations;
 use loaders::SessionUser;
 use types::Query;
 
@@ -87,6 +88,7 @@ pub async fn execute(
     State(reads): State<Leases>,
     State(schemas): State<Schemas>,
     State(clusters): State<Arc<Clusters>>,
+    State(health): State<Arc<Customizations>>,
     State(limits): State<Limits>,
     State(gitlab): State<Option<Arc<Instance>>>,
     req: Request,
@@ -136,7 +138,7 @@ pub async fn execute(
     if let Err(e) = db.loader().conn().await {
         return error_response(&e);
     }
-    let mut request = request.data(db.clone()).data(clusters);
+    let mut request = request.data(db.clone()).data(clusters).data(health);
     if let Some(id) = request_id {
         request = request.data(id);
     }

@@ -17,7 +17,7 @@ use crate::k8s::fetch::{self, FetchOptions};
 use crate::k8s::grants::AccessType;
 use crate::resources::graph::EdgeType;
 use crate::resources::group::{self, label_selector};
-use crate::resources::health::{self, Health};
+use crate::resources::health::{self, Customizations, Health};
 use crate::resources::listing::{ListError, ResourceEvent};
 use crate::resources::object::Object;
 use crate::telemetry::RequestId;
@@ -81,7 +81,8 @@ pub async fn load(
     )
     .await
     .map_err(|e| unreachable(&e))?;
-    let assembled = tokio::task::spawn_blocking(move || group::assemble(listing))
+    let custom: Arc<Customizations> = ctx.data_unchecked::<Arc<Customizations>>().clone();
+    let assembled = tokio::task::spawn_blocking(move || group::assemble(listing, &custom))
         .await
         .map_err(|e| Error::Internal(e.into()).to_graphql())?;
     Ok(ResourceGroup::new(

@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 
 use super::graph::{Edge, Nodes};
-use super::health::{self, Health};
+use super::health::{self, Customizations, Health};
 use super::listing::{ListError, Listing, ResourceEvent};
 use super::object::Object;
 use super::tree::Tree;
@@ -87,16 +87,23 @@ fn order_key(object: &Tree) -> [&str; 5] {
 }
 
 /// The edges among `objects` ([`Nodes::edges`]) and the health of each, in their order, from one
-/// visit of each object's tree ([`Nodes::read_with`]).
-pub fn edges_and_health<T: Borrow<Tree> + Sync>(objects: &[T]) -> (Vec<Edge>, Vec<Option<Health>>) {
-    let (nodes, healths) = Nodes::read_with(objects, true, health::health);
+/// visit of each object's tree ([`Nodes::read_with`]). The user's health scripts (`custom`) read
+/// whole objects: `whole` gives one, asked only for an object of a kind that has a script.
+pub fn edges_and_health<T: Borrow<Tree> + Sync>(
+    objects: &[T],
+    custom: &Customizations,
+    whole: impl Fn(&T) -> Option<Value> + Sync,
+) -> (Vec<Edge>, Vec<Option<Health>>) {
+    let (nodes, healths) = Nodes::read_with(objects, true, |object: &T| {
+        health::health_with(object.borrow(), || whole(object), custom)
+    });
     (nodes.edges(), healths)
 }
 
 /// Builds the view: selected and owned objects together, sorted, each with its health and Events;
 /// the edges among them; the group's health over the resources that have one, causes named in
 /// resource order; warnings; the errors as listed.
-pub fn assemble(listing: Listing) -> ResourceGroup {
+pub fn assemble(listing: Listing, custom: &Customizations) -> ResourceGroup {
     let Listing {
         namespace,
         label_selector,
@@ -118,7 +125,8 @@ pub fn assemble(listing: Listing) -> ResourceGroup {
         .collect();
     keyed.sort_unstable();
     let order: Vec<usize> = keyed.into_iter().map(|(_, i)| i).collect();
-    let (edges, healths) = edges_and_health(&objects);
+    // A script sees the object as `manifest` shows it: the whole object, with its kind.
+    let (edges, healths) = edges_and_health(&objects, custom, |o| Some(o.manifest()));
     // Edges name objects by their index as listed; the resources are shown in `order`.
     let mut position = vec![0u32; order.len()];
     for (shown, &listed) in order.iter().enumerate() {
@@ -202,6 +210,11 @@ mod tests {
     use crate::resources::graph::EdgeType;
     use crate::resources::health::HealthStatus;
     use crate::resources::listing::DiscoveryFailure;
+
+    /// [`super::assemble`] by the built-in health rules only.
+    fn assemble(listing: Listing) -> ResourceGroup {
+        super::assemble(listing, &Customizations::default())
+    }
     use serde_json::json;
     use serde_json::value::RawValue;
 

@@ -16,6 +16,8 @@ use serde_json::{Map, Value};
 pub struct Manifests {
     pub objects: Vec<Value>,
     pub errors: Vec<DocumentError>,
+    /// What was read all the same, as kubectl reads it: a repeated mapping key.
+    pub warnings: Vec<DocumentError>,
 }
 
 /// A document (or one item of a list document) that is not a readable Kubernetes object.
@@ -180,34 +182,65 @@ fn parse_yaml(text: &str, out: &mut Manifests) {
             continue;
         };
         let content_line = chunk.first_line + content;
-        match serde_saphyr::from_str_with_options::<Value>(chunk.text, yaml_options(chunk.text)) {
+        let strict =
+            serde_saphyr::from_str_with_options::<Value>(chunk.text, yaml_options(chunk.text));
+        match strict {
             Ok(value) => add_document(value, document, content_line, out),
-            Err(e) => {
-                let location = e.location().filter(|l| l.line() > 0);
-                let plain = e.render_with_options(serde_saphyr::render_options! {
-                    snippets: serde_saphyr::SnippetMode::Off,
-                });
-                let message = match location {
-                    Some(l) => strip_suffix(
-                        plain,
-                        &format!(" at line {}, column {}", l.line(), l.column()),
-                    ),
-                    None => plain,
-                };
-                // A hint for the parser's programmer, not for whoever wrote the manifest.
-                let message =
-                    strip_suffix(message, ", set DuplicateKeyPolicy in Options if acceptable");
-                out.errors.push(DocumentError {
-                    document,
-                    item: None,
-                    line: Some(
-                        location.map_or(content_line, |l| chunk.first_line + l.line() as usize - 1),
-                    ),
-                    column: location.map(|l| l.column() as usize),
-                    message,
-                });
+            // kubectl and Argo CD read a repeated key, the later value winning (kubectl warns):
+            // so does envlens, with a warning naming the first repeated key.
+            Err(e)
+                if matches!(
+                    e.without_snippet(),
+                    serde_saphyr::Error::DuplicateMappingKey { .. }
+                ) =>
+            {
+                let mut options = yaml_options(chunk.text);
+                options.duplicate_keys = serde_saphyr::DuplicateKeyPolicy::LastWins;
+                match serde_saphyr::from_str_with_options::<Value>(chunk.text, options) {
+                    Ok(value) => {
+                        let mut warning = document_error(&e, chunk, document, content_line);
+                        warning.message.push_str("; the later value is used");
+                        out.warnings.push(warning);
+                        add_document(value, document, content_line, out);
+                    }
+                    Err(e) => out
+                        .errors
+                        .push(document_error(&e, chunk, document, content_line)),
+                }
             }
+            Err(e) => out
+                .errors
+                .push(document_error(&e, chunk, document, content_line)),
         }
+    }
+}
+
+/// The parser's error, located in the whole text and rid of the parser's own phrasing.
+fn document_error(
+    e: &serde_saphyr::Error,
+    chunk: &Chunk,
+    document: usize,
+    content_line: usize,
+) -> DocumentError {
+    let location = e.location().filter(|l| l.line() > 0);
+    let plain = e.render_with_options(serde_saphyr::render_options! {
+        snippets: serde_saphyr::SnippetMode::Off,
+    });
+    let message = match location {
+        Some(l) => strip_suffix(
+            plain,
+            &format!(" at line {}, column {}", l.line(), l.column()),
+        ),
+        None => plain,
+    };
+    // A hint for the parser's programmer, not for whoever wrote the manifest.
+    let message = strip_suffix(message, ", set DuplicateKeyPolicy in Options if acceptable");
+    DocumentError {
+        document,
+        item: None,
+        line: Some(location.map_or(content_line, |l| chunk.first_line + l.line() as usize - 1)),
+        column: location.map(|l| l.column() as usize),
+        message,
     }
 }
 
@@ -504,9 +537,14 @@ kind: 42
 ";
         let m = parse(text);
         assert_eq!(kinds(&m), ["Pod/a"]);
+        // A repeated key: the later value wins, as kubectl and Argo CD read it, with a warning.
+        let repeated = parse("kind: Pod\nmetadata:\n  name: a\n  name: b\n");
+        assert_eq!(kinds(&repeated), ["Pod/b"]);
+        assert!(repeated.errors.is_empty());
+        let warnings: Vec<String> = repeated.warnings.iter().map(ToString::to_string).collect();
         assert_eq!(
-            errors(&parse("kind: Pod\nmetadata:\n  name: a\n  name: b\n")),
-            ["document 1 (line 4, column 3): duplicate mapping key: name"]
+            warnings,
+            ["document 1 (line 4, column 3): duplicate mapping key: name; the later value is used"]
         );
         assert_eq!(
             errors(&m),

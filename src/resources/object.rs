@@ -14,7 +14,10 @@ use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use super::health::{HPA_CONDITIONS_ANNOTATION, IGNORE_RESTART_POLICY_ANNOTATION};
+use super::health::{
+    HELM_HOOK_ANNOTATION, HOOK_ANNOTATION, HPA_CONDITIONS_ANNOTATION,
+    IGNORE_RESTART_POLICY_ANNOTATION,
+};
 use super::tree::{Keep, Tree};
 
 /// One listed object.
@@ -101,11 +104,14 @@ pub const KEPT: Keep = Fields(&[
             ("generation", All),
             ("creationTimestamp", All),
             ("deletionTimestamp", All),
+            ("finalizers", All),
             ("labels", All),
             (
                 "annotations",
                 Fields(&[
                     (IGNORE_RESTART_POLICY_ANNOTATION, All),
+                    (HOOK_ANNOTATION, All),
+                    (HELM_HOOK_ANNOTATION, All),
                     (HPA_CONDITIONS_ANNOTATION, All),
                 ]),
             ),

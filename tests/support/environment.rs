@@ -221,8 +221,13 @@ pub fn widgets(api: &KubeApi) {
 /// Deployments: `production` and `review` to `shop` through agent 7, successful; `canary`
 /// only failed.
 pub async fn gitlab(served: &Served) -> TestApp {
+    gitlab_with(served, "").await
+}
+
+/// [`gitlab`], with more of the configuration file (`extra`, YAML at the top level).
+pub async fn gitlab_with(served: &Served, extra: &str) -> TestApp {
     let app = TestApp::with_config(&format!(
-        "kubernetes:\n  kubeconfig: {}\n  response_timeout: 3s\n",
+        "kubernetes:\n  kubeconfig: {}\n  response_timeout: 3s\n{extra}",
         served.kubeconfig.display()
     ))
     .await;

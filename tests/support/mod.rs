@@ -97,8 +97,14 @@ impl TestApp {
                 .await
                 .expect("test clusters");
         let database = postgres::fresh_database().await;
+        let health = envlens::resources::health::Customizations::load(
+            settings.health.customizations.as_deref(),
+            &settings.health.scripts,
+        )
+        .expect("test health scripts");
         let state = AppState::new(database.clone(), keys(), Limits::default())
-            .with_clusters(clusters, settings.cors);
+            .with_clusters(clusters, settings.cors)
+            .with_health(health);
         TestApp {
             router: envlens::app(state),
             db: database.clone(),

@@ -193,7 +193,7 @@ impl Nodes {
 
     /// The nodes of `objects`, read on two threads when there are many.
     pub fn read<T: Borrow<Tree> + Sync>(objects: &[T], links: bool) -> Nodes {
-        Nodes::read_with(objects, links, |_| ()).0
+        Nodes::read_with(objects, links, |_: &T| ()).0
     }
 
     /// The nodes of `objects` and `also` of each, in the same visit of its tree: a large group is
@@ -202,7 +202,7 @@ impl Nodes {
     pub fn read_with<T, R>(
         objects: &[T],
         links: bool,
-        also: impl Fn(&Tree) -> R + Sync,
+        also: impl Fn(&T) -> R + Sync,
     ) -> (Nodes, Vec<R>)
     where
         T: Borrow<Tree> + Sync,
@@ -219,8 +219,8 @@ impl Nodes {
             )
         });
         let read = |part: &[T], (nodes, results): &mut (Nodes, Vec<R>)| {
-            for object in prefetched(part, prefetch) {
-                nodes.push(object);
+            for (object, tree) in part.iter().zip(prefetched(part, prefetch)) {
+                nodes.push(tree);
                 results.push(also(object));
             }
         };
