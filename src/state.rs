@@ -98,3 +98,14 @@ sub_states! {
     gitlab: Option<Arc<Instance>>,
     health: Arc<Customizations>,
 }
+
+impl axum::extract::FromRef<AppState> for crate::graphql::Engine {
+    fn from_ref(state: &AppState) -> Self {
+        crate::graphql::Engine {
+            schemas: state.schemas.clone(),
+            reads: state.reads.clone(),
+            clusters: state.clusters.clone(),
+            health: state.health.clone(),
+        }
+    }
+}

@@ -75,6 +75,16 @@ pub fn sdl() -> String {
     schema(ValidationMode::Strict).sdl()
 }
 
+/// What queries run with, taken from the state as one part: the schemas, the connections a
+/// request borrows, and the clusters and health scripts the resource group reads.
+#[derive(Clone)]
+pub struct Engine {
+    pub schemas: Schemas,
+    pub reads: Leases,
+    pub clusters: Arc<Clusters>,
+    pub health: Arc<Customizations>,
+}
+
 /// Only POST with a JSON body, after authentication (and, for the session cookie, its CSRF
 /// check): a GET or a form post could otherwise be forged by another site.
 ///
@@ -84,15 +94,18 @@ pub fn sdl() -> String {
 /// reads, the answer is a 401 without data when the mirror does not know the user, as it was
 /// when the user was read first.
 pub async fn execute(
+    State(engine): State<Engine>,
     State(keys): State<Arc<Keys>>,
-    State(reads): State<Leases>,
-    State(schemas): State<Schemas>,
-    State(clusters): State<Arc<Clusters>>,
-    State(health): State<Arc<Customizations>>,
     State(limits): State<Limits>,
     State(gitlab): State<Option<Arc<Instance>>>,
     req: Request,
 ) -> Response {
+    let Engine {
+        schemas,
+        reads,
+        clusters,
+        health,
+    } = engine;
     let (parts, body) = req.into_parts();
     let request_id = parts
         .extensions
