@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -42,6 +43,18 @@ struct Series {
 #[derive(Debug, Default)]
 pub struct Metrics {
     series: Mutex<BTreeMap<Key, Series>>,
+    connections_open: AtomicI64,
+    connections_refused: AtomicU64,
+    connections_timed_out: AtomicU64,
+}
+
+/// Counts a connection open while it lives.
+pub struct OpenConnection<'a>(&'a Metrics);
+
+impl Drop for OpenConnection<'_> {
+    fn drop(&mut self) {
+        self.0.connections_open.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Metrics {
@@ -63,10 +76,40 @@ impl Metrics {
         s.buckets[bucket] += 1;
     }
 
+    pub fn connection_opened(&self) -> OpenConnection<'_> {
+        self.connections_open.fetch_add(1, Ordering::Relaxed);
+        OpenConnection(self)
+    }
+
+    /// A connection (or a request on the reserve) turned away at the connection cap.
+    pub fn connection_refused(&self) {
+        self.connections_refused.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A connection closed for sending its head too slowly, or nothing for too long.
+    pub fn connection_timed_out(&self) {
+        self.connections_timed_out.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// The Prometheus text exposition of every series.
     pub fn render(&self) -> String {
-        let series = self.series.lock().unwrap_or_else(|e| e.into_inner());
         let mut out = String::new();
+        let _ = write!(
+            out,
+            "# HELP envlens_http_connections_open HTTP connections open.\n\
+             # TYPE envlens_http_connections_open gauge\n\
+             envlens_http_connections_open {}\n\
+             # HELP envlens_http_connections_refused_total Connections (or their requests) refused at the connection cap.\n\
+             # TYPE envlens_http_connections_refused_total counter\n\
+             envlens_http_connections_refused_total {}\n\
+             # HELP envlens_http_connections_timed_out_total Connections closed for a slow request head or idleness.\n\
+             # TYPE envlens_http_connections_timed_out_total counter\n\
+             envlens_http_connections_timed_out_total {}\n",
+            self.connections_open.load(Ordering::Relaxed),
+            self.connections_refused.load(Ordering::Relaxed),
+            self.connections_timed_out.load(Ordering::Relaxed),
+        );
+        let series = self.series.lock().unwrap_or_else(|e| e.into_inner());
         out.push_str("# HELP envlens_http_requests_total HTTP requests answered, by method, route and status.\n");
         out.push_str("# TYPE envlens_http_requests_total counter\n");
         for (k, s) in series.iter() {
