@@ -5,6 +5,7 @@ mod support;
 
 mod agents;
 mod auth;
+mod bad_input;
 mod connections;
 mod deployments;
 mod embedded;

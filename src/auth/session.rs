@@ -121,6 +121,10 @@ pub fn verify_session(parts: &Parts, keys: &Keys) -> Result<Session, Error> {
     if via == Via::Cookie {
         let sent =
             csrf_token(parts).ok_or_else(|| Error::Unauthorized("missing CSRF token".into()))?;
+        // An empty claim would match an empty header: a token without one is no cookie session.
+        if verified.csrf.is_empty() {
+            return Err(Error::Unauthorized("token has no CSRF token".into()));
+        }
         if !bool::from(sent.as_bytes().ct_eq(verified.csrf.as_bytes())) {
             return Err(Error::Unauthorized("CSRF token does not match".into()));
         }

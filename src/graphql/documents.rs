@@ -28,6 +28,8 @@ use async_graphql::parser::types::{BaseType, ExecutableDocument};
 use async_graphql::{Name, Value as ConstValue, Variables};
 use lru::LruCache;
 
+use super::inputs;
+
 /// Texts longer than this are parsed every time: a dashboard's query is a few KiB at most.
 const MAX_TEXT: usize = 16 * 1024;
 /// Documents kept: far more than the distinct queries of GitLab's frontend, and at most
@@ -38,6 +40,8 @@ const SIGNATURES: usize = 16;
 
 struct Entry {
     doc: ExecutableDocument,
+    /// Whether its string arguments can all be looked up (`inputs::check_document`).
+    inputs: Result<(), String>,
     /// The variables declared by any of its operations, once each, when every one is of a type
     /// whose values validate by their kind alone; `None` otherwise.
     declared: Option<Vec<Name>>,
@@ -64,9 +68,16 @@ pub struct Prepared {
     /// The document and the request's signature, when a verdict on it can be kept.
     kept: Option<(Arc<Entry>, Signature)>,
     validated: bool,
+    /// The text is no GraphQL document: async-graphql answers its syntax error.
+    unparsed: bool,
 }
 
 impl Prepared {
+    /// The text did not parse; the errors of the answer are syntax errors.
+    pub fn unparsed(&self) -> bool {
+        self.unparsed
+    }
+
     /// A request of the same signature was answered without error: strict validation would
     /// pass, the fast mode suffices.
     pub fn validated(&self) -> bool {
@@ -94,10 +105,18 @@ impl Prepared {
 
 /// Gives the request its parsed document, from the cache or parsed now and kept, and tells
 /// whether it is known to pass validation. A text that does not parse is left to
-/// async-graphql, which answers the syntax error.
-pub fn prepare(request: &mut async_graphql::Request) -> Prepared {
+/// async-graphql, which answers the syntax error. A string argument or variable that no lookup
+/// can take (`inputs`) is the `Err` message.
+pub fn prepare(request: &mut async_graphql::Request) -> Result<Prepared, String> {
+    inputs::check_variables(&request.variables)?;
     if request.query.len() > MAX_TEXT {
-        return Prepared::default();
+        // Parsed here all the same, for its strings, but not kept.
+        let Ok(doc) = parse_query(&request.query) else {
+            return Ok(Prepared::not_parsed());
+        };
+        inputs::check_document(&doc)?;
+        request.set_parsed_query(doc);
+        return Ok(Prepared::default());
     }
     let cached = relock(&DOCUMENTS).get(request.query.as_str()).cloned();
     let entry = match cached {
@@ -106,15 +125,17 @@ pub fn prepare(request: &mut async_graphql::Request) -> Prepared {
             Ok(doc) => {
                 let entry = Arc::new(Entry {
                     declared: kinded_variables(&doc),
+                    inputs: inputs::check_document(&doc),
                     doc,
                     validated: Mutex::default(),
                 });
                 relock(&DOCUMENTS).put(request.query.as_str().into(), entry.clone());
                 entry
             }
-            Err(_) => return Prepared::default(),
+            Err(_) => return Ok(Prepared::not_parsed()),
         },
     };
+    entry.inputs.clone()?;
     // Cloned outside the cache's lock; a clone shares the document's names and costs a
     // fraction of a parse.
     request.set_parsed_query(entry.doc.clone());
@@ -125,15 +146,25 @@ pub fn prepare(request: &mut async_graphql::Request) -> Prepared {
             &request.variables,
         )
     });
-    match signature {
+    Ok(match signature {
         Some(signature) => {
             let validated = relock(&entry.validated).contains(&signature);
             Prepared {
                 validated,
                 kept: Some((entry, signature)),
+                unparsed: false,
             }
         }
         None => Prepared::default(),
+    })
+}
+
+impl Prepared {
+    fn not_parsed() -> Self {
+        Prepared {
+            unparsed: true,
+            ..Prepared::default()
+        }
     }
 }
 
@@ -196,7 +227,7 @@ mod tests {
 
     fn request(text: &str) -> async_graphql::Request {
         let mut request = async_graphql::Request::new(text);
-        prepare(&mut request);
+        let _ = prepare(&mut request);
         request
     }
 
@@ -233,7 +264,7 @@ mod tests {
         let mut request =
             async_graphql::Request::new(text).variables(Variables::from_json(variables));
         request.operation_name = operation.map(str::to_owned);
-        prepare(&mut request)
+        prepare(&mut request).unwrap()
     }
 
     #[test]
