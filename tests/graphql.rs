@@ -825,3 +825,50 @@ async fn every_error_has_a_code() {
         );
     }
 }
+
+/// A document is bounded before it is parsed (its size, its names) and after (every selection,
+/// `__typename`, aliases and fragment spreads included), each refusal a `BAD_USER_INPUT`.
+#[tokio::test]
+async fn costly_documents_are_refused() {
+    let app = setup().await;
+    let typenames = |n: usize| -> String {
+        let aliases: String = (0..n).map(|i| format!("t{i}: __typename ")).collect();
+        format!("{{ {aliases} }}")
+    };
+    let spreads = format!(
+        "{{ {} }} fragment F on Query {{ {} }}",
+        "...F ".repeat(100),
+        "__typename ".repeat(100)
+    );
+    for (text, message) in [
+        (typenames(55_000), "the query is longer than 65536 bytes"),
+        (
+            "{ currentUser { id } }".repeat(10_000),
+            "the query is longer than 65536 bytes",
+        ),
+        (
+            format!("{{ {} }}", "a ".repeat(6_000)),
+            "the query has more than 5000 names",
+        ),
+        (
+            spreads,
+            "the query selects more than 5000 fields, fragments expanded",
+        ),
+        (
+            format!(
+                "{{ {} }} fragment G on Query {{ {} }}",
+                "...G ".repeat(51),
+                "__typename ".repeat(100)
+            ),
+            "the query selects more than 5000 fields, fragments expanded",
+        ),
+    ] {
+        let res = query(&app, DEV, &text).await;
+        assert_eq!(res.status, 200, "{}", res.text());
+        let error = &res.json()["errors"][0];
+        assert_eq!(error["message"], message);
+        assert_eq!(error["extensions"]["code"], "BAD_USER_INPUT");
+    }
+    let res = query(&app, DEV, &typenames(100)).await;
+    assert_eq!(res.json()["data"]["t99"], "Query");
+}

@@ -1,5 +1,6 @@
 //! GraphQL at `POST /api/graphql` (SPEC 5.1), and its explorer at `GET /-/graphql-explorer`.
 
+mod cost;
 mod documents;
 mod inputs;
 mod loaders;
@@ -134,12 +135,29 @@ pub async fn execute(
             return unless_unknown(&db, error_response(&e)).await;
         }
     };
-    let prepared = match documents::prepare(&mut request) {
+    let prepared = if documents::is_kept(&request.query) {
+        documents::prepare(&mut request)
+    } else {
+        // Parsing a new text can take milliseconds: off the runtime's threads, a few at a time.
+        let _slot = cost::parse_slot().await;
+        let parsed = tokio::task::spawn_blocking(move || {
+            let prepared = documents::prepare(&mut request);
+            (request, prepared)
+        })
+        .await;
+        match parsed {
+            Ok((parsed, prepared)) => {
+                request = parsed;
+                prepared
+            }
+            Err(e) => return error_response(&Error::Internal(e.into())),
+        }
+    };
+    let prepared = match prepared {
         Ok(prepared) => prepared,
-        Err(message) => {
-            let body =
-                json!({"errors": [{"message": message, "extensions": {"code": "BAD_USER_INPUT"}}]});
-            return unless_unknown(&db, Json(body).into_response()).await;
+        Err(error) => {
+            let response = async_graphql::Response::from_errors(vec![error]);
+            return unless_unknown(&db, Json(response).into_response()).await;
         }
     };
     // Borrowed now, so that a database away is one 503 rather than an error per field.
@@ -154,7 +172,7 @@ pub async fn execute(
     };
     let mut response = schema.execute(request).await;
     for error in &mut response.errors {
-        with_code(error, prepared.unparsed());
+        with_code(error);
     }
     if response.errors.is_empty() {
         prepared.passed();
@@ -190,19 +208,17 @@ impl RequestBody {
 }
 
 /// Gives every error `extensions.code` (SPEC 3): async-graphql's own errors have none. Ours
-/// carry theirs (`Error::to_graphql`); of the others, a text that did not parse is
-/// `GRAPHQL_PARSE_FAILED`, an operation name the document lacks `OPERATION_RESOLUTION_FAILURE`,
+/// carry theirs (`Error::to_graphql`, and `documents::prepare` for syntax, cost and inputs); of
+/// the others, an operation name the document lacks is `OPERATION_RESOLUTION_FAILURE`,
 /// anything refused before execution (validation, the depth and complexity limits)
 /// `GRAPHQL_VALIDATION_FAILED`, and an error at a field (an argument's value that does not fit
 /// its type) `BAD_USER_INPUT`.
-fn with_code(error: &mut async_graphql::ServerError, unparsed: bool) {
+fn with_code(error: &mut async_graphql::ServerError) {
     let extensions = error.extensions.get_or_insert_with(Default::default);
     if extensions.get("code").is_some() {
         return;
     }
-    let code = if unparsed {
-        "GRAPHQL_PARSE_FAILED"
-    } else if error.message.starts_with("Unknown operation named")
+    let code = if error.message.starts_with("Unknown operation named")
         || error.message == "Operation name required in request."
     {
         "OPERATION_RESOLUTION_FAILURE"
