@@ -9,6 +9,7 @@ mod bad_input;
 mod connections;
 mod deployments;
 mod embedded;
+mod fuzz;
 mod graphql;
 mod health_cli;
 mod identity;
