@@ -5,7 +5,7 @@
 #
 #   benches/harden.sh memory   # RSS idle, peak under load, then 10, 30 and 60 s after
 #   benches/harden.sh probes   # liveness p50/p99 alone, then beside 8 costly GraphQL clients
-#   benches/harden.sh held     # RSS with 6,000 idle connections held (the cap is 4,096)
+#   benches/harden.sh held     # RSS with 8,000 connections sending half a head (the cap is 4,096)
 source "$(dirname "$0")/common.sh"
 what=${1:-memory}
 dir=$(mktemp -d /tmp/envlens-harden.XXXX)/data
@@ -47,21 +47,22 @@ held)
 import socket, sys, time
 port = int(sys.argv[1])
 held = []
-for _ in range(6000):
+for _ in range(8000):
     try:
-        s = socket.create_connection(("127.0.0.1", port)); held.append(s)
+        s = socket.create_connection(("127.0.0.1", port))
+        s.send(b"GET /-/liveness HTTP/1.1\r\nHost: x\r\n"); held.append(s)
     except OSError as e:
         print("connect:", e); break
-time.sleep(8)
+time.sleep(9)
 PY
   holder=$!
-  sleep 4
-  echo "RSS MiB with 6,000 connections offered: $(rss)"
+  sleep 5
+  echo "RSS MiB with 8,000 connections offered: $(rss)"
   curl -s -o /dev/null -w "liveness at the cap: %{http_code} in %{time_total}s\n" "$url/-/liveness"
   curl -s "$url/metrics" | grep -E '^envlens_http_connections'
   wait "$holder"
-  sleep 12
-  echo "RSS MiB after they went: $(rss)"
+  sleep 15
+  echo "RSS MiB 15 s after they went: $(rss)"
   curl -s "$url/metrics" | grep -E '^envlens_http_connections'
   ;;
 esac
