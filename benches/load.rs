@@ -5,6 +5,11 @@
 //!
 //! `cargo bench --bench load -- graphql --url U --session-secret-file F --user-id N --username U [--variables yes|no] [--connections 32] [--seconds 30] [--rate R]`
 //!
+//! `costly` is `graphql` with documents at envlens' cost limits (`graphql::cost`): ~2,500
+//! `__typename` aliases each (some 4,990 names, 42 KB), 50 distinct texts too long to be kept,
+//! so that each is parsed, validated and answered in full: the CPU-bound client the probes must
+//! outlast (`notes/harden-benchmarks.md`).
+//!
 //! `get --url U --path P [--header 'name: value']...` sends the same GET over and over;
 //! `proxy` does so as a bearer session (`--session-secret-file`, `--user-id`, `--username`)
 //! with `Gitlab-Agent-Id: --agent`, for `benches/proxy.sh`.
@@ -180,6 +185,22 @@ fn graphql_requests(authority: &str, bearer: &str, variables: bool) -> Vec<Vec<u
     (0..ROTATION)
         .map(|n| {
             let body = graphql_body(n, variables);
+            format!(
+                "POST /api/graphql HTTP/1.1\r\nhost: {authority}\r\ncontent-type: application/json\r\n\
+                 authorization: {bearer}\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .into_bytes()
+        })
+        .collect()
+}
+
+/// Requests at the cost limits, distinct texts, whole (see the module's doc).
+fn costly_requests(authority: &str, bearer: &str) -> Vec<Vec<u8>> {
+    (0..50)
+        .map(|n| {
+            let aliases: String = (0..2_490).map(|i| format!("q{n}_{i}: __typename ")).collect();
+            let body = json!({ "query": format!("{{ {aliases} }}") }).to_string();
             format!(
                 "POST /api/graphql HTTP/1.1\r\nhost: {authority}\r\ncontent-type: application/json\r\n\
                  authorization: {bearer}\r\ncontent-length: {}\r\n\r\n{body}",
@@ -427,7 +448,7 @@ async fn run(a: &Args, authority: &str, scenario: Scenario) {
                     if raw.is_none() {
                         raw = RawConn::open(&authority).await.ok();
                     }
-                    let request = &requests[id.rem_euclid(ROTATION) as usize];
+                    let request = &requests[id.rem_euclid(requests.len() as i64) as usize];
                     match raw.as_mut() {
                         Some(c) => c.exchange(request).await.ok().map(|(status, errors)| {
                             (status, if errors { " with errors" } else { "" })
@@ -526,6 +547,10 @@ async fn main() {
             let requests = graphql_requests(&authority, &session(&a), a.variables);
             run(&a, &authority, Scenario::Graphql { requests }).await
         }
+        "costly" => {
+            let requests = costly_requests(&authority, &session(&a));
+            run(&a, &authority, Scenario::Graphql { requests }).await
+        }
         "get" => {
             let scenario = Scenario::Get { path: a.path.clone(), headers: a.headers.clone() };
             run(&a, &authority, scenario).await
@@ -536,6 +561,6 @@ async fn main() {
             headers.push(("gitlab-agent-id".into(), a.agent.to_string()));
             run(&a, &authority, Scenario::Get { path: a.path.clone(), headers }).await
         }
-        _ => eprintln!("usage: load seed|run|graphql|get|proxy --url URL [--secret-file F | --session-secret-file F --user-id N --username U] [--connections N] [--seconds S] [--rate R] [--acked FILE]"),
+        _ => eprintln!("usage: load seed|run|graphql|costly|get|proxy --url URL [--secret-file F | --session-secret-file F --user-id N --username U] [--connections N] [--seconds S] [--rate R] [--acked FILE]"),
     }
 }

@@ -130,7 +130,7 @@ async fn not_found(method: Method, uri: Uri) -> Error {
 }
 
 /// Serves until `shutdown` resolves, then lets the requests in flight finish for at most
-/// `drain` before returning.
+/// `drain` before returning. Connections are bounded as `http::server` says.
 pub async fn run(
     state: AppState,
     listener: TcpListener,
@@ -138,24 +138,21 @@ pub async fn run(
     drain: Duration,
 ) -> std::io::Result<()> {
     let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = axum::serve(listener, app(state)).with_graceful_shutdown(async move {
+    let (limits, metrics) = (state.limits.connections, state.metrics.clone());
+    let server = http::server::serve(listener, app(state), limits, metrics, async move {
         shutdown.await;
         let _ = stopping_tx.send(());
     });
-    let server = std::future::IntoFuture::into_future(server);
     tokio::pin!(server);
     tokio::select! {
-        result = &mut server => return result,
+        () = &mut server => return Ok(()),
         _ = stopping_rx => {}
     }
-    match tokio::time::timeout(drain, server).await {
-        Ok(result) => result,
-        Err(_) => {
-            tracing::warn!(
-                ?drain,
-                "requests still in flight after the drain timeout; exiting anyway"
-            );
-            Ok(())
-        }
+    if tokio::time::timeout(drain, server).await.is_err() {
+        tracing::warn!(
+            ?drain,
+            "requests still in flight after the drain timeout; exiting anyway"
+        );
     }
+    Ok(())
 }

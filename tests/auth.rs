@@ -116,6 +116,14 @@ async fn internal_token_refused_in_every_bad_form() {
             ),
         ),
         (
+            "exp a second past the five-minute cap",
+            sign(
+                &with(good.clone(), json!({"exp": now() + 301})),
+                INTERNAL_KEY,
+                Algorithm::HS256,
+            ),
+        ),
+        (
             "issued in the future",
             sign(
                 &with(good.clone(), json!({"iat": now() + 120})),
@@ -236,6 +244,41 @@ async fn session_cookie_needs_its_csrf_token() {
     };
     assert_eq!(app.send(ws(true)).await.status, 200);
     assert_eq!(app.send(ws(false)).await.status, 401);
+    // A token whose `csrf` is empty matches no CSRF token, an empty one included.
+    let blank = sign(
+        &with(session_claims(7), json!({"csrf": ""})),
+        SESSION_KEY,
+        Algorithm::HS256,
+    );
+    for sent in [Some(""), None, Some("csrf-123")] {
+        assert_eq!(
+            app.send(cookie_request(&blank, sent)).await.status,
+            401,
+            "{sent:?}"
+        );
+    }
+    // As a bearer token it needs none.
+    let req = Request::get("/api/user")
+        .header(header::AUTHORIZATION, format!("Bearer {blank}"))
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(app.send(req).await.status, 200);
+}
+
+#[tokio::test]
+async fn the_lifetime_cap_is_a_cap() {
+    let app = TestApp::new().await;
+    for (exp, status) in [(300, 200), (301, 401), (305, 401)] {
+        let token = sign(
+            &with(internal_claims(), json!({"exp": now() + exp})),
+            INTERNAL_KEY,
+            Algorithm::HS256,
+        );
+        let res = app
+            .internal_raw(Method::PUT, IDENTITY, &token, snapshot())
+            .await;
+        assert_eq!(res.status.as_u16(), status, "exp in {exp}s: {}", res.text());
+    }
 }
 
 #[tokio::test]

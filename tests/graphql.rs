@@ -729,12 +729,20 @@ async fn depth_and_complexity_limits() {
         res.json()["errors"][0]["message"],
         "Query is nested too deep."
     );
+    assert_eq!(
+        res.json()["errors"][0]["extensions"]["code"],
+        "GRAPHQL_VALIDATION_FAILED"
+    );
     let mut wide = String::new();
     for i in 0..60 {
         wide.push_str(&format!(r#" p{i}: project(fullPath: "acme/apps/web") {{ environments(first: 100) {{ nodes {{ id name slug }} }} }}"#));
     }
     let res = query(&app, ROOT, &format!("{{{wide} }}")).await;
     assert_eq!(res.json()["errors"][0]["message"], "Query is too complex.");
+    assert_eq!(
+        res.json()["errors"][0]["extensions"]["code"],
+        "GRAPHQL_VALIDATION_FAILED"
+    );
 }
 
 #[test]
@@ -744,4 +752,128 @@ fn schema_graphql_is_generated_from_the_code() {
         committed == envlens::graphql::sdl(),
         "schema.graphql differs from the code: run `cargo run -- print-schema > schema.graphql`"
     );
+}
+
+/// Every error has `extensions.code` (SPEC 3), async-graphql's own included, and strings no
+/// lookup can take are refused before any statement runs.
+#[tokio::test]
+async fn every_error_has_a_code() {
+    let app = setup().await;
+    let (token, _) = mint_session(SESSION_KEY, DEV.0, DEV.1, Duration::from_secs(600)).unwrap();
+    let post = |body: String| {
+        let req = Request::post("/api/graphql")
+            .header(header::AUTHORIZATION, format!("Bearer {token}"))
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(body))
+            .unwrap();
+        app.send(req)
+    };
+    let long = "a".repeat(5000);
+    for (body, code) in [
+        (json!({"query": "{ currentUser { "}), "GRAPHQL_PARSE_FAILED"),
+        (json!({"query": "{ nope }"}), "GRAPHQL_VALIDATION_FAILED"),
+        (
+            json!({"query": "{ currentUser { username } }", "operationName": "Other"}),
+            "OPERATION_RESOLUTION_FAILURE",
+        ),
+        (
+            json!({"query": "query A { currentUser { id } } query B { currentUser { id } }"}),
+            "OPERATION_RESOLUTION_FAILURE",
+        ),
+        (
+            json!({"query": "query A { currentUser { id } } query B { currentUser { id } }", "operationName": "C"}),
+            "OPERATION_RESOLUTION_FAILURE",
+        ),
+        (
+            json!({"query": "{ project(fullPath: \"a\\u0000b\") { id } }"}),
+            "BAD_USER_INPUT",
+        ),
+        (
+            json!({"query": "query P($p: ID!) { project(fullPath: $p) { id } }", "variables": {"p": "a\u{0}b"}}),
+            "BAD_USER_INPUT",
+        ),
+        (
+            json!({"query": "query P($p: ID!) { project(fullPath: $p) { id } }", "variables": {"p": long}}),
+            "BAD_USER_INPUT",
+        ),
+        (
+            json!({"query": format!("{{ project(fullPath: \"{long}\") {{ id }} }}")}),
+            "BAD_USER_INPUT",
+        ),
+        (
+            json!({"query": "{ project(fullPath: \"acme/apps/web\") { environments(search: \"\\u0000\") { count } } }"}),
+            "BAD_USER_INPUT",
+        ),
+    ] {
+        let res = post(body.to_string()).await;
+        assert_eq!(res.status, 200, "{body}: {}", res.text());
+        assert_eq!(
+            res.json()["errors"][0]["extensions"]["code"],
+            code,
+            "{body}: {}",
+            res.text()
+        );
+    }
+    // A body that is no GraphQL request: 400, never an empty query.
+    for body in [
+        "{}",
+        r#"{"variables": {}}"#,
+        r#"{"query": null}"#,
+        "[]",
+        r#"{"query": "{ currentUser { id } }"} x"#,
+    ] {
+        let res = post(body.to_owned()).await;
+        assert_eq!(res.status, 400, "{body}: {}", res.text());
+        assert_eq!(
+            res.json()["errors"][0]["extensions"]["code"],
+            "BAD_USER_INPUT"
+        );
+    }
+}
+
+/// A document is bounded before it is parsed (its size, its names) and after (every selection,
+/// `__typename`, aliases and fragment spreads included), each refusal a `BAD_USER_INPUT`.
+#[tokio::test]
+async fn costly_documents_are_refused() {
+    let app = setup().await;
+    let typenames = |n: usize| -> String {
+        let aliases: String = (0..n).map(|i| format!("t{i}: __typename ")).collect();
+        format!("{{ {aliases} }}")
+    };
+    let spreads = format!(
+        "{{ {} }} fragment F on Query {{ {} }}",
+        "...F ".repeat(100),
+        "__typename ".repeat(100)
+    );
+    for (text, message) in [
+        (typenames(55_000), "the query is longer than 65536 bytes"),
+        (
+            "{ currentUser { id } }".repeat(10_000),
+            "the query is longer than 65536 bytes",
+        ),
+        (
+            format!("{{ {} }}", "a ".repeat(6_000)),
+            "the query has more than 5000 names",
+        ),
+        (
+            spreads,
+            "the query selects more than 5000 fields, fragments expanded",
+        ),
+        (
+            format!(
+                "{{ {} }} fragment G on Query {{ {} }}",
+                "...G ".repeat(51),
+                "__typename ".repeat(100)
+            ),
+            "the query selects more than 5000 fields, fragments expanded",
+        ),
+    ] {
+        let res = query(&app, DEV, &text).await;
+        assert_eq!(res.status, 200, "{}", res.text());
+        let error = &res.json()["errors"][0];
+        assert_eq!(error["message"], message);
+        assert_eq!(error["extensions"]["code"], "BAD_USER_INPUT");
+    }
+    let res = query(&app, DEV, &typenames(100)).await;
+    assert_eq!(res.json()["data"]["t99"], "Query");
 }

@@ -3,12 +3,15 @@
 
 mod agents;
 mod auth;
+mod bad_input;
 mod chart;
 mod ci_deployments;
+mod connections;
 mod deployments;
 mod embedded;
 mod explorer;
 mod first_steps;
+mod fuzz;
 mod gitlab_frontend;
 mod graphql;
 mod health_cli;

@@ -722,3 +722,66 @@ async fn decisions_are_reused_for_the_configured_time() {
         );
     }
 }
+
+/// A cluster URL with a path prefix, as behind Rancher: a path whose segments decode to `.` or
+/// `..` (however encoded) never reaches it, and the rest reach it under the prefix unchanged.
+#[tokio::test]
+async fn encoded_dot_segments_never_leave_the_prefix() {
+    use std::sync::{Arc, Mutex};
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let recorder = {
+        let seen = seen.clone();
+        axum::Router::new().fallback(move |uri: axum::http::Uri| {
+            let seen = seen.clone();
+            async move {
+                seen.lock().unwrap().push(uri.to_string());
+                axum::Json(json!({"kind": "PodList", "apiVersion": "v1", "items": []}))
+            }
+        })
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, recorder).await });
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = kubeconfig_for(dir.path(), &format!("http://{addr}/prefix"));
+    let app = setup(&format!(
+        "kubernetes:\n  kubeconfig: {}\n",
+        kubeconfig.display()
+    ))
+    .await;
+
+    for path in [
+        "/k8s-proxy/%2e%2e/%2e%2e/api/graphql",
+        "/k8s-proxy/%2E%2E/%2E%2E/api/graphql",
+        "/k8s-proxy/api/.%2e/.%2e/x",
+        "/k8s-proxy/api/%2e/v1",
+        "/k8s-proxy/api/..%2f..%2fx",
+        "/k8s-proxy/api/v1/%252e%252e/x",
+        "/k8s-proxy/api/v1/a%2Fb",
+        "/k8s-proxy/api/v1/a%5Cb",
+        "/k8s-proxy/api/v1/a%00b",
+        "/k8s-proxy/api/v1/%zz",
+        "/k8s-proxy/api//v1",
+    ] {
+        let res = get(&app, 2, 7, path).await;
+        assert_eq!(res.status, 400, "{path}: {}", res.text());
+        assert_eq!(res.json()["kind"], "Status", "{path}");
+    }
+    assert!(
+        seen.lock().unwrap().is_empty(),
+        "{:?}",
+        seen.lock().unwrap()
+    );
+    let res = get(
+        &app,
+        2,
+        7,
+        &format!("{PODS}?labelSelector=app%3Dweb&gitlab-agent-id=7"),
+    )
+    .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    assert_eq!(
+        *seen.lock().unwrap(),
+        ["/prefix/api/v1/namespaces/apps/pods?labelSelector=app%3Dweb"]
+    );
+}

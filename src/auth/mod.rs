@@ -53,7 +53,8 @@ trait TimeClaims {
 }
 
 /// Verifies an HS256 token for `audience`: signature, `iss`, `aud`, `exp` (no further ahead
-/// than `max_lifetime_seconds`), `iat` (not in the future) and `nbf` when present.
+/// than `max_lifetime_seconds`, without leeway), `iat` (not in the future) and `nbf` when
+/// present.
 fn verify<C: DeserializeOwned + TimeClaims>(
     token: &str,
     key: &DecodingKey,
@@ -89,7 +90,9 @@ fn verify<C: DeserializeOwned + TimeClaims>(
     if claims.iat() > now + leeway {
         return Err(Error::Unauthorized("token is issued in the future".into()));
     }
-    if claims.exp() > now + max_lifetime_seconds + leeway {
+    // The cap is a cap: the leeway is for clocks that differ on whether a token is still
+    // (or already) valid, not a longer life.
+    if claims.exp() > now + max_lifetime_seconds {
         return Err(Error::Unauthorized(
             "token expires too far in the future".into(),
         ));

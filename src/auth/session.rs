@@ -171,6 +171,10 @@ pub fn verify_session(parts: &Parts, keys: &Keys) -> Result<Session, Error> {
     if via == Via::Cookie {
         let sent =
             csrf_token(parts).ok_or_else(|| Error::Unauthorized("missing CSRF token".into()))?;
+        // An empty claim would match an empty header: a token without one is no cookie session.
+        if verified.csrf.is_empty() {
+            return Err(Error::Unauthorized("token has no CSRF token".into()));
+        }
         if !bool::from(sent.as_bytes().ct_eq(verified.csrf.as_bytes())) {
             return Err(Error::Unauthorized("CSRF token does not match".into()));
         }
@@ -268,7 +272,16 @@ fn session_cookie(parts: &Parts) -> Option<&str> {
         .flat_map(|v| v.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
         .find(|(name, _)| *name == SESSION_COOKIE)
-        .map(|(_, value)| value.trim_matches('"'))
+        .map(|(_, value)| unquote(value))
+}
+
+/// A cookie value without the one pair of quotes RFC 6265 allows around it; any other quote
+/// stays, and the value is then no token.
+fn unquote(value: &str) -> &str {
+    value
+        .strip_prefix('"')
+        .and_then(|v| v.strip_suffix('"'))
+        .unwrap_or(value)
 }
 
 /// `X-Csrf-Token`, or for a WebSocket upgrade the `gitlab-csrf-token` query parameter.
@@ -414,6 +427,23 @@ mod tests {
                 Err(Error::Unauthorized(message)) => assert_eq!(message, why),
                 other => panic!("{other:?}"),
             }
+        }
+    }
+
+    /// Found by the fuzzer (tests/fuzz.rs): quotes were trimmed however many there were.
+    #[test]
+    fn a_cookie_may_be_quoted_once_only() {
+        let keys = keys();
+        let (token, csrf) = mint_session(KEY, 7, "alice", Duration::from_secs(600)).unwrap();
+        for (cookie, accepted) in [
+            (format!("_gitlab_kas={token}"), true),
+            (format!("_gitlab_kas=\"{token}\""), true),
+            (format!("_gitlab_kas=\"\"\"{token}"), false),
+            (format!("_gitlab_kas=\"{token}"), false),
+            (format!("_gitlab_kas=\"\"{token}\"\""), false),
+        ] {
+            let parts = parts(("cookie", &cookie), Some(&csrf));
+            assert_eq!(verify_session(&parts, &keys).is_ok(), accepted, "{cookie}");
         }
     }
 

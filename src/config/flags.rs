@@ -174,6 +174,41 @@ pub struct Limits {
     /// How long shutdown waits for requests in flight.
     #[arg(long, env = "ENVLENS_SHUTDOWN_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
     pub shutdown_timeout: Duration,
+    #[command(flatten)]
+    pub connections: ConnectionLimits,
+}
+
+/// What one client may hold of the server (`http::server`).
+#[derive(Debug, Clone, Copy, Args)]
+pub struct ConnectionLimits {
+    /// How long a client has to send a whole request head, from its first byte (from the
+    /// opening, for a new connection); slower connections are closed.
+    #[arg(long, env = "ENVLENS_HEADER_READ_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub header_read_timeout: Duration,
+    /// How long a keep-alive connection may wait for its next request; keep it above the idle
+    /// timeout of a load balancer in front.
+    #[arg(long, env = "ENVLENS_IDLE_TIMEOUT", default_value = "75s", value_parser = parse_duration)]
+    pub idle_timeout: Duration,
+    /// Connections served at once; more are closed at once (and counted), except those the
+    /// reserve admits. Kept below the open-files limit.
+    #[arg(long, env = "ENVLENS_MAX_CONNECTIONS", default_value_t = 4096)]
+    pub max_connections: usize,
+    /// Connections admitted beyond the cap for one request each to `/-/liveness`,
+    /// `/-/readiness`, `/metrics` and `/api/v4/internal/`, so that probes and GitLab still get
+    /// answers when the cap is reached.
+    #[arg(long, env = "ENVLENS_RESERVED_CONNECTIONS", default_value_t = 32)]
+    pub reserved_connections: usize,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        ConnectionLimits {
+            header_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(75),
+            max_connections: 4096,
+            reserved_connections: 32,
+        }
+    }
 }
 
 impl Default for Limits {
@@ -182,6 +217,7 @@ impl Default for Limits {
             body_limit: 1024 * 1024,
             request_timeout: Duration::from_secs(30),
             shutdown_timeout: Duration::from_secs(30),
+            connections: ConnectionLimits::default(),
         }
     }
 }

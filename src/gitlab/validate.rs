@@ -13,24 +13,47 @@ pub fn positive(field: &str, id: i64) -> Result<()> {
     }
 }
 
+/// GitLab's limit on a name: a username, a path segment, an environment's or a job's name
+/// (`validates :name, length: { maximum: 255 }` in its models).
+pub const MAX_NAME: usize = 255;
+/// The longest full path envlens stores: GitLab nests groups 20 deep, but a path in the unique
+/// indexes (`lower(full_path)`) must stay well under PostgreSQL's 2,704 bytes per index row,
+/// and no real one comes near.
+pub const MAX_FULL_PATH: usize = 1024;
+
+/// A name as GitLab has them (usernames, environment and job names): not blank, and at most
+/// [`MAX_NAME`] characters, so that it fits its column and index. (NUL never gets this far:
+/// `http::extract` refuses it in any string of a body.)
 pub fn non_empty(field: &str, value: &str) -> Result<()> {
     if value.trim().is_empty() {
         Err(Error::invalid(field, "must not be empty"))
+    } else if value.chars().count() > MAX_NAME {
+        Err(Error::invalid(
+            field,
+            format!("must be at most {MAX_NAME} characters"),
+        ))
     } else {
         Ok(())
     }
 }
 
 /// A GitLab full path: `/`-separated segments of letters, digits, `_`, `-` and `.`, none
-/// empty and none starting with `-`.
+/// empty, none starting with `-`, none longer than [`MAX_NAME`], [`MAX_FULL_PATH`] in all.
 pub fn full_path(field: &str, path: &str) -> Result<()> {
     let valid_segment = |s: &str| {
         !s.is_empty()
+            && s.len() <= MAX_NAME
             && !s.starts_with('-')
             && s.chars()
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
     };
-    if path.len() <= 1024 && path.split('/').all(valid_segment) {
+    if path.len() > MAX_FULL_PATH {
+        return Err(Error::invalid(
+            field,
+            format!("must be at most {MAX_FULL_PATH} characters"),
+        ));
+    }
+    if path.split('/').all(valid_segment) {
         Ok(())
     } else {
         Err(Error::invalid(
@@ -227,8 +250,20 @@ mod tests {
             "group/-app",
             "group/a b",
             "grüppe",
+            &format!("group/{}", "a".repeat(256)),
+            &["abc"; 300].join("/"),
         ] {
             assert!(full_path("f", bad).is_err(), "{bad:?} accepted");
+        }
+        assert!(full_path("f", &["a".repeat(255), "b".repeat(255)].join("/")).is_ok());
+    }
+
+    #[test]
+    fn names() {
+        assert!(non_empty("f", "alice").is_ok());
+        assert!(non_empty("f", &"é".repeat(255)).is_ok());
+        for bad in ["", "  ", &"a".repeat(256), &"a".repeat(1 << 20)] {
+            assert!(non_empty("f", bad).is_err(), "{} accepted", bad.len());
         }
     }
 

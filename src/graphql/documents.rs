@@ -25,8 +25,10 @@ use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 
 use async_graphql::parser::parse_query;
 use async_graphql::parser::types::{BaseType, ExecutableDocument};
-use async_graphql::{Name, Value as ConstValue, Variables};
+use async_graphql::{Name, ServerError, Value as ConstValue, Variables};
 use lru::LruCache;
+
+use super::{cost, inputs};
 
 /// Texts longer than this are parsed every time: a dashboard's query is a few KiB at most.
 const MAX_TEXT: usize = 16 * 1024;
@@ -38,6 +40,9 @@ const SIGNATURES: usize = 16;
 
 struct Entry {
     doc: ExecutableDocument,
+    /// Whether it is within the selection limit and its string arguments can all be looked
+    /// up ([`checks`]).
+    checks: Result<(), String>,
     /// The variables declared by any of its operations, once each, when every one is of a type
     /// whose values validate by their kind alone; `None` otherwise.
     declared: Option<Vec<Name>>,
@@ -92,29 +97,41 @@ impl Prepared {
     }
 }
 
+/// Whether `text`'s document is kept: then [`prepare`] parses nothing.
+pub fn is_kept(text: &str) -> bool {
+    text.len() <= MAX_TEXT && relock(&DOCUMENTS).contains(text)
+}
+
 /// Gives the request its parsed document, from the cache or parsed now and kept, and tells
-/// whether it is known to pass validation. A text that does not parse is left to
-/// async-graphql, which answers the syntax error.
-pub fn prepare(request: &mut async_graphql::Request) -> Prepared {
+/// whether it is known to pass validation. The `Err` is the request's answer, an error with
+/// its code: a text too costly to parse or to run (`cost`), a syntax error, or a string
+/// argument or variable that no lookup can take (`inputs`). Parsing can take milliseconds:
+/// unless [`is_kept`], call it off the runtime's threads.
+pub fn prepare(request: &mut async_graphql::Request) -> Result<Prepared, ServerError> {
+    inputs::check_variables(&request.variables).map_err(bad_input)?;
     if request.query.len() > MAX_TEXT {
-        return Prepared::default();
+        // Parsed here all the same, for its checks, but not kept.
+        let doc = parse(&request.query)?;
+        checks(&doc).map_err(bad_input)?;
+        request.set_parsed_query(doc);
+        return Ok(Prepared::default());
     }
     let cached = relock(&DOCUMENTS).get(request.query.as_str()).cloned();
     let entry = match cached {
         Some(entry) => entry,
-        None => match parse_query(&request.query) {
-            Ok(doc) => {
-                let entry = Arc::new(Entry {
-                    declared: kinded_variables(&doc),
-                    doc,
-                    validated: Mutex::default(),
-                });
-                relock(&DOCUMENTS).put(request.query.as_str().into(), entry.clone());
-                entry
-            }
-            Err(_) => return Prepared::default(),
-        },
+        None => {
+            let doc = parse(&request.query)?;
+            let entry = Arc::new(Entry {
+                declared: kinded_variables(&doc),
+                checks: checks(&doc),
+                doc,
+                validated: Mutex::default(),
+            });
+            relock(&DOCUMENTS).put(request.query.as_str().into(), entry.clone());
+            entry
+        }
     };
+    entry.checks.clone().map_err(bad_input)?;
     // Cloned outside the cache's lock; a clone shares the document's names and costs a
     // fraction of a parse.
     request.set_parsed_query(entry.doc.clone());
@@ -125,7 +142,7 @@ pub fn prepare(request: &mut async_graphql::Request) -> Prepared {
             &request.variables,
         )
     });
-    match signature {
+    Ok(match signature {
         Some(signature) => {
             let validated = relock(&entry.validated).contains(&signature);
             Prepared {
@@ -134,7 +151,31 @@ pub fn prepare(request: &mut async_graphql::Request) -> Prepared {
             }
         }
         None => Prepared::default(),
-    }
+    })
+}
+
+/// The text's document, if its size and names allow parsing it and it parses.
+fn parse(text: &str) -> Result<ExecutableDocument, ServerError> {
+    cost::check_text(text).map_err(bad_input)?;
+    parse_query(text).map_err(|e| coded(e.into(), "GRAPHQL_PARSE_FAILED"))
+}
+
+/// What a parsed document must pass before it runs, whatever its variables.
+fn checks(doc: &ExecutableDocument) -> Result<(), String> {
+    cost::check_document(doc)?;
+    inputs::check_document(doc)
+}
+
+fn bad_input(message: String) -> ServerError {
+    coded(ServerError::new(message, None), "BAD_USER_INPUT")
+}
+
+fn coded(mut error: ServerError, code: &str) -> ServerError {
+    error
+        .extensions
+        .get_or_insert_with(Default::default)
+        .set("code", code);
+    error
 }
 
 /// The variables declared by the document's operations, sorted and once each, if every one is
@@ -196,7 +237,7 @@ mod tests {
 
     fn request(text: &str) -> async_graphql::Request {
         let mut request = async_graphql::Request::new(text);
-        prepare(&mut request);
+        let _ = prepare(&mut request);
         request
     }
 
@@ -222,7 +263,12 @@ mod tests {
     fn leaves_what_does_not_parse_or_is_too_long() {
         let _serial = relock(&SERIAL);
         let broken = "{ project(fullPath: ";
-        request(broken);
+        let mut r = async_graphql::Request::new(broken);
+        let error = prepare(&mut r).err().expect("a syntax error");
+        assert_eq!(
+            error.extensions.unwrap().get("code"),
+            Some(&ConstValue::from("GRAPHQL_PARSE_FAILED"))
+        );
         assert!(!cached(broken));
         let long = format!("{{ currentUser {{ id }} }}{}", " ".repeat(MAX_TEXT));
         request(&long);
@@ -233,7 +279,7 @@ mod tests {
         let mut request =
             async_graphql::Request::new(text).variables(Variables::from_json(variables));
         request.operation_name = operation.map(str::to_owned);
-        prepare(&mut request)
+        prepare(&mut request).unwrap()
     }
 
     #[test]

@@ -1,8 +1,10 @@
 //! GraphQL at `POST /api/graphql` (SPEC 5.1), and its explorer at `GET /-/graphql-explorer`.
 
 mod agents;
+mod cost;
 mod documents;
 pub mod explorer;
+mod inputs;
 mod loaders;
 mod plain;
 mod resource_group;
@@ -139,14 +141,48 @@ pub async fn execute(
         Ok(body) => body,
         Err(e) => return unless_unknown(&db, error_response(&e)).await,
     };
-    let mut request: async_graphql::Request = match serde_json::from_slice(&body) {
-        Ok(request) => request,
+    // One JSON object, nothing after it (`from_slice` refuses trailing bytes); strings are
+    // judged by `inputs`, as GraphQL input, below.
+    let object = body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
+    let parsed = serde_json::from_slice::<RequestBody>(&body)
+        .map_err(|e| e.to_string())
+        .and_then(|b| {
+            object
+                .then_some(b)
+                .ok_or("the body must be a JSON object".into())
+        });
+    let mut request = match parsed {
+        Ok(body) => body.into_request(),
         Err(e) => {
             let e = Error::BadRequest(format!("not a GraphQL request: {e}"));
             return unless_unknown(&db, error_response(&e)).await;
         }
     };
-    let prepared = documents::prepare(&mut request);
+    let prepared = if documents::is_kept(&request.query) {
+        documents::prepare(&mut request)
+    } else {
+        // Parsing a new text can take milliseconds: off the runtime's threads, a few at a time.
+        let _slot = cost::parse_slot().await;
+        let parsed = tokio::task::spawn_blocking(move || {
+            let prepared = documents::prepare(&mut request);
+            (request, prepared)
+        })
+        .await;
+        match parsed {
+            Ok((parsed, prepared)) => {
+                request = parsed;
+                prepared
+            }
+            Err(e) => return error_response(&Error::Internal(e.into())),
+        }
+    };
+    let prepared = match prepared {
+        Ok(prepared) => prepared,
+        Err(error) => {
+            let response = async_graphql::Response::from_errors(vec![error]);
+            return unless_unknown(&db, Json(response).into_response()).await;
+        }
+    };
     // Borrowed now, so that a database away is one 503 rather than an error per field.
     if let Err(e) = db.loader().conn().await {
         return error_response(&e);
@@ -160,7 +196,10 @@ pub async fn execute(
     } else {
         &schemas.strict
     };
-    let response = schema.execute(request).await;
+    let mut response = schema.execute(request).await;
+    for error in &mut response.errors {
+        with_code(error);
+    }
     if response.errors.is_empty() {
         prepared.passed();
     }
@@ -170,6 +209,51 @@ pub async fn execute(
     // A query that read nothing (`{ __typename }`, or one refused by validation) has not
     // read the user yet.
     unless_unknown(&db, Json(response).into_response()).await
+}
+
+/// A GraphQL request as POSTed: `query` is required (a body without it is 400, not an empty
+/// query), `operationName` and `variables` optional, anything else ignored.
+#[derive(serde::Deserialize)]
+struct RequestBody {
+    query: String,
+    #[serde(rename = "operationName", default)]
+    operation_name: Option<String>,
+    #[serde(default)]
+    variables: Option<async_graphql::Variables>,
+}
+
+impl RequestBody {
+    fn into_request(self) -> async_graphql::Request {
+        let mut request = async_graphql::Request::new(self.query);
+        request.operation_name = self.operation_name;
+        if let Some(variables) = self.variables {
+            request = request.variables(variables);
+        }
+        request
+    }
+}
+
+/// Gives every error `extensions.code` (SPEC 3): async-graphql's own errors have none. Ours
+/// carry theirs (`Error::to_graphql`, and `documents::prepare` for syntax, cost and inputs); of
+/// the others, an operation name the document lacks is `OPERATION_RESOLUTION_FAILURE`,
+/// anything refused before execution (validation, the depth and complexity limits)
+/// `GRAPHQL_VALIDATION_FAILED`, and an error at a field (an argument's value that does not fit
+/// its type) `BAD_USER_INPUT`.
+fn with_code(error: &mut async_graphql::ServerError) {
+    let extensions = error.extensions.get_or_insert_with(Default::default);
+    if extensions.get("code").is_some() {
+        return;
+    }
+    let code = if error.message.starts_with("Unknown operation named")
+        || error.message == "Operation name required in request."
+    {
+        "OPERATION_RESOLUTION_FAILURE"
+    } else if error.path.is_empty() {
+        "GRAPHQL_VALIDATION_FAILED"
+    } else {
+        "BAD_USER_INPUT"
+    };
+    extensions.set("code", code);
 }
 
 /// An error of the database being away (or of a connection to it broken).

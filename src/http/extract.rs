@@ -1,5 +1,6 @@
 //! A JSON body extractor whose rejections use envlens' error format: 400 for bytes that are
-//! not JSON, 422 naming the field for JSON of the wrong shape, 413 over the body limit.
+//! not JSON (bytes after the value included), 422 naming the field for JSON of the wrong shape
+//! or a string PostgreSQL cannot store, 413 over the body limit.
 
 use axum::body::Bytes;
 use axum::extract::{FromRef, FromRequest, Request};
@@ -34,14 +35,66 @@ pub async fn read_body(req: Request, limit: usize) -> Result<Bytes, Error> {
     })
 }
 
-/// Parses JSON, telling malformed input (400) from a field of the wrong shape (422). Bytes
-/// after the JSON value (other than white space) are malformed input too.
+/// Parses a request body, a JSON object, in this order: bytes that are not one JSON value
+/// (trailing bytes included) are 400, whatever comes first in them; then a value that is not an
+/// object, a string with a NUL anywhere (a key too: PostgreSQL stores no NUL in `text` or
+/// `jsonb`, and GitLab, on PostgreSQL too, never sends one), and a field of the wrong shape
+/// are 422 naming the field.
 pub fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, Error> {
-    let mut de = serde_json::Deserializer::from_slice(body);
-    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| shape_error(e, ""))?;
-    de.end()
+    // One pass that allocates nothing, so that malformed JSON is 400 before any field is judged.
+    serde_json::from_slice::<serde::de::IgnoredAny>(body)
         .map_err(|e| Error::BadRequest(format!("malformed JSON: {e}")))?;
-    Ok(value)
+    if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(Error::invalid("", "the body must be a JSON object"));
+    }
+    if let Some(field) = nul_field(body) {
+        return Err(Error::invalid(
+            field,
+            "must not contain the NUL character (\\u0000): it cannot be stored",
+        ));
+    }
+    let de = &mut serde_json::Deserializer::from_slice(body);
+    serde_path_to_error::deserialize(de).map_err(|e| shape_error(e, ""))
+}
+
+/// The path of the first string (or key) holding a NUL in a well-formed JSON body. In JSON a
+/// NUL can only be written `\u0000` (a raw one is malformed), so the bytes are scanned for
+/// that escape first and the body read as a tree only when one is there.
+fn nul_field(body: &[u8]) -> Option<String> {
+    const ESCAPE: &[u8] = b"\\u0000";
+    let escaped = body.windows(ESCAPE.len()).enumerate().any(|(i, w)| {
+        // `\\u0000` is an escaped backslash and the text `u0000`: a NUL's escape starts an
+        // odd run of backslashes.
+        w == ESCAPE && body[..i].iter().rev().take_while(|b| **b == b'\\').count() % 2 == 0
+    });
+    if !escaped {
+        return None;
+    }
+    let value: serde_json::Value = serde_json::from_slice(body).ok()?;
+    nul_path(&value, String::new())
+}
+
+fn nul_path(value: &serde_json::Value, path: String) -> Option<String> {
+    use serde_json::Value;
+    match value {
+        Value::String(s) if s.contains('\0') => Some(path),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(i, item)| nul_path(item, format!("{path}[{i}]"))),
+        Value::Object(fields) => fields.iter().find_map(|(key, item)| {
+            let field = match path.as_str() {
+                "" => key.replace('\0', "\\u0000"),
+                _ => format!("{path}.{}", key.replace('\0', "\\u0000")),
+            };
+            if key.contains('\0') {
+                Some(field)
+            } else {
+                nul_path(item, field)
+            }
+        }),
+        _ => None,
+    }
 }
 
 /// Reads a part of an already parsed body; errors name fields below `prefix` (e.g. `agent_config`).
@@ -151,5 +204,49 @@ mod tests {
             }
             other => panic!("unexpected {other:?}"),
         }
+    }
+
+    #[test]
+    fn malformed_is_400_whatever_comes_first() {
+        for body in [
+            r#"{"items": []} garbage"#,
+            r#"{"items": []}{}"#,
+            r#"{"items": [{"id": "x", "name": "a"}]} x"#,
+            r#"{"items": "wrong", "more": [}"#,
+            r#"[] x"#,
+        ] {
+            assert_eq!(field_of(body), (400, String::new()), "{body}");
+        }
+        assert!(parse::<Outer>(b"{\"items\": []} \n\t ").is_ok());
+    }
+
+    #[test]
+    fn the_body_is_an_object() {
+        assert_eq!(field_of("[]"), (422, String::new()));
+        assert_eq!(field_of(" [{\"id\": 1}]"), (422, String::new()));
+        assert_eq!(field_of("\"items\""), (422, String::new()));
+        assert_eq!(field_of("null"), (422, String::new()));
+    }
+
+    #[test]
+    fn a_nul_anywhere_is_422_naming_its_field() {
+        assert_eq!(
+            field_of(r#"{"items": [{"id": 1, "name": "a"}, {"id": 2, "name": "b\u0000"}]}"#),
+            (422, "items[1].name".into())
+        );
+        assert_eq!(
+            field_of(r#"{"items": [], "other": {"deep": ["\u0000"]}}"#),
+            (422, "other.deep[0]".into())
+        );
+        assert_eq!(
+            field_of(r#"{"items": [], "k\u0000ey": 1}"#),
+            (422, "k\\u0000ey".into())
+        );
+        // An escaped backslash before `u0000` is text, not a NUL.
+        assert!(parse::<Outer>(br#"{"items": [{"id": 1, "name": "a\\u0000"}]}"#).is_ok());
+        assert_eq!(
+            field_of(r#"{"items": [{"id": 1, "name": "a\\\u0000"}]}"#),
+            (422, "items[0].name".into())
+        );
     }
 }

@@ -5,3 +5,4 @@
 pub mod extract;
 pub mod middleware;
 pub mod ops;
+pub mod server;

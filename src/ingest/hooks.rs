@@ -185,6 +185,12 @@ async fn first_delivery(conn: &mut PgConnection, headers: &HeaderMap) -> Result<
             let id = id
                 .to_str()
                 .map_err(|_| Error::BadRequest("delivery id is not text".into()))?;
+            // A primary key: an index row must stay small (GitLab's ids are 36-character UUIDs).
+            if id.len() > crate::gitlab::validate::MAX_NAME {
+                return Err(Error::BadRequest(
+                    "delivery id is longer than 255 characters".into(),
+                ));
+            }
             deliveries::record(conn, id, event).await
         }
     }

@@ -103,7 +103,7 @@ pub async fn forward(
     let Some(uri) = upstream_uri(&parts.uri) else {
         return kubernetes_status(
             StatusCode::BAD_REQUEST,
-            "the path must be a Kubernetes API path, without `.` or `..` segments",
+            "the path must be a Kubernetes API path: no segment that decodes to `.` or `..`, no encoded `/`, `\\` or `%`, no NUL, no empty segment",
         );
     };
     let body = match axum::body::to_bytes(body, limits.body_limit).await {
@@ -176,12 +176,11 @@ fn agent_id(headers: &HeaderMap, uri: &Uri) -> Option<i64> {
 }
 
 /// The cluster's URI for the request: the path after the prefix, the query without envlens'
-/// own parameters. `.` and `..` segments are refused: behind a cluster URL with a path (as
-/// Rancher's), they could leave the cluster's API.
+/// own parameters; `None` when the path is refused (see [`unambiguous_path`]).
 fn upstream_uri(uri: &Uri) -> Option<Uri> {
     let path = uri.path().strip_prefix(PREFIX)?;
     let path = if path.is_empty() { "/" } else { path };
-    if !path.starts_with('/') || path.split('/').any(|s| s == "." || s == "..") {
+    if !unambiguous_path(path) {
         return None;
     }
     let query: Vec<&str> = uri
@@ -199,6 +198,49 @@ fn upstream_uri(uri: &Uri) -> Option<Uri> {
         format!("{path}?{}", query.join("&"))
     };
     path_and_query.parse().ok()
+}
+
+/// Whether `path` means the same to every server that reads it, judged on its decoded segments
+/// (RFC 3986 section 6.2.2): behind a cluster URL with a path (as Rancher's), a segment that
+/// decodes to `.` or `..` could leave the cluster's API, whether sent as `..`, `%2e%2e`, `.%2E`
+/// or `..%2f`. Refused: such segments; an encoded `/` or `\`, or a `\` at all (servers split
+/// on them differently); NUL; a `%` that does not start a valid escape, or that decodes to `%`
+/// (a server decoding twice would see `%2e%2e` in `%252e%252e`); and empty segments but a last
+/// one (servers that merge `//` would shift the path). Kubernetes' own paths need none of these.
+fn unambiguous_path(path: &str) -> bool {
+    let Some(rest) = path.strip_prefix('/') else {
+        return false;
+    };
+    let segments: Vec<&str> = rest.split('/').collect();
+    segments.iter().enumerate().all(|(i, segment)| {
+        let Some(decoded) = percent_decode(segment) else {
+            return false;
+        };
+        let empty_inside = decoded.is_empty() && i + 1 < segments.len();
+        !empty_inside
+            && decoded != b"."
+            && decoded != b".."
+            && !decoded.iter().any(|b| matches!(b, b'/' | b'\\' | 0 | b'%'))
+    })
+}
+
+/// A path segment with its `%XX` escapes decoded; `None` when a `%` starts no valid escape.
+fn percent_decode(segment: &str) -> Option<Vec<u8>> {
+    let bytes = segment.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = bytes.get(i + 1..i + 3)?;
+            let hex = std::str::from_utf8(hex).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    Some(out)
 }
 
 /// The client's headers minus this hop's, the GitLab credentials, any `Impersonate-*` (the
@@ -276,6 +318,44 @@ mod tests {
         assert_eq!(upstream("/k8s-proxy/api/../../x"), None);
         assert_eq!(upstream("/k8s-proxy/api/./v1"), None);
         assert_eq!(upstream("/k8s-proxyx/api"), None);
+        assert_eq!(upstream("/k8s-proxy/"), Some("/".into()));
+        assert_eq!(upstream("/k8s-proxy"), Some("/".into()));
+    }
+
+    #[test]
+    fn segments_are_judged_decoded() {
+        for path in [
+            "/api/v1/namespaces/a/pods",
+            "/apis/apps/v1/namespaces/a/deployments/web",
+            "/api/v1/namespaces/a/pods/web-1/log",
+            "/api/",
+            "/api/v1/namespaces/a/pods/a%3Ab",
+            "/api/v1/namespaces/a.b/pods/...",
+        ] {
+            assert!(unambiguous_path(path), "{path} refused");
+        }
+        for path in [
+            "/%2e%2e/%2e%2e/api/graphql",
+            "/%2E%2E/x",
+            "/api/.%2e/x",
+            "/api/%2e/x",
+            "/api/%2e",
+            "/api/..%2f..%2fx",
+            "/api/..%2F",
+            "/api/a%5cb",
+            "/api/a\\b",
+            "/api/a%00b",
+            "/api/%252e%252e/x",
+            "/api/%2",
+            "/api/%zz",
+            "/api//v1",
+            "//api",
+            "api",
+            "/..",
+            "/.",
+        ] {
+            assert!(!unambiguous_path(path), "{path} accepted");
+        }
     }
 
     #[test]

@@ -90,6 +90,9 @@ pub struct Metrics {
     database_acquire: Histogram,
     database_acquire_failures: Counter,
     webhook_events: Family<WebhookLabels, Counter>,
+    connections_open: Gauge,
+    connections_refused: Counter,
+    connections_timed_out: Counter,
     /// Unix time of the last change applied to the identity mirror, 0 before the first.
     mirror_applied_at: AtomicI64,
     mirror_applied_gauge: Gauge,
@@ -170,6 +173,24 @@ impl Default for Metrics {
             "GitLab webhook events received, by event and outcome",
             webhook_events.clone(),
         );
+        let connections_open = Gauge::default();
+        registry.register(
+            "envlens_http_connections_open",
+            "HTTP connections open",
+            connections_open.clone(),
+        );
+        let connections_refused = Counter::default();
+        registry.register(
+            "envlens_http_connections_refused",
+            "Connections (or their requests) refused at the connection cap",
+            connections_refused.clone(),
+        );
+        let connections_timed_out = Counter::default();
+        registry.register(
+            "envlens_http_connections_timed_out",
+            "Connections closed for a slow request head or idleness",
+            connections_timed_out.clone(),
+        );
         let mirror_applied_gauge = Gauge::default();
         registry.register(
             "envlens_identity_mirror_last_applied_timestamp_seconds",
@@ -189,6 +210,9 @@ impl Default for Metrics {
             database_acquire,
             database_acquire_failures,
             webhook_events,
+            connections_open,
+            connections_refused,
+            connections_timed_out,
             mirror_applied_at: AtomicI64::new(0),
             mirror_applied_gauge,
         }
@@ -267,6 +291,22 @@ impl Metrics {
             .inc();
     }
 
+    /// Counts a connection open while the returned guard lives.
+    pub fn connection_opened(&self) -> OpenConnection<'_> {
+        self.connections_open.inc();
+        OpenConnection(self)
+    }
+
+    /// A connection (or a request on the reserve) turned away at the connection cap.
+    pub fn connection_refused(&self) {
+        self.connections_refused.inc();
+    }
+
+    /// A connection closed for sending its head too slowly, or nothing for too long.
+    pub fn connection_timed_out(&self) {
+        self.connections_timed_out.inc();
+    }
+
     /// The identity mirror changed now.
     pub fn mirror_applied(&self) {
         let now = SystemTime::now()
@@ -316,6 +356,15 @@ impl Metrics {
         };
         let mut registry = self.registry.lock().unwrap_or_else(|e| e.into_inner());
         registry.register_collector(Box::new(reading));
+    }
+}
+
+/// An open connection, counted until dropped.
+pub struct OpenConnection<'a>(&'a Metrics);
+
+impl Drop for OpenConnection<'_> {
+    fn drop(&mut self) {
+        self.0.connections_open.dec();
     }
 }
 
