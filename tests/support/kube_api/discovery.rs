@@ -15,6 +15,8 @@ pub(crate) struct ResourceKind {
     pub categories: Vec<String>,
     /// Subresources answered besides the object itself (`status`, `scale`, `log`).
     pub subresources: Vec<String>,
+    /// Only `create` is served (the access reviews), nothing is stored.
+    pub create_only: bool,
 }
 
 impl ResourceKind {
@@ -46,7 +48,11 @@ impl ResourceKind {
             "singularName": self.kind.to_lowercase(),
             "namespaced": self.namespaced,
             "kind": self.kind,
-            "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"],
+            "verbs": if self.create_only {
+                json!(["create"])
+            } else {
+                json!(["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"])
+            },
         });
         if !self.short_names.is_empty() {
             main["shortNames"] = json!(self.short_names);
@@ -135,6 +141,10 @@ impl Registry {
             ("apiregistration.k8s.io", "v1", "APIService", "apiservices", false, &[], false, &["status"]),
             ("rbac.authorization.k8s.io", "v1", "Role", "roles", true, &[], false, &[]),
             ("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings", true, &[], false, &[]),
+            ("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", false, &[], false, &[]),
+            ("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "clusterrolebindings", false, &[], false, &[]),
+            ("authorization.k8s.io", "v1", "SubjectAccessReview", "subjectaccessreviews", false, &[], false, &[]),
+            ("authorization.k8s.io", "v1", "SelfSubjectAccessReview", "selfsubjectaccessreviews", false, &[], false, &[]),
         ];
         for &(group, version, kind, plural, namespaced, short, all, subs) in table {
             r.add(ResourceKind {
@@ -146,6 +156,7 @@ impl Registry {
                 short_names: short.iter().map(|s| s.to_string()).collect(),
                 categories: if all { vec!["all".into()] } else { Vec::new() },
                 subresources: subs.iter().map(|s| s.to_string()).collect(),
+                create_only: group == "authorization.k8s.io",
             });
         }
         r
