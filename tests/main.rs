@@ -18,3 +18,4 @@ mod resource_fetch;
 mod resource_group;
 mod shutdown;
 mod telemetry;
+mod watch_cache;

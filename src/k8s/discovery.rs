@@ -289,7 +289,7 @@ impl DiscoveryCache {
 
 /// Why a GET got no usable answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Failure {
+pub(crate) struct Failure {
     /// The HTTP status when the cluster answered with an error; `None` when it did not answer
     /// (connection refused, timeout) or answered 2xx with a body that is not what was asked.
     pub code: Option<u16>,
@@ -308,7 +308,7 @@ impl Failure {
     }
 
     /// A 2xx whose body could not be read as the expected document.
-    pub(super) fn bad_body(error: serde_json::Error) -> Self {
+    pub(crate) fn bad_body(error: serde_json::Error) -> Self {
         Failure {
             code: None,
             message: format!("the answer is not valid JSON of the expected shape: {error}"),
@@ -319,7 +319,7 @@ impl Failure {
 
 /// `GET path_and_query` with `headers` added and `Accept: application/json`; the body of a 2xx.
 /// Error answers become a [`Failure`] whose message is the `Status` message when the body is one.
-pub(super) async fn get(
+pub(crate) async fn get(
     client: &kube::Client,
     path_and_query: &str,
     headers: &HeaderMap,
@@ -360,7 +360,7 @@ pub(super) async fn get(
 }
 
 /// The message of a `Status` body; else the body's text, shortened; else the status' reason.
-pub(super) fn error_message(status: StatusCode, body: &[u8]) -> String {
+pub(crate) fn error_message(status: StatusCode, body: &[u8]) -> String {
     #[derive(Deserialize)]
     struct Status {
         #[serde(default)]
