@@ -444,3 +444,58 @@ async fn a_kind_installed_later_is_watched_and_idle_namespaces_stop() {
     }
     assert_eq!(cache.objects(), 0);
 }
+
+#[tokio::test]
+async fn a_failing_watch_is_an_error_and_an_out_of_date_warning_until_it_recovers() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let s = setup(200_000).await;
+    let none = HeaderMap::new();
+    s.converges(&none, "first view").await;
+    let failing = Arc::new(AtomicBool::new(true));
+    let on = failing.clone();
+    s.api.fault(move |r| {
+        (on.load(Ordering::SeqCst) && r.verb == "watch" && r.resource == "pods")
+            .then(|| crate::support::kube_api::Fault::Status(500, "etcd is unhappy".into()))
+    });
+    s.api.drop_watches();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let group = loop {
+        let g = s.cached(&none).await;
+        if !g.errors.is_empty() {
+            break g;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the failing watch is never reported"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(group.errors.len(), 1, "{:?}", group.errors);
+    assert_eq!(
+        (group.errors[0].kind.as_str(), group.errors[0].code),
+        ("Pod", Some(500))
+    );
+    assert_eq!(group.errors[0].message, "etcd is unhappy");
+    assert!(
+        group.warnings.iter().any(
+            |w| w.starts_with("v1 Pod may be out of date: its watch has been failing since 20")
+        ),
+        "{:?}",
+        group.warnings
+    );
+    assert!(
+        group.resources.iter().any(|r| r.kind == "Pod"),
+        "the last known Pods are still shown"
+    );
+
+    // Once the watch works again, the group is whole and current.
+    failing.store(false, Ordering::SeqCst);
+    s.api.insert(labelled_pod("after-recovery"));
+    let g = s.converges(&none, "after recovery").await;
+    assert!(
+        g.errors.is_empty() && g.warnings.is_empty(),
+        "{:?} {:?}",
+        g.errors,
+        g.warnings
+    );
+}

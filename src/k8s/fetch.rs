@@ -235,6 +235,7 @@ pub(crate) async fn into_listing(
         events,
         errors,
         unavailable: discovered.failures.clone(),
+        warnings: Vec::new(),
     })
 }
 

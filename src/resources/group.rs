@@ -105,6 +105,7 @@ pub fn assemble(listing: Listing) -> ResourceGroup {
         mut events,
         errors,
         unavailable,
+        warnings: said,
     } = listing;
 
     let objects: Vec<Object> = selected.into_iter().chain(owned).collect();
@@ -182,6 +183,7 @@ pub fn assemble(listing: Listing) -> ResourceGroup {
             failure.group_version, failure.message
         ));
     }
+    warnings.extend(said);
 
     ResourceGroup {
         namespace,

@@ -36,6 +36,8 @@ pub(crate) struct KindWatch {
     pub kind: ApiKind,
     objects: Mutex<BTreeMap<String, Object>>,
     pub phase: watch::Sender<Phase>,
+    /// Since when the watch has been failing, and its last error: the objects are as of then.
+    stale: Mutex<Option<(chrono::DateTime<chrono::Utc>, Failure)>>,
     task: OnceLock<tokio::task::AbortHandle>,
     /// The cache's count of objects, for its bound.
     total: Arc<AtomicUsize>,
@@ -74,6 +76,7 @@ impl KindWatch {
             kind,
             objects: Mutex::new(BTreeMap::new()),
             phase: watch::Sender::new(Phase::Pending),
+            stale: Mutex::new(None),
             task: OnceLock::new(),
             total,
             metrics,
@@ -88,6 +91,24 @@ impl KindWatch {
         let task = tokio::spawn(run(client, weak, path, page_size));
         let _ = watch.task.set(task.abort_handle());
         watch
+    }
+
+    /// Since when the cached objects have been out of date, and why.
+    pub fn stale(&self) -> Option<(chrono::DateTime<chrono::Utc>, Failure)> {
+        self.stale.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn set_stale(&self, failure: Option<Failure>) {
+        let mut stale = self.stale.lock().unwrap_or_else(|e| e.into_inner());
+        match failure {
+            None => *stale = None,
+            Some(failure) => {
+                let since = stale
+                    .as_ref()
+                    .map_or_else(chrono::Utc::now, |(since, _)| *since);
+                *stale = Some((since, failure));
+            }
+        }
     }
 
     pub fn lock(&self) -> MutexGuard<'_, BTreeMap<String, Object>> {
@@ -201,7 +222,6 @@ async fn run(
                 Ok(rv) => {
                     version = Some(rv);
                     this.phase.send_replace(Phase::Synced);
-                    backoff = BACKOFF_START;
                 }
                 Err(failure) => {
                     tracing::debug!(path, code = ?failure.code, message = %failure.message, "watch cache: list failed");
@@ -216,10 +236,18 @@ async fn run(
         let from = version.clone().unwrap_or_default();
         drop(this);
         match stream(&client, &watch, &path, &mut version, &from).await {
-            Ended::Closed => {}
-            Ended::Expired => version = None,
+            // The backoff starts over only once a watch has worked: a cluster whose lists
+            // answer but whose watches fail is not asked in a tight loop.
+            Ended::Closed => backoff = BACKOFF_START,
+            Ended::Expired => {
+                backoff = BACKOFF_START;
+                version = None;
+            }
             Ended::Failed(failure) => {
                 tracing::debug!(path, code = ?failure.code, message = %failure.message, "watch cache: watch failed");
+                if let Some(this) = watch.upgrade() {
+                    this.set_stale(Some(failure.clone()));
+                }
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(BACKOFF_MAX);
                 // A watch the server refuses may be refused for its version: list again.
@@ -328,6 +356,7 @@ async fn stream(
     let Some(this) = watch.upgrade() else {
         return Ended::Closed;
     };
+    this.set_stale(None);
     let metrics = this.metrics.clone();
     drop(this);
     metrics.watch_streams.inc();

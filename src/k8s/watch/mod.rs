@@ -30,7 +30,7 @@ use axum::http::HeaderMap;
 
 use crate::k8s::discovery::{ApiKind, DiscoveryCache, Failure};
 use crate::k8s::fetch::{self, FetchError, FetchOptions, Job, Listed, Purpose};
-use crate::resources::listing::Listing;
+use crate::resources::listing::{ListError, Listing};
 use crate::resources::object::Object;
 use crate::resources::tree::Tree;
 use crate::telemetry::Metrics;
@@ -184,7 +184,7 @@ impl WatchCache {
                 },
             )
             .collect();
-        fetch::into_listing(
+        let mut listing = fetch::into_listing(
             &jobs,
             outcomes,
             &discovered,
@@ -193,7 +193,36 @@ impl WatchCache {
             label_selector,
             options,
         )
-        .await
+        .await?;
+        // Kinds whose watch is failing: their last known objects are shown, with the error
+        // and since when they are out of date.
+        let mut stale: Vec<_> = by_type
+            .values()
+            .filter(|(watch, refused)| {
+                refused.is_none() && matches!(*watch.phase.borrow(), Phase::Synced)
+            })
+            .filter_map(|(watch, _)| watch.stale().map(|s| (watch.kind.clone(), s)))
+            .collect();
+        stale.sort_by(|a, b| a.0.cmp(&b.0));
+        for (kind, (since, failure)) in stale {
+            listing.warnings.push(format!(
+                "{} {} may be out of date: its watch has been failing since {}",
+                kind.api_version(),
+                kind.kind,
+                since.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+            ));
+            listing.errors.push(ListError {
+                api_version: kind.api_version(),
+                kind: kind.kind,
+                code: failure.code,
+                message: failure.message,
+            });
+        }
+        listing.errors.sort();
+        listing
+            .errors
+            .dedup_by(|a, b| a.api_version == b.api_version && a.kind == b.kind);
+        Ok(listing)
     }
 
     /// The namespace's watches of `kinds`, in that order: started where missing, the namespace
