@@ -499,3 +499,55 @@ async fn a_failing_watch_is_an_error_and_an_out_of_date_warning_until_it_recover
         g.warnings
     );
 }
+
+#[tokio::test]
+async fn a_kind_that_cannot_be_watched_is_listed_fresh_for_every_view() {
+    let s = setup(200_000).await;
+    s.api.add_kind_watchable(
+        "metrics.example.com",
+        "v1",
+        "Sample",
+        "samples",
+        true,
+        false,
+    );
+    let labels = json!({"app.gitlab.com/project_id": PROJECT.to_string(), "app.gitlab.com/environment_slug": SLUG});
+    s.api.insert(
+        json!({"apiVersion": "metrics.example.com/v1", "kind": "Sample",
+        "metadata": {"name": "s1", "namespace": NS, "labels": labels}}),
+    );
+    let none = HeaderMap::new();
+    let g = s.converges(&none, "first view").await;
+    assert!(g.resources.iter().any(|r| r.kind == "Sample"));
+    assert_eq!(
+        s.api.request_count("watch", "samples.metrics.example.com"),
+        0
+    );
+    s.api.reset_request_counts();
+    s.api.insert(
+        json!({"apiVersion": "metrics.example.com/v1", "kind": "Sample",
+        "metadata": {"name": "s2", "namespace": NS, "labels": labels}}),
+    );
+    let g = s.cached(&none).await;
+    assert_eq!(
+        g.resources.iter().filter(|r| r.kind == "Sample").count(),
+        2,
+        "listed now, not from a cache"
+    );
+    let lists: Vec<_> = s
+        .api
+        .request_counts()
+        .into_iter()
+        .filter(|((verb, _), _)| verb == "list")
+        .collect();
+    assert_eq!(
+        lists,
+        [(
+            (
+                "list".to_string(),
+                "samples.metrics.example.com".to_string()
+            ),
+            1
+        )]
+    );
+}

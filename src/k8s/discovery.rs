@@ -42,6 +42,9 @@ pub struct ApiKind {
     /// The resource name in paths, e.g. `deployments`.
     pub plural: String,
     pub namespaced: bool,
+    /// Whether the kind supports `watch`: the watch cache keeps only those, and lists the
+    /// others fresh for every view.
+    pub watchable: bool,
 }
 
 impl ApiKind {
@@ -537,6 +540,7 @@ fn listable_kinds(
             group: group.into(),
             version: version.into(),
             kind: r.kind,
+            watchable: r.verbs.iter().any(|v| v == "watch"),
             plural: r.name,
             namespaced: true,
         })
@@ -612,8 +616,10 @@ mod tests {
                 kind: "Pod".into(),
                 plural: "pods".into(),
                 namespaced: true,
+                watchable: true,
             }
         );
+        assert!(!kinds[1].watchable, "configmaps say only list here");
     }
 
     #[test]
@@ -655,6 +661,7 @@ mod tests {
             kind: "Pod".into(),
             plural: "pods".into(),
             namespaced: true,
+            watchable: true,
         };
         assert_eq!(pod.api_version(), "v1");
         assert_eq!(pod.group_version_path(), "/api/v1");

@@ -381,7 +381,7 @@ pub(crate) struct Candidate {
 
 /// Runs every job concurrently (each one a task, so that pages are parsed on every core),
 /// with at most `max_in_flight` requests in flight; outcomes in job order.
-async fn run(
+pub(crate) async fn run(
     client: &kube::Client,
     headers: &HeaderMap,
     jobs: &[Job],
@@ -767,6 +767,7 @@ mod tests {
             kind: kind.into(),
             plural: plural.into(),
             namespaced: true,
+            watchable: true,
         }
     }
 

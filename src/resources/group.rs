@@ -283,6 +283,7 @@ mod tests {
                 message: "secrets is forbidden".into(),
             }],
             unavailable: Default::default(),
+            warnings: Vec::new(),
         };
         let group = assemble(listing);
         let order: Vec<_> = group

@@ -82,6 +82,7 @@ fn events_kind() -> ApiKind {
         kind: "Event".into(),
         plural: "events".into(),
         namespaced: true,
+        watchable: true,
     }
 }
 
@@ -140,7 +141,12 @@ impl WatchCache {
             .await;
         };
         let discovered = discovery.kinds().await?;
-        let mut kinds: Vec<ApiKind> = discovered.kinds.to_vec();
+        let mut kinds: Vec<ApiKind> = discovered
+            .kinds
+            .iter()
+            .filter(|k| k.watchable)
+            .cloned()
+            .collect();
         if !kinds.contains(&events_kind()) {
             kinds.push(events_kind());
         }
@@ -170,14 +176,25 @@ impl WatchCache {
             .map(|(w, refused)| ((w.kind.api_version(), w.kind.kind.clone()), (w, refused)))
             .collect();
         let jobs = fetch::plan(&discovered.kinds, namespace, label_selector, Some(terms));
+        // Kinds that cannot be watched are listed fresh, as the user, for every view.
+        let unwatched: Vec<Job> = jobs
+            .iter()
+            .filter(|job| !by_type.contains_key(&(job.api_version.clone(), job.kind.clone())))
+            .cloned()
+            .collect();
+        let mut listed = fetch::run(&self.inner.client, headers, &unwatched, options)
+            .await
+            .into_iter();
         let outcomes = jobs
             .iter()
             .map(
                 |job| match by_type.get(&(job.api_version.clone(), job.kind.clone())) {
-                    None => Err(Failure {
-                        code: None,
-                        message: "not watched".into(),
-                        answered: false,
+                    None => listed.next().unwrap_or_else(|| {
+                        Err(Failure {
+                            code: None,
+                            message: "the list stopped unexpectedly".into(),
+                            answered: false,
+                        })
                     }),
                     Some((_, Some(refused))) => Err(refused.clone()),
                     Some((watch, None)) => outcome(job, watch),

@@ -17,6 +17,8 @@ pub(crate) struct ResourceKind {
     pub subresources: Vec<String>,
     /// Only `create` is served (the access reviews), nothing is stored.
     pub create_only: bool,
+    /// Whether `watch` is served (most kinds; some aggregated APIs only list).
+    pub watchable: bool,
 }
 
 impl ResourceKind {
@@ -50,6 +52,8 @@ impl ResourceKind {
             "kind": self.kind,
             "verbs": if self.create_only {
                 json!(["create"])
+            } else if !self.watchable {
+                json!(["create", "delete", "deletecollection", "get", "list", "patch", "update"])
             } else {
                 json!(["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"])
             },
@@ -157,6 +161,7 @@ impl Registry {
                 categories: if all { vec!["all".into()] } else { Vec::new() },
                 subresources: subs.iter().map(|s| s.to_string()).collect(),
                 create_only: group == "authorization.k8s.io",
+                watchable: group != "authorization.k8s.io",
             });
         }
         r

@@ -368,7 +368,7 @@ fn resource_request(
     *lock(&ctx.api.inner.counts)
         .entry((verb.to_string(), t.kind.group_resource()))
         .or_default() += 1;
-    if t.kind.create_only && verb != "create" {
+    if (t.kind.create_only && verb != "create") || (!t.kind.watchable && verb == "watch") {
         return Err(ApiError::method_not_allowed());
     }
     authorize(ctx, &t, verb)?;

@@ -194,6 +194,20 @@ impl KubeApi {
     /// Registers a custom resource kind at run time (shows up in discovery immediately), with a
     /// `status` subresource like most CRDs.
     pub fn add_kind(&self, group: &str, version: &str, kind: &str, plural: &str, namespaced: bool) {
+        self.add_kind_watchable(group, version, kind, plural, namespaced, true);
+    }
+
+    /// [`KubeApi::add_kind`], with `watch` served or not (discovery leaves the verb out, and a
+    /// watch answers 405, as for aggregated APIs that only list).
+    pub fn add_kind_watchable(
+        &self,
+        group: &str,
+        version: &str,
+        kind: &str,
+        plural: &str,
+        namespaced: bool,
+        watchable: bool,
+    ) {
         write(&self.inner.registry).add(ResourceKind {
             group: group.into(),
             version: version.into(),
@@ -204,6 +218,7 @@ impl KubeApi {
             categories: Vec::new(),
             subresources: vec!["status".into()],
             create_only: false,
+            watchable,
         });
     }
 
