@@ -1382,3 +1382,458 @@ async fn kubectl_against_the_fake_server() {
     // clientcmd only sends credentials over TLS, so the token never reaches an http:// server.
     assert_eq!(list_req.header("authorization"), None);
 }
+
+// ---- what watch caches rely on: versions, history, bookmarks, RBAC reviews, request counts ----
+
+fn rv_of(v: &Value) -> u64 {
+    v["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn resource_versions_are_one_global_counter_and_watches_replay_after_them() {
+    let api = KubeApi::new();
+    let a = send(
+        &api,
+        "POST",
+        "/api/v1/namespaces/ns/pods",
+        Some(pod("ns", "a", json!({"app": "web"}))),
+        &[],
+    )
+    .await
+    .json();
+    let d = send(
+        &api,
+        "POST",
+        "/apis/apps/v1/namespaces/ns/deployments",
+        Some(deployment("ns", "d")),
+        &[],
+    )
+    .await
+    .json();
+    assert_eq!(
+        rv_of(&d),
+        rv_of(&a) + 1,
+        "one counter across kinds, as etcd's revision"
+    );
+    let list = get(&api, "/api/v1/namespaces/ns/pods").await.json();
+    assert_eq!(
+        rv_of(&list),
+        rv_of(&d),
+        "a list carries the current version"
+    );
+    assert_eq!(api.resource_version(), rv_of(&d));
+
+    // Every write after the list, replayed to a watch from its version, selector applied.
+    let from = rv_of(&list);
+    send(
+        &api,
+        "POST",
+        "/api/v1/namespaces/ns/pods",
+        Some(pod("ns", "b", json!({"app": "web"}))),
+        &[],
+    )
+    .await;
+    send(
+        &api,
+        "POST",
+        "/api/v1/namespaces/ns/pods",
+        Some(pod("ns", "other", json!({"app": "db"}))),
+        &[],
+    )
+    .await;
+    let patched = send(
+        &api,
+        "PATCH",
+        "/api/v1/namespaces/ns/pods/a",
+        Some(json!({"metadata": {"annotations": {"x": "1"}}})),
+        &[("content-type", "application/merge-patch+json")],
+    )
+    .await;
+    assert_eq!(patched.status, StatusCode::OK);
+    let mut b = api.get("pods", Some("ns"), "b").unwrap();
+    b["metadata"]["labels"]["tier"] = json!("front");
+    let updated = send(&api, "PUT", "/api/v1/namespaces/ns/pods/b", Some(b), &[]).await;
+    assert_eq!(updated.status, StatusCode::OK);
+    assert_eq!(
+        send(&api, "DELETE", "/api/v1/namespaces/ns/pods/a", None, &[])
+            .await
+            .status,
+        StatusCode::OK
+    );
+    let mut w = open_stream(
+        &api,
+        &format!(
+            "/api/v1/namespaces/ns/pods?watch=true&labelSelector=app%3Dweb&resourceVersion={from}"
+        ),
+    )
+    .await;
+    let mut seen = Vec::new();
+    let mut last = from;
+    for _ in 0..4 {
+        let e = w.next().await.unwrap();
+        let rv = rv_of(&e["object"]);
+        assert!(rv > last, "versions grow along the stream");
+        last = rv;
+        seen.push((
+            e["type"].as_str().unwrap().to_string(),
+            e["object"]["metadata"]["name"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+        ));
+    }
+    assert_eq!(
+        seen,
+        [
+            ev("ADDED", "b"),
+            ev("MODIFIED", "a"),
+            ev("MODIFIED", "b"),
+            ev("DELETED", "a")
+        ]
+    );
+    assert_eq!(last, api.resource_version());
+
+    // A live watch sees writes through the API as they happen.
+    send(
+        &api,
+        "POST",
+        "/api/v1/namespaces/ns/pods",
+        Some(pod("ns", "c", json!({"app": "web"}))),
+        &[],
+    )
+    .await;
+    assert_eq!(w.event().await, ev("ADDED", "c"));
+}
+
+#[tokio::test]
+async fn an_expired_version_is_410_gone_on_the_watch_stream() {
+    let api = KubeApi::new();
+    api.insert(pod("ns", "a", json!({})));
+    let old = api.resource_version();
+    api.insert(pod("ns", "b", json!({})));
+    api.compact();
+    let mut w = open_stream(
+        &api,
+        &format!("/api/v1/namespaces/ns/pods?watch=true&resourceVersion={old}"),
+    )
+    .await;
+    let e = w.next().await.unwrap();
+    assert_eq!(e["type"], "ERROR");
+    assert_eq!(e["object"]["kind"], "Status");
+    assert_eq!(e["object"]["code"], 410);
+    assert_eq!(e["object"]["reason"], "Expired");
+    assert!(w.next().await.is_none(), "the stream ends after the error");
+    // From the current version (a fresh list's), the watch works.
+    let now = api.resource_version();
+    let mut w = open_stream(
+        &api,
+        &format!("/api/v1/namespaces/ns/pods?watch=true&resourceVersion={now}"),
+    )
+    .await;
+    api.insert(pod("ns", "c", json!({})));
+    assert_eq!(w.event().await, ev("ADDED", "c"));
+}
+
+#[tokio::test]
+async fn bookmarks_carry_the_version_the_watch_has_passed() {
+    let api = KubeApi::new();
+    api.set_bookmark_interval(Duration::from_millis(50));
+    api.insert(pod("ns", "a", json!({})));
+    let from = api.resource_version();
+    let mut w = open_stream(
+        &api,
+        &format!(
+            "/api/v1/namespaces/ns/pods?watch=true&allowWatchBookmarks=true&resourceVersion={from}"
+        ),
+    )
+    .await;
+    let first = w.next().await.unwrap();
+    assert_eq!(first["type"], "BOOKMARK");
+    assert_eq!(first["object"]["kind"], "Pod");
+    assert_eq!(rv_of(&first["object"]), from);
+    // A change to another kind moves the bookmark on without an event of this kind.
+    api.insert(deployment("ns", "d"));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let e = w.next().await.unwrap();
+        assert_eq!(e["type"], "BOOKMARK");
+        if rv_of(&e["object"]) == api.resource_version() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no bookmark at the new version");
+    }
+    // Without allowWatchBookmarks there are none.
+    let mut quiet = open_stream(
+        &api,
+        "/api/v1/namespaces/ns/pods?watch=true&resourceVersion=1000000&timeoutSeconds=1",
+    )
+    .await;
+    assert!(quiet.next().await.is_none());
+}
+
+fn rbac_objects(api: &KubeApi) {
+    api.insert(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "pod-reader", "namespace": "ns"},
+        "rules": [{"apiGroups": [""], "resources": ["pods", "pods/log"], "verbs": ["get", "list", "watch"]}]}));
+    api.insert(
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "devs-read-pods", "namespace": "ns"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pod-reader"},
+        "subjects": [{"kind": "Group", "name": "devs"}]}),
+    );
+    api.insert(
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "apps-admin"},
+        "rules": [{"apiGroups": ["apps"], "resources": ["*"], "verbs": ["*"]}]}),
+    );
+    api.insert(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "alice-apps", "namespace": "ns"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "apps-admin"},
+        "subjects": [{"kind": "User", "name": "alice"}]}));
+    api.insert(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "named-config"},
+        "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"], "resourceNames": ["settings"]}]}));
+    api.insert(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "bob-config"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "named-config"},
+        "subjects": [{"kind": "User", "name": "bob"}]}));
+}
+
+async fn review(api: &KubeApi, user: &str, groups: &[&str], attrs: Value) -> Value {
+    let body = json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+        "spec": {"user": user, "groups": groups, "resourceAttributes": attrs}});
+    let r = send(
+        api,
+        "POST",
+        "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+        Some(body),
+        &[],
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text());
+    r.json()
+}
+
+#[tokio::test]
+async fn subject_access_reviews_follow_the_stored_rbac_objects() {
+    let api = KubeApi::new();
+    rbac_objects(&api);
+    api.enforce_rbac();
+    let allowed = |v: &Value| v["status"]["allowed"].as_bool().unwrap();
+    let pods = |verb: &str, ns: &str| json!({"verb": verb, "resource": "pods", "namespace": ns});
+    let r = review(&api, "carol", &["devs"], pods("list", "ns")).await;
+    assert!(allowed(&r), "{r}");
+    assert_eq!(r["kind"], "SubjectAccessReview");
+    assert_eq!(
+        r["status"]["reason"],
+        "RBAC: allowed by RoleBinding \"devs-read-pods/ns\""
+    );
+    assert!(allowed(
+        &review(&api, "carol", &["devs"], pods("watch", "ns")).await
+    ));
+    assert!(!allowed(
+        &review(&api, "carol", &["devs"], pods("delete", "ns")).await
+    ));
+    assert!(
+        !allowed(&review(&api, "carol", &["devs"], pods("list", "other")).await),
+        "a Role is one namespace's"
+    );
+    assert!(!allowed(
+        &review(&api, "carol", &["ops"], pods("list", "ns")).await
+    ));
+    assert!(allowed(&review(&api, "carol", &["devs"], json!({"verb": "get", "resource": "pods", "subresource": "log", "namespace": "ns", "name": "p"})).await));
+    // A ClusterRole bound in one namespace, `*` in resources and verbs.
+    let deploys = json!({"verb": "deletecollection", "group": "apps", "resource": "deployments", "namespace": "ns"});
+    assert!(allowed(&review(&api, "alice", &[], deploys.clone()).await));
+    assert!(!allowed(&review(&api, "alice", &[], json!({"verb": "list", "group": "apps", "resource": "deployments", "namespace": "other"})).await));
+    assert!(!allowed(
+        &review(
+            &api,
+            "alice",
+            &[],
+            json!({"verb": "list", "group": "batch", "resource": "jobs", "namespace": "ns"})
+        )
+        .await
+    ));
+    // resourceNames: that object only, and never a list.
+    let config = |name: Option<&str>| json!({"verb": "get", "resource": "configmaps", "namespace": "any", "name": name});
+    assert!(allowed(
+        &review(&api, "bob", &[], config(Some("settings"))).await
+    ));
+    assert!(!allowed(
+        &review(&api, "bob", &[], config(Some("secrets"))).await
+    ));
+    assert!(!allowed(&review(&api, "bob", &[], config(None)).await));
+    // system:masters may do anything; removing the binding takes the grant away.
+    assert!(allowed(
+        &review(&api, "root", &["system:masters"], deploys.clone()).await
+    ));
+    api.remove(
+        "rolebindings.rbac.authorization.k8s.io",
+        Some("ns"),
+        "alice-apps",
+    );
+    assert!(!allowed(&review(&api, "alice", &[], deploys).await));
+
+    // The caller's own review, impersonated.
+    let body = json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+        "spec": {"resourceAttributes": {"verb": "list", "resource": "pods", "namespace": "ns"}}});
+    let r = send(
+        &api,
+        "POST",
+        "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+        Some(body.clone()),
+        &[("impersonate-user", "dan"), ("impersonate-group", "devs")],
+    )
+    .await;
+    assert!(allowed(&r.json()), "{}", r.text());
+    let r = send(
+        &api,
+        "POST",
+        "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+        Some(body),
+        &[("impersonate-user", "dan")],
+    )
+    .await;
+    assert!(!allowed(&r.json()));
+    // Bad reviews are 4xx.
+    let empty = json!({"spec": {"resourceAttributes": {"verb": "list", "resource": "pods"}}});
+    assert_eq!(
+        send(
+            &api,
+            "POST",
+            "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+            Some(empty),
+            &[]
+        )
+        .await
+        .status,
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    assert_eq!(
+        get(&api, "/apis/authorization.k8s.io/v1/subjectaccessreviews")
+            .await
+            .status,
+        StatusCode::METHOD_NOT_ALLOWED
+    );
+}
+
+#[tokio::test]
+async fn enforced_rbac_refuses_what_the_bindings_do_not_grant() {
+    let api = KubeApi::new();
+    rbac_objects(&api);
+    api.insert(pod("ns", "a", json!({})));
+    api.enforce_rbac();
+    let as_dev = [("impersonate-user", "carol"), ("impersonate-group", "devs")];
+    assert_eq!(
+        send(&api, "GET", "/api/v1/namespaces/ns/pods", None, &as_dev)
+            .await
+            .status,
+        StatusCode::OK
+    );
+    let refused = send(&api, "GET", "/api/v1/namespaces/ns/services", None, &as_dev).await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN);
+    assert_eq!(refused.json()["message"], "services is forbidden: User \"carol\" cannot list resource \"services\" in API group \"\" in the namespace \"ns\"");
+    assert_eq!(
+        get(&api, "/api/v1/namespaces/ns/services").await.status,
+        StatusCode::OK,
+        "the admin is in system:masters"
+    );
+}
+
+#[tokio::test]
+async fn requests_are_counted_per_verb_and_resource() {
+    let api = KubeApi::new();
+    api.set_recording(false);
+    api.insert(pod("ns", "a", json!({})));
+    get(&api, "/api/v1/namespaces/ns/pods").await;
+    get(&api, "/api/v1/namespaces/ns/pods").await;
+    get(&api, "/api/v1/namespaces/ns/pods/a").await;
+    get(
+        &api,
+        "/apis/apps/v1/namespaces/ns/deployments?watch=true&timeoutSeconds=1",
+    )
+    .await;
+    get(&api, "/apis/apps/v1").await;
+    api.deny(|i| i.resource == "services");
+    get(&api, "/api/v1/namespaces/ns/services").await;
+    assert_eq!(api.request_count("list", "pods"), 2);
+    assert_eq!(api.request_count("get", "pods"), 1);
+    assert_eq!(api.request_count("watch", "deployments.apps"), 1);
+    assert_eq!(
+        api.request_count("list", "services"),
+        1,
+        "denied requests count too"
+    );
+    assert_eq!(api.resource_requests(), 5, "discovery is not counted");
+    api.reset_request_counts();
+    assert!(api.request_counts().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_watches_and_asks_can_i() {
+    if !kubectl_available() {
+        eprintln!("kubectl not on PATH: skipping kubectl_watches_and_asks_can_i");
+        return;
+    }
+    let api = KubeApi::new();
+    api.set_bookmark_interval(Duration::from_millis(100));
+    rbac_objects(&api);
+    api.enforce_rbac();
+    api.insert(pod("ns", "a", json!({})));
+    let dir = tempfile::tempdir().unwrap();
+    let served = api.serve(dir.path()).await;
+    // --watch-only with a timeout: bookmarks in between are not printed, changes are.
+    let mut watch = spawn_lines(served.kubectl().args([
+        "get",
+        "pods",
+        "-n",
+        "ns",
+        "--watch-only",
+        "-o",
+        "name",
+        "--request-timeout=20s",
+    ]));
+    wait_until(|| api.open_streams() == 1).await;
+    api.insert(pod("ns", "b", json!({})));
+    assert_eq!(watch.line().await, "pod/b");
+    watch.stop();
+
+    let (ok, out, err) = kubectl(
+        &served,
+        &[
+            "auth",
+            "can-i",
+            "list",
+            "pods",
+            "-n",
+            "ns",
+            "--as=carol",
+            "--as-group=devs",
+        ],
+    )
+    .await;
+    assert!(ok, "{out}{err}");
+    assert_eq!(out.trim(), "yes");
+    let (ok, out, _) = kubectl(
+        &served,
+        &[
+            "auth",
+            "can-i",
+            "delete",
+            "pods",
+            "-n",
+            "ns",
+            "--as=carol",
+            "--as-group=devs",
+        ],
+    )
+    .await;
+    assert!(!ok);
+    assert_eq!(out.trim(), "no");
+    assert!(api.request_count("create", "selfsubjectaccessreviews.authorization.k8s.io") >= 2);
+}

@@ -29,3 +29,4 @@ mod support;
 mod system_hooks;
 mod telemetry;
 mod test_databases;
+mod watch_cache;

@@ -254,27 +254,40 @@ async fn the_environment_and_what_it_owns_as_the_user_sees_it() {
         assert!(uids.contains(from.as_str()) && uids.contains(to.as_str()));
     }
 
-    // Every list went to the cluster as the user, as KAS impersonates for `access_as: user`.
+    // The watch cache lists as the agent; what the user may see is asked of the cluster with a
+    // SubjectAccessReview per kind, naming the identity KAS impersonates for `access_as: user`.
     let lists = list_requests(&api);
     assert!(lists.len() > 10, "{}", lists.len());
     for r in &lists {
-        assert_eq!(r.impersonate_user.as_deref(), Some("gitlab:user:dev"));
+        assert_eq!(r.impersonate_user, None, "{}", r.path);
+        assert!(r.path.contains(&format!("/namespaces/{NS}/")), "{}", r.path);
+    }
+    let reviews: Vec<Value> = api
+        .requests()
+        .into_iter()
+        .filter(|r| r.path == "/apis/authorization.k8s.io/v1/subjectaccessreviews")
+        .map(|r| serde_json::from_slice(&r.body).unwrap())
+        .collect();
+    assert!(reviews.len() > 10, "{}", reviews.len());
+    for review in &reviews {
+        let spec = &review["spec"];
+        assert_eq!(spec["user"], "gitlab:user:dev");
         assert_eq!(
-            r.impersonate_groups,
-            [
+            spec["groups"],
+            json!([
                 "gitlab:user",
                 "gitlab:project_role:42:guest",
                 "gitlab:project_role:42:planner",
                 "gitlab:project_role:42:reporter",
                 "gitlab:project_role:42:developer"
-            ]
+            ])
         );
-        assert_eq!(r.impersonate_extra["agent.gitlab.com/id"], ["7"]);
+        assert_eq!(spec["extra"]["agent.gitlab.com/id"], json!(["7"]));
         assert_eq!(
-            r.impersonate_extra["agent.gitlab.com/access_type"],
-            ["personal_access_token"]
+            spec["extra"]["agent.gitlab.com/access_type"],
+            json!(["personal_access_token"])
         );
-        assert!(r.path.contains(&format!("/namespaces/{NS}/")), "{}", r.path);
+        assert_eq!(spec["resourceAttributes"]["namespace"], NS);
     }
 }
 

@@ -7,6 +7,8 @@
 //!   connect_timeout: 5s
 //!   response_timeout: 30s                 # until the cluster's first byte; streams then run free
 //!   access_cache: 5s                      # how long a user_access decision is reused
+//!   cache_idle: 10m                       # a namespace's watches stop after this long unread
+//!   cache_max_objects: 200000             # past it, the namespace read least recently is dropped
 //!   agents:
 //!     - agent: 7                          # an agent id ...
 //!       context: production
@@ -93,6 +95,12 @@ pub struct KubernetesSettings {
     /// How long a `user_access` decision is reused for the same user and agent.
     #[serde(default = "default_access_cache", deserialize_with = "duration")]
     pub access_cache: Duration,
+    /// How long the watch cache keeps a namespace's watches with no reader (SPEC 8.1).
+    #[serde(default = "default_cache_idle", deserialize_with = "duration")]
+    pub cache_idle: Duration,
+    /// The most objects the watch cache holds per cluster connection.
+    #[serde(default = "default_cache_max_objects")]
+    pub cache_max_objects: usize,
     #[serde(default)]
     pub agents: Vec<AgentCluster>,
 }
@@ -104,6 +112,8 @@ impl Default for KubernetesSettings {
             connect_timeout: default_connect_timeout(),
             response_timeout: default_response_timeout(),
             access_cache: default_access_cache(),
+            cache_idle: default_cache_idle(),
+            cache_max_objects: default_cache_max_objects(),
             agents: Vec::new(),
         }
     }
@@ -190,6 +200,14 @@ fn default_connect_timeout() -> Duration {
 
 fn default_access_cache() -> Duration {
     Duration::from_secs(5)
+}
+
+fn default_cache_idle() -> Duration {
+    Duration::from_secs(600)
+}
+
+fn default_cache_max_objects() -> usize {
+    200_000
 }
 
 fn default_response_timeout() -> Duration {

@@ -13,7 +13,7 @@ use super::types::{conn, project, DeploymentAgent, Gql, Result, Time};
 use crate::db::read::{AgentRow, EnvironmentRow};
 use crate::error::Error;
 use crate::k8s::clusters::Clusters;
-use crate::k8s::fetch::{self, FetchOptions};
+use crate::k8s::fetch::FetchOptions;
 use crate::k8s::grants::AccessType;
 use crate::resources::graph::EdgeType;
 use crate::resources::group::{self, label_selector};
@@ -71,16 +71,18 @@ pub async fn load(
     if let Some(id) = ctx.data_opt::<RequestId>() {
         id.outgoing_headers(&mut headers);
     }
-    let listing = fetch::list_resource_group(
-        &cluster.client,
-        &cluster.discovery,
-        &headers,
-        &namespace,
-        &label_selector(environment.project_id, &environment.slug),
-        &options,
-    )
-    .await
-    .map_err(|e| unreachable(&e))?;
+    // From the watch cache (SPEC 8.1): the same answer as a fresh list, from memory.
+    let listing = cluster
+        .watch
+        .list_resource_group(
+            &cluster.discovery,
+            &headers,
+            &namespace,
+            &label_selector(environment.project_id, &environment.slug),
+            &options,
+        )
+        .await
+        .map_err(|e| unreachable(&e))?;
     let custom: Arc<Customizations> = ctx.data_unchecked::<Arc<Customizations>>().clone();
     let assembled = tokio::task::spawn_blocking(move || group::assemble(listing, &custom))
         .await

@@ -19,6 +19,7 @@ use tokio::sync::OnceCell;
 use crate::config::file::{AgentRef, KubernetesSettings};
 use crate::k8s::discovery::DiscoveryCache;
 use crate::k8s::observe::ObserveLayer;
+use crate::k8s::watch::{WatchCache, WatchSettings};
 use crate::telemetry::Metrics;
 
 /// A client, where it leads (for messages), and the cluster's discovered kinds, shared by
@@ -29,6 +30,8 @@ pub struct Cluster {
     /// e.g. `context "prod" of /etc/envlens/kubeconfig`.
     pub source: String,
     pub discovery: DiscoveryCache,
+    /// The objects of the namespaces viewed, kept by watches (SPEC 8.1).
+    pub watch: WatchCache,
 }
 
 pub struct Clusters {
@@ -36,6 +39,7 @@ pub struct Clusters {
     default: OnceCell<Cluster>,
     default_kubeconfig: Option<std::path::PathBuf>,
     connect_timeout: Duration,
+    watch: WatchSettings,
     pub response_timeout: Duration,
     /// Recent `user_access` decisions.
     pub grants: crate::k8s::grants::GrantCache,
@@ -64,6 +68,7 @@ impl Clusters {
                 kubeconfig.map(|p| p.as_path()),
                 entry.context.as_deref(),
                 settings.connect_timeout,
+                &watch_settings(settings),
                 &metrics,
             )
             .await
@@ -89,6 +94,7 @@ impl Clusters {
             default: OnceCell::new(),
             default_kubeconfig: settings.kubeconfig.clone(),
             connect_timeout: settings.connect_timeout,
+            watch: watch_settings(settings),
             response_timeout: settings.response_timeout,
             grants: crate::k8s::grants::GrantCache::new(settings.access_cache),
             metrics,
@@ -116,6 +122,7 @@ impl Clusters {
                     self.default_kubeconfig.as_deref(),
                     None,
                     self.connect_timeout,
+                    &self.watch,
                     &self.metrics,
                 )
             })
@@ -128,12 +135,21 @@ impl Clusters {
     }
 }
 
+fn watch_settings(settings: &KubernetesSettings) -> WatchSettings {
+    WatchSettings {
+        idle: settings.cache_idle,
+        max_objects: settings.cache_max_objects,
+        access_ttl: settings.access_cache,
+    }
+}
+
 /// A client for a context of a kubeconfig file, or, without a file, what kube infers:
 /// `KUBECONFIG` / `~/.kube/config`, then the in-cluster service account.
 async fn connect(
     kubeconfig: Option<&Path>,
     context: Option<&str>,
     connect_timeout: Duration,
+    watch: &WatchSettings,
     metrics: &Arc<Metrics>,
 ) -> anyhow::Result<Cluster> {
     let options = KubeConfigOptions {
@@ -179,6 +195,7 @@ async fn connect(
         .build();
     Ok(Cluster {
         discovery: DiscoveryCache::new(client.clone(), DiscoveryCache::DEFAULT_TTL),
+        watch: WatchCache::new(client.clone(), watch.clone(), metrics.clone()),
         client,
         source,
     })

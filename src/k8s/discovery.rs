@@ -42,6 +42,9 @@ pub struct ApiKind {
     /// The resource name in paths, e.g. `deployments`.
     pub plural: String,
     pub namespaced: bool,
+    /// Whether the kind supports `watch`: the watch cache keeps only those, and lists the
+    /// others fresh for every view.
+    pub watchable: bool,
 }
 
 impl ApiKind {
@@ -289,7 +292,7 @@ impl DiscoveryCache {
 
 /// Why a GET got no usable answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Failure {
+pub(crate) struct Failure {
     /// The HTTP status when the cluster answered with an error; `None` when it did not answer
     /// (connection refused, timeout) or answered 2xx with a body that is not what was asked.
     pub code: Option<u16>,
@@ -308,7 +311,7 @@ impl Failure {
     }
 
     /// A 2xx whose body could not be read as the expected document.
-    pub(super) fn bad_body(error: serde_json::Error) -> Self {
+    pub(crate) fn bad_body(error: serde_json::Error) -> Self {
         Failure {
             code: None,
             message: format!("the answer is not valid JSON of the expected shape: {error}"),
@@ -319,7 +322,7 @@ impl Failure {
 
 /// `GET path_and_query` with `headers` added and `Accept: application/json`; the body of a 2xx.
 /// Error answers become a [`Failure`] whose message is the `Status` message when the body is one.
-pub(super) async fn get(
+pub(crate) async fn get(
     client: &kube::Client,
     path_and_query: &str,
     headers: &HeaderMap,
@@ -360,7 +363,7 @@ pub(super) async fn get(
 }
 
 /// The message of a `Status` body; else the body's text, shortened; else the status' reason.
-pub(super) fn error_message(status: StatusCode, body: &[u8]) -> String {
+pub(crate) fn error_message(status: StatusCode, body: &[u8]) -> String {
     #[derive(Deserialize)]
     struct Status {
         #[serde(default)]
@@ -537,6 +540,7 @@ fn listable_kinds(
             group: group.into(),
             version: version.into(),
             kind: r.kind,
+            watchable: r.verbs.iter().any(|v| v == "watch"),
             plural: r.name,
             namespaced: true,
         })
@@ -612,8 +616,10 @@ mod tests {
                 kind: "Pod".into(),
                 plural: "pods".into(),
                 namespaced: true,
+                watchable: true,
             }
         );
+        assert!(!kinds[1].watchable, "configmaps say only list here");
     }
 
     #[test]
@@ -655,6 +661,7 @@ mod tests {
             kind: "Pod".into(),
             plural: "pods".into(),
             namespaced: true,
+            watchable: true,
         };
         assert_eq!(pod.api_version(), "v1");
         assert_eq!(pod.group_version_path(), "/api/v1");

@@ -144,7 +144,29 @@ pub async fn list_resource_group(
     );
 
     let outcomes = run(client, headers, &jobs, options).await;
+    into_listing(
+        &jobs,
+        outcomes,
+        &discovered,
+        discovery,
+        namespace,
+        label_selector,
+        options,
+    )
+    .await
+}
 
+/// Turns each job's outcome (from the cluster's lists or from the watch cache) into the
+/// listing: the selected objects, what they own, their Events and the kinds that failed.
+pub(crate) async fn into_listing(
+    jobs: &[Job],
+    outcomes: Vec<Result<Listed, Failure>>,
+    discovered: &discovery::Discovered,
+    discovery: &DiscoveryCache,
+    namespace: &str,
+    label_selector: &str,
+    options: &FetchOptions,
+) -> Result<Listing, FetchError> {
     let mut selected = Vec::new();
     let mut candidates = Vec::new();
     let mut events = Vec::new();
@@ -213,6 +235,7 @@ pub async fn list_resource_group(
         events,
         errors,
         unavailable: discovered.failures.clone(),
+        warnings: Vec::new(),
     })
 }
 
@@ -275,7 +298,7 @@ fn str_of<'a>(object: &'a Tree, field: &str) -> &'a str {
 // ---- the round of requests ----
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Purpose {
+pub(crate) enum Purpose {
     /// Listed with the selector: everything it answers is selected.
     Selected,
     /// An owned kind listed without the selector: candidates for the ownership walk, and the
@@ -286,15 +309,15 @@ enum Purpose {
 
 /// One list, followed through its pages.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Job {
-    api_version: String,
-    kind: String,
+pub(crate) struct Job {
+    pub api_version: String,
+    pub kind: String,
     /// `/api/v1/namespaces/ns/pods`
-    path: String,
-    label_selector: Option<String>,
-    purpose: Purpose,
+    pub path: String,
+    pub label_selector: Option<String>,
+    pub purpose: Purpose,
     /// For an unselected list: the selector's terms, when objects can be selected here.
-    local_terms: Option<Arc<[(String, String)]>>,
+    pub local_terms: Option<Arc<[(String, String)]>>,
 }
 
 fn is_owned_kind(kind: &ApiKind) -> bool {
@@ -306,7 +329,7 @@ fn is_owned_kind(kind: &ApiKind) -> bool {
 /// The lists to send: every kind with the selector, except owned kinds, which are listed
 /// without it (and with it too when `terms` is `None`: the selector cannot be applied here),
 /// then the namespace's Events.
-fn plan(
+pub(crate) fn plan(
     kinds: &[ApiKind],
     namespace: &str,
     label_selector: &str,
@@ -351,7 +374,7 @@ fn plan(
 }
 
 /// What the pages of one job yield.
-enum Listed {
+pub(crate) enum Listed {
     /// A selected list's objects.
     Objects(Vec<Object>),
     /// An owned kind listed without the selector: the objects the selector's terms pick here,
@@ -366,14 +389,14 @@ enum Listed {
 /// An object of an owned kind that the selector did not pick. Only its [`object::HEAD`] is
 /// parsed; the text waits until the ownership walk keeps it, so the rest of the namespace
 /// (other environments' Pods and ReplicaSets) is never built into JSON trees.
-struct Candidate {
-    head: Tree,
-    text: Box<str>,
+pub(crate) struct Candidate {
+    pub head: Tree,
+    pub text: Box<str>,
 }
 
 /// Runs every job concurrently (each one a task, so that pages are parsed on every core),
 /// with at most `max_in_flight` requests in flight; outcomes in job order.
-async fn run(
+pub(crate) async fn run(
     client: &kube::Client,
     headers: &HeaderMap,
     jobs: &[Job],
@@ -539,7 +562,7 @@ impl Pages {
 
 /// Percent-encodes everything but RFC 3986's unreserved characters: safe in a path segment and
 /// in a query value.
-fn encode(s: &str) -> String {
+pub(crate) fn encode(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
         if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
@@ -554,7 +577,7 @@ fn encode(s: &str) -> String {
 /// The `key=value` terms of a selector made only of equality terms (`=` or `==`), or `None` when
 /// it has any other kind of term (`!=`, `in`, `notin`, `exists`, `!key`), which only the
 /// apiserver applies. An empty selector is `Some(vec![])`: it selects everything.
-fn equality_terms(selector: &str) -> Option<Vec<(String, String)>> {
+pub(crate) fn equality_terms(selector: &str) -> Option<Vec<(String, String)>> {
     let mut terms = Vec::new();
     if selector.trim().is_empty() {
         return Some(terms);
@@ -572,7 +595,7 @@ fn equality_terms(selector: &str) -> Option<Vec<(String, String)>> {
 }
 
 /// Whether `labels` (an object's `metadata.labels`) hold every `key=value` term.
-fn labels_match(terms: &[(String, String)], labels: Option<&Map>) -> bool {
+pub(crate) fn labels_match(terms: &[(String, String)], labels: Option<&Map>) -> bool {
     terms.iter().all(|(key, value)| {
         labels.and_then(|l| l.get(key)).and_then(Tree::as_str) == Some(value.as_str())
     })
@@ -601,9 +624,9 @@ fn unique_by_uid(objects: impl IntoIterator<Item = Object>, skip: &HashSet<Strin
 
 /// What is read of a core/v1 Event: old style (`firstTimestamp`, `lastTimestamp`, `count`) or
 /// new style (`eventTime`, `series`). Parsed straight into this, not into a JSON tree.
-#[derive(Debug, Deserialize, Default)]
+#[derive(Debug, Clone, Deserialize, Default)]
 #[serde(rename_all = "camelCase", default)]
-struct EventDoc {
+pub(crate) struct EventDoc {
     metadata: Option<EventMetadata>,
     involved_object: Option<InvolvedObject>,
     #[serde(rename = "type")]
@@ -619,27 +642,27 @@ struct EventDoc {
     reporting_component: Option<String>,
 }
 
-#[derive(Debug, Deserialize, Default)]
+#[derive(Debug, Clone, Deserialize, Default)]
 #[serde(rename_all = "camelCase", default)]
 struct EventMetadata {
     name: Option<String>,
     creation_timestamp: Option<String>,
 }
 
-#[derive(Debug, Deserialize, Default)]
+#[derive(Debug, Clone, Deserialize, Default)]
 #[serde(default)]
 struct InvolvedObject {
     uid: Option<String>,
 }
 
-#[derive(Debug, Deserialize, Default)]
+#[derive(Debug, Clone, Deserialize, Default)]
 #[serde(rename_all = "camelCase", default)]
 struct EventSeries {
     count: Option<u64>,
     last_observed_time: Option<String>,
 }
 
-#[derive(Debug, Deserialize, Default)]
+#[derive(Debug, Clone, Deserialize, Default)]
 #[serde(default)]
 struct EventSource {
     component: Option<String>,
@@ -744,6 +767,7 @@ mod tests {
             kind: kind.into(),
             plural: plural.into(),
             namespaced: true,
+            watchable: true,
         }
     }
 

@@ -8,3 +8,4 @@ pub mod fetch;
 pub mod grants;
 pub mod observe;
 pub mod proxy;
+pub mod watch;

@@ -112,6 +112,7 @@ pub fn assemble(listing: Listing, custom: &Customizations) -> ResourceGroup {
         mut events,
         errors,
         unavailable,
+        warnings: said,
     } = listing;
 
     let objects: Vec<Object> = selected.into_iter().chain(owned).collect();
@@ -190,6 +191,7 @@ pub fn assemble(listing: Listing, custom: &Customizations) -> ResourceGroup {
             failure.group_version, failure.message
         ));
     }
+    warnings.extend(said);
 
     ResourceGroup {
         namespace,
@@ -294,6 +296,7 @@ mod tests {
                 message: "secrets is forbidden".into(),
             }],
             unavailable: Default::default(),
+            warnings: Vec::new(),
         };
         let group = assemble(listing);
         let order: Vec<_> = group

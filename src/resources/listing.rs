@@ -65,4 +65,6 @@ pub struct Listing {
     pub errors: Vec<ListError>,
     /// Group versions left out because their discovery failed.
     pub unavailable: Arc<[DiscoveryFailure]>,
+    /// Said by the source of the listing, e.g. a watch cache that is out of date for a kind.
+    pub warnings: Vec<String>,
 }

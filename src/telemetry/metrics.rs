@@ -96,6 +96,14 @@ pub struct Metrics {
     /// Unix time of the last change applied to the identity mirror, 0 before the first.
     mirror_applied_at: AtomicI64,
     mirror_applied_gauge: Gauge,
+    /// Objects held by the watch caches of every cluster (SPEC 8.1).
+    pub watch_cache_objects: Gauge,
+    /// Watch streams open to clusters for the cache.
+    pub watch_streams: Gauge,
+    /// Full lists by the cache: first syncs, and again after `410 Gone` or a failed watch.
+    pub watch_relists: Counter,
+    /// Watch events the cache applied (bookmarks included).
+    pub watch_events: Counter,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -197,7 +205,35 @@ impl Default for Metrics {
             "Unix time of the last change applied to the identity mirror (0: none yet)",
             mirror_applied_gauge.clone(),
         );
+        let watch_cache_objects = Gauge::default();
+        registry.register(
+            "envlens_watch_cache_objects",
+            "Kubernetes objects held by the watch cache",
+            watch_cache_objects.clone(),
+        );
+        let watch_streams = Gauge::default();
+        registry.register(
+            "envlens_watch_streams",
+            "Watch streams open to clusters for the cache",
+            watch_streams.clone(),
+        );
+        let watch_relists = Counter::default();
+        registry.register(
+            "envlens_watch_relists",
+            "Lists made by the watch cache: first syncs, and after 410 Gone or a failed watch",
+            watch_relists.clone(),
+        );
+        let watch_events = Counter::default();
+        registry.register(
+            "envlens_watch_events",
+            "Watch events applied by the watch cache, bookmarks included",
+            watch_events.clone(),
+        );
         Metrics {
+            watch_cache_objects,
+            watch_streams,
+            watch_relists,
+            watch_events,
             registry: std::sync::Mutex::new(registry),
             http_requests,
             http_duration,

@@ -15,6 +15,10 @@ pub(crate) struct ResourceKind {
     pub categories: Vec<String>,
     /// Subresources answered besides the object itself (`status`, `scale`, `log`).
     pub subresources: Vec<String>,
+    /// Only `create` is served (the access reviews), nothing is stored.
+    pub create_only: bool,
+    /// Whether `watch` is served (most kinds; some aggregated APIs only list).
+    pub watchable: bool,
 }
 
 impl ResourceKind {
@@ -46,7 +50,13 @@ impl ResourceKind {
             "singularName": self.kind.to_lowercase(),
             "namespaced": self.namespaced,
             "kind": self.kind,
-            "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"],
+            "verbs": if self.create_only {
+                json!(["create"])
+            } else if !self.watchable {
+                json!(["create", "delete", "deletecollection", "get", "list", "patch", "update"])
+            } else {
+                json!(["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"])
+            },
         });
         if !self.short_names.is_empty() {
             main["shortNames"] = json!(self.short_names);
@@ -135,6 +145,10 @@ impl Registry {
             ("apiregistration.k8s.io", "v1", "APIService", "apiservices", false, &[], false, &["status"]),
             ("rbac.authorization.k8s.io", "v1", "Role", "roles", true, &[], false, &[]),
             ("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings", true, &[], false, &[]),
+            ("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", false, &[], false, &[]),
+            ("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "clusterrolebindings", false, &[], false, &[]),
+            ("authorization.k8s.io", "v1", "SubjectAccessReview", "subjectaccessreviews", false, &[], false, &[]),
+            ("authorization.k8s.io", "v1", "SelfSubjectAccessReview", "selfsubjectaccessreviews", false, &[], false, &[]),
         ];
         for &(group, version, kind, plural, namespaced, short, all, subs) in table {
             r.add(ResourceKind {
@@ -146,6 +160,8 @@ impl Registry {
                 short_names: short.iter().map(|s| s.to_string()).collect(),
                 categories: if all { vec!["all".into()] } else { Vec::new() },
                 subresources: subs.iter().map(|s| s.to_string()).collect(),
+                create_only: group == "authorization.k8s.io",
+                watchable: group != "authorization.k8s.io",
             });
         }
         r

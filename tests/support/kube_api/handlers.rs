@@ -14,6 +14,7 @@ use tokio::sync::watch;
 
 use super::discovery::{self, ResourceKind};
 use super::openapi;
+use super::rbac::{self, review};
 use super::selectors::{FieldSelector, Filter, LabelSelector};
 use super::status::{bytes_response, details, json_response, ApiError};
 use super::streams::{pod_log, watch};
@@ -29,9 +30,9 @@ const MAX_BODY: usize = 32 << 20;
 pub(crate) struct Shutdown(pub watch::Receiver<bool>);
 
 /// Who is asking: the impersonated identity if the headers carry one, else the token's "admin".
-struct Identity {
-    user: String,
-    groups: Vec<String>,
+pub(crate) struct Identity {
+    pub user: String,
+    pub groups: Vec<String>,
     uid: Option<String>,
     extra: BTreeMap<String, Vec<String>>,
 }
@@ -169,7 +170,7 @@ pub(crate) struct Ctx {
     pub headers: HeaderMap,
     pub query: Params,
     pub body: Bytes,
-    identity: Identity,
+    pub identity: Identity,
     pub shutdown: Option<watch::Receiver<bool>>,
     /// Set by a [`Fault::Delay`] rule: how long to hold the answer back.
     delay: std::sync::Mutex<std::time::Duration>,
@@ -364,10 +365,17 @@ fn resource_request(
         (&Method::DELETE, false) => "deletecollection",
         _ => return Err(ApiError::method_not_allowed()),
     };
+    *lock(&ctx.api.inner.counts)
+        .entry((verb.to_string(), t.kind.group_resource()))
+        .or_default() += 1;
+    if (t.kind.create_only && verb != "create") || (!t.kind.watchable && verb == "watch") {
+        return Err(ApiError::method_not_allowed());
+    }
     authorize(ctx, &t, verb)?;
 
     let sub = t.subresource.as_deref();
     match (verb, sub) {
+        ("create", None) if t.kind.create_only => review(ctx, &t),
         ("get", Some("log")) => pod_log(ctx, &t),
         (_, Some("log")) => Err(ApiError::method_not_allowed()),
         ("watch", None) => watch(ctx, &t),
@@ -382,7 +390,19 @@ fn resource_request(
     }
 }
 
-/// Runs the deny rules; a denial reads like the apiserver's RBAC Forbidden Status.
+/// The authorizer chain: a deny rule refuses; then, when RBAC is enforced, the stored bindings
+/// decide; otherwise everything is allowed. `Some(reason)` when allowed.
+pub(crate) fn authorizer(api: &KubeApi, info: &RequestInfo) -> Option<String> {
+    if read(&api.inner.deny).iter().any(|rule| rule(info)) {
+        return None;
+    }
+    if api.inner.rbac.load(Ordering::SeqCst) {
+        return rbac::allows(api, &rbac::Attributes::from(info));
+    }
+    Some(String::new())
+}
+
+/// Runs the authorizer, then the fault rules; a denial reads like the apiserver's RBAC Forbidden Status.
 fn authorize(ctx: &Ctx, t: &Target, verb: &str) -> Result<(), ApiError> {
     let info = RequestInfo {
         verb: verb.into(),
@@ -397,7 +417,7 @@ fn authorize(ctx: &Ctx, t: &Target, verb: &str) -> Result<(), ApiError> {
         uid: ctx.identity.uid.clone(),
         extra: ctx.identity.extra.clone(),
     };
-    let denied = read(&ctx.api.inner.deny).iter().any(|rule| rule(&info));
+    let denied = authorizer(&ctx.api, &info).is_none();
     if !denied {
         let fault = read(&ctx.api.inner.faults)
             .iter()

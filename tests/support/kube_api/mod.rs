@@ -27,6 +27,7 @@ mod handlers;
 mod logs;
 mod openapi;
 mod patch;
+mod rbac;
 mod selectors;
 mod status;
 mod store;
@@ -82,6 +83,16 @@ struct Inner {
     /// Requests being handled right now, and the most there ever were at once.
     in_flight: AtomicUsize,
     in_flight_peak: AtomicUsize,
+    /// Resource requests per `(verb, resource)`, resource as `pods` or `deployments.apps`; kept
+    /// even when recording is off, so that benchmarks can see what the cluster was asked.
+    counts: Mutex<BTreeMap<(String, String), u64>>,
+    /// Whether resource requests are authorized by the stored RBAC objects (off: everyone may do
+    /// anything unless a deny rule says otherwise).
+    rbac: AtomicBool,
+    /// How often a watch that asked for bookmarks gets one.
+    bookmark_interval: Mutex<Duration>,
+    /// Bumped by [`KubeApi::drop_watches`]: every open watch ends.
+    cut: watch::Sender<u64>,
 }
 
 /// What the apiserver's authorizer sees of a resource request.
@@ -172,6 +183,10 @@ impl KubeApi {
                 unavailable: RwLock::new(Vec::new()),
                 in_flight: AtomicUsize::new(0),
                 in_flight_peak: AtomicUsize::new(0),
+                counts: Mutex::new(BTreeMap::new()),
+                rbac: AtomicBool::new(false),
+                bookmark_interval: Mutex::new(Duration::from_secs(60)),
+                cut: watch::Sender::new(0),
             }),
         }
     }
@@ -179,6 +194,20 @@ impl KubeApi {
     /// Registers a custom resource kind at run time (shows up in discovery immediately), with a
     /// `status` subresource like most CRDs.
     pub fn add_kind(&self, group: &str, version: &str, kind: &str, plural: &str, namespaced: bool) {
+        self.add_kind_watchable(group, version, kind, plural, namespaced, true);
+    }
+
+    /// [`KubeApi::add_kind`], with `watch` served or not (discovery leaves the verb out, and a
+    /// watch answers 405, as for aggregated APIs that only list).
+    pub fn add_kind_watchable(
+        &self,
+        group: &str,
+        version: &str,
+        kind: &str,
+        plural: &str,
+        namespaced: bool,
+        watchable: bool,
+    ) {
         write(&self.inner.registry).add(ResourceKind {
             group: group.into(),
             version: version.into(),
@@ -188,6 +217,8 @@ impl KubeApi {
             short_names: Vec::new(),
             categories: Vec::new(),
             subresources: vec!["status".into()],
+            create_only: false,
+            watchable,
         });
     }
 
@@ -383,6 +414,59 @@ impl KubeApi {
     /// Turns request recording on (the default) or off, e.g. for benchmarks with many requests.
     pub fn set_recording(&self, on: bool) {
         self.inner.recording.store(on, Ordering::Relaxed);
+    }
+
+    /// Resource requests so far with this verb (`list`, `watch`, `get`, `create`, …) on this
+    /// resource (`pods`, `deployments.apps`), denied ones included; discovery is not counted.
+    pub fn request_count(&self, verb: &str, resource: &str) -> u64 {
+        lock(&self.inner.counts)
+            .get(&(verb.to_string(), resource.to_string()))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Every `(verb, resource)` asked so far and how often.
+    pub fn request_counts(&self) -> BTreeMap<(String, String), u64> {
+        lock(&self.inner.counts).clone()
+    }
+
+    /// All resource requests counted so far, across verbs and resources.
+    pub fn resource_requests(&self) -> u64 {
+        lock(&self.inner.counts).values().sum()
+    }
+
+    pub fn reset_request_counts(&self) {
+        lock(&self.inner.counts).clear();
+    }
+
+    /// Authorizes every resource request by the stored RBAC objects from now on, as a cluster
+    /// with `--authorization-mode=RBAC` does (the admin is in `system:masters`; impersonated
+    /// users get only what their bindings grant).
+    pub fn enforce_rbac(&self) {
+        self.inner.rbac.store(true, Ordering::SeqCst);
+    }
+
+    /// How often watches that ask for them (`allowWatchBookmarks=true`) get a BOOKMARK (the
+    /// apiserver's is about a minute; tests want less).
+    pub fn set_bookmark_interval(&self, every: Duration) {
+        *lock(&self.inner.bookmark_interval) = every;
+    }
+
+    /// Ends every open watch stream, as a restarting apiserver or a dropped connection would;
+    /// clients resume from their last version.
+    pub fn drop_watches(&self) {
+        self.inner.cut.send_modify(|n| *n += 1);
+    }
+
+    /// Forgets the event history, as an etcd compaction does: a watch from any version before
+    /// now answers `410 Gone` (reason `Expired`).
+    pub fn compact(&self) {
+        self.inner.store.compact();
+    }
+
+    /// The current resourceVersion (etcd's revision): every write takes the next one.
+    pub fn resource_version(&self) -> u64 {
+        self.inner.store.current_rv()
     }
 
     /// Watches and log follows still streaming; 0 once every client has gone.

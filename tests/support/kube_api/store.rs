@@ -88,6 +88,13 @@ impl Store {
         self.lock().rv
     }
 
+    /// Drops the event history: resuming from any version before the current one is 410 Gone.
+    pub fn compact(&self) {
+        let mut st = self.lock();
+        st.history.clear();
+        st.history_floor = st.rv;
+    }
+
     pub fn get(&self, res: &ResKey, ns: &str, name: &str) -> Option<Arc<Value>> {
         self.lock()
             .objects

@@ -82,11 +82,36 @@ struct WatchState {
     res: (String, String),
     deadline: Option<tokio::time::Instant>,
     shutdown: Option<watch::Receiver<bool>>,
+    /// `allowWatchBookmarks=true`: the interval, and the type the bookmarks name.
+    bookmarks: Option<(tokio::time::Interval, String, String)>,
+    /// The version of the last event this watch has passed (sent or filtered out): what a
+    /// bookmark may promise, since every earlier change has gone by.
+    seen_rv: u64,
+    /// Changes when the test drops every watch.
+    cut: watch::Receiver<u64>,
     _guard: StreamGuard,
 }
 
+fn bookmark(kind: &str, api_version: &str, rv: u64) -> Bytes {
+    event_line(
+        "BOOKMARK",
+        &json!({"kind": kind, "apiVersion": api_version, "metadata": {"resourceVersion": rv.to_string()}}),
+    )
+}
+
+async fn tick(bookmarks: &mut Option<(tokio::time::Interval, String, String)>) {
+    match bookmarks {
+        Some((interval, _, _)) => {
+            interval.tick().await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
 /// `?watch=true`: the current matching objects as ADDED (unless a resourceVersion says where to
-/// resume), then live changes. `sendInitialEvents` ends the initial part with the
+/// resume), then live changes; with `allowWatchBookmarks=true`, a BOOKMARK with the current
+/// version every [`super::KubeApi::set_bookmark_interval`]. A version older than the kept
+/// history answers one ERROR event carrying a 410 `Expired` Status. `sendInitialEvents` ends the initial part with the
 /// `k8s.io/initial-events-end` bookmark that streaming-list clients wait for.
 pub(crate) fn watch(ctx: &Ctx, t: &Target) -> Result<Response, ApiError> {
     let filter = filter_for(ctx, t)?;
@@ -151,6 +176,12 @@ pub(crate) fn watch(ctx: &Ctx, t: &Target) -> Result<Response, ApiError> {
             }),
         ));
     }
+    let bookmarks = ctx.query.flag("allowWatchBookmarks").then(|| {
+        let every = *super::lock(&ctx.api.inner.bookmark_interval);
+        let mut interval = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        (interval, t.kind.kind.clone(), t.kind.api_version())
+    });
     let state = WatchState {
         rx: sub.rx,
         pending,
@@ -158,6 +189,9 @@ pub(crate) fn watch(ctx: &Ctx, t: &Target) -> Result<Response, ApiError> {
         res,
         deadline,
         shutdown: ctx.shutdown.clone(),
+        bookmarks,
+        seen_rv: sub.rv,
+        cut: ctx.api.inner.cut.subscribe(),
         _guard: StreamGuard::new(&ctx.api),
     };
     let stream = futures_util::stream::unfold(state, |mut st| async move {
@@ -168,8 +202,19 @@ pub(crate) fn watch(ctx: &Ctx, t: &Target) -> Result<Response, ApiError> {
             let received = tokio::select! {
                 _ = sleep_until(st.deadline) => return None,
                 _ = stopped(&mut st.shutdown) => return None,
+                _ = st.cut.changed() => return None,
+                _ = tick(&mut st.bookmarks) => {
+                    let line = match &st.bookmarks {
+                        Some((_, kind, api_version)) => bookmark(kind, api_version, st.seen_rv),
+                        None => continue,
+                    };
+                    return Some((Ok(line), st));
+                }
                 r = st.rx.recv() => r,
             };
+            if let Ok(ev) = &received {
+                st.seen_rv = ev.rv;
+            }
             match received {
                 Ok(ev) if ev.res == st.res => {
                     if let Some(line) = render(&ev, &st.filter) {

@@ -1,0 +1,431 @@
+//! One kind's watch in one namespace: list, then watch from the list's `resourceVersion`,
+//! applying ADDED, MODIFIED and DELETED to a map by name and moving the version on with every
+//! event and BOOKMARK. A stream that ends is resumed from the last version; `410 Gone` (the
+//! version left the server's history) relists; any other failure backs off (250 ms doubling to
+//! 30 s) and resumes, relisting if the watch cannot be resumed.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
+
+use axum::http::{header, HeaderMap, HeaderValue, Request};
+use http_body_util::BodyExt;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use tokio::sync::watch;
+
+use crate::k8s::discovery::{self, ApiKind, Failure};
+use crate::k8s::fetch::encode;
+use crate::resources::object::Object;
+use crate::telemetry::Metrics;
+
+/// How far a kind's cache has come.
+#[derive(Debug, Clone)]
+pub(crate) enum Phase {
+    /// The first list has not answered yet.
+    Pending,
+    /// The objects are the cluster's, as of the last event.
+    Synced,
+    /// The last list failed; the objects (if any) are from before.
+    Failed(Failure),
+}
+
+/// A kind's objects in one namespace, by name (the cluster's list order).
+pub(crate) struct KindWatch {
+    pub kind: ApiKind,
+    objects: Mutex<BTreeMap<String, Object>>,
+    pub phase: watch::Sender<Phase>,
+    /// Since when the watch has been failing, and its last error: the objects are as of then.
+    stale: Mutex<Option<(chrono::DateTime<chrono::Utc>, Failure)>>,
+    task: OnceLock<tokio::task::AbortHandle>,
+    /// The cache's count of objects, for its bound.
+    total: Arc<AtomicUsize>,
+    metrics: Arc<Metrics>,
+}
+
+impl Drop for KindWatch {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.get() {
+            task.abort();
+        }
+        let held = self.lock().len();
+        self.total.fetch_sub(held, Ordering::Relaxed);
+        self.metrics.watch_cache_objects.dec_by(held as i64);
+    }
+}
+
+/// How long a watch may stay open before the server is asked to end it; client-go picks 5 to
+/// 10 minutes so that load spreads over the apiserver's instances.
+const WATCH_SECONDS: u64 = 290;
+const BACKOFF_START: Duration = Duration::from_millis(250);
+const BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+impl KindWatch {
+    /// Starts the watch of `kind` in `namespace`. The task holds only a weak reference: it
+    /// ends when the cache drops the kind.
+    pub fn start(
+        client: kube::Client,
+        kind: ApiKind,
+        namespace: &str,
+        page_size: usize,
+        total: Arc<AtomicUsize>,
+        metrics: Arc<Metrics>,
+    ) -> Arc<KindWatch> {
+        let watch = Arc::new(KindWatch {
+            kind,
+            objects: Mutex::new(BTreeMap::new()),
+            phase: watch::Sender::new(Phase::Pending),
+            stale: Mutex::new(None),
+            task: OnceLock::new(),
+            total,
+            metrics,
+        });
+        let path = format!(
+            "{}/namespaces/{}/{}",
+            watch.kind.group_version_path(),
+            encode(namespace),
+            encode(&watch.kind.plural)
+        );
+        let weak = Arc::downgrade(&watch);
+        let task = tokio::spawn(run(client, weak, path, page_size));
+        let _ = watch.task.set(task.abort_handle());
+        watch
+    }
+
+    /// Since when the cached objects have been out of date, and why.
+    pub fn stale(&self) -> Option<(chrono::DateTime<chrono::Utc>, Failure)> {
+        self.stale.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn set_stale(&self, failure: Option<Failure>) {
+        let mut stale = self.stale.lock().unwrap_or_else(|e| e.into_inner());
+        match failure {
+            None => *stale = None,
+            Some(failure) => {
+                let since = stale
+                    .as_ref()
+                    .map_or_else(chrono::Utc::now, |(since, _)| *since);
+                *stale = Some((since, failure));
+            }
+        }
+    }
+
+    pub fn lock(&self) -> MutexGuard<'_, BTreeMap<String, Object>> {
+        self.objects.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The objects now, in name order.
+    pub fn objects(&self) -> Vec<Object> {
+        self.lock().values().cloned().collect()
+    }
+
+    fn replace(&self, fresh: BTreeMap<String, Object>) {
+        let mut objects = self.lock();
+        let (before, after) = (objects.len(), fresh.len());
+        *objects = fresh;
+        drop(objects);
+        self.count(after as i64 - before as i64);
+    }
+
+    fn put(&self, name: String, object: Object) {
+        if self.lock().insert(name, object).is_none() {
+            self.count(1);
+        }
+    }
+
+    fn remove(&self, name: &str) {
+        if self.lock().remove(name).is_some() {
+            self.count(-1);
+        }
+    }
+
+    fn count(&self, delta: i64) {
+        if delta >= 0 {
+            self.total.fetch_add(delta as usize, Ordering::Relaxed);
+        } else {
+            self.total.fetch_sub((-delta) as usize, Ordering::Relaxed);
+        }
+        self.metrics.watch_cache_objects.inc_by(delta);
+    }
+}
+
+#[derive(Deserialize)]
+struct ListHead<'a> {
+    #[serde(default)]
+    metadata: ListMeta,
+    #[serde(borrow, default)]
+    items: Option<Vec<&'a RawValue>>,
+}
+
+#[derive(Deserialize, Default)]
+struct ListMeta {
+    #[serde(default, rename = "resourceVersion")]
+    resource_version: String,
+    #[serde(default, rename = "continue")]
+    continue_token: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ObjectMeta {
+    #[serde(default)]
+    metadata: ListMetaOfObject,
+}
+
+#[derive(Deserialize, Default)]
+struct ListMetaOfObject {
+    #[serde(default)]
+    name: String,
+    #[serde(default, rename = "resourceVersion")]
+    resource_version: String,
+}
+
+#[derive(Deserialize)]
+struct Line<'a> {
+    #[serde(rename = "type")]
+    kind: &'a str,
+    #[serde(borrow)]
+    object: &'a RawValue,
+}
+
+#[derive(Deserialize, Default)]
+struct StatusBody {
+    #[serde(default)]
+    code: u16,
+    #[serde(default)]
+    message: String,
+}
+
+/// Why a watch ended.
+enum Ended {
+    /// The server closed it (timeout) or the connection dropped: resume.
+    Closed,
+    /// `410 Gone`: relist.
+    Expired,
+    /// Anything else: back off, then resume.
+    Failed(Failure),
+}
+
+async fn run(
+    client: kube::Client,
+    watch: std::sync::Weak<KindWatch>,
+    path: String,
+    page_size: usize,
+) {
+    let mut version: Option<String> = None;
+    let mut backoff = BACKOFF_START;
+    loop {
+        let Some(this) = watch.upgrade() else { return };
+        if version.is_none() {
+            this.metrics.watch_relists.inc();
+            match list(&client, &this, &path, page_size).await {
+                Ok(rv) => {
+                    version = Some(rv);
+                    this.phase.send_replace(Phase::Synced);
+                }
+                Err(failure) => {
+                    tracing::debug!(path, code = ?failure.code, message = %failure.message, "watch cache: list failed");
+                    this.phase.send_replace(Phase::Failed(failure));
+                    drop(this);
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(BACKOFF_MAX);
+                    continue;
+                }
+            }
+        }
+        let from = version.clone().unwrap_or_default();
+        drop(this);
+        match stream(&client, &watch, &path, &mut version, &from).await {
+            // The backoff starts over only once a watch has worked: a cluster whose lists
+            // answer but whose watches fail is not asked in a tight loop.
+            Ended::Closed => backoff = BACKOFF_START,
+            Ended::Expired => {
+                backoff = BACKOFF_START;
+                version = None;
+            }
+            Ended::Failed(failure) => {
+                tracing::debug!(path, code = ?failure.code, message = %failure.message, "watch cache: watch failed");
+                if let Some(this) = watch.upgrade() {
+                    this.set_stale(Some(failure.clone()));
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(BACKOFF_MAX);
+                // A watch the server refuses may be refused for its version: list again.
+                if failure.answered {
+                    version = None;
+                }
+            }
+        }
+    }
+}
+
+/// Lists every object of the kind in the namespace, following `continue`; the list's version.
+async fn list(
+    client: &kube::Client,
+    watch: &KindWatch,
+    path: &str,
+    page_size: usize,
+) -> Result<String, Failure> {
+    let mut fresh = BTreeMap::new();
+    let mut token: Option<String> = None;
+    let mut version = None;
+    let api_version = watch.kind.api_version();
+    loop {
+        let mut uri = format!("{path}?limit={page_size}");
+        if let Some(t) = &token {
+            uri.push_str(&format!("&continue={}", encode(t)));
+        }
+        let body = discovery::get(
+            client,
+            &uri,
+            &HeaderMap::new(),
+            None,
+            Duration::from_secs(60),
+        )
+        .await?;
+        let page: ListHead = serde_json::from_slice(&body).map_err(Failure::bad_body)?;
+        for text in page.items.into_iter().flatten() {
+            let head: ObjectMeta = serde_json::from_str(text.get()).map_err(Failure::bad_body)?;
+            let object =
+                Object::parse(text, &api_version, &watch.kind.kind).map_err(Failure::bad_body)?;
+            fresh.insert(head.metadata.name, object);
+        }
+        version.get_or_insert(page.metadata.resource_version);
+        match page.metadata.continue_token.filter(|t| !t.is_empty()) {
+            Some(next) => token = Some(next),
+            None => break,
+        }
+    }
+    watch.replace(fresh);
+    Ok(version.unwrap_or_default())
+}
+
+/// One watch request, applied until it ends.
+async fn stream(
+    client: &kube::Client,
+    watch: &std::sync::Weak<KindWatch>,
+    path: &str,
+    version: &mut Option<String>,
+    from: &str,
+) -> Ended {
+    let uri = format!(
+        "{path}?watch=true&allowWatchBookmarks=true&resourceVersion={}&timeoutSeconds={WATCH_SECONDS}",
+        encode(from)
+    );
+    let request = match Request::get(uri).body(kube::client::Body::empty()) {
+        Ok(mut r) => {
+            r.headers_mut()
+                .insert(header::ACCEPT, HeaderValue::from_static("application/json"));
+            r
+        }
+        Err(e) => {
+            return Ended::Failed(Failure {
+                code: None,
+                message: e.to_string(),
+                answered: false,
+            })
+        }
+    };
+    let response = match client.send(request).await {
+        Ok(r) => r,
+        Err(e) => {
+            return Ended::Failed(Failure {
+                code: None,
+                message: e.to_string(),
+                answered: false,
+            })
+        }
+    };
+    let status = response.status();
+    let mut body = response.into_body();
+    if !status.is_success() {
+        let bytes = body
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
+        if status.as_u16() == 410 {
+            return Ended::Expired;
+        }
+        return Ended::Failed(Failure {
+            code: Some(status.as_u16()),
+            message: discovery::error_message(status, &bytes),
+            answered: true,
+        });
+    }
+    let Some(this) = watch.upgrade() else {
+        return Ended::Closed;
+    };
+    this.set_stale(None);
+    let metrics = this.metrics.clone();
+    drop(this);
+    metrics.watch_streams.inc();
+    let _open = Open(metrics.clone());
+    let mut buffer: Vec<u8> = Vec::new();
+    loop {
+        let frame = match body.frame().await {
+            None => return Ended::Closed,
+            Some(Err(_)) => return Ended::Closed,
+            Some(Ok(frame)) => frame,
+        };
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        buffer.extend_from_slice(&data);
+        while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = buffer.drain(..=end).collect();
+            let Some(this) = watch.upgrade() else {
+                return Ended::Closed;
+            };
+            match apply(&this, &line[..line.len() - 1], version) {
+                Ok(()) => {
+                    metrics.watch_events.inc();
+                }
+                Err(ended) => return ended,
+            }
+        }
+    }
+}
+
+/// Counts an open watch stream while it lives.
+struct Open(Arc<Metrics>);
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.watch_streams.dec();
+    }
+}
+
+/// Applies one event line.
+fn apply(watch: &KindWatch, line: &[u8], version: &mut Option<String>) -> Result<(), Ended> {
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return Ok(());
+    }
+    let bad = |e: serde_json::Error| Ended::Failed(Failure::bad_body(e));
+    let event: Line = serde_json::from_slice(line).map_err(bad)?;
+    if event.kind == "ERROR" {
+        let status: StatusBody = serde_json::from_str(event.object.get()).unwrap_or_default();
+        if status.code == 410 {
+            return Err(Ended::Expired);
+        }
+        return Err(Ended::Failed(Failure {
+            code: Some(status.code).filter(|c| *c != 0),
+            message: status.message,
+            answered: true,
+        }));
+    }
+    let head: ObjectMeta = serde_json::from_str(event.object.get()).map_err(bad)?;
+    match event.kind {
+        "ADDED" | "MODIFIED" => {
+            let object = Object::parse(event.object, &watch.kind.api_version(), &watch.kind.kind)
+                .map_err(bad)?;
+            watch.put(head.metadata.name, object);
+        }
+        "DELETED" => watch.remove(&head.metadata.name),
+        _ => {}
+    }
+    if !head.metadata.resource_version.is_empty() {
+        *version = Some(head.metadata.resource_version);
+    }
+    Ok(())
+}

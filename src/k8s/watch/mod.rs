@@ -1,0 +1,400 @@
+//! The watch cache (SPEC 8.1): per cluster connection and namespace, one watch per listable
+//! namespaced kind plus the Events, so that a resource group is answered from memory.
+//!
+//! A namespace's watches start on its first read and stop after `kubernetes.cache_idle` with no
+//! reader. Each read compares the watched kinds with discovery (itself refreshed in the
+//! background), so a kind installed later is watched from the next read on and a removed one
+//! dropped. Past `kubernetes.cache_max_objects`, the namespace read least recently is dropped.
+//!
+//! The watches run as the cluster connection's own identity and are shared by every user. With
+//! `access_as: user` (impersonation headers on the read), each kind is shown only after a
+//! `SubjectAccessReview` for that identity allows it ([`access`]).
+//!
+//! The answer is built by the same code as a fresh list ([`fetch::into_listing`]) from the same
+//! per-kind outcomes, so the two cannot drift apart: a selected list is the cached objects that
+//! match the selector, an unselected list of an owned kind is all of them.
+//!
+//! Built over `kube::Client::send` rather than kube's `runtime` watcher: the objects parse
+//! straight into the compact [`Object`] the listing uses (no `DynamicObject` in between), and
+//! no new dependency is needed.
+
+mod access;
+mod kind;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
+
+use axum::http::HeaderMap;
+
+use crate::k8s::discovery::{ApiKind, DiscoveryCache, Failure};
+use crate::k8s::fetch::{self, FetchError, FetchOptions, Job, Listed, Purpose};
+use crate::resources::listing::{ListError, Listing};
+use crate::resources::object::Object;
+use crate::resources::tree::Tree;
+use crate::telemetry::Metrics;
+
+use kind::KindWatch;
+pub(crate) use kind::Phase;
+
+/// Limits of one cluster connection's cache.
+#[derive(Debug, Clone)]
+pub struct WatchSettings {
+    /// A namespace unread this long stops its watches.
+    pub idle: Duration,
+    /// The most objects held; past it the namespace read least recently is dropped.
+    pub max_objects: usize,
+    /// How long a `SubjectAccessReview` decision is reused.
+    pub access_ttl: Duration,
+}
+
+/// The cache of one cluster connection. Cheap to clone.
+#[derive(Clone)]
+pub struct WatchCache {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client: kube::Client,
+    settings: WatchSettings,
+    metrics: Arc<Metrics>,
+    namespaces: Mutex<HashMap<String, Arc<Namespace>>>,
+    total: Arc<AtomicUsize>,
+    access: access::AccessCache,
+    sweeper: std::sync::Once,
+}
+
+struct Namespace {
+    kinds: Mutex<HashMap<ApiKind, Arc<KindWatch>>>,
+    last_read: Mutex<Instant>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The namespace's Events, watched beside the discovered kinds.
+fn events_kind() -> ApiKind {
+    ApiKind {
+        group: String::new(),
+        version: "v1".into(),
+        kind: "Event".into(),
+        plural: "events".into(),
+        namespaced: true,
+        watchable: true,
+    }
+}
+
+impl WatchCache {
+    pub fn new(client: kube::Client, settings: WatchSettings, metrics: Arc<Metrics>) -> Self {
+        WatchCache {
+            inner: Arc::new(Inner {
+                client,
+                access: access::AccessCache::new(settings.access_ttl),
+                settings,
+                metrics,
+                namespaces: Mutex::new(HashMap::new()),
+                total: Arc::new(AtomicUsize::new(0)),
+                sweeper: std::sync::Once::new(),
+            }),
+        }
+    }
+
+    /// Objects held now, across namespaces.
+    pub fn objects(&self) -> usize {
+        self.inner.total.load(Ordering::Relaxed)
+    }
+
+    /// Namespaces watched now.
+    pub fn namespaces(&self) -> Vec<String> {
+        let mut names: Vec<String> = lock(&self.inner.namespaces).keys().cloned().collect();
+        names.sort();
+        names
+    }
+
+    /// The resource group of `label_selector` in `namespace`, from the cache: the same answer
+    /// as [`fetch::list_resource_group`] with the same arguments. The first read of a namespace
+    /// starts its watches and waits (up to `options.request_timeout`) for their first lists; a
+    /// kind still without one then is reported as failing. A selector that is not made of
+    /// equality terms is listed fresh (the cache would have to evaluate it).
+    pub async fn list_resource_group(
+        &self,
+        discovery: &DiscoveryCache,
+        headers: &HeaderMap,
+        namespace: &str,
+        label_selector: &str,
+        options: &FetchOptions,
+    ) -> Result<Listing, FetchError> {
+        if namespace.is_empty() {
+            return Err(FetchError::NoNamespace);
+        }
+        let Some(terms) = fetch::equality_terms(label_selector) else {
+            return fetch::list_resource_group(
+                &self.inner.client,
+                discovery,
+                headers,
+                namespace,
+                label_selector,
+                options,
+            )
+            .await;
+        };
+        let discovered = discovery.kinds().await?;
+        let mut kinds: Vec<ApiKind> = discovered
+            .kinds
+            .iter()
+            .filter(|k| k.watchable)
+            .cloned()
+            .collect();
+        if !kinds.contains(&events_kind()) {
+            kinds.push(events_kind());
+        }
+        let watches = self.watch(namespace, &kinds, options.page_size.max(1));
+        self.bound(namespace);
+        wait_synced(&watches, options.request_timeout).await;
+
+        let refusals = match access::Identity::from_headers(headers) {
+            Some(who) => {
+                self.inner
+                    .access
+                    .check(
+                        &self.inner.client,
+                        &who,
+                        namespace,
+                        &kinds,
+                        headers,
+                        options.request_timeout,
+                    )
+                    .await
+            }
+            None => vec![None; kinds.len()],
+        };
+        let by_type: HashMap<(String, String), (Arc<KindWatch>, Option<Failure>)> = watches
+            .into_iter()
+            .zip(refusals)
+            .map(|(w, refused)| ((w.kind.api_version(), w.kind.kind.clone()), (w, refused)))
+            .collect();
+        let jobs = fetch::plan(&discovered.kinds, namespace, label_selector, Some(terms));
+        // Kinds that cannot be watched are listed fresh, as the user, for every view.
+        let unwatched: Vec<Job> = jobs
+            .iter()
+            .filter(|job| !by_type.contains_key(&(job.api_version.clone(), job.kind.clone())))
+            .cloned()
+            .collect();
+        let mut listed = fetch::run(&self.inner.client, headers, &unwatched, options)
+            .await
+            .into_iter();
+        let outcomes = jobs
+            .iter()
+            .map(
+                |job| match by_type.get(&(job.api_version.clone(), job.kind.clone())) {
+                    None => listed.next().unwrap_or_else(|| {
+                        Err(Failure {
+                            code: None,
+                            message: "the list stopped unexpectedly".into(),
+                            answered: false,
+                        })
+                    }),
+                    Some((_, Some(refused))) => Err(refused.clone()),
+                    Some((watch, None)) => outcome(job, watch),
+                },
+            )
+            .collect();
+        let mut listing = fetch::into_listing(
+            &jobs,
+            outcomes,
+            &discovered,
+            discovery,
+            namespace,
+            label_selector,
+            options,
+        )
+        .await?;
+        // Kinds whose watch is failing: their last known objects are shown, with the error
+        // and since when they are out of date.
+        let mut stale: Vec<_> = by_type
+            .values()
+            .filter(|(watch, refused)| {
+                refused.is_none() && matches!(*watch.phase.borrow(), Phase::Synced)
+            })
+            .filter_map(|(watch, _)| watch.stale().map(|s| (watch.kind.clone(), s)))
+            .collect();
+        stale.sort_by(|a, b| a.0.cmp(&b.0));
+        for (kind, (since, failure)) in stale {
+            listing.warnings.push(format!(
+                "{} {} may be out of date: its watch has been failing since {}",
+                kind.api_version(),
+                kind.kind,
+                since.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+            ));
+            listing.errors.push(ListError {
+                api_version: kind.api_version(),
+                kind: kind.kind,
+                code: failure.code,
+                message: failure.message,
+            });
+        }
+        listing.errors.sort();
+        listing
+            .errors
+            .dedup_by(|a, b| a.api_version == b.api_version && a.kind == b.kind);
+        Ok(listing)
+    }
+
+    /// The namespace's watches of `kinds`, in that order: started where missing, the namespace
+    /// marked read now, watches of kinds no longer discovered stopped.
+    fn watch(&self, namespace: &str, kinds: &[ApiKind], page_size: usize) -> Vec<Arc<KindWatch>> {
+        self.start_sweeper();
+        let ns = lock(&self.inner.namespaces)
+            .entry(namespace.to_owned())
+            .or_insert_with(|| {
+                Arc::new(Namespace {
+                    kinds: Mutex::new(HashMap::new()),
+                    last_read: Mutex::new(Instant::now()),
+                })
+            })
+            .clone();
+        *lock(&ns.last_read) = Instant::now();
+        let mut watched = lock(&ns.kinds);
+        watched.retain(|k, _| kinds.contains(k));
+        kinds
+            .iter()
+            .map(|kind| {
+                watched
+                    .entry(kind.clone())
+                    .or_insert_with(|| {
+                        KindWatch::start(
+                            self.inner.client.clone(),
+                            kind.clone(),
+                            namespace,
+                            page_size,
+                            self.inner.total.clone(),
+                            self.inner.metrics.clone(),
+                        )
+                    })
+                    .clone()
+            })
+            .collect()
+    }
+
+    /// Drops the namespaces read least recently (never `reading`) while over the bound.
+    fn bound(&self, reading: &str) {
+        let max = self.inner.settings.max_objects;
+        while self.objects() > max {
+            let mut namespaces = lock(&self.inner.namespaces);
+            let oldest = namespaces
+                .iter()
+                .filter(|(name, _)| name.as_str() != reading)
+                .min_by_key(|(_, ns)| *lock(&ns.last_read))
+                .map(|(name, _)| name.clone());
+            match oldest {
+                Some(name) => {
+                    tracing::info!(namespace = %name, objects = self.objects(), max, "watch cache full: dropping the namespace read least recently");
+                    namespaces.remove(&name);
+                }
+                None => break,
+            }
+        }
+    }
+
+    /// Stops the watches of namespaces unread for `idle`, checking a few times per `idle`.
+    fn start_sweeper(&self) {
+        self.inner.sweeper.call_once(|| {
+            let weak: Weak<Inner> = Arc::downgrade(&self.inner);
+            let idle = self.inner.settings.idle;
+            let every = (idle / 4).clamp(Duration::from_millis(10), Duration::from_secs(60));
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(every).await;
+                    let Some(inner) = weak.upgrade() else { return };
+                    lock(&inner.namespaces).retain(|name, ns| {
+                        let keep = lock(&ns.last_read).elapsed() < idle;
+                        if !keep {
+                            tracing::debug!(namespace = %name, "watch cache: idle namespace dropped");
+                        }
+                        keep
+                    });
+                }
+            });
+        });
+    }
+}
+
+/// Waits until every watch has listed once (or failed), at most `timeout`.
+async fn wait_synced(watches: &[Arc<KindWatch>], timeout: Duration) {
+    let all = async {
+        for watch in watches {
+            let mut phase = watch.phase.subscribe();
+            let _ = phase.wait_for(|p| !matches!(p, Phase::Pending)).await;
+        }
+    };
+    let _ = tokio::time::timeout(timeout, all).await;
+}
+
+/// What a job's list would have answered, from the cached objects.
+fn outcome(job: &Job, watch: &KindWatch) -> Result<Listed, Failure> {
+    match &*watch.phase.borrow() {
+        Phase::Pending => {
+            return Err(Failure {
+                code: None,
+                message: "the watch cache has not listed this kind yet".into(),
+                answered: false,
+            })
+        }
+        Phase::Failed(failure) => return Err(failure.clone()),
+        Phase::Synced => {}
+    }
+    let objects = watch.objects();
+    let terms = job.local_terms.as_deref().unwrap_or(&[]);
+    let picked = |o: &Object| {
+        let labels = o
+            .view
+            .get("metadata")
+            .and_then(|m| m.get("labels"))
+            .and_then(Tree::as_object);
+        fetch::labels_match(terms, labels)
+    };
+    Ok(match job.purpose {
+        Purpose::Selected => {
+            // The plan gives a selected list only the selector's terms through `plan`'s
+            // argument; every selected job here has an equality selector.
+            let terms = fetch::equality_terms(job.label_selector.as_deref().unwrap_or(""))
+                .unwrap_or_default();
+            Listed::Objects(
+                objects
+                    .into_iter()
+                    .filter(|o| {
+                        let labels = o
+                            .view
+                            .get("metadata")
+                            .and_then(|m| m.get("labels"))
+                            .and_then(Tree::as_object);
+                        fetch::labels_match(&terms, labels)
+                    })
+                    .collect(),
+            )
+        }
+        Purpose::Unselected => {
+            let (selected, rest): (Vec<Object>, Vec<Object>) = objects
+                .into_iter()
+                .partition(|o| job.local_terms.is_some() && picked(o));
+            Listed::Unselected {
+                selected,
+                candidates: rest
+                    .into_iter()
+                    .map(|o| fetch::Candidate {
+                        head: o.view,
+                        text: o.text,
+                    })
+                    .collect(),
+            }
+        }
+        Purpose::Events => Listed::Events(
+            objects
+                .iter()
+                .filter_map(|o| serde_json::from_str(&o.text).ok())
+                .collect(),
+        ),
+    })
+}

@@ -1,0 +1,290 @@
+//! RBAC as the apiserver's authorizer applies it, over the Role, RoleBinding, ClusterRole and
+//! ClusterRoleBinding objects the server stores, and the `SubjectAccessReview` and
+//! `SelfSubjectAccessReview` endpoints (authorization.k8s.io/v1), which answer what the server's
+//! authorizer decides: the deny rules, then RBAC when [`super::KubeApi::enforce_rbac`] is on.
+//!
+//! Followed: user and group subjects (and service accounts as `system:serviceaccount:<ns>:<name>`),
+//! `verbs`, `apiGroups`, `resources` (with `resource/subresource`), `resourceNames`, and `*` in
+//! each; `system:masters` may do anything. Not followed: aggregated ClusterRoles, non-resource URLs
+//! (allowed to every authenticated user, as the default `system:discovery` binding does).
+
+use axum::response::Response;
+use serde_json::{json, Value};
+
+use super::handlers::{Ctx, Target};
+use super::status::{json_response, ApiError};
+use super::RequestInfo;
+
+/// What the authorizer decides about one resource attribute set.
+pub(crate) struct Attributes<'a> {
+    pub user: &'a str,
+    pub groups: &'a [String],
+    pub verb: &'a str,
+    pub group: &'a str,
+    pub resource: &'a str,
+    pub subresource: Option<&'a str>,
+    pub namespace: Option<&'a str>,
+    pub name: Option<&'a str>,
+}
+
+impl<'a> From<&'a RequestInfo> for Attributes<'a> {
+    fn from(info: &'a RequestInfo) -> Self {
+        Attributes {
+            user: &info.user,
+            groups: &info.groups,
+            verb: &info.verb,
+            group: &info.group,
+            resource: &info.resource,
+            subresource: info.subresource.as_deref(),
+            namespace: info.namespace.as_deref(),
+            name: info.name.as_deref(),
+        }
+    }
+}
+
+fn strings(v: &Value) -> impl Iterator<Item = &str> {
+    v.as_array().into_iter().flatten().filter_map(Value::as_str)
+}
+
+fn has(v: &Value, want: &str) -> bool {
+    strings(v).any(|s| s == "*" || s == want)
+}
+
+fn subject_matches(subject: &Value, binding_ns: Option<&str>, a: &Attributes) -> bool {
+    let name = subject["name"].as_str().unwrap_or("");
+    match subject["kind"].as_str() {
+        Some("User") => name == a.user,
+        Some("Group") => a.groups.iter().any(|g| g == name),
+        Some("ServiceAccount") => {
+            let ns = subject["namespace"].as_str().or(binding_ns).unwrap_or("");
+            a.user == format!("system:serviceaccount:{ns}:{name}")
+        }
+        _ => false,
+    }
+}
+
+fn rule_allows(rule: &Value, a: &Attributes) -> bool {
+    let resource = match a.subresource {
+        Some(sub) => format!("{}/{sub}", a.resource),
+        None => a.resource.to_string(),
+    };
+    // `*/scale` grants a subresource of every resource.
+    let any_of_sub = a.subresource.map(|sub| format!("*/{sub}"));
+    let resources = &rule["resources"];
+    let names = &rule["resourceNames"];
+    has(&rule["verbs"], a.verb)
+        && has(&rule["apiGroups"], a.group)
+        && (has(resources, &resource)
+            || any_of_sub.is_some_and(|r| strings(resources).any(|x| x == r)))
+        && (strings(names).next().is_none() || a.name.is_some_and(|n| has(names, n)))
+}
+
+/// Whether RBAC allows `a`; the reason names the binding, as the apiserver's does.
+pub(crate) fn allows(api: &super::KubeApi, a: &Attributes) -> Option<String> {
+    if a.groups.iter().any(|g| g == "system:masters") {
+        return Some("allowed by the system:masters group".into());
+    }
+    // The default `system:basic-user` binding: every authenticated user may review themselves.
+    if a.group == "authorization.k8s.io"
+        && a.resource == "selfsubjectaccessreviews"
+        && a.verb == "create"
+        && a.groups.iter().any(|g| g == "system:authenticated")
+    {
+        return Some("RBAC: allowed by ClusterRoleBinding \"system:basic-user\"".into());
+    }
+    let store = &api.inner.store;
+    let role = |plural: &str, ns: &str, name: &str| {
+        store.get(
+            &("rbac.authorization.k8s.io".into(), plural.into()),
+            ns,
+            name,
+        )
+    };
+    let rbac = |plural: &str, ns: Option<&str>| {
+        store
+            .list(&("rbac.authorization.k8s.io".into(), plural.into()), ns)
+            .1
+    };
+    let grants = |binding: &Value, ns: Option<&str>| -> bool {
+        let subjects = binding["subjects"].as_array().into_iter().flatten();
+        if !subjects.into_iter().any(|s| subject_matches(s, ns, a)) {
+            return false;
+        }
+        let role_name = binding["roleRef"]["name"].as_str().unwrap_or("");
+        let role = match (binding["roleRef"]["kind"].as_str(), ns) {
+            (Some("ClusterRole"), _) => role("clusterroles", "", role_name),
+            (Some("Role"), Some(ns)) => role("roles", ns, role_name),
+            _ => None,
+        };
+        role.is_some_and(|r| {
+            r["rules"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|rule| rule_allows(rule, a))
+        })
+    };
+    for (_, binding) in rbac("clusterrolebindings", None) {
+        if grants(&binding, None) {
+            return Some(format!(
+                "RBAC: allowed by ClusterRoleBinding \"{}\"",
+                binding["metadata"]["name"].as_str().unwrap_or("")
+            ));
+        }
+    }
+    let ns = a.namespace?;
+    for (_, binding) in rbac("rolebindings", Some(ns)) {
+        if grants(&binding, Some(ns)) {
+            return Some(format!(
+                "RBAC: allowed by RoleBinding \"{}/{ns}\"",
+                binding["metadata"]["name"].as_str().unwrap_or("")
+            ));
+        }
+    }
+    None
+}
+
+/// `POST …/subjectaccessreviews` (the spec names the subject) and `…/selfsubjectaccessreviews`
+/// (the caller, impersonated or not, is the subject): the review comes back with its `status`.
+pub(crate) fn review(ctx: &Ctx, t: &Target) -> Result<Response, ApiError> {
+    let protobuf = ctx
+        .headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("protobuf"));
+    let mut review: Value = if protobuf {
+        review_from_protobuf(&ctx.body)
+            .ok_or_else(|| ApiError::bad_request("the protobuf body is not an access review"))?
+    } else {
+        serde_json::from_slice(&ctx.body).map_err(|e| {
+            ApiError::bad_request(format!(
+                "the body of the request was in an unknown format: {e}"
+            ))
+        })?
+    };
+    let spec = review["spec"].clone();
+    let (user, groups) = if t.kind.plural == "selfsubjectaccessreviews" {
+        (ctx.identity.user.clone(), ctx.identity.groups.clone())
+    } else {
+        let user = spec["user"].as_str().unwrap_or("").to_string();
+        let groups: Vec<String> = strings(&spec["groups"]).map(str::to_string).collect();
+        if user.is_empty() && groups.is_empty() {
+            return Err(ApiError::new(
+                422,
+                "Invalid",
+                "SubjectAccessReview.authorization.k8s.io \"\" is invalid: spec.user: Invalid value: \"\": at least one of user or group must be specified",
+            ));
+        }
+        (user, groups)
+    };
+    let attrs = &spec["resourceAttributes"];
+    let field = |k: &str| attrs[k].as_str().filter(|s| !s.is_empty());
+    let status = if attrs.is_object() {
+        let a = Attributes {
+            user: &user,
+            groups: &groups,
+            verb: field("verb").unwrap_or(""),
+            group: field("group").unwrap_or(""),
+            resource: field("resource").unwrap_or(""),
+            subresource: field("subresource"),
+            namespace: field("namespace"),
+            name: field("name"),
+        };
+        let info = RequestInfo {
+            verb: a.verb.into(),
+            group: a.group.into(),
+            resource: a.resource.into(),
+            subresource: a.subresource.map(Into::into),
+            namespace: a.namespace.map(Into::into),
+            name: a.name.map(Into::into),
+            user: user.clone(),
+            groups: groups.clone(),
+            ..RequestInfo::default()
+        };
+        match super::handlers::authorizer(&ctx.api, &info) {
+            Some(reason) => json!({"allowed": true, "reason": reason}),
+            None => json!({"allowed": false}),
+        }
+    } else {
+        // Non-resource URLs: the default discovery roles let every authenticated user read them.
+        json!({"allowed": true, "reason": "RBAC: allowed by ClusterRoleBinding \"system:discovery\""})
+    };
+    if review["metadata"].is_null() {
+        review["metadata"] = json!({});
+    }
+    review["apiVersion"] = json!(t.kind.api_version());
+    review["kind"] = json!(t.kind.kind);
+    review["metadata"]["creationTimestamp"] = Value::Null;
+    review["status"] = status;
+    Ok(json_response(201, &review))
+}
+
+/// Reads the protobuf form of an access review that typed client-go clients send (`kubectl auth
+/// can-i`): the `k8s\0` envelope (`runtime.Unknown`, field 2 the raw object), then
+/// `spec` (2) → `resourceAttributes` (1) → namespace 1, verb 2, group 3, version 4, resource 5,
+/// subresource 6, name 7; `nonResourceAttributes` (2) → path 1, verb 2. Enough of protobuf's wire
+/// format for these messages of strings; anything else is `None`.
+pub(crate) fn review_from_protobuf(body: &[u8]) -> Option<Value> {
+    let unknown = body.strip_prefix(b"k8s\0")?;
+    let raw = field(unknown, 2)?;
+    let spec = field(raw, 2)?;
+    let text = |m: &[u8], n: u64| field(m, n).map(|b| String::from_utf8_lossy(b).into_owned());
+    let mut out = json!({"spec": {}});
+    if let Some(attrs) = field(spec, 1) {
+        let mut a = serde_json::Map::new();
+        for (n, key) in [
+            (1, "namespace"),
+            (2, "verb"),
+            (3, "group"),
+            (4, "version"),
+            (5, "resource"),
+            (6, "subresource"),
+            (7, "name"),
+        ] {
+            if let Some(v) = text(attrs, n) {
+                a.insert(key.into(), json!(v));
+            }
+        }
+        out["spec"]["resourceAttributes"] = Value::Object(a);
+    } else if let Some(attrs) = field(spec, 2) {
+        out["spec"]["nonResourceAttributes"] =
+            json!({"path": text(attrs, 1), "verb": text(attrs, 2)});
+    }
+    Some(out)
+}
+
+/// The first length-delimited field `number` of a message; other wire types are skipped.
+fn field(mut msg: &[u8], number: u64) -> Option<&[u8]> {
+    fn varint(b: &mut &[u8]) -> Option<u64> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let (&byte, rest) = b.split_first()?;
+            *b = rest;
+            v |= u64::from(byte & 0x7f) << shift;
+            if byte & 0x80 == 0 {
+                return Some(v);
+            }
+        }
+        None
+    }
+    while !msg.is_empty() {
+        let key = varint(&mut msg)?;
+        match key & 7 {
+            0 => {
+                varint(&mut msg)?;
+            }
+            1 => msg = msg.get(8..)?,
+            5 => msg = msg.get(4..)?,
+            2 => {
+                let len = usize::try_from(varint(&mut msg)?).ok()?;
+                let value = msg.get(..len)?;
+                msg = &msg[len..];
+                if key >> 3 == number {
+                    return Some(value);
+                }
+            }
+            _ => return None,
+        }
+    }
+    None
+}

@@ -1,0 +1,553 @@
+//! The watch cache (SPEC 8.1) against the test Kubernetes API server: the group it answers
+//! equals a fresh list's after creates, updates and deletes, dropped streams and expired
+//! versions; a second view asks nothing of the cluster; RBAC decides what a user sees.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::http::{HeaderMap, HeaderName, HeaderValue};
+use envlens::k8s::discovery::DiscoveryCache;
+use envlens::k8s::fetch::{list_resource_group, FetchOptions};
+use envlens::k8s::watch::{WatchCache, WatchSettings};
+use envlens::resources::group::{self, label_selector, ResourceGroup};
+use envlens::telemetry::Metrics;
+use serde_json::json;
+
+use crate::support::environment::*;
+use crate::support::kube_api::{KubeApi, Served};
+
+struct Setup {
+    api: KubeApi,
+    _served: Served,
+    _dir: tempfile::TempDir,
+    client: kube::Client,
+    discovery: DiscoveryCache,
+    cache: WatchCache,
+    metrics: Arc<Metrics>,
+}
+
+async fn setup(max_objects: usize) -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let api = KubeApi::new();
+    environment(&api);
+    let served = api.serve(dir.path()).await;
+    let kubeconfig = kube::config::Kubeconfig::read_from(&served.kubeconfig).unwrap();
+    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    config.default_retry = false;
+    config.read_timeout = None;
+    let client = kube::Client::try_from(config).unwrap();
+    let metrics = Arc::new(Metrics::default());
+    let settings = WatchSettings {
+        idle: Duration::from_secs(600),
+        max_objects,
+        access_ttl: Duration::from_secs(5),
+    };
+    Setup {
+        discovery: DiscoveryCache::new(client.clone(), Duration::from_secs(600)),
+        cache: WatchCache::new(client.clone(), settings, metrics.clone()),
+        client,
+        api,
+        _served: served,
+        _dir: dir,
+        metrics,
+    }
+}
+
+fn options() -> FetchOptions {
+    FetchOptions {
+        request_timeout: Duration::from_secs(5),
+        ..FetchOptions::default()
+    }
+}
+
+impl Setup {
+    async fn fresh(&self, headers: &HeaderMap) -> ResourceGroup {
+        let listing = list_resource_group(
+            &self.client,
+            &self.discovery,
+            headers,
+            NS,
+            &label_selector(PROJECT, SLUG),
+            &options(),
+        )
+        .await
+        .unwrap();
+        group::assemble(listing)
+    }
+
+    async fn cached(&self, headers: &HeaderMap) -> ResourceGroup {
+        let listing = self
+            .cache
+            .list_resource_group(
+                &self.discovery,
+                headers,
+                NS,
+                &label_selector(PROJECT, SLUG),
+                &options(),
+            )
+            .await
+            .unwrap();
+        group::assemble(listing)
+    }
+
+    /// The cache follows the cluster through its watches: it equals a fresh list once the
+    /// events have arrived (within 5 s; in practice a few milliseconds).
+    async fn converges(&self, headers: &HeaderMap, what: &str) -> ResourceGroup {
+        let fresh = self.fresh(headers).await;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let cached = self.cached(headers).await;
+            if cached == fresh {
+                return cached;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{what}: the cache never caught up\ncached: {:?}\nfresh: {:?}",
+                names(&cached),
+                names(&fresh)
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+fn names(g: &ResourceGroup) -> Vec<String> {
+    g.resources
+        .iter()
+        .map(|r| format!("{} {}", r.kind, r.name))
+        .chain(
+            g.errors
+                .iter()
+                .map(|e| format!("error {} {:?}", e.kind, e.code)),
+        )
+        .collect()
+}
+
+fn labelled_pod(name: &str) -> serde_json::Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS,
+            "labels": {"app.gitlab.com/project_id": PROJECT.to_string(), "app.gitlab.com/environment_slug": SLUG}},
+        "spec": {"containers": [{"name": "app", "image": "nginx"}]},
+        "status": {"phase": "Running"}})
+}
+
+#[tokio::test]
+async fn the_cached_group_equals_a_fresh_list_through_changes() {
+    let s = setup(200_000).await;
+    let none = HeaderMap::new();
+    let first = s.converges(&none, "first view").await;
+    assert!(first.resources.len() > 10, "{:?}", names(&first));
+    assert!(s.cache.objects() > 0);
+
+    s.api.insert(labelled_pod("added"));
+    let g = s.converges(&none, "after a create").await;
+    assert!(g.resources.iter().any(|r| r.name == "added"));
+
+    let mut pod = s.api.get("pods", Some(NS), "added").unwrap();
+    pod["status"]["phase"] = json!("Failed");
+    s.api.insert(pod);
+    s.converges(&none, "after an update").await;
+
+    s.api.remove("pods", Some(NS), "added");
+    let g = s.converges(&none, "after a delete").await;
+    assert!(!g.resources.iter().any(|r| r.name == "added"));
+
+    // A dropped stream resumes from its version; what changed meanwhile arrives.
+    s.api.drop_watches();
+    s.api.insert(labelled_pod("after-drop"));
+    s.converges(&none, "after dropped streams").await;
+
+    // An expired version (410 Gone) relists.
+    let relists = s.metrics.watch_relists.get();
+    s.api.drop_watches();
+    s.api.insert(labelled_pod("after-compaction"));
+    s.api.compact();
+    let g = s.converges(&none, "after an expired version").await;
+    assert!(g.resources.iter().any(|r| r.name == "after-compaction"));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while s.metrics.watch_relists.get() == relists {
+        assert!(Instant::now() < deadline, "no relist after 410");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let rendered = s.metrics.render(None);
+    for family in [
+        "envlens_watch_cache_objects",
+        "envlens_watch_streams",
+        "envlens_watch_relists_total",
+        "envlens_watch_events_total",
+    ] {
+        assert!(rendered.contains(family), "{family} missing");
+    }
+}
+
+#[tokio::test]
+async fn a_second_view_asks_nothing_of_the_cluster() {
+    let s = setup(200_000).await;
+    let none = HeaderMap::new();
+    let first = s.cached(&none).await;
+    // The watches are open; nothing but them from here on.
+    s.api.reset_request_counts();
+    let second = s.cached(&none).await;
+    assert_eq!(first, second);
+    let asked: Vec<_> = s
+        .api
+        .request_counts()
+        .into_iter()
+        .filter(|((verb, _), _)| verb != "watch")
+        .collect();
+    assert_eq!(asked, [], "a second view from the cache");
+    let kinds = s.discovery.cached().unwrap().kinds.len();
+    let watches: u64 = s
+        .api
+        .request_counts()
+        .into_iter()
+        .filter(|((verb, _), _)| verb == "watch")
+        .map(|(_, n)| n)
+        .sum();
+    assert!(watches <= kinds as u64, "no watch was opened again");
+}
+
+fn user(name: &'static str, group: &'static str) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    headers.append(
+        HeaderName::from_static("impersonate-user"),
+        HeaderValue::from_static(name),
+    );
+    headers.append(
+        HeaderName::from_static("impersonate-group"),
+        HeaderValue::from_static(group),
+    );
+    headers.append(
+        HeaderName::from_static("impersonate-extra-agent.gitlab.com%2fid"),
+        HeaderValue::from_static("7"),
+    );
+    headers
+}
+
+#[tokio::test]
+async fn rbac_decides_which_kinds_a_user_sees() {
+    let s = setup(200_000).await;
+    s.api.insert(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "workloads", "namespace": NS},
+        "rules": [{"apiGroups": ["", "apps"], "resources": ["pods", "deployments", "replicasets", "events"], "verbs": ["list", "watch"]}]}));
+    s.api.insert(
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "devs", "namespace": NS},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "workloads"},
+        "subjects": [{"kind": "Group", "name": "devs"}]}),
+    );
+    s.api.enforce_rbac();
+    let dev = user("gitlab:user:dev", "devs");
+    let g = s.converges(&dev, "as a developer").await;
+    let kinds: std::collections::BTreeSet<&str> =
+        g.resources.iter().map(|r| r.kind.as_str()).collect();
+    assert_eq!(
+        kinds,
+        ["Deployment", "Pod", "ReplicaSet"].into_iter().collect()
+    );
+    let refused = g
+        .errors
+        .iter()
+        .find(|e| e.kind == "Service")
+        .expect("Service refused");
+    assert_eq!(refused.code, Some(403));
+    assert_eq!(refused.message, format!("services is forbidden: User \"gitlab:user:dev\" cannot list resource \"services\" in API group \"\" in the namespace \"{NS}\""));
+
+    // Someone with no binding sees nothing, each kind refused.
+    let stranger = user("gitlab:user:eve", "others");
+    let g = s.converges(&stranger, "as a stranger").await;
+    assert!(g.resources.is_empty());
+    assert!(g.errors.iter().all(|e| e.code == Some(403)));
+}
+
+#[tokio::test]
+async fn past_the_bound_the_namespace_read_least_recently_goes() {
+    let s = setup(1).await;
+    let none = HeaderMap::new();
+    s.cached(&none).await;
+    assert_eq!(s.cache.namespaces(), [NS]);
+    let other = s
+        .cache
+        .list_resource_group(&s.discovery, &none, "other", "a=b", &options())
+        .await
+        .unwrap();
+    assert!(other.selected.is_empty());
+    assert_eq!(
+        s.cache.namespaces(),
+        ["other"],
+        "the namespace read before is dropped"
+    );
+}
+
+/// One random change to the cluster, or to the cache's connection to it.
+fn random_step(s: &Setup, rng: &mut rand::rngs::StdRng, step: usize) -> String {
+    use rand::Rng;
+    let apps = ["a", "b", "c"];
+    let app = apps[rng.random_range(0..apps.len())];
+    let hash = ["h1", "h2"][rng.random_range(0..2)];
+    let pod = ["p1", "p2", "p3"][rng.random_range(0..3)];
+    let slug = if rng.random_bool(0.8) {
+        SLUG
+    } else {
+        "staging"
+    };
+    match rng.random_range(0..10) {
+        0 => {
+            s.api
+                .insert(deployment(NS, app, &format!("uid-dep-{app}"), slug));
+            format!("deployment {app} ({slug})")
+        }
+        1 => {
+            replica_set(&s.api, NS, (app, &format!("uid-dep-{app}")), hash, &[pod]);
+            format!("replica set {app}-{hash} with pod {pod}")
+        }
+        2 => {
+            let gone = s.api.remove("deployments.apps", Some(NS), app).is_some();
+            format!("delete deployment {app} ({gone})")
+        }
+        3 => {
+            let name = format!("{app}-{hash}");
+            let gone = s.api.remove("replicasets.apps", Some(NS), &name).is_some();
+            format!("delete replica set {name} ({gone})")
+        }
+        4 => {
+            let name = format!("{app}-{hash}-{pod}");
+            let gone = s.api.remove("pods", Some(NS), &name).is_some();
+            format!("delete pod {name} ({gone})")
+        }
+        5 => {
+            let name = format!("{app}-{hash}-{pod}");
+            match s.api.get("pods", Some(NS), &name) {
+                Some(mut p) => {
+                    let phase =
+                        ["Running", "Pending", "Failed", "Succeeded"][rng.random_range(0..4)];
+                    p["status"] = json!({"phase": phase});
+                    s.api.insert(p);
+                    format!("pod {name} {phase}")
+                }
+                None => format!("no pod {name} to update"),
+            }
+        }
+        6 => {
+            // A labelled object that enters or leaves the selection.
+            let name = format!("loose-{pod}");
+            let mut p = labelled_pod(&name);
+            if rng.random_bool(0.5) {
+                p["metadata"]["labels"]["app.gitlab.com/environment_slug"] = json!("staging");
+            }
+            s.api.insert(p);
+            format!("labelled pod {name}")
+        }
+        7 => {
+            s.api.insert(json!({"apiVersion": "v1", "kind": "Event",
+                "metadata": {"name": format!("ev-{step}"), "namespace": NS},
+                "involvedObject": {"uid": format!("uid-dep-{app}")},
+                "type": "Normal", "reason": "Scaled", "message": format!("step {step}"),
+                "count": 1, "lastTimestamp": format!("2026-01-01T00:{:02}:00Z", step % 60)}));
+            format!("event about {app}")
+        }
+        8 => {
+            s.api.drop_watches();
+            "dropped watches".into()
+        }
+        _ => {
+            s.api.compact();
+            "compacted (expired versions)".into()
+        }
+    }
+}
+
+/// After any sequence of creates, updates, deletes, dropped streams and expired versions, the
+/// cached group equals a fresh list. Seeds are fixed so a failure can be replayed;
+/// `WATCH_CACHE_SEED` runs one more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn any_sequence_of_changes_leaves_the_cache_equal_to_a_fresh_list() {
+    use rand::SeedableRng;
+    let mut seeds = vec![1u64, 2, 3];
+    if let Some(seed) = std::env::var("WATCH_CACHE_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        seeds.push(seed);
+    }
+    for seed in seeds {
+        let s = setup(200_000).await;
+        let none = HeaderMap::new();
+        s.converges(&none, &format!("seed {seed}: first view"))
+            .await;
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let mut done = Vec::new();
+        for step in 0..40 {
+            done.push(random_step(&s, &mut rng, step));
+            // Several changes may pile up between two views.
+            if rand::Rng::random_bool(&mut rng, 0.5) {
+                s.converges(&none, &format!("seed {seed} after {done:?}"))
+                    .await;
+            }
+        }
+        s.converges(&none, &format!("seed {seed} after {done:?}"))
+            .await;
+    }
+}
+
+#[tokio::test]
+async fn a_kind_installed_later_is_watched_and_idle_namespaces_stop() {
+    let dir = tempfile::tempdir().unwrap();
+    let api = KubeApi::new();
+    environment(&api);
+    let served = api.serve(dir.path()).await;
+    let kubeconfig = kube::config::Kubeconfig::read_from(&served.kubeconfig).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    let client = kube::Client::try_from(config).unwrap();
+    let discovery = DiscoveryCache::new(client.clone(), Duration::from_secs(600));
+    let settings = WatchSettings {
+        idle: Duration::from_millis(300),
+        max_objects: 200_000,
+        access_ttl: Duration::from_secs(5),
+    };
+    let cache = WatchCache::new(client, settings, Arc::new(Metrics::default()));
+    let (none, selector, opts) = (HeaderMap::new(), label_selector(PROJECT, SLUG), options());
+    let read = || cache.list_resource_group(&discovery, &none, NS, &selector, &opts);
+    let before = read().await.unwrap();
+    assert!(!before
+        .selected
+        .iter()
+        .any(|o| o.view.get("kind").and_then(|k| k.as_str()) == Some("Widget")));
+
+    api.add_kind("example.com", "v1", "Widget", "widgets", true);
+    api.insert(json!({"apiVersion": "example.com/v1", "kind": "Widget",
+        "metadata": {"name": "w", "namespace": NS, "labels": {"app.gitlab.com/project_id": PROJECT.to_string(), "app.gitlab.com/environment_slug": SLUG}}}));
+    discovery.refresh().await.unwrap();
+    let after = read().await.unwrap();
+    assert!(
+        after
+            .selected
+            .iter()
+            .any(|o| o.view.get("kind").and_then(|k| k.as_str()) == Some("Widget")),
+        "the new kind is watched"
+    );
+
+    // No reader for longer than `idle`: the namespace's watches stop.
+    assert!(api.open_streams() > 0);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !cache.namespaces().is_empty() || api.open_streams() > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "idle watches still open: {}",
+            api.open_streams()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(cache.objects(), 0);
+}
+
+#[tokio::test]
+async fn a_failing_watch_is_an_error_and_an_out_of_date_warning_until_it_recovers() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let s = setup(200_000).await;
+    let none = HeaderMap::new();
+    s.converges(&none, "first view").await;
+    let failing = Arc::new(AtomicBool::new(true));
+    let on = failing.clone();
+    s.api.fault(move |r| {
+        (on.load(Ordering::SeqCst) && r.verb == "watch" && r.resource == "pods")
+            .then(|| crate::support::kube_api::Fault::Status(500, "etcd is unhappy".into()))
+    });
+    s.api.drop_watches();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let group = loop {
+        let g = s.cached(&none).await;
+        if !g.errors.is_empty() {
+            break g;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the failing watch is never reported"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(group.errors.len(), 1, "{:?}", group.errors);
+    assert_eq!(
+        (group.errors[0].kind.as_str(), group.errors[0].code),
+        ("Pod", Some(500))
+    );
+    assert_eq!(group.errors[0].message, "etcd is unhappy");
+    assert!(
+        group.warnings.iter().any(
+            |w| w.starts_with("v1 Pod may be out of date: its watch has been failing since 20")
+        ),
+        "{:?}",
+        group.warnings
+    );
+    assert!(
+        group.resources.iter().any(|r| r.kind == "Pod"),
+        "the last known Pods are still shown"
+    );
+
+    // Once the watch works again, the group is whole and current.
+    failing.store(false, Ordering::SeqCst);
+    s.api.insert(labelled_pod("after-recovery"));
+    let g = s.converges(&none, "after recovery").await;
+    assert!(
+        g.errors.is_empty() && g.warnings.is_empty(),
+        "{:?} {:?}",
+        g.errors,
+        g.warnings
+    );
+}
+
+#[tokio::test]
+async fn a_kind_that_cannot_be_watched_is_listed_fresh_for_every_view() {
+    let s = setup(200_000).await;
+    s.api.add_kind_watchable(
+        "metrics.example.com",
+        "v1",
+        "Sample",
+        "samples",
+        true,
+        false,
+    );
+    let labels = json!({"app.gitlab.com/project_id": PROJECT.to_string(), "app.gitlab.com/environment_slug": SLUG});
+    s.api.insert(
+        json!({"apiVersion": "metrics.example.com/v1", "kind": "Sample",
+        "metadata": {"name": "s1", "namespace": NS, "labels": labels}}),
+    );
+    let none = HeaderMap::new();
+    let g = s.converges(&none, "first view").await;
+    assert!(g.resources.iter().any(|r| r.kind == "Sample"));
+    assert_eq!(
+        s.api.request_count("watch", "samples.metrics.example.com"),
+        0
+    );
+    s.api.reset_request_counts();
+    s.api.insert(
+        json!({"apiVersion": "metrics.example.com/v1", "kind": "Sample",
+        "metadata": {"name": "s2", "namespace": NS, "labels": labels}}),
+    );
+    let g = s.cached(&none).await;
+    assert_eq!(
+        g.resources.iter().filter(|r| r.kind == "Sample").count(),
+        2,
+        "listed now, not from a cache"
+    );
+    let lists: Vec<_> = s
+        .api
+        .request_counts()
+        .into_iter()
+        .filter(|((verb, _), _)| verb == "list")
+        .collect();
+    assert_eq!(
+        lists,
+        [(
+            (
+                "list".to_string(),
+                "samples.metrics.example.com".to_string()
+            ),
+            1
+        )]
+    );
+}
