@@ -10,7 +10,23 @@ use serde::de::DeserializeOwned;
 use crate::config::Limits;
 use crate::error::Error;
 
+/// A body that is a JSON object, read into `T`.
 pub struct Json<T>(pub T);
+
+/// A body that is a JSON array (as GitLab's REST API answers a list), read into `Vec<T>`.
+pub struct JsonList<T>(pub Vec<T>);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonList<T>
+where
+    Limits: FromRef<S>,
+{
+    type Rejection = Error;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Error> {
+        let body = read_body(req, Limits::from_ref(state).body_limit).await?;
+        parse_shape(&body, Shape::Array).map(JsonList)
+    }
+}
 
 impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Json<T>
 where
@@ -41,11 +57,27 @@ pub async fn read_body(req: Request, limit: usize) -> Result<Bytes, Error> {
 /// `jsonb`, and GitLab, on PostgreSQL too, never sends one), and a field of the wrong shape
 /// are 422 naming the field.
 pub fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, Error> {
+    parse_shape(body, Shape::Object)
+}
+
+/// The JSON value a body must be: serde reads a struct from an array too, so the shape is
+/// checked before the fields (`[]` to an endpoint that takes an object is a 422).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    Object,
+    Array,
+}
+
+fn parse_shape<T: DeserializeOwned>(body: &[u8], shape: Shape) -> Result<T, Error> {
     // One pass that allocates nothing, so that malformed JSON is 400 before any field is judged.
     serde_json::from_slice::<serde::de::IgnoredAny>(body)
         .map_err(|e| Error::BadRequest(format!("malformed JSON: {e}")))?;
-    if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
-        return Err(Error::invalid("", "the body must be a JSON object"));
+    let (opening, what) = match shape {
+        Shape::Object => (b'{', "the body must be a JSON object"),
+        Shape::Array => (b'[', "the body must be a JSON array"),
+    };
+    if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&opening) {
+        return Err(Error::invalid("", what));
     }
     if let Some(field) = nul_field(body) {
         return Err(Error::invalid(
@@ -151,6 +183,16 @@ mod tests {
     struct Inner {
         id: i64,
         name: String,
+    }
+
+    #[test]
+    fn lists_are_arrays_and_objects_are_objects() {
+        let list: Vec<Inner> = parse_shape(br#"[{"id": 1, "name": "a"}]"#, Shape::Array).unwrap();
+        assert_eq!(list.len(), 1);
+        let refused = parse_shape::<Vec<Inner>>(br#"{"id": 1}"#, Shape::Array).unwrap_err();
+        assert!(matches!(refused, Error::Invalid { .. }), "{refused:?}");
+        let refused = parse::<Outer>(b"[]").unwrap_err();
+        assert!(matches!(refused, Error::Invalid { .. }), "{refused:?}");
     }
 
     fn field_of(body: &str) -> (u16, String) {

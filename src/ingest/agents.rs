@@ -15,7 +15,7 @@ use crate::db::agents::{self as db, Authorization};
 use crate::error::{Error, Result};
 use crate::gitlab::agent_config::AgentConfig;
 use crate::gitlab::validate;
-use crate::http::extract::{from_value, Json};
+use crate::http::extract::{from_value, Json, JsonList};
 use crate::state::AppState;
 
 #[derive(Debug, Deserialize)]
@@ -293,7 +293,7 @@ pub async fn put_tokens(
     _: Internal,
     State(state): State<AppState>,
     Path(id): Path<String>,
-    Json(body): Json<Vec<TokenIn>>,
+    JsonList(body): JsonList<TokenIn>,
 ) -> Result<JsonResponse<Value>> {
     let agent_id = agent_id(&id)?;
     let mut seen = HashSet::new();
