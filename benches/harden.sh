@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 22's figures (notes/harden-benchmarks.md): resident memory under 200 connections of
+# Issue 22's figures (benches/notes/harden-benchmarks.md): resident memory under 200 connections of
 # deployment creations against the idle figure of the same run, and /-/liveness latency while
 # clients send GraphQL documents at the cost limits.
 #
