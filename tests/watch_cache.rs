@@ -74,7 +74,7 @@ impl Setup {
         )
         .await
         .unwrap();
-        group::assemble(listing)
+        group::assemble(listing, &Default::default())
     }
 
     async fn cached(&self, headers: &HeaderMap) -> ResourceGroup {
@@ -89,7 +89,7 @@ impl Setup {
             )
             .await
             .unwrap();
-        group::assemble(listing)
+        group::assemble(listing, &Default::default())
     }
 
     /// The cache follows the cluster through its watches: it equals a fresh list once the
