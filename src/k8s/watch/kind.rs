@@ -13,7 +13,7 @@ use axum::http::{header, HeaderMap, HeaderValue, Request};
 use http_body_util::BodyExt;
 use serde::Deserialize;
 use serde_json::value::RawValue;
-use tokio::sync::watch;
+use tokio::sync::{broadcast, watch};
 
 use crate::k8s::discovery::{self, ApiKind, Failure};
 use crate::k8s::fetch::encode;
@@ -31,11 +31,31 @@ pub(crate) enum Phase {
     Failed(Failure),
 }
 
+/// A change to one kind's cached objects, as the cache applied it.
+#[derive(Debug, Clone)]
+pub enum Change {
+    /// Added or modified: the object as it is now.
+    Applied(Object),
+    /// Deleted: the object as it was last.
+    Deleted(Object),
+    /// The kind was listed again, or its watch started or stopped failing: read it whole.
+    Reset,
+}
+
+/// A change in a namespace, with the kind it happened to.
+#[derive(Debug, Clone)]
+pub struct KindChange {
+    pub kind: ApiKind,
+    pub change: Change,
+}
+
 /// A kind's objects in one namespace, by name (the cluster's list order).
 pub(crate) struct KindWatch {
     pub kind: ApiKind,
     objects: Mutex<BTreeMap<String, Object>>,
     pub phase: watch::Sender<Phase>,
+    /// The namespace's change feed; an object is cloned into it only while somebody listens.
+    changes: broadcast::Sender<KindChange>,
     /// Since when the watch has been failing, and its last error: the objects are as of then.
     stale: Mutex<Option<(chrono::DateTime<chrono::Utc>, Failure)>>,
     task: OnceLock<tokio::task::AbortHandle>,
@@ -69,6 +89,7 @@ impl KindWatch {
         kind: ApiKind,
         namespace: &str,
         page_size: usize,
+        changes: broadcast::Sender<KindChange>,
         total: Arc<AtomicUsize>,
         metrics: Arc<Metrics>,
     ) -> Arc<KindWatch> {
@@ -76,6 +97,7 @@ impl KindWatch {
             kind,
             objects: Mutex::new(BTreeMap::new()),
             phase: watch::Sender::new(Phase::Pending),
+            changes,
             stale: Mutex::new(None),
             task: OnceLock::new(),
             total,
@@ -100,6 +122,7 @@ impl KindWatch {
 
     fn set_stale(&self, failure: Option<Failure>) {
         let mut stale = self.stale.lock().unwrap_or_else(|e| e.into_inner());
+        let was = stale.is_some();
         match failure {
             None => *stale = None,
             Some(failure) => {
@@ -108,6 +131,27 @@ impl KindWatch {
                     .map_or_else(chrono::Utc::now, |(since, _)| *since);
                 *stale = Some((since, failure));
             }
+        }
+        let now = stale.is_some();
+        drop(stale);
+        if was != now {
+            self.publish(|| Change::Reset);
+        }
+    }
+
+    /// Sets the phase and tells the listeners to read the kind again.
+    fn set_phase(&self, phase: Phase) {
+        self.phase.send_replace(phase);
+        self.publish(|| Change::Reset);
+    }
+
+    /// Sends a change to the namespace's listeners, built only if there are any.
+    fn publish(&self, change: impl FnOnce() -> Change) {
+        if self.changes.receiver_count() > 0 {
+            let _ = self.changes.send(KindChange {
+                kind: self.kind.clone(),
+                change: change(),
+            });
         }
     }
 
@@ -129,14 +173,21 @@ impl KindWatch {
     }
 
     fn put(&self, name: String, object: Object) {
+        let listened = self.changes.receiver_count() > 0;
+        let copy = listened.then(|| object.clone());
         if self.lock().insert(name, object).is_none() {
             self.count(1);
+        }
+        if let Some(object) = copy {
+            self.publish(|| Change::Applied(object));
         }
     }
 
     fn remove(&self, name: &str) {
-        if self.lock().remove(name).is_some() {
+        let removed = self.lock().remove(name);
+        if let Some(object) = removed {
             self.count(-1);
+            self.publish(|| Change::Deleted(object));
         }
     }
 
@@ -221,11 +272,11 @@ async fn run(
             match list(&client, &this, &path, page_size).await {
                 Ok(rv) => {
                     version = Some(rv);
-                    this.phase.send_replace(Phase::Synced);
+                    this.set_phase(Phase::Synced);
                 }
                 Err(failure) => {
                     tracing::debug!(path, code = ?failure.code, message = %failure.message, "watch cache: list failed");
-                    this.phase.send_replace(Phase::Failed(failure));
+                    this.set_phase(Phase::Failed(failure));
                     drop(this);
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(BACKOFF_MAX);

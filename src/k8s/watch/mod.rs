@@ -36,6 +36,7 @@ use crate::resources::tree::Tree;
 use crate::telemetry::Metrics;
 
 use kind::KindWatch;
+pub use kind::{Change, KindChange};
 pub(crate) use kind::Phase;
 
 /// Limits of one cluster connection's cache.
@@ -68,6 +69,26 @@ struct Inner {
 struct Namespace {
     kinds: Mutex<HashMap<ApiKind, Arc<KindWatch>>>,
     last_read: Mutex<Instant>,
+    /// Every change to the namespace's kinds, for [`WatchCache::changes`].
+    changes: tokio::sync::broadcast::Sender<KindChange>,
+}
+
+/// Changes a listener may fall behind by before it is told it lagged (and reads again).
+const CHANGE_BACKLOG: usize = 4096;
+
+impl Namespace {
+    fn new() -> Arc<Namespace> {
+        Arc::new(Namespace {
+            kinds: Mutex::new(HashMap::new()),
+            last_read: Mutex::new(Instant::now()),
+            changes: tokio::sync::broadcast::channel(CHANGE_BACKLOG).0,
+        })
+    }
+
+    /// A namespace somebody listens to is in use even when nobody reads it.
+    fn listened(&self) -> bool {
+        self.changes.receiver_count() > 0
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -111,6 +132,20 @@ impl WatchCache {
         let mut names: Vec<String> = lock(&self.inner.namespaces).keys().cloned().collect();
         names.sort();
         names
+    }
+
+    /// Every change to `namespace`'s cached kinds from now on. Subscribe first, then read
+    /// ([`Self::list_resource_group`] starts the watches): nothing falls between the two. While
+    /// the receiver lives, the namespace neither goes idle nor is dropped for the bound (which
+    /// drops only namespaces nobody listens to). A receiver that lags (`RecvError::Lagged`)
+    /// must read the group again.
+    pub fn changes(&self, namespace: &str) -> tokio::sync::broadcast::Receiver<KindChange> {
+        self.start_sweeper();
+        lock(&self.inner.namespaces)
+            .entry(namespace.to_owned())
+            .or_insert_with(Namespace::new)
+            .changes
+            .subscribe()
     }
 
     /// The resource group of `label_selector` in `namespace`, from the cache: the same answer
@@ -248,12 +283,7 @@ impl WatchCache {
         self.start_sweeper();
         let ns = lock(&self.inner.namespaces)
             .entry(namespace.to_owned())
-            .or_insert_with(|| {
-                Arc::new(Namespace {
-                    kinds: Mutex::new(HashMap::new()),
-                    last_read: Mutex::new(Instant::now()),
-                })
-            })
+            .or_insert_with(Namespace::new)
             .clone();
         *lock(&ns.last_read) = Instant::now();
         let mut watched = lock(&ns.kinds);
@@ -269,6 +299,7 @@ impl WatchCache {
                             kind.clone(),
                             namespace,
                             page_size,
+                            ns.changes.clone(),
                             self.inner.total.clone(),
                             self.inner.metrics.clone(),
                         )
@@ -278,14 +309,15 @@ impl WatchCache {
             .collect()
     }
 
-    /// Drops the namespaces read least recently (never `reading`) while over the bound.
+    /// Drops the namespaces read least recently (never `reading`, never one listened to) while
+    /// over the bound.
     fn bound(&self, reading: &str) {
         let max = self.inner.settings.max_objects;
         while self.objects() > max {
             let mut namespaces = lock(&self.inner.namespaces);
             let oldest = namespaces
                 .iter()
-                .filter(|(name, _)| name.as_str() != reading)
+                .filter(|(name, ns)| name.as_str() != reading && !ns.listened())
                 .min_by_key(|(_, ns)| *lock(&ns.last_read))
                 .map(|(name, _)| name.clone());
             match oldest {
@@ -309,7 +341,7 @@ impl WatchCache {
                     tokio::time::sleep(every).await;
                     let Some(inner) = weak.upgrade() else { return };
                     lock(&inner.namespaces).retain(|name, ns| {
-                        let keep = lock(&ns.last_read).elapsed() < idle;
+                        let keep = ns.listened() || lock(&ns.last_read).elapsed() < idle;
                         if !keep {
                             tracing::debug!(namespace = %name, "watch cache: idle namespace dropped");
                         }
