@@ -14,6 +14,7 @@ pub mod k8s;
 pub mod resources;
 pub mod state;
 pub mod telemetry;
+pub mod web;
 
 use std::future::Future;
 use std::time::Duration;
@@ -69,6 +70,7 @@ pub fn app(state: AppState) -> Router {
         .merge(api)
         .merge(proxy)
         .merge(http::ops::routes())
+        .merge(web::routes())
         // Until the dashboard gives `/` a page of its own.
         .route("/", get(|| async { Redirect::temporary(explorer::PATH) }))
         .route(explorer::PATH, get(explorer::page))

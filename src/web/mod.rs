@@ -1,0 +1,100 @@
+//! The dashboard's server side (SPEC 9): who is signed in ([`session`]), signing in
+//! ([`sign_in`]), and the pages.
+
+pub mod html;
+pub mod session;
+pub mod sign_in;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::FromRef;
+use axum::routing::{get, post};
+use axum::Router;
+
+use crate::db::pool::Pool;
+use crate::gitlab::Instance;
+
+/// How long a dashboard session lasts by default (`--session-lifetime`).
+pub const DEFAULT_SESSION_LIFETIME: Duration = Duration::from_secs(12 * 3600);
+/// The bounds of `--session-lifetime`: a session that outlives a week is one nobody ends.
+pub const MIN_SESSION_LIFETIME: Duration = Duration::from_secs(60);
+pub const MAX_SESSION_LIFETIME: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// Where the dashboard is reached, and how long its sessions last. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Site(Arc<SiteSettings>);
+
+#[derive(Debug)]
+struct SiteSettings {
+    /// `--public-url`, without a trailing slash.
+    public_url: String,
+    secure: bool,
+    session_lifetime: Duration,
+}
+
+impl Site {
+    /// `public_url` is `http(s)://host[:port][/prefix]`; the session lifetime within
+    /// [`MIN_SESSION_LIFETIME`] and [`MAX_SESSION_LIFETIME`].
+    pub fn new(public_url: &str, session_lifetime: Duration) -> anyhow::Result<Self> {
+        let parsed = url::Url::parse(public_url)
+            .map_err(|e| anyhow::anyhow!("--public-url `{public_url}` is not a URL: {e}"))?;
+        let secure = match parsed.scheme() {
+            "https" => true,
+            "http" => false,
+            other => anyhow::bail!("--public-url must be http or https, not {other}"),
+        };
+        if parsed.host().is_none() || parsed.query().is_some() || parsed.fragment().is_some() {
+            anyhow::bail!("--public-url must be a host's address, without query or fragment");
+        }
+        if !(MIN_SESSION_LIFETIME..=MAX_SESSION_LIFETIME).contains(&session_lifetime) {
+            anyhow::bail!(
+                "--session-lifetime must be between {}s and {}s",
+                MIN_SESSION_LIFETIME.as_secs(),
+                MAX_SESSION_LIFETIME.as_secs()
+            );
+        }
+        Ok(Site(Arc::new(SiteSettings {
+            public_url: public_url.trim_end_matches('/').to_owned(),
+            secure,
+            session_lifetime,
+        })))
+    }
+
+    /// e.g. `https://envlens.example.com`, without a trailing slash.
+    pub fn public_url(&self) -> &str {
+        &self.0.public_url
+    }
+
+    /// Whether cookies are `Secure`: the public URL is https.
+    pub fn secure(&self) -> bool {
+        self.0.secure
+    }
+
+    pub fn session_lifetime(&self) -> Duration {
+        self.0.session_lifetime
+    }
+}
+
+impl Default for Site {
+    /// The default of `--listen`, as `--public-url` defaults to.
+    fn default() -> Self {
+        Site::new("http://127.0.0.1:8080", DEFAULT_SESSION_LIFETIME).expect("a valid default")
+    }
+}
+
+/// The dashboard's routes: signing in and out.
+pub fn routes<S>() -> Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+    Pool: FromRef<S>,
+    Site: FromRef<S>,
+    Option<Arc<Instance>>: FromRef<S>,
+{
+    Router::new()
+        .route(sign_in::PATH, get(sign_in::page))
+        .route("/-/sign-in/link/{token}", get(sign_in::link))
+        .route("/-/sign-in/gitlab", get(sign_in::gitlab))
+        .route(sign_in::CALLBACK_PATH, get(sign_in::callback))
+        .route(session::SIGN_OUT_PATH, post(session::sign_out))
+}
