@@ -26,6 +26,7 @@ mod resource_fetch;
 mod resource_group;
 mod shutdown;
 mod sign_in;
+mod sign_in_gitlab;
 mod support;
 mod system_hooks;
 mod telemetry;

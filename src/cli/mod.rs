@@ -75,15 +75,18 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .public_url
         .clone()
         .unwrap_or_else(|| format!("http://{addr}"));
-    let site = crate::web::Site::new(&public_url, args.session_lifetime)?;
+    let mut site = crate::web::Site::new(&public_url, args.session_lifetime)?;
     let mut state = AppState::new(database.pool.clone(), Keys::new(secrets), args.limits)
         .with_clusters(clusters, settings.cors)
-        .with_health(health)
-        .with_site(site);
+        .with_health(health);
     if let Some(gitlab) = &settings.gitlab {
         let instance = crate::gitlab::Instance::load(gitlab, &public_url, state.metrics.clone())?;
+        if let Some(oidc) = sign_in_with_gitlab(gitlab, &instance.api)? {
+            site = site.with_gitlab(oidc);
+        }
         state = state.with_gitlab(instance);
     }
+    let state = state.with_site(site);
     database.register_metrics(&state.metrics);
     let pruning = tokio::spawn(prune_deliveries(state.db.clone()));
     println!(
@@ -100,6 +103,31 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     database.close().await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// "Sign in with GitLab", when `gitlab.client_id` names an OAuth application.
+fn sign_in_with_gitlab(
+    settings: &crate::config::file::GitLabSettings,
+    api: &crate::gitlab::api::GitLab,
+) -> anyhow::Result<Option<crate::gitlab::oidc::Oidc>> {
+    let Some(client_id) = &settings.client_id else {
+        anyhow::ensure!(
+            settings.client_secret_file.is_none(),
+            "gitlab.client_secret_file is set without gitlab.client_id"
+        );
+        return Ok(None);
+    };
+    let secret = match &settings.client_secret_file {
+        Some(path) => Some(std::fs::read_to_string(path).with_context(|| {
+            format!("cannot read gitlab.client_secret_file {}", path.display())
+        })?),
+        None => None,
+    };
+    Ok(Some(crate::gitlab::oidc::Oidc::new(
+        api.clone(),
+        client_id.trim(),
+        secret.as_deref(),
+    )))
 }
 
 /// Resolves on SIGTERM or Ctrl-C.

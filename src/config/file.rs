@@ -51,6 +51,8 @@ pub struct Settings {
 ///   url: https://gitlab.example.com     # its address, as it writes it into ID tokens' `iss`
 ///   token_file: /etc/envlens/gitlab-token # a `read_api` token, for the sync (optional)
 ///   token_cache: 60s                      # how long GitLab's word on a user's token holds
+///   client_id: 0123abcd...                # "Sign in with GitLab": the OAuth application's id
+///   client_secret_file: /etc/envlens/gitlab-client-secret  # and its secret (optional: PKCE)
 /// ```
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -61,6 +63,14 @@ pub struct GitLabSettings {
     /// How long GitLab's answer about a user's token is reused (SPEC 12.4).
     #[serde(default = "default_token_cache", deserialize_with = "duration")]
     pub token_cache: Duration,
+    /// The OAuth application of "Sign in with GitLab" (SPEC 9): its id, with the scopes
+    /// `openid read_user` and the redirect URI `<public url>/-/auth/gitlab/callback`.
+    #[serde(default)]
+    pub client_id: Option<String>,
+    /// A file holding the application's secret; none for an application that is not
+    /// confidential.
+    #[serde(default)]
+    pub client_secret_file: Option<PathBuf>,
 }
 
 fn default_token_cache() -> Duration {

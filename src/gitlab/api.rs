@@ -232,6 +232,57 @@ impl GitLab {
         parse(endpoint, &answer.body)
     }
 
+    /// One request as the caller built it (the OAuth token exchange of "Sign in with GitLab",
+    /// through the `oauth2` crate), to a URL under the instance only. Never retried: what it
+    /// carries (an authorization code) works once. Counted as every call is; any status is
+    /// an answer (the protocol reads GitLab's error bodies).
+    pub async fn send_once(
+        &self,
+        endpoint: &'static str,
+        request: axum::http::Request<Vec<u8>>,
+    ) -> Result<axum::http::Response<Vec<u8>>, ApiError> {
+        let unreachable = |reason: String| ApiError::Unreachable { endpoint, reason };
+        let url = request.uri().to_string();
+        if !url
+            .strip_prefix(&*self.base)
+            .is_some_and(|rest| rest.starts_with('/'))
+        {
+            return Err(unreachable(format!("{url} is not under {}", self.base)));
+        }
+        let (mut parts, body) = request.into_parts();
+        parts.headers.insert(
+            header::USER_AGENT,
+            HeaderValue::from_static(concat!("envlens/", env!("CARGO_PKG_VERSION"))),
+        );
+        if let Some(value) = parts.headers.get_mut(header::AUTHORIZATION) {
+            value.set_sensitive(true);
+        }
+        let request = Request::from_parts(parts, Full::new(Bytes::from(body)));
+        let started = std::time::Instant::now();
+        let exchange = async {
+            let response = self
+                .client
+                .request(request)
+                .await
+                .map_err(|e| format!("{e}"))?;
+            let (parts, body) = response.into_parts();
+            let body = Limited::new(body, MAX_BODY)
+                .collect()
+                .await
+                .map_err(|e| format!("reading the answer: {e}"))?
+                .to_bytes();
+            Ok::<_, String>(axum::http::Response::from_parts(parts, body.to_vec()))
+        };
+        let outcome = tokio::time::timeout(self.policy.timeout, exchange)
+            .await
+            .map_err(|_| format!("no answer within {:?}", self.policy.timeout))
+            .and_then(|answer| answer);
+        let code = outcome.as_ref().ok().map(|r| r.status().as_u16());
+        self.metrics
+            .gitlab_request(endpoint, code, started.elapsed());
+        outcome.map_err(unreachable)
+    }
+
     async fn send(
         &self,
         endpoint: &'static str,

@@ -106,6 +106,16 @@ impl IdTokens {
 
     /// The job a valid token was issued for.
     pub async fn verify(&self, token: &str) -> Result<CiJob, Refused> {
+        self.verify_as(token).await
+    }
+
+    /// The claims of a valid token, as `T`: signed with one of GitLab's keys, issued by it, for
+    /// this audience, in its time. The OpenID Connect ID tokens of "Sign in with GitLab" are
+    /// checked so, with the OAuth application's id as the audience.
+    pub async fn verify_as<T: serde::de::DeserializeOwned>(
+        &self,
+        token: &str,
+    ) -> Result<T, Refused> {
         let header =
             jsonwebtoken::decode_header(token).map_err(|e| Refused::Malformed(e.to_string()))?;
         if !matches!(header.alg, Algorithm::RS256 | Algorithm::ES256) {
@@ -119,7 +129,7 @@ impl IdTokens {
         validation.set_issuer(&[&self.issuer]);
         validation.set_audience(&[&self.audience]);
         validation.set_required_spec_claims(&["exp", "iss", "aud"]);
-        jsonwebtoken::decode::<CiJob>(token, &key, &validation)
+        jsonwebtoken::decode::<T>(token, &key, &validation)
             .map(|data| data.claims)
             .map_err(|e| Refused::Invalid(e.to_string()))
     }

@@ -8,6 +8,7 @@ pub mod agent_config;
 pub mod api;
 pub mod deployment_status;
 pub mod id_token;
+pub mod oidc;
 pub mod tokens;
 pub mod validate;
 

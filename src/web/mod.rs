@@ -13,7 +13,7 @@ use axum::routing::{get, post};
 use axum::Router;
 
 use crate::db::pool::Pool;
-use crate::gitlab::Instance;
+use crate::gitlab::oidc::Oidc;
 
 /// How long a dashboard session lasts by default (`--session-lifetime`).
 pub const DEFAULT_SESSION_LIFETIME: Duration = Duration::from_secs(12 * 3600);
@@ -21,16 +21,28 @@ pub const DEFAULT_SESSION_LIFETIME: Duration = Duration::from_secs(12 * 3600);
 pub const MIN_SESSION_LIFETIME: Duration = Duration::from_secs(60);
 pub const MAX_SESSION_LIFETIME: Duration = Duration::from_secs(7 * 24 * 3600);
 
-/// Where the dashboard is reached, and how long its sessions last. Cheap to clone.
-#[derive(Debug, Clone)]
+/// Where the dashboard is reached, how long its sessions last, and whether GitLab signs users
+/// in. Cheap to clone.
+#[derive(Clone)]
 pub struct Site(Arc<SiteSettings>);
 
-#[derive(Debug)]
 struct SiteSettings {
     /// `--public-url`, without a trailing slash.
     public_url: String,
     secure: bool,
     session_lifetime: Duration,
+    /// "Sign in with GitLab", when the configuration names an OAuth application.
+    gitlab: Option<Arc<Oidc>>,
+}
+
+impl std::fmt::Debug for Site {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Site")
+            .field("public_url", &self.0.public_url)
+            .field("session_lifetime", &self.0.session_lifetime)
+            .field("gitlab", &self.0.gitlab.is_some())
+            .finish()
+    }
 }
 
 impl Site {
@@ -58,7 +70,23 @@ impl Site {
             public_url: public_url.trim_end_matches('/').to_owned(),
             secure,
             session_lifetime,
+            gitlab: None,
         })))
+    }
+
+    /// With "Sign in with GitLab" through `oidc`.
+    pub fn with_gitlab(self, oidc: Oidc) -> Self {
+        Site(Arc::new(SiteSettings {
+            public_url: self.0.public_url.clone(),
+            secure: self.0.secure,
+            session_lifetime: self.0.session_lifetime,
+            gitlab: Some(Arc::new(oidc)),
+        }))
+    }
+
+    /// "Sign in with GitLab", when configured.
+    pub fn gitlab(&self) -> Option<&Oidc> {
+        self.0.gitlab.as_deref()
     }
 
     /// e.g. `https://envlens.example.com`, without a trailing slash.
@@ -89,7 +117,6 @@ where
     S: Clone + Send + Sync + 'static,
     Pool: FromRef<S>,
     Site: FromRef<S>,
-    Option<Arc<Instance>>: FromRef<S>,
 {
     Router::new()
         .route(sign_in::PATH, get(sign_in::page))

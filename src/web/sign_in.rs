@@ -1,12 +1,11 @@
 //! Signing in (SPEC 9): the sign-in page, the one-time links of `envlens token --user <name>
 //! --sign-in`, and "Sign in with GitLab".
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{Path, Query, State};
-use axum::http::header::CACHE_CONTROL;
-use axum::http::StatusCode;
+use axum::http::header::{CACHE_CONTROL, SET_COOKIE};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 use serde::Deserialize;
 
@@ -17,7 +16,7 @@ use crate::auth::dashboard;
 use crate::db;
 use crate::db::pool::Pool;
 use crate::error::Error;
-use crate::gitlab::Instance;
+use crate::gitlab::oidc::SignInError;
 
 /// The sign-in page.
 pub const PATH: &str = "/-/sign-in";
@@ -46,7 +45,7 @@ impl ReturnTo {
 /// get a sign-in link. A signed-in user goes straight on.
 pub async fn page(
     viewer: Option<Viewer>,
-    State(gitlab): State<Option<Arc<Instance>>>,
+    State(site): State<Site>,
     Query(query): Query<ReturnTo>,
 ) -> Response {
     let return_to = query.path();
@@ -54,7 +53,7 @@ pub async fn page(
         return see_other(return_to, None);
     }
     let mut body = String::from("<h1>Sign in to envlens</h1>\n");
-    if gitlab_sign_in(gitlab.as_deref()) {
+    if site.gitlab().is_some() {
         let mut href = String::from("/-/sign-in/gitlab");
         if return_to != "/" {
             href.push_str("?return_to=");
@@ -121,19 +120,208 @@ pub async fn create_link(db: &Pool, public_url: &str, user_id: i64) -> Result<St
     ))
 }
 
-/// `GET /-/sign-in/gitlab`: off to GitLab's authorization page.
-pub async fn gitlab() -> Response {
-    not_configured()
+/// The cookie that ties an attempt of "Sign in with GitLab" to the browser that started it:
+/// a callback whose `state` is not this cookie's is refused (another's code planted in this
+/// browser would sign it in as someone else).
+const ATTEMPT_COOKIE: &str = "envlens_sign_in";
+/// How long an attempt may take, from the redirect to GitLab to its callback.
+pub const ATTEMPT_LIFETIME: Duration = Duration::from_secs(10 * 60);
+
+/// `GET /-/sign-in/gitlab`: off to GitLab's authorization page, with a new `state` (kept
+/// hashed in PostgreSQL with the nonce, the PKCE verifier and the page to return to, and as a
+/// cookie of this browser's).
+pub async fn gitlab(
+    State(db): State<Pool>,
+    State(site): State<Site>,
+    Query(query): Query<ReturnTo>,
+) -> Response {
+    let Some(oidc) = site.gitlab() else {
+        return not_configured();
+    };
+    let state = dashboard::new_secret();
+    let started = match oidc.start(&redirect_uri(&site), &state).await {
+        Ok(started) => started,
+        Err(e) => return sign_in_error(e),
+    };
+    let attempt = db::sessions::AttemptRow {
+        nonce: started.nonce,
+        pkce_verifier: started.pkce_verifier,
+        return_to: query.path().to_owned(),
+    };
+    let stored = async {
+        let mut conn = db.acquire().await?;
+        db::sessions::create_attempt(
+            &mut conn,
+            &dashboard::hash(&state),
+            &attempt,
+            ATTEMPT_LIFETIME,
+        )
+        .await
+    };
+    if let Err(e) = stored.await {
+        return e.into_response();
+    }
+    let cookie = attempt_cookie(&site, &state, ATTEMPT_LIFETIME.as_secs());
+    see_other(&started.authorize_url, Some(cookie))
 }
 
-/// `GET /-/auth/gitlab/callback`: GitLab's answer.
-pub async fn callback() -> Response {
-    not_configured()
+fn redirect_uri(site: &Site) -> String {
+    format!("{}{CALLBACK_PATH}", site.public_url())
 }
 
-/// Whether "Sign in with GitLab" is offered.
-fn gitlab_sign_in(_gitlab: Option<&Instance>) -> bool {
-    false
+fn attempt_cookie(site: &Site, value: &str, max_age: u64) -> HeaderValue {
+    let mut cookie = format!(
+        "{ATTEMPT_COOKIE}={value}; Path=/-/auth/; Max-Age={max_age}; HttpOnly; SameSite=Lax"
+    );
+    if site.secure() {
+        cookie.push_str("; Secure");
+    }
+    HeaderValue::from_str(&cookie).expect("a state is header-safe")
+}
+
+/// GitLab's redirect back: `code` and `state`, or `error` (the user said no).
+#[derive(Debug, Deserialize)]
+pub struct Callback {
+    #[serde(default)]
+    code: Option<String>,
+    #[serde(default)]
+    state: Option<String>,
+    #[serde(default)]
+    error: Option<String>,
+    #[serde(default)]
+    error_description: Option<String>,
+}
+
+/// `GET /-/auth/gitlab/callback`: the attempt of `state` (this browser's, used once, not
+/// expired) ends: the code is traded for GitLab's tokens, the ID token checked, and its user
+/// (`sub`, a GitLab user id) looked up in the mirror; a known user is signed in and sent to
+/// the page they came for, anyone else gets a page that says why, and no session.
+pub async fn callback(
+    State(db): State<Pool>,
+    State(site): State<Site>,
+    Query(query): Query<Callback>,
+    headers: HeaderMap,
+) -> Response {
+    let Some(oidc) = site.gitlab() else {
+        return not_configured();
+    };
+    let clear = attempt_cookie(&site, "", 0);
+    let refused = |status, title: &str, message: &str| {
+        let mut response = html::refusal(status, title, message);
+        response.headers_mut().append(SET_COOKIE, clear.clone());
+        response
+    };
+    if let Some(error) = &query.error {
+        let why = match &query.error_description {
+            Some(description) => format!("GitLab answered {error}: {description}"),
+            None => format!("GitLab answered {error}."),
+        };
+        return refused(StatusCode::FORBIDDEN, "GitLab did not sign you in", &why);
+    }
+    let (Some(code), Some(state)) = (&query.code, &query.state) else {
+        return refused(
+            StatusCode::BAD_REQUEST,
+            "Not a sign-in",
+            "GitLab sends the browser here with a code and a state; this request has neither.",
+        );
+    };
+    let this_browser = dashboard::cookie(&headers, ATTEMPT_COOKIE)
+        .is_some_and(|cookie| dashboard::csrf_matches(Some(state), cookie));
+    if !this_browser || !dashboard::is_secret(state) {
+        return refused(
+            StatusCode::FORBIDDEN,
+            "This sign-in did not start here",
+            "The answer from GitLab does not belong to a sign-in this browser started. \
+             Start again from the sign-in page.",
+        );
+    }
+    let taken = async {
+        let mut conn = db.acquire().await?;
+        db::sessions::take_attempt(&mut *conn, &dashboard::hash(state)).await
+    };
+    let attempt = match taken.await {
+        Ok(Some(attempt)) => attempt,
+        Ok(None) => {
+            return refused(
+                StatusCode::FORBIDDEN,
+                "This sign-in has expired",
+                "A sign-in with GitLab must be completed within ten minutes, once. \
+                 Start again from the sign-in page.",
+            )
+        }
+        Err(e) => return e.into_response(),
+    };
+    let user = match oidc
+        .finish(
+            &redirect_uri(&site),
+            code,
+            &attempt.pkce_verifier,
+            &attempt.nonce,
+        )
+        .await
+    {
+        Ok(user) => user,
+        Err(e) => {
+            let mut response = sign_in_error(e);
+            response.headers_mut().append(SET_COOKIE, clear);
+            return response;
+        }
+    };
+    let known = async {
+        let mut conn = db.acquire().await?;
+        db::identity::find_user(&mut *conn, user.id).await
+    };
+    match known.await {
+        Ok(Some(_)) => {}
+        Ok(None) => {
+            let who = match &user.username {
+                Some(username) => format!("@{username} (GitLab user {})", user.id),
+                None => format!("GitLab user {}", user.id),
+            };
+            tracing::info!(
+                gitlab_user = user.id,
+                "sign-in refused: not in the identity mirror"
+            );
+            return refused(
+                StatusCode::FORBIDDEN,
+                "envlens does not know you yet",
+                &format!(
+                    "GitLab signed you in as {who}, but envlens' copy of GitLab's users does \
+                     not have this account, so it cannot tell what you may see. It arrives with \
+                     GitLab's system hooks or the next sync; ask your administrator if it does \
+                     not."
+                ),
+            );
+        }
+        Err(e) => return e.into_response(),
+    }
+    let session = match begin(&db, &site, user.id).await {
+        Ok(cookie) => cookie,
+        Err(e) => return e.into_response(),
+    };
+    let return_to = safe_return_to(&attempt.return_to).unwrap_or("/");
+    let mut response = see_other(return_to, Some(session));
+    response.headers_mut().append(SET_COOKIE, clear);
+    response
+}
+
+/// A failed sign-in with GitLab: 403 when GitLab or its token said no, 503 when GitLab cannot
+/// be asked.
+fn sign_in_error(e: SignInError) -> Response {
+    match e {
+        SignInError::Refused(why) => {
+            tracing::info!(reason = %why, "sign-in with GitLab refused");
+            html::refusal(StatusCode::FORBIDDEN, "GitLab did not sign you in", &why)
+        }
+        SignInError::Unavailable(why) => {
+            tracing::warn!(reason = %why, "sign-in with GitLab failed");
+            html::refusal(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "GitLab cannot be reached",
+                "envlens cannot complete the sign-in with GitLab now. Try again in a moment.",
+            )
+        }
+    }
 }
 
 fn not_configured() -> Response {

@@ -1,6 +1,8 @@
 //! An in-process GitLab on a socket, answering as GitLab documents itself: its OpenID Connect
-//! discovery and key set (`doc/integration/openid_connect_provider.md`), and CI/CD ID tokens
-//! signed with the keys it publishes (`doc/ci/secrets/id_token_authentication.md`).
+//! discovery and key set (`doc/integration/openid_connect_provider.md`), CI/CD ID tokens
+//! signed with the keys it publishes (`doc/ci/secrets/id_token_authentication.md`), and the
+//! OAuth 2.0 provider of "Sign in with GitLab" (`doc/api/oauth2.md`: authorize, token with
+//! PKCE, userinfo; see [`OAuth`]).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -50,6 +52,8 @@ pub struct TestGitLab {
     pub failing: Arc<std::sync::atomic::AtomicBool>,
     /// How often the key set was fetched.
     pub key_fetches: Arc<AtomicUsize>,
+    /// The OAuth provider's state: the application, who is signed in at GitLab, codes.
+    pub oauth: Arc<std::sync::Mutex<OAuth>>,
     rsa: EncodingKey,
     ec: EncodingKey,
     other: EncodingKey,
@@ -85,6 +89,12 @@ impl TestGitLab {
             user_requests.clone(),
             failing.clone(),
         );
+        let oauth: Arc<std::sync::Mutex<OAuth>> = Arc::default();
+        let provider = Provider {
+            oauth: oauth.clone(),
+            issuer: url.clone(),
+            rsa: rsa.clone(),
+        };
         let router = Router::new()
             .route(
                 "/api/v4/user",
@@ -133,6 +143,9 @@ impl TestGitLab {
                     }
                 }),
             )
+            .route("/oauth/authorize", get(authorize))
+            .route("/oauth/token", axum::routing::post(token))
+            .route("/oauth/userinfo", get(userinfo))
             .route(
                 "/oauth/discovery/keys",
                 get(move || {
@@ -141,8 +154,10 @@ impl TestGitLab {
                     async move { Json(set) }
                 }),
             );
+        let router = router.with_state(provider);
         tokio::spawn(async move { axum::serve(listener, router).await });
         TestGitLab {
+            oauth,
             url,
             users_by_token,
             user_requests,
@@ -226,5 +241,247 @@ impl TestGitLab {
                    "created_at": "2026-01-01T00:00:00.000Z", "bio": "", "public_email": null,
                    "email": format!("{username}@example.com"), "is_admin": false, "two_factor_enabled": false}),
         );
+    }
+}
+
+/// GitLab as OAuth 2.0 / OpenID Connect provider, as `doc/api/oauth2.md` and
+/// `doc/integration/openid_connect_provider.md` describe it: one registered application, the
+/// user signed in at GitLab (who approves at once), authorization codes bound to the client,
+/// the redirect URI and the PKCE challenge, each usable once.
+#[derive(Default)]
+pub struct OAuth {
+    /// `(client_id, client_secret, redirect_uri)` of the registered application.
+    pub application: Option<(String, String, String)>,
+    /// Who is signed in at GitLab: `(id, username)`. None: the user clicks "Deny".
+    pub signed_in: Option<(i64, String)>,
+    /// Overrides of the next ID tokens' claims, for tests of what envlens must refuse.
+    pub id_token_audience: Option<Value>,
+    pub id_token_nonce: Option<String>,
+    /// Token requests answered, and codes issued.
+    pub token_requests: usize,
+    codes: std::collections::HashMap<String, Grant>,
+    access_tokens: std::collections::HashMap<String, (i64, String)>,
+}
+
+struct Grant {
+    client_id: String,
+    redirect_uri: String,
+    code_challenge: String,
+    nonce: Option<String>,
+    user: (i64, String),
+}
+
+#[derive(Clone)]
+struct Provider {
+    oauth: Arc<std::sync::Mutex<OAuth>>,
+    issuer: String,
+    rsa: EncodingKey,
+}
+
+fn random_token() -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(rand::random::<[u8; 32]>())
+}
+
+fn oauth_error(status: u16, error: &str, description: &str) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    (
+        axum::http::StatusCode::from_u16(status).unwrap(),
+        Json(json!({"error": error, "error_description": description})),
+    )
+        .into_response()
+}
+
+/// `GET /oauth/authorize`: checks the request as Doorkeeper does, then (the user being signed
+/// in and approving) redirects to the application with a code, or with `error=access_denied`.
+async fn authorize(
+    axum::extract::State(provider): axum::extract::State<Provider>,
+    axum::extract::Query(q): axum::extract::Query<std::collections::HashMap<String, String>>,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let mut oauth = provider.oauth.lock().unwrap();
+    let Some((client_id, _, redirect_uri)) = oauth.application.clone() else {
+        return oauth_error(401, "invalid_client", "no application");
+    };
+    let param = |name: &str| q.get(name).map(String::as_str);
+    if param("client_id") != Some(&client_id) {
+        return oauth_error(401, "invalid_client", "Client authentication failed");
+    }
+    if param("redirect_uri") != Some(&redirect_uri) {
+        return oauth_error(
+            400,
+            "invalid_redirect_uri",
+            "The redirect uri included is not valid.",
+        );
+    }
+    let scopes: Vec<&str> = param("scope").unwrap_or_default().split(' ').collect();
+    let method = param("code_challenge_method");
+    let ok = param("response_type") == Some("code")
+        && scopes.contains(&"openid")
+        && scopes.contains(&"read_user")
+        && param("state").is_some()
+        && param("code_challenge").is_some()
+        && method == Some("S256");
+    if !ok {
+        return oauth_error(
+            400,
+            "invalid_request",
+            "The request is missing a required parameter.",
+        );
+    }
+    let state: String =
+        url::form_urlencoded::byte_serialize(param("state").unwrap().as_bytes()).collect();
+    let location = match oauth.signed_in.clone() {
+        Some(user) => {
+            let code = random_token();
+            oauth.codes.insert(
+                code.clone(),
+                Grant {
+                    client_id,
+                    redirect_uri: redirect_uri.clone(),
+                    code_challenge: param("code_challenge").unwrap().to_owned(),
+                    nonce: param("nonce").map(str::to_owned),
+                    user,
+                },
+            );
+            format!("{redirect_uri}?code={code}&state={state}")
+        }
+        None => format!(
+            "{redirect_uri}?error=access_denied&error_description=The+resource+owner+or+authorization+server+denied+the+request.&state={state}"
+        ),
+    };
+    (
+        axum::http::StatusCode::FOUND,
+        [(axum::http::header::LOCATION, location)],
+    )
+        .into_response()
+}
+
+/// `POST /oauth/token` (`grant_type=authorization_code`): the client authenticated (HTTP Basic
+/// or form fields), the code known and not used before, issued to this client and redirect URI,
+/// and the PKCE verifier's S256 equal to the challenge. A code is gone after its first use,
+/// whatever the outcome, as Doorkeeper revokes it.
+async fn token(
+    axum::extract::State(provider): axum::extract::State<Provider>,
+    headers: axum::http::HeaderMap,
+    body: bytes::Bytes,
+) -> axum::response::Response {
+    use base64::Engine;
+    use sha2::Digest;
+    let form: std::collections::HashMap<String, String> =
+        url::form_urlencoded::parse(&body).into_owned().collect();
+    let mut oauth = provider.oauth.lock().unwrap();
+    oauth.token_requests += 1;
+    let Some((client_id, client_secret, _)) = oauth.application.clone() else {
+        return oauth_error(401, "invalid_client", "no application");
+    };
+    let basic = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Basic "))
+        .and_then(|v| base64::engine::general_purpose::STANDARD.decode(v).ok())
+        .and_then(|v| String::from_utf8(v).ok())
+        .and_then(|v| {
+            let (id, secret) = v.split_once(':')?;
+            let decode = |s: &str| {
+                url::form_urlencoded::parse(format!("x={s}").as_bytes())
+                    .next()
+                    .map(|(_, v)| v.into_owned())
+            };
+            Some((decode(id)?, decode(secret)?))
+        });
+    let (sent_id, sent_secret) = basic.unwrap_or_else(|| {
+        (
+            form.get("client_id").cloned().unwrap_or_default(),
+            form.get("client_secret").cloned().unwrap_or_default(),
+        )
+    });
+    if sent_id != client_id || sent_secret != client_secret {
+        return oauth_error(401, "invalid_client", "Client authentication failed due to unknown client, no client authentication included, or unsupported authentication method.");
+    }
+    let invalid_grant = || {
+        oauth_error(400, "invalid_grant", "The provided authorization grant is invalid, expired, revoked, does not match the redirection URI used in the authorization request, or was issued to another client.")
+    };
+    if form.get("grant_type").map(String::as_str) != Some("authorization_code") {
+        return oauth_error(
+            400,
+            "unsupported_grant_type",
+            "The authorization grant type is not supported by the authorization server.",
+        );
+    }
+    let Some(grant) = form.get("code").and_then(|code| oauth.codes.remove(code)) else {
+        return invalid_grant();
+    };
+    let verifier = form.get("code_verifier").cloned().unwrap_or_default();
+    let challenge = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .encode(sha2::Sha256::digest(verifier.as_bytes()));
+    if grant.client_id != sent_id
+        || form.get("redirect_uri") != Some(&grant.redirect_uri)
+        || challenge != grant.code_challenge
+    {
+        return invalid_grant();
+    }
+    let now = chrono::Utc::now().timestamp();
+    let (id, username) = grant.user.clone();
+    let claims = json!({
+        "iss": provider.issuer,
+        "sub": id.to_string(),
+        "aud": oauth.id_token_audience.clone().unwrap_or_else(|| json!(client_id)),
+        "exp": now + 120,
+        "iat": now,
+        "auth_time": now - 10,
+        "sub_legacy": format!("legacy-{id}"),
+        "nonce": oauth.id_token_nonce.clone().or(grant.nonce),
+    });
+    let header = Header {
+        alg: Algorithm::RS256,
+        kid: Some(RSA_KID.to_owned()),
+        ..Header::default()
+    };
+    let id_token = jsonwebtoken::encode(&header, &claims, &provider.rsa).unwrap();
+    let access_token = random_token();
+    oauth
+        .access_tokens
+        .insert(access_token.clone(), (id, username));
+    use axum::response::IntoResponse;
+    Json(json!({
+        "access_token": access_token,
+        "token_type": "Bearer",
+        "expires_in": 7200,
+        "refresh_token": random_token(),
+        "scope": "openid read_user",
+        "created_at": now,
+        "id_token": id_token,
+    }))
+    .into_response()
+}
+
+/// `GET /oauth/userinfo` with the access token: the user's claims.
+async fn userinfo(
+    axum::extract::State(provider): axum::extract::State<Provider>,
+    headers: axum::http::HeaderMap,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let token = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or_default();
+    let user = provider
+        .oauth
+        .lock()
+        .unwrap()
+        .access_tokens
+        .get(token)
+        .cloned();
+    match user {
+        Some((id, username)) => Json(json!({
+            "sub": id.to_string(), "sub_legacy": format!("legacy-{id}"), "name": username,
+            "nickname": username, "preferred_username": username,
+            "email": format!("{username}@example.com"), "email_verified": true,
+            "profile": format!("{}/{username}", provider.issuer), "groups": [],
+        }))
+        .into_response(),
+        None => oauth_error(401, "invalid_token", "The access token is invalid"),
     }
 }

@@ -1,0 +1,411 @@
+//! "Sign in with GitLab" (SPEC 9) against the in-process GitLab of `support::gitlab`, which
+//! speaks the OAuth 2.0 / OpenID Connect protocol as GitLab does: the whole round trip, and
+//! everything envlens must refuse on the way.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::header::{COOKIE, LOCATION, SET_COOKIE};
+use axum::http::{Request, StatusCode};
+use envlens::auth::CSRF_HEADER;
+use envlens::config::Limits;
+use envlens::gitlab::api::{GitLab, Policy};
+use envlens::gitlab::oidc::Oidc;
+use envlens::state::AppState;
+use envlens::web::Site;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use serde_json::json;
+
+use crate::support::gitlab::TestGitLab;
+use crate::support::{keys, postgres, TestApp, TestResponse};
+
+const PUBLIC_URL: &str = "http://envlens.test";
+const CALLBACK: &str = "http://envlens.test/-/auth/gitlab/callback";
+const CLIENT_ID: &str = "envlens-application-id";
+const CLIENT_SECRET: &str = "envlens-application-secret";
+
+/// envlens beside the test GitLab, where it is a registered OAuth application, with `alice`
+/// (GitLab user 7) in its mirror; alice is signed in at GitLab.
+async fn app_beside(gitlab: &TestGitLab) -> TestApp {
+    {
+        let mut oauth = gitlab.oauth.lock().unwrap();
+        oauth.application = Some((CLIENT_ID.into(), CLIENT_SECRET.into(), CALLBACK.into()));
+        oauth.signed_in = Some((7, "alice".into()));
+    }
+    let api = GitLab::new(&gitlab.url, None, Arc::default(), Policy::default()).unwrap();
+    app_with(Oidc::new(api, CLIENT_ID, Some(CLIENT_SECRET))).await
+}
+
+async fn app_with(oidc: Oidc) -> TestApp {
+    let database = postgres::fresh_database().await;
+    let site = Site::new(PUBLIC_URL, envlens::web::DEFAULT_SESSION_LIFETIME)
+        .unwrap()
+        .with_gitlab(oidc);
+    let state = AppState::new((*database).clone(), keys(), Limits::default()).with_site(site);
+    let app = TestApp::owning(state, database);
+    sqlx::query("INSERT INTO users (id, username, admin) VALUES (7, 'alice', false)")
+        .execute(&app.db)
+        .await
+        .unwrap();
+    app
+}
+
+fn location(res: &TestResponse) -> String {
+    res.headers
+        .get(LOCATION)
+        .unwrap_or_else(|| panic!("no Location ({}): {}", res.status, res.text()))
+        .to_str()
+        .unwrap()
+        .to_owned()
+}
+
+fn set_cookies(res: &TestResponse) -> Vec<String> {
+    res.headers
+        .get_all(SET_COOKIE)
+        .iter()
+        .map(|v| v.to_str().unwrap().to_owned())
+        .collect()
+}
+
+/// The `name=value` of the cookie `name` that `res` sets.
+fn cookie_set(res: &TestResponse, name: &str) -> Option<String> {
+    set_cookies(res)
+        .into_iter()
+        .find(|c| c.starts_with(&format!("{name}=")))
+        .map(|c| c.split(';').next().unwrap().to_owned())
+}
+
+fn query_param(url: &str, name: &str) -> Option<String> {
+    let url = url::Url::parse(url).unwrap();
+    url.query_pairs()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v.into_owned())
+}
+
+/// The browser's first step: envlens sends it to GitLab. Returns GitLab's authorization URL
+/// and the attempt's cookie.
+async fn start(app: &TestApp, path: &str) -> (String, String) {
+    let res = app
+        .send(Request::get(path).body(Body::empty()).unwrap())
+        .await;
+    assert_eq!(res.status, StatusCode::SEE_OTHER, "{}", res.text());
+    let cookie = cookie_set(&res, "envlens_sign_in").expect("the attempt's cookie");
+    let attempt = set_cookies(&res).into_iter().next().unwrap();
+    assert!(
+        attempt.ends_with("; Path=/-/auth/; Max-Age=600; HttpOnly; SameSite=Lax"),
+        "{attempt}"
+    );
+    (location(&res), cookie)
+}
+
+/// The browser at GitLab's authorization page: where GitLab sends it back to.
+async fn at_gitlab(authorize_url: &str) -> String {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<bytes::Bytes>>();
+    let res = client.get(authorize_url.parse().unwrap()).await.unwrap();
+    let status = res.status();
+    let location = res
+        .headers()
+        .get(LOCATION)
+        .map(|v| v.to_str().unwrap().to_owned());
+    let body = res.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(
+        status,
+        StatusCode::FOUND,
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
+    location.unwrap()
+}
+
+/// The browser back at envlens, with the attempt's cookie.
+async fn back(app: &TestApp, redirect: &str, cookie: &str) -> TestResponse {
+    let path = redirect.strip_prefix(PUBLIC_URL).expect("back to envlens");
+    app.send(
+        Request::get(path)
+            .header(COOKIE, cookie)
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await
+}
+
+async fn sessions(app: &TestApp) -> usize {
+    app.rows("SELECT user_id FROM web_sessions").await.len()
+}
+
+#[tokio::test]
+async fn a_known_user_signs_in_with_gitlab() {
+    let gitlab = TestGitLab::start().await;
+    let app = app_beside(&gitlab).await;
+
+    // The sign-in page offers GitLab, keeping the page to return to.
+    let page = app
+        .send(
+            Request::get("/-/sign-in?return_to=%2Fgroups%2Facme")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+    assert!(
+        page.text()
+            .contains("href=\"/-/sign-in/gitlab?return_to=%2Fgroups%2Facme\""),
+        "{}",
+        page.text()
+    );
+
+    let (authorize, cookie) = start(&app, "/-/sign-in/gitlab?return_to=%2Fgroups%2Facme").await;
+    assert!(authorize.starts_with(&format!("{}/oauth/authorize?", gitlab.url)));
+    for (name, value) in [
+        ("response_type", "code"),
+        ("client_id", CLIENT_ID),
+        ("redirect_uri", CALLBACK),
+        ("scope", "openid read_user"),
+        ("code_challenge_method", "S256"),
+    ] {
+        assert_eq!(
+            query_param(&authorize, name).as_deref(),
+            Some(value),
+            "{name}"
+        );
+    }
+    assert_eq!(
+        format!(
+            "envlens_sign_in={}",
+            query_param(&authorize, "state").unwrap()
+        ),
+        cookie
+    );
+    assert!(query_param(&authorize, "nonce").is_some_and(|n| n.len() >= 32));
+    // What stays until the callback is server-side, and hashed.
+    let attempts = app.rows("SELECT * FROM sign_in_attempts").await;
+    assert_eq!(attempts.len(), 1);
+    assert!(!json!(attempts)
+        .to_string()
+        .contains(&cookie["envlens_sign_in=".len()..]));
+
+    let redirect = at_gitlab(&authorize).await;
+    let res = back(&app, &redirect, &cookie).await;
+    assert_eq!(res.status, StatusCode::SEE_OTHER, "{}", res.text());
+    assert_eq!(location(&res), "/groups/acme");
+    let session = cookie_set(&res, "envlens_session").expect("a session");
+    assert!(set_cookies(&res)
+        .iter()
+        .any(|c| c.starts_with("envlens_sign_in=;") && c.contains("Max-Age=0")));
+    assert!(app.rows("SELECT * FROM sign_in_attempts").await.is_empty());
+    assert_eq!(gitlab.oauth.lock().unwrap().token_requests, 1);
+
+    // The session is alice's: the API answers her with its CSRF token.
+    let csrf: String = sqlx::query_scalar("SELECT csrf FROM web_sessions")
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    let res = app
+        .send(
+            Request::get("/api/user")
+                .header(COOKIE, &session)
+                .header(CSRF_HEADER, csrf)
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(
+        res.json(),
+        json!({"id": 7, "username": "alice", "admin": false})
+    );
+
+    // The same answer from GitLab again (a reload, a replay) signs nobody in.
+    let again = back(&app, &redirect, &cookie).await;
+    assert_eq!(again.status, StatusCode::FORBIDDEN, "{}", again.text());
+    assert_eq!(sessions(&app).await, 1);
+    assert_eq!(gitlab.oauth.lock().unwrap().token_requests, 1);
+}
+
+#[tokio::test]
+async fn a_state_that_is_not_this_browsers_is_refused() {
+    let gitlab = TestGitLab::start().await;
+    let app = app_beside(&gitlab).await;
+    let (authorize, cookie) = start(&app, "/-/sign-in/gitlab").await;
+    let redirect = at_gitlab(&authorize).await;
+    let state = query_param(&redirect, "state").unwrap();
+    let code = query_param(&redirect, "code").unwrap();
+    let other = "A".repeat(43);
+    for (url, cookie) in [
+        // Another state than the browser's cookie.
+        (
+            format!("{CALLBACK}?code={code}&state={other}"),
+            cookie.clone(),
+        ),
+        // The right state in another browser (no cookie, or another attempt's).
+        (redirect.clone(), String::new()),
+        (redirect.clone(), format!("envlens_sign_in={other}")),
+        // A state envlens never issued, in the cookie too.
+        (
+            format!("{CALLBACK}?code={code}&state={other}"),
+            format!("envlens_sign_in={other}"),
+        ),
+        // No state at all.
+        (format!("{CALLBACK}?code={code}"), cookie.clone()),
+    ] {
+        let res = back(&app, &url, &cookie).await;
+        assert!(
+            res.status.is_client_error(),
+            "{url} {cookie}: {}",
+            res.status
+        );
+        assert!(cookie_set(&res, "envlens_session").is_none());
+    }
+    assert_eq!(sessions(&app).await, 0);
+    assert_eq!(gitlab.oauth.lock().unwrap().token_requests, 0);
+    // The genuine answer still works afterwards.
+    assert_eq!(state, cookie["envlens_sign_in=".len()..]);
+    let res = back(&app, &redirect, &cookie).await;
+    assert_eq!(res.status, StatusCode::SEE_OTHER, "{}", res.text());
+    assert_eq!(sessions(&app).await, 1);
+}
+
+#[tokio::test]
+async fn a_code_works_once_and_only_with_its_own_verifier() {
+    let gitlab = TestGitLab::start().await;
+    let app = app_beside(&gitlab).await;
+    let (authorize, cookie) = start(&app, "/-/sign-in/gitlab").await;
+    let first = at_gitlab(&authorize).await;
+    let code = query_param(&first, "code").unwrap();
+    assert_eq!(
+        back(&app, &first, &cookie).await.status,
+        StatusCode::SEE_OTHER
+    );
+
+    // The used code, replayed within a new attempt of this browser: GitLab refuses it.
+    let (authorize, cookie) = start(&app, "/-/sign-in/gitlab").await;
+    let state = query_param(&authorize, "state").unwrap();
+    let replay = format!("{CALLBACK}?code={code}&state={state}");
+    let res = back(&app, &replay, &cookie).await;
+    assert_eq!(res.status, StatusCode::FORBIDDEN, "{}", res.text());
+    assert!(res.text().contains("invalid_grant"), "{}", res.text());
+    assert_eq!(sessions(&app).await, 1);
+
+    // A fresh code of one attempt, injected into another: its PKCE verifier does not match.
+    let (authorize_a, _) = start(&app, "/-/sign-in/gitlab").await;
+    let code_a = query_param(&at_gitlab(&authorize_a).await, "code").unwrap();
+    let (authorize_b, cookie_b) = start(&app, "/-/sign-in/gitlab").await;
+    let state_b = query_param(&authorize_b, "state").unwrap();
+    let res = back(
+        &app,
+        &format!("{CALLBACK}?code={code_a}&state={state_b}"),
+        &cookie_b,
+    )
+    .await;
+    assert_eq!(res.status, StatusCode::FORBIDDEN, "{}", res.text());
+    assert!(res.text().contains("invalid_grant"));
+    assert_eq!(sessions(&app).await, 1);
+}
+
+#[tokio::test]
+async fn id_tokens_for_others_are_refused() {
+    let gitlab = TestGitLab::start().await;
+    let app = app_beside(&gitlab).await;
+    let cases: [(Option<serde_json::Value>, Option<&str>, &str); 3] = [
+        (Some(json!("another-application")), None, "audience"),
+        (
+            Some(json!([CLIENT_ID, "another-application"])),
+            None,
+            "several audiences",
+        ),
+        (None, Some("not-the-nonce-of-this-sign-in"), "nonce"),
+    ];
+    for (audience, nonce, why) in cases {
+        {
+            let mut oauth = gitlab.oauth.lock().unwrap();
+            oauth.id_token_audience = audience;
+            oauth.id_token_nonce = nonce.map(Into::into);
+        }
+        let (authorize, cookie) = start(&app, "/-/sign-in/gitlab").await;
+        let res = back(&app, &at_gitlab(&authorize).await, &cookie).await;
+        assert_eq!(res.status, StatusCode::FORBIDDEN, "{why}: {}", res.text());
+        assert!(
+            res.text().to_lowercase().contains(why),
+            "{why}: {}",
+            res.text()
+        );
+        assert!(cookie_set(&res, "envlens_session").is_none());
+    }
+    assert_eq!(sessions(&app).await, 0);
+}
+
+#[tokio::test]
+async fn a_gitlab_user_envlens_does_not_know_gets_a_clear_refusal() {
+    let gitlab = TestGitLab::start().await;
+    let app = app_beside(&gitlab).await;
+    gitlab.oauth.lock().unwrap().signed_in = Some((99, "bob".into()));
+    let (authorize, cookie) = start(&app, "/-/sign-in/gitlab").await;
+    let res = back(&app, &at_gitlab(&authorize).await, &cookie).await;
+    assert_eq!(res.status, StatusCode::FORBIDDEN);
+    let page = res.text();
+    assert!(page.contains("envlens does not know you yet"), "{page}");
+    assert!(page.contains("@bob (GitLab user 99)"), "{page}");
+    assert_eq!(sessions(&app).await, 0);
+
+    // A user who says no at GitLab.
+    gitlab.oauth.lock().unwrap().signed_in = None;
+    let (authorize, cookie) = start(&app, "/-/sign-in/gitlab").await;
+    let res = back(&app, &at_gitlab(&authorize).await, &cookie).await;
+    assert_eq!(res.status, StatusCode::FORBIDDEN);
+    assert!(res.text().contains("access_denied"), "{}", res.text());
+    assert_eq!(gitlab.oauth.lock().unwrap().token_requests, 1);
+}
+
+#[tokio::test]
+async fn attempts_expire_and_return_only_to_envlens() {
+    let gitlab = TestGitLab::start().await;
+    let app = app_beside(&gitlab).await;
+    let (authorize, cookie) = start(&app, "/-/sign-in/gitlab").await;
+    sqlx::query("UPDATE sign_in_attempts SET expires_at = now() - interval '1 second'")
+        .execute(&app.db)
+        .await
+        .unwrap();
+    let res = back(&app, &at_gitlab(&authorize).await, &cookie).await;
+    assert_eq!(res.status, StatusCode::FORBIDDEN);
+    assert!(res.text().contains("expired"), "{}", res.text());
+
+    for return_to in [
+        "https%3A%2F%2Fevil.example%2F",
+        "%2F%2Fevil.example",
+        "%2F%5Cevil.example",
+    ] {
+        let (authorize, cookie) =
+            start(&app, &format!("/-/sign-in/gitlab?return_to={return_to}")).await;
+        let res = back(&app, &at_gitlab(&authorize).await, &cookie).await;
+        assert_eq!(res.status, StatusCode::SEE_OTHER, "{}", res.text());
+        assert_eq!(location(&res), "/", "{return_to}");
+    }
+}
+
+#[tokio::test]
+async fn gitlab_away_is_a_503_page() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    drop(listener);
+    let policy = Policy {
+        attempts: 1,
+        ..Policy::default()
+    };
+    let api = GitLab::new(&url, None, Arc::default(), policy).unwrap();
+    let app = app_with(Oidc::new(api, CLIENT_ID, None)).await;
+    let res = app
+        .send(
+            Request::get("/-/sign-in/gitlab")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(
+        res.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        res.text()
+    );
+    assert!(res.text().contains("GitLab cannot be reached"));
+    assert!(app.rows("SELECT * FROM sign_in_attempts").await.is_empty());
+}
