@@ -447,3 +447,39 @@ async fn envlens_token_prints_a_one_time_link() {
     assert_eq!(res.status, StatusCode::SEE_OTHER);
     assert_eq!(location(&res), "/");
 }
+
+#[tokio::test]
+async fn a_websocket_carries_the_csrf_token_in_its_query() {
+    let app = app().await;
+    let browser = sign_in(&app, 7).await;
+    // The proxy authenticates first, then asks about the agent: its message says which refused.
+    let proxy = |query: String, upgrade: bool| {
+        let mut req = Request::get(format!("/k8s-proxy/api/v1/pods?gitlab-agent-id=1{query}"))
+            .header(COOKIE, &browser.cookie);
+        if upgrade {
+            req = req
+                .header("connection", "upgrade")
+                .header("upgrade", "websocket");
+        }
+        req.body(Body::empty()).unwrap()
+    };
+    let message = |res: TestResponse| res.json()["message"].as_str().unwrap().to_owned();
+    let csrf = format!("&gitlab-csrf-token={}", browser.csrf);
+    assert_eq!(
+        message(app.send(proxy(String::new(), true)).await),
+        "missing CSRF token"
+    );
+    assert_eq!(
+        message(app.send(proxy("&gitlab-csrf-token=x".into(), true)).await),
+        "CSRF token does not match"
+    );
+    assert_eq!(
+        message(app.send(proxy(csrf.clone(), true)).await),
+        "agent 1 does not exist or its user_access does not allow you"
+    );
+    // Only a WebSocket may carry it so: a plain request needs the header.
+    assert_eq!(
+        message(app.send(proxy(csrf, false)).await),
+        "missing CSRF token"
+    );
+}

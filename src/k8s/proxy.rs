@@ -60,8 +60,11 @@ pub async fn forward(
     let (parts, body) = request.into_parts();
     let session = match authenticate(&parts, &keys, gitlab.as_deref()).await {
         Ok(session) => session,
-        // GitLab, which vouches for its tokens, cannot be asked: not a refusal.
-        Err(e @ Error::GitLabUnavailable(_)) => return e.to_kubernetes_status(),
+        // GitLab, which vouches for its tokens, or the database, which holds the dashboard's
+        // sessions, cannot be asked: not a refusal.
+        Err(e @ (Error::GitLabUnavailable(_) | Error::Unavailable(_))) => {
+            return e.to_kubernetes_status()
+        }
         Err(e) => return unauthorized(&e.to_string()),
     };
     let Some(agent_id) = agent_id(&parts.headers, &parts.uri) else {

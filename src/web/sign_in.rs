@@ -64,8 +64,13 @@ pub async fn page(
             escape(&href)
         ));
     }
+    body.push_str(if site.gitlab().is_some() {
+        "<p>Or ask for a one-time sign-in link "
+    } else {
+        "<p>Ask for a one-time sign-in link "
+    });
     body.push_str(
-        "<p>Or ask for a one-time sign-in link on the machine envlens runs on: \
+        "on the machine envlens runs on: \
          <code>envlens token --user &lt;your GitLab username&gt; --sign-in</code> \
          prints one, valid for five minutes.</p>",
     );
