@@ -14,6 +14,7 @@ use axum::Router;
 
 use crate::db::pool::Pool;
 use crate::gitlab::oidc::Oidc;
+use crate::gitlab::Instance;
 
 /// How long a dashboard session lasts by default (`--session-lifetime`).
 pub const DEFAULT_SESSION_LIFETIME: Duration = Duration::from_secs(12 * 3600);
@@ -117,6 +118,7 @@ where
     S: Clone + Send + Sync + 'static,
     Pool: FromRef<S>,
     Site: FromRef<S>,
+    Option<Arc<Instance>>: FromRef<S>,
 {
     Router::new()
         .route(sign_in::PATH, get(sign_in::page))
