@@ -2,11 +2,14 @@
 //! OTLP when asked for, Prometheus metrics, and the request id that ties a log line to GitLab's
 //! correlation id and to the cluster's audit log.
 
+mod json_log;
+mod log_writer;
 pub mod logging;
 pub mod metrics;
 mod otlp;
 pub mod request_id;
 
+pub use log_writer::dropped as log_lines_dropped;
 pub use logging::{init_logging, LogFormat};
 pub use metrics::{Kind as MetricKind, Metrics};
 pub use request_id::RequestId;
