@@ -10,7 +10,6 @@ use axum::response::{IntoResponse, Response};
 use opentelemetry::propagation::TextMapPropagator;
 use opentelemetry_http::HeaderExtractor;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
-use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use crate::config::Limits;
@@ -52,7 +51,7 @@ pub async fn observe(
     }
     let header = id.header_value();
     req.extensions_mut().insert(id);
-    async move {
+    let handled = async move {
         let mut response = next.run(req).await;
         let elapsed = started.elapsed();
         let status = response.status().as_u16();
@@ -64,9 +63,8 @@ pub async fn observe(
             "request"
         );
         response
-    }
-    .instrument(span)
-    .await
+    };
+    crate::telemetry::request_span::run(span, handled).await
 }
 
 /// Answers 503 when a request takes longer than the limit; the handler's future is dropped,

@@ -193,10 +193,18 @@ impl JsonLayer {
         });
         out.push_str("},\"target\":");
         write_string(out, meta.target());
-        if let Some(scope) = ctx.event_scope(event) {
+        // The spans the event is in, and the request's span carried by the task when it is
+        // not entered (super::request_span).
+        let carried = super::request_span::carried_id().and_then(|id| ctx.span(&id));
+        let scope: Vec<_> = ctx
+            .event_scope(event)
+            .map(|scope| scope.from_root().collect())
+            .unwrap_or_default();
+        let carried = carried.filter(|c| !scope.iter().any(|s| s.id() == c.id()));
+        if carried.is_some() || !scope.is_empty() {
             out.push_str(",\"span\":{");
             let mut leaf = None;
-            for span in scope.from_root() {
+            for span in carried.into_iter().chain(scope) {
                 let extensions = span.extensions();
                 if let Some(fields) = extensions.get::<SpanFields>() {
                     for field in fields.0.iter().flatten() {
@@ -365,6 +373,38 @@ mod tests {
         assert_eq!(text.matches("user_id").count(), 1);
         assert_eq!(lines[1]["fields"]["what"], "[\"a\", \"b\"]");
         assert!(lines[1].get("span").is_none());
+    }
+
+    #[test]
+    fn a_carried_request_span_is_found_without_being_entered() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let lines = lines_of(|| {
+            let request = tracing::info_span!(
+                "request",
+                request_id = "r-2",
+                user_id = tracing::field::Empty
+            );
+            runtime.block_on(super::super::request_span::carry(request, async {
+                super::super::record_user(9);
+                tokio::task::yield_now().await;
+                tracing::info!(status = 200, "request");
+                // A span opened inside: its fields, after the request's.
+                tracing::info_span!("inner", step = 1).in_scope(|| tracing::info!("deeper"));
+            }));
+            tracing::info!("after");
+        });
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        assert_eq!(
+            lines[0]["span"],
+            json!({"request_id": "r-2", "user_id": 9, "name": "request"})
+        );
+        assert_eq!(
+            lines[1]["span"],
+            json!({"request_id": "r-2", "user_id": 9, "step": 1, "name": "inner"})
+        );
+        assert!(lines[2].get("span").is_none());
     }
 
     #[test]

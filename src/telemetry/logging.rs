@@ -30,6 +30,8 @@ pub fn init_logging(format: LogFormat, otlp_endpoint: Option<&str>) -> anyhow::R
     let directives = std::env::var("ENVLENS_LOG").unwrap_or_else(|_| DEFAULT_FILTER.into());
     let (targets, env_filter) = filter(&directives);
     let (writer, flusher) = LogWriter::start();
+    // Only our JSON layer finds a request's span without it being entered.
+    let enter = format == LogFormat::Text || otlp_endpoint.is_some();
     let (traces, provider) = match otlp_endpoint {
         Some(endpoint) => {
             let (layer, provider) = super::otlp::layer(endpoint)?;
@@ -45,6 +47,9 @@ pub fn init_logging(format: LogFormat, otlp_endpoint: Option<&str>) -> anyhow::R
         .with(traces)
         .try_init()
         .is_ok();
+    if installed {
+        super::request_span::enter_spans(enter);
+    }
     Ok(Guard {
         provider,
         flusher: installed.then_some(flusher),
