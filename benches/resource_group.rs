@@ -557,7 +557,11 @@ async fn run(a: Args) {
     );
 
     let (cold_view, cache) = measure_cold(&b).await;
-    assert_eq!(cold_view.resources.len(), RESOURCES, "resources of a cold view");
+    assert_eq!(
+        cold_view.resources.len(),
+        RESOURCES,
+        "resources of a cold view"
+    );
     drop((cold_view, cache));
 
     let (mut envlens, mut cold, mut library, mut floor, mut kubectl) =
