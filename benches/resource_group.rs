@@ -12,9 +12,15 @@
 //! - (a) envlens: the GraphQL query of the environment's `resourceGroup` (every field but
 //!   `manifest`), through the service's router, as a signed-in developer whose `user_access`
 //!   impersonates them: session check, SQL, listing, assembly and the JSON answer. The router is
-//!   called in the process, without a socket, like the floor's requests skip none;
-//! - (a') the library alone: `list_resource_group` then `group::assemble` through a
-//!   `kube::Client`, with a warm discovery cache (as the service has it after its first view);
+//!   called in the process, without a socket, like the floor's requests skip none. Since the
+//!   watch cache (SPEC 8.1) every view after the first is answered from memory: (a) is the warm
+//!   view, and sends no list at all;
+//! - (a-cold) the first view of the namespace, the cold path: a fresh watch cache (as after a
+//!   start, or once the namespace idled out) whose 41 watches first list, then `group::assemble`;
+//!   discovery warm, no impersonation (the access reviews are the cache's, not a list's);
+//! - (a') the library without the cache: `fetch::list_resource_group` then `group::assemble`
+//!   through a `kube::Client`, with a warm discovery cache: the same lists as the floor's, every
+//!   view (what a selector the cache cannot evaluate gets);
 //! - (b) `kubectl get <every namespaced listable kind> -l <selector> -n <ns> -o json`, which
 //!   finds only the labelled objects, not what they own (skipped when kubectl is absent);
 //! - (c) the floor: the very list requests (a) sends, all at once, straight to the server over
@@ -37,6 +43,7 @@ use axum::http::{header, HeaderMap, Request};
 use envlens::auth::mint_session;
 use envlens::k8s::discovery::DiscoveryCache;
 use envlens::k8s::fetch::{list_resource_group, FetchOptions};
+use envlens::k8s::watch::{WatchCache, WatchSettings};
 use envlens::resources::group;
 use http_body_util::{BodyExt, Empty};
 use serde_json::{json, Value};
@@ -394,6 +401,30 @@ async fn measure_envlens(b: &Bench) -> group::ResourceGroup {
     group
 }
 
+/// (a-cold) The first view through a fresh watch cache; the cache is returned with the view so
+/// that the caller stops its watches after taking the time.
+async fn measure_cold(b: &Bench) -> (group::ResourceGroup, WatchCache) {
+    let settings = WatchSettings {
+        idle: Duration::from_secs(600),
+        max_objects: 1_000_000,
+        access_ttl: Duration::from_secs(60),
+    };
+    let cache = WatchCache::new(b.client.clone(), settings, Default::default());
+    let listing = cache
+        .list_resource_group(
+            &b.discovery,
+            &HeaderMap::new(),
+            NS,
+            &b.selector,
+            &FetchOptions::default(),
+        )
+        .await
+        .expect("list");
+    let group = group::assemble(listing, &Default::default());
+    assert!(group.errors.is_empty(), "{:?}", group.errors);
+    (group, cache)
+}
+
 /// (b) kubectl over every kind; returns the number of items, or None without kubectl.
 async fn measure_kubectl(b: &Bench) -> Option<usize> {
     let mut cmd = b.served.kubectl();
@@ -525,13 +556,26 @@ async fn run(a: Args) {
         floor_bytes / 1024
     );
 
-    let (mut envlens, mut library, mut floor, mut kubectl) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (cold_view, cache) = measure_cold(&b).await;
+    assert_eq!(
+        cold_view.resources.len(),
+        RESOURCES,
+        "resources of a cold view"
+    );
+    drop((cold_view, cache));
+
+    let (mut envlens, mut cold, mut library, mut floor, mut kubectl) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for i in 0..a.iterations {
         let started = Instant::now();
         let body = measure_graphql(&b, query).await;
         envlens.push(started.elapsed());
         drop(body);
+
+        let started = Instant::now();
+        let view = measure_cold(&b).await;
+        cold.push(started.elapsed());
+        drop(view);
 
         let started = Instant::now();
         let view = measure_envlens(&b).await;
@@ -550,10 +594,20 @@ async fn run(a: Args) {
         }
     }
 
-    let (envlens, library, floor) = (median(envlens), median(library), median(floor));
+    let (envlens, cold, library, floor) = (
+        median(envlens),
+        median(cold),
+        median(library),
+        median(floor),
+    );
     println!(
-        "(a) envlens, the GraphQL resourceGroup query:  median {} over {} iterations",
+        "(a) envlens, the GraphQL resourceGroup query (watch cache warm): median {} over {} iterations",
         ms(envlens),
+        a.iterations
+    );
+    println!(
+        "(a-cold) first view, a fresh watch cache + assemble: median {} over {} iterations",
+        ms(cold),
         a.iterations
     );
     println!(
@@ -567,10 +621,21 @@ async fn run(a: Args) {
         ms(floor),
         a.iterations
     );
+    let verdict = |ratio: f64| if ratio <= 1.8 { "met" } else { "NOT met" };
     let over_floor = envlens.as_secs_f64() / floor.as_secs_f64();
     println!(
-        "envlens / floor = {over_floor:.2} (goal <= 2: {})",
-        if over_floor <= 2.0 { "met" } else { "NOT met" }
+        "(a) warm / floor = {over_floor:.2} (goal <= 1.8: {})",
+        verdict(over_floor)
+    );
+    let cold_over_floor = cold.as_secs_f64() / floor.as_secs_f64();
+    println!(
+        "(a-cold) cold / floor = {cold_over_floor:.2} (goal <= 1.8: {})",
+        verdict(cold_over_floor)
+    );
+    let library_over_floor = library.as_secs_f64() / floor.as_secs_f64();
+    println!(
+        "(a') uncached / floor = {library_over_floor:.2} (goal <= 1.8: {})",
+        verdict(library_over_floor)
     );
     if !kubectl_available {
         println!("(b) kubectl: skipped, no kubectl on PATH");

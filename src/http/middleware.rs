@@ -10,7 +10,6 @@ use axum::response::{IntoResponse, Response};
 use opentelemetry::propagation::TextMapPropagator;
 use opentelemetry_http::HeaderExtractor;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
-use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use crate::config::Limits;
@@ -33,18 +32,15 @@ pub async fn observe(
 ) -> Response {
     let started = Instant::now();
     let id = RequestId::from_headers(req.headers());
-    req.extensions_mut().insert(id.clone());
     let method = req.method().clone();
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|m| m.as_str().to_owned())
-        .unwrap_or_else(|| "unmatched".to_owned());
+    // The route's pattern is shared (an Arc), not copied.
+    let matched = req.extensions().get::<MatchedPath>().cloned();
+    let route = matched.as_ref().map_or("unmatched", MatchedPath::as_str);
     let span = tracing::info_span!(
         "request",
-        request_id = %id,
-        method = %method,
-        route = %route,
+        request_id = id.as_str(),
+        method = method.as_str(),
+        route,
         user_id = tracing::field::Empty,
         agent_id = tracing::field::Empty,
         environment = tracing::field::Empty,
@@ -53,21 +49,22 @@ pub async fn observe(
         let parent = TraceContextPropagator::new().extract(&HeaderExtractor(req.headers()));
         let _ = span.set_parent(parent);
     }
-    let mut response = next.run(req).instrument(span.clone()).await;
-    let elapsed = started.elapsed();
-    let status = response.status().as_u16();
-    metrics.record(method.as_str(), &route, status, elapsed);
-    response
-        .headers_mut()
-        .insert(REQUEST_ID_HEADER, id.header_value());
-    span.in_scope(|| {
+    let header = id.header_value();
+    req.extensions_mut().insert(id);
+    let handled = async move {
+        let mut response = next.run(req).await;
+        let elapsed = started.elapsed();
+        let status = response.status().as_u16();
+        metrics.record(method.as_str(), route, status, elapsed);
+        response.headers_mut().insert(REQUEST_ID_HEADER, header);
         tracing::info!(
             status,
             duration_ms = elapsed.as_secs_f64() * 1000.0,
             "request"
-        )
-    });
-    response
+        );
+        response
+    };
+    crate::telemetry::request_span::run(span, handled).await
 }
 
 /// Answers 503 when a request takes longer than the limit; the handler's future is dropped,

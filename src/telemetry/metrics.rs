@@ -229,6 +229,12 @@ impl Default for Metrics {
             "Watch events applied by the watch cache, bookmarks included",
             watch_events.clone(),
         );
+        registry.register_collector(Box::new(Reading {
+            name: "envlens_log_lines_dropped",
+            help: "Log lines dropped because the writer's buffer was full (stderr not keeping up)",
+            kind: Kind::Counter,
+            read: Box::new(super::log_lines_dropped),
+        }));
         Metrics {
             watch_cache_objects,
             watch_streams,

@@ -2,23 +2,27 @@
 //! OTLP when asked for, Prometheus metrics, and the request id that ties a log line to GitLab's
 //! correlation id and to the cluster's audit log.
 
+mod json_log;
+mod log_writer;
 pub mod logging;
 pub mod metrics;
 mod otlp;
 pub mod request_id;
+pub mod request_span;
 
+pub use log_writer::dropped as log_lines_dropped;
 pub use logging::{init_logging, LogFormat};
 pub use metrics::{Kind as MetricKind, Metrics};
 pub use request_id::RequestId;
 
 /// Records who is asking into the request's span, once authentication knows.
 pub fn record_user(user_id: i64) {
-    tracing::Span::current().record("user_id", user_id);
+    request_span::current().record("user_id", user_id);
 }
 
 /// Records the agent (and environment) a request is about into its span.
 pub fn record_agent(agent_id: i64, environment: Option<&str>) {
-    let span = tracing::Span::current();
+    let span = request_span::current();
     span.record("agent_id", agent_id);
     if let Some(environment) = environment {
         span.record("environment", environment);

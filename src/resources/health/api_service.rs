@@ -10,13 +10,10 @@ pub(super) fn api_service(obj: &Obj) -> Health {
     let Some(available) = condition(obj, "Available") else {
         return Health::new(Progressing, "Waiting to be processed");
     };
+    // Always "reason: message", as Argo writes it, even when either is empty.
     let reason = cond_reason(Some(available));
     let message = str_at(available, &["message"]).unwrap_or("");
-    let text = match (reason.is_empty(), message.is_empty()) {
-        (false, false) => format!("{reason}: {message}"),
-        (false, true) => reason.to_string(),
-        _ => message.to_string(),
-    };
+    let text = format!("{reason}: {message}");
     let status = if cond_status_is(Some(available), "True") {
         Healthy
     } else {
@@ -80,7 +77,7 @@ pub(super) mod tests {
                     json!({"conditions": [{"type": "Available", "status": "True"}]}),
                 ),
                 Healthy,
-                None,
+                Some(": "),
             ),
             (
                 "apiservice with a message only",
@@ -91,7 +88,29 @@ pub(super) mod tests {
                     json!({"conditions": [{"type": "Available", "status": "False", "message": "no endpoints"}]}),
                 ),
                 Progressing,
-                Some("no endpoints"),
+                Some(": no endpoints"),
+            ),
+            (
+                "apiservice with a reason only",
+                obj(
+                    "apiregistration.k8s.io/v1",
+                    "APIService",
+                    json!({}),
+                    json!({"conditions": [{"type": "Available", "status": "False", "reason": "MissingEndpoints"}]}),
+                ),
+                Progressing,
+                Some("MissingEndpoints: "),
+            ),
+            (
+                "apiservice of another version",
+                obj(
+                    "apiregistration.k8s.io/v1beta2",
+                    "APIService",
+                    json!({}),
+                    json!({}),
+                ),
+                Unknown,
+                Some("unsupported APIService GVK: apiregistration.k8s.io/v1beta2, Kind=APIService"),
             ),
         ]
     }

@@ -7,68 +7,84 @@ use crate::resources::tree::Tree;
 
 pub const HPA_CONDITIONS_ANNOTATION: &str = "autoscaling.alpha.kubernetes.io/conditions";
 
-/// (condition type, reason) pairs meaning the autoscaler cannot do its job. Argo lists
-/// FailedGetScale, FailedUpdateScale, FailedGetResourceMetric and InvalidSelector; the other
-/// metric sources fail the same way, so they are here too.
+/// (condition type, reason) pairs meaning the autoscaler cannot do its job, as Argo lists them.
+/// Any one of them, wherever it is in the list, makes the autoscaler Degraded.
 const HPA_DEGRADED: &[(&str, &str)] = &[
     ("AbleToScale", "FailedGetScale"),
     ("AbleToScale", "FailedUpdateScale"),
     ("ScalingActive", "FailedGetResourceMetric"),
-    ("ScalingActive", "FailedGetContainerResourceMetric"),
-    ("ScalingActive", "FailedGetPodsMetric"),
     ("ScalingActive", "FailedGetObjectMetric"),
+    ("ScalingActive", "FailedGetPodsMetric"),
     ("ScalingActive", "FailedGetExternalMetric"),
+    ("ScalingActive", "FailedComputeMetricsReplicas"),
     ("ScalingActive", "InvalidSelector"),
-    ("ScalingActive", "InvalidMetricSourceType"),
 ];
 
+/// The version is checked by the caller: `autoscaling/v2` keeps its conditions in `status`,
+/// `autoscaling/v1` in a JSON annotation only (what `status.conditions` a v1 object shows is
+/// not read, as in Argo).
 pub(super) fn hpa(obj: &Obj) -> Health {
     let waiting = || Health::new(Progressing, "Waiting to Autoscale");
-    // autoscaling/v2 keeps conditions in status; autoscaling/v1 only in a JSON annotation.
-    let from_annotation;
-    let mut conditions = list_at(obj, &["status", "conditions"]);
-    if conditions.is_empty() {
-        let annotation = at(obj, &["metadata", "annotations"])
-            .and_then(|a| a.get(HPA_CONDITIONS_ANNOTATION))
-            .and_then(Tree::as_str);
-        let Some(annotation) = annotation else {
-            return waiting();
-        };
-        from_annotation = match serde_json::from_str::<Tree>(annotation) {
-            Ok(Tree::Array(list)) => list,
-            Ok(_) => Box::default(),
-            Err(e) => {
-                return Health::new(
-                    Unknown,
-                    format!("failed to convert conditions annotation to typed: {e}"),
-                )
-            }
-        };
-        conditions = &from_annotation;
+    if api_version(obj) != "v1" {
+        return judge(list_at(obj, &["status", "conditions"]), field).unwrap_or_else(waiting);
     }
-    fn field<'c>(c: &'c Tree, f: &[&str]) -> &'c str {
-        str_at(c, f).unwrap_or("")
-    }
-    // Unlike Argo, which returns at the first healthy condition, every condition is checked for
-    // failure first: AbleToScale=True comes before ScalingActive=False in real objects, and
-    // would otherwise hide an autoscaler that cannot read its metrics.
+    let annotation = at(obj, &["metadata", "annotations"])
+        .and_then(|a| a.get(HPA_CONDITIONS_ANNOTATION))
+        .and_then(Tree::as_str);
+    let Some(annotation) = annotation else {
+        return waiting();
+    };
+    let conditions = match serde_json::from_str::<Tree>(annotation) {
+        Ok(Tree::Array(list)) => list,
+        // Go's decoder takes null for an empty list.
+        Ok(Tree::Null) => Box::default(),
+        Ok(_) => {
+            return Health::new(
+                Unknown,
+                "failed to convert conditions annotation to typed: not a list of conditions",
+            )
+        }
+        Err(e) => {
+            return Health::new(
+                Unknown,
+                format!("failed to convert conditions annotation to typed: {e}"),
+            )
+        }
+    };
+    // Go's decoder matches the annotation's keys to its fields whatever their case.
+    judge(&conditions, field_any_case).unwrap_or_else(waiting)
+}
+
+/// Degraded by the first failing condition, else Healthy by the first able or limited one
+/// that is True, else None (waiting).
+fn judge(conditions: &[Tree], field: for<'c> fn(&'c Tree, &str) -> &'c str) -> Option<Health> {
     let degraded = conditions.iter().find(|c| {
-        let (kind, reason) = (field(c, &["type"]), field(c, &["reason"]));
+        let (kind, reason) = (field(c, "type"), field(c, "reason"));
         HPA_DEGRADED.iter().any(|(t, r)| *t == kind && *r == reason)
     });
     if let Some(c) = degraded {
-        return Health::new(Degraded, cond_message(Some(c)));
+        return Some(Health::new(Degraded, field(c, "message")));
     }
     let healthy = conditions.iter().find(|c| {
-        matches!(
-            str_at(*c, &["type"]),
-            Some("AbleToScale" | "ScalingLimited")
-        ) && str_at(*c, &["status"]) == Some("True")
+        matches!(field(c, "type"), "AbleToScale" | "ScalingLimited") && field(c, "status") == "True"
     });
-    match healthy {
-        Some(c) => Health::new(Healthy, field(c, &["message"])),
-        None => waiting(),
-    }
+    healthy.map(|c| Health::new(Healthy, field(c, "message")))
+}
+
+fn field<'c>(c: &'c Tree, name: &str) -> &'c str {
+    c.get(name).and_then(Tree::as_str).unwrap_or("")
+}
+
+fn field_any_case<'c>(c: &'c Tree, name: &str) -> &'c str {
+    let exact = c.get(name).and_then(Tree::as_str);
+    exact
+        .or_else(|| {
+            c.as_object()?
+                .into_iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case(name))
+                .and_then(|(_, v)| v.as_str())
+        })
+        .unwrap_or("")
 }
 
 #[cfg(test)]
@@ -145,6 +161,106 @@ pub(super) mod tests {
             .starts_with("failed to convert conditions annotation"));
     }
 
+    #[test]
+    fn hpa_reasons_as_argo_lists_them() {
+        let failing = |reason: &str| {
+            hpa_with(json!([
+                {"type": "AbleToScale", "status": "True", "reason": "SucceededGetScale", "message": "able"},
+                {"type": "ScalingActive", "status": "False", "reason": reason, "message": "cannot"}]))
+        };
+        for reason in [
+            "FailedGetResourceMetric",
+            "FailedGetObjectMetric",
+            "FailedGetPodsMetric",
+            "FailedGetExternalMetric",
+            "FailedComputeMetricsReplicas",
+            "InvalidSelector",
+        ] {
+            check(&failing(reason), Degraded, Some("cannot"));
+        }
+        // Reasons Argo does not list leave the autoscaler to its other conditions.
+        for reason in [
+            "FailedGetContainerResourceMetric",
+            "InvalidMetricSourceType",
+            "ScalingDisabled",
+        ] {
+            check(&failing(reason), Healthy, Some("able"));
+        }
+        // The degraded condition's own message, never its reason in its place.
+        let silent = hpa_with(
+            json!([{"type": "AbleToScale", "status": "False", "reason": "FailedUpdateScale"}]),
+        );
+        check(&silent, Degraded, None);
+    }
+
+    #[test]
+    fn hpa_conditions_come_from_where_each_version_keeps_them() {
+        let failing_annotation = r#"[{"type":"AbleToScale","status":"False","reason":"FailedGetScale","message":"from the annotation"}]"#;
+        let healthy_status = json!({"conditions": [{"type": "AbleToScale", "status": "True", "message": "from status"}]});
+        // v2 reads status.conditions only.
+        let v2 = with_annotation(
+            obj(
+                "autoscaling/v2",
+                "HorizontalPodAutoscaler",
+                json!({}),
+                healthy_status.clone(),
+            ),
+            HPA_CONDITIONS_ANNOTATION,
+            failing_annotation,
+        );
+        check(&v2, Healthy, Some("from status"));
+        // v1 reads the annotation only.
+        let v1 = with_annotation(
+            obj(
+                "autoscaling/v1",
+                "HorizontalPodAutoscaler",
+                json!({}),
+                healthy_status.clone(),
+            ),
+            HPA_CONDITIONS_ANNOTATION,
+            failing_annotation,
+        );
+        check(&v1, Degraded, Some("from the annotation"));
+        let v1_without = obj(
+            "autoscaling/v1",
+            "HorizontalPodAutoscaler",
+            json!({}),
+            healthy_status,
+        );
+        check(&v1_without, Progressing, Some("Waiting to Autoscale"));
+        // Go's decoder matches keys whatever their case.
+        let cased = with_annotation(
+            obj(
+                "autoscaling/v1",
+                "HorizontalPodAutoscaler",
+                json!({}),
+                json!({}),
+            ),
+            HPA_CONDITIONS_ANNOTATION,
+            r#"[{"Type":"ScalingLimited","Status":"True","Message":"at the maximum"}]"#,
+        );
+        check(&cased, Healthy, Some("at the maximum"));
+        // Not a list: the annotation cannot be read.
+        let object = with_annotation(
+            obj(
+                "autoscaling/v1",
+                "HorizontalPodAutoscaler",
+                json!({}),
+                json!({}),
+            ),
+            HPA_CONDITIONS_ANNOTATION,
+            r#"{"type":"AbleToScale"}"#,
+        );
+        let got = health(&object).expect("rule applies");
+        assert_eq!(got.status, Unknown);
+        // Other versions are not read.
+        for version in ["autoscaling/v2beta1", "autoscaling/v2beta2"] {
+            let beta = obj(version, "HorizontalPodAutoscaler", json!({}), json!({}));
+            let message = format!("unsupported HPA GVK: {version}, Kind=HorizontalPodAutoscaler");
+            check(&beta, Unknown, Some(&message));
+        }
+    }
+
     /// The rules and edge cases not pinned above.
     pub(in crate::resources::health) fn fixtures() -> Vec<Fixture> {
         vec![
@@ -189,6 +305,17 @@ pub(super) mod tests {
                 ),
                 Progressing,
                 Some("Waiting to Autoscale"),
+            ),
+            (
+                "a beta version",
+                obj(
+                    "autoscaling/v2beta2",
+                    "HorizontalPodAutoscaler",
+                    json!({}),
+                    json!({}),
+                ),
+                Unknown,
+                Some("unsupported HPA GVK: autoscaling/v2beta2, Kind=HorizontalPodAutoscaler"),
             ),
             (
                 "autoscaling/v1 without the annotation",

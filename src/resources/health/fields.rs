@@ -128,6 +128,11 @@ pub(super) fn api_group<'a>(obj: impl Fields<'a>) -> &'a str {
         .map_or("", |(group, _)| group)
 }
 
+/// "apps/v1" → "v1", "v1" → "v1"; "" when there is none.
+pub(super) fn api_version<'a>(obj: impl Fields<'a>) -> &'a str {
+    str_at(obj, &["apiVersion"]).map_or("", |v| v.rsplit_once('/').map_or(v, |(_, v)| v))
+}
+
 /// Argo CD's finalizer on hooks, which keeps them judged by their rule while they are deleted.
 pub(super) const HOOK_FINALIZER: &str = "argocd.argoproj.io/hook-finalizer";
 

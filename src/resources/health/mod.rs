@@ -156,23 +156,43 @@ fn builtin(obj: &Obj) -> Option<Health> {
         return Some(Health::new(Progressing, "Pending deletion"));
     }
     let kind = str_at(obj, &["kind"])?;
-    let rule: fn(&Obj) -> Health = match (api_group(obj), kind) {
-        ("apps" | "extensions", "Deployment") => workloads::deployment,
-        ("apps", "StatefulSet") => workloads::stateful_set,
-        ("apps" | "extensions", "DaemonSet") => workloads::daemon_set,
-        ("apps" | "extensions", "ReplicaSet") => workloads::replica_set,
-        ("", "Pod") => pods::pod,
-        ("", "Service") => networking::service,
-        ("", "PersistentVolumeClaim") => storage::pvc,
-        ("batch", "Job") => batch::job,
-        ("batch", "CronJob") => batch::cron_job,
-        ("networking.k8s.io" | "extensions", "Ingress") => networking::ingress,
-        ("autoscaling", "HorizontalPodAutoscaler") => autoscaling::hpa,
-        ("apiregistration.k8s.io", "APIService") => api_service::api_service,
-        ("argoproj.io", "Workflow") => argo_workflows::workflow,
+    // (rule, the versions Argo's typed rule reads, the kind as its error names it); `None`:
+    // any version (Argo reads those objects untyped, or by a script).
+    type Rule = fn(&Obj) -> Health;
+    let (rule, versions, word): (Rule, Option<&[&str]>, &str) = match (api_group(obj), kind) {
+        ("apps", "Deployment") => (workloads::deployment, Some(&["v1"]), kind),
+        ("apps", "StatefulSet") => (workloads::stateful_set, Some(&["v1"]), kind),
+        ("apps", "DaemonSet") => (workloads::daemon_set, Some(&["v1"]), kind),
+        ("apps", "ReplicaSet") => (workloads::replica_set, Some(&["v1"]), kind),
+        ("", "Pod") => (pods::pod, Some(&["v1"]), kind),
+        ("", "Service") => (networking::service, Some(&["v1"]), kind),
+        ("", "PersistentVolumeClaim") => (storage::pvc, Some(&["v1"]), kind),
+        ("batch", "Job") => (batch::job, Some(&["v1"]), kind),
+        ("batch", "CronJob") => (batch::cron_job, None, kind),
+        ("networking.k8s.io" | "extensions", "Ingress") => (networking::ingress, None, kind),
+        ("autoscaling", "HorizontalPodAutoscaler") => {
+            (autoscaling::hpa, Some(&["v1", "v2"]), "HPA")
+        }
+        ("apiregistration.k8s.io", "APIService") => {
+            (api_service::api_service, Some(&["v1", "v1beta1"]), kind)
+        }
+        ("argoproj.io", "Workflow") => (argo_workflows::workflow, None, kind),
+        // `extensions` Deployments, DaemonSets and ReplicaSets included: Argo gives them none.
         (group, _) if BUILTIN_GROUPS.contains(&group) => return None,
         _ => return custom::custom_resource(obj),
     };
+    if let Some(versions) = versions {
+        let version = api_version(obj);
+        if !versions.contains(&version) {
+            // gitops-engine's error for a version its typed structs do not read, with the
+            // group/version/kind as Go's `schema.GroupVersionKind` prints it.
+            let group = api_group(obj);
+            return Some(Health::new(
+                Unknown,
+                format!("unsupported {word} GVK: {group}/{version}, Kind={kind}"),
+            ));
+        }
+    }
     Some(rule(obj))
 }
 
@@ -297,6 +317,54 @@ mod tests {
                 None,
                 "{kind}"
             );
+        }
+    }
+
+    #[test]
+    fn extensions_workloads_have_no_health_but_its_ingress_has() {
+        for kind in ["Deployment", "DaemonSet", "ReplicaSet"] {
+            let o = obj(
+                "extensions/v1beta1",
+                kind,
+                json!({"replicas": 1}),
+                json!({}),
+            );
+            assert_eq!(health(&o), None, "{kind}");
+        }
+        let ingress = obj("extensions/v1beta1", "Ingress", json!({}), json!({}));
+        assert_eq!(health(&ingress).map(|h| h.status), Some(Progressing));
+    }
+
+    #[test]
+    fn versions_the_typed_rules_do_not_read_are_unknown() {
+        for (api, kind, word) in [
+            ("apps/v1beta1", "Deployment", "Deployment"),
+            ("apps/v1beta2", "StatefulSet", "StatefulSet"),
+            ("apps/v1beta2", "DaemonSet", "DaemonSet"),
+            ("apps/v1beta2", "ReplicaSet", "ReplicaSet"),
+            ("v2", "Pod", "Pod"),
+            ("v1beta1", "Service", "Service"),
+            ("v2", "PersistentVolumeClaim", "PersistentVolumeClaim"),
+            ("batch/v1beta1", "Job", "Job"),
+            ("autoscaling/v2beta2", "HorizontalPodAutoscaler", "HPA"),
+            ("apiregistration.k8s.io/v2", "APIService", "APIService"),
+        ] {
+            let (group, version) = api.rsplit_once('/').unwrap_or(("", api));
+            let message = format!("unsupported {word} GVK: {group}/{version}, Kind={kind}");
+            check(
+                &obj(api, kind, json!({}), json!({})),
+                Unknown,
+                Some(&message),
+            );
+        }
+        // Read untyped (or by a script), any version.
+        for (api, kind) in [
+            ("networking.k8s.io/v1beta1", "Ingress"),
+            ("argoproj.io/v1beta1", "Workflow"),
+            ("batch/v1beta1", "CronJob"),
+        ] {
+            let h = health(&obj(api, kind, json!({}), json!({}))).expect("a rule applies");
+            assert_ne!(h.status, Unknown, "{kind}");
         }
     }
 
@@ -502,13 +570,17 @@ mod tests {
             deploy(json!({"replicas": 1}), json!({"observedGeneration": 1, "conditions": [{"type": "Progressing", "reason": "ProgressDeadlineExceeded"}]})),
             sts(json!({"type": "RollingUpdate"}), json!({})),
             ds("RollingUpdate", json!({"observedGeneration": 0})),
+            ds("RollingUpdate", json!({"observedGeneration": 1, "desiredNumberScheduled": 1, "updatedNumberScheduled": 1, "numberAvailable": 1})),
             obj("apps/v1", "ReplicaSet", json!({"replicas": 2}), json!({})),
             pod_with("Never", json!({"phase": "Failed"})),
             pod_with("Never", json!({"phase": "Succeeded"})),
             job_with(json!({}), Value::Null),
             job_with(json!({"suspend": true}), json!([])),
+            job_with(json!({"suspend": true}), json!([{"type": "Suspended", "status": "True"}])),
             cron(json!({}), json!({})),
             cron(json!({}), json!({"lastScheduleTime": "2024-01-02T00:00:00Z"})),
+            cron(json!({}), serde_json::Value::Null),
+            cron(json!({}), json!({"lastScheduleTime": "2024-01-02T00:00:00Z", "lastSuccessfulTime": "2024-01-01T00:00:00Z"})),
             obj("v1", "PersistentVolumeClaim", json!({}), json!({"phase": "Bound"})),
             obj("v1", "PersistentVolumeClaim", json!({}), json!({"phase": "Pending"})),
             obj("v1", "PersistentVolumeClaim", json!({}), json!({"phase": "Lost"})),
@@ -543,16 +615,19 @@ mod tests {
         };
         expect(
             "Deployment",
-            &["Healthy", "Progressing", "Degraded", "Suspended"],
+            &["Healthy", "Progressing", "Degraded", "Suspended", "Unknown"],
         );
         expect("StatefulSet", &["Healthy", "Progressing"]);
-        expect("DaemonSet", &["Healthy", "Progressing"]);
+        expect("DaemonSet", &["Healthy", "Progressing", "Unknown"]);
         expect("ReplicaSet", &["Healthy", "Progressing", "Degraded"]);
         expect("Pod", &["Healthy", "Progressing", "Degraded", "Unknown"]);
-        expect("Job", &["Healthy", "Progressing", "Degraded", "Suspended"]);
+        expect(
+            "Job",
+            &["Healthy", "Progressing", "Degraded", "Suspended", "Unknown"],
+        );
         expect(
             "CronJob",
-            &["Healthy", "Progressing", "Degraded", "Suspended"],
+            &["Healthy", "Progressing", "Degraded", "Unknown"],
         );
         expect(
             "PersistentVolumeClaim",
@@ -562,9 +637,9 @@ mod tests {
         expect("Ingress", &["Healthy", "Progressing"]);
         expect(
             "HorizontalPodAutoscaler",
-            &["Healthy", "Progressing", "Degraded"],
+            &["Healthy", "Progressing", "Degraded", "Unknown"],
         );
-        expect("APIService", &["Healthy", "Progressing"]);
+        expect("APIService", &["Healthy", "Progressing", "Unknown"]);
         expect("custom resource", &["Healthy", "Progressing", "Degraded"]);
         expect(
             "Workflow",

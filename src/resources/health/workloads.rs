@@ -147,7 +147,11 @@ pub(super) fn replica_set(obj: &Obj) -> Health {
     }
     let failure = condition(obj, "ReplicaFailure");
     if cond_status_is(failure, "True") {
-        return Health::new(Degraded, cond_message(failure));
+        // The condition's message only, as Argo shows it.
+        return Health::new(
+            Degraded,
+            failure.and_then(|c| str_at(c, &["message"])).unwrap_or(""),
+        );
     }
     let available = int_at(obj, &["status", "availableReplicas"]);
     match opt_int_at(obj, &["spec", "replicas"]) {
@@ -427,7 +431,8 @@ pub(super) mod tests {
         vec![
             // Deployment
             ("deployment without spec.replicas", deploy(json!({}), complete.clone()), Healthy, None),
-            ("extensions/v1beta1 deployment", obj("extensions/v1beta1", "Deployment", json!({"replicas": 2}), complete.clone()), Healthy, None),
+            ("apps/v1beta2 deployment", obj("apps/v1beta2", "Deployment", json!({"replicas": 2}), complete.clone()),
+             Unknown, Some("unsupported Deployment GVK: apps/v1beta2, Kind=Deployment")),
             ("paused beats the deadline",
              deploy(json!({"replicas": 2, "paused": true}), json!({"observedGeneration": 1, "conditions": deadline})),
              Suspended, Some("Deployment is paused")),
@@ -443,9 +448,9 @@ pub(super) mod tests {
              obj("apps/v1", "StatefulSet", json!({}), json!({"observedGeneration": 1, "currentReplicas": 1, "currentRevision": "r1", "updateRevision": "r1"})),
              Healthy, Some("statefulset rolling update complete 1 pods at revision r1...")),
             // DaemonSet
-            ("extensions/v1beta1 daemonset",
-             obj("extensions/v1beta1", "DaemonSet", json!({}), json!({"observedGeneration": 1, "desiredNumberScheduled": 2, "updatedNumberScheduled": 2, "numberAvailable": 2})),
-             Healthy, None),
+            ("apps/v1beta2 daemonset",
+             obj("apps/v1beta2", "DaemonSet", json!({}), json!({"observedGeneration": 1, "desiredNumberScheduled": 2, "updatedNumberScheduled": 2, "numberAvailable": 2})),
+             Unknown, Some("unsupported DaemonSet GVK: apps/v1beta2, Kind=DaemonSet")),
             ("daemonset generation lag beats OnDelete",
              ds("OnDelete", json!({"observedGeneration": 0})),
              Progressing, Some("Waiting for rollout to finish: observed daemon set generation less than desired generation")),
@@ -454,10 +459,10 @@ pub(super) mod tests {
              obj("apps/v1", "ReplicaSet", json!({"replicas": 1}), json!({"observedGeneration": 1, "availableReplicas": 1,
                  "conditions": [{"type": "ReplicaFailure", "status": "False", "message": "old"}]})),
              Healthy, None),
-            ("replica failure without message names its reason",
-             obj("extensions/v1beta1", "ReplicaSet", json!({"replicas": 1}), json!({"observedGeneration": 1,
+            ("replica failure without message: the reason is not put in its place",
+             obj("apps/v1", "ReplicaSet", json!({"replicas": 1}), json!({"observedGeneration": 1,
                  "conditions": [{"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate"}]})),
-             Degraded, Some("FailedCreate")),
+             Degraded, None),
         ]
     }
 
