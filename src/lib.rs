@@ -61,7 +61,10 @@ pub fn app(state: AppState) -> Router {
         )
         .route("/webhooks/gitlab", post(crate::ingest::hooks::receive))
         .route("/api/user", get(current_user))
-        .route("/api/graphql", post(crate::graphql::execute))
+        .route(
+            "/api/graphql",
+            post(crate::graphql::execute).get(crate::graphql::subscribe),
+        )
         .layer(from_fn_with_state(state.limits, http::middleware::timeout));
     // Streams run for as long as the client stays: no request timeout here.
     let proxy = Router::new().route("/k8s-proxy/{*path}", any(crate::k8s::proxy::forward));

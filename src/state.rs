@@ -8,7 +8,7 @@ use crate::config::Limits;
 use crate::db::lease::Leases;
 use crate::db::pool::Pool;
 use crate::gitlab::Instance;
-use crate::graphql::Schemas;
+use crate::graphql::{Live, Origins, Schemas, SocketLimits};
 use crate::k8s::clusters::Clusters;
 use crate::resources::health::Customizations;
 use crate::telemetry::Metrics;
@@ -29,6 +29,11 @@ pub struct AppState {
     pub gitlab: Option<Arc<Instance>>,
     /// The user's health scripts, for the resource group.
     pub health: Arc<Customizations>,
+    /// Where users reach envlens (`--public-url`): the one origin besides the CORS ones that
+    /// may open a WebSocket.
+    pub public_url: Option<Arc<str>>,
+    /// GraphQL subscriptions: their socket's bounds, the shared feeds, the notifications.
+    pub live: Live,
 }
 
 impl AppState {
@@ -38,6 +43,7 @@ impl AppState {
         let metrics = Arc::new(Metrics::default());
         AppState {
             reads: Leases::new(&db),
+            live: Live::new(&db, Origins::default(), SocketLimits::default()),
             db,
             keys: Arc::new(keys),
             metrics: metrics.clone(),
@@ -50,7 +56,26 @@ impl AppState {
             cors: Arc::default(),
             gitlab: None,
             health: Arc::default(),
+            public_url: None,
         }
+    }
+
+    /// With the address users reach envlens at.
+    pub fn with_public_url(mut self, url: &str) -> Self {
+        self.public_url = Some(url.into());
+        let origins = self.origins();
+        self.live = self.live.with_origins(origins);
+        self
+    }
+
+    /// With other bounds for the subscriptions' WebSockets.
+    pub fn with_socket_limits(mut self, limits: SocketLimits) -> Self {
+        self.live = self.live.with_limits(limits);
+        self
+    }
+
+    fn origins(&self) -> Origins {
+        Origins::new(self.public_url.as_deref(), &self.cors.allowed_origins)
     }
 
     /// With the GitLab instance the configuration file names.
@@ -65,6 +90,8 @@ impl AppState {
         self.metrics = clusters.metrics.clone();
         self.clusters = Arc::new(clusters);
         self.cors = Arc::new(cors);
+        let origins = self.origins();
+        self.live = self.live.with_origins(origins);
         self
     }
 
@@ -97,6 +124,7 @@ sub_states! {
     clusters: Arc<Clusters>,
     gitlab: Option<Arc<Instance>>,
     health: Arc<Customizations>,
+    live: Live,
 }
 
 impl axum::extract::FromRef<AppState> for crate::graphql::Engine {

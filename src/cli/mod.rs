@@ -74,11 +74,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let mut state = AppState::new(database.pool.clone(), Keys::new(secrets), args.limits)
         .with_clusters(clusters, settings.cors)
         .with_health(health);
+    let public_url = args
+        .public_url
+        .clone()
+        .unwrap_or_else(|| format!("http://{addr}"));
+    state = state.with_public_url(&public_url);
     if let Some(gitlab) = &settings.gitlab {
-        let public_url = args
-            .public_url
-            .clone()
-            .unwrap_or_else(|| format!("http://{addr}"));
         let instance = crate::gitlab::Instance::load(gitlab, &public_url, state.metrics.clone())?;
         state = state.with_gitlab(instance);
     }

@@ -229,11 +229,21 @@ mod tests {
     #[test]
     fn a_changed_pod_is_the_only_resource_sent() {
         let before = group(
-            vec![deployment(), service(), pod("a", "Running"), pod("b", "Running")],
+            vec![
+                deployment(),
+                service(),
+                pod("a", "Running"),
+                pod("b", "Running"),
+            ],
             vec![],
         );
         let after = group(
-            vec![deployment(), service(), pod("a", "Running"), pod("b", "Failed")],
+            vec![
+                deployment(),
+                service(),
+                pod("a", "Running"),
+                pod("b", "Failed"),
+            ],
             vec![],
         );
         let delta = diff(&before, &after);
@@ -249,7 +259,12 @@ mod tests {
     #[test]
     fn a_removed_pod_takes_its_edges_along() {
         let before = group(
-            vec![deployment(), service(), pod("a", "Running"), pod("b", "Running")],
+            vec![
+                deployment(),
+                service(),
+                pod("a", "Running"),
+                pod("b", "Running"),
+            ],
             vec![],
         );
         let after = group(vec![deployment(), service(), pod("a", "Running")], vec![]);
@@ -273,7 +288,10 @@ mod tests {
             code: Some(403),
             message: "forbidden".into(),
         };
-        let after = group(vec![deployment(), pod("a", "Running")], vec![refused.clone()]);
+        let after = group(
+            vec![deployment(), pod("a", "Running")],
+            vec![refused.clone()],
+        );
         let delta = diff(&g, &after);
         assert!(delta.is_empty(), "no resource changed");
         assert!(changed(&g, &delta), "but the errors did");
