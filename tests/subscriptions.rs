@@ -895,14 +895,14 @@ async fn the_messages_applied_in_order_equal_a_fresh_answer() {
 
 const ENVIRONMENTS: &str = "subscription($group: ID, $project: ID, $tier: DeploymentTier) {
     environmentsUpdated(groupPath: $group, projectPath: $project, tier: $tier) {
-      id name tier lastDeployment(status: CREATED) { id status } } }";
+      id name tier lastDeployment(status: CREATED) { id status } resourceGroup { health } } }";
 
 /// Two servers on one database, each with its own pool: a deployment recorded through one
 /// reaches the subscribers of the other (PostgreSQL LISTEN/NOTIFY), filtered by what each
 /// subscriber asked for and may read.
 #[tokio::test]
 async fn environments_updated_reaches_subscribers_of_another_server() {
-    let (_api, served, _dir) = cluster().await;
+    let (api, served, _dir) = cluster().await;
     let one = start(&served).await;
     // The second server: another pool on the same database.
     let options = one.app.db.connect_options().as_ref().clone();
@@ -991,4 +991,25 @@ async fn environments_updated_reaches_subscribers_of_another_server() {
         env["lastDeployment"],
         json!({"id": "gid://gitlab/Deployment/5", "status": "CREATED"})
     );
+
+    // The group's health changes at the cluster: the environment is sent again, with it.
+    // Its Pods have no phase yet (UNKNOWN, the worst): once they all have succeeded, the
+    // rollup is the next worst (the Deployment's rollout, PROGRESSING).
+    assert_eq!(env["resourceGroup"]["health"], "UNKNOWN");
+    for pod in [
+        "web-old111-a",
+        "web-new222-a",
+        "web-new222-b",
+        "nightly-2871-q9",
+    ] {
+        pod_with_phase(&api, pod, "Succeeded");
+    }
+    let payload = by_group.next_payload("g").await;
+    let env = &payload["data"]["environmentsUpdated"];
+    assert_eq!(env["id"], PRODUCTION, "{payload}");
+    assert_eq!(env["resourceGroup"]["health"], "PROGRESSING", "{payload}");
+    for (client, who) in [(&mut other_project, "acme/agents"), (&mut stranger, "eve")] {
+        let heard = client.receive_within(Duration::from_millis(300)).await;
+        assert!(heard.is_none(), "{who}: {heard:?}");
+    }
 }

@@ -39,21 +39,23 @@ pub struct Filter {
     pub tier: Option<String>,
 }
 
-/// Those of `ids` that the viewer may read and `filter` admits, by id.
+/// Those of `ids` (all when `None`) that the viewer may read and `filter` admits, by id, at
+/// most `limit`.
 pub async fn matching_environments(
     db: impl PgExecutor<'_>,
     viewer: Viewer,
-    ids: &[i64],
+    ids: Option<&[i64]>,
     filter: &Filter,
+    limit: i64,
 ) -> Result<Vec<EnvironmentRow>> {
     Ok(sqlx::query_as(&format!(
         "SELECT {ENVIRONMENT_COLUMNS} FROM environments e JOIN projects p ON p.id = e.project_id
          LEFT JOIN namespaces n ON n.id = p.namespace_id
-         WHERE e.id = ANY ($3) AND {READABLE}
+         WHERE ($3::bigint[] IS NULL OR e.id = ANY ($3)) AND {READABLE}
            AND ($4::bigint IS NULL OR n.traversal_ids @> ARRAY[$4::bigint])
            AND ($5::text IS NULL OR lower(p.full_path) = lower($5))
            AND ($6::text IS NULL OR e.tier = $6)
-         ORDER BY e.id"
+         ORDER BY e.id LIMIT $7"
     ))
     .bind(viewer.user_id)
     .bind(viewer.admin)
@@ -61,6 +63,7 @@ pub async fn matching_environments(
     .bind(filter.group_id)
     .bind(filter.project_path.as_deref())
     .bind(filter.tier.as_deref())
+    .bind(limit)
     .fetch_all(db)
     .await?)
 }

@@ -2,16 +2,22 @@
 //! its status, the database's triggers notify `envlens_environments` (see `db::live`); one
 //! listening connection per process ([`Notices`]) hands the ids to the subscriptions, each of
 //! which reads the environments it may show and sends them.
+//!
+//! Health: the subscription also follows the resource group feed of each environment it
+//! shows (at most [`MAX_WATCHED`], those with a successful deployment through an agent the
+//! user has `user_access` to), and sends the environment when its group's health changes.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_graphql::dataloader::{DataLoader, HashMapCache};
 use async_graphql::futures_util::{stream, Stream};
 use async_graphql::{Context, ID};
-use tokio::sync::{broadcast, watch};
+use tokio::sync::{broadcast, mpsc, watch};
 
+use super::feeds::Subscriber;
+use super::resource_group::{target, Target};
 use super::Live;
 use crate::db::live::{self, Filter};
 use crate::db::pool::Pool;
@@ -19,9 +25,13 @@ use crate::db::read::{self, Viewer};
 use crate::error::Error;
 use crate::graphql::loaders::{self, Db};
 use crate::graphql::types::{DeploymentTier, Environment, Gql, Result};
+use crate::k8s::clusters::Clusters;
+use crate::resources::health::{Customizations, HealthStatus};
 
 /// Environment ids a subscription may fall behind by; past it some updates are lost (logged).
 const BACKLOG: usize = 4096;
+/// Environments whose health one subscription follows.
+pub const MAX_WATCHED: usize = 200;
 
 /// The process's one `LISTEN` connection, open while somebody subscribes.
 pub struct Notices {
@@ -113,6 +123,57 @@ struct Running {
     filter: Filter,
     rx: broadcast::Receiver<i64>,
     queue: VecDeque<Environment>,
+    health: Health,
+}
+
+/// The environments whose group health the subscription follows: a task per environment that
+/// sends its id when the health changes. The tasks end with the subscription.
+struct Health {
+    clusters: Arc<Clusters>,
+    custom: Arc<Customizations>,
+    live: Live,
+    tx: mpsc::UnboundedSender<i64>,
+    rx: mpsc::UnboundedReceiver<i64>,
+    /// By environment id; `None` for one that has no group the user may see (tried again on
+    /// its next notification).
+    watched: HashMap<i64, Option<tokio::task::AbortHandle>>,
+}
+
+impl Drop for Health {
+    fn drop(&mut self) {
+        for task in self.watched.values().flatten() {
+            task.abort();
+        }
+    }
+}
+
+impl Health {
+    /// Follows `environment`'s group unless already done, or the bound reached.
+    async fn watch(&mut self, db: &Loader, environment: i64) {
+        let known = matches!(self.watched.get(&environment), Some(Some(_)));
+        if known || self.watched.len() >= MAX_WATCHED {
+            return;
+        }
+        let found = target(db, &self.clusters, &self.custom, environment).await;
+        db.loader().release().await;
+        let task = found.ok().map(|Target { key, source }| {
+            let subscriber = self.live.feeds.subscribe(key, || source);
+            tokio::spawn(health_changes(subscriber, environment, self.tx.clone())).abort_handle()
+        });
+        self.watched.insert(environment, task);
+    }
+}
+
+/// Sends `environment` whenever its group's health changes.
+async fn health_changes(mut feed: Subscriber, environment: i64, tx: mpsc::UnboundedSender<i64>) {
+    let mut last: Option<HealthStatus> = None;
+    while let Some(Ok(delta)) = feed.next().await {
+        let now = delta.health.status;
+        if last.is_some_and(|l| l != now) && tx.send(environment).is_err() {
+            return;
+        }
+        last = Some(now);
+    }
 }
 
 pub(super) async fn subscribe(
@@ -139,17 +200,37 @@ pub(super) async fn subscribe(
         }
         None => None,
     };
+    let filter = Filter {
+        group_id,
+        project_path: project_path.map(|p| p.0),
+        tier: tier.map(|t| t.as_str().to_owned()),
+    };
+    let shown = {
+        let mut conn = db.loader().conn().await.gql()?;
+        live::matching_environments(&mut **conn, viewer, None, &filter, MAX_WATCHED as i64)
+            .await
+            .gql()?
+    };
     db.loader().release().await;
+    let (tx, health_rx) = mpsc::unbounded_channel();
+    let mut health = Health {
+        clusters: ctx.data::<Arc<Clusters>>()?.clone(),
+        custom: ctx.data::<Arc<Customizations>>()?.clone(),
+        live,
+        tx,
+        rx: health_rx,
+        watched: HashMap::new(),
+    };
+    for environment in shown {
+        health.watch(&db, environment.id).await;
+    }
     let running = Running {
         db,
         viewer,
-        filter: Filter {
-            group_id,
-            project_path: project_path.map(|p| p.0),
-            tier: tier.map(|t| t.as_str().to_owned()),
-        },
+        filter,
         rx,
         queue: VecDeque::new(),
+        health,
     };
     Ok(stream::unfold(running, |mut s| async move {
         let item = s.next().await?;
@@ -166,20 +247,28 @@ impl Running {
                 return Some(Ok(environment));
             }
             let mut ids = BTreeSet::new();
-            match self.rx.recv().await {
-                Ok(id) => {
+            tokio::select! {
+                notified = self.rx.recv() => match notified {
+                    Ok(id) => {
+                        ids.insert(id);
+                    }
+                    Err(broadcast::error::RecvError::Lagged(n)) => {
+                        tracing::warn!(
+                            lost = n,
+                            "environmentsUpdated: a subscriber fell behind; updates lost"
+                        );
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return None,
+                },
+                Some(id) = self.health.rx.recv() => {
                     ids.insert(id);
                 }
-                Err(broadcast::error::RecvError::Lagged(n)) => {
-                    tracing::warn!(
-                        lost = n,
-                        "environmentsUpdated: a subscriber fell behind; updates lost"
-                    );
-                }
-                Err(broadcast::error::RecvError::Closed) => return None,
             }
             // Those that arrived together are read together.
             while let Ok(id) = self.rx.try_recv() {
+                ids.insert(id);
+            }
+            while let Ok(id) = self.health.rx.try_recv() {
                 ids.insert(id);
             }
             if ids.is_empty() {
@@ -191,15 +280,27 @@ impl Running {
                 let conn = self.db.loader().conn().await;
                 match conn {
                     Ok(mut conn) => {
-                        live::matching_environments(&mut **conn, self.viewer, &ids, &self.filter)
-                            .await
+                        live::matching_environments(
+                            &mut **conn,
+                            self.viewer,
+                            Some(&ids),
+                            &self.filter,
+                            ids.len() as i64,
+                        )
+                        .await
                     }
                     Err(e) => Err(e),
                 }
             };
             self.db.loader().release().await;
             match rows {
-                Ok(rows) => self.queue.extend(rows.into_iter().map(Environment::new)),
+                Ok(rows) => {
+                    // A new deployment may have brought a group to follow.
+                    for row in &rows {
+                        self.health.watch(&self.db, row.id).await;
+                    }
+                    self.queue.extend(rows.into_iter().map(Environment::new))
+                }
                 Err(e) => return Some(Err(e.to_graphql())),
             }
         }

@@ -80,9 +80,9 @@ pub(super) fn environment_id(id: &ID) -> Result<i64> {
 type Loader = Arc<DataLoader<Db, HashMapCache>>;
 
 /// Where a subscriber's group comes from now.
-struct Target {
-    key: FeedKey,
-    source: Source,
+pub(super) struct Target {
+    pub key: FeedKey,
+    pub source: Source,
 }
 
 /// What a subscription keeps between messages.
@@ -185,7 +185,7 @@ fn is_refusal(e: &async_graphql::Error) -> bool {
 /// The environment's group as the user may see it now: readable environment, last successful
 /// deployment with an agent, `user_access` to that agent (not from the cache: this is the
 /// check that ends a subscription), the agent's cluster and the impersonation.
-async fn target(
+pub(super) async fn target(
     db: &Loader,
     clusters: &Arc<Clusters>,
     health: &Arc<Customizations>,
