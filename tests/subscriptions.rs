@@ -648,6 +648,58 @@ async fn sockets_are_bounded() {
 }
 
 #[tokio::test]
+async fn idle_silent_and_left_behind_sockets_are_closed() {
+    let (_api, served, _dir) = cluster().await;
+    let idle = SocketLimits {
+        idle_timeout: Duration::from_millis(300),
+        ..SocketLimits::default()
+    };
+    let server = start_with(&served, "", idle).await;
+    // Initialised, but nothing subscribed.
+    let mut client = Client::connect(server.addr, "graphql-transport-ws", DEV).await;
+    let (code, reason) = client.closed().await;
+    assert_eq!((code, reason.as_str()), (1000, "idle: no subscription"));
+    // Subscribed: it stays, until the server shuts down and tells it to go (to reconnect
+    // elsewhere).
+    let mut subscribed = Client::connect(server.addr, "graphql-transport-ws", DEV).await;
+    subscribed
+        .subscribe("e", ENVIRONMENTS, json!({"project": "acme/apps/web"}))
+        .await;
+    assert!(subscribed
+        .receive_within(Duration::from_millis(500))
+        .await
+        .is_none());
+    let Server { _stop: stop, .. } = server;
+    stop.send(()).unwrap();
+    let (code, reason) = subscribed.closed().await;
+    assert_eq!(
+        (code, reason.as_str()),
+        (1001, "the server is shutting down")
+    );
+
+    let pings = SocketLimits {
+        ping_interval: Duration::from_millis(100),
+        ..SocketLimits::default()
+    };
+    let server = start_with(&served, "", pings).await;
+    // A client that reads (and so answers pings) stays.
+    let mut alive = Client::connect(server.addr, "graphql-transport-ws", DEV).await;
+    assert!(alive
+        .receive_within(Duration::from_millis(500))
+        .await
+        .is_none());
+    // One that answers nothing for two intervals is gone.
+    let mut silent = Client::connect(server.addr, "graphql-transport-ws", DEV).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    match silent.receive().await {
+        Received::Closed(code, reason) => {
+            assert_eq!((code, reason.as_str()), (1001, "no answer to pings"))
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
 async fn the_subscription_ends_with_forbidden_once_user_access_is_gone() {
     let (_api, served, _dir) = cluster().await;
     let server = start_with(&served, "  access_cache: 200ms\n", SocketLimits::default()).await;

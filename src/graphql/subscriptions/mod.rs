@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use async_graphql::futures_util::Stream;
 use async_graphql::{Context, Subscription as SubscriptionObject, ID};
-use tokio::sync::Semaphore;
+use tokio::sync::{watch, Semaphore};
 
 use crate::db::pool::Pool;
 use resource_group::ResourceGroupUpdate;
@@ -30,6 +30,9 @@ pub struct Live {
     pool: Pool,
     feeds: Arc<feeds::Feeds>,
     notices: Arc<environments::Notices>,
+    /// Set when the server shuts down: every socket closes with 1001 (going away), so that
+    /// clients reconnect to another replica.
+    closing: Arc<watch::Sender<bool>>,
 }
 
 impl Live {
@@ -41,7 +44,13 @@ impl Live {
             pool: pool.clone(),
             feeds: Arc::default(),
             notices: Arc::new(environments::Notices::new(pool.clone())),
+            closing: Arc::new(watch::Sender::new(false)),
         }
+    }
+
+    /// Closes every socket (the server is shutting down).
+    pub fn close(&self) {
+        self.closing.send_replace(true);
     }
 
     /// With other origins (the configuration's, `--public-url`), the rest kept.

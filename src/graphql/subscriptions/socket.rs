@@ -292,6 +292,7 @@ async fn serve(
         rx.recv().await.map(|m| (m, rx))
     });
     let schema = engine.schemas.strict.clone();
+    let mut closing = auth.live.closing.subscribe();
     let mut graphql = Box::pin(
         GraphQLSocket::new(Subscriptions(schema), input, protocol)
             .on_connection_init(move |payload| auth.init(payload)),
@@ -387,6 +388,13 @@ async fn serve(
                     break;
                 }
                 idle_since = None;
+            }
+            _ = closing.changed() => {
+                let shutting_down = *closing.borrow_and_update();
+                if shutting_down {
+                    let _ = sink.send(close(1001, "the server is shutting down")).await;
+                    break;
+                }
             }
             _ = ping.tick() => {
                 if last_heard.elapsed() > 2 * limits.ping_interval {
