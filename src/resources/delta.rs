@@ -90,7 +90,7 @@ pub fn diff(before: &ResourceGroup, after: &ResourceGroup) -> GroupDelta {
     let upserted = after
         .resources
         .iter()
-        .filter(|r| old.get(r.uid.as_str()) != Some(&r))
+        .filter(|r| old.get(r.uid.as_str()) != Some(r))
         .cloned()
         .collect();
     let removed = before
@@ -112,7 +112,7 @@ pub fn diff(before: &ResourceGroup, after: &ResourceGroup) -> GroupDelta {
         .filter(|e| !new_set.contains(e))
         .cloned()
         .collect();
-    let delta = GroupDelta {
+    GroupDelta {
         complete: false,
         health: after.health.clone(),
         upserted,
@@ -121,8 +121,7 @@ pub fn diff(before: &ResourceGroup, after: &ResourceGroup) -> GroupDelta {
         edges_removed,
         warnings: after.warnings.clone(),
         errors: after.errors.clone(),
-    };
-    delta
+    }
 }
 
 /// Whether `delta` (from [`diff`] of `before`) tells a reader anything.

@@ -190,12 +190,7 @@ async fn run(running: Running, key: FeedKey, feed: Arc<Feed>, source: Source) {
             tokio::time::sleep_until(due).await;
         }
         // Whatever arrived meanwhile is in the assembly below.
-        loop {
-            match changes.try_recv() {
-                Ok(_) | Err(broadcast::error::TryRecvError::Lagged(_)) => {}
-                Err(_) => break,
-            }
-        }
+        while let Ok(_) | Err(broadcast::error::TryRecvError::Lagged(_)) = changes.try_recv() {}
         match assemble(&source, &key).await {
             Ok(next) => {
                 let delta = delta::diff(&current, &next);
