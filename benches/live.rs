@@ -47,11 +47,17 @@ type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
 const PATCHED: &str = "web-new222-a";
 const QUERY: &str = "subscription($id: ID!) { resourceGroupUpdated(environmentId: $id) {
     complete health upserted { name manifest } removed } }";
+/// `--light 1`: subscribers ask for names only, so that the first message is small; memory
+/// is then measured without the buffers a large first message leaves grown (fan-out latency
+/// is not measured: the marker travels in the manifest).
+const LIGHT_QUERY: &str = "subscription($id: ID!) { resourceGroupUpdated(environmentId: $id) {
+    complete health upserted { name } removed } }";
 
 struct Args {
     pods: usize,
     iterations: usize,
     subscribers: usize,
+    light: bool,
 }
 
 fn args() -> Args {
@@ -59,6 +65,7 @@ fn args() -> Args {
         pods: 100,
         iterations: 100,
         subscribers: 1000,
+        light: false,
     };
     let mut it = std::env::args().skip(1).filter(|a| a != "--bench");
     while let Some(flag) = it.next() {
@@ -70,6 +77,7 @@ fn args() -> Args {
             "--pods" => a.pods = value,
             "--iterations" => a.iterations = value,
             "--subscribers" => a.subscribers = value,
+            "--light" => a.light = value != 0,
             other => panic!("unknown argument {other}"),
         }
     }
@@ -135,12 +143,16 @@ async fn run(a: Args) {
         a.iterations,
         a.subscribers
     );
-    change_to_screen(&api, served.addr, addr, &token, a.iterations).await;
-    fan_out(&api, addr, &token, a.subscribers).await;
+    if a.light {
+        fan_out(&api, addr, &token, a.subscribers, LIGHT_QUERY).await;
+    } else {
+        change_to_screen(&api, served.addr, addr, &token, a.iterations).await;
+        fan_out(&api, addr, &token, a.subscribers, QUERY).await;
+    }
 }
 
 /// A subscriber past its first (whole) message.
-async fn subscriber(addr: SocketAddr, token: &str) -> Socket {
+async fn subscriber(addr: SocketAddr, token: &str, query: &str) -> Socket {
     let mut request = format!("ws://{addr}/api/graphql")
         .into_client_request()
         .unwrap();
@@ -162,7 +174,7 @@ async fn subscriber(addr: SocketAddr, token: &str) -> Socket {
         .unwrap();
     next_text(&mut ws).await;
     let subscribe = json!({"id": "1", "type": "subscribe",
-        "payload": {"query": QUERY, "variables": {"id": "gid://gitlab/Environment/100"}}});
+        "payload": {"query": query, "variables": {"id": "gid://gitlab/Environment/100"}}});
     ws.send(Message::Text(subscribe.to_string().into()))
         .await
         .unwrap();
@@ -257,7 +269,7 @@ async fn change_to_screen(
     token: &str,
     iterations: usize,
 ) {
-    let mut ws = subscriber(envlens, token).await;
+    let mut ws = subscriber(envlens, token, QUERY).await;
     let mut watcher = Watcher::open(server).await;
     let (mut direct, mut subscribed) = (Vec::new(), Vec::new());
     for i in 0..iterations + 5 {
@@ -312,15 +324,15 @@ async fn rss() -> u64 {
     pages * 4096
 }
 
-async fn fan_out(api: &KubeApi, envlens: SocketAddr, token: &str, n: usize) {
+async fn fan_out(api: &KubeApi, envlens: SocketAddr, token: &str, n: usize, query: &str) {
     // One subscriber first, so that the feed and the cache are warm before the baseline.
-    let warm = subscriber(envlens, token).await;
+    let warm = subscriber(envlens, token, query).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let before = rss().await;
     let mut sockets = Vec::with_capacity(n);
     let opened = Instant::now();
     for chunk in 0..n.div_ceil(50) {
-        let batch = (chunk * 50..((chunk + 1) * 50).min(n)).map(|_| subscriber(envlens, token));
+        let batch = (chunk * 50..((chunk + 1) * 50).min(n)).map(|_| subscriber(envlens, token, query));
         sockets.extend(futures_util::future::join_all(batch).await);
     }
     let opening = opened.elapsed();
@@ -333,6 +345,9 @@ async fn fan_out(api: &KubeApi, envlens: SocketAddr, token: &str, n: usize) {
         after as f64 / 1048576.0,
         (after.saturating_sub(before)) as f64 / 1024.0 / n as f64
     );
+    if query == LIGHT_QUERY {
+        return;
+    }
     let mut all = Vec::new();
     let mut rounds = Vec::new();
     for round in 0..5 {
