@@ -332,7 +332,8 @@ async fn fan_out(api: &KubeApi, envlens: SocketAddr, token: &str, n: usize, quer
     let mut sockets = Vec::with_capacity(n);
     let opened = Instant::now();
     for chunk in 0..n.div_ceil(50) {
-        let batch = (chunk * 50..((chunk + 1) * 50).min(n)).map(|_| subscriber(envlens, token, query));
+        let batch =
+            (chunk * 50..((chunk + 1) * 50).min(n)).map(|_| subscriber(envlens, token, query));
         sockets.extend(futures_util::future::join_all(batch).await);
     }
     let opening = opened.elapsed();
