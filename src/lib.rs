@@ -62,7 +62,10 @@ pub fn app(state: AppState) -> Router {
         )
         .route("/webhooks/gitlab", post(crate::ingest::hooks::receive))
         .route("/api/user", get(current_user))
-        .route("/api/graphql", post(crate::graphql::execute))
+        .route(
+            "/api/graphql",
+            post(crate::graphql::execute).get(crate::graphql::subscribe),
+        )
         .layer(from_fn_with_state(state.limits, http::middleware::timeout));
     // Streams run for as long as the client stays: no request timeout here.
     let proxy = Router::new().route("/k8s-proxy/{*path}", any(crate::k8s::proxy::forward));
@@ -141,8 +144,11 @@ pub async fn run(
 ) -> std::io::Result<()> {
     let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel::<()>();
     let (limits, metrics) = (state.limits.connections, state.metrics.clone());
+    let live = state.live.clone();
     let server = http::server::serve(listener, app(state), limits, metrics, async move {
         shutdown.await;
+        // Upgraded sockets are no requests in flight: they are told to go at once.
+        live.close();
         let _ = stopping_tx.send(());
     });
     tokio::pin!(server);

@@ -8,7 +8,7 @@ use crate::config::Limits;
 use crate::db::lease::Leases;
 use crate::db::pool::Pool;
 use crate::gitlab::Instance;
-use crate::graphql::Schemas;
+use crate::graphql::{Live, Origins, Schemas, SocketLimits};
 use crate::k8s::clusters::Clusters;
 use crate::resources::health::Customizations;
 use crate::telemetry::Metrics;
@@ -30,8 +30,11 @@ pub struct AppState {
     pub gitlab: Option<Arc<Instance>>,
     /// The user's health scripts, for the resource group.
     pub health: Arc<Customizations>,
-    /// The dashboard's address and session settings.
+    /// The dashboard's address (`--public-url`: the one origin besides the CORS ones that may
+    /// open a WebSocket) and session settings.
     pub site: Site,
+    /// GraphQL subscriptions: their socket's bounds, the shared feeds, the notifications.
+    pub live: Live,
 }
 
 impl AppState {
@@ -42,6 +45,7 @@ impl AppState {
         let metrics = Arc::new(Metrics::default());
         AppState {
             reads: Leases::new(&db),
+            live: Live::new(&db, Origins::default(), SocketLimits::default()),
             db,
             keys: Arc::new(keys),
             metrics: metrics.clone(),
@@ -58,10 +62,23 @@ impl AppState {
         }
     }
 
-    /// With the dashboard's public address and session lifetime.
+    /// With the dashboard's public address and session lifetime; the address is also the
+    /// origin the subscriptions' WebSockets accept.
     pub fn with_site(mut self, site: Site) -> Self {
         self.site = site;
+        let origins = self.origins();
+        self.live = self.live.with_origins(origins);
         self
+    }
+
+    /// With other bounds for the subscriptions' WebSockets.
+    pub fn with_socket_limits(mut self, limits: SocketLimits) -> Self {
+        self.live = self.live.with_limits(limits);
+        self
+    }
+
+    fn origins(&self) -> Origins {
+        Origins::new(Some(self.site.public_url()), &self.cors.allowed_origins)
     }
 
     /// With the GitLab instance the configuration file names.
@@ -76,6 +93,8 @@ impl AppState {
         self.metrics = clusters.metrics.clone();
         self.clusters = Arc::new(clusters);
         self.cors = Arc::new(cors);
+        let origins = self.origins();
+        self.live = self.live.with_origins(origins);
         self
     }
 
@@ -109,6 +128,7 @@ sub_states! {
     gitlab: Option<Arc<Instance>>,
     health: Arc<Customizations>,
     site: Site,
+    live: Live,
 }
 
 impl axum::extract::FromRef<AppState> for crate::graphql::Engine {

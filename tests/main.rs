@@ -27,6 +27,7 @@ mod resource_group;
 mod shutdown;
 mod sign_in;
 mod sign_in_gitlab;
+mod subscriptions;
 mod support;
 mod system_hooks;
 mod telemetry;

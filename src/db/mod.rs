@@ -7,6 +7,7 @@ pub mod deployments;
 pub mod embedded;
 pub mod identity;
 pub mod lease;
+pub mod live;
 pub mod pool;
 pub mod read;
 pub mod read_agents;

@@ -26,7 +26,7 @@ pub struct Viewer {
 /// Reporter (20) or more through the project or an ancestor group, a public or internal
 /// project, or an admin. `$1` is the user id, `$2` whether they are an admin; `p` is the
 /// project and `n` its group (NULL for a personal project).
-const READABLE: &str = "(p.visibility <> 'private' OR $2::bool OR EXISTS (
+pub(crate) const READABLE: &str = "(p.visibility <> 'private' OR $2::bool OR EXISTS (
     SELECT 1 FROM members m WHERE m.user_id = $1 AND m.access_level >= 20
       AND ((m.source_type = 'project' AND m.source_id = p.id)
         OR (m.source_type = 'group' AND m.source_id = ANY (n.traversal_ids)))))";
@@ -89,7 +89,7 @@ pub struct AgentDeploymentRow {
     pub flux_resource_path: Option<String>,
 }
 
-const ENVIRONMENT_COLUMNS: &str = "e.id, e.project_id, e.name, e.slug, e.tier, e.state";
+pub(crate) const ENVIRONMENT_COLUMNS: &str = "e.id, e.project_id, e.name, e.slug, e.tier, e.state";
 const DEPLOYMENT_COLUMNS: &str =
     "d.id, d.iid, d.environment_id, d.status, d.ref, d.sha, d.tag, d.created_at, d.updated_at, d.finished_at";
 

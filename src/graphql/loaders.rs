@@ -540,3 +540,17 @@ impl Loader<UserAccessAgents> for Db {
         Ok(found)
     }
 }
+
+/// Forgets every row the loader has cached: a subscription keeps one loader for its
+/// connection, and each of its messages must show the rows as they are now.
+pub fn forget(loader: &DataLoader<Db, HashMapCache>) {
+    loader.clear::<ProjectId>();
+    loader.clear::<EnvironmentName>();
+    loader.clear::<LastDeployment>();
+    loader.clear::<AgentOfDeployment>();
+    loader.clear::<AgentId>();
+    loader.clear::<DeploymentCount>();
+    loader.clear::<AgentTokens>();
+    loader.clear::<CiAccessAgents>();
+    loader.clear::<UserAccessAgents>();
+}

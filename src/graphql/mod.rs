@@ -8,12 +8,15 @@ mod inputs;
 mod loaders;
 mod plain;
 mod resource_group;
+mod subscriptions;
 mod types;
+
+pub use subscriptions::{socket::upgrade as subscribe, Live, Origins, SocketLimits};
 
 use std::sync::Arc;
 
 use async_graphql::dataloader::{DataLoader, HashMapCache};
-use async_graphql::{EmptyMutation, EmptySubscription, Schema, ValidationMode};
+use async_graphql::{EmptyMutation, Schema, ValidationMode};
 use axum::extract::{Request, State};
 use axum::http::header::CONTENT_TYPE;
 use axum::http::StatusCode;
@@ -30,9 +33,10 @@ use crate::http::extract::read_body;
 use crate::k8s::clusters::Clusters;
 use crate::resources::health::Customizations;
 use loaders::SessionUser;
+use subscriptions::Subscription;
 use types::Query;
 
-pub type EnvlensSchema = Schema<Query, EmptyMutation, EmptySubscription>;
+pub type EnvlensSchema = Schema<Query, EmptyMutation, Subscription>;
 
 /// Deep enough for the dashboard queries (project > environments > edges > node >
 /// lastDeployment > agent > project > fullPath is 8), shallow enough to stop abuse.
@@ -41,7 +45,7 @@ const MAX_DEPTH: usize = 12;
 const MAX_COMPLEXITY: usize = 5000;
 
 fn schema(mode: ValidationMode) -> EnvlensSchema {
-    Schema::build(Query, EmptyMutation, EmptySubscription)
+    Schema::build(Query, EmptyMutation, Subscription)
         .limit_depth(MAX_DEPTH)
         .limit_complexity(MAX_COMPLEXITY)
         .validation_mode(mode)
@@ -53,7 +57,7 @@ fn schema(mode: ValidationMode) -> EnvlensSchema {
 /// already passed (see `documents`).
 #[derive(Clone)]
 pub struct Schemas {
-    strict: EnvlensSchema,
+    pub(crate) strict: EnvlensSchema,
     fast: EnvlensSchema,
 }
 
@@ -239,7 +243,7 @@ impl RequestBody {
 /// anything refused before execution (validation, the depth and complexity limits)
 /// `GRAPHQL_VALIDATION_FAILED`, and an error at a field (an argument's value that does not fit
 /// its type) `BAD_USER_INPUT`.
-fn with_code(error: &mut async_graphql::ServerError) {
+pub(crate) fn with_code(error: &mut async_graphql::ServerError) {
     let extensions = error.extensions.get_or_insert_with(Default::default);
     if extensions.get("code").is_some() {
         return;

@@ -265,6 +265,16 @@ pub struct ResourceEdge {
     kind: ResourceEdgeType,
 }
 
+impl ResourceEdge {
+    pub(super) fn from_uids(e: &crate::resources::delta::UidEdge) -> Self {
+        ResourceEdge {
+            from: ID(e.from.clone()),
+            to: ID(e.to.clone()),
+            kind: e.kind.into(),
+        }
+    }
+}
+
 impl Plain for KubernetesResource {
     fn field(&self, name: &str, selection: &SelectionSet) -> Value {
         match name {

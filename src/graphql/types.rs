@@ -96,7 +96,7 @@ pub enum DeploymentTier {
 }
 
 impl DeploymentTier {
-    fn as_str(self) -> &'static str {
+    pub(super) fn as_str(self) -> &'static str {
         match self {
             DeploymentTier::Production => "production",
             DeploymentTier::Staging => "staging",

@@ -115,6 +115,11 @@ impl GrantCache {
         }
     }
 
+    /// How long a decision is reused: a subscription asks again this often.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
     /// [`authorize`], answered from the cache when the decision is recent. Errors are not kept.
     pub async fn authorize(
         &self,

@@ -231,6 +231,13 @@ pub async fn gitlab_with(served: &Served, extra: &str) -> TestApp {
         served.kubeconfig.display()
     ))
     .await;
+    seed(&app).await;
+    app
+}
+
+/// GitLab's side of [`gitlab`] (identity, agent 7 and its configuration, the deployments),
+/// recorded through `app`.
+pub async fn seed(app: &TestApp) {
     let res = app.internal(Method::PUT, "/api/v4/internal/identity", &json!({
         "groups": [{"id": 1, "full_path": "acme"}, {"id": 2, "full_path": "acme/apps"}],
         "projects": [{"id": 10, "full_path": "acme/agents", "visibility": "private"},
@@ -261,10 +268,9 @@ pub async fn gitlab_with(served: &Served, extra: &str) -> TestApp {
         )
         .await;
     assert_eq!(res.status, 200, "{}", res.text());
-    deploy(&app, 1, (100, SLUG), "success").await;
-    deploy(&app, 2, (101, "review"), "success").await;
-    deploy(&app, 3, (102, "canary"), "failed").await;
-    app
+    deploy(app, 1, (100, SLUG), "success").await;
+    deploy(app, 2, (101, "review"), "success").await;
+    deploy(app, 3, (102, "canary"), "failed").await;
 }
 
 /// Deployment `id` of acme/apps/web to environment `env` (id, name = slug), through agent 7

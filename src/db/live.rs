@@ -1,0 +1,88 @@
+//! The SQL of subscriptions (SPEC 8.2): an environment as a user may read it, the
+//! environments a feed's filter admits, and the `LISTEN` side of the notifications that the
+//! triggers of migration `0030_environment_notifications.sql` send whenever a deployment, its
+//! agent row or an environment is written, by whichever process.
+
+use sqlx::postgres::PgListener;
+use sqlx::{PgExecutor, PgPool};
+
+use crate::db::read::{EnvironmentRow, Viewer, ENVIRONMENT_COLUMNS, READABLE};
+use crate::error::Result;
+
+/// The channel the triggers notify, with the environment's id as payload.
+pub const CHANNEL: &str = "envlens_environments";
+
+/// The environment `id`, if the viewer may read its project.
+pub async fn readable_environment(
+    db: impl PgExecutor<'_>,
+    viewer: Viewer,
+    id: i64,
+) -> Result<Option<EnvironmentRow>> {
+    Ok(sqlx::query_as(&format!(
+        "SELECT {ENVIRONMENT_COLUMNS} FROM environments e JOIN projects p ON p.id = e.project_id
+         LEFT JOIN namespaces n ON n.id = p.namespace_id WHERE e.id = $3 AND {READABLE}"
+    ))
+    .bind(viewer.user_id)
+    .bind(viewer.admin)
+    .bind(id)
+    .fetch_optional(db)
+    .await?)
+}
+
+/// Which environments an `environmentsUpdated` subscription shows.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    /// In this group or its subgroups (a group the viewer cannot see: `Some(-1)`, nothing).
+    pub group_id: Option<i64>,
+    /// In the project at this path.
+    pub project_path: Option<String>,
+    pub tier: Option<String>,
+}
+
+/// Those of `ids` (all when `None`) that the viewer may read and `filter` admits, by id, at
+/// most `limit`.
+pub async fn matching_environments(
+    db: impl PgExecutor<'_>,
+    viewer: Viewer,
+    ids: Option<&[i64]>,
+    filter: &Filter,
+    limit: i64,
+) -> Result<Vec<EnvironmentRow>> {
+    Ok(sqlx::query_as(&format!(
+        "SELECT {ENVIRONMENT_COLUMNS} FROM environments e JOIN projects p ON p.id = e.project_id
+         LEFT JOIN namespaces n ON n.id = p.namespace_id
+         WHERE ($3::bigint[] IS NULL OR e.id = ANY ($3)) AND {READABLE}
+           AND ($4::bigint IS NULL OR n.traversal_ids @> ARRAY[$4::bigint])
+           AND ($5::text IS NULL OR lower(p.full_path) = lower($5))
+           AND ($6::text IS NULL OR e.tier = $6)
+         ORDER BY e.id LIMIT $7"
+    ))
+    .bind(viewer.user_id)
+    .bind(viewer.admin)
+    .bind(ids)
+    .bind(filter.group_id)
+    .bind(filter.project_path.as_deref())
+    .bind(filter.tier.as_deref())
+    .bind(limit)
+    .fetch_all(db)
+    .await?)
+}
+
+/// A connection that listens to [`CHANNEL`]. sqlx reconnects it when it drops (what was
+/// notified meanwhile is lost, as PostgreSQL does not keep notifications).
+pub async fn listen(pool: &PgPool) -> Result<PgListener> {
+    let mut listener = PgListener::connect_with(pool).await?;
+    listener.listen(CHANNEL).await?;
+    Ok(listener)
+}
+
+/// Notifies [`CHANNEL`] about `environment_id` (the triggers do it for every write; this is for
+/// writes that change what an environment shows without touching its rows).
+pub async fn notify(db: impl PgExecutor<'_>, environment_id: i64) -> Result<()> {
+    sqlx::query("SELECT pg_notify($1, $2)")
+        .bind(CHANNEL)
+        .bind(environment_id.to_string())
+        .execute(db)
+        .await?;
+    Ok(())
+}

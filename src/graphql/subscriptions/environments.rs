@@ -1,0 +1,308 @@
+//! `environmentsUpdated`: the ops dashboard's feed. Whatever process records a deployment or
+//! its status, the database's triggers notify `envlens_environments` (see `db::live`); one
+//! listening connection per process ([`Notices`]) hands the ids to the subscriptions, each of
+//! which reads the environments it may show and sends them.
+//!
+//! Health: the subscription also follows the resource group feed of each environment it
+//! shows (at most [`MAX_WATCHED`], those with a successful deployment through an agent the
+//! user has `user_access` to), and sends the environment when its group's health changes.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_graphql::dataloader::{DataLoader, HashMapCache};
+use async_graphql::futures_util::{stream, Stream};
+use async_graphql::{Context, ID};
+use tokio::sync::{broadcast, mpsc, watch};
+
+use super::feeds::Subscriber;
+use super::resource_group::{target, Target};
+use super::Live;
+use crate::db::live::{self, Filter};
+use crate::db::pool::Pool;
+use crate::db::read::{self, Viewer};
+use crate::error::Error;
+use crate::graphql::loaders::{self, Db};
+use crate::graphql::types::{DeploymentTier, Environment, Gql, Result};
+use crate::k8s::clusters::Clusters;
+use crate::resources::health::{Customizations, HealthStatus};
+
+/// Environment ids a subscription may fall behind by; past it some updates are lost (logged).
+const BACKLOG: usize = 4096;
+/// Environments whose health one subscription follows.
+pub const MAX_WATCHED: usize = 200;
+
+/// The process's one `LISTEN` connection, open while somebody subscribes.
+pub struct Notices {
+    pool: Pool,
+    tx: broadcast::Sender<i64>,
+    /// Whether the listening task runs (`true` once it listens); its sender drops when it
+    /// stops.
+    running: Mutex<Option<watch::Receiver<bool>>>,
+}
+
+impl Notices {
+    pub fn new(pool: Pool) -> Self {
+        Notices {
+            pool,
+            tx: broadcast::channel(BACKLOG).0,
+            running: Mutex::new(None),
+        }
+    }
+
+    /// The ids of environments written from now on, by any process on the database. Waits
+    /// until the connection listens, so that nothing written after the return is missed.
+    pub async fn subscribe(&self) -> std::result::Result<broadcast::Receiver<i64>, Error> {
+        let rx = self.tx.subscribe();
+        let mut ready = {
+            let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+            match &*running {
+                Some(ready) if ready.has_changed().is_ok() => ready.clone(),
+                _ => {
+                    let (ready_tx, ready) = watch::channel(false);
+                    tokio::spawn(listen(self.pool.clone(), self.tx.clone(), ready_tx));
+                    *running = Some(ready.clone());
+                    ready
+                }
+            }
+        };
+        let listening = tokio::time::timeout(Duration::from_secs(10), ready.wait_for(|r| *r)).await;
+        match listening {
+            Ok(Ok(_)) => Ok(rx),
+            _ => Err(Error::Unavailable(sqlx::Error::PoolTimedOut)),
+        }
+    }
+}
+
+/// Listens until nobody subscribes; reconnects when the connection drops.
+async fn listen(pool: Pool, tx: broadcast::Sender<i64>, ready: watch::Sender<bool>) {
+    loop {
+        let mut listener = match live::listen(pool.pg()).await {
+            Ok(listener) => listener,
+            Err(e) => {
+                tracing::warn!(error = %e, "environment notifications: cannot listen; trying again");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                if tx.receiver_count() == 0 {
+                    return;
+                }
+                continue;
+            }
+        };
+        let _ = ready.send(true);
+        loop {
+            tokio::select! {
+                notification = listener.try_recv() => match notification {
+                    Ok(Some(n)) => {
+                        if let Ok(id) = n.payload().parse::<i64>() {
+                            let _ = tx.send(id);
+                        }
+                    }
+                    Ok(None) => tracing::warn!("environment notifications: the connection dropped and was opened again; updates meanwhile are lost"),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "environment notifications: listening failed");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        break;
+                    }
+                },
+                () = tokio::time::sleep(Duration::from_secs(1)) => {
+                    if tx.receiver_count() == 0 {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+type Loader = Arc<DataLoader<Db, HashMapCache>>;
+
+struct Running {
+    db: Loader,
+    viewer: Viewer,
+    filter: Filter,
+    rx: broadcast::Receiver<i64>,
+    queue: VecDeque<Environment>,
+    health: Health,
+}
+
+/// The environments whose group health the subscription follows: a task per environment that
+/// sends its id when the health changes. The tasks end with the subscription.
+struct Health {
+    clusters: Arc<Clusters>,
+    custom: Arc<Customizations>,
+    live: Live,
+    tx: mpsc::UnboundedSender<i64>,
+    rx: mpsc::UnboundedReceiver<i64>,
+    /// By environment id; `None` for one that has no group the user may see (tried again on
+    /// its next notification).
+    watched: HashMap<i64, Option<tokio::task::AbortHandle>>,
+}
+
+impl Drop for Health {
+    fn drop(&mut self) {
+        for task in self.watched.values().flatten() {
+            task.abort();
+        }
+    }
+}
+
+impl Health {
+    /// Follows `environment`'s group unless already done, or the bound reached.
+    async fn watch(&mut self, db: &Loader, environment: i64) {
+        let known = matches!(self.watched.get(&environment), Some(Some(_)));
+        if known || self.watched.len() >= MAX_WATCHED {
+            return;
+        }
+        let found = target(db, &self.clusters, &self.custom, environment).await;
+        db.loader().release().await;
+        let task = found.ok().map(|Target { key, source }| {
+            let subscriber = self.live.feeds.subscribe(key, || source);
+            tokio::spawn(health_changes(subscriber, environment, self.tx.clone())).abort_handle()
+        });
+        self.watched.insert(environment, task);
+    }
+}
+
+/// Sends `environment` whenever its group's health changes.
+async fn health_changes(mut feed: Subscriber, environment: i64, tx: mpsc::UnboundedSender<i64>) {
+    let mut last: Option<HealthStatus> = None;
+    while let Some(Ok(delta)) = feed.next().await {
+        let now = delta.health.status;
+        if last.is_some_and(|l| l != now) && tx.send(environment).is_err() {
+            return;
+        }
+        last = Some(now);
+    }
+}
+
+pub(super) async fn subscribe(
+    ctx: &Context<'_>,
+    group_path: Option<ID>,
+    project_path: Option<ID>,
+    tier: Option<DeploymentTier>,
+) -> Result<impl Stream<Item = Result<Environment>>> {
+    let db: Loader = ctx.data::<Loader>()?.clone();
+    let live: Live = ctx.data::<Live>()?.clone();
+    // Listening first: what is written while the rest is read is not missed.
+    let rx = live.notices.subscribe().await.gql()?;
+    let viewer = db.loader().viewer().await.gql()?;
+    // A group the user cannot see matches nothing (and says nothing about whether it exists).
+    let group_id = match &group_path {
+        Some(path) => {
+            let mut conn = db.loader().conn().await.gql()?;
+            Some(
+                read::visible_group(&mut **conn, viewer, path)
+                    .await
+                    .gql()?
+                    .map_or(-1, |g| g.id),
+            )
+        }
+        None => None,
+    };
+    let filter = Filter {
+        group_id,
+        project_path: project_path.map(|p| p.0),
+        tier: tier.map(|t| t.as_str().to_owned()),
+    };
+    let shown = {
+        let mut conn = db.loader().conn().await.gql()?;
+        live::matching_environments(&mut **conn, viewer, None, &filter, MAX_WATCHED as i64)
+            .await
+            .gql()?
+    };
+    db.loader().release().await;
+    let (tx, health_rx) = mpsc::unbounded_channel();
+    let mut health = Health {
+        clusters: ctx.data::<Arc<Clusters>>()?.clone(),
+        custom: ctx.data::<Arc<Customizations>>()?.clone(),
+        live,
+        tx,
+        rx: health_rx,
+        watched: HashMap::new(),
+    };
+    for environment in shown {
+        health.watch(&db, environment.id).await;
+    }
+    let running = Running {
+        db,
+        viewer,
+        filter,
+        rx,
+        queue: VecDeque::new(),
+        health,
+    };
+    Ok(stream::unfold(running, |mut s| async move {
+        let item = s.next().await?;
+        Some((item, s))
+    }))
+}
+
+impl Running {
+    async fn next(&mut self) -> Option<Result<Environment>> {
+        // The previous message is resolved: its connection goes back, its rows are forgotten.
+        self.db.loader().release().await;
+        loop {
+            if let Some(environment) = self.queue.pop_front() {
+                return Some(Ok(environment));
+            }
+            let mut ids = BTreeSet::new();
+            tokio::select! {
+                notified = self.rx.recv() => match notified {
+                    Ok(id) => {
+                        ids.insert(id);
+                    }
+                    Err(broadcast::error::RecvError::Lagged(n)) => {
+                        tracing::warn!(
+                            lost = n,
+                            "environmentsUpdated: a subscriber fell behind; updates lost"
+                        );
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return None,
+                },
+                Some(id) = self.health.rx.recv() => {
+                    ids.insert(id);
+                }
+            }
+            // Those that arrived together are read together.
+            while let Ok(id) = self.rx.try_recv() {
+                ids.insert(id);
+            }
+            while let Ok(id) = self.health.rx.try_recv() {
+                ids.insert(id);
+            }
+            if ids.is_empty() {
+                continue;
+            }
+            let ids: Vec<i64> = ids.into_iter().collect();
+            loaders::forget(&self.db);
+            let rows = {
+                let conn = self.db.loader().conn().await;
+                match conn {
+                    Ok(mut conn) => {
+                        live::matching_environments(
+                            &mut **conn,
+                            self.viewer,
+                            Some(&ids),
+                            &self.filter,
+                            ids.len() as i64,
+                        )
+                        .await
+                    }
+                    Err(e) => Err(e),
+                }
+            };
+            self.db.loader().release().await;
+            match rows {
+                Ok(rows) => {
+                    // A new deployment may have brought a group to follow.
+                    for row in &rows {
+                        self.health.watch(&self.db, row.id).await;
+                    }
+                    self.queue.extend(rows.into_iter().map(Environment::new))
+                }
+                Err(e) => return Some(Err(e.to_graphql())),
+            }
+        }
+    }
+}

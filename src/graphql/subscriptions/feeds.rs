@@ -1,0 +1,257 @@
+//! One feed per resource group being watched, shared by every subscriber who sees it the same
+//! way (same cluster, namespace, selector and identity towards the cluster): it follows the
+//! watch cache's change feed of the namespace, assembles the group again after a change, and
+//! broadcasts what changed ([`delta::diff`]). A thousand subscribers of one environment cost
+//! one assembly per change, not a thousand.
+//!
+//! Coalescing: a change after a quiet spell is assembled at once; changes within
+//! [`WINDOW`] of the last message wait for the window's end and go out as one message. A
+//! subscriber that falls behind the broadcast gets the whole group again (`complete`).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use axum::http::HeaderMap;
+use tokio::sync::broadcast::{self, error::RecvError};
+use tokio::time::Instant;
+
+use crate::k8s::clusters::Cluster;
+use crate::k8s::fetch::FetchOptions;
+use crate::resources::delta::{self, GroupDelta};
+use crate::resources::group::{self, ResourceGroup};
+use crate::resources::health::Customizations;
+
+/// Changes within this long of the last message are sent together.
+pub const WINDOW: Duration = Duration::from_millis(100);
+/// Messages a subscriber may fall behind by before it is sent the whole group again.
+const BACKLOG: usize = 64;
+
+/// What identifies a feed: whoever shares it sees the same group.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct FeedKey {
+    pub agent: i64,
+    pub namespace: String,
+    pub selector: String,
+    /// The impersonation headers, as sorted `name: value` lines (empty for the agent's own
+    /// identity).
+    pub identity: String,
+}
+
+impl FeedKey {
+    pub fn new(agent: i64, namespace: &str, selector: &str, headers: &HeaderMap) -> Self {
+        let mut lines: Vec<String> = headers
+            .iter()
+            .map(|(k, v)| format!("{k}: {}", String::from_utf8_lossy(v.as_bytes())))
+            .collect();
+        lines.sort();
+        FeedKey {
+            agent,
+            namespace: namespace.to_owned(),
+            selector: selector.to_owned(),
+            identity: lines.join("\n"),
+        }
+    }
+}
+
+/// A message of a feed: a change, or why the group could not be read at all.
+pub type Message = Result<Arc<GroupDelta>, Arc<str>>;
+
+/// The feeds running now.
+#[derive(Default)]
+pub struct Feeds {
+    running: Running,
+}
+
+type Running = Arc<Mutex<HashMap<FeedKey, Arc<Feed>>>>;
+
+struct Feed {
+    state: Mutex<State>,
+}
+
+struct State {
+    /// The group as last sent; `None` until the first assembly.
+    current: Option<Arc<ResourceGroup>>,
+    tx: broadcast::Sender<Message>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// What a feed reads the group with.
+pub struct Source {
+    pub cluster: Cluster,
+    pub headers: HeaderMap,
+    pub options: FetchOptions,
+    pub health: Arc<Customizations>,
+    /// How often an impersonated group is assembled again with no change: access reviews
+    /// (RBAC) may have changed meanwhile.
+    pub recheck: Duration,
+}
+
+/// A subscriber's end of a feed.
+pub struct Subscriber {
+    feed: Arc<Feed>,
+    /// The whole group to send first, when the feed already has one.
+    pub first: Option<Arc<ResourceGroup>>,
+    pub rx: broadcast::Receiver<Message>,
+}
+
+impl Subscriber {
+    /// The next message: a change, the whole group again after falling behind, or `None` when
+    /// the feed stopped.
+    pub async fn next(&mut self) -> Option<Message> {
+        if let Some(first) = self.first.take() {
+            return Some(Ok(Arc::new(GroupDelta::complete(&first))));
+        }
+        match self.rx.recv().await {
+            Ok(message) => Some(message),
+            Err(RecvError::Closed) => None,
+            Err(RecvError::Lagged(_)) => {
+                let state = lock(&self.feed.state);
+                self.rx = state.tx.subscribe();
+                let current = state.current.clone()?;
+                Some(Ok(Arc::new(GroupDelta::complete(&current))))
+            }
+        }
+    }
+}
+
+impl Feeds {
+    /// Joins the feed of `key`, starting it when none runs.
+    pub fn subscribe(&self, key: FeedKey, source: impl FnOnce() -> Source) -> Subscriber {
+        let mut running = lock(&self.running);
+        if let Some(feed) = running.get(&key) {
+            let state = lock(&feed.state);
+            return Subscriber {
+                feed: feed.clone(),
+                first: state.current.clone(),
+                rx: state.tx.subscribe(),
+            };
+        }
+        let (tx, rx) = broadcast::channel(BACKLOG);
+        let feed = Arc::new(Feed {
+            state: Mutex::new(State { current: None, tx }),
+        });
+        running.insert(key.clone(), feed.clone());
+        tokio::spawn(run(self.running.clone(), key, feed.clone(), source()));
+        Subscriber {
+            feed,
+            first: None,
+            rx,
+        }
+    }
+
+    /// Feeds running now (for tests and metrics).
+    pub(super) fn len(&self) -> usize {
+        lock(&self.running).len()
+    }
+}
+
+/// The feed's task: reads the group, then follows the namespace's changes until nobody
+/// subscribes any more.
+async fn run(running: Running, key: FeedKey, feed: Arc<Feed>, source: Source) {
+    let mut changes = source.cluster.watch.changes(&key.namespace);
+    let mut current = match assemble(&source, &key).await {
+        Ok(group) => Arc::new(group),
+        Err(message) => {
+            leave(&running, &key, &feed);
+            let _ = lock(&feed.state).tx.send(Err(message.into()));
+            return;
+        }
+    };
+    publish(
+        &feed,
+        current.clone(),
+        Arc::new(GroupDelta::complete(&current)),
+    );
+    let mut last_sent = Instant::now();
+    let impersonated = !source.headers.is_empty();
+    let mut recheck = tokio::time::interval_at(Instant::now() + source.recheck, source.recheck);
+    loop {
+        let dirty = tokio::select! {
+            change = changes.recv() => {
+                if let Err(RecvError::Closed) = change {
+                    changes = source.cluster.watch.changes(&key.namespace);
+                }
+                true
+            }
+            _ = recheck.tick() => impersonated,
+        };
+        if unsubscribed(&running, &key, &feed) {
+            break;
+        }
+        if !dirty {
+            continue;
+        }
+        let due = last_sent + WINDOW;
+        if Instant::now() < due {
+            tokio::time::sleep_until(due).await;
+        }
+        // Whatever arrived meanwhile is in the assembly below.
+        while let Ok(_) | Err(broadcast::error::TryRecvError::Lagged(_)) = changes.try_recv() {}
+        match assemble(&source, &key).await {
+            Ok(next) => {
+                let delta = delta::diff(&current, &next);
+                if delta::changed(&current, &delta) {
+                    current = Arc::new(next);
+                    publish(&feed, current.clone(), Arc::new(delta));
+                    last_sent = Instant::now();
+                }
+            }
+            Err(message) => {
+                tracing::warn!(namespace = %key.namespace, error = %message, "resource group feed: cannot read the group; keeping the last one");
+            }
+        }
+    }
+    tracing::debug!(namespace = %key.namespace, "resource group feed: no subscriber left");
+}
+
+/// Sets the feed's group and sends the change, under one lock: a subscriber joining takes
+/// either the old group and this change, or the new group.
+fn publish(feed: &Feed, group: Arc<ResourceGroup>, delta: Arc<GroupDelta>) {
+    let mut state = lock(&feed.state);
+    state.current = Some(group);
+    let _ = state.tx.send(Ok(delta));
+}
+
+/// Whether nobody subscribes any more; the feed then leaves the registry, under its lock so
+/// that nobody joins it meanwhile.
+fn unsubscribed(running: &Running, key: &FeedKey, feed: &Arc<Feed>) -> bool {
+    let mut running = lock(running);
+    if lock(&feed.state).tx.receiver_count() > 0 {
+        return false;
+    }
+    if running.get(key).is_some_and(|f| Arc::ptr_eq(f, feed)) {
+        running.remove(key);
+    }
+    true
+}
+
+fn leave(running: &Running, key: &FeedKey, feed: &Arc<Feed>) {
+    let mut running = lock(running);
+    if running.get(key).is_some_and(|f| Arc::ptr_eq(f, feed)) {
+        running.remove(key);
+    }
+}
+
+/// The group from the watch cache, assembled off the runtime's threads.
+async fn assemble(source: &Source, key: &FeedKey) -> Result<ResourceGroup, String> {
+    let listing = source
+        .cluster
+        .watch
+        .list_resource_group(
+            &source.cluster.discovery,
+            &source.headers,
+            &key.namespace,
+            &key.selector,
+            &source.options,
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    let health = source.health.clone();
+    tokio::task::spawn_blocking(move || group::assemble(listing, &health))
+        .await
+        .map_err(|e| e.to_string())
+}

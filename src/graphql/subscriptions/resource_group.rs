@@ -1,0 +1,247 @@
+//! `resourceGroupUpdated(environmentId)`: the environment's resource group as a feed of
+//! changes ([`feeds`](super::feeds)), with the user's right to see it checked again every
+//! `kubernetes.access_cache`.
+
+use std::sync::Arc;
+
+use async_graphql::dataloader::{DataLoader, HashMapCache};
+use async_graphql::futures_util::{stream, Stream};
+use async_graphql::{Context, SimpleObject, ID};
+
+use super::feeds::{FeedKey, Source, Subscriber};
+use super::Live;
+use crate::db::read;
+use crate::error::Error;
+use crate::graphql::loaders::Db;
+use crate::graphql::resource_group::{
+    HealthStatus, KubernetesResource, ResourceEdge, ResourceListError, FORBIDDEN_MESSAGE,
+};
+use crate::graphql::types::{Gql, Result};
+use crate::k8s::clusters::Clusters;
+use crate::k8s::fetch::FetchOptions;
+use crate::k8s::grants::{self, AccessType};
+use crate::resources::delta::GroupDelta;
+use crate::resources::group::label_selector;
+use crate::resources::health::Customizations;
+
+/// One message of `resourceGroupUpdated`.
+#[derive(SimpleObject)]
+pub struct ResourceGroupUpdate {
+    /// The group's health now.
+    health: HealthStatus,
+    health_message: Option<String>,
+    /// Added or changed resources (all of them when `complete`).
+    upserted: Vec<KubernetesResource>,
+    /// The uids of resources gone.
+    removed: Vec<ID>,
+    edges_added: Vec<ResourceEdge>,
+    edges_removed: Vec<ResourceEdge>,
+    /// The group's warnings now.
+    warnings: Vec<String>,
+    /// The kinds that cannot be listed now.
+    errors: Vec<ResourceListError>,
+    /// The whole group: replace what came before.
+    complete: bool,
+}
+
+impl From<&GroupDelta> for ResourceGroupUpdate {
+    fn from(d: &GroupDelta) -> Self {
+        ResourceGroupUpdate {
+            health: d.health.status.into(),
+            health_message: d.health.message.clone(),
+            upserted: d.upserted.iter().cloned().map(Into::into).collect(),
+            removed: d.removed.iter().cloned().map(ID).collect(),
+            edges_added: d.edges_added.iter().map(ResourceEdge::from_uids).collect(),
+            edges_removed: d
+                .edges_removed
+                .iter()
+                .map(ResourceEdge::from_uids)
+                .collect(),
+            warnings: d.warnings.clone(),
+            errors: d.errors.iter().cloned().map(Into::into).collect(),
+            complete: d.complete,
+        }
+    }
+}
+
+/// The environment id of a global id `gid://gitlab/Environment/<n>`.
+pub(super) fn environment_id(id: &ID) -> Result<i64> {
+    id.strip_prefix("gid://gitlab/Environment/")
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| {
+            Error::Invalid {
+                field: "environmentId".into(),
+                message: "must be a global ID like gid://gitlab/Environment/9".into(),
+            }
+            .to_graphql()
+        })
+}
+
+type Loader = Arc<DataLoader<Db, HashMapCache>>;
+
+/// Where a subscriber's group comes from now.
+pub(super) struct Target {
+    pub key: FeedKey,
+    pub source: Source,
+}
+
+/// What a subscription keeps between messages.
+struct Running {
+    db: Loader,
+    clusters: Arc<Clusters>,
+    health: Arc<Customizations>,
+    live: Live,
+    environment: i64,
+    key: FeedKey,
+    subscriber: Subscriber,
+    recheck: tokio::time::Interval,
+    done: bool,
+}
+
+pub(super) async fn subscribe(
+    ctx: &Context<'_>,
+    environment: &ID,
+) -> Result<impl Stream<Item = Result<ResourceGroupUpdate>>> {
+    let environment = environment_id(environment)?;
+    let db: Loader = ctx.data::<Loader>()?.clone();
+    let clusters: Arc<Clusters> = ctx.data::<Arc<Clusters>>()?.clone();
+    let health: Arc<Customizations> = ctx.data::<Arc<Customizations>>()?.clone();
+    let live: Live = ctx.data::<Live>()?.clone();
+    let target = target(&db, &clusters, &health, environment).await;
+    db.loader().release().await;
+    let Target { key, source } = target?;
+    let subscriber = live.feeds.subscribe(key.clone(), || source);
+    let every = clusters
+        .grants
+        .ttl()
+        .max(std::time::Duration::from_millis(100));
+    let recheck = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    let running = Running {
+        db,
+        clusters,
+        health,
+        live,
+        environment,
+        key,
+        subscriber,
+        recheck,
+        done: false,
+    };
+    Ok(stream::unfold(running, |mut s| async move {
+        let item = s.next().await?;
+        Some((item, s))
+    }))
+}
+
+impl Running {
+    async fn next(&mut self) -> Option<Result<ResourceGroupUpdate>> {
+        if self.done {
+            return None;
+        }
+        loop {
+            tokio::select! {
+                message = self.subscriber.next() => {
+                    return match message {
+                        Some(Ok(delta)) => Some(Ok(ResourceGroupUpdate::from(&*delta))),
+                        Some(Err(message)) => {
+                            self.done = true;
+                            Some(Err(Error::BadGateway(message.to_string()).to_graphql()))
+                        }
+                        None => None,
+                    };
+                }
+                _ = self.recheck.tick() => {
+                    let target = target(&self.db, &self.clusters, &self.health, self.environment).await;
+                    self.db.loader().release().await;
+                    match target {
+                        Ok(target) if target.key == self.key => {}
+                        Ok(Target { key, source }) => {
+                            // Another deployment, namespace or identity: the new group, whole.
+                            self.subscriber = self.live.feeds.subscribe(key.clone(), || source);
+                            self.key = key;
+                        }
+                        Err(e) if is_refusal(&e) => {
+                            // Whether the agent refuses or the project went out of reach, the
+                            // subscriber hears the same: its access is gone.
+                            self.done = true;
+                            return Some(Err(Error::Forbidden(FORBIDDEN_MESSAGE.to_owned()).to_graphql()));
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e.message, "resource group subscription: cannot check access; trying again later");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A refusal ends the subscription; a database away does not.
+fn is_refusal(e: &async_graphql::Error) -> bool {
+    let code = e.extensions.as_ref().and_then(|x| x.get("code"));
+    matches!(code, Some(async_graphql::Value::String(c)) if c == "FORBIDDEN" || c == "NOT_FOUND")
+}
+
+/// The environment's group as the user may see it now: readable environment, last successful
+/// deployment with an agent, `user_access` to that agent (not from the cache: this is the
+/// check that ends a subscription), the agent's cluster and the impersonation.
+pub(super) async fn target(
+    db: &Loader,
+    clusters: &Arc<Clusters>,
+    health: &Arc<Customizations>,
+    environment: i64,
+) -> Result<Target> {
+    let not_found = || {
+        Error::NotFound(format!(
+            "environment {environment} is not there, or has no successful deployment through an agent"
+        ))
+        .to_graphql()
+    };
+    let user = db.loader().user().await.gql()?.clone();
+    let viewer = db.loader().viewer().await.gql()?;
+    let env = {
+        let mut conn = db.loader().conn().await.gql()?;
+        crate::db::live::readable_environment(&mut **conn, viewer, environment)
+            .await
+            .gql()?
+    }
+    .ok_or_else(not_found)?;
+    let last = {
+        let mut conn = db.loader().conn().await.gql()?;
+        read::last_deployments(&mut **conn, viewer, &[environment], "success")
+            .await
+            .gql()?
+    };
+    let Some((row, agent, project)) = last.into_iter().next().and_then(|d| d.agent) else {
+        return Err(not_found());
+    };
+    let grant = {
+        let mut conn = db.loader().conn().await.gql()?;
+        grants::authorize(&mut **conn, agent.id, user.id)
+            .await
+            .gql()?
+    };
+    let Some(grant) = grant else {
+        return Err(Error::Forbidden(FORBIDDEN_MESSAGE.to_owned()).to_graphql());
+    };
+    db.loader().release().await;
+    let cluster = clusters
+        .for_agent(agent.id, &project.full_path, &agent.name)
+        .await
+        .map_err(|e| Error::BadGateway(e.to_string()).to_graphql())?;
+    let headers = grant.impersonation(AccessType::from(user.via));
+    let selector = label_selector(env.project_id, &env.slug);
+    let key = FeedKey::new(agent.id, &row.kubernetes_namespace, &selector, &headers);
+    let source = Source {
+        cluster,
+        headers,
+        options: FetchOptions {
+            request_timeout: clusters.response_timeout,
+            agent: Some(agent.id),
+            ..FetchOptions::default()
+        },
+        health: health.clone(),
+        recheck: clusters.grants.ttl(),
+    };
+    Ok(Target { key, source })
+}

@@ -1,0 +1,1058 @@
+//! GraphQL subscriptions over WebSocket (SPEC 8.2), against a real socket: both protocols,
+//! authentication in `connection_init`, the `Origin` check, the bounds, `resourceGroupUpdated`
+//! following the test Kubernetes API server (a Pod's change is a message about that Pod,
+//! coalescing, RBAC and `user_access` taken away while it runs, and the property that the
+//! messages applied in order give a fresh answer), and `environmentsUpdated` across two
+//! servers on one database.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::http::{header, Request};
+use envlens::auth::mint_session;
+use envlens::config::file::Settings;
+use envlens::config::Limits;
+use envlens::graphql::SocketLimits;
+use envlens::k8s::clusters::Clusters;
+use envlens::web::Site;
+use envlens::state::AppState;
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use tempfile::TempDir;
+use tokio::net::{TcpListener, TcpStream};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+use crate::support::environment::{self, NS};
+use crate::support::kube_api::{KubeApi, Served};
+use crate::support::*;
+
+const PUBLIC_URL: &str = "https://envlens.example.com";
+const DEV: (i64, &str) = (2, "dev");
+const REP: (i64, &str) = (3, "rep");
+/// Environment `production` of acme/apps/web (see `support::environment`).
+const PRODUCTION: &str = "gid://gitlab/Environment/100";
+
+const GROUP_FIELDS: &str = "health healthMessage warnings errors { apiVersion kind code message }";
+const RESOURCE_FIELDS: &str = "uid apiVersion kind namespace name labels health { status message }
+    manifest events { type reason message count }";
+
+/// An envlens on a socket, over the test cluster, with GitLab's side recorded.
+struct Server {
+    app: TestApp,
+    addr: SocketAddr,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+async fn cluster() -> (KubeApi, Served, TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let api = KubeApi::new();
+    environment::environment(&api);
+    let served = api.serve(dir.path()).await;
+    (api, served, dir)
+}
+
+/// The state of a server over `served`, with more of the `kubernetes` section in `extra`.
+async fn state(served: &Served, extra: &str, db: sqlx::PgPool) -> AppState {
+    let yaml = format!(
+        "kubernetes:\n  kubeconfig: {}\n  response_timeout: 3s\n{extra}cors:\n  allowed_origins: [https://gitlab.example.com]\n",
+        served.kubeconfig.display()
+    );
+    let settings = Settings::parse(&yaml).unwrap();
+    let clusters = Clusters::load(&settings.kubernetes, Default::default())
+        .await
+        .unwrap();
+    AppState::new(db, keys(), Limits::default())
+        .with_clusters(clusters, settings.cors)
+        .with_site(Site::new(PUBLIC_URL, envlens::web::DEFAULT_SESSION_LIFETIME).unwrap())
+}
+
+async fn listen(state: AppState) -> (SocketAddr, tokio::sync::oneshot::Sender<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(envlens::run(
+        state,
+        listener,
+        async { stopped.await.unwrap_or(()) },
+        Duration::from_secs(1),
+    ));
+    (addr, stop)
+}
+
+async fn start_with(served: &Served, extra: &str, limits: SocketLimits) -> Server {
+    let database = postgres::fresh_database().await;
+    let state = state(served, extra, (*database).clone())
+        .await
+        .with_socket_limits(limits);
+    let (addr, stop) = listen(state.clone()).await;
+    let app = TestApp::owning(state, database);
+    environment::seed(&app).await;
+    Server {
+        app,
+        addr,
+        _stop: stop,
+    }
+}
+
+async fn start(served: &Served) -> Server {
+    start_with(served, "", SocketLimits::default()).await
+}
+
+fn bearer(user: (i64, &str)) -> String {
+    let (token, _) = mint_session(SESSION_KEY, user.0, user.1, Duration::from_secs(600)).unwrap();
+    format!("Bearer {token}")
+}
+
+type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+/// A GraphQL-over-WebSocket client of either protocol.
+struct Client {
+    ws: Socket,
+    legacy: bool,
+}
+
+/// Opens a socket with `protocol` and extra `headers`; the handshake's refusal as
+/// `Err((status, body))`.
+async fn open(
+    addr: SocketAddr,
+    query: &str,
+    protocol: &str,
+    headers: &[(&str, &str)],
+) -> Result<Client, (u16, String)> {
+    let mut request = format!("ws://{addr}/api/graphql{query}")
+        .into_client_request()
+        .unwrap();
+    request
+        .headers_mut()
+        .insert("sec-websocket-protocol", protocol.parse().unwrap());
+    for (name, value) in headers {
+        let name = axum::http::HeaderName::from_bytes(name.as_bytes()).unwrap();
+        request.headers_mut().insert(name, value.parse().unwrap());
+    }
+    match tokio_tungstenite::connect_async(request).await {
+        Ok((ws, response)) => {
+            assert_eq!(
+                response.headers()["sec-websocket-protocol"],
+                protocol,
+                "the server speaks the protocol asked for"
+            );
+            Ok(Client {
+                ws,
+                legacy: protocol == "graphql-ws",
+            })
+        }
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+            let status = response.status().as_u16();
+            let body = response
+                .body()
+                .as_ref()
+                .map(|b| String::from_utf8_lossy(b).into_owned())
+                .unwrap_or_default();
+            Err((status, body))
+        }
+        Err(e) => panic!("handshake: {e}"),
+    }
+}
+
+/// What the server sent next: a message, or the socket's close (code and reason).
+#[derive(Debug)]
+enum Received {
+    Message(Value),
+    Closed(u16, String),
+}
+
+impl Client {
+    async fn connect(addr: SocketAddr, protocol: &str, user: (i64, &str)) -> Client {
+        let mut client = open(addr, "", protocol, &[]).await.unwrap();
+        client
+            .send(json!({"type": "connection_init", "payload": {"Authorization": bearer(user)}}))
+            .await;
+        let ack = client.message().await;
+        assert_eq!(ack["type"], "connection_ack", "{ack}");
+        client
+    }
+
+    async fn send(&mut self, message: Value) {
+        self.ws
+            .send(Message::Text(message.to_string().into()))
+            .await
+            .unwrap();
+    }
+
+    async fn subscribe(&mut self, id: &str, query: &str, variables: Value) {
+        let kind = if self.legacy { "start" } else { "subscribe" };
+        self.send(
+            json!({"id": id, "type": kind, "payload": {"query": query, "variables": variables}}),
+        )
+        .await;
+    }
+
+    /// The next message or close within `wait`, pings skipped; `None` if nothing came.
+    async fn receive_within(&mut self, wait: Duration) -> Option<Received> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let frame = tokio::time::timeout_at(deadline, self.ws.next())
+                .await
+                .ok()?;
+            match frame {
+                Some(Ok(Message::Text(text))) => {
+                    let value: Value = serde_json::from_str(&text).unwrap();
+                    if matches!(value["type"].as_str(), Some("ping" | "pong" | "ka")) {
+                        continue;
+                    }
+                    return Some(Received::Message(value));
+                }
+                Some(Ok(Message::Close(frame))) => {
+                    let (code, reason) = frame
+                        .map(|f| (u16::from(f.code), f.reason.to_string()))
+                        .unwrap_or((1005, String::new()));
+                    return Some(Received::Closed(code, reason));
+                }
+                Some(Ok(_)) => continue,
+                Some(Err(_)) | None => return Some(Received::Closed(1006, String::new())),
+            }
+        }
+    }
+
+    async fn receive(&mut self) -> Received {
+        self.receive_within(Duration::from_secs(10))
+            .await
+            .expect("a message within 10 s")
+    }
+
+    async fn message(&mut self) -> Value {
+        match self.receive().await {
+            Received::Message(m) => m,
+            other => panic!("expected a message, got {other:?}"),
+        }
+    }
+
+    /// The payload of the next result of subscription `id`.
+    async fn next_payload(&mut self, id: &str) -> Value {
+        let m = self.message().await;
+        let kind = if self.legacy { "data" } else { "next" };
+        assert_eq!(m["type"], kind, "{m}");
+        assert_eq!(m["id"], id, "{m}");
+        m["payload"].clone()
+    }
+
+    async fn closed(&mut self) -> (u16, String) {
+        match self.receive().await {
+            Received::Closed(code, reason) => (code, reason),
+            other => panic!("expected the socket to close, got {other:?}"),
+        }
+    }
+}
+
+fn group_subscription() -> String {
+    format!(
+        "subscription($id: ID!) {{ resourceGroupUpdated(environmentId: $id) {{ complete {GROUP_FIELDS}
+            upserted {{ {RESOURCE_FIELDS} }} removed edgesAdded {{ from to type }} edgesRemoved {{ from to type }} }} }}"
+    )
+}
+
+/// A reader's view of a resource group, as a client would keep it.
+#[derive(Debug, Clone, PartialEq, Default)]
+struct View {
+    resources: BTreeMap<String, Value>,
+    edges: BTreeSet<String>,
+    state: Value,
+}
+
+fn edge_key(e: &Value) -> String {
+    format!("{} {} {}", e["from"], e["to"], e["type"])
+}
+
+fn state_of(group: &Value) -> Value {
+    json!({"health": group["health"], "healthMessage": group["healthMessage"],
+           "warnings": group["warnings"], "errors": group["errors"]})
+}
+
+impl View {
+    /// Applies one `resourceGroupUpdated` message.
+    fn apply(&mut self, update: &Value) {
+        if update["complete"] == true {
+            *self = View::default();
+        }
+        for uid in update["removed"].as_array().unwrap() {
+            self.resources.remove(uid.as_str().unwrap());
+        }
+        for r in update["upserted"].as_array().unwrap() {
+            self.resources
+                .insert(r["uid"].as_str().unwrap().to_owned(), r.clone());
+        }
+        for e in update["edgesRemoved"].as_array().unwrap() {
+            self.edges.remove(&edge_key(e));
+        }
+        for e in update["edgesAdded"].as_array().unwrap() {
+            self.edges.insert(edge_key(e));
+        }
+        self.state = state_of(update);
+    }
+
+    /// The view of a `resourceGroup` answer.
+    fn of(group: &Value) -> View {
+        View {
+            resources: group["resources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| (r["uid"].as_str().unwrap().to_owned(), r.clone()))
+                .collect(),
+            edges: group["edges"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(edge_key)
+                .collect(),
+            state: state_of(group),
+        }
+    }
+
+    fn names(&self) -> Vec<String> {
+        self.resources
+            .values()
+            .map(|r| format!("{} {}", r["kind"], r["name"]).replace('"', ""))
+            .collect()
+    }
+}
+
+/// A fresh `resourceGroup` of production, as `user`, through the router.
+async fn fresh(app: &TestApp, user: (i64, &str)) -> Value {
+    let query = format!(
+        r#"{{ project(fullPath: "acme/apps/web") {{ environment(name: "production") {{ resourceGroup {{
+            {GROUP_FIELDS} resources {{ {RESOURCE_FIELDS} }} edges {{ from to type }} }} }} }} }}"#
+    );
+    let req = Request::post("/api/graphql")
+        .header(header::AUTHORIZATION, bearer(user))
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(json!({ "query": query }).to_string()))
+        .unwrap();
+    let res = app.send(req).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    let body = res.json();
+    assert!(body.get("errors").is_none(), "{body}");
+    body["data"]["project"]["environment"]["resourceGroup"].clone()
+}
+
+/// The update in a `next` payload, after checking it carries no error.
+fn update_of(payload: &Value) -> &Value {
+    assert!(payload.get("errors").is_none(), "{payload}");
+    &payload["data"]["resourceGroupUpdated"]
+}
+
+fn pod_with_phase(api: &KubeApi, name: &str, phase: &str) {
+    let mut pod = api.get("pods", Some(NS), name).unwrap();
+    pod["status"] = json!({"phase": phase});
+    api.insert(pod);
+}
+
+#[tokio::test]
+async fn both_protocols_send_the_whole_group_then_a_changed_pod_alone() {
+    let (api, served, _dir) = cluster().await;
+    let server = start(&served).await;
+    for protocol in ["graphql-transport-ws", "graphql-ws"] {
+        let mut client = Client::connect(server.addr, protocol, DEV).await;
+        client
+            .subscribe("1", &group_subscription(), json!({"id": PRODUCTION}))
+            .await;
+        let first = client.next_payload("1").await;
+        let first = update_of(&first);
+        assert_eq!(first["complete"], true);
+        assert_eq!(first["removed"], json!([]));
+        let mut view = View::default();
+        view.apply(first);
+        let expected = View::of(&fresh(&server.app, DEV).await);
+        assert_eq!(view.names(), expected.names(), "{protocol}");
+        assert_eq!(
+            view, expected,
+            "{protocol}: the first message is the whole group"
+        );
+
+        // One Pod changes at the test server: a message about that Pod (and the rollup).
+        let phase = if protocol == "graphql-ws" {
+            "Failed"
+        } else {
+            "Pending"
+        };
+        pod_with_phase(&api, "web-new222-b", phase);
+        let payload = client.next_payload("1").await;
+        let update = update_of(&payload);
+        assert_eq!(update["complete"], false);
+        let upserted: Vec<&Value> = update["upserted"].as_array().unwrap().iter().collect();
+        assert_eq!(upserted.len(), 1, "{update}");
+        assert_eq!(upserted[0]["name"], "web-new222-b");
+        assert_eq!(upserted[0]["manifest"]["status"]["phase"], phase);
+        assert_eq!(update["removed"], json!([]));
+        assert_eq!(update["edgesAdded"], json!([]));
+        assert_eq!(update["edgesRemoved"], json!([]));
+        view.apply(update);
+        assert_eq!(view, View::of(&fresh(&server.app, DEV).await), "{protocol}");
+
+        // The client ends the subscription; the server confirms (graphql-ws) or stays silent.
+        let stop = if client.legacy { "stop" } else { "complete" };
+        client.send(json!({"id": "1", "type": stop})).await;
+    }
+}
+
+#[tokio::test]
+async fn changes_within_100_ms_are_one_message() {
+    let (api, served, _dir) = cluster().await;
+    let server = start(&served).await;
+    let mut client = Client::connect(server.addr, "graphql-transport-ws", DEV).await;
+    client
+        .subscribe("g", &group_subscription(), json!({"id": PRODUCTION}))
+        .await;
+    let mut view = View::default();
+    view.apply(update_of(&client.next_payload("g").await));
+    // Twenty changes in quick succession: the first may go at once, the rest wait for the
+    // window's end and go together.
+    let started = Instant::now();
+    for i in 0..20 {
+        let mut pod = api.get("pods", Some(NS), "web-new222-a").unwrap();
+        pod["metadata"]["annotations"] = json!({"step": i.to_string()});
+        api.insert(pod);
+    }
+    let burst = started.elapsed();
+    let mut messages = 0;
+    while let Some(Received::Message(m)) = client.receive_within(Duration::from_millis(600)).await {
+        view.apply(update_of(&m["payload"]));
+        messages += 1;
+    }
+    assert!(
+        burst < Duration::from_millis(100),
+        "the burst took {burst:?}: the test cannot judge coalescing"
+    );
+    assert!(
+        (1..=2).contains(&messages),
+        "{messages} messages for 20 changes within {burst:?}"
+    );
+    assert_eq!(view, View::of(&fresh(&server.app, DEV).await));
+    let pod = &view.resources["uid-pod-web-new222-a"];
+    assert_eq!(pod["manifest"]["metadata"]["annotations"]["step"], "19");
+}
+
+#[tokio::test]
+async fn connection_init_authenticates() {
+    let (_api, served, _dir) = cluster().await;
+    let server = start(&served).await;
+    let addr = server.addr;
+    let (token, csrf) = mint_session(SESSION_KEY, 2, "dev", Duration::from_secs(600)).unwrap();
+    let cookie = format!("_gitlab_kas={token}");
+    let unknown = bearer((99, "ghost"));
+    let forged = format!("{}x", bearer(DEV));
+    // (the session cookie sent with the upgrade, the payload, why it is refused)
+    let refused: [(Option<&str>, Value, &str); 5] = [
+        (None, json!({}), "not signed in"),
+        (
+            None,
+            json!({"Authorization": forged}),
+            "token signature does not match",
+        ),
+        (None, json!({"Authorization": unknown}), "unknown user"),
+        (Some(&cookie), json!({}), "missing CSRF token"),
+        (
+            Some(&cookie),
+            json!({"X-Csrf-Token": "wrong"}),
+            "CSRF token does not match",
+        ),
+    ];
+    for protocol in ["graphql-transport-ws", "graphql-ws"] {
+        for (cookie, payload, why) in &refused {
+            let headers: Vec<(&str, &str)> = cookie.iter().map(|c| ("cookie", *c)).collect();
+            let mut client = open(addr, "", protocol, &headers).await.unwrap();
+            client
+                .send(json!({"type": "connection_init", "payload": payload}))
+                .await;
+            if client.legacy {
+                // The older protocol answers `connection_error`, then closes.
+                let m = client.message().await;
+                assert_eq!(m["type"], "connection_error", "{m}");
+                assert!(
+                    m["payload"]["message"].as_str().unwrap().contains(why),
+                    "{m}"
+                );
+            } else {
+                let (code, reason) = client.closed().await;
+                assert_eq!(code, 4403, "{why}: {reason}");
+                assert!(reason.contains(why), "{why}: {reason}");
+            }
+        }
+        // The cookie with its CSRF token: in the payload, or as the query parameter.
+        for (query, payload) in [
+            (String::new(), json!({"X-Csrf-Token": csrf})),
+            (format!("?gitlab-csrf-token={csrf}"), json!({})),
+        ] {
+            let mut client = open(addr, &query, protocol, &[("cookie", &cookie)])
+                .await
+                .unwrap();
+            client
+                .send(json!({"type": "connection_init", "payload": payload}))
+                .await;
+            assert_eq!(client.message().await["type"], "connection_ack");
+        }
+    }
+    // Before `connection_init`, a subscription closes the socket.
+    let mut client = open(addr, "", "graphql-transport-ws", &[]).await.unwrap();
+    client
+        .subscribe("1", &group_subscription(), json!({"id": PRODUCTION}))
+        .await;
+    assert!(matches!(client.receive().await, Received::Closed(..)));
+}
+
+#[tokio::test]
+async fn the_origin_is_checked_before_the_upgrade() {
+    let (_api, served, _dir) = cluster().await;
+    let server = start(&served).await;
+    for origin in [
+        "https://evil.example.com",
+        "http://envlens.example.com",
+        "null",
+    ] {
+        let (status, body) = open(
+            server.addr,
+            "",
+            "graphql-transport-ws",
+            &[("origin", origin)],
+        )
+        .await
+        .err()
+        .expect("refused");
+        assert_eq!(status, 403, "{origin}");
+        let body: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(body["errors"][0]["extensions"]["code"], "FORBIDDEN");
+        assert!(
+            body["errors"][0]["message"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("origin `{origin}` are not allowed")),
+            "{body}"
+        );
+    }
+    // envlens' own origin, a CORS origin, and no Origin at all (no browser).
+    for origin in [Some(PUBLIC_URL), Some("https://gitlab.example.com"), None] {
+        let headers: Vec<(&str, &str)> = origin.iter().map(|o| ("origin", *o)).collect();
+        assert!(
+            open(server.addr, "", "graphql-transport-ws", &headers)
+                .await
+                .is_ok(),
+            "{origin:?}"
+        );
+    }
+    // A socket without one of the two subprotocols is refused.
+    let (status, _) = open(server.addr, "", "chat", &[])
+        .await
+        .err()
+        .expect("refused");
+    assert_eq!(status, 400);
+    // A GET that is no upgrade stays 405.
+    let res = server
+        .app
+        .send(Request::get("/api/graphql").body(Body::empty()).unwrap())
+        .await;
+    assert_eq!(res.status, 405);
+}
+
+#[tokio::test]
+async fn sockets_are_bounded() {
+    let (_api, served, _dir) = cluster().await;
+    let limits = SocketLimits {
+        max_subscriptions: 1,
+        max_connections: 2,
+        init_timeout: Duration::from_millis(300),
+        max_message_bytes: 4096,
+        ..SocketLimits::default()
+    };
+    let server = start_with(&served, "", limits).await;
+    let mut client = Client::connect(server.addr, "graphql-transport-ws", DEV).await;
+    client
+        .subscribe("1", &group_subscription(), json!({"id": PRODUCTION}))
+        .await;
+    client
+        .subscribe("2", &group_subscription(), json!({"id": PRODUCTION}))
+        .await;
+    // The second is refused by itself; the first carries on.
+    let mut refused = None;
+    let mut first = None;
+    while refused.is_none() || first.is_none() {
+        let m = client.message().await;
+        match m["id"].as_str() {
+            Some("2") => refused = Some(m),
+            Some("1") => first = Some(m),
+            _ => panic!("{m}"),
+        }
+    }
+    let refused = refused.unwrap();
+    assert_eq!(refused["type"], "error");
+    assert_eq!(
+        refused["payload"][0]["extensions"]["code"],
+        "TOO_MANY_SUBSCRIPTIONS"
+    );
+    assert_eq!(first.unwrap()["type"], "next");
+
+    // A connection that does not initialise in time is closed.
+    let mut silent = open(server.addr, "", "graphql-transport-ws", &[])
+        .await
+        .unwrap();
+    let (code, reason) = silent.closed().await;
+    assert_eq!(
+        (code, reason.as_str()),
+        (4408, "Connection initialisation timeout")
+    );
+    drop(silent);
+
+    // Two connections at most: a third is refused while two are open.
+    let _second = open(server.addr, "", "graphql-transport-ws", &[])
+        .await
+        .unwrap();
+    let mut third = None;
+    for _ in 0..50 {
+        match open(server.addr, "", "graphql-transport-ws", &[]).await {
+            Err(refusal) => {
+                third = Some(refusal);
+                break;
+            }
+            // The closed one's slot may not be given back yet.
+            Ok(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+    let (status, body) = third.expect("a third connection is refused");
+    assert_eq!(status, 503, "{body}");
+
+    // A message over the bound closes the socket.
+    let big = "x".repeat(8192);
+    client
+        .send(json!({"id": "3", "type": "subscribe", "payload": {"query": big}}))
+        .await;
+    let mut closed = false;
+    for _ in 0..5 {
+        if let Received::Closed(..) = client.receive().await {
+            closed = true;
+            break;
+        }
+    }
+    assert!(closed, "an over-long message ends the connection");
+}
+
+#[tokio::test]
+async fn idle_silent_and_left_behind_sockets_are_closed() {
+    let (_api, served, _dir) = cluster().await;
+    let idle = SocketLimits {
+        idle_timeout: Duration::from_millis(300),
+        ..SocketLimits::default()
+    };
+    let server = start_with(&served, "", idle).await;
+    // Initialised, but nothing subscribed.
+    let mut client = Client::connect(server.addr, "graphql-transport-ws", DEV).await;
+    let (code, reason) = client.closed().await;
+    assert_eq!((code, reason.as_str()), (1000, "idle: no subscription"));
+    // Subscribed: it stays, until the server shuts down and tells it to go (to reconnect
+    // elsewhere).
+    let mut subscribed = Client::connect(server.addr, "graphql-transport-ws", DEV).await;
+    subscribed
+        .subscribe("e", ENVIRONMENTS, json!({"project": "acme/apps/web"}))
+        .await;
+    assert!(subscribed
+        .receive_within(Duration::from_millis(500))
+        .await
+        .is_none());
+    let Server { _stop: stop, .. } = server;
+    stop.send(()).unwrap();
+    let (code, reason) = subscribed.closed().await;
+    assert_eq!(
+        (code, reason.as_str()),
+        (1001, "the server is shutting down")
+    );
+
+    let pings = SocketLimits {
+        ping_interval: Duration::from_millis(100),
+        ..SocketLimits::default()
+    };
+    let server = start_with(&served, "", pings).await;
+    // A client that reads (and so answers pings) stays.
+    let mut alive = Client::connect(server.addr, "graphql-transport-ws", DEV).await;
+    assert!(alive
+        .receive_within(Duration::from_millis(500))
+        .await
+        .is_none());
+    // One that answers nothing for two intervals is gone.
+    let mut silent = Client::connect(server.addr, "graphql-transport-ws", DEV).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    match silent.receive().await {
+        Received::Closed(code, reason) => {
+            assert_eq!((code, reason.as_str()), (1001, "no answer to pings"))
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn the_subscription_ends_with_forbidden_once_user_access_is_gone() {
+    let (_api, served, _dir) = cluster().await;
+    let server = start_with(&served, "  access_cache: 200ms\n", SocketLimits::default()).await;
+    // A reporter has no `user_access`: refused at once, with the query's message.
+    let mut reporter = Client::connect(server.addr, "graphql-transport-ws", REP).await;
+    reporter
+        .subscribe("r", &group_subscription(), json!({"id": PRODUCTION}))
+        .await;
+    let m = reporter.message().await;
+    let error = if m["type"] == "error" {
+        &m["payload"][0]
+    } else {
+        &m["payload"]["errors"][0]
+    };
+    assert_eq!(error["extensions"]["code"], "FORBIDDEN", "{m}");
+
+    let mut client = Client::connect(server.addr, "graphql-transport-ws", DEV).await;
+    client
+        .subscribe("1", &group_subscription(), json!({"id": PRODUCTION}))
+        .await;
+    assert_eq!(update_of(&client.next_payload("1").await)["complete"], true);
+    // GitLab removes the developer from the project.
+    let res = server
+        .app
+        .system_hook(
+            &json!({"event_name": "user_remove_from_team", "project_id": 42,
+            "project_path_with_namespace": "acme/apps/web", "user_id": 2, "user_username": "dev",
+            "access_level": "Developer"}),
+        )
+        .await;
+    assert!(res.status.is_success(), "{}", res.text());
+    let payload = client.next_payload("1").await;
+    assert_eq!(
+        payload["errors"][0]["extensions"]["code"], "FORBIDDEN",
+        "{payload}"
+    );
+    assert_eq!(payload["errors"][0]["message"], envlens_forbidden_message());
+    let end = client.message().await;
+    assert_eq!(end, json!({"type": "complete", "id": "1"}));
+}
+
+fn envlens_forbidden_message() -> &'static str {
+    "You don't have access to an agent that deployed to this environment. Please contact agent \
+     administrator if you are allowed in \"user_access\" in agent config file."
+}
+
+#[tokio::test]
+async fn a_role_binding_removed_while_subscribed_turns_the_kind_into_a_403() {
+    let (api, served, _dir) = cluster().await;
+    // The agent impersonates (`access_as: user`): developers of project 42 may see Pods,
+    // Deployments, ReplicaSets and Events, nothing else.
+    api.insert(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "workloads", "namespace": NS},
+        "rules": [{"apiGroups": ["", "apps"], "resources": ["pods", "deployments", "replicasets", "events"], "verbs": ["list", "watch"]}]}));
+    api.insert(
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "pods-only", "namespace": NS},
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]}]}),
+    );
+    for (name, role) in [("devs", "workloads"), ("devs-pods", "pods-only")] {
+        api.insert(
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": name, "namespace": NS},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+            "subjects": [{"kind": "Group", "name": "gitlab:project_role:42:developer"}]}),
+        );
+    }
+    api.enforce_rbac();
+    let server = start_with(&served, "  access_cache: 200ms\n", SocketLimits::default()).await;
+    let mut client = Client::connect(server.addr, "graphql-transport-ws", DEV).await;
+    client
+        .subscribe("1", &group_subscription(), json!({"id": PRODUCTION}))
+        .await;
+    let mut view = View::default();
+    view.apply(update_of(&client.next_payload("1").await));
+    let kinds: BTreeSet<String> = view
+        .resources
+        .values()
+        .map(|r| r["kind"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["Deployment", "Pod", "ReplicaSet"].map(String::from).into()
+    );
+    let errors = view.state["errors"].as_array().unwrap();
+    assert!(errors
+        .iter()
+        .any(|e| e["kind"] == "Service" && e["code"] == 403));
+    assert!(!errors.iter().any(|e| e["kind"] == "ReplicaSet"));
+
+    // The binding to the workloads goes: Deployments and ReplicaSets become 403 entries and
+    // leave the group, and with them the Pods they own (which another binding still grants:
+    // without their owners nothing selects them).
+    api.remove("rolebindings.rbac.authorization.k8s.io", Some(NS), "devs");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let payload = client.next_payload("1").await;
+        view.apply(update_of(&payload));
+        let errors = view.state["errors"].as_array().unwrap().clone();
+        if errors
+            .iter()
+            .any(|e| e["kind"] == "ReplicaSet" && e["code"] == 403)
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no 403 for ReplicaSets: {errors:?}"
+        );
+    }
+    let kinds: BTreeSet<String> = view
+        .resources
+        .values()
+        .map(|r| r["kind"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(kinds, BTreeSet::new());
+    let errors = view.state["errors"].as_array().unwrap();
+    assert!(errors
+        .iter()
+        .any(|e| e["kind"] == "Deployment" && e["code"] == 403));
+    assert!(!errors.iter().any(|e| e["kind"] == "Pod"), "{errors:?}");
+    assert_eq!(view, View::of(&fresh(&server.app, DEV).await));
+}
+
+/// One random change at the test server, or to the watches' connection to it.
+fn random_step(api: &KubeApi, rng: &mut rand::rngs::StdRng, step: usize) -> String {
+    use rand::Rng;
+    let app = ["a", "b"][rng.random_range(0..2)];
+    let pod = ["p1", "p2", "p3"][rng.random_range(0..3)];
+    let slug = if rng.random_bool(0.8) {
+        environment::SLUG
+    } else {
+        "staging"
+    };
+    match rng.random_range(0..9) {
+        0 => {
+            api.insert(environment::deployment(
+                NS,
+                app,
+                &format!("uid-dep-{app}"),
+                slug,
+            ));
+            format!("deployment {app} ({slug})")
+        }
+        1 => {
+            environment::replica_set(api, NS, (app, &format!("uid-dep-{app}")), "h1", &[pod]);
+            format!("replica set {app}-h1 with pod {pod}")
+        }
+        2 => format!(
+            "delete deployment {app} ({})",
+            api.remove("deployments.apps", Some(NS), app).is_some()
+        ),
+        3 => {
+            let name = format!("{app}-h1-{pod}");
+            format!(
+                "delete pod {name} ({})",
+                api.remove("pods", Some(NS), &name).is_some()
+            )
+        }
+        4 | 5 => {
+            let name = format!("{app}-h1-{pod}");
+            match api.get("pods", Some(NS), &name) {
+                Some(mut p) => {
+                    let phase = ["Running", "Pending", "Failed"][rng.random_range(0..3)];
+                    p["status"] = json!({"phase": phase});
+                    api.insert(p);
+                    format!("pod {name} {phase}")
+                }
+                None => format!("no pod {name}"),
+            }
+        }
+        6 => {
+            api.insert(json!({"apiVersion": "v1", "kind": "Event",
+                "metadata": {"name": format!("ev-{step}"), "namespace": NS},
+                "involvedObject": {"uid": format!("uid-dep-{app}")},
+                "type": "Normal", "reason": "Scaled", "message": format!("step {step}"),
+                "count": 1, "lastTimestamp": format!("2026-01-01T00:{:02}:00Z", step % 60)}));
+            format!("event about {app}")
+        }
+        7 => {
+            api.drop_watches();
+            "dropped watches".into()
+        }
+        _ => {
+            api.compact();
+            "compacted (expired versions)".into()
+        }
+    }
+}
+
+/// After any sequence of creates, updates, deletes, dropped streams and expired versions, the
+/// first message with every later one applied in order equals a fresh `resourceGroup`.
+/// Seeds are fixed so that a failure can be replayed; `SUBSCRIPTION_SEED` runs one more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_messages_applied_in_order_equal_a_fresh_answer() {
+    use rand::SeedableRng;
+    let (api, served, _dir) = cluster().await;
+    let server = start(&served).await;
+    let mut seeds = vec![11u64, 12];
+    if let Some(seed) = std::env::var("SUBSCRIPTION_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        seeds.push(seed);
+    }
+    for seed in seeds {
+        let mut client = Client::connect(server.addr, "graphql-transport-ws", DEV).await;
+        client
+            .subscribe("p", &group_subscription(), json!({"id": PRODUCTION}))
+            .await;
+        let mut view = View::default();
+        view.apply(update_of(&client.next_payload("p").await));
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let mut done = Vec::new();
+        for round in 0..8 {
+            for _ in 0..rand::Rng::random_range(&mut rng, 1..6) {
+                let step = done.len();
+                done.push(random_step(&api, &mut rng, step));
+            }
+            // The messages catch up with the cluster: apply them until the view equals a
+            // fresh answer (within 10 s).
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                let expected = View::of(&fresh(&server.app, DEV).await);
+                if view == expected {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "seed {seed} round {round} after {done:?}:\nview: {:?}\nfresh: {:?}",
+                    view.names(),
+                    expected.names()
+                );
+                if let Some(Received::Message(m)) =
+                    client.receive_within(Duration::from_millis(200)).await
+                {
+                    assert_eq!(m["id"], "p", "{m}");
+                    view.apply(update_of(&m["payload"]));
+                }
+            }
+        }
+        client.send(json!({"id": "p", "type": "complete"})).await;
+    }
+}
+
+const ENVIRONMENTS: &str = "subscription($group: ID, $project: ID, $tier: DeploymentTier) {
+    environmentsUpdated(groupPath: $group, projectPath: $project, tier: $tier) {
+      id name tier lastDeployment(status: CREATED) { id status } resourceGroup { health } } }";
+
+/// Two servers on one database, each with its own pool: a deployment recorded through one
+/// reaches the subscribers of the other (PostgreSQL LISTEN/NOTIFY), filtered by what each
+/// subscriber asked for and may read.
+#[tokio::test]
+async fn environments_updated_reaches_subscribers_of_another_server() {
+    let (api, served, _dir) = cluster().await;
+    let one = start(&served).await;
+    // The second server: another pool on the same database.
+    let options = one.app.db.connect_options().as_ref().clone();
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(5)
+        .connect_with(options)
+        .await
+        .unwrap();
+    let (addr, _stop) = listen(state(&served, "", pool).await).await;
+
+    let mut by_group = Client::connect(addr, "graphql-transport-ws", DEV).await;
+    by_group
+        .subscribe(
+            "g",
+            ENVIRONMENTS,
+            json!({"group": "acme", "tier": "PRODUCTION"}),
+        )
+        .await;
+    let mut other_project = Client::connect(addr, "graphql-ws", DEV).await;
+    other_project
+        .subscribe("o", ENVIRONMENTS, json!({"project": "acme/agents"}))
+        .await;
+    let mut admin = Client::connect(addr, "graphql-transport-ws", (1, "root")).await;
+    admin
+        .subscribe("a", ENVIRONMENTS, json!({"project": "acme/apps/web"}))
+        .await;
+    // Somebody who may not read acme/apps/web (private) hears nothing of it.
+    let res = one
+        .app
+        .internal(
+            axum::http::Method::PUT,
+            "/api/v4/internal/identity",
+            &json!({
+            "groups": [], "projects": [], "members": [],
+            "users": [{"id": 4, "username": "eve", "admin": false}]}),
+        )
+        .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    let mut stranger = Client::connect(addr, "graphql-transport-ws", (4, "eve")).await;
+    stranger.subscribe("s", ENVIRONMENTS, json!({})).await;
+    // Subscriptions are set up asynchronously: wait until each listens.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // Recorded through the first server: a new deployment to `production`.
+    environment::deploy(&one.app, 4, (100, "production"), "running").await;
+    let payload = by_group.next_payload("g").await;
+    assert!(payload.get("errors").is_none(), "{payload}");
+    let env = &payload["data"]["environmentsUpdated"];
+    assert_eq!(env["id"], PRODUCTION);
+    assert_eq!(env["name"], "production");
+    assert_eq!(env["tier"], "PRODUCTION");
+    // The status hook came last: the environment as it is after it.
+    let mut latest = env.clone();
+    while let Some(Received::Message(m)) = by_group.receive_within(Duration::from_millis(300)).await
+    {
+        latest = m["payload"]["data"]["environmentsUpdated"].clone();
+    }
+    assert_eq!(latest["id"], PRODUCTION);
+    assert_eq!(
+        latest["lastDeployment"],
+        Value::Null,
+        "no deployment is still CREATED"
+    );
+    // The admin reads everything: they hear of it too.
+    let payload = admin.next_payload("a").await;
+    assert_eq!(payload["data"]["environmentsUpdated"]["name"], "production");
+    // Another project's subscriber hears nothing, nor does a user who may not read it.
+    for (client, who) in [(&mut other_project, "acme/agents"), (&mut stranger, "eve")] {
+        let heard = client.receive_within(Duration::from_millis(300)).await;
+        assert!(heard.is_none(), "{who}: {heard:?}");
+    }
+
+    // A deployment that stays `created` shows as the environment's last created one.
+    let res = one.app.internal(axum::http::Method::POST, "/api/v4/internal/deployments", &json!({
+        "deployment": {"id": 5, "iid": 5, "status": "created", "ref": "main", "sha": "abc", "tag": false,
+                       "created_at": "2026-11-21T10:00:00Z"},
+        "project": {"id": 42, "full_path": "acme/apps/web"},
+        "environment": {"id": 100, "name": "production", "slug": "production", "tier": "production"},
+        "job": {"id": 5, "name": "deploy", "protected_ref": true},
+        "kubernetes": {"agent": "acme/agents:prod", "namespace": NS}
+    })).await;
+    assert_eq!(res.status, 201, "{}", res.text());
+    let payload = by_group.next_payload("g").await;
+    let env = &payload["data"]["environmentsUpdated"];
+    assert_eq!(
+        env["lastDeployment"],
+        json!({"id": "gid://gitlab/Deployment/5", "status": "CREATED"})
+    );
+
+    // The group's health changes at the cluster: the environment is sent again, with it.
+    // Its Pods have no phase yet (UNKNOWN, the worst): once they all have succeeded, the
+    // rollup is the next worst (the Deployment's rollout, PROGRESSING).
+    assert_eq!(env["resourceGroup"]["health"], "UNKNOWN");
+    for pod in [
+        "web-old111-a",
+        "web-new222-a",
+        "web-new222-b",
+        "nightly-2871-q9",
+    ] {
+        pod_with_phase(&api, pod, "Succeeded");
+    }
+    let payload = by_group.next_payload("g").await;
+    let env = &payload["data"]["environmentsUpdated"];
+    assert_eq!(env["id"], PRODUCTION, "{payload}");
+    assert_eq!(env["resourceGroup"]["health"], "PROGRESSING", "{payload}");
+    for (client, who) in [(&mut other_project, "acme/agents"), (&mut stranger, "eve")] {
+        let heard = client.receive_within(Duration::from_millis(300)).await;
+        assert!(heard.is_none(), "{who}: {heard:?}");
+    }
+}
