@@ -14,6 +14,7 @@ pub mod k8s;
 pub mod resources;
 pub mod state;
 pub mod telemetry;
+pub mod web;
 
 use std::future::Future;
 use std::time::Duration;
@@ -21,7 +22,6 @@ use std::time::Duration;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{Method, Uri};
 use axum::middleware::from_fn_with_state;
-use axum::response::Redirect;
 use axum::routing::{any, get, post, put};
 use axum::Json;
 use axum::Router;
@@ -69,8 +69,7 @@ pub fn app(state: AppState) -> Router {
         .merge(api)
         .merge(proxy)
         .merge(http::ops::routes())
-        // Until the dashboard gives `/` a page of its own.
-        .route("/", get(|| async { Redirect::temporary(explorer::PATH) }))
+        .merge(web::routes())
         .route(explorer::PATH, get(explorer::page))
         .route(explorer::SCRIPT_PATH, get(explorer::script))
         .route(explorer::STYLE_PATH, get(explorer::style))
