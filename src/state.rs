@@ -12,6 +12,7 @@ use crate::graphql::Schemas;
 use crate::k8s::clusters::Clusters;
 use crate::resources::health::Customizations;
 use crate::telemetry::Metrics;
+use crate::web::Site;
 
 #[derive(Clone)]
 pub struct AppState {
@@ -29,12 +30,15 @@ pub struct AppState {
     pub gitlab: Option<Arc<Instance>>,
     /// The user's health scripts, for the resource group.
     pub health: Arc<Customizations>,
+    /// The dashboard's address and session settings.
+    pub site: Site,
 }
 
 impl AppState {
     /// Call it inside the runtime (the pool's probes and the leases' sweep are tasks).
     pub fn new(db: impl Into<Pool>, keys: Keys, limits: Limits) -> Self {
         let db = db.into();
+        let keys = keys.with_web_sessions(Pool::clone(&db));
         let metrics = Arc::new(Metrics::default());
         AppState {
             reads: Leases::new(&db),
@@ -50,7 +54,14 @@ impl AppState {
             cors: Arc::default(),
             gitlab: None,
             health: Arc::default(),
+            site: Site::default(),
         }
+    }
+
+    /// With the dashboard's public address and session lifetime.
+    pub fn with_site(mut self, site: Site) -> Self {
+        self.site = site;
+        self
     }
 
     /// With the GitLab instance the configuration file names.
@@ -97,6 +108,7 @@ sub_states! {
     clusters: Arc<Clusters>,
     gitlab: Option<Arc<Instance>>,
     health: Arc<Customizations>,
+    site: Site,
 }
 
 impl axum::extract::FromRef<AppState> for crate::graphql::Engine {

@@ -25,6 +25,7 @@ mod proxy;
 mod resource_fetch;
 mod resource_group;
 mod shutdown;
+mod sign_in;
 mod support;
 mod system_hooks;
 mod telemetry;

@@ -2,6 +2,7 @@
 //! [`Internal`] for GitLab Rails, [`CurrentUser`] for a signed-in user, [`Webhook`] for
 //! GitLab's hooks.
 
+pub mod dashboard;
 mod internal;
 pub mod secrets;
 mod session;
@@ -18,6 +19,7 @@ pub use session::{
 };
 pub use webhook::Webhook;
 
+use crate::db::pool::Pool;
 use crate::error::Error;
 use secrets::{Secret, Secrets};
 
@@ -33,6 +35,9 @@ pub struct Keys {
     /// Session tokens that `session` verified recently.
     sessions: session::VerifiedSessions,
     webhook_token: Secret,
+    /// Where the dashboard's sessions are looked up (`envlens_session`); none until the state
+    /// attaches its pool, and then the cookie is not taken.
+    web_sessions: Option<Pool>,
 }
 
 impl Keys {
@@ -42,7 +47,14 @@ impl Keys {
             session: DecodingKey::from_secret(secrets.session.bytes()),
             sessions: session::VerifiedSessions::new(session::VerifiedSessions::CAPACITY),
             webhook_token: secrets.webhook_token,
+            web_sessions: None,
         }
+    }
+
+    /// Takes the dashboard's session cookie too, looked up in `pool`.
+    pub fn with_web_sessions(mut self, pool: Pool) -> Self {
+        self.web_sessions = Some(pool);
+        self
     }
 }
 

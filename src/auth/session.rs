@@ -1,5 +1,6 @@
 //! A signed-in user: GitLab's session JWT as the `_gitlab_kas` cookie (with a CSRF token), or
-//! as a bearer token for scripts.
+//! as a bearer token for scripts; or envlens' own dashboard session (`envlens_session`, with
+//! the same CSRF rule).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -14,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use sqlx::PgExecutor;
 use subtle::ConstantTimeEq;
 
-use super::{verify, Keys, TimeClaims, ISSUER, LEEWAY_SECONDS};
+use super::{dashboard, verify, Keys, TimeClaims, ISSUER, LEEWAY_SECONDS};
 use crate::db;
 use crate::db::pool::Pool;
 use crate::error::Error;
@@ -97,7 +98,8 @@ impl CurrentUser {
 /// How the session reached envlens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Via {
-    /// The browser's `_gitlab_kas` cookie, with its CSRF token.
+    /// A browser's cookie (`_gitlab_kas`, or the dashboard's `envlens_session`), with its CSRF
+    /// token.
     Cookie,
     /// `Authorization: Bearer`, for scripts.
     Bearer,
@@ -111,9 +113,10 @@ pub struct Session {
     pub via: Via,
 }
 
-/// The request's session: a GitLab token sent as bearer, checked with GitLab when envlens knows
-/// one (SPEC 12.4), else envlens' own session token ([`verify_session`]). GitLab unreachable is
-/// a 503, never a pass.
+/// The request's session: without an `Authorization` header, the dashboard's live session
+/// cookie first; a GitLab token sent as bearer, checked with GitLab when envlens knows one
+/// (SPEC 12.4); else GitLab's session token ([`verify_session`]). GitLab unreachable is a 503,
+/// never a pass; so is the database, for the dashboard's cookie.
 pub async fn authenticate(
     parts: &Parts,
     keys: &Keys,
@@ -125,6 +128,11 @@ pub async fn authenticate(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim);
+    if parts.headers.get(AUTHORIZATION).is_none() {
+        if let Some(session) = dashboard_session(parts, keys).await? {
+            return Ok(session);
+        }
+    }
     let Some(token) = bearer.filter(|t| !is_jwt(t)) else {
         return verify_session(parts, keys);
     };
@@ -151,6 +159,33 @@ pub async fn authenticate(
         )),
         Err(e) => Err(Error::GitLabUnavailable(e.to_string())),
     }
+}
+
+/// The dashboard's own session (`envlens_session`, SPEC 9), with the CSRF rule of the
+/// `_gitlab_kas` cookie. `None` when the request has no such live session, so that a
+/// `_gitlab_kas` cookie beside it is still tried.
+async fn dashboard_session(parts: &Parts, keys: &Keys) -> Result<Option<Session>, Error> {
+    if dashboard::cookie(&parts.headers, dashboard::COOKIE_NAME).is_none() {
+        return Ok(None);
+    }
+    let Some(pool) = &keys.web_sessions else {
+        return Ok(None);
+    };
+    let Some(row) = dashboard::find(pool, &parts.headers).await? else {
+        return Ok(None);
+    };
+    let sent = csrf_token(parts);
+    if sent.is_none() {
+        return Err(Error::Unauthorized("missing CSRF token".into()));
+    }
+    if !dashboard::csrf_matches(sent.as_deref(), &row.csrf) {
+        return Err(Error::Unauthorized("CSRF token does not match".into()));
+    }
+    crate::telemetry::record_user(row.user_id);
+    Ok(Some(Session {
+        user_id: row.user_id,
+        via: Via::Cookie,
+    }))
 }
 
 /// Checks the request's session: bearer first, else the cookie and its CSRF token.

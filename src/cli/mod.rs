@@ -73,14 +73,16 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let addr = listener.local_addr()?;
+    let public_url = args
+        .public_url
+        .clone()
+        .unwrap_or_else(|| format!("http://{addr}"));
+    let site = crate::web::Site::new(&public_url, args.session_lifetime)?;
     let mut state = AppState::new(database.pool.clone(), Keys::new(secrets), args.limits)
         .with_clusters(clusters, settings.cors)
-        .with_health(health);
+        .with_health(health)
+        .with_site(site);
     if let Some(gitlab) = &settings.gitlab {
-        let public_url = args
-            .public_url
-            .clone()
-            .unwrap_or_else(|| format!("http://{addr}"));
         let instance = crate::gitlab::Instance::load(gitlab, &public_url, state.metrics.clone())?;
         state = state.with_gitlab(instance);
     }
@@ -121,13 +123,17 @@ async fn shutdown_signal() {
     tracing::info!("shutting down: finishing the requests in flight");
 }
 
-/// Forgets webhook deliveries older than a week, hourly.
+/// Forgets webhook deliveries older than a week, and expired dashboard sessions, sign-in links
+/// and sign-in attempts, hourly.
 async fn prune_deliveries(pool: db::pool::Pool) {
     let mut every = tokio::time::interval(std::time::Duration::from_secs(3600));
     loop {
         every.tick().await;
         if let Err(e) = db::deliveries::prune(pool.pg(), 7).await {
             tracing::warn!(error = %e, "cannot prune webhook deliveries");
+        }
+        if let Err(e) = db::sessions::prune(pool.pg()).await {
+            tracing::warn!(error = %e, "cannot prune expired sessions");
         }
     }
 }
@@ -141,8 +147,8 @@ async fn migrate(args: DatabaseArgs) -> anyhow::Result<()> {
 }
 
 async fn token(args: TokenArgs) -> anyhow::Result<()> {
-    let secrets = Secrets::load(&args.secrets, &args.database.data_dir)?;
     let Some(username) = &args.user else {
+        let secrets = Secrets::load(&args.secrets, &args.database.data_dir)?;
         println!("{}", mint_internal(secrets.internal.bytes(), args.ttl)?);
         eprintln!(
             "internal token: send it as the header `Gitlab-Envlens-Api-Request: <token>` \
@@ -152,14 +158,37 @@ async fn token(args: TokenArgs) -> anyhow::Result<()> {
     };
     let database = Database::open(&args.database).await?;
     let user = db::identity::find_user_by_username(database.pool.pg(), username).await;
+    let user = match user {
+        Ok(Some(user)) => user,
+        other => {
+            database.close().await;
+            return Err(other.err().map(anyhow::Error::from).unwrap_or_else(|| {
+                anyhow::anyhow!(
+                    "no user `{username}` in the identity mirror: GitLab's system hooks or its \
+                     bulk snapshot fill it; to try envlens without GitLab, \
+                     `envlens identity import examples/identity.json`"
+                )
+            }));
+        }
+    };
+    if args.sign_in {
+        let public_url = args
+            .public_url
+            .clone()
+            .unwrap_or_else(|| format!("http://{}", args.listen));
+        // Checked as `serve` checks it, so that the link leads where `serve` answers.
+        crate::web::Site::new(&public_url, crate::web::DEFAULT_SESSION_LIFETIME)?;
+        let link = crate::web::sign_in::create_link(&database.pool, &public_url, user.id).await;
+        database.close().await;
+        println!("{}", link?);
+        eprintln!(
+            "sign-in link for {} (id {}): open it in a browser within five minutes; it works once",
+            user.username, user.id
+        );
+        return Ok(());
+    }
     database.close().await;
-    let user = user?.with_context(|| {
-        format!(
-            "no user `{username}` in the identity mirror: GitLab's system hooks or its bulk \
-             snapshot fill it; to try envlens without GitLab, \
-             `envlens identity import examples/identity.json`"
-        )
-    })?;
+    let secrets = Secrets::load(&args.secrets, &args.database.data_dir)?;
     let (token, csrf) = mint_session(secrets.session.bytes(), user.id, &user.username, args.ttl)?;
     println!("{token}");
     eprintln!(

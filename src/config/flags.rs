@@ -127,9 +127,13 @@ pub struct ServeArgs {
     #[arg(long, env = "ENVLENS_CONFIG")]
     pub config: Option<PathBuf>,
     /// The address users and jobs reach envlens at, e.g. `https://envlens.example.com`: the
-    /// audience of CI/CD ID tokens. Default: `http://<listen address>`.
+    /// audience of CI/CD ID tokens, the dashboard's links and redirects; its cookies are
+    /// `Secure` when it is https. Default: `http://<listen address>`.
     #[arg(long, env = "ENVLENS_PUBLIC_URL")]
     pub public_url: Option<String>,
+    /// How long a dashboard session lasts after signing in (1m to 7d).
+    #[arg(long, env = "ENVLENS_SESSION_LIFETIME", default_value = "12h", value_parser = parse_duration)]
+    pub session_lifetime: Duration,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -146,6 +150,17 @@ pub struct TokenArgs {
     /// How long the token is valid (at most a day; five minutes for an internal token).
     #[arg(long, default_value = "1h", value_parser = parse_duration)]
     pub ttl: Duration,
+    /// Print a one-time link that signs the user in to the dashboard (valid five minutes)
+    /// instead of a token.
+    #[arg(long, requires = "user")]
+    pub sign_in: bool,
+    /// The address users reach envlens at, as `serve` has it: the link's start.
+    /// Default: `http://<listen address>`.
+    #[arg(long, env = "ENVLENS_PUBLIC_URL")]
+    pub public_url: Option<String>,
+    /// The address `serve` listens on, for the default of `--public-url`.
+    #[arg(long, env = "ENVLENS_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
     #[command(flatten)]
     pub database: DatabaseArgs,
     #[command(flatten)]

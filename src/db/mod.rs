@@ -10,6 +10,7 @@ pub mod lease;
 pub mod pool;
 pub mod read;
 pub mod read_agents;
+pub mod sessions;
 
 use std::str::FromStr;
 use std::time::{Duration, Instant};

@@ -35,7 +35,6 @@ pub async fn run(args: DemoArgs, shutdown: impl std::future::Future<Output = ()>
     };
     let secrets = Secrets::load(&no_files, &args.data_dir)?;
     let internal_key = secrets.internal.bytes().to_vec();
-    let session_key = secrets.session.bytes().to_vec();
     let webhook_token = String::from_utf8_lossy(secrets.webhook_token.bytes()).trim().to_owned();
 
     // The sample cluster, and a kubeconfig that leads every agent to it.
@@ -57,8 +56,11 @@ pub async fn run(args: DemoArgs, shutdown: impl std::future::Future<Output = ()>
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let addr = listener.local_addr()?;
+    let public_url = format!("http://{addr}");
+    let site = crate::web::Site::new(&public_url, crate::web::DEFAULT_SESSION_LIFETIME)?;
     let state = AppState::new(database.pool.clone(), Keys::new(secrets), args.limits)
-        .with_clusters(clusters, Default::default());
+        .with_clusters(clusters, Default::default())
+        .with_site(site);
     let app = crate::app(state.clone());
     world::seed(
         &app,
@@ -76,7 +78,9 @@ pub async fn run(args: DemoArgs, shutdown: impl std::future::Future<Output = ()>
         }
     });
     println!("envlens demo: a sample GitLab (groups acme, acme/platform, acme/web; users root, alice, bob, carol) and a sample cluster that changes by itself");
-    println!("{}", sign_in_hint(&database, &session_key, addr).await?);
+    let link = crate::web::sign_in::create_link(&state.db, &public_url, ALICE).await?;
+    println!("sign in as alice (maintainer of acme) within 5 minutes: {link}");
+    println!("another link later: envlens token --data-dir {} --user alice --sign-in", args.data_dir.display());
     println!("envlens listening on http://{addr}");
     crate::run(state, listener, shutdown, Duration::from_secs(5)).await?;
     story.abort();
@@ -84,14 +88,5 @@ pub async fn run(args: DemoArgs, shutdown: impl std::future::Future<Output = ()>
     Ok(())
 }
 
-/// How to sign in as alice, who maintains the group `acme`.
-async fn sign_in_hint(
-    _database: &Database,
-    session_key: &[u8],
-    addr: std::net::SocketAddr,
-) -> anyhow::Result<String> {
-    let (token, _) = crate::auth::mint_session(session_key, 2, "alice", Duration::from_secs(24 * 3600))?;
-    Ok(format!(
-        "sign in: open http://{addr}/ with the header `Authorization: Bearer {token}`"
-    ))
-}
+/// alice, who maintains the group `acme` (`world::identity`).
+const ALICE: i64 = 2;

@@ -201,6 +201,9 @@ impl TestApp {
             "deployment_creations",
             "cluster_agent_tokens",
             "webhook_deliveries",
+            "web_sessions",
+            "sign_in_links",
+            "sign_in_attempts",
         ];
         let mut out = String::new();
         for table in tables {

@@ -156,6 +156,25 @@ pub struct TestDatabase {
     name: String,
 }
 
+impl TestDatabase {
+    /// A `postgres://` URL of this database, for a command run by the test.
+    pub fn url(&self) -> String {
+        match std::env::var("DATABASE_URL") {
+            Ok(url) => {
+                let mut url = url::Url::parse(&url).expect("DATABASE_URL is a URL");
+                url.set_path(&self.name);
+                url.to_string()
+            }
+            Err(_) => server()
+                .admin
+                .clone()
+                .database(&self.name)
+                .to_url_lossy()
+                .to_string(),
+        }
+    }
+}
+
 impl Deref for TestDatabase {
     type Target = PgPool;
     fn deref(&self) -> &PgPool {
