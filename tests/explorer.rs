@@ -24,11 +24,12 @@ fn references(html: &str) -> Vec<String> {
 }
 
 #[tokio::test]
-async fn the_root_leads_to_the_explorer() {
+async fn the_root_is_the_dashboard_which_asks_to_sign_in_first() {
     let app = TestApp::new().await;
     let res = get(&app, "/").await;
-    assert_eq!(res.status, 307);
-    assert_eq!(res.headers[header::LOCATION], "/-/graphql-explorer");
+    assert_eq!(res.status, 303);
+    let location = res.headers[header::LOCATION].to_str().unwrap();
+    assert!(location.starts_with("/-/sign-in"), "{location}");
 }
 
 #[tokio::test]

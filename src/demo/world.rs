@@ -223,7 +223,7 @@ fn pod(app: &App, image: &str, suffix: &str, state: PodState, restarts: u32) -> 
     json!({"apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": app.ns, "labels": {"app": app.name, "pod-template-hash": hash},
                      "ownerReferences": owner("apps/v1", "ReplicaSet", &rs, &format!("demo-replicaset-{}-{rs}", app.ns))},
-        "spec": {"containers": containers, "nodeName": "demo-node-1"},
+        "spec": {"containers": containers, "nodeName": "demo-node-1", "restartPolicy": "Always"},
         "status": {"phase": phase, "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }},
                                                    {"type": "ContainersReady", "status": if ready { "True" } else { "False" }}],
                    "containerStatuses": statuses}})
@@ -277,7 +277,13 @@ impl World {
             self.cluster.put(replica_set(app, &app.image, app.replicas, app.replicas));
             for s in &SUFFIXES[..app.replicas] {
                 self.cluster.put(pod(app, &app.image, s, PodState::Running, 0));
+                let name = pod_name(app, &app.image, s);
+                let uid = format!("demo-pod-{}-{name}", app.ns);
+                self.cluster.put(event(app.ns, "Pod", "v1", &name, &uid, "Normal", "Pulled",
+                    &format!("Container image \"{}\" already present on machine", app.image), 1));
             }
+            self.cluster.put(event(app.ns, "Deployment", "apps/v1", app.name, &format!("demo-deployment-{}-{}", app.ns, app.name),
+                "Normal", "ScalingReplicaSet", &format!("Scaled up replica set {}-{} to {}", app.name, hash_of(&app.image), app.replicas), 1));
             self.cluster.put(json!({"apiVersion": "v1", "kind": "Service",
                 "metadata": {"name": app.name, "namespace": app.ns, "labels": labels(app.project, app.slug, app.name)},
                 "spec": {"selector": {"app": app.name}, "ports": [{"port": 80, "targetPort": 8080}], "type": "ClusterIP"},

@@ -94,7 +94,7 @@
   }
   function retry() {
     const seconds = Math.round(delay / 1000);
-    say("down", "Live updates unavailable, reconnecting in " + seconds + " s (refreshing every 10 s)");
+    say("down", "Live updates unavailable; retrying in " + seconds + " s, refreshing every 10 s");
     startPolling();
     setTimeout(connect, delay);
     delay = Math.min(delay * 2, 30000);

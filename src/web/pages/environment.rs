@@ -117,13 +117,14 @@ impl<'a> Tree<'a> {
     }
 }
 
-fn node_line(r: &Resource, href: &str) -> Markup {
+fn node_line(r: &Resource, href: &str, below: Option<usize>) -> Markup {
     let warnings = r.events.iter().filter(|e| e.event_type == "Warning").count();
     html! {
         span.node {
             (health_badge(r.health.as_ref().map(|h| h.status.as_str())))
             span.kind { (r.kind) }
             a.name href=(href) { (r.name) }
+            @if let Some(n) = below { span.below { "(" (n) " below)" } }
             @if warnings > 0 { span.badge.h-degraded { (warnings) " warning event" (if warnings == 1 { "" } else { "s" }) } }
             @if let Some(m) = r.health.as_ref().and_then(|h| h.message.as_deref()) { span.msg { (m) } }
         }
@@ -136,13 +137,13 @@ fn tree_item(tree: &Tree, i: usize, project: &str, env: &str, depth: usize) -> M
     let kids = &tree.children[i];
     html! {
         @if kids.is_empty() || depth > 32 {
-            li.leaf { (node_line(r, &href)) }
+            li.leaf { (node_line(r, &href, None)) }
         } @else {
             // Open where something needs attention, or when the subtree is small.
             @let open = tree.worst[i] > health_rank("HEALTHY") || tree.descendants(i) <= 4;
             li {
                 details id={"t-" (r.uid)} open[open] {
-                    summary { (node_line(r, &href)) " " span.msg { (tree.descendants(i)) " below" } }
+                    summary { (node_line(r, &href, Some(tree.descendants(i)))) }
                     ul { @for &c in kids { (tree_item(tree, c, project, env, depth + 1)) } }
                 }
             }
