@@ -8,72 +8,10 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{header, Request};
-use envlens::config::Limits;
-use envlens::demo::cluster::DemoCluster;
-use envlens::demo::world::{self, World};
-use envlens::state::AppState;
 use serde_json::json;
 
 use crate::support::browser::{Browser, Page};
-use crate::support::*;
-
-/// envlens over the demo's sample, served on a socket.
-pub struct Demo {
-    pub url: String,
-    pub cluster: DemoCluster,
-    pub state: AppState,
-    pub app: TestApp,
-    _dir: tempfile::TempDir,
-}
-
-impl Demo {
-    pub async fn start() -> Demo {
-        let cluster = DemoCluster::default();
-        World::new(cluster.clone()).start();
-        let addr = cluster.serve().await.unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let kubeconfig = dir.path().join("kubeconfig");
-        std::fs::write(&kubeconfig, DemoCluster::kubeconfig(addr)).unwrap();
-        let settings = envlens::config::file::Settings::parse(&format!(
-            "kubernetes:\n  kubeconfig: {}\n",
-            kubeconfig.display()
-        ))
-        .unwrap();
-        let clusters =
-            envlens::k8s::clusters::Clusters::load(&settings.kubernetes, Default::default())
-                .await
-                .unwrap();
-        let database = postgres::fresh_database().await;
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let site = envlens::web::Site::new(&url, envlens::web::DEFAULT_SESSION_LIFETIME).unwrap();
-        let state = AppState::new((*database).clone(), keys(), Limits::default())
-            .with_clusters(clusters, Default::default())
-            .with_site(site);
-        let app = TestApp::owning(state.clone(), database);
-        world::seed(&app.router, internal_token, WEBHOOK_TOKEN)
-            .await
-            .unwrap();
-        let served = state.clone();
-        tokio::spawn(async move {
-            envlens::run(served, listener, std::future::pending(), Duration::from_secs(1)).await
-        });
-        Demo {
-            url,
-            cluster,
-            state,
-            app,
-            _dir: dir,
-        }
-    }
-
-    /// A one-time sign-in link for alice (maintainer of `acme`).
-    pub async fn sign_in_link(&self) -> String {
-        envlens::web::sign_in::create_link(&self.state.db, &self.url, 2)
-            .await
-            .unwrap()
-    }
-}
+use crate::support::demo::Demo;
 
 /// Where failing steps leave their screenshots, and the page screenshots go.
 fn shots() -> PathBuf {
@@ -218,4 +156,85 @@ async fn pages_fit_a_phone_and_a_desktop_in_light_and_dark() {
         .await;
     assert_eq!(res.status, 303);
     assert!(res.headers[header::LOCATION].to_str().unwrap().starts_with("/-/sign-in"));
+}
+
+/// A GET of `path` with `user_id`'s dashboard session.
+async fn get_as(demo: &Demo, user_id: i64, path: &str) -> crate::support::TestResponse {
+    let cookie = envlens::web::session::begin(&demo.state.db, &demo.state.site, user_id)
+        .await
+        .unwrap();
+    let cookie = cookie.to_str().unwrap().split(';').next().unwrap().to_owned();
+    demo.app
+        .send(Request::get(path).header(header::COOKIE, cookie).body(Body::empty()).unwrap())
+        .await
+}
+
+/// The pages apply the API's rules: a reporter reads the environments but not the agent's
+/// resources, a project one may not read does not exist, and bad input is a 400 page.
+#[tokio::test]
+async fn pages_show_what_the_api_would_answer_the_viewer() {
+    let demo = Demo::start().await;
+    const ALICE: i64 = 2;
+    const BOB: i64 = 3;
+    const CAROL: i64 = 4;
+    let env = "/environments?project=acme/web/site&name=production";
+
+    // alice (maintainer of acme): the resource group, every kind healthy or without a rule.
+    let res = get_as(&demo, ALICE, env).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    assert_eq!(res.headers[header::CONTENT_TYPE], "text/html; charset=utf-8");
+    assert!(res.headers["content-security-policy"].to_str().unwrap().contains("default-src 'none'"));
+    let html = res.text();
+    assert!(html.contains("PersistentVolumeClaim") && html.contains("uploads"), "{html}");
+
+    // carol (reporter of acme/web): the environment and its deployments, but the agent's
+    // user_access refuses her the resources, in GitLab's words.
+    let res = get_as(&demo, CAROL, env).await;
+    assert_eq!(res.status, 200);
+    let html = res.text();
+    assert!(html.contains("have access to an agent that deployed to this environment"), "{html}");
+    assert!(!html.contains("uploads"), "{html}");
+    assert!(html.contains("Deployments"));
+
+    // bob (developer of acme/platform/shop only): acme/web/site is private to him... it is
+    // internal, so he reads it; payments is private and does not exist for him.
+    let res = get_as(&demo, BOB, "/environments?project=acme/platform/payments&name=production").await;
+    assert_eq!(res.status, 404, "{}", res.text());
+    let res = get_as(&demo, BOB, "/groups/acme/platform").await;
+    assert_eq!(res.status, 200);
+    let html = res.text();
+    assert!(html.contains("acme/platform/shop") && !html.contains("acme/platform/payments"), "{html}");
+
+    // A resource's manifest, Secrets masked.
+    let res = get_as(&demo, ALICE, "/environments?project=acme/platform/shop&name=production").await;
+    let html = res.text();
+    let uid = "demo-secret-shop-production-database-credentials";
+    assert!(html.contains(uid), "{html}");
+    let res = get_as(&demo, ALICE, &format!("/resources?project=acme/platform/shop&environment=production&uid={uid}")).await;
+    assert_eq!(res.status, 200);
+    let html = res.text();
+    assert!(html.contains("password: &quot;++++++++&quot;") || html.contains("password: ++++++++"), "{html}");
+    assert!(!html.contains("aHVudGVyMg=="), "a Secret's value leaked");
+
+    // Bad input: a clear 400, never a 5xx.
+    for path in [
+        "/environments?project=acme/platform/shop",
+        "/environments?project=acme/platform/shop&name=production&view=table",
+        "/groups/acme?tier=moon",
+        "/resources?project=acme/platform/shop&environment=production",
+        "/logs?project=acme/platform/shop&environment=production&uid=demo-secret-shop-production-database-credentials",
+    ] {
+        let res = get_as(&demo, ALICE, path).await;
+        assert_eq!(res.status, 400, "{path}: {}", res.text());
+    }
+    let res = get_as(&demo, ALICE, "/groups/nope").await;
+    assert_eq!(res.status, 404);
+
+    // Assets: hashed names, cached for a year, nothing else under the prefix.
+    let css = envlens::web::assets::path("dashboard.css");
+    let res = demo.app.send(Request::get(&css).body(Body::empty()).unwrap()).await;
+    assert_eq!(res.status, 200);
+    assert_eq!(res.headers[header::CACHE_CONTROL], "public, max-age=31536000, immutable");
+    let res = demo.app.send(Request::get("/-/assets/dashboard.css").body(Body::empty()).unwrap()).await;
+    assert_eq!(res.status, 404);
 }

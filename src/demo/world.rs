@@ -309,7 +309,7 @@ impl World {
         self.cluster.put(json!({"apiVersion": "batch/v1", "kind": "CronJob",
             "metadata": {"name": "nightly-report", "namespace": "payments-production", "labels": labels(202, "production", "report")},
             "spec": {"schedule": "0 2 * * *", "jobTemplate": {"spec": {"template": {"spec": {"containers": [{"name": "report", "image": "registry.acme.test/payments/report:1.0"}]}}}}},
-            "status": {"lastScheduleTime": now()}}));
+            "status": {"lastScheduleTime": now(), "lastSuccessfulTime": now()}}));
         for _ in 0..20 {
             self.logs();
         }

@@ -14,6 +14,9 @@ pub mod session;
 pub mod sign_in;
 mod yaml;
 
+/// The GraphQL document the environment page reads, for comparing the two (benches/dashboard.rs).
+pub const ENVIRONMENT_DOCUMENT: &str = data::ENVIRONMENT;
+
 use std::sync::Arc;
 use std::time::Duration;
 

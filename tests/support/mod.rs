@@ -2,6 +2,7 @@
 //! and tokens minted as GitLab would mint them.
 
 pub mod browser;
+pub mod demo;
 pub mod environment;
 pub mod gitlab;
 pub mod kube_api;

@@ -312,3 +312,60 @@ fn deployments(env: &Environment, now: DateTime<Utc>) -> Markup {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::web::data::{Edge, Health};
+
+    fn resource(uid: &str, kind: &str, health: Option<&str>) -> Resource {
+        Resource {
+            uid: uid.into(),
+            api_version: "v1".into(),
+            kind: kind.into(),
+            namespace: Some("ns".into()),
+            name: uid.into(),
+            created_at: None,
+            health: health.map(|s| Health { status: s.into(), message: None }),
+            events: vec![],
+            manifest: None,
+        }
+    }
+
+    fn edge(from: &str, to: &str, kind: &str) -> Edge {
+        Edge { from: from.into(), to: to.into(), kind: kind.into() }
+    }
+
+    #[test]
+    fn owners_hold_their_children_and_the_worst_subtree_comes_first() {
+        let group = ResourceGroup {
+            namespace: "ns".into(),
+            label_selector: String::new(),
+            health: Some("DEGRADED".into()),
+            health_message: None,
+            warnings: vec![],
+            errors: vec![],
+            resources: vec![
+                resource("svc", "Service", Some("HEALTHY")),
+                resource("deploy", "Deployment", Some("HEALTHY")),
+                resource("rs", "ReplicaSet", Some("HEALTHY")),
+                resource("pod", "Pod", Some("DEGRADED")),
+            ],
+            edges: vec![
+                edge("deploy", "rs", "OWNER"),
+                edge("rs", "pod", "OWNER"),
+                // Not an owner: the Service stays a root of its own.
+                edge("svc", "deploy", "SERVICE_SELECTOR"),
+            ],
+        };
+        let tree = Tree::new(&group);
+        let roots: Vec<&str> = tree.roots().iter().map(|&i| group.resources[i].uid.as_str()).collect();
+        assert_eq!(roots, ["deploy", "svc"]);
+        assert_eq!(tree.descendants(1), 2);
+        let html = tree_item(&tree, 1, "g/p", "production", 0).into_string();
+        // Something below needs attention: the Deployment's <details> is open.
+        assert!(html.contains(r#"<details id="t-deploy" open>"#), "{html}");
+        assert!(html.contains(r#"<details id="t-rs" open>"#), "{html}");
+        assert!(html.contains("uid=pod"), "{html}");
+    }
+}

@@ -214,3 +214,58 @@ pub fn group_page(chrome: &Chrome, mut view: GroupView, now: DateTime<Utc>) -> M
         },
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::web::data::{Nodes, ProjectRef};
+
+    fn env(name: &str, tier: Option<&str>) -> EnvironmentSummary {
+        EnvironmentSummary {
+            id: name.into(),
+            name: name.into(),
+            tier: tier.map(Into::into),
+            state: "available".into(),
+            project: ProjectRef { full_path: "g/p".into() },
+            kubernetes_namespace: None,
+            cluster_agent: None,
+            deployments: Nodes { nodes: vec![] },
+        }
+    }
+
+    fn status(s: &str) -> HealthCell {
+        HealthCell::Status { status: s.into(), message: None }
+    }
+
+    #[test]
+    fn production_first_then_worst_health_first() {
+        let mut rows = vec![
+            (env("review", None), HealthCell::NoAgent),
+            (env("staging", Some("STAGING")), status("DEGRADED")),
+            (env("prod-ok", Some("PRODUCTION")), status("HEALTHY")),
+            (env("prod-bad", Some("PRODUCTION")), status("DEGRADED")),
+            (env("prod-unreadable", Some("PRODUCTION")), HealthCell::Unavailable("no access".into())),
+        ];
+        sort_rows(&mut rows);
+        let names: Vec<&str> = rows.iter().map(|(e, _)| e.name.as_str()).collect();
+        assert_eq!(names, ["prod-unreadable", "prod-bad", "prod-ok", "staging", "review"]);
+    }
+
+    #[test]
+    fn names_are_escaped_and_the_filter_is_a_plain_form() {
+        let chrome = Chrome { title: "g", username: Some("<b>"), csrf: Some("t"), subscription: None };
+        let view = GroupView {
+            full_path: "g".into(),
+            rows: vec![(env("<script>x</script>", Some("PRODUCTION")), status("HEALTHY"))],
+            tier: Some("production".into()),
+            search: "\"q".into(),
+            truncated: false,
+        };
+        let html = group_page(&chrome, view, chrono::Utc::now()).into_string();
+        assert!(!html.contains("<script>x"), "{html}");
+        assert!(html.contains("&lt;script&gt;x"));
+        assert!(html.contains(r#"<form class="filters" method="get""#), "{html}");
+        assert!(html.contains(r#"<option value="production" selected>"#), "{html}");
+        assert!(html.contains("value=\"&quot;q\""), "{html}");
+    }
+}
