@@ -84,17 +84,28 @@ fn main() {
         .nth(1)
         .and_then(|v| v.parse().ok())
         .unwrap_or(40usize);
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     runtime.block_on(async move {
         let demo = Demo::start().await;
         grow(&demo);
         let cookie = envlens::web::session::begin(&demo.state.db, &demo.state.site, 2)
             .await
             .unwrap();
-        let cookie = cookie.to_str().unwrap().split(';').next().unwrap().to_owned();
-        let (token, _) = mint_session(support::SESSION_KEY, 2, "alice", Duration::from_secs(3600)).unwrap();
+        let cookie = cookie
+            .to_str()
+            .unwrap()
+            .split(';')
+            .next()
+            .unwrap()
+            .to_owned();
+        let (token, _) =
+            mint_session(support::SESSION_KEY, 2, "alice", Duration::from_secs(3600)).unwrap();
         let query = json!({"query": envlens::web::ENVIRONMENT_DOCUMENT,
-                           "variables": {"project": "acme/platform/shop", "name": "production"}}).to_string();
+                           "variables": {"project": "acme/platform/shop", "name": "production"}})
+        .to_string();
         let graphql = || {
             Request::post("/api/graphql")
                 .header(header::AUTHORIZATION, format!("Bearer {token}"))
@@ -129,7 +140,9 @@ fn main() {
         let html = {
             use std::io::Read;
             let mut s = String::new();
-            flate2::read::GzDecoder::new(&body[..]).read_to_string(&mut s).unwrap();
+            flate2::read::GzDecoder::new(&body[..])
+                .read_to_string(&mut s)
+                .unwrap();
             s
         };
         assert!(html.matches("class=\"node\"").count() >= 1000);
@@ -159,9 +172,23 @@ fn main() {
         }
         let (a, b) = (median(a), median(b));
         println!("environment of {resources} resources, {iterations} iterations each, alternating");
-        println!("(a) GraphQL, the page's document: median {:.2} ms, {} bytes of JSON", a.as_secs_f64() * 1e3, graphql_bytes);
-        println!("(b) the environment page:          median {:.2} ms, {} bytes gzipped ({} of HTML)", b.as_secs_f64() * 1e3, page_bytes, html.len());
-        println!("(b)/(a) = {:.2} (goal at most 1.5)", b.as_secs_f64() / a.as_secs_f64());
-        println!("first view over the wire, page and assets gzipped: {wire} bytes (goal at most 300 KB)");
+        println!(
+            "(a) GraphQL, the page's document: median {:.2} ms, {} bytes of JSON",
+            a.as_secs_f64() * 1e3,
+            graphql_bytes
+        );
+        println!(
+            "(b) the environment page:          median {:.2} ms, {} bytes gzipped ({} of HTML)",
+            b.as_secs_f64() * 1e3,
+            page_bytes,
+            html.len()
+        );
+        println!(
+            "(b)/(a) = {:.2} (goal at most 1.5)",
+            b.as_secs_f64() / a.as_secs_f64()
+        );
+        println!(
+            "first view over the wire, page and assets gzipped: {wire} bytes (goal at most 300 KB)"
+        );
     });
 }

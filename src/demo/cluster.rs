@@ -30,18 +30,78 @@ struct Kind {
 }
 
 const KINDS: &[Kind] = &[
-    Kind { group: "", version: "v1", kind: "Pod", plural: "pods" },
-    Kind { group: "", version: "v1", kind: "Service", plural: "services" },
-    Kind { group: "", version: "v1", kind: "ConfigMap", plural: "configmaps" },
-    Kind { group: "", version: "v1", kind: "Secret", plural: "secrets" },
-    Kind { group: "", version: "v1", kind: "PersistentVolumeClaim", plural: "persistentvolumeclaims" },
-    Kind { group: "", version: "v1", kind: "Event", plural: "events" },
-    Kind { group: "apps", version: "v1", kind: "Deployment", plural: "deployments" },
-    Kind { group: "apps", version: "v1", kind: "ReplicaSet", plural: "replicasets" },
-    Kind { group: "apps", version: "v1", kind: "StatefulSet", plural: "statefulsets" },
-    Kind { group: "batch", version: "v1", kind: "CronJob", plural: "cronjobs" },
-    Kind { group: "batch", version: "v1", kind: "Job", plural: "jobs" },
-    Kind { group: "networking.k8s.io", version: "v1", kind: "Ingress", plural: "ingresses" },
+    Kind {
+        group: "",
+        version: "v1",
+        kind: "Pod",
+        plural: "pods",
+    },
+    Kind {
+        group: "",
+        version: "v1",
+        kind: "Service",
+        plural: "services",
+    },
+    Kind {
+        group: "",
+        version: "v1",
+        kind: "ConfigMap",
+        plural: "configmaps",
+    },
+    Kind {
+        group: "",
+        version: "v1",
+        kind: "Secret",
+        plural: "secrets",
+    },
+    Kind {
+        group: "",
+        version: "v1",
+        kind: "PersistentVolumeClaim",
+        plural: "persistentvolumeclaims",
+    },
+    Kind {
+        group: "",
+        version: "v1",
+        kind: "Event",
+        plural: "events",
+    },
+    Kind {
+        group: "apps",
+        version: "v1",
+        kind: "Deployment",
+        plural: "deployments",
+    },
+    Kind {
+        group: "apps",
+        version: "v1",
+        kind: "ReplicaSet",
+        plural: "replicasets",
+    },
+    Kind {
+        group: "apps",
+        version: "v1",
+        kind: "StatefulSet",
+        plural: "statefulsets",
+    },
+    Kind {
+        group: "batch",
+        version: "v1",
+        kind: "CronJob",
+        plural: "cronjobs",
+    },
+    Kind {
+        group: "batch",
+        version: "v1",
+        kind: "Job",
+        plural: "jobs",
+    },
+    Kind {
+        group: "networking.k8s.io",
+        version: "v1",
+        kind: "Ingress",
+        plural: "ingresses",
+    },
 ];
 
 fn api_version(k: &Kind) -> String {
@@ -107,8 +167,14 @@ impl DemoCluster {
             tracing::warn!("demo cluster: no kind for {object}");
             return;
         };
-        let ns = object["metadata"]["namespace"].as_str().unwrap_or("default").to_owned();
-        let name = object["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+        let ns = object["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or("default")
+            .to_owned();
+        let name = object["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
         let mut store = self.store();
         store.version += 1;
         let version = store.version;
@@ -120,29 +186,62 @@ impl DemoCluster {
         if meta.get("uid").is_none() {
             meta["uid"] = previous
                 .map(|p| p["metadata"]["uid"].clone())
-                .unwrap_or_else(|| json!(format!("demo-{}-{ns}-{name}", kind.kind.to_ascii_lowercase())));
+                .unwrap_or_else(|| {
+                    json!(format!(
+                        "demo-{}-{ns}-{name}",
+                        kind.kind.to_ascii_lowercase()
+                    ))
+                });
         }
         if meta.get("creationTimestamp").is_none() {
             meta["creationTimestamp"] = previous
                 .map(|p| p["metadata"]["creationTimestamp"].clone())
                 .unwrap_or_else(|| json!(now()));
         }
-        let event = if previous.is_some() { "MODIFIED" } else { "ADDED" };
+        let event = if previous.is_some() {
+            "MODIFIED"
+        } else {
+            "ADDED"
+        };
         store.objects.insert(key, object.clone());
-        self.record(&mut store, Change { version, plural: kind.plural, namespace: ns, event, object });
+        self.record(
+            &mut store,
+            Change {
+                version,
+                plural: kind.plural,
+                namespace: ns,
+                event,
+                object,
+            },
+        );
     }
 
     /// Removes an object (by kind and name); nothing when it is not there.
     pub fn delete(&self, kind: &str, namespace: &str, name: &str) {
-        let Some(k) = KINDS.iter().find(|k| k.kind == kind) else { return };
+        let Some(k) = KINDS.iter().find(|k| k.kind == kind) else {
+            return;
+        };
         let mut store = self.store();
-        let Some(mut object) = store.objects.remove(&(k.plural, namespace.to_owned(), name.to_owned())) else {
+        let Some(mut object) =
+            store
+                .objects
+                .remove(&(k.plural, namespace.to_owned(), name.to_owned()))
+        else {
             return;
         };
         store.version += 1;
         let version = store.version;
         object["metadata"]["resourceVersion"] = json!(version.to_string());
-        self.record(&mut store, Change { version, plural: k.plural, namespace: namespace.to_owned(), event: "DELETED", object });
+        self.record(
+            &mut store,
+            Change {
+                version,
+                plural: k.plural,
+                namespace: namespace.to_owned(),
+                event: "DELETED",
+                object,
+            },
+        );
     }
 
     fn record(&self, store: &mut Store, change: Change) {
@@ -164,7 +263,9 @@ impl DemoCluster {
 
     /// The names of a kind's objects in a namespace.
     pub fn names(&self, kind: &str, namespace: &str) -> Vec<String> {
-        let Some(k) = KINDS.iter().find(|k| k.kind == kind) else { return Vec::new() };
+        let Some(k) = KINDS.iter().find(|k| k.kind == kind) else {
+            return Vec::new();
+        };
         self.store()
             .objects
             .keys()
@@ -216,7 +317,11 @@ pub fn now() -> String {
 fn status(code: u16, reason: &str, message: String) -> Response {
     let body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
                       "message": message, "reason": reason, "code": code});
-    (StatusCode::from_u16(code).unwrap_or(StatusCode::BAD_REQUEST), axum::Json(body)).into_response()
+    (
+        StatusCode::from_u16(code).unwrap_or(StatusCode::BAD_REQUEST),
+        axum::Json(body),
+    )
+        .into_response()
 }
 
 fn query(uri: &Uri) -> HashMap<String, String> {
@@ -237,7 +342,9 @@ fn decode(s: &str) -> Option<String> {
     while i < bytes.len() {
         match bytes[i] {
             b'%' if i + 2 < bytes.len() => {
-                out.push(u8::from_str_radix(std::str::from_utf8(&bytes[i + 1..i + 3]).ok()?, 16).ok()?);
+                out.push(
+                    u8::from_str_radix(std::str::from_utf8(&bytes[i + 1..i + 3]).ok()?, 16).ok()?,
+                );
                 i += 3;
             }
             b'+' => {
@@ -256,7 +363,10 @@ fn decode(s: &str) -> Option<String> {
 /// `a=b,c=d` (and `a==b`): the equality selectors envlens sends.
 fn matches(selector: &str, labels: &Value) -> bool {
     selector.split(',').filter(|s| !s.is_empty()).all(|term| {
-        let (k, v) = term.split_once("==").or_else(|| term.split_once('=')).unwrap_or((term, ""));
+        let (k, v) = term
+            .split_once("==")
+            .or_else(|| term.split_once('='))
+            .unwrap_or((term, ""));
         labels[k.trim()].as_str() == Some(v.trim())
     })
 }
@@ -267,35 +377,77 @@ async fn handle(State(cluster): State<DemoCluster>, method: Method, uri: Uri) ->
     if method == Method::POST {
         // The access reviews of `access_as: user`: the demo allows everything.
         if uri.path().ends_with("/subjectaccessreviews") {
-            return (StatusCode::CREATED, axum::Json(json!({"apiVersion": "authorization.k8s.io/v1",
-                "kind": "SubjectAccessReview", "status": {"allowed": true}}))).into_response();
+            return (
+                StatusCode::CREATED,
+                axum::Json(json!({"apiVersion": "authorization.k8s.io/v1",
+                "kind": "SubjectAccessReview", "status": {"allowed": true}})),
+            )
+                .into_response();
         }
-        return status(405, "MethodNotAllowed", "the demo cluster is read-only".into());
+        return status(
+            405,
+            "MethodNotAllowed",
+            "the demo cluster is read-only".into(),
+        );
     }
     if method != Method::GET {
-        return status(405, "MethodNotAllowed", "the demo cluster is read-only".into());
+        return status(
+            405,
+            "MethodNotAllowed",
+            "the demo cluster is read-only".into(),
+        );
     }
     let (group, version, rest): (&str, &str, &[&str]) = match segments.as_slice() {
         ["version"] => {
-            return axum::Json(json!({"major": "1", "minor": "31", "gitVersion": "v1.31.0-envlens-demo",
-                                     "platform": "linux/amd64"})).into_response()
+            return axum::Json(
+                json!({"major": "1", "minor": "31", "gitVersion": "v1.31.0-envlens-demo",
+                                     "platform": "linux/amd64"}),
+            )
+            .into_response()
         }
-        ["api"] => return axum::Json(json!({"kind": "APIVersions", "versions": ["v1"]})).into_response(),
+        ["api"] => {
+            return axum::Json(json!({"kind": "APIVersions", "versions": ["v1"]})).into_response()
+        }
         ["apis"] => {
-            let mut groups: Vec<&str> = KINDS.iter().map(|k| k.group).filter(|g| !g.is_empty()).collect();
+            let mut groups: Vec<&str> = KINDS
+                .iter()
+                .map(|k| k.group)
+                .filter(|g| !g.is_empty())
+                .collect();
             groups.dedup();
-            let groups: Vec<Value> = groups.iter().map(|g| json!({"name": g,
+            let groups: Vec<Value> = groups
+                .iter()
+                .map(|g| {
+                    json!({"name": g,
                 "versions": [{"groupVersion": format!("{g}/v1"), "version": "v1"}],
-                "preferredVersion": {"groupVersion": format!("{g}/v1"), "version": "v1"}})).collect();
-            return axum::Json(json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})).into_response();
+                "preferredVersion": {"groupVersion": format!("{g}/v1"), "version": "v1"}})
+                })
+                .collect();
+            return axum::Json(
+                json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}),
+            )
+            .into_response();
         }
         ["api", v, rest @ ..] => ("", *v, rest),
         ["apis", g, v, rest @ ..] => (*g, *v, rest),
-        _ => return status(404, "NotFound", format!("the server could not find {}", uri.path())),
+        _ => {
+            return status(
+                404,
+                "NotFound",
+                format!("the server could not find {}", uri.path()),
+            )
+        }
     };
-    let kinds: Vec<&Kind> = KINDS.iter().filter(|k| k.group == group && k.version == version).collect();
+    let kinds: Vec<&Kind> = KINDS
+        .iter()
+        .filter(|k| k.group == group && k.version == version)
+        .collect();
     if kinds.is_empty() {
-        return status(404, "NotFound", format!("no API group version {group}/{version}"));
+        return status(
+            404,
+            "NotFound",
+            format!("no API group version {group}/{version}"),
+        );
     }
     match rest {
         [] => {
@@ -307,12 +459,20 @@ async fn handle(State(cluster): State<DemoCluster>, method: Method, uri: Uri) ->
                 }
                 out
             }).collect();
-            let gv = if group.is_empty() { version.to_owned() } else { format!("{group}/{version}") };
+            let gv = if group.is_empty() {
+                version.to_owned()
+            } else {
+                format!("{group}/{version}")
+            };
             axum::Json(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources})).into_response()
         }
         ["namespaces", ns, plural] => {
             let Some(kind) = kinds.iter().find(|k| k.plural == *plural) else {
-                return status(404, "NotFound", format!("the server could not find the requested resource ({plural})"));
+                return status(
+                    404,
+                    "NotFound",
+                    format!("the server could not find the requested resource ({plural})"),
+                );
             };
             if q.get("watch").is_some_and(|w| w == "true" || w == "1") {
                 watch(&cluster, kind, ns, &q)
@@ -322,7 +482,11 @@ async fn handle(State(cluster): State<DemoCluster>, method: Method, uri: Uri) ->
         }
         ["namespaces", ns, plural, name] => {
             let Some(kind) = kinds.iter().find(|k| k.plural == *plural) else {
-                return status(404, "NotFound", format!("the server could not find the requested resource ({plural})"));
+                return status(
+                    404,
+                    "NotFound",
+                    format!("the server could not find the requested resource ({plural})"),
+                );
             };
             match cluster.get(kind.kind, ns, name) {
                 Some(object) => axum::Json(object).into_response(),
@@ -330,7 +494,11 @@ async fn handle(State(cluster): State<DemoCluster>, method: Method, uri: Uri) ->
             }
         }
         ["namespaces", ns, "pods", name, "log"] => logs(&cluster, ns, name, &q),
-        _ => status(404, "NotFound", format!("the server could not find {}", uri.path())),
+        _ => status(
+            404,
+            "NotFound",
+            format!("the server could not find {}", uri.path()),
+        ),
     }
 }
 
@@ -356,7 +524,10 @@ impl http_body::Body for ChannelBody {
     type Data = Bytes;
     type Error = Infallible;
 
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         self.0.poll_recv(cx).map(|b| b.map(|b| Ok(Frame::data(b))))
     }
 }
@@ -364,7 +535,10 @@ impl http_body::Body for ChannelBody {
 fn streaming(content_type: &'static str) -> (mpsc::Sender<Bytes>, Response) {
     let (tx, rx) = mpsc::channel(256);
     let mut res = Response::new(Body::new(ChannelBody(rx)));
-    res.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static(content_type));
+    res.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static(content_type),
+    );
     (tx, res)
 }
 
@@ -375,7 +549,10 @@ fn watch(cluster: &DemoCluster, kind: &Kind, ns: &str, q: &HashMap<String, Strin
         .and_then(|t| t.parse().ok())
         .unwrap_or(1800u64)
         .min(3600);
-    let from: u64 = q.get("resourceVersion").and_then(|v| v.parse().ok()).unwrap_or(0);
+    let from: u64 = q
+        .get("resourceVersion")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
     let mut live = cluster.changes.subscribe();
     let (backlog, current) = {
         let store = cluster.store();
@@ -385,17 +562,32 @@ fn watch(cluster: &DemoCluster, kind: &Kind, ns: &str, q: &HashMap<String, Strin
             let (tx, res) = streaming("application/json");
             let gone = json!({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "status": "Failure",
                 "message": format!("too old resource version: {from} ({oldest})"), "reason": "Expired", "code": 410}});
-            tokio::spawn(async move { let _ = tx.send(Bytes::from(format!("{gone}\n"))).await; });
+            tokio::spawn(async move {
+                let _ = tx.send(Bytes::from(format!("{gone}\n"))).await;
+            });
             return res;
         }
         let backlog: Vec<Change> = if from == 0 {
             // No version: every object as ADDED, as the API server starts a watch.
-            store.objects.iter()
+            store
+                .objects
+                .iter()
                 .filter(|((p, n, _), _)| *p == kind.plural && n == ns)
-                .map(|(_, o)| Change { version: 0, plural: kind.plural, namespace: ns.to_owned(), event: "ADDED", object: o.clone() })
+                .map(|(_, o)| Change {
+                    version: 0,
+                    plural: kind.plural,
+                    namespace: ns.to_owned(),
+                    event: "ADDED",
+                    object: o.clone(),
+                })
                 .collect()
         } else {
-            store.history.iter().filter(|c| c.version > from && c.plural == kind.plural && c.namespace == ns).cloned().collect()
+            store
+                .history
+                .iter()
+                .filter(|c| c.version > from && c.plural == kind.plural && c.namespace == ns)
+                .cloned()
+                .collect()
         };
         (backlog, store.version)
     };
@@ -403,9 +595,16 @@ fn watch(cluster: &DemoCluster, kind: &Kind, ns: &str, q: &HashMap<String, Strin
     let plural = kind.plural;
     let ns = ns.to_owned();
     tokio::spawn(async move {
-        let line = |c: &Change| Bytes::from(format!("{}\n", json!({"type": c.event, "object": c.object})));
+        let line = |c: &Change| {
+            Bytes::from(format!(
+                "{}\n",
+                json!({"type": c.event, "object": c.object})
+            ))
+        };
         for c in &backlog {
-            if matches(&selector, &c.object["metadata"]["labels"]) && tx.send(line(c)).await.is_err() {
+            if matches(&selector, &c.object["metadata"]["labels"])
+                && tx.send(line(c)).await.is_err()
+            {
                 return;
             }
         }
@@ -451,11 +650,28 @@ fn logs(cluster: &DemoCluster, ns: &str, pod: &str, q: &HashMap<String, String>)
         .collect();
     let container = match q.get("container") {
         Some(c) if containers.contains(c) => c.clone(),
-        Some(c) => return status(400, "BadRequest", format!("container {c} is not valid for pod {pod}")),
+        Some(c) => {
+            return status(
+                400,
+                "BadRequest",
+                format!("container {c} is not valid for pod {pod}"),
+            )
+        }
         None if containers.len() == 1 => containers[0].clone(),
-        None => return status(400, "BadRequest", format!("a container name must be specified for pod {pod}, choose one of: {containers:?}")),
+        None => {
+            return status(
+                400,
+                "BadRequest",
+                format!(
+                "a container name must be specified for pod {pod}, choose one of: {containers:?}"
+            ),
+            )
+        }
     };
-    let tail: usize = q.get("tailLines").and_then(|t| t.parse().ok()).unwrap_or(LOG_LINES);
+    let tail: usize = q
+        .get("tailLines")
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(LOG_LINES);
     let key = (ns.to_owned(), pod.to_owned(), container);
     let mut live = cluster.logs.subscribe();
     let backlog: Vec<String> = {

@@ -18,7 +18,10 @@ use crate::db::Database;
 use crate::k8s::clusters::Clusters;
 use crate::state::AppState;
 
-pub async fn run(args: DemoArgs, shutdown: impl std::future::Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+pub async fn run(
+    args: DemoArgs,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("cannot create {}", args.data_dir.display()))?;
     let database_args = DatabaseArgs {
@@ -35,13 +38,18 @@ pub async fn run(args: DemoArgs, shutdown: impl std::future::Future<Output = ()>
     };
     let secrets = Secrets::load(&no_files, &args.data_dir)?;
     let internal_key = secrets.internal.bytes().to_vec();
-    let webhook_token = String::from_utf8_lossy(secrets.webhook_token.bytes()).trim().to_owned();
+    let webhook_token = String::from_utf8_lossy(secrets.webhook_token.bytes())
+        .trim()
+        .to_owned();
 
     // The sample cluster, and a kubeconfig that leads every agent to it.
     let demo_cluster = cluster::DemoCluster::default();
     let mut world = world::World::new(demo_cluster.clone());
     world.start();
-    let cluster_addr = demo_cluster.serve().await.context("cannot start the demo cluster")?;
+    let cluster_addr = demo_cluster
+        .serve()
+        .await
+        .context("cannot start the demo cluster")?;
     let kubeconfig = args.data_dir.join("demo-kubeconfig.yaml");
     std::fs::write(&kubeconfig, cluster::DemoCluster::kubeconfig(cluster_addr))?;
     let settings = KubernetesSettings {
@@ -80,7 +88,10 @@ pub async fn run(args: DemoArgs, shutdown: impl std::future::Future<Output = ()>
     println!("envlens demo: a sample GitLab (groups acme, acme/platform, acme/web; users root, alice, bob, carol) and a sample cluster that changes by itself");
     let link = crate::web::sign_in::create_link(&state.db, &public_url, ALICE).await?;
     println!("sign in as alice (maintainer of acme) within 5 minutes: {link}");
-    println!("another link later: envlens token --data-dir {} --user alice --sign-in", args.data_dir.display());
+    println!(
+        "another link later: envlens token --data-dir {} --user alice --sign-in",
+        args.data_dir.display()
+    );
     println!("envlens listening on http://{addr}");
     crate::run(state, listener, shutdown, Duration::from_secs(5)).await?;
     story.abort();

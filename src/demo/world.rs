@@ -26,12 +26,54 @@ pub struct Env {
 }
 
 pub const ENVIRONMENTS: &[Env] = &[
-    Env { id: 11, project: (201, "acme/platform/shop"), name: "production", slug: "production", tier: "production", namespace: Some("shop-production") },
-    Env { id: 12, project: (201, "acme/platform/shop"), name: "staging", slug: "staging", tier: "staging", namespace: Some("shop-staging") },
-    Env { id: 13, project: (201, "acme/platform/shop"), name: "review/checkout-redesign", slug: "review-checkout-8k2j1d", tier: "development", namespace: None },
-    Env { id: 21, project: (202, "acme/platform/payments"), name: "production", slug: "production", tier: "production", namespace: Some("payments-production") },
-    Env { id: 22, project: (202, "acme/platform/payments"), name: "staging", slug: "staging", tier: "staging", namespace: Some("payments-staging") },
-    Env { id: 31, project: (203, "acme/web/site"), name: "production", slug: "production", tier: "production", namespace: Some("site-production") },
+    Env {
+        id: 11,
+        project: (201, "acme/platform/shop"),
+        name: "production",
+        slug: "production",
+        tier: "production",
+        namespace: Some("shop-production"),
+    },
+    Env {
+        id: 12,
+        project: (201, "acme/platform/shop"),
+        name: "staging",
+        slug: "staging",
+        tier: "staging",
+        namespace: Some("shop-staging"),
+    },
+    Env {
+        id: 13,
+        project: (201, "acme/platform/shop"),
+        name: "review/checkout-redesign",
+        slug: "review-checkout-8k2j1d",
+        tier: "development",
+        namespace: None,
+    },
+    Env {
+        id: 21,
+        project: (202, "acme/platform/payments"),
+        name: "production",
+        slug: "production",
+        tier: "production",
+        namespace: Some("payments-production"),
+    },
+    Env {
+        id: 22,
+        project: (202, "acme/platform/payments"),
+        name: "staging",
+        slug: "staging",
+        tier: "staging",
+        namespace: Some("payments-staging"),
+    },
+    Env {
+        id: 31,
+        project: (203, "acme/web/site"),
+        name: "production",
+        slug: "production",
+        tier: "production",
+        namespace: Some("site-production"),
+    },
 ];
 
 /// Groups, projects, users and their memberships, in the bulk snapshot's format.
@@ -63,7 +105,13 @@ pub fn identity() -> Value {
 }
 
 /// Sends one request to envlens' own router; its status and body.
-async fn send(app: &Router, method: Method, path: &str, headers: &[(&str, String)], body: &Value) -> anyhow::Result<Value> {
+async fn send(
+    app: &Router,
+    method: Method,
+    path: &str,
+    headers: &[(&str, String)],
+    body: &Value,
+) -> anyhow::Result<Value> {
     let mut req = Request::builder()
         .method(method)
         .uri(path)
@@ -71,10 +119,19 @@ async fn send(app: &Router, method: Method, path: &str, headers: &[(&str, String
     for (k, v) in headers {
         req = req.header(*k, v);
     }
-    let res = app.clone().oneshot(req.body(Body::from(body.to_string()))?).await?;
+    let res = app
+        .clone()
+        .oneshot(req.body(Body::from(body.to_string()))?)
+        .await?;
     let status = res.status();
-    let bytes = http_body_util::BodyExt::collect(res.into_body()).await?.to_bytes();
-    anyhow::ensure!(status.is_success(), "{path}: {status}: {}", String::from_utf8_lossy(&bytes));
+    let bytes = http_body_util::BodyExt::collect(res.into_body())
+        .await?
+        .to_bytes();
+    anyhow::ensure!(
+        status.is_success(),
+        "{path}: {status}: {}",
+        String::from_utf8_lossy(&bytes)
+    );
     Ok(serde_json::from_slice(&bytes).unwrap_or(Value::Null))
 }
 
@@ -83,7 +140,9 @@ fn sha(seed: i64) -> String {
     let mut x = seed as u64 ^ 0x9e37_79b9_7f4a_7c15;
     let mut out = String::new();
     while out.len() < 40 {
-        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         out.push_str(&format!("{:016x}", x));
     }
     out.truncate(40);
@@ -93,16 +152,39 @@ fn sha(seed: i64) -> String {
 /// The sample GitLab, through the internal API, the agent configuration endpoint and deployment
 /// hooks, as GitLab sends them: identity, one agent whose `user_access` and `ci_access` name the
 /// group `acme`, and eight deployments per environment over the last five days.
-pub async fn seed(app: &Router, internal_token: impl Fn() -> String, webhook_token: &str) -> anyhow::Result<()> {
+pub async fn seed(
+    app: &Router,
+    internal_token: impl Fn() -> String,
+    webhook_token: &str,
+) -> anyhow::Result<()> {
     let internal = |t: String| vec![("Gitlab-Envlens-Api-Request", t)];
-    send(app, Method::PUT, "/api/v4/internal/identity", &internal(internal_token()), &identity()).await?;
-    send(app, Method::PUT, "/api/v4/internal/kubernetes/agents/300", &internal(internal_token()),
-         &json!({"project_id": 200, "name": "production"})).await?;
-    send(app, Method::POST, "/api/v4/internal/kubernetes/agent_configuration", &internal(internal_token()),
-         &json!({"agent_id": 300, "agent_config": {
-             "ci_access": {"groups": [{"id": "acme"}]},
-             "user_access": {"access_as": {"agent": {}}, "groups": [{"id": "acme"}]},
-         }})).await?;
+    send(
+        app,
+        Method::PUT,
+        "/api/v4/internal/identity",
+        &internal(internal_token()),
+        &identity(),
+    )
+    .await?;
+    send(
+        app,
+        Method::PUT,
+        "/api/v4/internal/kubernetes/agents/300",
+        &internal(internal_token()),
+        &json!({"project_id": 200, "name": "production"}),
+    )
+    .await?;
+    send(
+        app,
+        Method::POST,
+        "/api/v4/internal/kubernetes/agent_configuration",
+        &internal(internal_token()),
+        &json!({"agent_id": 300, "agent_config": {
+            "ci_access": {"groups": [{"id": "acme"}]},
+            "user_access": {"access_as": {"agent": {}}, "groups": [{"id": "acme"}]},
+        }}),
+    )
+    .await?;
     let now = Utc::now();
     for env in ENVIRONMENTS {
         let count = 8;
@@ -119,7 +201,14 @@ pub async fn seed(app: &Router, internal_token: impl Fn() -> String, webhook_tok
             if let Some(ns) = env.namespace {
                 body["kubernetes"] = json!({"agent": AGENT, "namespace": ns});
             }
-            send(app, Method::POST, "/api/v4/internal/deployments", &internal(internal_token()), &body).await?;
+            send(
+                app,
+                Method::POST,
+                "/api/v4/internal/deployments",
+                &internal(internal_token()),
+                &body,
+            )
+            .await?;
             // One failed deployment in the history of each environment; the last one succeeded.
             let status = if k == count - 3 { "failed" } else { "success" };
             let hook = json!({
@@ -129,9 +218,17 @@ pub async fn seed(app: &Router, internal_token: impl Fn() -> String, webhook_tok
                 "project": {"id": env.project.0, "path_with_namespace": env.project.1, "visibility_level": 0},
                 "ref": "main", "short_sha": &sha(id)[..8], "deployable_id": id + 50_000,
             });
-            send(app, Method::POST, "/webhooks/gitlab",
-                 &[("X-Gitlab-Token", webhook_token.to_owned()), ("X-Gitlab-Event", "Deployment Hook".to_owned())],
-                 &hook).await?;
+            send(
+                app,
+                Method::POST,
+                "/webhooks/gitlab",
+                &[
+                    ("X-Gitlab-Token", webhook_token.to_owned()),
+                    ("X-Gitlab-Event", "Deployment Hook".to_owned()),
+                ],
+                &hook,
+            )
+            .await?;
         }
     }
     Ok(())
@@ -161,9 +258,15 @@ fn hash_of(image: &str) -> String {
 }
 
 fn deployment(app: &App, generation: i64, status: Value) -> Value {
-    let containers: Vec<Value> = app.containers.iter().map(|c| json!({"name": c,
+    let containers: Vec<Value> = app
+        .containers
+        .iter()
+        .map(|c| {
+            json!({"name": c,
         "image": if *c == "app" { app.image.clone() } else { "envoyproxy/envoy:v1.31".into() },
-        "ports": [{"containerPort": 8080}]})).collect();
+        "ports": [{"containerPort": 8080}]})
+        })
+        .collect();
     json!({"apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": app.name, "namespace": app.ns, "labels": labels(app.project, app.slug, app.name), "generation": generation,
                      "annotations": {"deployment.kubernetes.io/revision": generation.to_string()}},
@@ -180,7 +283,7 @@ fn deployment_status(generation: i64, replicas: usize, updated: usize, available
            "conditions": [
              {"type": "Available", "status": if available >= replicas { "True" } else { "False" }, "reason": "MinimumReplicasAvailable"},
              {"type": "Progressing", "status": "True", "reason": if done { "NewReplicaSetAvailable" } else { "ReplicaSetUpdated" },
-              "message": if done { format!("ReplicaSet has successfully progressed.") } else { "ReplicaSet is progressing.".to_owned() }}]})
+              "message": if done { "ReplicaSet has successfully progressed.".to_owned() } else { "ReplicaSet is progressing.".to_owned() }}]})
 }
 
 fn replica_set(app: &App, image: &str, replicas: usize, ready: usize) -> Value {
@@ -217,9 +320,19 @@ fn pod(app: &App, image: &str, suffix: &str, state: PodState, restarts: u32) -> 
         json!({"name": c, "ready": ready, "restartCount": if *c == "app" { restarts } else { 0 }, "state": st, "image": image})
     }).collect();
     let ready = state == PodState::Running;
-    let phase = if state == PodState::Pending { "Pending" } else { "Running" };
-    let containers: Vec<Value> = app.containers.iter().map(|c| json!({"name": c,
-        "image": if *c == "app" { image.to_owned() } else { "envoyproxy/envoy:v1.31".into() }})).collect();
+    let phase = if state == PodState::Pending {
+        "Pending"
+    } else {
+        "Running"
+    };
+    let containers: Vec<Value> = app
+        .containers
+        .iter()
+        .map(|c| {
+            json!({"name": c,
+        "image": if *c == "app" { image.to_owned() } else { "envoyproxy/envoy:v1.31".into() }})
+        })
+        .collect();
     json!({"apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": app.ns, "labels": {"app": app.name, "pod-template-hash": hash},
                      "ownerReferences": owner("apps/v1", "ReplicaSet", &rs, &format!("demo-replicaset-{}-{rs}", app.ns))},
@@ -233,7 +346,9 @@ fn pod_name(app: &App, image: &str, suffix: &str) -> String {
     format!("{}-{}-{suffix}", app.name, hash_of(image))
 }
 
-fn event(ns: &str, kind: &str, api_version: &str, name: &str, uid: &str, kind_of_event: &str, reason: &str, message: &str, count: u32) -> Value {
+/// An Event about `[namespace, kind, apiVersion, name, uid]`.
+fn event(about: [&str; 5], kind_of_event: &str, reason: &str, message: &str, count: u32) -> Value {
+    let [ns, kind, api_version, name, uid] = about;
     json!({"apiVersion": "v1", "kind": "Event",
         "metadata": {"name": format!("{name}.{}", reason.to_ascii_lowercase()), "namespace": ns},
         "involvedObject": {"kind": kind, "apiVersion": api_version, "name": name, "namespace": ns, "uid": uid},
@@ -256,34 +371,132 @@ pub struct World {
 impl World {
     pub fn new(cluster: DemoCluster) -> Self {
         let app = |ns, project, slug, name, replicas, image: &str, containers| App {
-            ns, project, slug, name, replicas, image: image.to_owned(), containers,
+            ns,
+            project,
+            slug,
+            name,
+            replicas,
+            image: image.to_owned(),
+            containers,
         };
         let apps = vec![
-            app("shop-production", 201, "production", "web", 3, "registry.acme.test/shop/web:1.4.2", &["app", "proxy"]),
-            app("shop-production", 201, "production", "worker", 2, "registry.acme.test/shop/worker:1.4.2", &["app"]),
-            app("shop-staging", 201, "staging", "web", 1, "registry.acme.test/shop/web:1.5.0-rc.1", &["app", "proxy"]),
-            app("shop-staging", 201, "staging", "worker", 1, "registry.acme.test/shop/worker:1.5.0-rc.1", &["app"]),
-            app("payments-production", 202, "production", "api", 3, "registry.acme.test/payments/api:3.2.0", &["app"]),
-            app("payments-staging", 202, "staging", "api", 1, "registry.acme.test/payments/api:3.3.0-rc.2", &["app"]),
-            app("site-production", 203, "production", "site", 2, "registry.acme.test/web/site:2026.11.20", &["app"]),
+            app(
+                "shop-production",
+                201,
+                "production",
+                "web",
+                3,
+                "registry.acme.test/shop/web:1.4.2",
+                &["app", "proxy"],
+            ),
+            app(
+                "shop-production",
+                201,
+                "production",
+                "worker",
+                2,
+                "registry.acme.test/shop/worker:1.4.2",
+                &["app"],
+            ),
+            app(
+                "shop-staging",
+                201,
+                "staging",
+                "web",
+                1,
+                "registry.acme.test/shop/web:1.5.0-rc.1",
+                &["app", "proxy"],
+            ),
+            app(
+                "shop-staging",
+                201,
+                "staging",
+                "worker",
+                1,
+                "registry.acme.test/shop/worker:1.5.0-rc.1",
+                &["app"],
+            ),
+            app(
+                "payments-production",
+                202,
+                "production",
+                "api",
+                3,
+                "registry.acme.test/payments/api:3.2.0",
+                &["app"],
+            ),
+            app(
+                "payments-staging",
+                202,
+                "staging",
+                "api",
+                1,
+                "registry.acme.test/payments/api:3.3.0-rc.2",
+                &["app"],
+            ),
+            app(
+                "site-production",
+                203,
+                "production",
+                "site",
+                2,
+                "registry.acme.test/web/site:2026.11.20",
+                &["app"],
+            ),
         ];
-        World { cluster, apps, tick: 0, rollout: None, restarts: 0 }
+        World {
+            cluster,
+            apps,
+            tick: 0,
+            rollout: None,
+            restarts: 0,
+        }
     }
 
     /// Everything in its steady state, with logs to read.
     pub fn start(&mut self) {
         for app in &self.apps {
-            self.cluster.put(deployment(app, 1, deployment_status(1, app.replicas, app.replicas, app.replicas)));
-            self.cluster.put(replica_set(app, &app.image, app.replicas, app.replicas));
+            self.cluster.put(deployment(
+                app,
+                1,
+                deployment_status(1, app.replicas, app.replicas, app.replicas),
+            ));
+            self.cluster
+                .put(replica_set(app, &app.image, app.replicas, app.replicas));
             for s in &SUFFIXES[..app.replicas] {
-                self.cluster.put(pod(app, &app.image, s, PodState::Running, 0));
+                self.cluster
+                    .put(pod(app, &app.image, s, PodState::Running, 0));
                 let name = pod_name(app, &app.image, s);
                 let uid = format!("demo-pod-{}-{name}", app.ns);
-                self.cluster.put(event(app.ns, "Pod", "v1", &name, &uid, "Normal", "Pulled",
-                    &format!("Container image \"{}\" already present on machine", app.image), 1));
+                self.cluster.put(event(
+                    [app.ns, "Pod", "v1", &name, &uid],
+                    "Normal",
+                    "Pulled",
+                    &format!(
+                        "Container image \"{}\" already present on machine",
+                        app.image
+                    ),
+                    1,
+                ));
             }
-            self.cluster.put(event(app.ns, "Deployment", "apps/v1", app.name, &format!("demo-deployment-{}-{}", app.ns, app.name),
-                "Normal", "ScalingReplicaSet", &format!("Scaled up replica set {}-{} to {}", app.name, hash_of(&app.image), app.replicas), 1));
+            self.cluster.put(event(
+                [
+                    app.ns,
+                    "Deployment",
+                    "apps/v1",
+                    app.name,
+                    &format!("demo-deployment-{}-{}", app.ns, app.name),
+                ],
+                "Normal",
+                "ScalingReplicaSet",
+                &format!(
+                    "Scaled up replica set {}-{} to {}",
+                    app.name,
+                    hash_of(&app.image),
+                    app.replicas
+                ),
+                1,
+            ));
             self.cluster.put(json!({"apiVersion": "v1", "kind": "Service",
                 "metadata": {"name": app.name, "namespace": app.ns, "labels": labels(app.project, app.slug, app.name)},
                 "spec": {"selector": {"app": app.name}, "ports": [{"port": 80, "targetPort": 8080}], "type": "ClusterIP"},
@@ -292,7 +505,10 @@ impl World {
                 "metadata": {"name": format!("{}-config", app.name), "namespace": app.ns, "labels": labels(app.project, app.slug, app.name)},
                 "data": {"LOG_LEVEL": "info", "FEATURE_FLAGS": "checkout-v2,fast-search"}}));
         }
-        for (ns, project, slug) in [("shop-production", 201, "production"), ("payments-production", 202, "production")] {
+        for (ns, project, slug) in [
+            ("shop-production", 201, "production"),
+            ("payments-production", 202, "production"),
+        ] {
             self.cluster.put(json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
                 "metadata": {"name": "database-credentials", "namespace": ns, "labels": labels(project, slug, "database")},
                 "data": {"username": "c2hvcA==", "password": "aHVudGVyMg=="}}));
@@ -324,7 +540,13 @@ impl World {
     }
 
     fn logs(&self) {
-        let paths = ["/api/cart", "/api/products?page=2", "/healthz", "/api/checkout", "/api/search?q=lamp"];
+        let paths = [
+            "/api/cart",
+            "/api/products?page=2",
+            "/healthz",
+            "/api/checkout",
+            "/api/search?q=lamp",
+        ];
         for app in &self.apps {
             for name in self.cluster.names("Pod", app.ns) {
                 if !name.starts_with(&format!("{}-", app.name)) {
@@ -333,11 +555,24 @@ impl World {
                 for c in app.containers {
                     let n = self.tick as usize + name.len();
                     let line = match *c {
-                        "proxy" => format!("{} [proxy] upstream=127.0.0.1:8080 status=200 duration={}ms", now(), 1 + n % 7),
-                        _ if app.name == "worker" && matches!(self.crash_phase(), Some(true)) && name.ends_with(SUFFIXES[1]) => {
+                        "proxy" => format!(
+                            "{} [proxy] upstream=127.0.0.1:8080 status=200 duration={}ms",
+                            now(),
+                            1 + n % 7
+                        ),
+                        _ if app.name == "worker"
+                            && matches!(self.crash_phase(), Some(true))
+                            && name.ends_with(SUFFIXES[1]) =>
+                        {
                             format!("{} ERROR cannot reach payments-api.payments-production: connection refused; exiting", now())
                         }
-                        _ => format!("{} INFO {} GET {} 200 {}ms", now(), app.name, paths[n % paths.len()], 3 + n % 40),
+                        _ => format!(
+                            "{} INFO {} GET {} 200 {}ms",
+                            now(),
+                            app.name,
+                            paths[n % paths.len()],
+                            3 + n % 40
+                        ),
                     };
                     self.cluster.log(app.ns, &name, c, line);
                 }
@@ -357,17 +592,61 @@ impl World {
         let uid = format!("demo-pod-{}-{}", app.ns, pod_name(app, &app.image, suffix));
         if phase == 10 {
             self.restarts += 1;
-            self.cluster.put(pod(app, &app.image, suffix, PodState::CrashLoop(self.restarts), self.restarts));
-            self.cluster.put(event(app.ns, "Pod", "v1", &pod_name(app, &app.image, suffix), &uid, "Warning", "BackOff",
-                "Back-off restarting failed container app in pod", self.restarts));
-            self.cluster.put(replica_set(app, &app.image, app.replicas, app.replicas - 1));
-            self.cluster.put(deployment(app, 1, deployment_status(1, app.replicas, app.replicas, app.replicas - 1)));
+            self.cluster.put(pod(
+                app,
+                &app.image,
+                suffix,
+                PodState::CrashLoop(self.restarts),
+                self.restarts,
+            ));
+            self.cluster.put(event(
+                [
+                    app.ns,
+                    "Pod",
+                    "v1",
+                    &pod_name(app, &app.image, suffix),
+                    &uid,
+                ],
+                "Warning",
+                "BackOff",
+                "Back-off restarting failed container app in pod",
+                self.restarts,
+            ));
+            self.cluster
+                .put(replica_set(app, &app.image, app.replicas, app.replicas - 1));
+            self.cluster.put(deployment(
+                app,
+                1,
+                deployment_status(1, app.replicas, app.replicas, app.replicas - 1),
+            ));
         } else if phase == 25 {
-            self.cluster.put(pod(app, &app.image, suffix, PodState::Running, self.restarts));
-            self.cluster.put(event(app.ns, "Pod", "v1", &pod_name(app, &app.image, suffix), &uid, "Normal", "Started",
-                "Started container app", self.restarts));
-            self.cluster.put(replica_set(app, &app.image, app.replicas, app.replicas));
-            self.cluster.put(deployment(app, 1, deployment_status(1, app.replicas, app.replicas, app.replicas)));
+            self.cluster.put(pod(
+                app,
+                &app.image,
+                suffix,
+                PodState::Running,
+                self.restarts,
+            ));
+            self.cluster.put(event(
+                [
+                    app.ns,
+                    "Pod",
+                    "v1",
+                    &pod_name(app, &app.image, suffix),
+                    &uid,
+                ],
+                "Normal",
+                "Started",
+                "Started container app",
+                self.restarts,
+            ));
+            self.cluster
+                .put(replica_set(app, &app.image, app.replicas, app.replicas));
+            self.cluster.put(deployment(
+                app,
+                1,
+                deployment_status(1, app.replicas, app.replicas, app.replicas),
+            ));
         }
     }
 
@@ -377,35 +656,80 @@ impl World {
         let app_index = 0;
         if phase == 45 && self.rollout.is_none() {
             let app = &self.apps[app_index];
-            let next = if app.image.ends_with("1.4.2") { "registry.acme.test/shop/web:1.5.0" } else { "registry.acme.test/shop/web:1.4.2" };
+            let next = if app.image.ends_with("1.4.2") {
+                "registry.acme.test/shop/web:1.5.0"
+            } else {
+                "registry.acme.test/shop/web:1.4.2"
+            };
             self.rollout = Some((next.to_owned(), 0));
             let generation = 2 + (self.tick / 90) as i64;
-            self.cluster.put(deployment(&App { image: next.to_owned(), ..clone_app(app) }, generation,
-                deployment_status(generation, app.replicas, 0, app.replicas)));
+            self.cluster.put(deployment(
+                &App {
+                    image: next.to_owned(),
+                    ..clone_app(app)
+                },
+                generation,
+                deployment_status(generation, app.replicas, 0, app.replicas),
+            ));
             self.cluster.put(replica_set(app, next, 0, 0));
-            self.cluster.put(event(app.ns, "Deployment", "apps/v1", app.name, &format!("demo-deployment-{}-{}", app.ns, app.name),
-                "Normal", "ScalingReplicaSet", &format!("Scaled up replica set {}-{} to 1", app.name, hash_of(next)), 1));
+            self.cluster.put(event(
+                [
+                    app.ns,
+                    "Deployment",
+                    "apps/v1",
+                    app.name,
+                    &format!("demo-deployment-{}-{}", app.ns, app.name),
+                ],
+                "Normal",
+                "ScalingReplicaSet",
+                &format!("Scaled up replica set {}-{} to 1", app.name, hash_of(next)),
+                1,
+            ));
             return;
         }
-        let Some((next, up)) = self.rollout.clone() else { return };
+        let Some((next, up)) = self.rollout.clone() else {
+            return;
+        };
         let app = &self.apps[app_index];
         let generation = 2 + (self.tick / 90) as i64;
-        let new_app = App { image: next.clone(), ..clone_app(app) };
-        if phase % 3 == 0 {
+        let new_app = App {
+            image: next.clone(),
+            ..clone_app(app)
+        };
+        if phase.is_multiple_of(3) {
             // A new Pod starts, Pending.
             if up < app.replicas {
-                self.cluster.put(pod(app, &next, SUFFIXES[up], PodState::Pending, 0));
+                self.cluster
+                    .put(pod(app, &next, SUFFIXES[up], PodState::Pending, 0));
                 self.cluster.put(replica_set(app, &next, up + 1, up));
-                self.cluster.put(deployment(&new_app, generation, deployment_status(generation, app.replicas, up + 1, app.replicas)));
+                self.cluster.put(deployment(
+                    &new_app,
+                    generation,
+                    deployment_status(generation, app.replicas, up + 1, app.replicas),
+                ));
             }
         } else if phase % 3 == 1 && up < app.replicas {
             // It becomes ready; an old Pod goes.
-            self.cluster.put(pod(app, &next, SUFFIXES[up], PodState::Running, 0));
-            self.cluster.delete("Pod", app.ns, &pod_name(app, &app.image, SUFFIXES[app.replicas - 1 - up]));
+            self.cluster
+                .put(pod(app, &next, SUFFIXES[up], PodState::Running, 0));
+            self.cluster.delete(
+                "Pod",
+                app.ns,
+                &pod_name(app, &app.image, SUFFIXES[app.replicas - 1 - up]),
+            );
             let up = up + 1;
             self.cluster.put(replica_set(app, &next, up, up));
-            self.cluster.put(replica_set(app, &app.image, app.replicas - up, app.replicas - up));
-            self.cluster.put(deployment(&new_app, generation, deployment_status(generation, app.replicas, up, app.replicas)));
+            self.cluster.put(replica_set(
+                app,
+                &app.image,
+                app.replicas - up,
+                app.replicas - up,
+            ));
+            self.cluster.put(deployment(
+                &new_app,
+                generation,
+                deployment_status(generation, app.replicas, up, app.replicas),
+            ));
             self.rollout = Some((next.clone(), up));
             if up == app.replicas {
                 let old_rs = format!("{}-{}", app.name, hash_of(&app.image));
@@ -418,7 +742,15 @@ impl World {
 }
 
 fn clone_app(app: &App) -> App {
-    App { ns: app.ns, project: app.project, slug: app.slug, name: app.name, replicas: app.replicas, image: app.image.clone(), containers: app.containers }
+    App {
+        ns: app.ns,
+        project: app.project,
+        slug: app.slug,
+        name: app.name,
+        replicas: app.replicas,
+        image: app.image.clone(),
+        containers: app.containers,
+    }
 }
 
 #[cfg(test)]
@@ -438,10 +770,16 @@ mod tests {
         let web_before: Vec<_> = before.iter().filter(|n| n.starts_with("web-")).collect();
         let web_after: Vec<_> = after.iter().filter(|n| n.starts_with("web-")).collect();
         assert_eq!(web_after.len(), 3, "{after:?}");
-        assert!(web_after.iter().all(|n| !web_before.contains(n)), "{web_before:?} -> {web_after:?}");
+        assert!(
+            web_after.iter().all(|n| !web_before.contains(n)),
+            "{web_before:?} -> {web_after:?}"
+        );
         let d = cluster.get("Deployment", "shop-production", "web").unwrap();
         assert_eq!(d["status"]["updatedReplicas"], 3);
-        assert!(d["spec"]["template"]["spec"]["containers"][0]["image"].as_str().unwrap().ends_with("1.5.0"));
+        assert!(d["spec"]["template"]["spec"]["containers"][0]["image"]
+            .as_str()
+            .unwrap()
+            .ends_with("1.5.0"));
     }
 
     #[test]
@@ -450,10 +788,18 @@ mod tests {
         let mut world = World::new(cluster.clone());
         world.start();
         let name = pod_name(&world.apps[1], &world.apps[1].image, SUFFIXES[1]);
-        let reason = |c: &DemoCluster| c.get("Pod", "shop-production", &name).unwrap()["status"]["containerStatuses"][0]["state"]["waiting"]["reason"].clone();
-        for _ in 0..12 { world.step(); }
+        let reason = |c: &DemoCluster| {
+            c.get("Pod", "shop-production", &name).unwrap()["status"]["containerStatuses"][0]
+                ["state"]["waiting"]["reason"]
+                .clone()
+        };
+        for _ in 0..12 {
+            world.step();
+        }
         assert_eq!(reason(&cluster), "CrashLoopBackOff");
-        for _ in 0..15 { world.step(); }
+        for _ in 0..15 {
+            world.step();
+        }
         assert_eq!(reason(&cluster), Value::Null);
     }
 }

@@ -29,8 +29,8 @@ use crate::gitlab::Instance;
 use crate::http::extract::read_body;
 use crate::k8s::clusters::Clusters;
 use crate::resources::health::Customizations;
-pub use resource_group::FORBIDDEN_MESSAGE;
 use loaders::SessionUser;
+pub use resource_group::FORBIDDEN_MESSAGE;
 use types::Query;
 
 pub type EnvlensSchema = Schema<Query, EmptyMutation, EmptySubscription>;

@@ -66,7 +66,12 @@ fn hashed_name(stem: &str, extension: &str, body: &[u8]) -> String {
 pub fn path(plain: &str) -> String {
     let asset = ASSETS
         .iter()
-        .find(|a| plain.strip_suffix(a.extension).and_then(|s| s.strip_suffix('.')) == Some(a.stem))
+        .find(|a| {
+            plain
+                .strip_suffix(a.extension)
+                .and_then(|s| s.strip_suffix('.'))
+                == Some(a.stem)
+        })
         .expect("an embedded asset");
     format!("{PREFIX}{}", asset.name)
 }

@@ -16,16 +16,16 @@ use chrono::Utc;
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::auth::Session;
-use crate::db::pool::Pool;
-use crate::error::Error;
-use crate::graphql::Engine;
-use crate::k8s::grants::AccessType;
 use super::data::{self, EnvironmentSummary, FieldError};
 use super::pages::groups::{GroupCard, GroupView, HealthCell};
 use super::pages::{self, Chrome};
 use super::session::Viewer;
 use super::{assets, order};
+use crate::auth::Session;
+use crate::db::pool::Pool;
+use crate::error::Error;
+use crate::graphql::Engine;
+use crate::k8s::grants::AccessType;
 
 /// The dashboard's routes.
 pub fn routes<S>() -> Router<S>
@@ -93,10 +93,16 @@ const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-
 fn html(status: StatusCode, markup: maud::Markup) -> Response {
     let mut res = (status, markup.into_string()).into_response();
     let h = res.headers_mut();
-    h.insert(CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"));
+    h.insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
     h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
     h.insert("content-security-policy", HeaderValue::from_static(CSP));
-    h.insert("x-content-type-options", HeaderValue::from_static("nosniff"));
+    h.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
     h.insert("referrer-policy", HeaderValue::from_static("same-origin"));
     res
 }
@@ -120,9 +126,7 @@ fn error_page(e: &Error, reader: Option<&Reader>) -> Response {
 }
 
 fn not_found(what: &str) -> Error {
-    Error::NotFound(format!(
-        "{what} does not exist, or you may not see it."
-    ))
+    Error::NotFound(format!("{what} does not exist, or you may not see it."))
 }
 
 /// A query parameter's value: bounded, no NUL.
@@ -138,13 +142,19 @@ fn checked<'a>(name: &str, value: &'a str) -> Result<&'a str, Error> {
 fn required<'a>(name: &str, value: &'a Option<String>) -> Result<&'a str, Error> {
     match value.as_deref() {
         Some(v) if !v.is_empty() => checked(name, v),
-        _ => Err(Error::BadRequest(format!("the query parameter {name} is required"))),
+        _ => Err(Error::BadRequest(format!(
+            "the query parameter {name} is required"
+        ))),
     }
 }
 
 // --- `/`: the groups ----------------------------------------------------------------------
 
-async fn groups(State(engine): State<Engine>, State(pool): State<Pool>, reader: Reader) -> Response {
+async fn groups(
+    State(engine): State<Engine>,
+    State(pool): State<Pool>,
+    reader: Reader,
+) -> Response {
     match groups_inner(&engine, &pool, &reader).await {
         Ok(r) => r,
         Err(e) => error_page(&e, Some(&reader)),
@@ -169,8 +179,15 @@ async fn groups_inner(engine: &Engine, pool: &Pool, reader: &Reader) -> Result<R
     let mut cards = Vec::new();
     let mut all = Vec::new();
     for row in rows {
-        let (envs, more, _) =
-            environments(engine, reader.session, &row.full_path, Some("PRODUCTION"), None, 1).await?;
+        let (envs, more, _) = environments(
+            engine,
+            reader.session,
+            &row.full_path,
+            Some("PRODUCTION"),
+            None,
+            1,
+        )
+        .await?;
         all.extend(envs.iter().cloned());
         cards.push((row.full_path, envs, more));
     }
@@ -191,7 +208,10 @@ async fn groups_inner(engine: &Engine, pool: &Pool, reader: &Reader) -> Result<R
         .collect();
     let mut chrome = reader.chrome("Groups", Some(&user.username));
     chrome.subscription = Some((pages::ENVIRONMENTS_UPDATED, json!({})));
-    Ok(html(StatusCode::OK, pages::groups::groups_page(&chrome, cards)))
+    Ok(html(
+        StatusCode::OK,
+        pages::groups::groups_page(&chrome, cards),
+    ))
 }
 
 /// A group's environments, at most `pages` pages of 100; whether more matched.
@@ -246,7 +266,11 @@ async fn healths(
         }
         out.insert(env.id.clone(), HealthCell::NoAgent);
         let (engine, limit) = (engine.clone(), limit.clone());
-        let (id, project, name) = (env.id.clone(), env.project.full_path.clone(), env.name.clone());
+        let (id, project, name) = (
+            env.id.clone(),
+            env.project.full_path.clone(),
+            env.name.clone(),
+        );
         tasks.spawn(async move {
             let _slot = limit.acquire().await;
             let answer = data::run::<data::HealthData>(
@@ -311,7 +335,9 @@ async fn group(
                 )))
             }
         };
-        let search = checked("search", q.search.as_deref().unwrap_or(""))?.trim().to_owned();
+        let search = checked("search", q.search.as_deref().unwrap_or(""))?
+            .trim()
+            .to_owned();
         let upper = tier.as_deref().map(str::to_ascii_uppercase);
         let (envs, truncated, username) = environments(
             &engine,
@@ -433,7 +459,11 @@ struct Found {
     resource: data::Resource,
 }
 
-async fn find_resource(engine: &Engine, session: Session, q: &ResourceQuery) -> Result<Found, Error> {
+async fn find_resource(
+    engine: &Engine,
+    session: Session,
+    q: &ResourceQuery,
+) -> Result<Found, Error> {
     let project = required("project", &q.project)?;
     let name = required("environment", &q.environment)?;
     let uid = required("uid", &q.uid)?;
@@ -530,7 +560,9 @@ async fn pod_log(
         .agent
         .as_ref()
         .ok_or_else(|| not_found("The environment's agent"))?;
-    let agent_id = agent.number().ok_or_else(|| not_found("The environment's agent"))?;
+    let agent_id = agent
+        .number()
+        .ok_or_else(|| not_found("The environment's agent"))?;
     let agent_project = agent
         .project
         .as_ref()
@@ -544,9 +576,8 @@ async fn pod_log(
             .authorize(&mut *conn, agent_id, session.user_id)
             .await?
     };
-    let grant = grant.ok_or_else(|| {
-        Error::Forbidden(crate::graphql::FORBIDDEN_MESSAGE.to_owned())
-    })?;
+    let grant =
+        grant.ok_or_else(|| Error::Forbidden(crate::graphql::FORBIDDEN_MESSAGE.to_owned()))?;
     let cluster = engine
         .clusters
         .for_agent(agent_id, &agent_project, &agent.name)
@@ -572,10 +603,13 @@ async fn pod_log(
     for (name, value) in grant.impersonation_headers(AccessType::from(session.via)) {
         headers.append(name, value.clone());
     }
-    let response = tokio::time::timeout(engine.clusters.response_timeout, cluster.client.send(request))
-        .await
-        .map_err(|_| Error::BadGateway("the cluster did not answer in time".into()))?
-        .map_err(|e| Error::BadGateway(format!("the cluster cannot be reached: {e}")))?;
+    let response = tokio::time::timeout(
+        engine.clusters.response_timeout,
+        cluster.client.send(request),
+    )
+    .await
+    .map_err(|_| Error::BadGateway("the cluster did not answer in time".into()))?
+    .map_err(|e| Error::BadGateway(format!("the cluster cannot be reached: {e}")))?;
     if !response.status().is_success() {
         let status = response.status();
         let body = http_body_util::BodyExt::collect(response.into_body())
@@ -630,7 +664,10 @@ async fn logs(
             tail,
             follow,
         };
-        Ok::<_, Error>(html(StatusCode::OK, pages::resource::logs_page(&chrome, &view)))
+        Ok::<_, Error>(html(
+            StatusCode::OK,
+            pages::resource::logs_page(&chrome, &view),
+        ))
     }
     .await;
     result.unwrap_or_else(|e| error_page(&e, Some(&reader)))
@@ -649,9 +686,15 @@ async fn logs_stream(
         let response = pod_log(&engine, &pool, reader.session, &found, &container, true).await?;
         let mut res = Response::new(Body::new(response.into_body()));
         let h = res.headers_mut();
-        h.insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+        h.insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
         h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
-        h.insert("x-content-type-options", HeaderValue::from_static("nosniff"));
+        h.insert(
+            "x-content-type-options",
+            HeaderValue::from_static("nosniff"),
+        );
         Ok::<_, Error>(res)
     }
     .await;

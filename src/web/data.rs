@@ -39,7 +39,6 @@ pub const RESOURCE: &str = r#"query($project: ID!, $name: String!) {
       resourceGroup { namespace resources { uid apiVersion kind namespace name createdAt
         health { status message } events { type reason message count lastSeen } manifest } } } } }"#;
 
-
 /// Runs `document` as the session's user and reads its data into `T`. An error at a field is
 /// returned beside the data (a resource group the user may not see leaves the rest of the
 /// page); `Err` when there is no data at all.

@@ -50,7 +50,8 @@ pub fn layout(n: usize, edges: &[Edge], order_key: impl Fn(usize) -> String) -> 
     }
     // Longest path from a root (Kahn's order); members of a cycle stay where they were put.
     let mut layer = vec![0usize; n];
-    let mut queue: std::collections::VecDeque<usize> = (0..n).filter(|&i| indegree[i] == 0).collect();
+    let mut queue: std::collections::VecDeque<usize> =
+        (0..n).filter(|&i| indegree[i] == 0).collect();
     while let Some(i) = queue.pop_front() {
         for &c in &children[i] {
             layer[c] = layer[c].max(layer[i] + 1);
@@ -167,10 +168,26 @@ mod tests {
     fn children_sit_right_of_their_parents() {
         // deployment -> replicaset -> 2 pods; service -> deployment (selector)
         let edges = [
-            Edge { from: 0, to: 1, owner: true },
-            Edge { from: 1, to: 2, owner: true },
-            Edge { from: 1, to: 3, owner: true },
-            Edge { from: 4, to: 0, owner: false },
+            Edge {
+                from: 0,
+                to: 1,
+                owner: true,
+            },
+            Edge {
+                from: 1,
+                to: 2,
+                owner: true,
+            },
+            Edge {
+                from: 1,
+                to: 3,
+                owner: true,
+            },
+            Edge {
+                from: 4,
+                to: 0,
+                owner: false,
+            },
         ];
         let l = layout(5, &edges, |i| i.to_string());
         assert!(l.positions[4].0 < l.positions[0].0);
@@ -185,11 +202,24 @@ mod tests {
 
     #[test]
     fn a_thousand_pods_wrap_into_columns_and_cycles_do_not_hang() {
-        let mut edges: Vec<Edge> = (1..1000).map(|to| Edge { from: 0, to, owner: true }).collect();
-        edges.push(Edge { from: 5, to: 0, owner: false });
+        let mut edges: Vec<Edge> = (1..1000)
+            .map(|to| Edge {
+                from: 0,
+                to,
+                owner: true,
+            })
+            .collect();
+        edges.push(Edge {
+            from: 5,
+            to: 0,
+            owner: false,
+        });
         let l = layout(1000, &edges, |i| i.to_string());
         assert!(l.height < 2000, "{}", l.height);
         let mut seen = std::collections::HashSet::new();
-        assert!(l.positions.iter().all(|p| seen.insert(*p)), "two nodes in one place");
+        assert!(
+            l.positions.iter().all(|p| seen.insert(*p)),
+            "two nodes in one place"
+        );
     }
 }

@@ -128,8 +128,21 @@ fn plain_is_safe(s: &str) -> bool {
     let lower = s.to_ascii_lowercase();
     if matches!(
         lower.as_str(),
-        "true" | "false" | "null" | "~" | "yes" | "no" | "on" | "off" | "y" | "n" | ".nan" | ".inf"
-            | "-.inf" | "+.inf" | "<<"
+        "true"
+            | "false"
+            | "null"
+            | "~"
+            | "yes"
+            | "no"
+            | "on"
+            | "off"
+            | "y"
+            | "n"
+            | ".nan"
+            | ".inf"
+            | "-.inf"
+            | "+.inf"
+            | "<<"
     ) {
         return false;
     }
@@ -170,6 +183,9 @@ mod tests {
         assert_eq!(to_yaml(&json!({"a": "true"})), "a: \"true\"\n");
         assert_eq!(to_yaml(&json!({"a": "42"})), "a: \"42\"\n");
         assert_eq!(to_yaml(&json!({"a": "plain text"})), "a: plain text\n");
-        assert_eq!(to_yaml(&json!({"a": ["x", {"b": 1, "c": 2}]})), "a:\n- x\n- b: 1\n  c: 2\n");
+        assert_eq!(
+            to_yaml(&json!({"a": ["x", {"b": 1, "c": 2}]})),
+            "a:\n- x\n- b: 1\n  c: 2\n"
+        );
     }
 }

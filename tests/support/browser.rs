@@ -118,8 +118,12 @@ impl Browser {
         let (p, e) = (pending.clone(), events.clone());
         tokio::spawn(async move {
             while let Some(Ok(message)) = stream.next().await {
-                let Message::Text(text) = message else { continue };
-                let Ok(value) = serde_json::from_str::<Value>(&text) else { continue };
+                let Message::Text(text) = message else {
+                    continue;
+                };
+                let Ok(value) = serde_json::from_str::<Value>(&text) else {
+                    continue;
+                };
                 match value["id"].as_u64() {
                     Some(id) => {
                         if let Some(tx) = p.lock().unwrap().remove(&id) {
@@ -148,7 +152,9 @@ impl Browser {
         }
         let (tx, rx) = oneshot::channel();
         self.pending.lock().unwrap().insert(id, tx);
-        self.out.send(message.to_string()).expect("the DevTools socket");
+        self.out
+            .send(message.to_string())
+            .expect("the DevTools socket");
         let answer = tokio::time::timeout(Duration::from_secs(30), rx)
             .await
             .unwrap_or_else(|_| panic!("{method}: no answer"))
@@ -197,9 +203,12 @@ impl Page<'_> {
     pub async fn goto(&self, url: &str) {
         self.call("Page.navigate", json!({"url": url})).await;
         tokio::time::sleep(Duration::from_millis(100)).await;
-        self.wait_for("document.readyState === 'complete'", Duration::from_secs(30))
-            .await
-            .unwrap_or_else(|e| panic!("{url}: {e}"));
+        self.wait_for(
+            "document.readyState === 'complete'",
+            Duration::from_secs(30),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{url}: {e}"));
     }
 
     /// The value of a JavaScript expression (promises awaited).
@@ -237,11 +246,19 @@ impl Page<'_> {
     }
 
     pub async fn text(&self) -> String {
-        self.eval("document.body.innerText").await.as_str().unwrap_or("").to_owned()
+        self.eval("document.body.innerText")
+            .await
+            .as_str()
+            .unwrap_or("")
+            .to_owned()
     }
 
     pub async fn url(&self) -> String {
-        self.eval("location.href").await.as_str().unwrap_or("").to_owned()
+        self.eval("location.href")
+            .await
+            .as_str()
+            .unwrap_or("")
+            .to_owned()
     }
 
     /// A screen `width` wide, light or dark.
@@ -282,7 +299,10 @@ impl Page<'_> {
             .lock()
             .unwrap()
             .iter()
-            .filter(|e| e["method"] == "Network.requestWillBeSent" || e["method"] == "Network.webSocketCreated")
+            .filter(|e| {
+                e["method"] == "Network.requestWillBeSent"
+                    || e["method"] == "Network.webSocketCreated"
+            })
             .filter_map(|e| {
                 e["params"]["request"]["url"]
                     .as_str()

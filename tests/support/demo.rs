@@ -49,7 +49,13 @@ impl Demo {
             .unwrap();
         let served = state.clone();
         tokio::spawn(async move {
-            envlens::run(served, listener, std::future::pending(), Duration::from_secs(1)).await
+            envlens::run(
+                served,
+                listener,
+                std::future::pending(),
+                Duration::from_secs(1),
+            )
+            .await
         });
         Demo {
             url,
@@ -67,4 +73,3 @@ impl Demo {
             .unwrap()
     }
 }
-

@@ -28,7 +28,11 @@ pub struct EnvironmentView {
 pub fn resource_href(project: &str, environment: &str, uid: &str) -> String {
     format!(
         "/resources{}",
-        query(&[("project", project), ("environment", environment), ("uid", uid)])
+        query(&[
+            ("project", project),
+            ("environment", environment),
+            ("uid", uid)
+        ])
     )
 }
 
@@ -56,7 +60,8 @@ impl<'a> Tree<'a> {
             if e.kind != "OWNER" {
                 continue;
             }
-            if let (Some(&from), Some(&to)) = (index.get(e.from.as_str()), index.get(e.to.as_str())) {
+            if let (Some(&from), Some(&to)) = (index.get(e.from.as_str()), index.get(e.to.as_str()))
+            {
                 if from != to && !owned[to] {
                     children[from].push(to);
                     owned[to] = true;
@@ -78,7 +83,13 @@ impl<'a> Tree<'a> {
             });
         }
         let mut worst = vec![u8::MAX; n];
-        fn fill(i: usize, children: &[Vec<usize>], worst: &mut [u8], rank: &dyn Fn(usize) -> u8, depth: usize) -> u8 {
+        fn fill(
+            i: usize,
+            children: &[Vec<usize>],
+            worst: &mut [u8],
+            rank: &dyn Fn(usize) -> u8,
+            depth: usize,
+        ) -> u8 {
             if worst[i] != u8::MAX || depth > 64 {
                 return worst[i].min(7);
             }
@@ -102,7 +113,9 @@ impl<'a> Tree<'a> {
     }
 
     fn roots(&self) -> Vec<usize> {
-        let mut roots: Vec<usize> = (0..self.resources.len()).filter(|&i| !self.owned[i]).collect();
+        let mut roots: Vec<usize> = (0..self.resources.len())
+            .filter(|&i| !self.owned[i])
+            .collect();
         roots.sort_by(|&a, &b| {
             self.worst[b]
                 .cmp(&self.worst[a])
@@ -113,12 +126,19 @@ impl<'a> Tree<'a> {
     }
 
     fn descendants(&self, i: usize) -> usize {
-        self.children[i].iter().map(|&c| 1 + self.descendants(c)).sum()
+        self.children[i]
+            .iter()
+            .map(|&c| 1 + self.descendants(c))
+            .sum()
     }
 }
 
 fn node_line(r: &Resource, href: &str, below: Option<usize>) -> Markup {
-    let warnings = r.events.iter().filter(|e| e.event_type == "Warning").count();
+    let warnings = r
+        .events
+        .iter()
+        .filter(|e| e.event_type == "Warning")
+        .count();
     html! {
         span.node {
             (health_badge(r.health.as_ref().map(|h| h.status.as_str())))
@@ -291,7 +311,11 @@ fn events(g: &ResourceGroup, project: &str, env: &str, now: DateTime<Utc>) -> Ma
 }
 
 fn deployments(env: &Environment, now: DateTime<Utc>) -> Markup {
-    let list = env.deployments.as_ref().map(|d| d.nodes.as_slice()).unwrap_or(&[]);
+    let list = env
+        .deployments
+        .as_ref()
+        .map(|d| d.nodes.as_slice())
+        .unwrap_or(&[]);
     html! {
         @if list.is_empty() {
             p.empty { "No deployments yet." }
@@ -326,14 +350,21 @@ mod tests {
             namespace: Some("ns".into()),
             name: uid.into(),
             created_at: None,
-            health: health.map(|s| Health { status: s.into(), message: None }),
+            health: health.map(|s| Health {
+                status: s.into(),
+                message: None,
+            }),
             events: vec![],
             manifest: None,
         }
     }
 
     fn edge(from: &str, to: &str, kind: &str) -> Edge {
-        Edge { from: from.into(), to: to.into(), kind: kind.into() }
+        Edge {
+            from: from.into(),
+            to: to.into(),
+            kind: kind.into(),
+        }
     }
 
     #[test]
@@ -359,7 +390,11 @@ mod tests {
             ],
         };
         let tree = Tree::new(&group);
-        let roots: Vec<&str> = tree.roots().iter().map(|&i| group.resources[i].uid.as_str()).collect();
+        let roots: Vec<&str> = tree
+            .roots()
+            .iter()
+            .map(|&i| group.resources[i].uid.as_str())
+            .collect();
         assert_eq!(roots, ["deploy", "svc"]);
         assert_eq!(tree.descendants(1), 2);
         let html = tree_item(&tree, 1, "g/p", "production", 0).into_string();

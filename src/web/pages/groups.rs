@@ -60,8 +60,13 @@ pub struct GroupCard {
 /// `/`: the groups, each with the health of its production environments.
 pub fn groups_page(chrome: &Chrome, mut cards: Vec<GroupCard>) -> Markup {
     for card in &mut cards {
-        card.environments
-            .sort_by_key(|(e, h)| (Reverse(h.rank()), e.project.full_path.clone(), e.name.clone()));
+        card.environments.sort_by_key(|(e, h)| {
+            (
+                Reverse(h.rank()),
+                e.project.full_path.clone(),
+                e.name.clone(),
+            )
+        });
     }
     page(
         chrome,
@@ -226,7 +231,9 @@ mod tests {
             name: name.into(),
             tier: tier.map(Into::into),
             state: "available".into(),
-            project: ProjectRef { full_path: "g/p".into() },
+            project: ProjectRef {
+                full_path: "g/p".into(),
+            },
             kubernetes_namespace: None,
             cluster_agent: None,
             deployments: Nodes { nodes: vec![] },
@@ -234,7 +241,10 @@ mod tests {
     }
 
     fn status(s: &str) -> HealthCell {
-        HealthCell::Status { status: s.into(), message: None }
+        HealthCell::Status {
+            status: s.into(),
+            message: None,
+        }
     }
 
     #[test]
@@ -244,19 +254,39 @@ mod tests {
             (env("staging", Some("STAGING")), status("DEGRADED")),
             (env("prod-ok", Some("PRODUCTION")), status("HEALTHY")),
             (env("prod-bad", Some("PRODUCTION")), status("DEGRADED")),
-            (env("prod-unreadable", Some("PRODUCTION")), HealthCell::Unavailable("no access".into())),
+            (
+                env("prod-unreadable", Some("PRODUCTION")),
+                HealthCell::Unavailable("no access".into()),
+            ),
         ];
         sort_rows(&mut rows);
         let names: Vec<&str> = rows.iter().map(|(e, _)| e.name.as_str()).collect();
-        assert_eq!(names, ["prod-unreadable", "prod-bad", "prod-ok", "staging", "review"]);
+        assert_eq!(
+            names,
+            [
+                "prod-unreadable",
+                "prod-bad",
+                "prod-ok",
+                "staging",
+                "review"
+            ]
+        );
     }
 
     #[test]
     fn names_are_escaped_and_the_filter_is_a_plain_form() {
-        let chrome = Chrome { title: "g", username: Some("<b>"), csrf: Some("t"), subscription: None };
+        let chrome = Chrome {
+            title: "g",
+            username: Some("<b>"),
+            csrf: Some("t"),
+            subscription: None,
+        };
         let view = GroupView {
             full_path: "g".into(),
-            rows: vec![(env("<script>x</script>", Some("PRODUCTION")), status("HEALTHY"))],
+            rows: vec![(
+                env("<script>x</script>", Some("PRODUCTION")),
+                status("HEALTHY"),
+            )],
             tier: Some("production".into()),
             search: "\"q".into(),
             truncated: false,
@@ -264,8 +294,14 @@ mod tests {
         let html = group_page(&chrome, view, chrono::Utc::now()).into_string();
         assert!(!html.contains("<script>x"), "{html}");
         assert!(html.contains("&lt;script&gt;x"));
-        assert!(html.contains(r#"<form class="filters" method="get""#), "{html}");
-        assert!(html.contains(r#"<option value="production" selected>"#), "{html}");
+        assert!(
+            html.contains(r#"<form class="filters" method="get""#),
+            "{html}"
+        );
+        assert!(
+            html.contains(r#"<option value="production" selected>"#),
+            "{html}"
+        );
         assert!(html.contains("value=\"&quot;q\""), "{html}");
     }
 }

@@ -21,7 +21,8 @@ pub struct Chrome<'a> {
     pub subscription: Option<(&'static str, serde_json::Value)>,
 }
 
-pub const ENVIRONMENTS_UPDATED: &str = "subscription($groupPath: ID) { environmentsUpdated(groupPath: $groupPath) { id } }";
+pub const ENVIRONMENTS_UPDATED: &str =
+    "subscription($groupPath: ID) { environmentsUpdated(groupPath: $groupPath) { id } }";
 pub const RESOURCE_GROUP_UPDATED: &str =
     "subscription($environmentId: ID!) { resourceGroupUpdated(environmentId: $environmentId) { complete health } }";
 
@@ -121,7 +122,10 @@ pub fn encode(s: &str) -> String {
 }
 
 pub fn environment_href(project: &str, name: &str) -> String {
-    format!("/environments{}", query(&[("project", project), ("name", name)]))
+    format!(
+        "/environments{}",
+        query(&[("project", project), ("name", name)])
+    )
 }
 
 pub fn group_href(path: &str) -> String {
