@@ -131,7 +131,7 @@ async fn a_headless_browser_loads_the_explorer_from_envlens_alone() {
 
     let dir = tempfile::tempdir().unwrap();
     let net_log = dir.path().join("net.json");
-    let url = format!("{origin}/");
+    let url = format!("{origin}/-/graphql-explorer");
     let args = vec![
         "--headless=new".to_owned(),
         "--no-sandbox".into(),
@@ -162,7 +162,7 @@ async fn a_headless_browser_loads_the_explorer_from_envlens_alone() {
     let dom = String::from_utf8_lossy(&out.stdout);
     let console = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{console}");
-    // `/` led to the explorer, which rendered with its schema.
+    // The explorer rendered with its schema.
     assert!(dom.contains("envlens GraphQL explorer"), "{dom}");
     assert!(dom.contains("type Query {"), "{dom}");
     for problem in ["Content Security Policy", "Uncaught", "net::ERR_"] {
