@@ -5,6 +5,7 @@ pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod db;
+pub mod demo;
 pub mod error;
 pub mod gitlab;
 pub mod graphql;
@@ -22,7 +23,6 @@ use std::time::Duration;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{Method, Uri};
 use axum::middleware::from_fn_with_state;
-use axum::response::Redirect;
 use axum::routing::{any, get, post, put};
 use axum::Json;
 use axum::Router;
@@ -74,8 +74,6 @@ pub fn app(state: AppState) -> Router {
         .merge(proxy)
         .merge(http::ops::routes())
         .merge(web::routes())
-        // Until the dashboard gives `/` a page of its own.
-        .route("/", get(|| async { Redirect::temporary(explorer::PATH) }))
         .route(explorer::PATH, get(explorer::page))
         .route(explorer::SCRIPT_PATH, get(explorer::script))
         .route(explorer::STYLE_PATH, get(explorer::style))

@@ -24,11 +24,12 @@ fn references(html: &str) -> Vec<String> {
 }
 
 #[tokio::test]
-async fn the_root_leads_to_the_explorer() {
+async fn the_root_is_the_dashboard_which_asks_to_sign_in_first() {
     let app = TestApp::new().await;
     let res = get(&app, "/").await;
-    assert_eq!(res.status, 307);
-    assert_eq!(res.headers[header::LOCATION], "/-/graphql-explorer");
+    assert_eq!(res.status, 303);
+    let location = res.headers[header::LOCATION].to_str().unwrap();
+    assert!(location.starts_with("/-/sign-in"), "{location}");
 }
 
 #[tokio::test]
@@ -130,7 +131,7 @@ async fn a_headless_browser_loads_the_explorer_from_envlens_alone() {
 
     let dir = tempfile::tempdir().unwrap();
     let net_log = dir.path().join("net.json");
-    let url = format!("{origin}/");
+    let url = format!("{origin}/-/graphql-explorer");
     let args = vec![
         "--headless=new".to_owned(),
         "--no-sandbox".into(),
@@ -161,7 +162,7 @@ async fn a_headless_browser_loads_the_explorer_from_envlens_alone() {
     let dom = String::from_utf8_lossy(&out.stdout);
     let console = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{console}");
-    // `/` led to the explorer, which rendered with its schema.
+    // The explorer rendered with its schema.
     assert!(dom.contains("envlens GraphQL explorer"), "{dom}");
     assert!(dom.contains("type Query {"), "{dom}");
     for problem in ["Content Security Policy", "Uncaught", "net::ERR_"] {

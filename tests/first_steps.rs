@@ -152,15 +152,21 @@ fn the_readme_first_steps_work_on_a_fresh_install() {
         ]
     );
 
-    // `GET /` leads to the explorer, which the running binary serves.
-    let explorer = bash(
+    // `GET /` is the dashboard, which asks to sign in first; the explorer is served too.
+    let dashboard = bash(
         &format!("curl -s -o /dev/null -w '%{{http_code}} %{{redirect_url}}' {address}/"),
         &data_dir,
     );
-    assert_eq!(
-        text(&explorer.stdout),
-        format!("307 http://{address}/-/graphql-explorer")
+    assert!(
+        text(&dashboard.stdout).starts_with(&format!("303 http://{address}/-/sign-in")),
+        "{}",
+        text(&dashboard.stdout)
     );
+    let explorer = bash(
+        &format!("curl -s -o /dev/null -w '%{{http_code}}' {address}/-/graphql-explorer"),
+        &data_dir,
+    );
+    assert_eq!(text(&explorer.stdout), "200");
 }
 
 #[test]

@@ -7,6 +7,7 @@ mod bad_input;
 mod chart;
 mod ci_deployments;
 mod connections;
+mod dashboard;
 mod deployments;
 mod embedded;
 mod explorer;

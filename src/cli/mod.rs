@@ -1,4 +1,5 @@
-//! The subcommands: `serve`, `migrate`, `token`, `identity import`, `print-schema`, `health`.
+//! The subcommands: `serve`, `migrate`, `token`, `identity import`, `print-schema`, `health`,
+//! `demo`.
 
 pub mod health;
 
@@ -27,6 +28,7 @@ pub async fn run(command: Command) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Health(args) => health_command(args),
+        Command::Demo(args) => crate::demo::run(args, shutdown_signal()).await,
     }
 }
 

@@ -54,6 +54,27 @@ pub enum Command {
     /// Print the health of the Kubernetes objects in manifests (YAML or JSON), as the service
     /// judges a live environment's, e.g. `kubectl get deploy -o yaml | envlens health -`.
     Health(HealthArgs),
+    /// Serve the dashboard over a sample GitLab and a sample cluster that changes by itself,
+    /// with its own data folder; prints how to sign in.
+    Demo(DemoArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct DemoArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// The demo's own data folder: its embedded PostgreSQL and secrets.
+    #[arg(long, default_value = ".envlens-demo")]
+    pub data_dir: PathBuf,
+    /// PostgreSQL to use instead of the embedded one (a database for the demo alone).
+    #[arg(long, hide_env_values = true)]
+    pub database_url: Option<String>,
+    /// Folder of the PostgreSQL server binaries; found when not given.
+    #[arg(long, env = "ENVLENS_POSTGRES_BIN_DIR")]
+    pub postgres_bin_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub limits: Limits,
 }
 
 /// Where the data lives: the data folder, and the database unless one is named.

@@ -486,3 +486,26 @@ pub async fn deployment_counts(
     .fetch_all(db)
     .await?)
 }
+
+/// Every group the viewer sees ([`visible_group`]'s rule), by full path, at most `limit`:
+/// the dashboard's first page.
+pub async fn visible_groups(
+    db: impl PgExecutor<'_>,
+    viewer: Viewer,
+    limit: i64,
+) -> Result<Vec<GroupRow>> {
+    Ok(sqlx::query_as(&format!(
+        "SELECT g.id, g.path, g.full_path FROM namespaces g
+         WHERE $2::bool
+            OR EXISTS (SELECT 1 FROM members m WHERE m.user_id = $1 AND m.source_type = 'group'
+                       AND m.source_id = ANY (g.traversal_ids))
+            OR EXISTS (SELECT 1 FROM projects p JOIN namespaces n ON n.id = p.namespace_id
+                       WHERE n.traversal_ids @> ARRAY[g.id] AND {READABLE})
+         ORDER BY lower(g.full_path) LIMIT $3"
+    ))
+    .bind(viewer.user_id)
+    .bind(viewer.admin)
+    .bind(limit)
+    .fetch_all(db)
+    .await?)
+}

@@ -33,6 +33,7 @@ use crate::http::extract::read_body;
 use crate::k8s::clusters::Clusters;
 use crate::resources::health::Customizations;
 use loaders::SessionUser;
+pub use resource_group::FORBIDDEN_MESSAGE;
 use subscriptions::Subscription;
 use types::Query;
 
@@ -288,4 +289,32 @@ fn error_response(e: &Error) -> Response {
     let error = e.to_graphql();
     let body = json!({ "errors": [{ "message": error.message, "extensions": error.extensions }] });
     (e.status(), Json(body)).into_response()
+}
+
+/// Runs `request` for the user of `session`, in process: the dashboard's pages (`web`) read
+/// through the same schema, resolvers, loaders and access checks as `POST /api/graphql`, so a
+/// page never shows what the API would refuse. An unknown user is the same 401.
+pub async fn execute_as(
+    engine: &Engine,
+    session: crate::auth::Session,
+    request: async_graphql::Request,
+) -> Result<async_graphql::Response, Error> {
+    let db = Arc::new(loaders::loader(
+        engine.reads.clone(),
+        SessionUser::new(session),
+    ));
+    drop(db.loader().conn().await?);
+    let request = request
+        .data(db.clone())
+        .data(engine.clusters.clone())
+        .data(engine.health.clone());
+    let mut response = engine.schemas.strict.execute(request).await;
+    for error in &mut response.errors {
+        with_code(error);
+    }
+    if response.errors.iter().any(unavailable) {
+        db.loader().discard().await;
+    }
+    db.loader().user().await?;
+    Ok(response)
 }

@@ -1,9 +1,21 @@
 //! The dashboard's server side (SPEC 9): who is signed in ([`session`]), signing in
-//! ([`sign_in`]), and the pages.
+//! ([`sign_in`]), and the pages ([`dashboard`]): rendered on the server with `maud` from what
+//! the GraphQL schema answers the viewer (`data`), readable without script, kept fresh by a
+//! little of it (`assets/dashboard.js`).
 
+pub mod assets;
+pub mod dashboard;
+mod data;
+mod graph;
 pub mod html;
+mod order;
+mod pages;
 pub mod session;
 pub mod sign_in;
+mod yaml;
+
+/// The GraphQL document the environment page reads, for comparing the two (benches/dashboard.rs).
+pub const ENVIRONMENT_DOCUMENT: &str = data::ENVIRONMENT;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -112,15 +124,16 @@ impl Default for Site {
     }
 }
 
-/// The dashboard's routes: signing in and out.
+/// The dashboard's routes: its pages, signing in and out.
 pub fn routes<S>() -> Router<S>
 where
     S: Clone + Send + Sync + 'static,
     Pool: FromRef<S>,
     Site: FromRef<S>,
     Option<Arc<Instance>>: FromRef<S>,
+    crate::graphql::Engine: FromRef<S>,
 {
-    Router::new()
+    dashboard::routes()
         .route(sign_in::PATH, get(sign_in::page))
         .route("/-/sign-in/link/{token}", get(sign_in::link))
         .route("/-/sign-in/gitlab", get(sign_in::gitlab))

@@ -1,6 +1,8 @@
 //! What the integration tests share: a database per test, the router with known secrets,
 //! and tokens minted as GitLab would mint them.
 
+pub mod browser;
+pub mod demo;
 pub mod environment;
 pub mod gitlab;
 pub mod kube_api;

@@ -1,0 +1,103 @@
+//! `envlens demo`: the dashboard over a sample GitLab and a sample cluster that changes, with
+//! nothing but the binary and PostgreSQL's binaries. Its data folder is its own
+//! (`.envlens-demo`), so a real installation's database never sees the sample.
+
+pub mod cluster;
+pub mod world;
+
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+
+use crate::auth::secrets::Secrets;
+use crate::auth::{mint_internal, Keys};
+use crate::config::file::KubernetesSettings;
+use crate::config::{DatabaseArgs, DemoArgs, SecretArgs};
+use crate::db::Database;
+use crate::k8s::clusters::Clusters;
+use crate::state::AppState;
+
+pub async fn run(
+    args: DemoArgs,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&args.data_dir)
+        .with_context(|| format!("cannot create {}", args.data_dir.display()))?;
+    let database_args = DatabaseArgs {
+        data_dir: args.data_dir.clone(),
+        database_url: args.database_url.clone(),
+        postgres_bin_dir: args.postgres_bin_dir.clone(),
+        database_max_connections: 8,
+        database_acquire_timeout: Duration::from_secs(3),
+    };
+    let no_files = SecretArgs {
+        internal_secret_file: None,
+        session_secret_file: None,
+        webhook_token_file: None,
+    };
+    let secrets = Secrets::load(&no_files, &args.data_dir)?;
+    let internal_key = secrets.internal.bytes().to_vec();
+    let webhook_token = String::from_utf8_lossy(secrets.webhook_token.bytes())
+        .trim()
+        .to_owned();
+
+    // The sample cluster, and a kubeconfig that leads every agent to it.
+    let demo_cluster = cluster::DemoCluster::default();
+    let mut world = world::World::new(demo_cluster.clone());
+    world.start();
+    let cluster_addr = demo_cluster
+        .serve()
+        .await
+        .context("cannot start the demo cluster")?;
+    let kubeconfig = args.data_dir.join("demo-kubeconfig.yaml");
+    std::fs::write(&kubeconfig, cluster::DemoCluster::kubeconfig(cluster_addr))?;
+    let settings = KubernetesSettings {
+        kubeconfig: Some(kubeconfig),
+        ..KubernetesSettings::default()
+    };
+    let metrics = std::sync::Arc::new(crate::telemetry::Metrics::default());
+    let clusters = Clusters::load(&settings, metrics).await?;
+
+    let database = Database::open(&database_args).await?;
+    let listener = TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let addr = listener.local_addr()?;
+    let public_url = format!("http://{addr}");
+    let site = crate::web::Site::new(&public_url, crate::web::DEFAULT_SESSION_LIFETIME)?;
+    let state = AppState::new(database.pool.clone(), Keys::new(secrets), args.limits)
+        .with_clusters(clusters, Default::default())
+        .with_site(site);
+    let app = crate::app(state.clone());
+    world::seed(
+        &app,
+        || mint_internal(&internal_key, Duration::from_secs(60)).unwrap_or_default(),
+        &webhook_token,
+    )
+    .await
+    .context("cannot seed the sample GitLab")?;
+
+    let story = tokio::spawn(async move {
+        let mut every = tokio::time::interval(Duration::from_secs(2));
+        loop {
+            every.tick().await;
+            world.step();
+        }
+    });
+    println!("envlens demo: a sample GitLab (groups acme, acme/platform, acme/web; users root, alice, bob, carol) and a sample cluster that changes by itself");
+    let link = crate::web::sign_in::create_link(&state.db, &public_url, ALICE).await?;
+    println!("sign in as alice (maintainer of acme) within 5 minutes: {link}");
+    println!(
+        "another link later: envlens token --data-dir {} --user alice --sign-in",
+        args.data_dir.display()
+    );
+    println!("envlens listening on http://{addr}");
+    crate::run(state, listener, shutdown, Duration::from_secs(5)).await?;
+    story.abort();
+    database.close().await;
+    Ok(())
+}
+
+/// alice, who maintains the group `acme` (`world::identity`).
+const ALICE: i64 = 2;

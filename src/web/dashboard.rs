@@ -1,0 +1,702 @@
+//! The dashboard's pages (SPEC 9): each handler reads as the signed-in [`Viewer`] through the
+//! GraphQL schema (`data`) and renders with `pages`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{FromRef, FromRequestParts, Query, State};
+use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE};
+use axum::http::request::Parts;
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use chrono::Utc;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::data::{self, EnvironmentSummary, FieldError};
+use super::pages::groups::{GroupCard, GroupView, HealthCell};
+use super::pages::{self, Chrome};
+use super::session::Viewer;
+use super::{assets, order};
+use crate::auth::Session;
+use crate::db::pool::Pool;
+use crate::error::Error;
+use crate::graphql::Engine;
+use crate::k8s::grants::AccessType;
+
+/// The dashboard's routes.
+pub fn routes<S>() -> Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+    Engine: FromRef<S>,
+    Pool: FromRef<S>,
+{
+    // Pages and assets gzipped (a thousand resources are some 2 MB of HTML); a followed log
+    // is not, as a compressor holds back what it has not yet filled a block with.
+    let compressed = Router::new()
+        .route("/", get(groups))
+        .route("/groups/{*path}", get(group))
+        .route("/environments", get(environment))
+        .route("/resources", get(resource))
+        .route("/logs", get(logs))
+        .route(&format!("{}{{name}}", assets::PREFIX), get(assets::serve))
+        .layer(tower_http::compression::CompressionLayer::new());
+    Router::new()
+        .merge(compressed)
+        .route("/logs/stream", get(logs_stream))
+}
+
+/// Who looks: the signed-in viewer, as the GraphQL schema takes a session.
+pub struct Reader {
+    pub session: Session,
+    pub csrf: Option<String>,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Reader
+where
+    Pool: FromRef<S>,
+{
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Response> {
+        let viewer = <Viewer as FromRequestParts<S>>::from_request_parts(parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        Ok(Reader {
+            session: Session {
+                user_id: viewer.user_id,
+                via: crate::auth::Via::Cookie,
+            },
+            csrf: Some(viewer.csrf),
+        })
+    }
+}
+
+impl Reader {
+    fn chrome<'a>(&'a self, title: &'a str, username: Option<&'a str>) -> Chrome<'a> {
+        Chrome {
+            title,
+            username,
+            csrf: self.csrf.as_deref(),
+            subscription: None,
+        }
+    }
+}
+
+/// The security headers of every page: nothing but envlens itself may be asked for anything.
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+     connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+fn html(status: StatusCode, markup: maud::Markup) -> Response {
+    let mut res = (status, markup.into_string()).into_response();
+    let h = res.headers_mut();
+    h.insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert("content-security-policy", HeaderValue::from_static(CSP));
+    h.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert("referrer-policy", HeaderValue::from_static("same-origin"));
+    res
+}
+
+fn error_page(e: &Error, reader: Option<&Reader>) -> Response {
+    let status = e.status();
+    if status.is_server_error() {
+        tracing::warn!(error = %e, "dashboard page failed");
+    }
+    let message = match e {
+        Error::Internal(_) => "envlens could not answer; the error is in its log.".to_owned(),
+        other => other.to_string(),
+    };
+    let chrome = Chrome {
+        title: "Error",
+        username: None,
+        csrf: reader.and_then(|r| r.csrf.as_deref()),
+        subscription: None,
+    };
+    html(status, pages::error(&chrome, status.as_u16(), &message))
+}
+
+fn not_found(what: &str) -> Error {
+    Error::NotFound(format!("{what} does not exist, or you may not see it."))
+}
+
+/// A query parameter's value: bounded, no NUL.
+fn checked<'a>(name: &str, value: &'a str) -> Result<&'a str, Error> {
+    if value.len() > 1024 || value.contains('\0') {
+        return Err(Error::BadRequest(format!(
+            "{name} must be at most 1024 bytes without NUL"
+        )));
+    }
+    Ok(value)
+}
+
+fn required<'a>(name: &str, value: &'a Option<String>) -> Result<&'a str, Error> {
+    match value.as_deref() {
+        Some(v) if !v.is_empty() => checked(name, v),
+        _ => Err(Error::BadRequest(format!(
+            "the query parameter {name} is required"
+        ))),
+    }
+}
+
+// --- `/`: the groups ----------------------------------------------------------------------
+
+async fn groups(
+    State(engine): State<Engine>,
+    State(pool): State<Pool>,
+    reader: Reader,
+) -> Response {
+    match groups_inner(&engine, &pool, &reader).await {
+        Ok(r) => r,
+        Err(e) => error_page(&e, Some(&reader)),
+    }
+}
+
+async fn groups_inner(engine: &Engine, pool: &Pool, reader: &Reader) -> Result<Response, Error> {
+    let user = {
+        let mut conn = pool.acquire().await?;
+        crate::db::identity::find_user(&mut *conn, reader.session.user_id)
+            .await?
+            .ok_or_else(|| Error::Unauthorized("unknown user".into()))?
+    };
+    let viewer = crate::db::read::Viewer {
+        user_id: user.id,
+        admin: user.admin,
+    };
+    let rows = {
+        let mut conn = pool.acquire().await?;
+        crate::db::read::visible_groups(&mut *conn, viewer, 200).await?
+    };
+    let mut cards = Vec::new();
+    let mut all = Vec::new();
+    for row in rows {
+        let (envs, more, _) = environments(
+            engine,
+            reader.session,
+            &row.full_path,
+            Some("PRODUCTION"),
+            None,
+            1,
+        )
+        .await?;
+        all.extend(envs.iter().cloned());
+        cards.push((row.full_path, envs, more));
+    }
+    let health = healths(engine, reader.session, &all).await;
+    let cards = cards
+        .into_iter()
+        .map(|(full_path, envs, more)| GroupCard {
+            full_path,
+            environments: envs
+                .into_iter()
+                .map(|e| {
+                    let h = health.get(&e.id).cloned().unwrap_or(HealthCell::NoAgent);
+                    (e, h)
+                })
+                .collect(),
+            more,
+        })
+        .collect();
+    let mut chrome = reader.chrome("Groups", Some(&user.username));
+    chrome.subscription = Some((pages::ENVIRONMENTS_UPDATED, json!({})));
+    Ok(html(
+        StatusCode::OK,
+        pages::groups::groups_page(&chrome, cards),
+    ))
+}
+
+/// A group's environments, at most `pages` pages of 100; whether more matched.
+async fn environments(
+    engine: &Engine,
+    session: Session,
+    path: &str,
+    tier: Option<&str>,
+    search: Option<&str>,
+    pages: usize,
+) -> Result<(Vec<EnvironmentSummary>, bool, Option<String>), Error> {
+    let mut out = Vec::new();
+    let mut username = None;
+    let mut after: Option<String> = None;
+    for _ in 0..pages {
+        let (data, _): (data::GroupData, _) = data::run(
+            engine,
+            session,
+            data::GROUP_ENVIRONMENTS,
+            json!({"path": path, "tier": tier, "search": search, "after": after}),
+        )
+        .await?;
+        let Some(group) = data.group else {
+            return Err(not_found(&format!("The group {path}")));
+        };
+        username = data.current_user.map(|u| u.username);
+        out.extend(group.environments.nodes);
+        if !group.environments.page_info.has_next_page {
+            return Ok((out, false, username));
+        }
+        after = group.environments.page_info.end_cursor;
+    }
+    Ok((out, true, username))
+}
+
+/// The health of each environment with an agent, read a few at a time.
+async fn healths(
+    engine: &Engine,
+    session: Session,
+    envs: &[EnvironmentSummary],
+) -> HashMap<String, HealthCell> {
+    let limit = Arc::new(tokio::sync::Semaphore::new(6));
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut out = HashMap::new();
+    for env in envs {
+        if env.cluster_agent.is_none() {
+            out.insert(env.id.clone(), HealthCell::NoAgent);
+            continue;
+        }
+        if out.contains_key(&env.id) {
+            continue;
+        }
+        out.insert(env.id.clone(), HealthCell::NoAgent);
+        let (engine, limit) = (engine.clone(), limit.clone());
+        let (id, project, name) = (
+            env.id.clone(),
+            env.project.full_path.clone(),
+            env.name.clone(),
+        );
+        tasks.spawn(async move {
+            let _slot = limit.acquire().await;
+            let answer = data::run::<data::HealthData>(
+                &engine,
+                session,
+                data::HEALTH,
+                json!({"project": project, "name": name}),
+            )
+            .await;
+            let cell = match answer {
+                Err(e) => HealthCell::Unavailable(e.to_string()),
+                Ok((data, errors)) => {
+                    let group = data
+                        .project
+                        .and_then(|p| p.environment)
+                        .and_then(|e| e.resource_group);
+                    match (group, errors.first()) {
+                        (Some(g), _) => HealthCell::Status {
+                            status: g.health,
+                            message: g.health_message,
+                        },
+                        (None, Some(e)) => HealthCell::Unavailable(e.message.clone()),
+                        (None, None) => HealthCell::NoAgent,
+                    }
+                }
+            };
+            (id, cell)
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        if let Ok((id, cell)) = done {
+            out.insert(id, cell);
+        }
+    }
+    out
+}
+
+// --- `/groups/<path>` ---------------------------------------------------------------------
+
+#[derive(Deserialize)]
+struct GroupQuery {
+    tier: Option<String>,
+    search: Option<String>,
+}
+
+async fn group(
+    State(engine): State<Engine>,
+    reader: Reader,
+    axum::extract::Path(path): axum::extract::Path<String>,
+    query: Result<Query<GroupQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let result = async {
+        let Query(q) = query.map_err(|e| Error::BadRequest(e.body_text()))?;
+        let path = checked("the group path", path.trim_matches('/'))?.to_owned();
+        let tier = match q.tier.as_deref().filter(|t| !t.is_empty()) {
+            None => None,
+            Some(t) if order::TIERS.contains(&t) => Some(t.to_owned()),
+            Some(t) => {
+                return Err(Error::BadRequest(format!(
+                    "tier must be one of {}, not {t:?}",
+                    order::TIERS.join(", ")
+                )))
+            }
+        };
+        let search = checked("search", q.search.as_deref().unwrap_or(""))?
+            .trim()
+            .to_owned();
+        let upper = tier.as_deref().map(str::to_ascii_uppercase);
+        let (envs, truncated, username) = environments(
+            &engine,
+            reader.session,
+            &path,
+            upper.as_deref(),
+            Some(search.as_str()).filter(|s| !s.is_empty()),
+            3,
+        )
+        .await?;
+        let health = healths(&engine, reader.session, &envs).await;
+        let rows = envs
+            .into_iter()
+            .map(|e| {
+                let h = health.get(&e.id).cloned().unwrap_or(HealthCell::NoAgent);
+                (e, h)
+            })
+            .collect();
+        let mut chrome = reader.chrome(&path, username.as_deref());
+        chrome.subscription = Some((pages::ENVIRONMENTS_UPDATED, json!({"groupPath": path})));
+        let view = GroupView {
+            full_path: path.clone(),
+            rows,
+            tier,
+            search,
+            truncated,
+        };
+        Ok::<_, Error>(html(
+            StatusCode::OK,
+            pages::groups::group_page(&chrome, view, Utc::now()),
+        ))
+    }
+    .await;
+    result.unwrap_or_else(|e| error_page(&e, Some(&reader)))
+}
+
+// --- `/environments?project=&name=` -------------------------------------------------------
+
+#[derive(Deserialize)]
+struct EnvironmentQuery {
+    project: Option<String>,
+    name: Option<String>,
+    view: Option<String>,
+}
+
+async fn environment(
+    State(engine): State<Engine>,
+    reader: Reader,
+    query: Result<Query<EnvironmentQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let result = async {
+        let Query(q) = query.map_err(|e| Error::BadRequest(e.body_text()))?;
+        let project = required("project", &q.project)?;
+        let name = required("name", &q.name)?;
+        let tab = match q.view.as_deref() {
+            None | Some("") | Some("tree") => pages::environment::Tab::Tree,
+            Some("graph") => pages::environment::Tab::Graph,
+            Some(other) => {
+                return Err(Error::BadRequest(format!(
+                    "view must be tree or graph, not {other:?}"
+                )))
+            }
+        };
+        let (data, errors): (data::EnvironmentData, Vec<FieldError>) = data::run(
+            &engine,
+            reader.session,
+            data::ENVIRONMENT,
+            json!({"project": project, "name": name}),
+        )
+        .await?;
+        let username = data.current_user.map(|u| u.username);
+        let project_row = data
+            .project
+            .ok_or_else(|| not_found(&format!("The project {project}")))?;
+        let environment = project_row
+            .environment
+            .ok_or_else(|| not_found(&format!("The environment {name} of {project}")))?;
+        let group_error = errors
+            .iter()
+            .find(|e| e.under("resourceGroup"))
+            .map(|e| e.message.clone());
+        let title = format!("{} · {}", environment.name, project_row.full_path);
+        let mut chrome = reader.chrome(&title, username.as_deref());
+        chrome.subscription = Some((
+            pages::RESOURCE_GROUP_UPDATED,
+            json!({"environmentId": environment.id}),
+        ));
+        let view = pages::environment::EnvironmentView {
+            project_path: project_row.full_path.clone(),
+            environment,
+            group_error,
+            tab,
+        };
+        Ok::<_, Error>(html(
+            StatusCode::OK,
+            pages::environment::environment_page(&chrome, &view, Utc::now()),
+        ))
+    }
+    .await;
+    result.unwrap_or_else(|e| error_page(&e, Some(&reader)))
+}
+
+// --- `/resources?project=&environment=&uid=` and a Pod's logs ------------------------------
+
+#[derive(Deserialize)]
+struct ResourceQuery {
+    project: Option<String>,
+    environment: Option<String>,
+    uid: Option<String>,
+    container: Option<String>,
+}
+
+/// A resource of an environment's group as the viewer sees it, with the agent that reaches it.
+struct Found {
+    project: String,
+    environment: String,
+    username: Option<String>,
+    agent: Option<data::AgentRef>,
+    resource: data::Resource,
+}
+
+async fn find_resource(
+    engine: &Engine,
+    session: Session,
+    q: &ResourceQuery,
+) -> Result<Found, Error> {
+    let project = required("project", &q.project)?;
+    let name = required("environment", &q.environment)?;
+    let uid = required("uid", &q.uid)?;
+    let (data, errors): (data::EnvironmentData, _) = data::run(
+        engine,
+        session,
+        data::RESOURCE,
+        json!({"project": project, "name": name}),
+    )
+    .await?;
+    let project_row = data
+        .project
+        .ok_or_else(|| not_found(&format!("The project {project}")))?;
+    let environment = project_row
+        .environment
+        .ok_or_else(|| not_found(&format!("The environment {name} of {project}")))?;
+    if let Some(e) = errors.iter().find(|e| e.under("resourceGroup")) {
+        return Err(match e.code.as_str() {
+            "FORBIDDEN" => Error::Forbidden(e.message.clone()),
+            _ => Error::BadGateway(e.message.clone()),
+        });
+    }
+    let resource = environment
+        .resource_group
+        .and_then(|g| g.resources.into_iter().find(|r| r.uid == uid))
+        .ok_or_else(|| not_found("The resource"))?;
+    Ok(Found {
+        project: project_row.full_path,
+        environment: environment.name,
+        username: data.current_user.map(|u| u.username),
+        agent: environment.cluster_agent,
+        resource,
+    })
+}
+
+async fn resource(
+    State(engine): State<Engine>,
+    reader: Reader,
+    query: Result<Query<ResourceQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let result = async {
+        let Query(q) = query.map_err(|e| Error::BadRequest(e.body_text()))?;
+        let found = find_resource(&engine, reader.session, &q).await?;
+        let title = format!("{} {}", found.resource.kind, found.resource.name);
+        let chrome = reader.chrome(&title, found.username.as_deref());
+        let view = pages::resource::ResourceView {
+            project_path: &found.project,
+            environment: &found.environment,
+            resource: &found.resource,
+        };
+        Ok::<_, Error>(html(
+            StatusCode::OK,
+            pages::resource::resource_page(&chrome, &view, Utc::now()),
+        ))
+    }
+    .await;
+    result.unwrap_or_else(|e| error_page(&e, Some(&reader)))
+}
+
+/// The Pod and container a logs request names, checked against the group.
+async fn pod_and_container(
+    engine: &Engine,
+    session: Session,
+    q: &ResourceQuery,
+) -> Result<(Found, String, Vec<String>), Error> {
+    let found = find_resource(engine, session, q).await?;
+    if found.resource.kind != "Pod" {
+        return Err(Error::BadRequest("only a Pod has logs".into()));
+    }
+    let containers =
+        pages::resource::containers(found.resource.manifest.as_ref().unwrap_or(&json!({})));
+    let container = match q.container.as_deref().filter(|c| !c.is_empty()) {
+        Some(c) if containers.iter().any(|x| x == c) => c.to_owned(),
+        Some(c) => return Err(Error::NotFound(format!("the Pod has no container {c:?}"))),
+        None => containers
+            .first()
+            .cloned()
+            .ok_or_else(|| Error::NotFound("the Pod has no containers".into()))?,
+    };
+    Ok((found, container, containers))
+}
+
+/// The container's log from the cluster, as the viewer (impersonated when the agent says so),
+/// after the same `user_access` check as the resource group.
+async fn pod_log(
+    engine: &Engine,
+    pool: &Pool,
+    session: Session,
+    found: &Found,
+    container: &str,
+    follow: bool,
+) -> Result<axum::http::Response<kube::client::Body>, Error> {
+    let agent = found
+        .agent
+        .as_ref()
+        .ok_or_else(|| not_found("The environment's agent"))?;
+    let agent_id = agent
+        .number()
+        .ok_or_else(|| not_found("The environment's agent"))?;
+    let agent_project = agent
+        .project
+        .as_ref()
+        .map(|p| p.full_path.clone())
+        .unwrap_or_default();
+    let grant = {
+        let mut conn = pool.acquire().await?;
+        engine
+            .clusters
+            .grants
+            .authorize(&mut *conn, agent_id, session.user_id)
+            .await?
+    };
+    let grant =
+        grant.ok_or_else(|| Error::Forbidden(crate::graphql::FORBIDDEN_MESSAGE.to_owned()))?;
+    let cluster = engine
+        .clusters
+        .for_agent(agent_id, &agent_project, &agent.name)
+        .await
+        .map_err(|e| Error::BadGateway(e.to_string()))?;
+    let namespace = found.resource.namespace.as_deref().unwrap_or("default");
+    let uri = format!(
+        "/api/v1/namespaces/{}/pods/{}/log{}",
+        pages::encode(namespace),
+        pages::encode(&found.resource.name),
+        pages::query(&[
+            ("container", container),
+            ("tailLines", "500"),
+            ("limitBytes", "1048576"),
+            ("follow", if follow { "true" } else { "false" }),
+        ])
+    );
+    let mut request = axum::http::Request::new(kube::client::Body::from(Vec::new()));
+    *request.uri_mut() = uri
+        .parse()
+        .map_err(|_| Error::BadRequest("the Pod's name cannot be part of a path".into()))?;
+    let headers = request.headers_mut();
+    for (name, value) in grant.impersonation_headers(AccessType::from(session.via)) {
+        headers.append(name, value.clone());
+    }
+    let response = tokio::time::timeout(
+        engine.clusters.response_timeout,
+        cluster.client.send(request),
+    )
+    .await
+    .map_err(|_| Error::BadGateway("the cluster did not answer in time".into()))?
+    .map_err(|e| Error::BadGateway(format!("the cluster cannot be reached: {e}")))?;
+    if !response.status().is_success() {
+        let status = response.status();
+        let body = http_body_util::BodyExt::collect(response.into_body())
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
+        let message = serde_json::from_slice::<serde_json::Value>(&body)
+            .ok()
+            .and_then(|v| v["message"].as_str().map(str::to_owned))
+            .unwrap_or_else(|| format!("the cluster answered {status}"));
+        return Err(Error::BadGateway(message));
+    }
+    Ok(response)
+}
+
+async fn logs(
+    State(engine): State<Engine>,
+    State(pool): State<Pool>,
+    reader: Reader,
+    query: Result<Query<ResourceQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let result = async {
+        let Query(q) = query.map_err(|e| Error::BadRequest(e.body_text()))?;
+        let (found, container, containers) = pod_and_container(&engine, reader.session, &q).await?;
+        let tail = match pod_log(&engine, &pool, reader.session, &found, &container, false).await {
+            Ok(response) => {
+                let body = http_body_util::BodyExt::collect(response.into_body())
+                    .await
+                    .map(|b| b.to_bytes())
+                    .unwrap_or_default();
+                Ok(String::from_utf8_lossy(&body).into_owned())
+            }
+            Err(e) => Err(e.to_string()),
+        };
+        let follow = format!(
+            "/logs/stream{}",
+            pages::query(&[
+                ("project", &found.project),
+                ("environment", &found.environment),
+                ("uid", &found.resource.uid),
+                ("container", &container),
+            ])
+        );
+        let title = format!("Logs of {}", found.resource.name);
+        let chrome = reader.chrome(&title, found.username.as_deref());
+        let view = pages::resource::LogsView {
+            project_path: &found.project,
+            environment: &found.environment,
+            pod: &found.resource,
+            container: &container,
+            containers,
+            tail,
+            follow,
+        };
+        Ok::<_, Error>(html(
+            StatusCode::OK,
+            pages::resource::logs_page(&chrome, &view),
+        ))
+    }
+    .await;
+    result.unwrap_or_else(|e| error_page(&e, Some(&reader)))
+}
+
+/// The container's log, followed: the cluster's stream passed through as it comes.
+async fn logs_stream(
+    State(engine): State<Engine>,
+    State(pool): State<Pool>,
+    reader: Reader,
+    query: Result<Query<ResourceQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let result = async {
+        let Query(q) = query.map_err(|e| Error::BadRequest(e.body_text()))?;
+        let (found, container, _) = pod_and_container(&engine, reader.session, &q).await?;
+        let response = pod_log(&engine, &pool, reader.session, &found, &container, true).await?;
+        let mut res = Response::new(Body::new(response.into_body()));
+        let h = res.headers_mut();
+        h.insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        h.insert(
+            "x-content-type-options",
+            HeaderValue::from_static("nosniff"),
+        );
+        Ok::<_, Error>(res)
+    }
+    .await;
+    result.unwrap_or_else(|e| e.into_response())
+}

@@ -1,0 +1,320 @@
+//! What the pages read: GraphQL documents run in process as the viewer
+//! ([`crate::graphql::execute_as`]), so that every page applies exactly the API's reading
+//! rules and `user_access` checks, and the shapes their answers are read into.
+
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+
+use crate::auth::Session;
+use crate::error::Error;
+use crate::graphql::Engine;
+
+pub const GROUP_ENVIRONMENTS: &str = r#"query($path: ID!, $tier: DeploymentTier, $search: String, $after: String) {
+  currentUser { username }
+  group(fullPath: $path) {
+    environments(tier: $tier, search: $search, first: 100, after: $after) {
+      pageInfo { hasNextPage endCursor }
+      nodes { id name tier state project { fullPath } kubernetesNamespace clusterAgent { name }
+        deployments(first: 1) { nodes { iid status ref sha createdAt finishedAt } } } } } }"#;
+
+pub const HEALTH: &str = r#"query($project: ID!, $name: String!) {
+  project(fullPath: $project) { environment(name: $name) { resourceGroup { health healthMessage } } } }"#;
+
+pub const ENVIRONMENT: &str = r#"query($project: ID!, $name: String!) {
+  currentUser { username }
+  project(fullPath: $project) { fullPath
+    environment(name: $name) { id name tier state
+      clusterAgent { id name project { fullPath } }
+      deployments(first: 20) { nodes { iid status ref sha createdAt finishedAt agent { name kubernetesNamespace } } }
+      resourceGroup { namespace labelSelector health healthMessage warnings
+        errors { apiVersion kind code message }
+        resources { uid apiVersion kind namespace name createdAt health { status message }
+          events { type reason message count lastSeen } }
+        edges { from to type } } } } }"#;
+
+pub const RESOURCE: &str = r#"query($project: ID!, $name: String!) {
+  currentUser { username }
+  project(fullPath: $project) { fullPath
+    environment(name: $name) { id name clusterAgent { id name project { fullPath } }
+      resourceGroup { namespace resources { uid apiVersion kind namespace name createdAt
+        health { status message } events { type reason message count lastSeen } manifest } } } } }"#;
+
+/// Runs `document` as the session's user and reads its data into `T`. An error at a field is
+/// returned beside the data (a resource group the user may not see leaves the rest of the
+/// page); `Err` when there is no data at all.
+pub async fn run<T: DeserializeOwned>(
+    engine: &Engine,
+    session: Session,
+    document: &str,
+    variables: serde_json::Value,
+) -> Result<(T, Vec<FieldError>), Error> {
+    let request = async_graphql::Request::new(document)
+        .variables(async_graphql::Variables::from_json(variables));
+    let response = crate::graphql::execute_as(engine, session, request).await?;
+    let errors: Vec<FieldError> = response
+        .errors
+        .iter()
+        .map(|e| FieldError {
+            path: e
+                .path
+                .iter()
+                .map(|s| match s {
+                    async_graphql::PathSegment::Field(f) => f.clone(),
+                    async_graphql::PathSegment::Index(i) => i.to_string(),
+                })
+                .collect(),
+            code: e
+                .extensions
+                .as_ref()
+                .and_then(|x| x.get("code"))
+                .and_then(|c| match c {
+                    async_graphql::Value::String(s) => Some(s.clone()),
+                    _ => None,
+                })
+                .unwrap_or_default(),
+            message: e.message.clone(),
+        })
+        .collect();
+    if let Some(e) = errors.iter().find(|e| e.path.is_empty()) {
+        return Err(match e.code.as_str() {
+            "SERVICE_UNAVAILABLE" => Error::Unavailable(sqlx::Error::PoolTimedOut),
+            _ => Error::BadRequest(e.message.clone()),
+        });
+    }
+    let data = response
+        .data
+        .into_json()
+        .map_err(|e| Error::Internal(e.into()))?;
+    let data = serde_json::from_value(data).map_err(|e| Error::Internal(e.into()))?;
+    Ok((data, errors))
+}
+
+/// A GraphQL error at a field.
+#[derive(Debug, Clone)]
+pub struct FieldError {
+    pub path: Vec<String>,
+    pub code: String,
+    pub message: String,
+}
+
+impl FieldError {
+    pub fn under(&self, field: &str) -> bool {
+        self.path.iter().any(|p| p == field)
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CurrentUser {
+    pub username: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct Nodes<T> {
+    pub nodes: Vec<T>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupData {
+    pub current_user: Option<CurrentUser>,
+    pub group: Option<Group>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Group {
+    pub environments: EnvironmentPage,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EnvironmentPage {
+    pub page_info: PageInfo,
+    pub nodes: Vec<EnvironmentSummary>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PageInfo {
+    pub has_next_page: bool,
+    pub end_cursor: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EnvironmentSummary {
+    pub id: String,
+    pub name: String,
+    pub tier: Option<String>,
+    pub state: String,
+    pub project: ProjectRef,
+    pub kubernetes_namespace: Option<String>,
+    pub cluster_agent: Option<AgentRef>,
+    pub deployments: Nodes<Deployment>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProjectRef {
+    pub full_path: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentRef {
+    #[serde(default)]
+    pub id: Option<String>,
+    pub name: String,
+    #[serde(default)]
+    pub project: Option<ProjectRef>,
+}
+
+impl AgentRef {
+    /// The number in the agent's global id.
+    pub fn number(&self) -> Option<i64> {
+        self.id.as_deref()?.rsplit('/').next()?.parse().ok()
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Deployment {
+    pub iid: Option<String>,
+    pub status: Option<String>,
+    #[serde(rename = "ref")]
+    pub git_ref: Option<String>,
+    pub sha: Option<String>,
+    pub created_at: Option<String>,
+    pub finished_at: Option<String>,
+    #[serde(default)]
+    pub agent: Option<DeploymentAgent>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeploymentAgent {
+    pub name: String,
+    pub kubernetes_namespace: String,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct HealthData {
+    pub project: Option<HealthProject>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct HealthProject {
+    pub environment: Option<HealthEnvironment>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthEnvironment {
+    pub resource_group: Option<GroupHealth>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupHealth {
+    pub health: String,
+    pub health_message: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EnvironmentData {
+    pub current_user: Option<CurrentUser>,
+    pub project: Option<Project>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Project {
+    pub full_path: String,
+    pub environment: Option<Environment>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Environment {
+    pub id: String,
+    pub name: String,
+    #[serde(default)]
+    pub tier: Option<String>,
+    #[serde(default)]
+    pub state: String,
+    pub cluster_agent: Option<AgentRef>,
+    #[serde(default)]
+    pub deployments: Option<Nodes<Deployment>>,
+    pub resource_group: Option<ResourceGroup>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceGroup {
+    pub namespace: String,
+    #[serde(default)]
+    pub label_selector: String,
+    #[serde(default)]
+    pub health: Option<String>,
+    #[serde(default)]
+    pub health_message: Option<String>,
+    #[serde(default)]
+    pub warnings: Vec<String>,
+    #[serde(default)]
+    pub errors: Vec<ListError>,
+    pub resources: Vec<Resource>,
+    #[serde(default)]
+    pub edges: Vec<Edge>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListError {
+    pub api_version: String,
+    pub kind: String,
+    pub code: Option<i32>,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Resource {
+    pub uid: String,
+    pub api_version: String,
+    pub kind: String,
+    pub namespace: Option<String>,
+    pub name: String,
+    pub created_at: Option<String>,
+    pub health: Option<Health>,
+    #[serde(default)]
+    pub events: Vec<Event>,
+    #[serde(default)]
+    pub manifest: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct Health {
+    pub status: String,
+    pub message: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Event {
+    #[serde(rename = "type")]
+    pub event_type: String,
+    pub reason: String,
+    pub message: String,
+    pub count: i64,
+    pub last_seen: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct Edge {
+    pub from: String,
+    pub to: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+}

@@ -1,0 +1,406 @@
+//! An environment: its resource group as a tree and as a graph, health, errors and
+//! warnings, events, deployments.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use maud::{html, Markup};
+
+use super::{environment_href, group_href, health_badge, page, query, Chrome};
+use crate::web::data::{Environment, Resource, ResourceGroup};
+use crate::web::graph;
+use crate::web::order::{ago, health_rank, short_sha, title};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tab {
+    Tree,
+    Graph,
+}
+
+pub struct EnvironmentView {
+    pub project_path: String,
+    pub environment: Environment,
+    /// Why the resource group is not shown (no access to the agent, cluster away).
+    pub group_error: Option<String>,
+    pub tab: Tab,
+}
+
+pub fn resource_href(project: &str, environment: &str, uid: &str) -> String {
+    format!(
+        "/resources{}",
+        query(&[
+            ("project", project),
+            ("environment", environment),
+            ("uid", uid)
+        ])
+    )
+}
+
+/// A resource's index, children by owner edge, and whether each is a child of anything.
+struct Tree<'a> {
+    resources: &'a [Resource],
+    children: Vec<Vec<usize>>,
+    owned: Vec<bool>,
+    /// The worst health in each resource's subtree.
+    worst: Vec<u8>,
+}
+
+impl<'a> Tree<'a> {
+    fn new(group: &'a ResourceGroup) -> Self {
+        let index: HashMap<&str, usize> = group
+            .resources
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (r.uid.as_str(), i))
+            .collect();
+        let n = group.resources.len();
+        let mut children = vec![Vec::new(); n];
+        let mut owned = vec![false; n];
+        for e in &group.edges {
+            if e.kind != "OWNER" {
+                continue;
+            }
+            if let (Some(&from), Some(&to)) = (index.get(e.from.as_str()), index.get(e.to.as_str()))
+            {
+                if from != to && !owned[to] {
+                    children[from].push(to);
+                    owned[to] = true;
+                }
+            }
+        }
+        let rank = |i: usize| {
+            group.resources[i]
+                .health
+                .as_ref()
+                .map_or(0, |h| health_rank(&h.status))
+        };
+        for list in &mut children {
+            list.sort_by(|&a, &b| {
+                rank(b)
+                    .cmp(&rank(a))
+                    .then_with(|| group.resources[a].kind.cmp(&group.resources[b].kind))
+                    .then_with(|| group.resources[a].name.cmp(&group.resources[b].name))
+            });
+        }
+        let mut worst = vec![u8::MAX; n];
+        fn fill(
+            i: usize,
+            children: &[Vec<usize>],
+            worst: &mut [u8],
+            rank: &dyn Fn(usize) -> u8,
+            depth: usize,
+        ) -> u8 {
+            if worst[i] != u8::MAX || depth > 64 {
+                return worst[i].min(7);
+            }
+            worst[i] = rank(i);
+            let mut w = worst[i];
+            for &c in &children[i] {
+                w = w.max(fill(c, children, worst, rank, depth + 1));
+            }
+            worst[i] = w;
+            w
+        }
+        for i in 0..n {
+            fill(i, &children, &mut worst, &rank, 0);
+        }
+        Tree {
+            resources: &group.resources,
+            children,
+            owned,
+            worst,
+        }
+    }
+
+    fn roots(&self) -> Vec<usize> {
+        let mut roots: Vec<usize> = (0..self.resources.len())
+            .filter(|&i| !self.owned[i])
+            .collect();
+        roots.sort_by(|&a, &b| {
+            self.worst[b]
+                .cmp(&self.worst[a])
+                .then_with(|| self.resources[a].kind.cmp(&self.resources[b].kind))
+                .then_with(|| self.resources[a].name.cmp(&self.resources[b].name))
+        });
+        roots
+    }
+
+    fn descendants(&self, i: usize) -> usize {
+        self.children[i]
+            .iter()
+            .map(|&c| 1 + self.descendants(c))
+            .sum()
+    }
+}
+
+fn node_line(r: &Resource, href: &str, below: Option<usize>) -> Markup {
+    let warnings = r
+        .events
+        .iter()
+        .filter(|e| e.event_type == "Warning")
+        .count();
+    html! {
+        span.node {
+            (health_badge(r.health.as_ref().map(|h| h.status.as_str())))
+            span.kind { (r.kind) }
+            a.name href=(href) { (r.name) }
+            @if let Some(n) = below { span.below { "(" (n) " below)" } }
+            @if warnings > 0 { span.badge.h-degraded { (warnings) " warning event" (if warnings == 1 { "" } else { "s" }) } }
+            @if let Some(m) = r.health.as_ref().and_then(|h| h.message.as_deref()) { span.msg { (m) } }
+        }
+    }
+}
+
+fn tree_item(tree: &Tree, i: usize, project: &str, env: &str, depth: usize) -> Markup {
+    let r = &tree.resources[i];
+    let href = resource_href(project, env, &r.uid);
+    let kids = &tree.children[i];
+    html! {
+        @if kids.is_empty() || depth > 32 {
+            li.leaf { (node_line(r, &href, None)) }
+        } @else {
+            // Open where something needs attention, or when the subtree is small.
+            @let open = tree.worst[i] > health_rank("HEALTHY") || tree.descendants(i) <= 4;
+            li {
+                details id={"t-" (r.uid)} open[open] {
+                    summary { (node_line(r, &href, Some(tree.descendants(i)))) }
+                    ul { @for &c in kids { (tree_item(tree, c, project, env, depth + 1)) } }
+                }
+            }
+        }
+    }
+}
+
+fn graph_view(group: &ResourceGroup, project: &str, env: &str) -> Markup {
+    let index: HashMap<&str, usize> = group
+        .resources
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (r.uid.as_str(), i))
+        .collect();
+    let nodes: Vec<graph::Node> = group
+        .resources
+        .iter()
+        .map(|r| graph::Node {
+            kind: &r.kind,
+            name: &r.name,
+            health: r.health.as_ref().map(|h| h.status.as_str()),
+            message: r.health.as_ref().and_then(|h| h.message.as_deref()),
+            href: resource_href(project, env, &r.uid),
+        })
+        .collect();
+    let edges: Vec<graph::Edge> = group
+        .edges
+        .iter()
+        .filter_map(|e| {
+            Some(graph::Edge {
+                from: *index.get(e.from.as_str())?,
+                to: *index.get(e.to.as_str())?,
+                owner: e.kind == "OWNER",
+            })
+        })
+        .collect();
+    html! {
+        p.legend { "Parents left of their children; solid lines are owner references, dashed ones the links Kubernetes keeps in selectors, names and fields. Select a resource for its manifest." }
+        div.graph tabindex="0" role="region" aria-label="Resource graph, scrollable" { (graph::svg(&nodes, &edges)) }
+    }
+}
+
+pub fn environment_page(chrome: &Chrome, view: &EnvironmentView, now: DateTime<Utc>) -> Markup {
+    let env = &view.environment;
+    let project = view.project_path.as_str();
+    let group_path = project.rsplit_once('/').map(|(g, _)| g);
+    let here = environment_href(project, &env.name);
+    page(
+        chrome,
+        html! {
+            nav.crumbs aria-label="Breadcrumb" {
+                a href="/" { "Groups" }
+                @if let Some(g) = group_path { " / " a href=(group_href(g)) { (g) } }
+                " / " (project.rsplit('/').next().unwrap_or(project))
+            }
+            h1 { (env.name) }
+            div #summary data-live-region {
+                dl.summary {
+                    div { dt { "Project" } dd { (project) } }
+                    @if let Some(t) = &env.tier { div { dt { "Tier" } dd { (title(t)) } } }
+                    @if let Some(a) = &env.cluster_agent { div { dt { "Agent" } dd.mono { (a.name) } } }
+                    @if env.state != "available" { div { dt { "State" } dd { (title(&env.state)) } } }
+                    @if let Some(g) = &env.resource_group {
+                        div { dt { "Namespace" } dd.mono { (g.namespace) } }
+                        div { dt { "Label selector" } dd.mono { (g.label_selector) } }
+                        div { dt { "Health" } dd { (health_badge(g.health.as_deref())) } }
+                        div { dt { "Resources" } dd { (g.resources.len()) } }
+                    }
+                }
+                @if let Some(g) = &env.resource_group {
+                    @if let Some(m) = &g.health_message { p.msg { (m) } }
+                    @if !g.errors.is_empty() {
+                        div.notice.error role="alert" {
+                            strong { "Kinds that could not be listed" }
+                            ul { @for e in &g.errors {
+                                li { span.mono { (e.kind) " (" (e.api_version) ")" } @if let Some(c) = e.code { " · " (c) } ": " (e.message) }
+                            } }
+                        }
+                    }
+                    @if !g.warnings.is_empty() {
+                        div.notice { strong { "Warnings" } ul { @for w in &g.warnings { li { (w) } } } }
+                    }
+                }
+                @if let Some(why) = &view.group_error { p.notice.error role="alert" { (why) } }
+                @if env.resource_group.is_none() && view.group_error.is_none() {
+                    p.empty { "No successful deployment with an agent yet: there are no live resources to show." }
+                }
+            }
+            @if let Some(g) = &env.resource_group {
+                nav.tabs aria-label="Views of the resources" {
+                    a href=(here) aria-current=[(view.tab == Tab::Tree).then_some("page")] { "Tree" }
+                    a href={(here) "&view=graph"} aria-current=[(view.tab == Tab::Graph).then_some("page")] { "Graph" }
+                }
+                div #resources data-live-region {
+                    @if view.tab == Tab::Graph {
+                        (graph_view(g, project, &env.name))
+                    } @else {
+                        @let tree = Tree::new(g);
+                        ul.tree aria-label="Resources, owners above what they own" {
+                            @for i in tree.roots() { (tree_item(&tree, i, project, &env.name, 0)) }
+                        }
+                    }
+                }
+                h2 #events-heading { "Events" }
+                div #events data-live-region { (events(g, project, &env.name, now)) }
+            }
+            h2 { "Deployments" }
+            div #deployments data-live-region { (deployments(env, now)) }
+        },
+    )
+}
+
+/// The most recent events of every resource, warnings first.
+fn events(g: &ResourceGroup, project: &str, env: &str, now: DateTime<Utc>) -> Markup {
+    let mut all: Vec<(&Resource, &crate::web::data::Event)> = g
+        .resources
+        .iter()
+        .flat_map(|r| r.events.iter().map(move |e| (r, e)))
+        .collect();
+    all.sort_by(|a, b| {
+        (b.1.event_type == "Warning")
+            .cmp(&(a.1.event_type == "Warning"))
+            .then_with(|| b.1.last_seen.cmp(&a.1.last_seen))
+    });
+    let shown = all.len().min(50);
+    html! {
+        @if all.is_empty() {
+            p.empty { "No recent events." }
+        } @else {
+            div.table-wrap { table.stack {
+                caption.skip { "Events" }
+                thead { tr { th scope="col" { "Type" } th scope="col" { "Resource" } th scope="col" { "Reason and message" } th scope="col" { "Last seen" } } }
+                tbody { @for (r, e) in &all[..shown] {
+                    tr {
+                        td data-label="Type" { span class={"badge " (if e.event_type == "Warning" { "h-degraded" } else { "h-none" })} { (e.event_type) } }
+                        td data-label="Resource" { span.msg { (r.kind) } a href=(resource_href(project, env, &r.uid)) { (r.name) } }
+                        td data-label="Reason" { strong { (e.reason) } @if e.count > 1 { " ×" (e.count) } span.msg { (e.message) } }
+                        td data-label="Last seen" { @if let Some(t) = &e.last_seen { time datetime=(t) { (ago(t, now)) } } }
+                    }
+                } }
+            } }
+            @if all.len() > shown { p.msg { "The 50 most recent of " (all.len()) "." } }
+        }
+    }
+}
+
+fn deployments(env: &Environment, now: DateTime<Utc>) -> Markup {
+    let list = env
+        .deployments
+        .as_ref()
+        .map(|d| d.nodes.as_slice())
+        .unwrap_or(&[]);
+    html! {
+        @if list.is_empty() {
+            p.empty { "No deployments yet." }
+        } @else {
+            div.table-wrap { table.stack {
+                caption.skip { "Deployments, newest first" }
+                thead { tr { th scope="col" { "Deployment" } th scope="col" { "Status" } th scope="col" { "Ref and commit" } th scope="col" { "Agent and namespace" } th scope="col" { "When" } } }
+                tbody { @for d in list {
+                    tr {
+                        td data-label="Deployment" { @if let Some(iid) = &d.iid { "#" (iid) } }
+                        td data-label="Status" { @let s = d.status.as_deref().unwrap_or("unknown"); span class={"badge s-" (s.to_ascii_lowercase())} { (title(s)) } }
+                        td data-label="Ref" { @if let Some(r) = &d.git_ref { span.mono { (r) } } " " @if let Some(s) = &d.sha { span.mono { (short_sha(s)) } } }
+                        td data-label="Agent" { @if let Some(a) = &d.agent { span.mono { (a.name) } span.msg { (a.kubernetes_namespace) } } @else { span.msg { "None" } } }
+                        td data-label="When" { @let t = d.finished_at.as_deref().or(d.created_at.as_deref()); @if let Some(t) = t { time datetime=(t) { (ago(t, now)) } } }
+                    }
+                } }
+            } }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::web::data::{Edge, Health};
+
+    fn resource(uid: &str, kind: &str, health: Option<&str>) -> Resource {
+        Resource {
+            uid: uid.into(),
+            api_version: "v1".into(),
+            kind: kind.into(),
+            namespace: Some("ns".into()),
+            name: uid.into(),
+            created_at: None,
+            health: health.map(|s| Health {
+                status: s.into(),
+                message: None,
+            }),
+            events: vec![],
+            manifest: None,
+        }
+    }
+
+    fn edge(from: &str, to: &str, kind: &str) -> Edge {
+        Edge {
+            from: from.into(),
+            to: to.into(),
+            kind: kind.into(),
+        }
+    }
+
+    #[test]
+    fn owners_hold_their_children_and_the_worst_subtree_comes_first() {
+        let group = ResourceGroup {
+            namespace: "ns".into(),
+            label_selector: String::new(),
+            health: Some("DEGRADED".into()),
+            health_message: None,
+            warnings: vec![],
+            errors: vec![],
+            resources: vec![
+                resource("svc", "Service", Some("HEALTHY")),
+                resource("deploy", "Deployment", Some("HEALTHY")),
+                resource("rs", "ReplicaSet", Some("HEALTHY")),
+                resource("pod", "Pod", Some("DEGRADED")),
+            ],
+            edges: vec![
+                edge("deploy", "rs", "OWNER"),
+                edge("rs", "pod", "OWNER"),
+                // Not an owner: the Service stays a root of its own.
+                edge("svc", "deploy", "SERVICE_SELECTOR"),
+            ],
+        };
+        let tree = Tree::new(&group);
+        let roots: Vec<&str> = tree
+            .roots()
+            .iter()
+            .map(|&i| group.resources[i].uid.as_str())
+            .collect();
+        assert_eq!(roots, ["deploy", "svc"]);
+        assert_eq!(tree.descendants(1), 2);
+        let html = tree_item(&tree, 1, "g/p", "production", 0).into_string();
+        // Something below needs attention: the Deployment's <details> is open.
+        assert!(html.contains(r#"<details id="t-deploy" open>"#), "{html}");
+        assert!(html.contains(r#"<details id="t-rs" open>"#), "{html}");
+        assert!(html.contains("uid=pod"), "{html}");
+    }
+}
