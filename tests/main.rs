@@ -29,4 +29,5 @@ mod support;
 mod system_hooks;
 mod telemetry;
 mod test_databases;
+mod watch_api;
 mod watch_cache;

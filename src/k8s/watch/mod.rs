@@ -36,8 +36,8 @@ use crate::resources::tree::Tree;
 use crate::telemetry::Metrics;
 
 use kind::KindWatch;
-pub use kind::{Change, KindChange};
 pub(crate) use kind::Phase;
+pub use kind::{Change, KindChange};
 
 /// Limits of one cluster connection's cache.
 #[derive(Debug, Clone)]
@@ -353,6 +353,93 @@ impl WatchCache {
     }
 }
 
+/// One kind's cached objects in one namespace, for a watcher of that kind alone (GitLab's
+/// watch API, [`crate::k8s::watch_api`]). Holding it keeps the kind's watch running.
+pub struct KindView {
+    watch: Arc<KindWatch>,
+}
+
+impl KindView {
+    pub fn kind(&self) -> &ApiKind {
+        &self.watch.kind
+    }
+
+    /// The objects now, in name order, shared with the cache; or why there are none to show
+    /// (the kind's list failed, or has not answered yet).
+    pub(crate) fn objects(&self) -> Result<Vec<Arc<Object>>, Failure> {
+        match &*self.watch.phase.borrow() {
+            Phase::Pending => Err(Failure {
+                code: None,
+                message: "the watch cache has not listed this kind yet".into(),
+                answered: false,
+            }),
+            Phase::Failed(failure) => Err(failure.clone()),
+            Phase::Synced => Ok(self.watch.objects()),
+        }
+    }
+
+    /// Waits (at most `timeout`) for the kind's first list.
+    pub async fn synced(&self, timeout: Duration) {
+        wait_synced(std::slice::from_ref(&self.watch), timeout).await;
+    }
+}
+
+impl WatchCache {
+    /// `kind` in `namespace` from the cache, watched from now on if it was not: for a reader
+    /// of that one kind. With impersonation headers, the cluster's `SubjectAccessReview` for
+    /// that identity must allow `list` and `watch` first (as for a resource group); a refusal
+    /// is the failure to report. Subscribe to [`Self::changes`] before, so nothing falls
+    /// between the objects read and the changes that follow.
+    pub(crate) async fn view_kind(
+        &self,
+        headers: &HeaderMap,
+        namespace: &str,
+        kind: &ApiKind,
+        page_size: usize,
+        timeout: Duration,
+    ) -> Result<KindView, Failure> {
+        if let Some(who) = access::Identity::from_headers(headers) {
+            let decision = self
+                .inner
+                .access
+                .check(
+                    &self.inner.client,
+                    &who,
+                    namespace,
+                    std::slice::from_ref(kind),
+                    headers,
+                    timeout,
+                )
+                .await;
+            if let Some(Some(refused)) = decision.into_iter().next() {
+                return Err(refused);
+            }
+        }
+        self.start_sweeper();
+        let ns = lock(&self.inner.namespaces)
+            .entry(namespace.to_owned())
+            .or_insert_with(Namespace::new)
+            .clone();
+        *lock(&ns.last_read) = Instant::now();
+        let watch = lock(&ns.kinds)
+            .entry(kind.clone())
+            .or_insert_with(|| {
+                KindWatch::start(
+                    self.inner.client.clone(),
+                    kind.clone(),
+                    namespace,
+                    page_size.max(1),
+                    ns.changes.clone(),
+                    self.inner.total.clone(),
+                    self.inner.metrics.clone(),
+                )
+            })
+            .clone();
+        self.bound(namespace);
+        Ok(KindView { watch })
+    }
+}
+
 /// Waits until every watch has listed once (or failed), at most `timeout`.
 async fn wait_synced(watches: &[Arc<KindWatch>], timeout: Duration) {
     let all = async {
@@ -377,7 +464,7 @@ fn outcome(job: &Job, watch: &KindWatch) -> Result<Listed, Failure> {
         Phase::Failed(failure) => return Err(failure.clone()),
         Phase::Synced => {}
     }
-    let objects = watch.objects();
+    let objects: Vec<Object> = watch.objects().iter().map(|o| (**o).clone()).collect();
     let terms = job.local_terms.as_deref().unwrap_or(&[]);
     let picked = |o: &Object| {
         let labels = o
