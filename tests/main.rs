@@ -6,6 +6,7 @@ mod auth;
 mod bad_input;
 mod chart;
 mod ci_deployments;
+mod cluster_client;
 mod connections;
 mod deployments;
 mod embedded;

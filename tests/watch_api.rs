@@ -104,7 +104,7 @@ impl Live {
     }
 }
 
-type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
+pub type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
 fn protocols(token: &str) -> Vec<String> {
     vec![
