@@ -122,6 +122,12 @@ impl WatchCache {
         }
     }
 
+    /// Whether the cache keeps anything: `kubernetes.cache_max_objects: 0` turns it off, and
+    /// every view is then listed fresh.
+    pub fn enabled(&self) -> bool {
+        self.inner.settings.max_objects > 0
+    }
+
     /// Objects held now, across namespaces.
     pub fn objects(&self) -> usize {
         self.inner.total.load(Ordering::Relaxed)
@@ -152,7 +158,8 @@ impl WatchCache {
     /// as [`fetch::list_resource_group`] with the same arguments. The first read of a namespace
     /// starts its watches and waits (up to `options.request_timeout`) for their first lists; a
     /// kind still without one then is reported as failing. A selector that is not made of
-    /// equality terms is listed fresh (the cache would have to evaluate it).
+    /// equality terms is listed fresh (the cache would have to evaluate it), and so is every
+    /// view when the cache is off ([`Self::enabled`]).
     pub async fn list_resource_group(
         &self,
         discovery: &DiscoveryCache,
@@ -164,7 +171,8 @@ impl WatchCache {
         if namespace.is_empty() {
             return Err(FetchError::NoNamespace);
         }
-        let Some(terms) = fetch::equality_terms(label_selector) else {
+        let terms = fetch::equality_terms(label_selector).filter(|_| self.enabled());
+        let Some(terms) = terms else {
             return fetch::list_resource_group(
                 &self.inner.client,
                 discovery,

@@ -47,7 +47,10 @@ impl Watcher {
             Ok(d) => d.kinds,
             Err(e) => return self.fail(&id, e.code, &e.message).await,
         };
-        match params.cached(&kinds) {
+        match params
+            .cached(&kinds)
+            .filter(|_| self.cluster.watch.enabled())
+        {
             Some((kind, selection)) => {
                 let kind = kind.clone();
                 self.from_cache(&id, &params.namespace, &kind, &selection)
