@@ -472,7 +472,8 @@ fn outcome(job: &Job, watch: &KindWatch) -> Result<Listed, Failure> {
         Phase::Failed(failure) => return Err(failure.clone()),
         Phase::Synced => {}
     }
-    let objects: Vec<Object> = watch.objects().iter().map(|o| (**o).clone()).collect();
+    // Shared with the cache, not copied: the listing copies only what the group keeps.
+    let objects = watch.objects();
     let terms = job.local_terms.as_deref().unwrap_or(&[]);
     let picked = |o: &Object| {
         let labels = o
@@ -503,18 +504,12 @@ fn outcome(job: &Job, watch: &KindWatch) -> Result<Listed, Failure> {
             )
         }
         Purpose::Unselected => {
-            let (selected, rest): (Vec<Object>, Vec<Object>) = objects
+            let (selected, rest): (Vec<Arc<Object>>, Vec<Arc<Object>>) = objects
                 .into_iter()
                 .partition(|o| job.local_terms.is_some() && picked(o));
             Listed::Unselected {
                 selected,
-                candidates: rest
-                    .into_iter()
-                    .map(|o| fetch::Candidate {
-                        head: o.view,
-                        text: o.text,
-                    })
-                    .collect(),
+                candidates: rest.into_iter().map(fetch::Candidate::Built).collect(),
             }
         }
         Purpose::Events => Listed::Events(
