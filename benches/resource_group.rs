@@ -21,6 +21,16 @@
 //! - (c) the floor: the very list requests (a) sends, all at once, straight to the server over
 //!   already open keep-alive connections, bodies read and not parsed.
 //!
+//! `cargo bench --bench resource_group -- --viewers 100 [--compress 10]`
+//! `cargo bench --bench resource_group -- --memory`
+//!
+//! With `--viewers N`, instead: the cost to the cluster of N viewers of the environment for one
+//! minute, each asking for the `resourceGroup` every 5 s, with the watch cache and without it;
+//! requests counted per verb at the test server. Time runs `--compress` times faster (the
+//! interval and `kubernetes.access_cache` both divided by it), so the counts are a minute's.
+//! With `--memory`: the resident memory the synced cache adds per cached object, against the
+//! size of the objects' JSON.
+//!
 //! With `--warm`, instead: (w) the same GraphQL query answered from the synced watch cache
 //! (SPEC 8.1) against (a) without the cache (`kubernetes.cache_max_objects: 0`), interleaved;
 //! times are the router's (server time: no socket), p50 and p90.
@@ -62,6 +72,12 @@ struct Args {
     minimal: bool,
     /// `--warm`: the watch cache's answer against the cold path.
     warm: bool,
+    /// `--viewers N`: the cost to the cluster of N viewers for a minute.
+    viewers: usize,
+    /// `--compress K`: the viewers' minute in 60/K seconds.
+    compress: u32,
+    /// `--memory`: resident memory per cached object.
+    memory: bool,
 }
 
 fn args() -> Args {
@@ -70,6 +86,9 @@ fn args() -> Args {
         kubectl_iterations: 10,
         minimal: false,
         warm: false,
+        viewers: 0,
+        compress: 10,
+        memory: false,
     };
     let mut it = std::env::args().skip(1).filter(|a| a != "--bench");
     while let Some(flag) = it.next() {
@@ -81,6 +100,10 @@ fn args() -> Args {
             a.warm = true;
             continue;
         }
+        if flag == "--memory" {
+            a.memory = true;
+            continue;
+        }
         let mut value = || -> usize {
             it.next()
                 .and_then(|v| v.parse().ok())
@@ -89,6 +112,8 @@ fn args() -> Args {
         match flag.as_str() {
             "--iterations" => a.iterations = value(),
             "--kubectl-iterations" => a.kubectl_iterations = value(),
+            "--viewers" => a.viewers = value(),
+            "--compress" => a.compress = value() as u32,
             other => panic!("unknown argument {other}"),
         }
     }
@@ -513,6 +538,12 @@ async fn run(a: Args) {
     if a.warm {
         return run_warm(&a, &b, query).await;
     }
+    if a.viewers > 0 {
+        return run_viewers(&a, &b, query).await;
+    }
+    if a.memory {
+        return run_memory(&b, query).await;
+    }
 
     // The requests (a) sends, recorded from one view: the floor replays exactly those.
     b.api.clear_requests();
@@ -672,5 +703,145 @@ async fn run_warm(a: &Args, b: &Bench, query: &str) {
         } else {
             "NOT met"
         }
+    );
+}
+
+/// Requests counted at the test server, summed by verb.
+fn by_verb(api: &KubeApi) -> std::collections::BTreeMap<String, u64> {
+    let mut verbs = std::collections::BTreeMap::new();
+    for ((verb, _), n) in api.request_counts() {
+        *verbs.entry(verb).or_insert(0) += n;
+    }
+    verbs
+}
+
+/// `--viewers N`: N viewers asking every 5 s for a minute (compressed), with and without the
+/// cache, each through an app of its own.
+async fn run_viewers(a: &Args, b: &Bench, query: &str) {
+    let k = a.compress.max(1);
+    let interval = Duration::from_secs(5) / k;
+    let minute = Duration::from_secs(60) / k;
+    let access = format!("  access_cache: {}ms\n", interval.as_millis());
+    println!(
+        "{} viewers of one environment ({RESOURCES} resources, 40 kinds), each asking every 5 s for a minute; \
+         time compressed {k}x (every {interval:?} for {minute:?}, access_cache {interval:?})",
+        a.viewers
+    );
+    for (name, extra) in [
+        ("with the watch cache", access.clone()),
+        (
+            "without (cache_max_objects: 0)",
+            format!("{access}  cache_max_objects: 0\n"),
+        ),
+    ] {
+        let app = std::sync::Arc::new(environment::gitlab_with(&b.served, &extra).await);
+        b.api.reset_request_counts();
+        let started = Instant::now();
+        let mut viewers = tokio::task::JoinSet::new();
+        for v in 0..a.viewers {
+            let (app, token, query) = (app.clone(), b.token.clone(), query.to_owned());
+            let n = a.viewers as u32;
+            viewers.spawn(async move {
+                // Viewers arrive spread over the first interval.
+                tokio::time::sleep(interval * v as u32 / n).await;
+                let mut ticks = tokio::time::interval(interval);
+                ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                let mut views = 0;
+                while started.elapsed() < minute {
+                    ticks.tick().await;
+                    let body = measure_graphql_on(&app, &token, &query).await;
+                    assert_eq!(graphql_resources(&body), RESOURCES);
+                    views += 1;
+                }
+                views
+            });
+        }
+        let mut views = 0;
+        while let Some(n) = viewers.join_next().await {
+            views += n.expect("viewer");
+        }
+        let took = started.elapsed();
+        let verbs = by_verb(&b.api);
+        let total: u64 = verbs.values().sum();
+        println!("{name}: {views} views in {took:.1?}; {total} requests to the cluster: {verbs:?}");
+    }
+}
+
+/// Resident memory now, in bytes (Linux).
+fn resident() -> usize {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: usize = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    pages * 4096
+}
+
+/// `--memory`: what the synced cache adds to the resident memory, per cached object, against
+/// the size of the objects' JSON as the cluster sends them.
+async fn run_memory(b: &Bench, query: &str) {
+    // The cluster's objects of the namespace, as a list would send them.
+    let mut json_bytes = 0usize;
+    let mut objects = 0usize;
+    let mut resources: Vec<String> = b
+        .discovery
+        .kinds()
+        .await
+        .expect("discovery")
+        .kinds
+        .iter()
+        .map(|k| match k.group.as_str() {
+            "" => k.plural.clone(),
+            g => format!("{}.{g}", k.plural),
+        })
+        .collect();
+    resources.push("events".into());
+    for resource in resources {
+        for o in b.api.list(&resource, Some(NS)) {
+            json_bytes += o.to_string().len();
+            objects += 1;
+        }
+    }
+    let _ = query;
+    // Settle the allocator's state with one fresh view first, then measure the cache alone.
+    let cold_app = environment::gitlab_with(&b.served, "  cache_max_objects: 0\n").await;
+    measure_graphql_on(&cold_app, &b.token, QUERY).await;
+    let cache = envlens::k8s::watch::WatchCache::new(
+        b.client.clone(),
+        envlens::k8s::watch::WatchSettings {
+            idle: Duration::from_secs(600),
+            max_objects: 200_000,
+            access_ttl: Duration::from_secs(5),
+        },
+        Default::default(),
+    );
+    let before = resident();
+    let listing = cache
+        .list_resource_group(
+            &b.discovery,
+            &HeaderMap::new(),
+            NS,
+            &b.selector,
+            &FetchOptions::default(),
+        )
+        .await
+        .expect("cached listing");
+    drop(listing);
+    // Let the list pages' buffers go back before measuring.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let after = resident();
+    let held = cache.objects();
+    let per_object = (after.saturating_sub(before)) as f64 / held as f64;
+    let json_per_object = json_bytes as f64 / objects as f64;
+    println!(
+        "cache holds {held} objects (the namespace has {objects}, {:.1} MiB of JSON, {json_per_object:.0} B each)",
+        json_bytes as f64 / 1048576.0
+    );
+    println!(
+        "resident memory {:.1} -> {:.1} MiB: {per_object:.0} B per cached object = {:.2}x its JSON (goal <= 1x)",
+        before as f64 / 1048576.0,
+        after as f64 / 1048576.0,
+        per_object / json_per_object
     );
 }
