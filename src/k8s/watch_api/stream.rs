@@ -53,14 +53,13 @@ impl Watcher {
         {
             Some((kind, selection)) => {
                 let kind = kind.clone();
-                self.from_cache(&id, &params.namespace, &kind, &selection)
-                    .await
+                self.cached(&id, &params.namespace, &kind, &selection).await
             }
-            None => self.from_cluster(&id, &params).await,
+            None => self.at_cluster(&id, &params).await,
         }
     }
 
-    async fn from_cache(&self, id: &str, namespace: &str, kind: &ApiKind, selection: &Selection) {
+    async fn cached(&self, id: &str, namespace: &str, kind: &ApiKind, selection: &Selection) {
         let cache = &self.cluster.watch;
         // Listen first, then read: no change falls between the two.
         let mut changes = cache.changes(namespace);
@@ -144,7 +143,7 @@ impl Watcher {
 
     /// A watch of the cluster as the user, resumed from its last version when the server ends
     /// it; a version too old (`410 Gone`) or any refusal is an error message, and the end.
-    async fn from_cluster(&self, id: &str, params: &Params) {
+    async fn at_cluster(&self, id: &str, params: &Params) {
         let mut version: Option<String> = None;
         loop {
             let mut uri = format!("{}?watch=true", params.path());
