@@ -2,6 +2,7 @@
 //! API server with 5 ms of latency added to every request.
 //!
 //! `cargo bench --bench resource_group [-- --iterations 40 --kubectl-iterations 10 [--minimal]]`
+//! `cargo bench --bench resource_group -- --warm [--iterations 40]`
 //!
 //! The cluster: 40 namespaced listable kinds (the built-in ones, ControllerRevision and 21 custom
 //! kinds), an environment of 1,000 resources (label-selected ones and what they own: ReplicaSets,
@@ -25,6 +26,20 @@
 //!   finds only the labelled objects, not what they own (skipped when kubectl is absent);
 //! - (c) the floor: the very list requests (a) sends, all at once, straight to the server over
 //!   already open keep-alive connections, bodies read and not parsed.
+//!
+//! `cargo bench --bench resource_group -- --viewers 100 [--compress 10]`
+//! `cargo bench --bench resource_group -- --memory`
+//!
+//! With `--viewers N`, instead: the cost to the cluster of N viewers of the environment for one
+//! minute, each asking for the `resourceGroup` every 5 s, with the watch cache and without it;
+//! requests counted per verb at the test server. Time runs `--compress` times faster (the
+//! interval and `kubernetes.access_cache` both divided by it), so the counts are a minute's.
+//! With `--memory`: the resident memory the synced cache adds per cached object, against the
+//! size of the objects' JSON.
+//!
+//! With `--warm`, instead: (w) the same GraphQL query answered from the synced watch cache
+//! (SPEC 8.1) against (a) without the cache (`kubernetes.cache_max_objects: 0`), interleaved;
+//! times are the router's (server time: no socket), p50 and p90.
 //!
 //! The database is a private PostgreSQL started from the machine's binaries, as the tests do.
 
@@ -62,6 +77,14 @@ struct Args {
     kubectl_iterations: usize,
     /// `--minimal`: ask for [`MINIMAL_QUERY`], to tell the answer's cost from the rest.
     minimal: bool,
+    /// `--warm`: the watch cache's answer against the cold path.
+    warm: bool,
+    /// `--viewers N`: the cost to the cluster of N viewers for a minute.
+    viewers: usize,
+    /// `--compress K`: the viewers' minute in 60/K seconds.
+    compress: u32,
+    /// `--memory`: resident memory per cached object.
+    memory: bool,
 }
 
 fn args() -> Args {
@@ -69,11 +92,23 @@ fn args() -> Args {
         iterations: 40,
         kubectl_iterations: 10,
         minimal: false,
+        warm: false,
+        viewers: 0,
+        compress: 10,
+        memory: false,
     };
     let mut it = std::env::args().skip(1).filter(|a| a != "--bench");
     while let Some(flag) = it.next() {
         if flag == "--minimal" {
             a.minimal = true;
+            continue;
+        }
+        if flag == "--warm" {
+            a.warm = true;
+            continue;
+        }
+        if flag == "--memory" {
+            a.memory = true;
             continue;
         }
         let mut value = || -> usize {
@@ -84,6 +119,8 @@ fn args() -> Args {
         match flag.as_str() {
             "--iterations" => a.iterations = value(),
             "--kubectl-iterations" => a.kubectl_iterations = value(),
+            "--viewers" => a.viewers = value(),
+            "--compress" => a.compress = value() as u32,
             other => panic!("unknown argument {other}"),
         }
     }
@@ -364,12 +401,17 @@ const MINIMAL_QUERY: &str = r#"{ project(fullPath: "acme/apps/web") { environmen
 /// (a) The service's answer to `query`: its body, checked by the caller after the time is
 /// taken.
 async fn measure_graphql(b: &Bench, query: &str) -> Vec<u8> {
+    measure_graphql_on(&b.app, &b.token, query).await
+}
+
+/// [`measure_graphql`] through `app`.
+async fn measure_graphql_on(app: &TestApp, token: &str, query: &str) -> Vec<u8> {
     let request = Request::post("/api/graphql")
-        .header(header::AUTHORIZATION, format!("Bearer {}", b.token))
+        .header(header::AUTHORIZATION, format!("Bearer {token}"))
         .header(header::CONTENT_TYPE, "application/json")
         .body(Body::from(json!({ "query": query }).to_string()))
         .expect("request");
-    let response = b.app.send(request).await;
+    let response = app.send(request).await;
     assert_eq!(response.status, 200, "{}", response.text());
     response.body
 }
@@ -524,6 +566,15 @@ async fn run(a: Args) {
     let (b, selected) = setup().await;
     let authority = b.served.addr.to_string();
     b.api.set_latency(LATENCY);
+    if a.warm {
+        return run_warm(&a, &b, query).await;
+    }
+    if a.viewers > 0 {
+        return run_viewers(&a, &b, query).await;
+    }
+    if a.memory {
+        return run_memory(&b, query).await;
+    }
 
     // The requests (a) sends, recorded from one view: the floor replays exactly those.
     b.api.clear_requests();
@@ -653,4 +704,209 @@ async fn run(a: Args) {
             if ratio >= 5.0 { "met" } else { "NOT met" }
         );
     }
+}
+
+fn percentile(mut samples: Vec<Duration>, p: f64) -> Duration {
+    samples.sort();
+    samples[((samples.len() - 1) as f64 * p).round() as usize]
+}
+
+fn us(d: Duration) -> String {
+    format!("{:.0} µs", d.as_secs_f64() * 1e6)
+}
+
+/// `--warm`: (w) from the synced cache against (a) without it, interleaved.
+async fn run_warm(a: &Args, b: &Bench, query: &str) {
+    let cold_app = environment::gitlab_with(&b.served, "  cache_max_objects: 0\n").await;
+    let cold = |query| measure_graphql_on(&cold_app, &b.token, query);
+    // The first view starts the watches and waits for their lists.
+    let first = measure_graphql(b, query).await;
+    assert_eq!(graphql_resources(&first), RESOURCES);
+    assert_eq!(graphql_resources(&cold(query).await), RESOURCES);
+    assert_eq!(
+        measure_graphql(b, query).await,
+        cold(query).await,
+        "the cached answer is the fresh one"
+    );
+    b.api.reset_request_counts();
+    let warm_runs = a.iterations * 10;
+    let (mut warm, mut fresh) = (Vec::new(), Vec::new());
+    for i in 0..warm_runs {
+        let started = Instant::now();
+        let body = measure_graphql(b, query).await;
+        warm.push(started.elapsed());
+        drop(body);
+        if i % 10 == 0 {
+            let started = Instant::now();
+            let body = cold(query).await;
+            fresh.push(started.elapsed());
+            drop(body);
+        }
+    }
+    let per_view = b.api.resource_requests() as f64 / fresh.len() as f64;
+    println!(
+        "resource group: {RESOURCES} resources over 40 kinds, {LATENCY:?} added per request to the test server"
+    );
+    println!(
+        "(w) from the synced watch cache: p50 {} p90 {} over {warm_runs} views",
+        us(percentile(warm.clone(), 0.5)),
+        us(percentile(warm.clone(), 0.9))
+    );
+    println!(
+        "(a) without the cache:           p50 {} p90 {} over {} views ({per_view:.0} requests to the cluster per view)",
+        us(percentile(fresh.clone(), 0.5)),
+        us(percentile(fresh.clone(), 0.9)),
+        fresh.len()
+    );
+    let ratio = percentile(fresh, 0.5).as_secs_f64() / percentile(warm.clone(), 0.5).as_secs_f64();
+    let p50 = percentile(warm, 0.5);
+    println!(
+        "(a) / (w) = {ratio:.1} (moonshot >= 30: {}); (w) p50 < 1 ms: {}",
+        if ratio >= 30.0 { "met" } else { "NOT met" },
+        if p50 < Duration::from_millis(1) {
+            "met"
+        } else {
+            "NOT met"
+        }
+    );
+}
+
+/// Requests counted at the test server, summed by verb.
+fn by_verb(api: &KubeApi) -> std::collections::BTreeMap<String, u64> {
+    let mut verbs = std::collections::BTreeMap::new();
+    for ((verb, _), n) in api.request_counts() {
+        *verbs.entry(verb).or_insert(0) += n;
+    }
+    verbs
+}
+
+/// `--viewers N`: N viewers asking every 5 s for a minute (compressed), with and without the
+/// cache, each through an app of its own.
+async fn run_viewers(a: &Args, b: &Bench, query: &str) {
+    let k = a.compress.max(1);
+    let interval = Duration::from_secs(5) / k;
+    let minute = Duration::from_secs(60) / k;
+    let access = format!("  access_cache: {}ms\n", interval.as_millis());
+    println!(
+        "{} viewers of one environment ({RESOURCES} resources, 40 kinds), each asking every 5 s for a minute; \
+         time compressed {k}x (every {interval:?} for {minute:?}, access_cache {interval:?})",
+        a.viewers
+    );
+    for (name, extra) in [
+        ("with the watch cache", access.clone()),
+        (
+            "without (cache_max_objects: 0)",
+            format!("{access}  cache_max_objects: 0\n"),
+        ),
+    ] {
+        let app = std::sync::Arc::new(environment::gitlab_with(&b.served, &extra).await);
+        b.api.reset_request_counts();
+        let started = Instant::now();
+        let mut viewers = tokio::task::JoinSet::new();
+        for v in 0..a.viewers {
+            let (app, token, query) = (app.clone(), b.token.clone(), query.to_owned());
+            let n = a.viewers as u32;
+            viewers.spawn(async move {
+                // Viewers arrive spread over the first interval.
+                tokio::time::sleep(interval * v as u32 / n).await;
+                let mut ticks = tokio::time::interval(interval);
+                ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                let mut views = 0;
+                while started.elapsed() < minute {
+                    ticks.tick().await;
+                    let body = measure_graphql_on(&app, &token, &query).await;
+                    assert_eq!(graphql_resources(&body), RESOURCES);
+                    views += 1;
+                }
+                views
+            });
+        }
+        let mut views = 0;
+        while let Some(n) = viewers.join_next().await {
+            views += n.expect("viewer");
+        }
+        let took = started.elapsed();
+        let verbs = by_verb(&b.api);
+        let total: u64 = verbs.values().sum();
+        println!("{name}: {views} views in {took:.1?}; {total} requests to the cluster: {verbs:?}");
+    }
+}
+
+/// Resident memory now, in bytes (Linux).
+fn resident() -> usize {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: usize = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    pages * 4096
+}
+
+/// `--memory`: what the synced cache adds to the resident memory, per cached object, against
+/// the size of the objects' JSON as the cluster sends them.
+async fn run_memory(b: &Bench, query: &str) {
+    // The cluster's objects of the namespace, as a list would send them.
+    let mut json_bytes = 0usize;
+    let mut objects = 0usize;
+    let mut resources: Vec<String> = b
+        .discovery
+        .kinds()
+        .await
+        .expect("discovery")
+        .kinds
+        .iter()
+        .map(|k| match k.group.as_str() {
+            "" => k.plural.clone(),
+            g => format!("{}.{g}", k.plural),
+        })
+        .collect();
+    resources.push("events".into());
+    for resource in resources {
+        for o in b.api.list(&resource, Some(NS)) {
+            json_bytes += o.to_string().len();
+            objects += 1;
+        }
+    }
+    let _ = query;
+    // Settle the allocator's state with one fresh view first, then measure the cache alone.
+    let cold_app = environment::gitlab_with(&b.served, "  cache_max_objects: 0\n").await;
+    measure_graphql_on(&cold_app, &b.token, QUERY).await;
+    let cache = envlens::k8s::watch::WatchCache::new(
+        b.client.clone(),
+        envlens::k8s::watch::WatchSettings {
+            idle: Duration::from_secs(600),
+            max_objects: 200_000,
+            access_ttl: Duration::from_secs(5),
+        },
+        Default::default(),
+    );
+    let before = resident();
+    let listing = cache
+        .list_resource_group(
+            &b.discovery,
+            &HeaderMap::new(),
+            NS,
+            &b.selector,
+            &FetchOptions::default(),
+        )
+        .await
+        .expect("cached listing");
+    drop(listing);
+    // Let the list pages' buffers go back before measuring.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let after = resident();
+    let held = cache.objects();
+    let per_object = (after.saturating_sub(before)) as f64 / held as f64;
+    let json_per_object = json_bytes as f64 / objects as f64;
+    println!(
+        "cache holds {held} objects (the namespace has {objects}, {:.1} MiB of JSON, {json_per_object:.0} B each)",
+        json_bytes as f64 / 1048576.0
+    );
+    println!(
+        "resident memory {:.1} -> {:.1} MiB: {per_object:.0} B per cached object = {:.2}x its JSON (goal <= 1x)",
+        before as f64 / 1048576.0,
+        after as f64 / 1048576.0,
+        per_object / json_per_object
+    );
 }

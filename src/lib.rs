@@ -68,7 +68,10 @@ pub fn app(state: AppState) -> Router {
         )
         .layer(from_fn_with_state(state.limits, http::middleware::timeout));
     // Streams run for as long as the client stays: no request timeout here.
-    let proxy = Router::new().route("/k8s-proxy/{*path}", any(crate::k8s::proxy::forward));
+    let proxy = Router::new()
+        .route("/k8s-proxy/{*path}", any(crate::k8s::proxy::forward))
+        // GitLab's watch API (SPEC 8.3): not a Kubernetes path, so never the cluster's.
+        .route("/k8s-proxy/watch", get(crate::k8s::watch_api::watch));
     let mut router = Router::new()
         .merge(api)
         .merge(proxy)

@@ -24,6 +24,12 @@ use crate::support::*;
 /// of acme/apps; 7 other, owner of other.
 pub async fn setup(yaml: &str) -> TestApp {
     let app = TestApp::with_config(yaml).await;
+    populate(&app).await;
+    app
+}
+
+/// The identity and agents of [`setup`], recorded in `app`.
+pub async fn populate(app: &TestApp) {
     let res = app.internal(Method::PUT, "/api/v4/internal/identity", &json!({
         "groups": [{"id": 1, "full_path": "acme"}, {"id": 2, "full_path": "acme/apps"},
                    {"id": 3, "full_path": "other"}, {"id": 4, "full_path": "acme/apps/team"}],
@@ -69,7 +75,6 @@ pub async fn setup(yaml: &str) -> TestApp {
             .await;
         assert_eq!(res.status, 200, "{}", res.text());
     }
-    app
 }
 
 /// A fake cluster with two pods in `apps`, and envlens reaching it through `kubeconfig`.

@@ -551,3 +551,22 @@ async fn a_kind_that_cannot_be_watched_is_listed_fresh_for_every_view() {
         )]
     );
 }
+
+#[tokio::test]
+async fn with_no_room_for_objects_the_cache_is_off_and_every_view_lists() {
+    let s = setup(0).await;
+    let none = HeaderMap::new();
+    assert!(!s.cache.enabled());
+    let first = s.cached(&none).await;
+    assert_eq!(first, s.fresh(&none).await);
+    s.api.reset_request_counts();
+    s.cached(&none).await;
+    let counts = s.api.request_counts();
+    assert_eq!(
+        counts.get(&("watch".to_string(), "pods".to_string())),
+        None,
+        "{counts:?}"
+    );
+    assert_eq!(counts[&("list".to_string(), "pods".to_string())], 1);
+    assert!(s.cache.namespaces().is_empty());
+}

@@ -8,7 +8,7 @@
 //!   response_timeout: 30s                 # until the cluster's first byte; streams then run free
 //!   access_cache: 5s                      # how long a user_access decision is reused
 //!   cache_idle: 10m                       # a namespace's watches stop after this long unread
-//!   cache_max_objects: 200000             # past it, the namespace read least recently is dropped
+//!   cache_max_objects: 200000             # past it, the namespace read least recently is dropped; 0: no cache
 //!   agents:
 //!     - agent: 7                          # an agent id ...
 //!       context: production

@@ -45,6 +45,8 @@ pub struct Clusters {
     pub grants: crate::k8s::grants::GrantCache,
     /// Where every client counts its requests.
     pub metrics: Arc<Metrics>,
+    /// GitLab's watch API: its tokens and its bound on sockets.
+    pub watch_api: Arc<crate::k8s::watch_api::Shared>,
 }
 
 /// No client could be made for the agent: the proxy answers 502 with this message.
@@ -98,6 +100,7 @@ impl Clusters {
             response_timeout: settings.response_timeout,
             grants: crate::k8s::grants::GrantCache::new(settings.access_cache),
             metrics,
+            watch_api: Arc::default(),
         }
     }
 

@@ -214,6 +214,9 @@ pub(crate) async fn into_listing(
     let (selected, owned) = tokio::task::spawn_blocking(move || {
         let selected = unique_by_uid(selected, &HashSet::new());
         let owned = parse_candidates(owned_candidates(&selected, candidates));
+        // Objects shared with the watch cache are copied here, for the listing to own; only
+        // those of the group (not the rest of the namespace the walk went through).
+        let selected: Vec<Object> = selected.into_iter().map(Arc::unwrap_or_clone).collect();
         (selected, owned)
     })
     .await
@@ -240,23 +243,22 @@ pub(crate) async fn into_listing(
 }
 
 /// The candidates whose ownership chain leads to `selected`, one per uid and none selected.
-fn owned_candidates(selected: &[Object], candidates: Vec<Candidate>) -> Vec<Candidate> {
-    let (heads, texts): (Vec<Tree>, Vec<Box<str>>) =
-        candidates.into_iter().map(|c| (c.head, c.text)).unzip();
-    let mut keep = vec![false; heads.len()];
+fn owned_candidates(selected: &[Arc<Object>], candidates: Vec<Candidate>) -> Vec<Candidate> {
+    let mut keep = vec![false; candidates.len()];
     {
-        let selected_uids: HashSet<&str> = selected.iter().filter_map(|o| uid(&o.view)).collect();
+        let roots: Vec<&Tree> = selected.iter().map(|o| &o.view).collect();
+        let heads: Vec<&Tree> = candidates.iter().map(Candidate::head).collect();
+        let selected_uids: HashSet<&str> = roots.iter().filter_map(|o| uid(o)).collect();
         let mut seen: HashSet<&str> = HashSet::new();
-        for i in graph::owned_closure(selected, &heads) {
-            keep[i] = uid(&heads[i]).is_some_and(|u| !selected_uids.contains(u) && seen.insert(u));
+        for i in graph::owned_closure(&roots, &heads) {
+            keep[i] = uid(heads[i]).is_some_and(|u| !selected_uids.contains(u) && seen.insert(u));
         }
     }
-    heads
+    candidates
         .into_iter()
-        .zip(texts)
         .zip(keep)
         .filter(|(_, keep)| *keep)
-        .map(|((head, text), _)| Candidate { head, text })
+        .map(|(candidate, _)| candidate)
         .collect()
 }
 
@@ -278,7 +280,11 @@ fn parse_candidates(mut kept: Vec<Candidate>) -> Vec<Object> {
 
 fn parse_in_order(kept: Vec<Candidate>) -> Vec<Object> {
     kept.into_iter()
-        .filter_map(|Candidate { head, text }| {
+        .filter_map(|candidate| {
+            let (head, text) = match candidate {
+                Candidate::Built(object) => return Some(Arc::unwrap_or_clone(object)),
+                Candidate::Text { head, text } => (head, text),
+            };
             match Object::parse_text(text, str_of(&head, "apiVersion"), str_of(&head, "kind")) {
                 Ok(object) => Some(object),
                 // Unreachable: the text already parsed as an object for its head.
@@ -375,12 +381,12 @@ pub(crate) fn plan(
 
 /// What the pages of one job yield.
 pub(crate) enum Listed {
-    /// A selected list's objects.
-    Objects(Vec<Object>),
+    /// A selected list's objects (shared with the watch cache when they come from it).
+    Objects(Vec<Arc<Object>>),
     /// An owned kind listed without the selector: the objects the selector's terms pick here,
     /// and the others as candidates for the ownership walk.
     Unselected {
-        selected: Vec<Object>,
+        selected: Vec<Arc<Object>>,
         candidates: Vec<Candidate>,
     },
     Events(Vec<EventDoc>),
@@ -389,9 +395,20 @@ pub(crate) enum Listed {
 /// An object of an owned kind that the selector did not pick. Only its [`object::HEAD`] is
 /// parsed; the text waits until the ownership walk keeps it, so the rest of the namespace
 /// (other environments' Pods and ReplicaSets) is never built into JSON trees.
-pub(crate) struct Candidate {
-    pub head: Tree,
-    pub text: Box<str>,
+pub(crate) enum Candidate {
+    /// From a list page: the head, and the text to parse if the walk keeps it.
+    Text { head: Tree, text: Box<str> },
+    /// From the watch cache: already parsed, shared with the cache.
+    Built(Arc<Object>),
+}
+
+impl Candidate {
+    fn head(&self) -> &Tree {
+        match self {
+            Candidate::Text { head, .. } => head,
+            Candidate::Built(object) => &object.view,
+        }
+    }
 }
 
 /// Runs every job concurrently (each one a task, so that pages are parsed on every core),
@@ -500,7 +517,7 @@ impl Pages {
             Listed::Objects(objects) => {
                 let page = page::read::<Kept>(body)?;
                 for (kept, text) in page.items {
-                    objects.push(Object::from_kept(kept, text, api_version, kind));
+                    objects.push(Arc::new(Object::from_kept(kept, text, api_version, kind)));
                 }
                 Ok(page.continue_token)
             }
@@ -521,9 +538,13 @@ impl Pages {
                         .as_ref()
                         .is_some_and(|terms| labels_match(terms, labels));
                     if picked {
-                        selected.push(Object::parse_text(text.into(), api_version, kind)?);
+                        selected.push(Arc::new(Object::parse_text(
+                            text.into(),
+                            api_version,
+                            kind,
+                        )?));
                     } else {
-                        candidates.push(Candidate {
+                        candidates.push(Candidate::Text {
                             head,
                             text: text.into(),
                         });
@@ -612,7 +633,10 @@ fn uid(object: &Tree) -> Option<&str> {
 /// The first object of each uid, in order; objects without a uid or whose uid is in `skip` are
 /// dropped (the same object can come from two groups, e.g. `extensions` and `networking.k8s.io`
 /// Ingresses on older clusters).
-fn unique_by_uid(objects: impl IntoIterator<Item = Object>, skip: &HashSet<String>) -> Vec<Object> {
+fn unique_by_uid(
+    objects: impl IntoIterator<Item = Arc<Object>>,
+    skip: &HashSet<String>,
+) -> Vec<Arc<Object>> {
     let mut seen: HashSet<String> = HashSet::new();
     objects
         .into_iter()
@@ -830,7 +854,7 @@ mod tests {
     }
 
     fn candidate(text: &str) -> Candidate {
-        Candidate {
+        Candidate::Text {
             head: object::parse_typed(object::HEAD, text, "apps/v1", "ReplicaSet").unwrap(),
             text: text.into(),
         }
@@ -852,11 +876,11 @@ mod tests {
 
     #[test]
     fn only_owned_candidates_are_parsed_and_kept_once() {
-        let selected = vec![listed(
+        let selected = vec![Arc::new(listed(
             json!({"metadata": {"name": "web", "namespace": "ns", "uid": "d1"}}),
             "apps/v1",
             "Deployment",
-        )];
+        ))];
         let kept = owned_candidates(
             &selected,
             vec![
@@ -881,6 +905,34 @@ mod tests {
         );
         // The first of the two texts of r1, as the cluster sent it.
         assert!(owned[0].text.contains("managedFields"));
+
+        // Candidates the watch cache built already are walked the same way, not parsed again.
+        let built = |text: &str| {
+            Candidate::Built(Arc::new(
+                Object::parse_text(text.into(), "apps/v1", "ReplicaSet").unwrap(),
+            ))
+        };
+        let kept = owned_candidates(
+            &selected,
+            vec![
+                built(
+                    r#"{"metadata": {"name": "web-2", "uid": "r3", "ownerReferences": [{"uid": "d1"}]}}"#,
+                ),
+                built(
+                    r#"{"metadata": {"name": "else", "uid": "r4", "ownerReferences": [{"uid": "d9"}]}}"#,
+                ),
+            ],
+        );
+        assert!(matches!(kept.as_slice(), [Candidate::Built(o)] if o.text.contains("web-2")));
+        assert_eq!(
+            parse_candidates(kept)[0]
+                .view
+                .get("metadata")
+                .unwrap()
+                .get("uid")
+                .and_then(Tree::as_str),
+            Some("r3")
+        );
     }
 
     #[test]
@@ -940,7 +992,11 @@ mod tests {
     #[test]
     fn objects_are_unique_by_uid() {
         let o = |uid: &str, name: &str| {
-            listed(json!({"metadata": {"uid": uid, "name": name}}), "v1", "Pod")
+            Arc::new(listed(
+                json!({"metadata": {"uid": uid, "name": name}}),
+                "v1",
+                "Pod",
+            ))
         };
         let skip: HashSet<String> = ["s".to_string()].into();
         let kept = unique_by_uid(
@@ -949,7 +1005,7 @@ mod tests {
                 o("b", "2"),
                 o("a", "3"),
                 o("s", "4"),
-                listed(json!({"metadata": {}}), "v1", "Pod"),
+                Arc::new(listed(json!({"metadata": {}}), "v1", "Pod")),
             ],
             &skip,
         );

@@ -1,6 +1,6 @@
 //! What envlens asks of clusters: a client per agent, discovery of their kinds, the listing of
 //! an environment's resources, the `user_access` grants and impersonation under which it asks,
-//! and the proxy for the browser. The decisions over what comes back live in `resources`.
+//! the proxy for the browser, and GitLab's watch API over the watch cache. The decisions over what comes back live in `resources`.
 
 pub mod clusters;
 pub mod discovery;
@@ -9,3 +9,4 @@ pub mod grants;
 pub mod observe;
 pub mod proxy;
 pub mod watch;
+pub mod watch_api;

@@ -13,17 +13,18 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
+use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
 use axum::response::Response;
 
-use crate::auth::authenticate;
 use crate::auth::Keys;
+use crate::auth::{authenticate, Session};
 use crate::config::Limits;
 use crate::db::pool::Pool;
 use crate::error::{kubernetes_status, Error};
 use crate::gitlab::Instance;
 use crate::k8s::clusters::Clusters;
-use crate::k8s::grants::AccessType;
+use crate::k8s::grants::{AccessType, Grant};
 use crate::k8s::observe::ForAgent;
 use crate::telemetry::RequestId;
 
@@ -58,45 +59,15 @@ pub async fn forward(
     request: Request,
 ) -> Response {
     let (parts, body) = request.into_parts();
-    let session = match authenticate(&parts, &keys, gitlab.as_deref()).await {
-        Ok(session) => session,
-        // GitLab, which vouches for its tokens, or the database, which holds the dashboard's
-        // sessions, cannot be asked: not a refusal.
-        Err(e @ (Error::GitLabUnavailable(_) | Error::Unavailable(_))) => {
-            return e.to_kubernetes_status()
-        }
-        Err(e) => return unauthorized(&e.to_string()),
+    let Admitted {
+        agent_id,
+        session,
+        grant,
+    } = match admit(&parts, &keys, &db, &clusters, gitlab.as_deref()).await {
+        Ok(admitted) => admitted,
+        Err(refused) => return refused,
     };
-    let Some(agent_id) = agent_id(&parts.headers, &parts.uri) else {
-        return unauthorized(
-            "the Gitlab-Agent-Id header (or gitlab-agent-id parameter) must name an agent",
-        );
-    };
-    crate::telemetry::record_agent(agent_id, None);
     let request_id = parts.extensions.get::<RequestId>().cloned();
-    // A recent decision needs no connection: the proxy then works while the database is down.
-    let grants = &clusters.grants;
-    let decided = match grants.cached(agent_id, session.user_id) {
-        Some(grant) => Ok(grant),
-        None => match db.acquire().await {
-            Ok(mut conn) => {
-                grants
-                    .authorize(&mut *conn, agent_id, session.user_id)
-                    .await
-            }
-            Err(e) => Err(e.into()),
-        },
-    };
-    let grant = match decided {
-        Ok(Some(grant)) => grant,
-        // An unknown agent, an unknown user and a refusal read the same.
-        Ok(None) => {
-            return unauthorized(&format!(
-                "agent {agent_id} does not exist or its user_access does not allow you"
-            ))
-        }
-        Err(e) => return e.to_kubernetes_status(),
-    };
     if parts.headers.contains_key(header::UPGRADE) {
         return kubernetes_status(
             StatusCode::NOT_IMPLEMENTED,
@@ -160,6 +131,70 @@ pub async fn forward(
             timeout.as_secs_f32()
         ))
         .to_kubernetes_status(),
+    }
+}
+
+/// A request that passed the session and `user_access` checks.
+pub struct Admitted {
+    pub agent_id: i64,
+    pub session: Session,
+    pub grant: Arc<Grant>,
+}
+
+/// The checks of every proxied request (and of a watch token's request): the session, the
+/// agent named, and the user's `user_access` to it. Refusals are answered as the proxy answers
+/// them: 401 with `Gitlab-Unauthorized`, the same for an unknown agent as for a forbidden one.
+pub async fn admit(
+    parts: &Parts,
+    keys: &Keys,
+    db: &Pool,
+    clusters: &Clusters,
+    gitlab: Option<&Instance>,
+) -> Result<Admitted, Response> {
+    let session = match authenticate(parts, keys, gitlab).await {
+        Ok(session) => session,
+        // GitLab, which vouches for its tokens, or the database, which holds the dashboard's
+        // sessions, cannot be asked: not a refusal.
+        Err(e @ (Error::GitLabUnavailable(_) | Error::Unavailable(_))) => {
+            return Err(e.to_kubernetes_status())
+        }
+        Err(e) => return Err(unauthorized(&e.to_string())),
+    };
+    let Some(agent_id) = agent_id(&parts.headers, &parts.uri) else {
+        return Err(unauthorized(
+            "the Gitlab-Agent-Id header (or gitlab-agent-id parameter) must name an agent",
+        ));
+    };
+    crate::telemetry::record_agent(agent_id, None);
+    match current_grant(db, clusters, agent_id, session.user_id).await {
+        Ok(Some(grant)) => Ok(Admitted {
+            agent_id,
+            session,
+            grant,
+        }),
+        // An unknown agent, an unknown user and a refusal read the same.
+        Ok(None) => Err(unauthorized(&format!(
+            "agent {agent_id} does not exist or its user_access does not allow you"
+        ))),
+        Err(e) => Err(e.to_kubernetes_status()),
+    }
+}
+
+/// The user's grant to the agent now: a recent decision needs no connection, so the proxy
+/// works while the database is down.
+pub async fn current_grant(
+    db: &Pool,
+    clusters: &Clusters,
+    agent_id: i64,
+    user_id: i64,
+) -> Result<Option<Arc<Grant>>, Error> {
+    let grants = &clusters.grants;
+    match grants.cached(agent_id, user_id) {
+        Some(grant) => Ok(grant),
+        None => {
+            let mut conn = db.acquire().await?;
+            Ok(grants.authorize(&mut *conn, agent_id, user_id).await?)
+        }
     }
 }
 
@@ -291,7 +326,7 @@ fn remove_where(headers: &mut HeaderMap, unwanted: impl Fn(&str) -> bool) {
 }
 
 /// 401 for every credential or `user_access` failure, marked for GitLab's frontend.
-fn unauthorized(message: &str) -> Response {
+pub fn unauthorized(message: &str) -> Response {
     let mut response = kubernetes_status(StatusCode::UNAUTHORIZED, message);
     response.headers_mut().insert(
         HeaderName::from_static("gitlab-unauthorized"),

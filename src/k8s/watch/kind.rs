@@ -52,7 +52,8 @@ pub struct KindChange {
 /// A kind's objects in one namespace, by name (the cluster's list order).
 pub(crate) struct KindWatch {
     pub kind: ApiKind,
-    objects: Mutex<BTreeMap<String, Object>>,
+    /// Shared with the views that read them: a view takes the objects without copying them.
+    objects: Mutex<BTreeMap<String, Arc<Object>>>,
     pub phase: watch::Sender<Phase>,
     /// The namespace's change feed; an object is cloned into it only while somebody listens.
     changes: broadcast::Sender<KindChange>,
@@ -155,16 +156,16 @@ impl KindWatch {
         }
     }
 
-    pub fn lock(&self) -> MutexGuard<'_, BTreeMap<String, Object>> {
+    pub fn lock(&self) -> MutexGuard<'_, BTreeMap<String, Arc<Object>>> {
         self.objects.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The objects now, in name order.
-    pub fn objects(&self) -> Vec<Object> {
+    /// The objects now, in name order (shared, not copied).
+    pub fn objects(&self) -> Vec<Arc<Object>> {
         self.lock().values().cloned().collect()
     }
 
-    fn replace(&self, fresh: BTreeMap<String, Object>) {
+    fn replace(&self, fresh: BTreeMap<String, Arc<Object>>) {
         let mut objects = self.lock();
         let (before, after) = (objects.len(), fresh.len());
         *objects = fresh;
@@ -175,7 +176,7 @@ impl KindWatch {
     fn put(&self, name: String, object: Object) {
         let listened = self.changes.receiver_count() > 0;
         let copy = listened.then(|| object.clone());
-        if self.lock().insert(name, object).is_none() {
+        if self.lock().insert(name, Arc::new(object)).is_none() {
             self.count(1);
         }
         if let Some(object) = copy {
@@ -187,7 +188,7 @@ impl KindWatch {
         let removed = self.lock().remove(name);
         if let Some(object) = removed {
             self.count(-1);
-            self.publish(|| Change::Deleted(object));
+            self.publish(|| Change::Deleted(Arc::unwrap_or_clone(object)));
         }
     }
 
@@ -339,7 +340,7 @@ async fn list(
             let head: ObjectMeta = serde_json::from_str(text.get()).map_err(Failure::bad_body)?;
             let object =
                 Object::parse(text, &api_version, &watch.kind.kind).map_err(Failure::bad_body)?;
-            fresh.insert(head.metadata.name, object);
+            fresh.insert(head.metadata.name, Arc::new(object));
         }
         version.get_or_insert(page.metadata.resource_version);
         match page.metadata.continue_token.filter(|t| !t.is_empty()) {

@@ -122,6 +122,12 @@ impl WatchCache {
         }
     }
 
+    /// Whether the cache keeps anything: `kubernetes.cache_max_objects: 0` turns it off, and
+    /// every view is then listed fresh.
+    pub fn enabled(&self) -> bool {
+        self.inner.settings.max_objects > 0
+    }
+
     /// Objects held now, across namespaces.
     pub fn objects(&self) -> usize {
         self.inner.total.load(Ordering::Relaxed)
@@ -152,7 +158,8 @@ impl WatchCache {
     /// as [`fetch::list_resource_group`] with the same arguments. The first read of a namespace
     /// starts its watches and waits (up to `options.request_timeout`) for their first lists; a
     /// kind still without one then is reported as failing. A selector that is not made of
-    /// equality terms is listed fresh (the cache would have to evaluate it).
+    /// equality terms is listed fresh (the cache would have to evaluate it), and so is every
+    /// view when the cache is off ([`Self::enabled`]).
     pub async fn list_resource_group(
         &self,
         discovery: &DiscoveryCache,
@@ -164,7 +171,8 @@ impl WatchCache {
         if namespace.is_empty() {
             return Err(FetchError::NoNamespace);
         }
-        let Some(terms) = fetch::equality_terms(label_selector) else {
+        let terms = fetch::equality_terms(label_selector).filter(|_| self.enabled());
+        let Some(terms) = terms else {
             return fetch::list_resource_group(
                 &self.inner.client,
                 discovery,
@@ -353,6 +361,93 @@ impl WatchCache {
     }
 }
 
+/// One kind's cached objects in one namespace, for a watcher of that kind alone (GitLab's
+/// watch API, [`crate::k8s::watch_api`]). Holding it keeps the kind's watch running.
+pub struct KindView {
+    watch: Arc<KindWatch>,
+}
+
+impl KindView {
+    pub fn kind(&self) -> &ApiKind {
+        &self.watch.kind
+    }
+
+    /// The objects now, in name order, shared with the cache; or why there are none to show
+    /// (the kind's list failed, or has not answered yet).
+    pub(crate) fn objects(&self) -> Result<Vec<Arc<Object>>, Failure> {
+        match &*self.watch.phase.borrow() {
+            Phase::Pending => Err(Failure {
+                code: None,
+                message: "the watch cache has not listed this kind yet".into(),
+                answered: false,
+            }),
+            Phase::Failed(failure) => Err(failure.clone()),
+            Phase::Synced => Ok(self.watch.objects()),
+        }
+    }
+
+    /// Waits (at most `timeout`) for the kind's first list.
+    pub async fn synced(&self, timeout: Duration) {
+        wait_synced(std::slice::from_ref(&self.watch), timeout).await;
+    }
+}
+
+impl WatchCache {
+    /// `kind` in `namespace` from the cache, watched from now on if it was not: for a reader
+    /// of that one kind. With impersonation headers, the cluster's `SubjectAccessReview` for
+    /// that identity must allow `list` and `watch` first (as for a resource group); a refusal
+    /// is the failure to report. Subscribe to [`Self::changes`] before, so nothing falls
+    /// between the objects read and the changes that follow.
+    pub(crate) async fn view_kind(
+        &self,
+        headers: &HeaderMap,
+        namespace: &str,
+        kind: &ApiKind,
+        page_size: usize,
+        timeout: Duration,
+    ) -> Result<KindView, Failure> {
+        if let Some(who) = access::Identity::from_headers(headers) {
+            let decision = self
+                .inner
+                .access
+                .check(
+                    &self.inner.client,
+                    &who,
+                    namespace,
+                    std::slice::from_ref(kind),
+                    headers,
+                    timeout,
+                )
+                .await;
+            if let Some(Some(refused)) = decision.into_iter().next() {
+                return Err(refused);
+            }
+        }
+        self.start_sweeper();
+        let ns = lock(&self.inner.namespaces)
+            .entry(namespace.to_owned())
+            .or_insert_with(Namespace::new)
+            .clone();
+        *lock(&ns.last_read) = Instant::now();
+        let watch = lock(&ns.kinds)
+            .entry(kind.clone())
+            .or_insert_with(|| {
+                KindWatch::start(
+                    self.inner.client.clone(),
+                    kind.clone(),
+                    namespace,
+                    page_size.max(1),
+                    ns.changes.clone(),
+                    self.inner.total.clone(),
+                    self.inner.metrics.clone(),
+                )
+            })
+            .clone();
+        self.bound(namespace);
+        Ok(KindView { watch })
+    }
+}
+
 /// Waits until every watch has listed once (or failed), at most `timeout`.
 async fn wait_synced(watches: &[Arc<KindWatch>], timeout: Duration) {
     let all = async {
@@ -377,6 +472,7 @@ fn outcome(job: &Job, watch: &KindWatch) -> Result<Listed, Failure> {
         Phase::Failed(failure) => return Err(failure.clone()),
         Phase::Synced => {}
     }
+    // Shared with the cache, not copied: the listing copies only what the group keeps.
     let objects = watch.objects();
     let terms = job.local_terms.as_deref().unwrap_or(&[]);
     let picked = |o: &Object| {
@@ -408,18 +504,12 @@ fn outcome(job: &Job, watch: &KindWatch) -> Result<Listed, Failure> {
             )
         }
         Purpose::Unselected => {
-            let (selected, rest): (Vec<Object>, Vec<Object>) = objects
+            let (selected, rest): (Vec<Arc<Object>>, Vec<Arc<Object>>) = objects
                 .into_iter()
                 .partition(|o| job.local_terms.is_some() && picked(o));
             Listed::Unselected {
                 selected,
-                candidates: rest
-                    .into_iter()
-                    .map(|o| fetch::Candidate {
-                        head: o.view,
-                        text: o.text,
-                    })
-                    .collect(),
+                candidates: rest.into_iter().map(fetch::Candidate::Built).collect(),
             }
         }
         Purpose::Events => Listed::Events(

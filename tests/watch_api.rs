@@ -1,0 +1,459 @@
+//! GitLab's watch API (SPEC 8.3) over a real socket: the token request and its checks, the
+//! WebSocket's subprotocols and single-use tokens, several watches on one socket served from
+//! the watch cache (a pod changed at the test server arrives), a kind RBAC refuses the user
+//! as an error message, and watches the cache cannot serve passed to the cluster as the user.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::Method;
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use tempfile::TempDir;
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::{self, Message};
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+use crate::proxy;
+use crate::support::kube_api::{KubeApi, Served};
+use crate::support::*;
+
+pub struct Live {
+    pub app: TestApp,
+    pub addr: SocketAddr,
+    pub api: KubeApi,
+    _stop: tokio::sync::oneshot::Sender<()>,
+    _served: Served,
+    _dir: TempDir,
+}
+
+/// envlens on a socket, over the proxy tests' identity and agents and their cluster (pods
+/// `web-1` and `web-2` in `apps`).
+pub async fn live() -> Live {
+    let (api, served, dir) = proxy::cluster().await;
+    let settings = envlens::config::file::Settings::parse(&proxy::config(&served)).unwrap();
+    let clusters = envlens::k8s::clusters::Clusters::load(&settings.kubernetes, Default::default())
+        .await
+        .unwrap();
+    let database = postgres::fresh_database().await;
+    let state =
+        envlens::state::AppState::new(database.clone(), keys(), envlens::config::Limits::default())
+            .with_clusters(clusters, settings.cors);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(envlens::run(
+        state.clone(),
+        listener,
+        async { stopped.await.unwrap_or(()) },
+        Duration::from_secs(1),
+    ));
+    let app = TestApp::owning(state, database);
+    proxy::populate(&app).await;
+    Live {
+        app,
+        addr,
+        api,
+        _stop: stop,
+        _served: served,
+        _dir: dir,
+    }
+}
+
+pub const TOKEN_PATH: &str = "/k8s-proxy/watch?kas-websocket-token-request=true";
+
+impl Live {
+    /// A watch token for `user` on `agent`, as the frontend asks for it.
+    pub async fn token(&self, user: i64, agent: i64) -> String {
+        let res = self
+            .app
+            .send(
+                proxy::bearer(user, agent, Method::GET, TOKEN_PATH)
+                    .body(Body::empty())
+                    .unwrap(),
+            )
+            .await;
+        assert_eq!(res.status, 200, "{}", res.text());
+        assert_eq!(res.headers["cache-control"], "no-store");
+        res.json()["token"].as_str().unwrap().to_owned()
+    }
+
+    async fn open(
+        &self,
+        protocols: &[String],
+    ) -> Result<(Socket, tungstenite::handshake::client::Response), tungstenite::Error> {
+        let mut request = format!("ws://{}/k8s-proxy/watch", self.addr)
+            .into_client_request()
+            .unwrap();
+        request.headers_mut().insert(
+            "sec-websocket-protocol",
+            protocols.join(", ").parse().unwrap(),
+        );
+        tokio_tungstenite::connect_async(request).await
+    }
+
+    /// A socket for `user` on `agent`, opened as the package opens it.
+    pub async fn socket(&self, user: i64, agent: i64) -> Socket {
+        let token = self.token(user, agent).await;
+        self.open(&protocols(&token))
+            .await
+            .expect("the socket opens")
+            .0
+    }
+}
+
+pub type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+fn protocols(token: &str) -> Vec<String> {
+    vec![
+        "gitlab-agent-watch-api".into(),
+        format!("websocket-token.kas.gitlab.com.{token}"),
+    ]
+}
+
+async fn watch(ws: &mut Socket, id: &str, params: Value) {
+    let message = json!({"type": "watch", "watch_id": id, "watch_params": params});
+    ws.send(Message::text(message.to_string())).await.unwrap();
+}
+
+/// The next JSON message, within 5 s.
+async fn next(ws: &mut Socket) -> Value {
+    loop {
+        let message = tokio::time::timeout(Duration::from_secs(5), ws.next())
+            .await
+            .expect("a message within 5 s")
+            .expect("the socket stays open")
+            .expect("a readable message");
+        if let Message::Text(text) = message {
+            return serde_json::from_str(&text).unwrap();
+        }
+    }
+}
+
+/// The first `n` messages for `id`; messages for other watches wait in `kept` for their turn.
+async fn collect(ws: &mut Socket, id: &str, n: usize) -> Vec<Value> {
+    let mut mine = Vec::new();
+    let mut kept = KEPT.with(|k| std::mem::take(&mut *k.borrow_mut()));
+    kept.retain(|m: &Value| {
+        if mine.len() < n && m["watchId"] == id {
+            mine.push(m.clone());
+            false
+        } else {
+            true
+        }
+    });
+    while mine.len() < n {
+        let m = next(ws).await;
+        if m["watchId"] == id {
+            mine.push(m);
+        } else {
+            kept.push(m);
+        }
+    }
+    KEPT.with(|k| *k.borrow_mut() = kept);
+    mine
+}
+
+thread_local! {
+    /// Messages read for one watch while waiting for another's (tests run on one thread).
+    static KEPT: std::cell::RefCell<Vec<Value>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// `(event type, object name)` of data messages.
+fn events(messages: &[Value]) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = messages
+        .iter()
+        .map(|m| {
+            assert_eq!(m["type"], "data", "{m}");
+            (
+                m["watchEvent"]["type"].as_str().unwrap().to_owned(),
+                m["watchEvent"]["object"]["metadata"]["name"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+fn pair(t: &str, n: &str) -> (String, String) {
+    (t.to_owned(), n.to_owned())
+}
+
+#[tokio::test]
+async fn a_token_takes_the_proxys_checks_and_opens_one_socket() {
+    let live = live().await;
+    // No credentials, a user without user_access, an unknown agent: 401 as the proxy says it.
+    let anonymous = live
+        .app
+        .send(
+            axum::http::Request::get(TOKEN_PATH)
+                .header("Gitlab-Agent-Id", "7")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(anonymous.status, 401);
+    assert_eq!(anonymous.headers["gitlab-unauthorized"], "true");
+    for (user, agent) in [(5, 7), (2, 99)] {
+        let res = live
+            .app
+            .send(
+                proxy::bearer(user, agent, Method::GET, TOKEN_PATH)
+                    .body(Body::empty())
+                    .unwrap(),
+            )
+            .await;
+        assert_eq!(res.status, 401, "{}", res.text());
+        assert_eq!(res.json()["kind"], "Status");
+    }
+
+    let token = live.token(2, 7).await;
+    // The socket must offer the watch API's subprotocol, and a token that was issued.
+    let err = live
+        .open(&[format!("websocket-token.kas.gitlab.com.{token}")])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, tungstenite::Error::Http(r) if r.status() == 400),
+        "{err:?}"
+    );
+    let err = live.open(&protocols("made-up")).await.unwrap_err();
+    assert!(
+        matches!(&err, tungstenite::Error::Http(r) if r.status() == 401),
+        "{err:?}"
+    );
+    let err = live
+        .open(&["gitlab-agent-watch-api".to_owned()])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, tungstenite::Error::Http(r) if r.status() == 401),
+        "{err:?}"
+    );
+
+    let (ws, response) = live.open(&protocols(&token)).await.unwrap();
+    assert_eq!(
+        response.headers()["sec-websocket-protocol"],
+        "gitlab-agent-watch-api"
+    );
+    drop(ws);
+    // Used once: a second socket with it is refused.
+    let err = live.open(&protocols(&token)).await.unwrap_err();
+    assert!(
+        matches!(&err, tungstenite::Error::Http(r) if r.status() == 401),
+        "{err:?}"
+    );
+
+    // Neither a token request nor a socket: a Status, not the cluster.
+    let res = live
+        .app
+        .send(
+            proxy::bearer(2, 7, Method::GET, "/k8s-proxy/watch")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(res.status, 400, "{}", res.text());
+    assert!(live
+        .api
+        .requests()
+        .iter()
+        .all(|r| !r.path.contains("watch")));
+}
+
+#[tokio::test]
+async fn watches_share_a_socket_and_follow_the_cluster_from_the_cache() {
+    let live = live().await;
+    let mut ws = live.socket(2, 9).await;
+    let pods = json!({"version": "v1", "resource": "pods", "namespace": "apps"});
+    watch(&mut ws, "all-pods", pods.clone()).await;
+    let mut one = pods.clone();
+    one["field_selector"] = json!("metadata.name=web-1");
+    one["label_selector"] = json!("app=web");
+    watch(&mut ws, "web-1", one).await;
+
+    let all = collect(&mut ws, "all-pods", 2).await;
+    assert_eq!(
+        events(&all),
+        [pair("ADDED", "web-1"), pair("ADDED", "web-2")]
+    );
+    let object = &all[0]["watchEvent"]["object"];
+    assert_eq!(object["apiVersion"], "v1");
+    assert_eq!(object["kind"], "Pod");
+    assert!(object["metadata"]["uid"].is_string());
+    assert_eq!(object["spec"]["containers"][0]["image"], "nginx");
+    let rest = collect(&mut ws, "web-1", 1).await;
+    assert_eq!(events(&rest), [pair("ADDED", "web-1")]);
+
+    // A change at the cluster reaches both watches that select the pod.
+    let mut pod = live.api.get("pods", Some("apps"), "web-1").unwrap();
+    pod["status"] = json!({"phase": "Running"});
+    live.api.insert(pod);
+    let a = collect(&mut ws, "all-pods", 1).await;
+    let b = collect(&mut ws, "web-1", 1).await;
+    assert_eq!(events(&a), [pair("MODIFIED", "web-1")]);
+    assert_eq!(events(&b), [pair("MODIFIED", "web-1")]);
+    assert_eq!(a[0]["watchEvent"]["object"]["status"]["phase"], "Running");
+
+    // A pod created, then deleted.
+    live.api.insert(json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "web-3", "namespace": "apps", "labels": {"app": "web"}}}));
+    assert_eq!(
+        events(&collect(&mut ws, "all-pods", 1).await),
+        [pair("ADDED", "web-3")]
+    );
+    live.api.remove("pods", Some("apps"), "web-2");
+    assert_eq!(
+        events(&collect(&mut ws, "all-pods", 1).await),
+        [pair("DELETED", "web-2")]
+    );
+    // Served from the cache: one list and one watch of pods, whatever the watchers.
+    assert_eq!(live.api.request_count("list", "pods"), 1);
+}
+
+#[tokio::test]
+async fn a_kind_the_user_may_not_list_is_an_error_message() {
+    let live = live().await;
+    live.api.insert(
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "pods", "namespace": "apps"},
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]}]}),
+    );
+    live.api.insert(
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "users", "namespace": "apps"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pods"},
+        "subjects": [{"kind": "Group", "name": "gitlab:user"}]}),
+    );
+    live.api.enforce_rbac();
+    // Agent 7 impersonates the user.
+    let mut ws = live.socket(2, 7).await;
+    watch(
+        &mut ws,
+        "svc",
+        json!({"version": "v1", "resource": "services", "namespace": "apps"}),
+    )
+    .await;
+    let m = next(&mut ws).await;
+    assert_eq!(m["watchId"], "svc");
+    assert_eq!(m["type"], "error");
+    assert_eq!(m["error"]["object"]["code"], 403);
+    assert_eq!(
+        m["error"]["object"]["message"],
+        "services is forbidden: User \"gitlab:user:pdev\" cannot list resource \"services\" in API group \"\" in the namespace \"apps\""
+    );
+    watch(
+        &mut ws,
+        "pods",
+        json!({"version": "v1", "resource": "pods", "namespace": "apps"}),
+    )
+    .await;
+    let pods = collect(&mut ws, "pods", 2).await;
+    assert_eq!(
+        events(&pods),
+        [pair("ADDED", "web-1"), pair("ADDED", "web-2")]
+    );
+    // All namespaces is the cluster's to decide, as the user: refused, and said so.
+    watch(
+        &mut ws,
+        "everywhere",
+        json!({"version": "v1", "resource": "pods"}),
+    )
+    .await;
+    let m = collect(&mut ws, "everywhere", 1).await;
+    assert_eq!(m[0]["type"], "error", "{}", m[0]);
+    assert_eq!(m[0]["error"]["object"]["code"], 403);
+    let asked = live
+        .api
+        .requests()
+        .into_iter()
+        .find(|r| r.path == "/api/v1/pods")
+        .expect("the cluster was asked");
+    assert_eq!(asked.impersonate_user.as_deref(), Some("gitlab:user:pdev"));
+}
+
+#[tokio::test]
+async fn what_the_cache_cannot_serve_is_watched_at_the_cluster() {
+    let live = live().await;
+    let mut ws = live.socket(2, 9).await;
+    // All namespaces, and a selector only the API server evaluates.
+    watch(
+        &mut ws,
+        "everywhere",
+        json!({"version": "v1", "resource": "pods"}),
+    )
+    .await;
+    watch(
+        &mut ws,
+        "not-web-2",
+        json!({"version": "v1", "resource": "pods", "namespace": "apps", "label_selector": "app in (web)", "field_selector": "metadata.name!=web-2"}),
+    )
+    .await;
+    let all = collect(&mut ws, "everywhere", 2).await;
+    assert_eq!(
+        events(&all),
+        [pair("ADDED", "web-1"), pair("ADDED", "web-2")]
+    );
+    let some = collect(&mut ws, "not-web-2", 1).await;
+    assert_eq!(events(&some), [pair("ADDED", "web-1")]);
+    live.api.remove("pods", Some("apps"), "web-1");
+    assert_eq!(
+        events(&collect(&mut ws, "everywhere", 1).await),
+        [pair("DELETED", "web-1")]
+    );
+
+    assert_eq!(
+        events(&collect(&mut ws, "not-web-2", 1).await),
+        [pair("DELETED", "web-1")]
+    );
+
+    // Bad messages are answered, and the socket goes on.
+    ws.send(Message::text("{not json")).await.unwrap();
+    assert_eq!(next(&mut ws).await["error"]["object"]["code"], 400);
+    watch(
+        &mut ws,
+        "bad",
+        json!({"version": "v1", "resource": "../secrets", "namespace": "apps"}),
+    )
+    .await;
+    let m = next(&mut ws).await;
+    assert_eq!(
+        (m["watchId"].as_str(), m["error"]["object"]["code"].as_i64()),
+        (Some("bad"), Some(400))
+    );
+    // A message past the bound closes the socket.
+    ws.send(Message::text(
+        "x".repeat(envlens::k8s::watch_api::MAX_MESSAGE + 1),
+    ))
+    .await
+    .unwrap();
+    let closed = tokio::time::timeout(Duration::from_secs(5), async {
+        while let Some(Ok(m)) = ws.next().await {
+            if matches!(m, Message::Close(_)) {
+                break;
+            }
+        }
+    })
+    .await;
+    assert!(closed.is_ok(), "the socket is closed");
+}
+
+#[tokio::test]
+async fn watches_per_socket_are_bounded() {
+    let live = live().await;
+    let mut ws = live.socket(2, 9).await;
+    let max = envlens::k8s::watch_api::MAX_WATCHES;
+    for i in 0..=max {
+        watch(&mut ws, &format!("w{i}"), json!({"version": "v1", "resource": "pods", "namespace": "apps", "field_selector": "metadata.name=none"}))
+            .await;
+    }
+    let over = format!("w{max}");
+    let m = collect(&mut ws, &over, 1).await;
+    assert_eq!(m[0]["type"], "error");
+    assert_eq!(m[0]["error"]["object"]["code"], 429);
+}
