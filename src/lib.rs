@@ -8,6 +8,7 @@ pub mod db;
 pub mod error;
 pub mod gitlab;
 pub mod graphql;
+pub mod history;
 pub mod http;
 pub mod ingest;
 pub mod k8s;

@@ -84,6 +84,15 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     }
     database.register_metrics(&state.metrics);
     let pruning = tokio::spawn(prune_deliveries(state.db.clone()));
+    let history = tokio::spawn(
+        crate::history::worker::Worker::new(
+            state.db.pg().clone(),
+            state.clusters.clone(),
+            state.health.clone(),
+            settings.history.clone(),
+        )
+        .run(),
+    );
     println!(
         "envlens listening on http://{addr}; GraphQL explorer at http://{addr}/-/graphql-explorer"
     );
@@ -95,6 +104,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     )
     .await?;
     pruning.abort();
+    history.abort();
     database.close().await;
     tracing::info!("stopped");
     Ok(())
