@@ -452,3 +452,17 @@ pub async fn find_deployment(
     .fetch_optional(conn)
     .await?)
 }
+
+/// A deployment by id, as GraphQL shows it.
+pub async fn deployment(
+    conn: &mut PgConnection,
+    id: i64,
+) -> Result<Option<crate::db::read::DeploymentRow>> {
+    Ok(sqlx::query_as(
+        "SELECT id, iid, environment_id, status, ref, sha, tag, created_at, updated_at, finished_at
+         FROM deployments WHERE id = $1",
+    )
+    .bind(id)
+    .fetch_optional(conn)
+    .await?)
+}

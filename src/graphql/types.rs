@@ -14,6 +14,7 @@ use tokio::sync::{MappedMutexGuard, OnceCell};
 use super::agents::{
     self, ClusterAgentAuthorizationCiAccess, ClusterAgentAuthorizationUserAccess, ClusterAgentToken,
 };
+use super::history;
 use super::loaders::{
     feed_agents, load, AgentId, AgentOfDeployment, Db, DeploymentCount, EnvironmentName,
     LastDeployment, LoadError, ProjectId,
@@ -533,7 +534,7 @@ impl Environment {
     }
 }
 
-async fn deployment_agent(
+pub(super) async fn deployment_agent(
     ctx: &Context<'_>,
     deployment_id: i64,
 ) -> Result<Option<(AgentRow, AgentDeploymentRow)>> {
@@ -718,6 +719,26 @@ impl Deployment {
                 agent,
                 namespace: row.kubernetes_namespace,
             }))
+    }
+
+    /// The environment's resources as this deployment left them (SPEC 10): snapshotted when it
+    /// succeeded, and again when its rollout settled. Null without an agent, or until the
+    /// snapshot is taken. Needs the user's `user_access` to the agent.
+    #[graphql(complexity = "history::COST + child_complexity")]
+    async fn snapshot(&self, ctx: &Context<'_>) -> Result<Option<history::ResourceSnapshot>> {
+        history::snapshot(ctx, &self.0).await
+    }
+
+    /// What this deployment changed, against `since` (a deployment of the same environment
+    /// with a snapshot) or the environment's previous successful deployment with a snapshot.
+    /// Null without a snapshot. Needs the user's `user_access` to the agent.
+    #[graphql(complexity = "history::COST + child_complexity")]
+    async fn changes(
+        &self,
+        ctx: &Context<'_>,
+        since: Option<ID>,
+    ) -> Result<Option<history::ResourceChanges>> {
+        history::changes(ctx, &self.0, since).await
     }
 }
 
