@@ -60,3 +60,6 @@ CREATE TABLE deployment_snapshots (
     time_to_healthy double precision
 );
 CREATE INDEX deployment_snapshots_environment_idx ON deployment_snapshots (environment_id, deployment_id DESC);
+
+-- `Project.deployment(iid:)`, how the dashboard and `envlens history` name a deployment.
+CREATE INDEX deployments_project_id_iid_idx ON deployments (project_id, iid);

@@ -300,6 +300,22 @@ impl Project {
         Ok(rows.into_iter().next().map(ClusterAgent))
     }
 
+    /// A deployment of the project by its iid (GitLab's `Project.deployment`).
+    async fn deployment(&self, ctx: &Context<'_>, iid: ID) -> Result<Option<Deployment>> {
+        let Ok(iid) = iid.parse::<i64>() else {
+            return Err(
+                Error::invalid("iid", format!("`{}` is not an iid", iid.as_str())).to_graphql(),
+            );
+        };
+        if !self.0.readable {
+            return Ok(None);
+        }
+        let row = read::deployment_by_iid(&mut **conn(ctx).await?, self.0.id, iid)
+            .await
+            .gql()?;
+        Ok(row.map(Deployment))
+    }
+
     /// Authorized cluster agents for the project through the `ci_access` keyword.
     async fn ci_access_authorized_agents(
         &self,
