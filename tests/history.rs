@@ -565,3 +565,116 @@ async fn a_rollout_that_never_settles_ends_at_the_timeout() {
             .unwrap();
     assert_eq!(phase, "done");
 }
+
+/// The URL of `pool`'s database, for a process of its own.
+fn url_of(pool: &sqlx::PgPool) -> String {
+    let options = pool.connect_options();
+    let database = options.get_database().expect("a database name").to_owned();
+    if let Ok(url) = std::env::var("DATABASE_URL") {
+        let (base, query) = url.split_once('?').unwrap_or((&url, ""));
+        let server = base.rsplit_once('/').map_or(base, |(server, _)| server);
+        return format!("{server}/{database}?{query}");
+    }
+    let socket = options
+        .get_socket()
+        .expect("the private server's socket folder");
+    format!(
+        "postgresql://{}@localhost:{}/{database}?host={}",
+        options.get_username(),
+        options.get_port(),
+        socket.display()
+    )
+}
+
+/// `envlens history <args>` over `app`'s database: its exit status, stdout and stderr.
+async fn envlens_history(app: &TestApp, args: &[&str]) -> (bool, String, String) {
+    let url = url_of(&app.db);
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_envlens"))
+            .arg("history")
+            .args(&args)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("DATABASE_URL", url)
+            .env("ENVLENS_DATA_DIR", "/proc/envlens-data")
+            .output()
+            .expect("envlens history")
+    })
+    .await
+    .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn envlens_history_prints_the_changes() {
+    let (api, served, _dir) = cluster().await;
+    let (app, worker) = gitlab(&served, FAST).await;
+    worker.run_until_idle().await.unwrap();
+    api.insert(web("web:2", 2));
+    environment::deploy(&app, 4, PRODUCTION, "success").await;
+    run_until(&worker, |t| t.0 == 4).await;
+
+    let (ok, out, err) = envlens_history(&app, &["--deployment", "4", "--output", "json"]).await;
+    assert!(ok, "{err}");
+    let changes: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(changes["deployment"], 4);
+    assert_eq!(changes["since"], 1);
+    assert_eq!(changes["health"], "HEALTHY");
+    assert_eq!(
+        changes["images"],
+        json!([{"apiVersion": "apps/v1", "kind": "Deployment", "namespace": NS, "name": "web",
+                "container": "app", "before": "web:1", "after": "web:2"}])
+    );
+    assert_eq!(
+        changes["modified"][0]["patch"][0]["path"],
+        "/spec/template/spec/containers/0/image"
+    );
+    assert_eq!(changes["added"], json!([]));
+
+    // By project and environment: the newest successful deployment, as text.
+    let (ok, text, err) =
+        envlens_history(&app, &["--project", "acme/apps/web", "--environment", SLUG]).await;
+    assert!(ok, "{err}");
+    assert!(text.starts_with("deployment 4\n"), "{text}");
+    assert!(text.contains("compared with deployment 1\n"), "{text}");
+    assert!(
+        text.contains("apps/v1 Deployment shop/web app: web:1 -> web:2\n"),
+        "{text}"
+    );
+    let (ok, text, _) = envlens_history(
+        &app,
+        &[
+            "--project",
+            "acme/apps/web",
+            "--environment",
+            SLUG,
+            "--iid",
+            "4",
+            "--since",
+            "4",
+        ],
+    )
+    .await;
+    assert!(ok);
+    assert!(text.ends_with("no changes\n"), "{text}");
+
+    // A deployment without a snapshot, and one that does not exist: exit 1, saying why.
+    let (ok, _, err) = envlens_history(&app, &["--deployment", "3"]).await;
+    assert!(!ok);
+    assert!(err.contains("deployment 3 has no snapshot"), "{err}");
+    let (ok, _, err) = envlens_history(
+        &app,
+        &["--project", "acme/apps/web", "--environment", "nowhere"],
+    )
+    .await;
+    assert!(!ok);
+    assert!(
+        err.contains("no successful deployment of acme/apps/web to nowhere"),
+        "{err}"
+    );
+}

@@ -1,6 +1,8 @@
-//! The subcommands: `serve`, `migrate`, `token`, `identity import`, `print-schema`, `health`.
+//! The subcommands: `serve`, `migrate`, `token`, `identity import`, `print-schema`, `health`,
+//! `history`.
 
 pub mod health;
+pub mod history;
 
 use anyhow::Context;
 use tokio::net::TcpListener;
@@ -27,7 +29,22 @@ pub async fn run(command: Command) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Health(args) => health_command(args),
+        Command::History(args) => history_command(args).await,
     }
+}
+
+/// Prints a deployment's changes; fails (exit 1) when it has none to show, saying why.
+async fn history_command(args: crate::config::HistoryArgs) -> anyhow::Result<()> {
+    let database = Database::open(&args.database).await?;
+    let changes = match database.pool.pg().acquire().await {
+        Ok(mut conn) => history::changes(&mut conn, &args).await,
+        Err(e) => Err(e.into()),
+    };
+    database.close().await;
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    history::print(&changes?, args.output, &mut out)?;
+    std::io::Write::flush(&mut out)?;
+    Ok(())
 }
 
 /// Prints what it could read, then fails (exit 1) if any file or document could not be read.

@@ -135,86 +135,49 @@ pub async fn changes(
     since: Option<ID>,
 ) -> Result<Option<ResourceChanges>> {
     let since = since.as_ref().map(deployment_id).transpose()?;
-    let Some(after) = readable(ctx, deployment).await? else {
+    if readable(ctx, deployment).await?.is_none() {
+        return Ok(None);
+    }
+    let mut c = conn(ctx).await?;
+    let Some(compared) = store::compare(&mut c, deployment.id, since).await.gql()? else {
         return Ok(None);
     };
-    let mut c = conn(ctx).await?;
-    let before = match since {
-        Some(id) => {
-            let base = db::deployment(&mut c, id).await.gql()?;
-            let Some(base) = base.filter(|b| b.environment_id == deployment.environment_id) else {
-                return Err(Error::invalid(
-                    "since",
-                    format!("deployment {id} is not a deployment of the same environment"),
-                )
-                .to_graphql());
-            };
-            let row = db::snapshot(&mut c, id).await.gql()?.ok_or_else(|| {
-                Error::invalid("since", format!("deployment {id} has no snapshot")).to_graphql()
-            })?;
-            Some((base, row))
-        }
-        None => match db::previous_snapshot(&mut c, after.environment_id, deployment.id)
-            .await
-            .gql()?
-        {
-            Some(row) => db::deployment(&mut c, row.deployment_id)
-                .await
-                .gql()?
-                .map(|base| (base, row)),
-            None => None,
-        },
+    let base = match compared.since {
+        Some(id) => db::deployment(&mut c, id).await.gql()?,
+        None => None,
     };
-    let new = store::entries(&mut c, &after).await.gql()?;
-    let old = match &before {
-        Some((_, row)) => store::entries(&mut c, row).await.gql()?,
-        None => Vec::new(),
-    };
-    let changes = diff::compare(&old, &new);
-    let wanted = changes
-        .added
-        .iter()
-        .chain(&changes.removed)
-        .copied()
-        .chain(changes.modified.iter().flat_map(|(b, a)| [*b, *a]));
-    let manifests = store::manifests(&mut c, after.environment_id, wanted)
-        .await
-        .gql()?;
     drop(c);
-    let empty = diff::empty();
-    let manifest = |e: &Entry| manifests.get(&e.manifest).unwrap_or(&empty);
-    let mut images = Vec::new();
-    let modified = changes
-        .modified
-        .iter()
-        .map(|(b, a)| {
-            for change in diff::image_changes(manifest(b), manifest(a)) {
-                images.push(ImageChange {
-                    resource: resource(a, &manifests),
-                    container: change.container,
-                    before: change.before,
-                    after: change.after,
-                });
-            }
-            ResourceChange {
-                resource: resource(a, &manifests),
-                patch: Json(Value::Array(diff::patch(manifest(b), manifest(a)))),
-            }
-        })
-        .collect();
+    let manifests = &compared.manifests;
+    let report = diff::report(&compared.before, &compared.after, manifests);
     Ok(Some(ResourceChanges {
-        since: before.map(|(base, _)| Deployment(base)),
-        added: changes
+        since: base.map(Deployment),
+        added: report
             .added
             .iter()
-            .map(|e| resource(e, &manifests))
+            .map(|e| resource(e, manifests))
             .collect(),
-        removed: changes
+        removed: report
             .removed
             .iter()
-            .map(|e| resource(e, &manifests))
+            .map(|e| resource(e, manifests))
             .collect(),
-        modified,
-        images,
+        modified: report
+            .modified
+            .into_iter()
+            .map(|(e, patch)| ResourceChange {
+                resource: resource(e, manifests),
+                patch: Json(Value::Array(patch)),
+            })
+            .collect(),
+        images: report
+            .images
+            .into_iter()
+            .map(|(e, change)| ImageChange {
+                resource: resource(e, manifests),
+                container: change.container,
+                before: change.before,
+                after: change.after,
+            })
+            .collect(),
     }))
 }

@@ -171,6 +171,46 @@ pub fn image_changes(before: &Value, after: &Value) -> Vec<ImageChange> {
         .collect()
 }
 
+/// What a deployment changed, ready to show: each modified resource with its patch, and the
+/// image changes of the modified ones.
+#[derive(Debug, PartialEq)]
+pub struct Report<'a> {
+    pub added: Vec<&'a Entry>,
+    pub removed: Vec<&'a Entry>,
+    /// After, and the patch from before.
+    pub modified: Vec<(&'a Entry, Vec<Value>)>,
+    /// After, and one changed container.
+    pub images: Vec<(&'a Entry, ImageChange)>,
+}
+
+/// The report of `before` to `after`, with `manifests` (by hex hash) of the changed resources;
+/// a manifest not given counts as empty.
+pub fn report<'a>(
+    before: &'a [Entry],
+    after: &'a [Entry],
+    manifests: &BTreeMap<String, Value>,
+) -> Report<'a> {
+    let changes = compare(before, after);
+    let empty = empty();
+    let manifest = |e: &Entry| manifests.get(&e.manifest).unwrap_or(&empty).clone();
+    let mut images = Vec::new();
+    let modified = changes
+        .modified
+        .iter()
+        .map(|(b, a)| {
+            let (old, new) = (manifest(b), manifest(a));
+            images.extend(image_changes(&old, &new).into_iter().map(|c| (*a, c)));
+            (*a, patch(&old, &new))
+        })
+        .collect();
+    Report {
+        added: changes.added,
+        removed: changes.removed,
+        modified,
+        images,
+    }
+}
+
 /// Applies an RFC 6902 patch of `add`, `remove` and `replace` operations (what [`patch`]
 /// writes); `None` when an operation does not apply. For checking patches, here and in tests.
 pub fn apply(document: &Value, ops: &[Value]) -> Option<Value> {
@@ -453,6 +493,49 @@ mod tests {
         let mut again = before.clone();
         again[0].uid = "other".into();
         assert_eq!(compare(&before, &again), Changes::default());
+    }
+
+    #[test]
+    fn report_patches_modified_resources_and_names_their_images() {
+        let old_web = json!({"kind": "Deployment", "spec": {"template": {"spec": {"containers": [{"name": "app", "image": "app:1"}]}}}});
+        let new_web = json!({"kind": "Deployment", "spec": {"template": {"spec": {"containers": [{"name": "app", "image": "app:2"}]}}}});
+        let pod =
+            json!({"kind": "Pod", "spec": {"containers": [{"name": "app", "image": "app:2"}]}});
+        let mut manifests = BTreeMap::new();
+        let mut e = |kind: &str, name: &str, manifest: &Value| {
+            let hash = hex(&sha256(manifest.to_string().as_bytes()));
+            manifests.insert(hash.clone(), manifest.clone());
+            Entry {
+                manifest: hash,
+                ..entry(kind, name, "")
+            }
+        };
+        let before = vec![e("Deployment", "web", &old_web), e("Pod", "web-1", &pod)];
+        let after = vec![e("Deployment", "web", &new_web), e("Pod", "web-2", &pod)];
+        let report = report(&before, &after, &manifests);
+        assert_eq!(report.added, vec![&after[1]]);
+        assert_eq!(report.removed, vec![&before[1]]);
+        assert_eq!(
+            report.modified,
+            vec![(
+                &after[0],
+                vec![
+                    json!({"op": "replace", "path": "/spec/template/spec/containers/0/image", "value": "app:2"})
+                ]
+            )]
+        );
+        // Replaced Pods are added and removed, not image changes: the Deployment names it.
+        assert_eq!(
+            report.images,
+            vec![(
+                &after[0],
+                ImageChange {
+                    container: "app".into(),
+                    before: Some("app:1".into()),
+                    after: Some("app:2".into())
+                }
+            )]
+        );
     }
 
     #[test]

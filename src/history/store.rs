@@ -186,3 +186,66 @@ pub async fn manifests<'a>(
     }
     Ok(out)
 }
+
+/// Two snapshots of an environment, read for comparing: the deployment's own and its base's.
+pub struct Compared {
+    /// The deployment compared with, when there is one.
+    pub since: Option<i64>,
+    pub before: Vec<Entry>,
+    pub after: Vec<Entry>,
+    /// The manifests of the resources that changed, by hex hash.
+    pub manifests: BTreeMap<String, Value>,
+}
+
+/// Reads `deployment_id`'s snapshot and its base: `since` (which must be a deployment of the
+/// same environment with a snapshot), or the environment's newest earlier deployment with a
+/// snapshot. `None` when the deployment has no snapshot.
+pub async fn compare(
+    conn: &mut sqlx::PgConnection,
+    deployment_id: i64,
+    since: Option<i64>,
+) -> Result<Option<Compared>> {
+    let Some(after) = db::snapshot(conn, deployment_id).await? else {
+        return Ok(None);
+    };
+    let before = match since {
+        Some(id) => {
+            let row = db::snapshot(conn, id).await?;
+            match row {
+                Some(row) if row.environment_id == after.environment_id => Some(row),
+                Some(_) => {
+                    return Err(Error::invalid(
+                        "since",
+                        format!("deployment {id} is not a deployment of the same environment"),
+                    ))
+                }
+                None => {
+                    return Err(Error::invalid(
+                        "since",
+                        format!("deployment {id} has no snapshot"),
+                    ))
+                }
+            }
+        }
+        None => db::previous_snapshot(conn, after.environment_id, deployment_id).await?,
+    };
+    let new = entries(conn, &after).await?;
+    let old = match &before {
+        Some(row) => entries(conn, row).await?,
+        None => Vec::new(),
+    };
+    let changes = super::diff::compare(&old, &new);
+    let wanted = changes
+        .added
+        .iter()
+        .chain(&changes.removed)
+        .copied()
+        .chain(changes.modified.iter().flat_map(|(b, a)| [*b, *a]));
+    let manifests = manifests(conn, after.environment_id, wanted).await?;
+    Ok(Some(Compared {
+        since: before.map(|b| b.deployment_id),
+        before: old,
+        after: new,
+        manifests,
+    }))
+}
