@@ -477,6 +477,14 @@ async fn retention_keeps_the_newest_snapshots_and_their_manifests() {
     .await
     .unwrap();
     assert_eq!(kept, [5, 6]);
+    let jobs: Vec<i64> = sqlx::query_scalar(
+        "SELECT j.deployment_id FROM snapshot_jobs j JOIN deployments d ON d.id = j.deployment_id
+         WHERE d.environment_id = 100 ORDER BY 1",
+    )
+    .fetch_all(&app.db)
+    .await
+    .unwrap();
+    assert_eq!(jobs, [5, 6], "the jobs of pruned snapshots go with them");
     // The manifests left are exactly those the kept snapshots name: the ConfigMaps of five
     // and six, and the unchanged Deployment and Secret.
     assert_eq!(

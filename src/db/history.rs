@@ -303,7 +303,8 @@ pub async fn settle(
 }
 
 /// Keeps the snapshots of the newest `keep` deployments of the environment; then forgets the
-/// chunks no snapshot names. Returns how many snapshots went.
+/// chunks no snapshot names, and the finished jobs of the deployments whose snapshots went.
+/// Returns how many snapshots went.
 pub async fn prune(conn: &mut PgConnection, environment_id: i64, keep: i64) -> Result<u64> {
     let gone = sqlx::query(
         "DELETE FROM deployment_snapshots WHERE environment_id = $1 AND deployment_id < ALL (
@@ -320,6 +321,17 @@ pub async fn prune(conn: &mut PgConnection, environment_id: i64, keep: i64) -> R
             "DELETE FROM history_chunks c WHERE c.environment_id = $1 AND NOT EXISTS (
                  SELECT 1 FROM deployment_snapshots s WHERE s.environment_id = $1
                    AND (c.hash = ANY (s.chunks) OR c.hash = ANY (s.settled_chunks)))",
+        )
+        .bind(environment_id)
+        .execute(&mut *conn)
+        .await?;
+        // Finished jobs of deployments without a snapshot now: a late hook for one queues a
+        // job again, which then finds a newer deployment and ends as superseded.
+        sqlx::query(
+            "DELETE FROM snapshot_jobs j USING deployments d
+             WHERE d.id = j.deployment_id AND d.environment_id = $1
+               AND j.phase IN ('done', 'superseded', 'failed')
+               AND NOT EXISTS (SELECT 1 FROM deployment_snapshots s WHERE s.deployment_id = j.deployment_id)",
         )
         .bind(environment_id)
         .execute(&mut *conn)
