@@ -143,8 +143,9 @@ impl Bench {
             .api
             .get("deployments.apps", Some(NS), "production-web7")
             .expect("production-web7");
-        web["spec"]["template"]["spec"]["containers"][0]["image"] =
-            json!(format!("registry.example.com/shop/production-web7:2.0.{tag}"));
+        web["spec"]["template"]["spec"]["containers"][0]["image"] = json!(format!(
+            "registry.example.com/shop/production-web7:2.0.{tag}"
+        ));
         web["metadata"]["generation"] = json!(tag + 2);
         web["status"]["observedGeneration"] = json!(tag + 2);
         self.api.insert(web);
@@ -156,10 +157,12 @@ impl Bench {
     }
 
     async fn history_bytes(&self) -> i64 {
-        sqlx::query("VACUUM snapshot_jobs, deployment_snapshots, history_chunks, history_manifests")
-            .execute(&self.app.db)
-            .await
-            .expect("vacuum");
+        sqlx::query(
+            "VACUUM snapshot_jobs, deployment_snapshots, history_chunks, history_manifests",
+        )
+        .execute(&self.app.db)
+        .await
+        .expect("vacuum");
         sqlx::query_scalar(
             "SELECT sum(pg_total_relation_size(t))::bigint FROM unnest(ARRAY['snapshot_jobs',
                  'deployment_snapshots', 'history_chunks', 'history_manifests']::regclass[]) t",
@@ -290,7 +293,11 @@ async fn run(a: Args) {
     println!(
         "storage per deployment changing one image: {one_image:.0} bytes (goal < 20 KB: {}), \
          {} deployments, {before} -> {changed} bytes",
-        if one_image < 20_000.0 { "met" } else { "NOT met" },
+        if one_image < 20_000.0 {
+            "met"
+        } else {
+            "NOT met"
+        },
         a.deployments
     );
     println!(
@@ -307,8 +314,16 @@ async fn run(a: Args) {
     b.snapshot(id).await;
     let body = b.graphql(&changes_query(id)).await;
     let changes = &body["data"]["project"]["deployment"]["changes"];
-    assert_eq!(changes["modified"].as_array().map(Vec::len), Some(1), "{changes}");
-    assert_eq!(changes["images"].as_array().map(Vec::len), Some(1), "{changes}");
+    assert_eq!(
+        changes["modified"].as_array().map(Vec::len),
+        Some(1),
+        "{changes}"
+    );
+    assert_eq!(
+        changes["images"].as_array().map(Vec::len),
+        Some(1),
+        "{changes}"
+    );
     let read = b.graphql(&snapshot_query(id, false)).await;
     assert_eq!(
         read["data"]["project"]["deployment"]["snapshot"]["resources"]

@@ -255,14 +255,19 @@ pub struct NewSnapshot<'a> {
     pub health_message: Option<&'a str>,
     pub chunks: &'a [Vec<u8>],
     pub errors: Option<serde_json::Value>,
+    /// The group was not PROGRESSING: this snapshot is the settled one too (time to healthy 0
+    /// when HEALTHY).
+    pub settled: bool,
 }
 
 /// Records the first snapshot; false (and nothing written) when the deployment has one: the
 /// primary key is what makes a snapshot happen once.
 pub async fn insert_snapshot(conn: &mut PgConnection, s: &NewSnapshot<'_>) -> Result<bool> {
     let inserted = sqlx::query(
-        "INSERT INTO deployment_snapshots (deployment_id, environment_id, taken_at, health, health_message, chunks, errors)
-         VALUES ($1, $2, now(), $3, $4, $5, $6)
+        "INSERT INTO deployment_snapshots (deployment_id, environment_id, taken_at, health, health_message, chunks, errors,
+                                           settled_at, settled_health, settled_message, time_to_healthy)
+         VALUES ($1, $2, now(), $3, $4, $5, $6, CASE WHEN $7 THEN now() END, CASE WHEN $7 THEN $3 END,
+                 CASE WHEN $7 THEN $4 END, CASE WHEN $7 AND $3 = 'Healthy' THEN 0 END)
          ON CONFLICT (deployment_id) DO NOTHING",
     )
     .bind(s.deployment_id)
@@ -271,6 +276,7 @@ pub async fn insert_snapshot(conn: &mut PgConnection, s: &NewSnapshot<'_>) -> Re
     .bind(s.health_message)
     .bind(s.chunks)
     .bind(&s.errors)
+    .bind(s.settled)
     .execute(conn)
     .await?;
     Ok(inserted.rows_affected() == 1)

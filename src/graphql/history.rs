@@ -86,11 +86,18 @@ pub async fn snapshot(
     let Some(row) = readable(ctx, deployment).await? else {
         return Ok(None);
     };
+    // Manifests only when asked for (labels are read from them): a thousand of them are
+    // most of the work of reading a snapshot.
+    let look = ctx.look_ahead().field("resources");
+    let wanted = look.field("manifest").exists() || look.field("labels").exists();
     let mut c = conn(ctx).await?;
     let entries = store::entries(&mut c, &row).await.gql()?;
-    let manifests = store::manifests(&mut c, row.environment_id, &entries)
-        .await
-        .gql()?;
+    let texts = match wanted {
+        true => store::manifest_texts(&mut c, row.environment_id, &entries)
+            .await
+            .gql()?,
+        false => BTreeMap::new(),
+    };
     drop(c);
     let (health, message) = match &row.settled_health {
         Some(h) => (h.as_str(), row.settled_message.clone()),
@@ -102,7 +109,12 @@ pub async fn snapshot(
         health: stored_health(health)?,
         health_message: message,
         time_to_healthy: row.time_to_healthy,
-        resources: entries.iter().map(|e| resource(e, &manifests)).collect(),
+        resources: entries
+            .iter()
+            .map(|e| {
+                KubernetesResource::from_snapshot(e, texts.get(&e.manifest).map(String::as_str))
+            })
+            .collect(),
     }))
 }
 
@@ -113,8 +125,8 @@ fn stored_health(s: &str) -> Result<HealthStatus> {
 }
 
 fn resource(entry: &Entry, manifests: &BTreeMap<String, Value>) -> KubernetesResource {
-    let empty = diff::empty();
-    KubernetesResource::from_snapshot(entry, manifests.get(&entry.manifest).unwrap_or(&empty))
+    let text = manifests.get(&entry.manifest).map(Value::to_string);
+    KubernetesResource::from_snapshot(entry, text.as_deref())
 }
 
 /// `gid://gitlab/Deployment/<id>` (or the bare id) to the id.

@@ -221,21 +221,26 @@ impl From<group::Resource> for KubernetesResource {
 }
 
 impl KubernetesResource {
-    /// A resource as a deployment's snapshot keeps it (SPEC 10): its stored manifest, its health
-    /// then, no events.
+    /// A resource as a deployment's snapshot keeps it (SPEC 10): its stored manifest (the
+    /// canonical JSON text; `None` when the query asks for neither `manifest` nor `labels`),
+    /// its health then, no events.
     pub(super) fn from_snapshot(
         entry: &crate::history::snapshot::Entry,
-        manifest: &serde_json::Value,
+        manifest: Option<&str>,
     ) -> Self {
-        let text: Box<str> = manifest.to_string().into();
-        // The text of a JSON value always parses.
-        let object = Object::parse_text(text, &entry.api_version, &entry.kind)
-            .expect("a JSON value's text parses");
-        let labels = manifest
+        let text: Box<str> = manifest.unwrap_or("{}").into();
+        let object =
+            Object::parse_text(text, &entry.api_version, &entry.kind).unwrap_or_else(|_| {
+                // A stored manifest is the text of a JSON object, which parses; an empty one does.
+                Object::parse_text("{}".into(), &entry.api_version, &entry.kind)
+                    .expect("an empty object parses")
+            });
+        let labels = object
+            .view
             .get("metadata")
             .and_then(|m| m.get("labels"))
-            .cloned()
-            .unwrap_or_else(|| serde_json::json!({}));
+            .filter(|l| l.is_object())
+            .map_or_else(|| serde_json::json!({}), serde_json::Value::from);
         KubernetesResource {
             uid: ID(entry.uid.clone()),
             api_version: entry.api_version.clone(),

@@ -55,8 +55,9 @@ async fn put_content(
     Ok(hashes)
 }
 
-/// Stores the first snapshot of a deployment, then applies retention. False when the
-/// deployment had one already (nothing is written then).
+/// Stores the first snapshot of a deployment (as the settled one too when the group is not
+/// PROGRESSING), then applies retention. False when the deployment had one already (nothing
+/// is written then).
 pub async fn save_first(
     pool: &PgPool,
     deployment_id: i64,
@@ -88,6 +89,7 @@ pub async fn save_first(
             health_message: snap.health_message.as_deref(),
             chunks: &chunks,
             errors,
+            settled: snap.health != HealthStatus::Progressing,
         },
     )
     .await?;
@@ -160,12 +162,12 @@ pub async fn entries(conn: &mut sqlx::PgConnection, row: &SnapshotRow) -> Result
     snapshot::read_chunks(&bodies).map_err(internal)
 }
 
-/// The manifests (as JSON) that `entries` name, by hex hash.
-pub async fn manifests<'a>(
+/// The manifests (canonical JSON text) that `entries` name, by hex hash.
+pub async fn manifest_texts<'a>(
     conn: &mut sqlx::PgConnection,
     environment_id: i64,
     entries: impl IntoIterator<Item = &'a Entry>,
-) -> Result<BTreeMap<String, Value>> {
+) -> Result<BTreeMap<String, String>> {
     let mut hashes: Vec<Vec<u8>> = entries
         .into_iter()
         .filter_map(|e| snapshot::unhex(&e.manifest))
@@ -175,16 +177,32 @@ pub async fn manifests<'a>(
     hashes.dedup();
     let mut out = BTreeMap::new();
     for (hash, body) in db::manifests(conn, environment_id, &hashes).await? {
-        let text = snapshot::decompress(&body).map_err(internal)?;
-        let value: Value = serde_json::from_slice(&text)
-            .map_err(|e| internal(format!("a stored manifest does not parse: {e}")))?;
+        let text = String::from_utf8(snapshot::decompress(&body).map_err(internal)?)
+            .map_err(|_| internal("a stored manifest is not UTF-8".into()))?;
         let key: Hash = hash
             .as_slice()
             .try_into()
             .map_err(|_| internal("a stored manifest hash is not 32 bytes".into()))?;
-        out.insert(snapshot::hex(&key), value);
+        out.insert(snapshot::hex(&key), text);
     }
     Ok(out)
+}
+
+/// The manifests (as JSON) that `entries` name, by hex hash.
+pub async fn manifests<'a>(
+    conn: &mut sqlx::PgConnection,
+    environment_id: i64,
+    entries: impl IntoIterator<Item = &'a Entry>,
+) -> Result<BTreeMap<String, Value>> {
+    manifest_texts(conn, environment_id, entries)
+        .await?
+        .into_iter()
+        .map(|(hash, text)| {
+            serde_json::from_str(&text)
+                .map(|value| (hash, value))
+                .map_err(|e| internal(format!("a stored manifest does not parse: {e}")))
+        })
+        .collect()
 }
 
 /// Two snapshots of an environment, read for comparing: the deployment's own and its base's.

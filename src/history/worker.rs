@@ -164,10 +164,7 @@ impl Worker {
             db::reschedule(&self.pool, id, "settling", poll, None, false).await?;
             return Ok(Turn::Taken { settled: false });
         }
-        // Already settled: the first snapshot is the settled one.
-        if let Some(first) = db::snapshot(&mut *self.pool.acquire().await?, id).await? {
-            store::save_settled(&self.pool, &first, &snap).await?;
-        }
+        // Already settled: the first snapshot is the settled one (`save_first` said so).
         db::finish(&self.pool, id, "done", None).await?;
         Ok(Turn::Taken { settled: true })
     }
