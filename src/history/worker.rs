@@ -280,10 +280,14 @@ impl Worker {
             .map(|e| format!("{} {}: {}", e.api_version, e.kind, e.message))
             .collect();
         if !unreadable.is_empty() {
+            let more = match unreadable.len() {
+                n if n > 3 => format!(" (and {} more)", n - 3),
+                _ => String::new(),
+            };
             return Err(format!(
-                "cannot list {} kind(s): {}",
+                "cannot list {} kind(s): {}{more}",
                 unreadable.len(),
-                unreadable.join("; ")
+                unreadable[..unreadable.len().min(3)].join("; ")
             ));
         }
         let custom = self.health.clone();
