@@ -104,7 +104,7 @@ async fn run_until(
             }
         }
         assert!(
-            start.elapsed() < Duration::from_secs(20),
+            start.elapsed() < Duration::from_secs(60),
             "turns so far: {turns:?}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -404,7 +404,7 @@ async fn two_claimers_take_each_snapshot_once() {
     // A claimer that dies holding a job (its process restarted): the job waits out the lease,
     // then another claimer takes it. Nothing acknowledged is lost.
     environment::deploy(&app, 20, (220, "env-20"), "success").await;
-    let held = envlens::db::history::claim(&app.db, 0.3)
+    let held = envlens::db::history::claim(&app.db, 2.0)
         .await
         .unwrap()
         .unwrap();
