@@ -60,6 +60,7 @@ use envlens::k8s::discovery::DiscoveryCache;
 use envlens::k8s::fetch::{list_resource_group, FetchOptions};
 use envlens::k8s::watch::{WatchCache, WatchSettings};
 use envlens::resources::group;
+use fixture::RESOURCES;
 use http_body_util::{BodyExt, Empty};
 use serde_json::{json, Value};
 use support::environment::{self, NS, PROJECT, SLUG};
@@ -67,10 +68,7 @@ use support::kube_api::{KubeApi, Served};
 use support::TestApp;
 use tokio::net::TcpStream;
 
-const NOISE_SLUG: &str = "staging";
 const LATENCY: Duration = Duration::from_millis(5);
-const CUSTOM_KINDS: usize = 21;
-const RESOURCES: usize = 1_000;
 
 struct Args {
     iterations: usize,
@@ -127,182 +125,8 @@ fn args() -> Args {
     a
 }
 
-// ---- the cluster ----
-
-fn labels(slug: &str, app: &str) -> Value {
-    json!({"app.gitlab.com/project_id": PROJECT.to_string(), "app.gitlab.com/environment_slug": slug, "app": app})
-}
-
-fn metadata(
-    name: &str,
-    uid: &str,
-    labels: Value,
-    owner: Option<(&str, &str, &str, &str)>,
-) -> Value {
-    let mut m = json!({
-        "name": name, "namespace": NS, "uid": uid, "labels": labels,
-        "creationTimestamp": "2026-11-20T10:00:00Z",
-        "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{\"apiVersion\":\"v1\",\"kind\":\"Thing\",\"metadata\":{\"name\":\"x\"}}"},
-        "managedFields": [{"manager": "kube-controller-manager", "operation": "Update", "apiVersion": "v1", "time": "2026-11-20T10:00:00Z",
-                           "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {"f:labels": {".": {}, "f:app": {}}}, "f:spec": {"f:replicas": {}}}}],
-    });
-    if let Some((api_version, kind, owner_name, owner_uid)) = owner {
-        m["ownerReferences"] = json!([{"apiVersion": api_version, "kind": kind, "name": owner_name, "uid": owner_uid, "controller": true, "blockOwnerDeletion": true}]);
-    }
-    m
-}
-
-fn container(name: &str) -> Value {
-    json!({"name": name, "image": format!("registry.example.com/shop/{name}:1.4.2"), "ports": [{"containerPort": 8080, "protocol": "TCP"}],
-           "env": [{"name": "RAILS_ENV", "value": "production"}, {"name": "DATABASE_URL", "valueFrom": {"secretKeyRef": {"name": "db", "key": "url"}}}],
-           "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}},
-           "readinessProbe": {"httpGet": {"path": "/-/readiness", "port": 8080}, "periodSeconds": 10}})
-}
-
-fn pod(api: &KubeApi, name: &str, app: &str, owner: (&str, &str, &str, &str)) {
-    api.insert(json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": metadata(name, &format!("uid-{name}"), json!({"app": app}), Some(owner)),
-        "spec": {"containers": [container(app)], "nodeName": "node-1", "serviceAccountName": "default"},
-        "status": {"phase": "Running", "podIP": "10.0.0.12", "startTime": "2026-11-20T10:00:05Z",
-                   "conditions": [{"type": "Ready", "status": "True"}, {"type": "ContainersReady", "status": "True"}],
-                   "containerStatuses": [{"name": app, "ready": true, "restartCount": 0, "image": "registry.example.com/shop/app:1.4.2",
-                                          "state": {"running": {"startedAt": "2026-11-20T10:00:07Z"}}}]},
-    }));
-}
-
-/// One environment of exactly [`RESOURCES`] resources in the group (label-selected ones and
-/// what they own), spread over every kind; returns how many are label-selected.
-fn environment(api: &KubeApi, slug: &str, custom: &[(String, String)]) -> usize {
-    let p = slug;
-    let mut count = 0;
-    let mut selected = 0;
-    let workload_template = |app: &str| json!({"metadata": {"labels": {"app": app}}, "spec": {"containers": [container(app)]}});
-    // 50 Deployments, each with a ReplicaSet of 2 Pods: 200.
-    for i in 0..50 {
-        let (name, uid) = (format!("{p}-web{i}"), format!("uid-{p}-web{i}"));
-        api.insert(json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": metadata(&name, &uid, labels(slug, &name), None),
-            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": name}}, "template": workload_template(&name)},
-            "status": {"observedGeneration": 1, "replicas": 2, "updatedReplicas": 2, "readyReplicas": 2, "availableReplicas": 2}}));
-        let rs = format!("{name}-5d8f");
-        let rs_uid = format!("uid-{rs}");
-        api.insert(json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": metadata(&rs, &rs_uid, json!({"app": name}), Some(("apps/v1", "Deployment", &name, &uid))),
-            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": name}}, "template": workload_template(&name)},
-            "status": {"replicas": 2, "readyReplicas": 2, "availableReplicas": 2}}));
-        for k in 0..2 {
-            pod(
-                api,
-                &format!("{rs}-{k}"),
-                &name,
-                ("apps/v1", "ReplicaSet", &rs, &rs_uid),
-            );
-        }
-        count += 4;
-        selected += 1;
-    }
-    // 50 Services with an EndpointSlice and Endpoints each: 150.
-    for i in 0..50 {
-        let (name, uid) = (format!("{p}-web{i}"), format!("uid-{p}-svc{i}"));
-        api.insert(json!({"apiVersion": "v1", "kind": "Service", "metadata": metadata(&name, &uid, labels(slug, &name), None),
-            "spec": {"selector": {"app": name}, "ports": [{"port": 80, "targetPort": 8080}], "type": "ClusterIP", "clusterIP": "10.96.0.10"}}));
-        let mut slice_labels = json!({"kubernetes.io/service-name": name});
-        slice_labels["endpointslice.kubernetes.io/managed-by"] =
-            json!("endpointslice-controller.k8s.io");
-        api.insert(json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-            "metadata": metadata(&format!("{name}-x7k2p"), &format!("uid-{p}-slice{i}"), slice_labels, Some(("v1", "Service", &name, &uid))),
-            "addressType": "IPv4", "endpoints": [{"addresses": ["10.0.0.12"], "conditions": {"ready": true}}], "ports": [{"port": 8080}]}));
-        api.insert(json!({"apiVersion": "v1", "kind": "Endpoints", "metadata": metadata(&name, &format!("uid-{p}-ep{i}"), json!({}), None),
-            "subsets": [{"addresses": [{"ip": "10.0.0.12"}], "ports": [{"port": 8080}]}]}));
-        count += 3;
-        selected += 1;
-    }
-    // 10 StatefulSets with a ControllerRevision, a Pod and its claim: 40.
-    // 10 DaemonSets with a ControllerRevision and 2 Pods: 40.
-    for (kind, n_pods) in [("StatefulSet", 1), ("DaemonSet", 2)] {
-        for i in 0..10 {
-            let name = format!("{p}-{}{i}", kind.to_lowercase());
-            let uid = format!("uid-{name}");
-            api.insert(json!({"apiVersion": "apps/v1", "kind": kind, "metadata": metadata(&name, &uid, labels(slug, &name), None),
-                "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}}, "template": workload_template(&name)},
-                "status": {"observedGeneration": 1, "replicas": 1, "readyReplicas": 1, "currentReplicas": 1, "updatedReplicas": 1,
-                           "desiredNumberScheduled": 2, "numberReady": 2, "updatedNumberScheduled": 2, "numberAvailable": 2}}));
-            let owner = ("apps/v1", kind, name.as_str(), uid.as_str());
-            api.insert(json!({"apiVersion": "apps/v1", "kind": "ControllerRevision",
-                "metadata": metadata(&format!("{name}-7c9f"), &format!("uid-{name}-rev"), json!({"app": name}), Some(owner)), "revision": 1, "data": {}}));
-            for k in 0..n_pods {
-                pod(api, &format!("{name}-{k}"), &name, owner);
-            }
-            if kind == "StatefulSet" {
-                api.insert(json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-                    "metadata": metadata(&format!("data-{name}-0"), &format!("uid-{name}-pvc"), json!({"app": name}), Some(owner)),
-                    "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}, "status": {"phase": "Bound"}}));
-            }
-            count += 2 + n_pods + usize::from(kind == "StatefulSet");
-            selected += 1;
-        }
-    }
-    // 10 CronJobs with a Job and its Pod: 30.
-    for i in 0..10 {
-        let name = format!("{p}-cron{i}");
-        let uid = format!("uid-{name}");
-        api.insert(json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": metadata(&name, &uid, labels(slug, &name), None),
-            "spec": {"schedule": "0 3 * * *", "jobTemplate": {"spec": {"template": workload_template(&name)}}},
-            "status": {"lastScheduleTime": "2026-11-20T03:00:00Z", "lastSuccessfulTime": "2026-11-20T03:01:00Z"}}));
-        let job = format!("{name}-2871");
-        let job_uid = format!("uid-{job}");
-        api.insert(json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata(&job, &job_uid, json!({"job-name": job}), Some(("batch/v1", "CronJob", &name, &uid))),
-            "spec": {"template": workload_template(&name)}, "status": {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}}));
-        pod(
-            api,
-            &format!("{job}-q9"),
-            &name,
-            ("batch/v1", "Job", &job, &job_uid),
-        );
-        count += 3;
-        selected += 1;
-    }
-    // The rest, label-selected, spread over the remaining built-in and every custom kind.
-    let mut rest: Vec<(String, String)> = [
-        ("v1", "ConfigMap"),
-        ("v1", "Secret"),
-        ("v1", "ServiceAccount"),
-        ("networking.k8s.io/v1", "Ingress"),
-        ("autoscaling/v2", "HorizontalPodAutoscaler"),
-        ("rbac.authorization.k8s.io/v1", "Role"),
-        ("rbac.authorization.k8s.io/v1", "RoleBinding"),
-    ]
-    .iter()
-    .map(|(a, k)| (a.to_string(), k.to_string()))
-    .collect();
-    rest.extend(custom.iter().cloned());
-    let mut i = 0;
-    while count < RESOURCES {
-        let (api_version, kind) = &rest[i % rest.len()];
-        let name = format!("{p}-{}-{i}", kind.to_lowercase());
-        let uid = format!("uid-{name}");
-        let mut object = json!({"apiVersion": api_version, "kind": kind, "metadata": metadata(&name, &uid, labels(slug, &name), None),
-                                "spec": {"setting": "value", "replicas": 1}});
-        if api_version.contains("bench.example.com") {
-            object["status"] = json!({"conditions": [{"type": "Ready", "status": "True", "reason": "Reconciled"}]});
-        }
-        api.insert(object);
-        count += 1;
-        selected += 1;
-        i += 1;
-    }
-    selected
-}
-
-fn events(api: &KubeApi, slug: &str) {
-    for i in 0..100 {
-        let pod = format!("{slug}-web{}-5d8f-0", i % 50);
-        api.insert(json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": format!("{pod}.{i}"), "namespace": NS},
-            "involvedObject": {"kind": "Pod", "name": pod, "namespace": NS, "uid": format!("uid-{pod}")},
-            "type": "Normal", "reason": "Pulled", "message": "Container image already present on machine",
-            "firstTimestamp": "2026-11-20T10:00:06Z", "lastTimestamp": format!("2026-11-20T10:{:02}:06Z", i % 60), "count": 1,
-            "source": {"component": "kubelet", "host": "node-1"}}));
-    }
-}
+#[path = "fixtures/group.rs"]
+mod fixture;
 
 struct Bench {
     /// The service, with GitLab's side recorded: a developer's `user_access` to agent 7, whose
@@ -323,30 +147,7 @@ struct Bench {
 async fn setup() -> (Bench, usize) {
     let api = KubeApi::new();
     api.set_recording(false);
-    api.add_kind(
-        "apps",
-        "v1",
-        "ControllerRevision",
-        "controllerrevisions",
-        true,
-    );
-    let custom: Vec<(String, String)> = (0..CUSTOM_KINDS)
-        .map(|i| {
-            let kind = format!("Thing{i}");
-            api.add_kind(
-                "bench.example.com",
-                "v1",
-                &kind,
-                &format!("things{i}"),
-                true,
-            );
-            ("bench.example.com/v1".to_string(), kind)
-        })
-        .collect();
-    let selected = environment(&api, SLUG, &custom);
-    environment(&api, NOISE_SLUG, &custom);
-    events(&api, SLUG);
-    events(&api, NOISE_SLUG);
+    let selected = fixture::cluster(&api, SLUG);
 
     let dir = tempfile::tempdir().expect("tempdir");
     let served = api.serve(dir.path()).await;

@@ -9,6 +9,7 @@ pub mod demo;
 pub mod error;
 pub mod gitlab;
 pub mod graphql;
+pub mod history;
 pub mod http;
 pub mod ingest;
 pub mod k8s;

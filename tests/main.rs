@@ -19,6 +19,7 @@ mod graphql;
 mod health_cli;
 mod health_conformance;
 mod health_lua;
+mod history;
 mod identity;
 mod kube_api;
 mod leases;

@@ -1,7 +1,8 @@
 //! The subcommands: `serve`, `migrate`, `token`, `identity import`, `print-schema`, `health`,
-//! `demo`.
+//! `demo`, `history`.
 
 pub mod health;
+pub mod history;
 
 use anyhow::Context;
 use tokio::net::TcpListener;
@@ -29,7 +30,22 @@ pub async fn run(command: Command) -> anyhow::Result<()> {
         }
         Command::Health(args) => health_command(args),
         Command::Demo(args) => crate::demo::run(args, shutdown_signal()).await,
+        Command::History(args) => history_command(args).await,
     }
+}
+
+/// Prints a deployment's changes; fails (exit 1) when it has none to show, saying why.
+async fn history_command(args: crate::config::HistoryArgs) -> anyhow::Result<()> {
+    let database = Database::open(&args.database).await?;
+    let changes = match database.pool.pg().acquire().await {
+        Ok(mut conn) => history::changes(&mut conn, &args).await,
+        Err(e) => Err(e.into()),
+    };
+    database.close().await;
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    history::print(&changes?, args.output, &mut out)?;
+    std::io::Write::flush(&mut out)?;
+    Ok(())
 }
 
 /// Prints what it could read, then fails (exit 1) if any file or document could not be read.
@@ -91,6 +107,15 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let state = state.with_site(site);
     database.register_metrics(&state.metrics);
     let pruning = tokio::spawn(prune_deliveries(state.db.clone()));
+    let history = tokio::spawn(
+        crate::history::worker::Worker::new(
+            state.db.pg().clone(),
+            state.clusters.clone(),
+            state.health.clone(),
+            settings.history.clone(),
+        )
+        .run(),
+    );
     println!(
         "envlens listening on http://{addr}; GraphQL explorer at http://{addr}/-/graphql-explorer"
     );
@@ -102,6 +127,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     )
     .await?;
     pruning.abort();
+    history.abort();
     database.close().await;
     tracing::info!("stopped");
     Ok(())

@@ -22,6 +22,9 @@
 //!   scripts:                              # inline, keyed as in argocd-cm
 //!     cert-manager.io_Certificate: |
 //!       return {status = "Healthy"}
+//! history:                                # deployment history (SPEC 10)
+//!   settle_timeout: 10m                   # the second snapshot at the latest this long after the first
+//!   keep_per_environment: 100             # deployments per environment that keep snapshots
 //! ```
 //!
 //! Unknown keys are refused, so that a typo does not silently leave a cluster unconfigured.
@@ -44,6 +47,55 @@ pub struct Settings {
     pub gitlab: Option<GitLabSettings>,
     #[serde(default)]
     pub health: HealthSettings,
+    #[serde(default)]
+    pub history: HistorySettings,
+}
+
+/// The deployment history's snapshots (SPEC 10; `crate::history::worker`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HistorySettings {
+    /// How long after the first snapshot the rollout may stay PROGRESSING before the second
+    /// snapshot is taken anyway.
+    #[serde(default = "default_settle_timeout", deserialize_with = "duration")]
+    pub settle_timeout: Duration,
+    /// How often a settling rollout's group is looked at (from the watch cache).
+    #[serde(default = "default_settle_poll", deserialize_with = "duration")]
+    pub settle_poll: Duration,
+    /// The first wait before a snapshot is tried again after the cluster could not be read;
+    /// doubled at each attempt, up to five minutes.
+    #[serde(default = "default_retry_backoff", deserialize_with = "duration")]
+    pub retry_backoff: Duration,
+    /// Deployments per environment that keep their snapshots (the newest).
+    #[serde(default = "default_keep_per_environment")]
+    pub keep_per_environment: u32,
+}
+
+impl Default for HistorySettings {
+    fn default() -> Self {
+        HistorySettings {
+            settle_timeout: default_settle_timeout(),
+            settle_poll: default_settle_poll(),
+            retry_backoff: default_retry_backoff(),
+            keep_per_environment: default_keep_per_environment(),
+        }
+    }
+}
+
+fn default_settle_timeout() -> Duration {
+    Duration::from_secs(600)
+}
+
+fn default_settle_poll() -> Duration {
+    Duration::from_secs(5)
+}
+
+fn default_retry_backoff() -> Duration {
+    Duration::from_secs(5)
+}
+
+fn default_keep_per_environment() -> u32 {
+    100
 }
 
 /// ```yaml
@@ -256,6 +308,14 @@ impl Settings {
                 entry.agent
             );
         }
+        anyhow::ensure!(
+            self.history.keep_per_environment >= 1,
+            "history.keep_per_environment must be at least 1"
+        );
+        anyhow::ensure!(
+            !self.history.settle_poll.is_zero() && !self.history.retry_backoff.is_zero(),
+            "history.settle_poll and history.retry_backoff must be longer than zero"
+        );
         for origin in &self.cors.allowed_origins {
             let valid = (origin.starts_with("https://") || origin.starts_with("http://"))
                 && !origin.trim_end_matches('/').contains(['*', ' '])
@@ -298,6 +358,8 @@ mod tests {
         let s = Settings::parse("# nothing yet\n").unwrap();
         assert!(s.kubernetes.agents.is_empty());
         assert!(s.cors.allowed_origins.is_empty());
+        assert_eq!(s.history.settle_timeout, Duration::from_secs(600));
+        assert_eq!(s.history.keep_per_environment, 100);
     }
 
     #[test]
@@ -312,5 +374,7 @@ mod tests {
                 .contains("more than one entry")
         );
         assert!(err("cors:\n  allowed_origins: ['*']\n").contains("not an origin"));
+        assert!(err("history:\n  keep_per_environment: 0\n").contains("at least 1"));
+        assert!(err("history:\n  settle_timout: 1m\n").contains("settle_timout"));
     }
 }

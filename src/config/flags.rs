@@ -57,6 +57,10 @@ pub enum Command {
     /// Serve the dashboard over a sample GitLab and a sample cluster that changes by itself,
     /// with its own data folder; prints how to sign in.
     Demo(DemoArgs),
+    /// What a deployment changed in its cluster (SPEC 10), from the snapshots in the database:
+    /// `envlens history --deployment 101`, or `--project group/app --environment production
+    /// [--iid 7]` (the newest successful deployment without an iid).
+    History(HistoryArgs),
 }
 
 #[derive(Debug, Clone, Args)]
@@ -75,6 +79,38 @@ pub struct DemoArgs {
     pub postgres_bin_dir: Option<PathBuf>,
     #[command(flatten)]
     pub limits: Limits,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct HistoryArgs {
+    /// The deployment's id (GitLab's global id `gid://gitlab/Deployment/<id>` also works).
+    #[arg(long, conflicts_with_all = ["project", "environment", "iid"])]
+    pub deployment: Option<String>,
+    /// The project's full path, with `--environment`.
+    #[arg(long, requires = "environment")]
+    pub project: Option<String>,
+    /// The environment's name, with `--project`.
+    #[arg(long, requires = "project")]
+    pub environment: Option<String>,
+    /// The deployment's iid in the project; by default its newest successful deployment.
+    #[arg(long, requires = "project")]
+    pub iid: Option<i64>,
+    /// Compare with this deployment (id) instead of the previous one with a snapshot.
+    #[arg(long)]
+    pub since: Option<String>,
+    /// Output format.
+    #[arg(short, long, value_enum, default_value = "text")]
+    pub output: HistoryFormat,
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum HistoryFormat {
+    /// Lines for people: the images, then what was added, removed and modified.
+    Text,
+    /// One JSON object, the shape of GraphQL's `changes` with each resource's identity.
+    Json,
 }
 
 /// Where the data lives: the data folder, and the database unless one is named.

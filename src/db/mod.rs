@@ -5,6 +5,7 @@ pub mod agents;
 pub mod deliveries;
 pub mod deployments;
 pub mod embedded;
+pub mod history;
 pub mod identity;
 pub mod lease;
 pub mod live;

@@ -467,6 +467,22 @@ pub async fn environment_deployments(
     .await?)
 }
 
+/// A project's deployment by iid (the newest, should GitLab ever repeat one).
+pub async fn deployment_by_iid(
+    db: impl PgExecutor<'_>,
+    project_id: i64,
+    iid: i64,
+) -> Result<Option<DeploymentRow>> {
+    Ok(sqlx::query_as(&format!(
+        "SELECT {DEPLOYMENT_COLUMNS} FROM deployments d WHERE d.project_id = $1 AND d.iid = $2
+         ORDER BY d.id DESC LIMIT 1"
+    ))
+    .bind(project_id)
+    .bind(iid)
+    .fetch_optional(db)
+    .await?)
+}
+
 /// GitLab's cap on the deployments it counts for display (`EnvironmentPresenter`).
 pub const DEPLOYMENTS_COUNTED: i64 = 1000;
 

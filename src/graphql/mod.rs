@@ -4,6 +4,7 @@ mod agents;
 mod cost;
 mod documents;
 pub mod explorer;
+mod history;
 mod inputs;
 mod loaders;
 mod plain;

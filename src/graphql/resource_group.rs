@@ -14,7 +14,7 @@ use crate::db::read::{AgentRow, EnvironmentRow};
 use crate::error::Error;
 use crate::k8s::clusters::Clusters;
 use crate::k8s::fetch::FetchOptions;
-use crate::k8s::grants::AccessType;
+use crate::k8s::grants::{AccessType, Grant};
 use crate::resources::graph::EdgeType;
 use crate::resources::group::{self, label_selector};
 use crate::resources::health::{self, Customizations, Health};
@@ -44,16 +44,8 @@ pub async fn load(
     namespace: String,
 ) -> Result<ResourceGroup> {
     crate::telemetry::record_agent(agent.id, Some(&environment.name));
-    let user = super::types::loader(ctx).loader().user().await.gql()?;
+    let (user, grant) = authorize(ctx, agent.id).await?;
     let clusters: &Arc<Clusters> = ctx.data_unchecked();
-    let grant = clusters
-        .grants
-        .authorize(&mut **conn(ctx).await?, agent.id, user.id)
-        .await
-        .gql()?;
-    let Some(grant) = grant else {
-        return Err(Error::Forbidden(FORBIDDEN_MESSAGE.to_owned()).to_graphql());
-    };
     let agent_project = project(ctx, agent.project_id).await?;
     super::types::loader(ctx).loader().release().await;
 
@@ -91,6 +83,26 @@ pub async fn load(
         DeploymentAgent { agent, namespace },
         assembled,
     ))
+}
+
+/// The user and their `user_access` grant on the agent; the FORBIDDEN error of SPEC 5.2
+/// without one. Whatever shows an agent's resources (the live group, the deployment history)
+/// checks here.
+pub(super) async fn authorize<'a>(
+    ctx: &Context<'a>,
+    agent_id: i64,
+) -> Result<(&'a crate::auth::CurrentUser, Arc<Grant>)> {
+    let user = super::types::loader(ctx).loader().user().await.gql()?;
+    let clusters: &Arc<Clusters> = ctx.data_unchecked();
+    let grant = clusters
+        .grants
+        .authorize(&mut **conn(ctx).await?, agent_id, user.id)
+        .await
+        .gql()?;
+    match grant {
+        Some(grant) => Ok((user, grant)),
+        None => Err(Error::Forbidden(FORBIDDEN_MESSAGE.to_owned()).to_graphql()),
+    }
 }
 
 #[derive(SimpleObject)]
@@ -204,6 +216,45 @@ impl From<group::Resource> for KubernetesResource {
             health: r.health.map(Into::into),
             events: r.events.into_iter().map(Into::into).collect(),
             object: r.object,
+        }
+    }
+}
+
+impl KubernetesResource {
+    /// A resource as a deployment's snapshot keeps it (SPEC 10): its stored manifest (the
+    /// canonical JSON text; `None` when the query asks for neither `manifest` nor `labels`),
+    /// its health then, no events.
+    pub(super) fn from_snapshot(
+        entry: &crate::history::snapshot::Entry,
+        manifest: Option<&str>,
+    ) -> Self {
+        let text: Box<str> = manifest.unwrap_or("{}").into();
+        let object =
+            Object::parse_text(text, &entry.api_version, &entry.kind).unwrap_or_else(|_| {
+                // A stored manifest is the text of a JSON object, which parses; an empty one does.
+                Object::parse_text("{}".into(), &entry.api_version, &entry.kind)
+                    .expect("an empty object parses")
+            });
+        let labels = object
+            .view
+            .get("metadata")
+            .and_then(|m| m.get("labels"))
+            .filter(|l| l.is_object())
+            .map_or_else(|| serde_json::json!({}), serde_json::Value::from);
+        KubernetesResource {
+            uid: ID(entry.uid.clone()),
+            api_version: entry.api_version.clone(),
+            kind: entry.kind.clone(),
+            namespace: entry.namespace.clone(),
+            name: entry.name.clone(),
+            labels: Json(labels),
+            created_at: entry.created_at.map(Time),
+            health: entry.health.map(|status| ResourceHealth {
+                status: status.into(),
+                message: entry.health_message.clone(),
+            }),
+            events: Vec::new(),
+            object,
         }
     }
 }

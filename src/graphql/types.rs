@@ -14,6 +14,7 @@ use tokio::sync::{MappedMutexGuard, OnceCell};
 use super::agents::{
     self, ClusterAgentAuthorizationCiAccess, ClusterAgentAuthorizationUserAccess, ClusterAgentToken,
 };
+use super::history;
 use super::loaders::{
     feed_agents, load, AgentId, AgentOfDeployment, Db, DeploymentCount, EnvironmentName,
     LastDeployment, LoadError, ProjectId,
@@ -299,6 +300,22 @@ impl Project {
         Ok(rows.into_iter().next().map(ClusterAgent))
     }
 
+    /// A deployment of the project by its iid (GitLab's `Project.deployment`).
+    async fn deployment(&self, ctx: &Context<'_>, iid: ID) -> Result<Option<Deployment>> {
+        let Ok(iid) = iid.parse::<i64>() else {
+            return Err(
+                Error::invalid("iid", format!("`{}` is not an iid", iid.as_str())).to_graphql(),
+            );
+        };
+        if !self.0.readable {
+            return Ok(None);
+        }
+        let row = read::deployment_by_iid(&mut **conn(ctx).await?, self.0.id, iid)
+            .await
+            .gql()?;
+        Ok(row.map(Deployment))
+    }
+
     /// Authorized cluster agents for the project through the `ci_access` keyword.
     async fn ci_access_authorized_agents(
         &self,
@@ -533,7 +550,7 @@ impl Environment {
     }
 }
 
-async fn deployment_agent(
+pub(super) async fn deployment_agent(
     ctx: &Context<'_>,
     deployment_id: i64,
 ) -> Result<Option<(AgentRow, AgentDeploymentRow)>> {
@@ -718,6 +735,26 @@ impl Deployment {
                 agent,
                 namespace: row.kubernetes_namespace,
             }))
+    }
+
+    /// The environment's resources as this deployment left them (SPEC 10): snapshotted when it
+    /// succeeded, and again when its rollout settled. Null without an agent, or until the
+    /// snapshot is taken. Needs the user's `user_access` to the agent.
+    #[graphql(complexity = "history::COST + child_complexity")]
+    async fn snapshot(&self, ctx: &Context<'_>) -> Result<Option<history::ResourceSnapshot>> {
+        history::snapshot(ctx, &self.0).await
+    }
+
+    /// What this deployment changed, against `since` (a deployment of the same environment
+    /// with a snapshot) or the environment's previous successful deployment with a snapshot.
+    /// Null without a snapshot. Needs the user's `user_access` to the agent.
+    #[graphql(complexity = "history::COST + child_complexity")]
+    async fn changes(
+        &self,
+        ctx: &Context<'_>,
+        since: Option<ID>,
+    ) -> Result<Option<history::ResourceChanges>> {
+        history::changes(ctx, &self.0, since).await
     }
 }
 

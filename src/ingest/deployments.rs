@@ -293,6 +293,8 @@ pub(super) async fn record(
     Ok(match outcome {
         Outcome::Written(row) => {
             db::insert_agent_deployment(conn, deployment_id, &row).await?;
+            // A success hook may have come first: its snapshot is due now (SPEC 10).
+            crate::db::history::enqueue(conn, deployment_id).await?;
             written(deployment_id, &row)
         }
         Outcome::Refused(reason) => {
@@ -560,6 +562,10 @@ impl StatusEvent {
             return Ok(false);
         }
         db::set_status(conn, h.deployment_id, &self.report).await?;
+        if self.report.status == DeploymentStatus::Success {
+            // The deployment history's snapshot (SPEC 10), queued in the same transaction.
+            crate::db::history::enqueue(conn, h.deployment_id).await?;
+        }
         Ok(true)
     }
 }

@@ -1,0 +1,195 @@
+//! `Deployment.snapshot` and `Deployment.changes` (SPEC 10): what a deployment left in its
+//! cluster, and what it changed there. Read with the same `user_access` check as the live
+//! resource group: a snapshot shows the agent's resources.
+
+use std::collections::BTreeMap;
+
+use async_graphql::{Context, Json, SimpleObject, ID};
+use serde_json::Value;
+
+use super::resource_group::{self, HealthStatus, KubernetesResource};
+use super::types::{conn, Deployment, Gql, Result, Time};
+use crate::db::history::{self as db, SnapshotRow};
+use crate::db::read::DeploymentRow;
+use crate::error::Error;
+use crate::history::diff;
+use crate::history::snapshot::{parse_health, Entry};
+use crate::history::store;
+
+/// Reading a snapshot is a few rows and up to a group's worth of manifests: priced like the
+/// live group.
+pub const COST: usize = resource_group::COST;
+
+#[derive(SimpleObject)]
+pub struct ResourceSnapshot {
+    /// When the deployment's success was seen and the first snapshot taken.
+    taken_at: Time,
+    /// When the rollout settled (the group left PROGRESSING, or `history.settle_timeout`
+    /// passed); null while it settles.
+    settled_at: Option<Time>,
+    /// The group's health when settled, else when taken.
+    health: HealthStatus,
+    health_message: Option<String>,
+    /// Seconds from `takenAt` to a HEALTHY group; null when it did not get there (yet).
+    time_to_healthy: Option<f64>,
+    /// The resources when settled, else when taken, with their health then; no events.
+    resources: Vec<KubernetesResource>,
+}
+
+#[derive(SimpleObject)]
+pub struct ResourceChanges {
+    /// The deployment compared with: `since`, or the environment's previous successful
+    /// deployment with a snapshot; null when there is none (every resource is then added).
+    since: Option<Deployment>,
+    added: Vec<KubernetesResource>,
+    removed: Vec<KubernetesResource>,
+    modified: Vec<ResourceChange>,
+    /// Containers whose image changed in the modified resources.
+    images: Vec<ImageChange>,
+}
+
+#[derive(SimpleObject)]
+pub struct ResourceChange {
+    /// The resource after the deployment.
+    resource: KubernetesResource,
+    /// RFC 6902, from before to after.
+    patch: Json<Value>,
+}
+
+#[derive(SimpleObject)]
+pub struct ImageChange {
+    /// The resource after the deployment.
+    resource: KubernetesResource,
+    container: String,
+    /// Null when the container was added.
+    before: Option<String>,
+    /// Null when the container was removed.
+    after: Option<String>,
+}
+
+/// The deployment's snapshot row, once the user passed `user_access` on its agent; `None`
+/// without an agent or a snapshot.
+async fn readable(ctx: &Context<'_>, deployment: &DeploymentRow) -> Result<Option<SnapshotRow>> {
+    let Some((agent, _)) = super::types::deployment_agent(ctx, deployment.id).await? else {
+        return Ok(None);
+    };
+    resource_group::authorize(ctx, agent.id).await?;
+    db::snapshot(&mut **conn(ctx).await?, deployment.id)
+        .await
+        .gql()
+}
+
+pub async fn snapshot(
+    ctx: &Context<'_>,
+    deployment: &DeploymentRow,
+) -> Result<Option<ResourceSnapshot>> {
+    let Some(row) = readable(ctx, deployment).await? else {
+        return Ok(None);
+    };
+    // Manifests only when asked for (labels are read from them): a thousand of them are
+    // most of the work of reading a snapshot.
+    let look = ctx.look_ahead().field("resources");
+    let wanted = look.field("manifest").exists() || look.field("labels").exists();
+    let mut c = conn(ctx).await?;
+    let entries = store::entries(&mut c, &row).await.gql()?;
+    let texts = match wanted {
+        true => store::manifest_texts(&mut c, row.environment_id, &entries)
+            .await
+            .gql()?,
+        false => BTreeMap::new(),
+    };
+    drop(c);
+    let (health, message) = match &row.settled_health {
+        Some(h) => (h.as_str(), row.settled_message.clone()),
+        None => (row.health.as_str(), row.health_message.clone()),
+    };
+    Ok(Some(ResourceSnapshot {
+        taken_at: Time(row.taken_at),
+        settled_at: row.settled_at.map(Time),
+        health: stored_health(health)?,
+        health_message: message,
+        time_to_healthy: row.time_to_healthy,
+        resources: entries
+            .iter()
+            .map(|e| {
+                KubernetesResource::from_snapshot(e, texts.get(&e.manifest).map(String::as_str))
+            })
+            .collect(),
+    }))
+}
+
+fn stored_health(s: &str) -> Result<HealthStatus> {
+    parse_health(s)
+        .map(Into::into)
+        .ok_or_else(|| Error::Internal(anyhow::anyhow!("stored health `{s}`")).to_graphql())
+}
+
+fn resource(entry: &Entry, manifests: &BTreeMap<String, Value>) -> KubernetesResource {
+    let text = manifests.get(&entry.manifest).map(Value::to_string);
+    KubernetesResource::from_snapshot(entry, text.as_deref())
+}
+
+/// `gid://gitlab/Deployment/<id>` (or the bare id) to the id.
+fn deployment_id(id: &ID) -> Result<i64> {
+    id.trim_start_matches("gid://gitlab/Deployment/")
+        .parse::<i64>()
+        .ok()
+        .filter(|id| *id > 0)
+        .ok_or_else(|| {
+            Error::invalid("since", format!("`{}` is not a deployment id", id.as_str()))
+                .to_graphql()
+        })
+}
+
+pub async fn changes(
+    ctx: &Context<'_>,
+    deployment: &DeploymentRow,
+    since: Option<ID>,
+) -> Result<Option<ResourceChanges>> {
+    let since = since.as_ref().map(deployment_id).transpose()?;
+    if readable(ctx, deployment).await?.is_none() {
+        return Ok(None);
+    }
+    let mut c = conn(ctx).await?;
+    let Some(compared) = store::compare(&mut c, deployment.id, since).await.gql()? else {
+        return Ok(None);
+    };
+    let base = match compared.since {
+        Some(id) => db::deployment(&mut c, id).await.gql()?,
+        None => None,
+    };
+    drop(c);
+    let manifests = &compared.manifests;
+    let report = diff::report(&compared.before, &compared.after, manifests);
+    Ok(Some(ResourceChanges {
+        since: base.map(Deployment),
+        added: report
+            .added
+            .iter()
+            .map(|e| resource(e, manifests))
+            .collect(),
+        removed: report
+            .removed
+            .iter()
+            .map(|e| resource(e, manifests))
+            .collect(),
+        modified: report
+            .modified
+            .into_iter()
+            .map(|(e, patch)| ResourceChange {
+                resource: resource(e, manifests),
+                patch: Json(Value::Array(patch)),
+            })
+            .collect(),
+        images: report
+            .images
+            .into_iter()
+            .map(|(e, change)| ImageChange {
+                resource: resource(e, manifests),
+                container: change.container,
+                before: change.before,
+                after: change.after,
+            })
+            .collect(),
+    }))
+}

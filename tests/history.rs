@@ -1,0 +1,702 @@
+//! Deployment history end to end (SPEC 10): the success hook queues a snapshot, the worker
+//! takes it from the test Kubernetes API server as the agent, GraphQL and `envlens history`
+//! read it back.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::http::{header, Request};
+use envlens::auth::mint_session;
+use envlens::config::file::Settings;
+use envlens::history::worker::{Turn, Worker};
+use serde_json::{json, Value};
+use tempfile::TempDir;
+
+use crate::support::environment::{self, gitlab_labels, meta, NS, PROJECT, SLUG};
+use crate::support::kube_api::{Fault, KubeApi, Served};
+use crate::support::*;
+
+const DEV: (i64, &str) = (2, "dev");
+const REP: (i64, &str) = (3, "rep");
+/// The `production` environment of the support's GitLab.
+const PRODUCTION: (i64, &str) = (100, SLUG);
+
+const FAST: &str =
+    "history:\n  settle_poll: 100ms\n  retry_backoff: 100ms\n  settle_timeout: 30s\n";
+
+/// A Deployment of `image`, `updated` of its 2 replicas rolled out.
+fn web(image: &str, updated: u32) -> Value {
+    let mut metadata = meta(NS, "web", "uid-web", gitlab_labels(SLUG, "web"));
+    metadata["generation"] = json!(2);
+    metadata["annotations"] = json!({"deployment.kubernetes.io/revision": "2"});
+    json!({
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": metadata,
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
+                 "template": {"metadata": {"labels": {"app": "web"}},
+                              "spec": {"containers": [{"name": "app", "image": image},
+                                                      {"name": "proxy", "image": "envoy:1"}]}}},
+        "status": {"observedGeneration": 2, "replicas": 2, "updatedReplicas": updated,
+                   "readyReplicas": updated, "availableReplicas": updated}
+    })
+}
+
+fn config_map(name: &str, value: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap",
+           "metadata": meta(NS, name, &format!("uid-{name}"), gitlab_labels(SLUG, "web")),
+           "data": {"value": value}})
+}
+
+/// production: the Deployment, a ConfigMap, a Secret; nothing else is labelled for it.
+async fn cluster() -> (KubeApi, Served, TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let api = KubeApi::new();
+    api.insert(web("web:1", 2));
+    api.insert(config_map("web-config", "one"));
+    api.insert(
+        json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+        "metadata": meta(NS, "web-secret", "uid-secret", gitlab_labels(SLUG, "web")),
+        "data": {"password": "aHVudGVyMg=="}}),
+    );
+    let served = api.serve(dir.path()).await;
+    (api, served, dir)
+}
+
+/// The support's GitLab (deployments 1 to `production` and 2 to `review` succeeded, 3
+/// failed) with `history` settings, and a worker over the same cluster connection settings.
+async fn gitlab(served: &Served, history: &str) -> (TestApp, Worker) {
+    let app = environment::gitlab_with(served, history).await;
+    let worker = worker(&app, served, history).await;
+    (app, worker)
+}
+
+async fn worker(app: &TestApp, served: &Served, history: &str) -> Worker {
+    let settings = Settings::parse(&format!(
+        "kubernetes:\n  kubeconfig: {}\n  response_timeout: 3s\n{history}",
+        served.kubeconfig.display()
+    ))
+    .unwrap();
+    let clusters = envlens::k8s::clusters::Clusters::load(&settings.kubernetes, Default::default())
+        .await
+        .unwrap();
+    Worker::new(
+        app.db.clone(),
+        Arc::new(clusters),
+        Arc::default(),
+        settings.history,
+    )
+}
+
+/// Turns until `done` says so, at most a minute (settling waits its poll).
+async fn run_until(
+    worker: &Worker,
+    mut done: impl FnMut(&(i64, Turn)) -> bool,
+) -> Vec<(i64, Turn)> {
+    let start = Instant::now();
+    let mut turns = Vec::new();
+    loop {
+        for turn in worker.run_until_idle().await.unwrap() {
+            let finished = done(&turn);
+            turns.push(turn);
+            if finished {
+                return turns;
+            }
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "turns so far: {turns:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn graphql(app: &TestApp, user: (i64, &str), query: &str) -> Value {
+    let (token, _) = mint_session(SESSION_KEY, user.0, user.1, Duration::from_secs(600)).unwrap();
+    let req = Request::post("/api/graphql")
+        .header(header::AUTHORIZATION, format!("Bearer {token}"))
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(json!({ "query": query }).to_string()))
+        .unwrap();
+    let res = app.send(req).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    res.json()
+}
+
+const SNAPSHOT: &str = "snapshot { takenAt settledAt health healthMessage timeToHealthy
+    resources { uid apiVersion kind namespace name labels health { status message } manifest } }";
+const CHANGES: &str = "since { id } added { kind name } removed { kind name }
+    modified { resource { kind name } patch } images { resource { kind name } container before after }";
+
+/// `fields` of deployment `id` (its iid too) as `user`: the deployment, or the whole response
+/// when it has errors.
+async fn deployment(app: &TestApp, user: (i64, &str), id: i64, fields: &str) -> Value {
+    let body = graphql(
+        app,
+        user,
+        &format!(
+            r#"{{ project(fullPath: "acme/apps/web") {{ deployment(iid: "{id}") {{ id status {fields} }} }} }}"#
+        ),
+    )
+    .await;
+    if body.get("errors").is_some() {
+        return body;
+    }
+    body["data"]["project"]["deployment"].clone()
+}
+
+fn resource<'a>(snapshot: &'a Value, kind: &str, name: &str) -> &'a Value {
+    snapshot["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["kind"] == kind && r["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name} in {snapshot}"))
+}
+
+async fn count(app: &TestApp, sql: &str) -> i64 {
+    sqlx::query_scalar(sql).fetch_one(&app.db).await.unwrap()
+}
+
+fn success_hook(id: i64) -> String {
+    json!({"object_kind": "deployment", "deployment_id": id, "status": "success",
+        "status_changed_at": "2026-11-21 10:05:00 UTC", "environment": SLUG,
+        "project": {"id": PROJECT, "path_with_namespace": "acme/apps/web"}})
+    .to_string()
+}
+
+#[tokio::test]
+async fn a_success_is_snapshotted_once_and_its_changes_read_back() {
+    let (api, served, _dir) = cluster().await;
+    let (app, worker) = gitlab(&served, FAST).await;
+    let mut turns = worker.run_until_idle().await.unwrap();
+    turns.sort_by_key(|t| t.0);
+    assert_eq!(
+        turns,
+        [
+            (1, Turn::Taken { settled: true }),
+            (2, Turn::Taken { settled: true })
+        ],
+        "the two successful deployments with an agent, not the failed one"
+    );
+
+    // The same success again, with and without a delivery id: nothing more to do.
+    for delivery in [None, Some("d-1"), Some("d-1")] {
+        let res = app.hook("Deployment Hook", success_hook(1), delivery).await;
+        assert_eq!(res.status, 200, "{}", res.text());
+    }
+    assert!(worker.run_until_idle().await.unwrap().is_empty());
+    assert_eq!(
+        count(&app, "SELECT count(*) FROM deployment_snapshots").await,
+        2
+    );
+
+    let first = deployment(&app, DEV, 1, SNAPSHOT).await;
+    let snapshot = &first["snapshot"];
+    assert_eq!(snapshot["health"], "HEALTHY", "{first}");
+    assert!(snapshot["settledAt"].is_string());
+    assert!(snapshot["timeToHealthy"].as_f64().unwrap() < 5.0);
+    assert_eq!(
+        snapshot["resources"].as_array().unwrap().len(),
+        3,
+        "{snapshot}"
+    );
+    let deployed = resource(snapshot, "Deployment", "web");
+    assert_eq!(deployed["uid"], "uid-web");
+    assert_eq!(deployed["health"]["status"], "HEALTHY");
+    assert_eq!(deployed["labels"]["app"], "web");
+    let manifest = &deployed["manifest"];
+    assert_eq!(
+        manifest["spec"]["template"]["spec"]["containers"][0]["image"],
+        "web:1"
+    );
+    for absent in [
+        "uid",
+        "resourceVersion",
+        "generation",
+        "creationTimestamp",
+        "managedFields",
+    ] {
+        assert!(
+            manifest["metadata"].get(absent).is_none(),
+            "{absent}: {manifest}"
+        );
+    }
+    assert!(manifest.get("status").is_none(), "{manifest}");
+    let secret = resource(snapshot, "Secret", "web-secret");
+    assert_eq!(secret["manifest"]["data"]["password"], "++++++++");
+    let stored: Vec<Vec<u8>> = sqlx::query_scalar("SELECT body FROM history_manifests")
+        .fetch_all(&app.db)
+        .await
+        .unwrap();
+    for body in stored {
+        let text = envlens::history::snapshot::decompress(&body).unwrap();
+        assert!(
+            !String::from_utf8_lossy(&text).contains("aHVudGVyMg"),
+            "a Secret's value stored"
+        );
+    }
+
+    // The next deployment: a new image for one container, a ConfigMap replaced by another.
+    api.insert(web("web:2", 2));
+    api.remove("configmaps", Some(NS), "web-config");
+    api.insert(config_map("web-config-2", "two"));
+    environment::deploy(&app, 4, PRODUCTION, "success").await;
+    let turns = run_until(&worker, |t| t.0 == 4).await;
+    assert_eq!(turns.last().unwrap().1, Turn::Taken { settled: true });
+
+    let expected_images = json!([{"resource": {"kind": "Deployment", "name": "web"},
+        "container": "app", "before": "web:1", "after": "web:2"}]);
+    let latest = deployment(&app, DEV, 4, &format!("changes {{ {CHANGES} }}")).await;
+    let changes = &latest["changes"];
+    assert_eq!(
+        changes["since"]["id"], "gid://gitlab/Deployment/1",
+        "{latest}"
+    );
+    assert_eq!(
+        changes["added"],
+        json!([{"kind": "ConfigMap", "name": "web-config-2"}])
+    );
+    assert_eq!(
+        changes["removed"],
+        json!([{"kind": "ConfigMap", "name": "web-config"}])
+    );
+    assert_eq!(
+        changes["modified"],
+        json!([{"resource": {"kind": "Deployment", "name": "web"},
+                "patch": [{"op": "replace", "path": "/spec/template/spec/containers/0/image", "value": "web:2"}]}]),
+        "the status and the bumped resourceVersion are not changes"
+    );
+    assert_eq!(changes["images"], expected_images);
+
+    // `since` names the base; against itself nothing changed; the first one has no base.
+    let explicit = deployment(
+        &app,
+        DEV,
+        4,
+        &format!(r#"changes(since: "gid://gitlab/Deployment/1") {{ {CHANGES} }}"#),
+    )
+    .await;
+    assert_eq!(explicit["changes"], *changes);
+    let itself = deployment(
+        &app,
+        DEV,
+        4,
+        &format!(r#"changes(since: "4") {{ {CHANGES} }}"#),
+    )
+    .await;
+    assert_eq!(itself["changes"]["modified"], json!([]));
+    assert_eq!(itself["changes"]["added"], json!([]));
+    let base = deployment(&app, DEV, 1, &format!("changes {{ {CHANGES} }}")).await;
+    assert!(base["changes"]["since"].is_null());
+    assert_eq!(base["changes"]["added"].as_array().unwrap().len(), 3);
+
+    // A `since` that cannot be compared is a clear error.
+    for since in [
+        "gid://gitlab/Deployment/3",
+        "gid://gitlab/Deployment/2",
+        "banana",
+    ] {
+        let body = deployment(
+            &app,
+            DEV,
+            4,
+            &format!(r#"changes(since: "{since}") {{ added {{ name }} }}"#),
+        )
+        .await;
+        let message = body["errors"][0]["message"].as_str().unwrap_or_default();
+        assert!(message.starts_with("since"), "{since}: {body}");
+    }
+}
+
+#[tokio::test]
+async fn a_reader_without_user_access_is_refused() {
+    let (_api, served, _dir) = cluster().await;
+    let (app, worker) = gitlab(&served, FAST).await;
+    worker.run_until_idle().await.unwrap();
+    for fields in [SNAPSHOT, "changes { added { name } }"] {
+        let body = deployment(&app, REP, 1, fields).await;
+        assert_eq!(
+            body["errors"][0]["extensions"]["code"], "FORBIDDEN",
+            "{body}"
+        );
+        assert!(body["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("user_access"));
+    }
+    // The deployments themselves stay readable; one without an agent has no snapshot.
+    let ok = deployment(&app, DEV, 1, "snapshot { health }").await;
+    assert_eq!(ok["snapshot"]["health"], "HEALTHY");
+}
+
+#[tokio::test]
+async fn a_late_success_after_a_newer_one_is_superseded() {
+    let (_api, served, _dir) = cluster().await;
+    let (app, worker) = gitlab(&served, FAST).await;
+    worker.run_until_idle().await.unwrap();
+    // 5 starts, 6 starts and succeeds, then 5's success arrives.
+    environment::deploy(&app, 5, PRODUCTION, "running").await;
+    environment::deploy(&app, 6, PRODUCTION, "success").await;
+    assert_eq!(
+        run_until(&worker, |t| t.0 == 6).await.last().unwrap().1,
+        Turn::Taken { settled: true }
+    );
+    let res = app.hook("Deployment Hook", success_hook(5), None).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    assert_eq!(
+        worker.run_until_idle().await.unwrap(),
+        [(5, Turn::Superseded)]
+    );
+    let late = deployment(&app, DEV, 5, "snapshot { health }").await;
+    assert_eq!(late["status"], "SUCCESS");
+    assert!(late["snapshot"].is_null(), "{late}");
+    // 6 compares with 1, the last one with a snapshot.
+    let six = deployment(&app, DEV, 6, "changes { since { id } }").await;
+    assert_eq!(six["changes"]["since"]["id"], "gid://gitlab/Deployment/1");
+}
+
+#[tokio::test]
+async fn two_claimers_take_each_snapshot_once() {
+    let (_api, served, _dir) = cluster().await;
+    let app = environment::gitlab_with(&served, FAST).await;
+    let (one, two) = (
+        worker(&app, &served, FAST).await,
+        worker(&app, &served, FAST).await,
+    );
+    for id in 10..16 {
+        environment::deploy(&app, id, (200 + id, &format!("env-{id}")), "success").await;
+    }
+    let (a, b) = tokio::join!(one.run_until_idle(), two.run_until_idle());
+    let mut ids: Vec<i64> = a
+        .unwrap()
+        .into_iter()
+        .chain(b.unwrap())
+        .map(|t| t.0)
+        .collect();
+    ids.sort();
+    assert_eq!(ids, [1, 2, 10, 11, 12, 13, 14, 15], "each job claimed once");
+    assert_eq!(
+        count(&app, "SELECT count(*) FROM deployment_snapshots").await,
+        8
+    );
+
+    // A claimer whose lease ran out after it wrote: the job runs again, the snapshot stays.
+    let before: Value = sqlx::query_scalar(
+        "SELECT to_jsonb(s) FROM deployment_snapshots s WHERE deployment_id = 1",
+    )
+    .fetch_one(&app.db)
+    .await
+    .unwrap();
+    sqlx::query("UPDATE snapshot_jobs SET phase = 'taken', due_at = now() WHERE deployment_id = 1")
+        .execute(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(one.run_until_idle().await.unwrap().len(), 1);
+    let after: Value = sqlx::query_scalar(
+        "SELECT to_jsonb(s) FROM deployment_snapshots s WHERE deployment_id = 1",
+    )
+    .fetch_one(&app.db)
+    .await
+    .unwrap();
+    assert_eq!(before, after);
+
+    // A claimer that dies holding a job (its process restarted): the job waits out the lease,
+    // then another claimer takes it. Nothing acknowledged is lost.
+    environment::deploy(&app, 20, (220, "env-20"), "success").await;
+    let held = envlens::db::history::claim(&app.db, 2.0)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(held.deployment_id, 20);
+    assert!(two.run_until_idle().await.unwrap().is_empty(), "claimed");
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    assert_eq!(
+        two.run_until_idle().await.unwrap(),
+        [(20, Turn::Taken { settled: true })]
+    );
+}
+
+#[tokio::test]
+async fn an_unreadable_cluster_is_retried_until_it_answers() {
+    let (api, served, _dir) = cluster().await;
+    let down = Arc::new(AtomicBool::new(true));
+    let flag = down.clone();
+    api.fault(move |_| {
+        flag.load(Ordering::SeqCst)
+            .then(|| Fault::Status(503, "etcd is unavailable".into()))
+    });
+    // A retry long enough that no job comes due again within the first round, however slow
+    // the machine.
+    let history = "history:\n  retry_backoff: 3s\n";
+    let (app, worker) = gitlab(&served, history).await;
+    let turns = worker.run_until_idle().await.unwrap();
+    assert_eq!(turns.len(), 2, "{turns:?}");
+    for (_, turn) in &turns {
+        assert!(
+            matches!(turn, Turn::Failed { gave_up: false, .. }),
+            "{turns:?}"
+        );
+    }
+    let job: (String, i32, Option<String>) = sqlx::query_as(
+        "SELECT phase, attempts, last_error FROM snapshot_jobs WHERE deployment_id = 1",
+    )
+    .fetch_one(&app.db)
+    .await
+    .unwrap();
+    assert_eq!((job.0.as_str(), job.1), ("taken", 1));
+    let error = job.2.unwrap();
+    assert!(error.contains("etcd is unavailable"), "{error}");
+    assert!(
+        error.contains(" more)"),
+        "a few kinds named, not all: {error}"
+    );
+    // The deployment itself is untouched, and has no snapshot yet.
+    let one = deployment(&app, DEV, 1, "snapshot { health }").await;
+    assert_eq!(one["status"], "SUCCESS");
+    assert!(one["snapshot"].is_null());
+
+    down.store(false, Ordering::SeqCst);
+    let turns = run_until(&worker, |t| t.0 == 1 && matches!(t.1, Turn::Taken { .. })).await;
+    let of_one: Vec<&Turn> = turns.iter().filter(|t| t.0 == 1).map(|t| &t.1).collect();
+    assert!(
+        of_one[..of_one.len() - 1]
+            .iter()
+            .all(|t| matches!(t, Turn::Failed { gave_up: false, .. })),
+        "retried until the cluster answered: {turns:?}"
+    );
+    let one = deployment(&app, DEV, 1, "snapshot { health resources { name } }").await;
+    assert_eq!(
+        one["snapshot"]["resources"].as_array().unwrap().len(),
+        3,
+        "{one}"
+    );
+}
+
+#[tokio::test]
+async fn retention_keeps_the_newest_snapshots_and_their_manifests() {
+    let (api, served, _dir) = cluster().await;
+    let history = format!("{FAST}  keep_per_environment: 2\n");
+    let (app, worker) = gitlab(&served, &history).await;
+    worker.run_until_idle().await.unwrap();
+    for (id, value) in [(4, "four"), (5, "five"), (6, "six")] {
+        api.insert(config_map("web-config", value));
+        environment::deploy(&app, id, PRODUCTION, "success").await;
+        run_until(&worker, |t| t.0 == id).await;
+    }
+    let kept: Vec<i64> = sqlx::query_scalar(
+        "SELECT deployment_id FROM deployment_snapshots WHERE environment_id = 100 ORDER BY 1",
+    )
+    .fetch_all(&app.db)
+    .await
+    .unwrap();
+    assert_eq!(kept, [5, 6]);
+    let jobs: Vec<i64> = sqlx::query_scalar(
+        "SELECT j.deployment_id FROM snapshot_jobs j JOIN deployments d ON d.id = j.deployment_id
+         WHERE d.environment_id = 100 ORDER BY 1",
+    )
+    .fetch_all(&app.db)
+    .await
+    .unwrap();
+    assert_eq!(jobs, [5, 6], "the jobs of pruned snapshots go with them");
+    // The manifests left are exactly those the kept snapshots name: the ConfigMaps of five
+    // and six, and the unchanged Deployment and Secret.
+    assert_eq!(
+        count(
+            &app,
+            "SELECT count(*) FROM history_manifests WHERE environment_id = 100"
+        )
+        .await,
+        4
+    );
+    let mut conn = app.db.acquire().await.unwrap();
+    let mut named = std::collections::BTreeSet::new();
+    for id in kept {
+        let row = envlens::db::history::snapshot(&mut conn, id)
+            .await
+            .unwrap()
+            .unwrap();
+        for e in envlens::history::store::entries(&mut conn, &row)
+            .await
+            .unwrap()
+        {
+            named.insert(e.manifest);
+        }
+    }
+    assert_eq!(named.len(), 4);
+    let four = deployment(&app, DEV, 4, "snapshot { health }").await;
+    assert!(four["snapshot"].is_null());
+    let six = deployment(&app, DEV, 6, "changes { since { id } modified { patch } }").await;
+    assert_eq!(six["changes"]["since"]["id"], "gid://gitlab/Deployment/5");
+    assert_eq!(
+        six["changes"]["modified"][0]["patch"],
+        json!([{"op": "replace", "path": "/data/value", "value": "six"}])
+    );
+}
+
+#[tokio::test]
+async fn a_rollout_settles_when_it_leaves_progressing() {
+    let (api, served, _dir) = cluster().await;
+    api.insert(web("web:1", 1));
+    let (app, worker) = gitlab(&served, FAST).await;
+    let turns = worker.run_until_idle().await.unwrap();
+    assert!(
+        turns.contains(&(1, Turn::Taken { settled: false })),
+        "{turns:?}"
+    );
+    let first = deployment(&app, DEV, 1, SNAPSHOT).await;
+    assert_eq!(first["snapshot"]["health"], "PROGRESSING", "{first}");
+    assert!(first["snapshot"]["settledAt"].is_null());
+    assert!(first["snapshot"]["timeToHealthy"].is_null());
+
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    api.insert(web("web:1", 2));
+    let turns = run_until(&worker, |t| t.0 == 1 && t.1 == Turn::Settled).await;
+    assert!(turns
+        .iter()
+        .all(|t| t.1 == Turn::Settling || t.1 == Turn::Settled));
+    let settled = deployment(&app, DEV, 1, SNAPSHOT).await;
+    let snapshot = &settled["snapshot"];
+    assert_eq!(snapshot["health"], "HEALTHY", "{settled}");
+    assert_eq!(
+        resource(snapshot, "Deployment", "web")["health"]["status"],
+        "HEALTHY"
+    );
+    let seconds = snapshot["timeToHealthy"].as_f64().unwrap();
+    assert!((0.3..20.0).contains(&seconds), "{seconds}");
+    assert!(snapshot["settledAt"].as_str().unwrap() >= snapshot["takenAt"].as_str().unwrap());
+}
+
+#[tokio::test]
+async fn a_rollout_that_never_settles_ends_at_the_timeout() {
+    let (api, served, _dir) = cluster().await;
+    api.insert(web("web:1", 1));
+    let history = "history:\n  settle_poll: 100ms\n  settle_timeout: 600ms\n";
+    let (app, worker) = gitlab(&served, history).await;
+    let started = Instant::now();
+    run_until(&worker, |t| t.0 == 1 && t.1 == Turn::Settled).await;
+    assert!(started.elapsed() >= Duration::from_millis(600));
+    let snapshot = deployment(&app, DEV, 1, SNAPSHOT).await["snapshot"].clone();
+    assert_eq!(snapshot["health"], "PROGRESSING");
+    assert!(snapshot["settledAt"].is_string());
+    assert!(snapshot["timeToHealthy"].is_null(), "{snapshot}");
+    let phase: String =
+        sqlx::query_scalar("SELECT phase FROM snapshot_jobs WHERE deployment_id = 1")
+            .fetch_one(&app.db)
+            .await
+            .unwrap();
+    assert_eq!(phase, "done");
+}
+
+/// The URL of `pool`'s database, for a process of its own.
+fn url_of(pool: &sqlx::PgPool) -> String {
+    let options = pool.connect_options();
+    let database = options.get_database().expect("a database name").to_owned();
+    if let Ok(url) = std::env::var("DATABASE_URL") {
+        let (base, query) = url.split_once('?').unwrap_or((&url, ""));
+        let server = base.rsplit_once('/').map_or(base, |(server, _)| server);
+        return format!("{server}/{database}?{query}");
+    }
+    let socket = options
+        .get_socket()
+        .expect("the private server's socket folder");
+    format!(
+        "postgresql://{}@localhost:{}/{database}?host={}",
+        options.get_username(),
+        options.get_port(),
+        socket.display()
+    )
+}
+
+/// `envlens history <args>` over `app`'s database: its exit status, stdout and stderr.
+async fn envlens_history(app: &TestApp, args: &[&str]) -> (bool, String, String) {
+    let url = url_of(&app.db);
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_envlens"))
+            .arg("history")
+            .args(&args)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("DATABASE_URL", url)
+            .env("ENVLENS_DATA_DIR", "/proc/envlens-data")
+            .output()
+            .expect("envlens history")
+    })
+    .await
+    .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn envlens_history_prints_the_changes() {
+    let (api, served, _dir) = cluster().await;
+    let (app, worker) = gitlab(&served, FAST).await;
+    worker.run_until_idle().await.unwrap();
+    api.insert(web("web:2", 2));
+    environment::deploy(&app, 4, PRODUCTION, "success").await;
+    run_until(&worker, |t| t.0 == 4).await;
+
+    let (ok, out, err) = envlens_history(&app, &["--deployment", "4", "--output", "json"]).await;
+    assert!(ok, "{err}");
+    let changes: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(changes["deployment"], 4);
+    assert_eq!(changes["since"], 1);
+    assert_eq!(changes["health"], "HEALTHY");
+    assert_eq!(
+        changes["images"],
+        json!([{"apiVersion": "apps/v1", "kind": "Deployment", "namespace": NS, "name": "web",
+                "container": "app", "before": "web:1", "after": "web:2"}])
+    );
+    assert_eq!(
+        changes["modified"][0]["patch"][0]["path"],
+        "/spec/template/spec/containers/0/image"
+    );
+    assert_eq!(changes["added"], json!([]));
+
+    // By project and environment: the newest successful deployment, as text.
+    let (ok, text, err) =
+        envlens_history(&app, &["--project", "acme/apps/web", "--environment", SLUG]).await;
+    assert!(ok, "{err}");
+    assert!(text.starts_with("deployment 4\n"), "{text}");
+    assert!(text.contains("compared with deployment 1\n"), "{text}");
+    assert!(
+        text.contains("apps/v1 Deployment shop/web app: web:1 -> web:2\n"),
+        "{text}"
+    );
+    let (ok, text, _) = envlens_history(
+        &app,
+        &[
+            "--project",
+            "acme/apps/web",
+            "--environment",
+            SLUG,
+            "--iid",
+            "4",
+            "--since",
+            "4",
+        ],
+    )
+    .await;
+    assert!(ok);
+    assert!(text.ends_with("no changes\n"), "{text}");
+
+    // A deployment without a snapshot, and one that does not exist: exit 1, saying why.
+    let (ok, _, err) = envlens_history(&app, &["--deployment", "3"]).await;
+    assert!(!ok);
+    assert!(err.contains("deployment 3 has no snapshot"), "{err}");
+    let (ok, _, err) = envlens_history(
+        &app,
+        &["--project", "acme/apps/web", "--environment", "nowhere"],
+    )
+    .await;
+    assert!(!ok);
+    assert!(
+        err.contains("no successful deployment of acme/apps/web to nowhere"),
+        "{err}"
+    );
+}
