@@ -9,6 +9,7 @@ mod ci_deployments;
 mod connections;
 mod deployments;
 mod embedded;
+mod environment_lookup;
 mod explorer;
 mod first_steps;
 mod fuzz;

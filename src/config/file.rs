@@ -51,6 +51,10 @@ pub struct Settings {
 ///   url: https://gitlab.example.com     # its address, as it writes it into ID tokens' `iss`
 ///   token_file: /etc/envlens/gitlab-token # a `read_api` token, for the sync (optional)
 ///   token_cache: 60s                      # how long GitLab's word on a user's token holds
+///   groups: [acme]                        # the top-level groups to sync; all with an admin's token
+///   sync_interval: 1h                     # `serve` syncs this often (0s: never)
+///   sync_max_projects: 10000              # a pass refuses to read more (a bound on its cost)
+///   sync_timeout: 30m                     # a pass that takes longer stops, removing nothing
 /// ```
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -61,10 +65,32 @@ pub struct GitLabSettings {
     /// How long GitLab's answer about a user's token is reused (SPEC 12.4).
     #[serde(default = "default_token_cache", deserialize_with = "duration")]
     pub token_cache: Duration,
+    /// The top-level groups whose groups, projects, members, agents and environments the
+    /// sync reads (SPEC 12.3); empty: every group the token sees (an administrator's).
+    #[serde(default)]
+    pub groups: Vec<String>,
+    #[serde(default = "default_sync_interval", deserialize_with = "duration")]
+    pub sync_interval: Duration,
+    #[serde(default = "default_sync_max_projects")]
+    pub sync_max_projects: usize,
+    #[serde(default = "default_sync_timeout", deserialize_with = "duration")]
+    pub sync_timeout: Duration,
 }
 
 fn default_token_cache() -> Duration {
     Duration::from_secs(60)
+}
+
+fn default_sync_interval() -> Duration {
+    Duration::from_secs(3600)
+}
+
+fn default_sync_max_projects() -> usize {
+    10_000
+}
+
+fn default_sync_timeout() -> Duration {
+    Duration::from_secs(1800)
 }
 
 /// The user's Lua health scripts (SPEC 11), compiled at start-up by

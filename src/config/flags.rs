@@ -54,6 +54,21 @@ pub enum Command {
     /// Print the health of the Kubernetes objects in manifests (YAML or JSON), as the service
     /// judges a live environment's, e.g. `kubectl get deploy -o yaml | envlens health -`.
     Health(HealthArgs),
+    /// Read groups, projects, users, memberships, agents with their configuration and
+    /// environments from GitLab's API once (`gitlab:` of the configuration file), and report.
+    Sync(SyncArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct SyncArgs {
+    /// The configuration file naming GitLab (`gitlab.url`, `gitlab.token_file`, `gitlab.groups`).
+    #[arg(long, env = "ENVLENS_CONFIG")]
+    pub config: PathBuf,
+    /// Print the report as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub database: DatabaseArgs,
 }
 
 /// Where the data lives: the data folder, and the database unless one is named.

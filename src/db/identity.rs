@@ -373,3 +373,13 @@ pub async fn relink(conn: &mut PgConnection, prefix: Option<&str>) -> Result<()>
     .await?;
     Ok(())
 }
+
+/// A project's full path, when the mirror has it.
+pub async fn project_path(db: impl PgExecutor<'_>, id: i64) -> Result<Option<String>> {
+    Ok(
+        sqlx::query_scalar("SELECT full_path FROM projects WHERE id = $1")
+            .bind(id)
+            .fetch_optional(db)
+            .await?,
+    )
+}

@@ -5,11 +5,13 @@ pub mod agents;
 pub mod deliveries;
 pub mod deployments;
 pub mod embedded;
+pub mod followups;
 pub mod identity;
 pub mod lease;
 pub mod pool;
 pub mod read;
 pub mod read_agents;
+pub mod sync;
 
 use std::str::FromStr;
 use std::time::{Duration, Instant};

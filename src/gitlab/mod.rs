@@ -8,6 +8,8 @@ pub mod agent_config;
 pub mod api;
 pub mod deployment_status;
 pub mod id_token;
+pub mod push;
+pub mod rest;
 pub mod tokens;
 pub mod validate;
 

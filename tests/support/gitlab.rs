@@ -1,6 +1,7 @@
 //! An in-process GitLab on a socket, answering as GitLab documents itself: its OpenID Connect
 //! discovery and key set (`doc/integration/openid_connect_provider.md`), and CI/CD ID tokens
-//! signed with the keys it publishes (`doc/ci/secrets/id_token_authentication.md`).
+//! signed with the keys it publishes (`doc/ci/secrets/id_token_authentication.md`), and its REST
+//! API (`gitlab_rest`).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -50,6 +51,8 @@ pub struct TestGitLab {
     pub failing: Arc<std::sync::atomic::AtomicBool>,
     /// How often the key set was fetched.
     pub key_fetches: Arc<AtomicUsize>,
+    /// The REST API's data, its log of calls and its faults.
+    pub rest: super::gitlab_rest::Rest,
     rsa: EncodingKey,
     ec: EncodingKey,
     other: EncodingKey,
@@ -85,6 +88,7 @@ impl TestGitLab {
             user_requests.clone(),
             failing.clone(),
         );
+        let rest = super::gitlab_rest::Rest::default();
         let router = Router::new()
             .route(
                 "/api/v4/user",
@@ -140,7 +144,9 @@ impl TestGitLab {
                     let set = serde_json::to_value(&set).unwrap();
                     async move { Json(set) }
                 }),
-            );
+            )
+            .fallback(super::gitlab_rest::handle)
+            .with_state(rest.clone());
         tokio::spawn(async move { axum::serve(listener, router).await });
         TestGitLab {
             url,
@@ -148,6 +154,7 @@ impl TestGitLab {
             user_requests,
             failing,
             key_fetches,
+            rest,
             rsa,
             ec,
             other,

@@ -3,6 +3,7 @@
 
 pub mod environment;
 pub mod gitlab;
+pub mod gitlab_rest;
 pub mod kube_api;
 pub mod postgres;
 

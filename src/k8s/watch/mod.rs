@@ -36,8 +36,8 @@ use crate::resources::tree::Tree;
 use crate::telemetry::Metrics;
 
 use kind::KindWatch;
-pub use kind::{Change, KindChange};
 pub(crate) use kind::Phase;
+pub use kind::{Change, KindChange};
 
 /// Limits of one cluster connection's cache.
 #[derive(Debug, Clone)]
