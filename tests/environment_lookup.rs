@@ -24,7 +24,7 @@ use crate::support::{keys, postgres, TestApp};
 /// A client of the test GitLab with its API token; retries kept short for the tests.
 pub fn api(gitlab: &TestGitLab) -> GitLab {
     let policy = Policy {
-        attempts: 2,
+        attempts: 3,
         backoff: std::time::Duration::from_millis(10),
         ..Policy::default()
     };

@@ -14,6 +14,7 @@ mod explorer;
 mod first_steps;
 mod fuzz;
 mod gitlab_frontend;
+mod gitlab_sync;
 mod graphql;
 mod health_cli;
 mod health_conformance;

@@ -321,7 +321,8 @@ pub async fn apply_snapshot(conn: &mut PgConnection, s: &Snapshot) -> Result<Opt
     sqlx::query(
         "INSERT INTO members (user_id, source_type, source_id, access_level)
          SELECT * FROM UNNEST($1::bigint[], $2::text[], $3::bigint[], $4::int[])
-         ON CONFLICT (user_id, source_type, source_id) DO UPDATE SET access_level = EXCLUDED.access_level",
+         ON CONFLICT (user_id, source_type, source_id) DO UPDATE SET access_level = EXCLUDED.access_level
+         WHERE members.access_level IS DISTINCT FROM EXCLUDED.access_level",
     )
     .bind(&s.member_user_ids)
     .bind(&s.member_source_types)

@@ -305,7 +305,7 @@ async fn write(
     let mut member_users: BTreeMap<i64, String> = BTreeMap::new();
     let mut s = Snapshot::default();
     let mut add_member = |s: &mut Snapshot, kind: &str, source: i64, m: &rest::Member| {
-        // Minimal access (5) and no access (0) grant nothing envlens knows.
+        // A level envlens does not know (no access, 0) grants nothing.
         if validate::access_level("access_level", m.access_level).is_ok() {
             member_users.insert(m.id, m.username.clone());
             s.member_user_ids.push(m.id);
