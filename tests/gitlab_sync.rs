@@ -561,3 +561,52 @@ async fn the_sync_command_reports_its_pass() {
     );
     assert!(!stderr.contains("glpat-revoked"), "{stderr}");
 }
+
+/// README "Beside a GitLab as shipped", end to end with nothing but GitLab's features: the
+/// sync brings the identity and the agent, GitLab's success hook (no job call) has envlens look
+/// the environment up, and a user's own GitLab token asks GraphQL for the agent.
+#[tokio::test]
+async fn the_readme_path_ends_with_graphql_naming_the_agent() {
+    let gitlab = TestGitLab::start().await;
+    populate(&gitlab);
+    gitlab.rest.with(|d| {
+        d.environments.get_mut(&42).unwrap()[0] = rest::environment(
+            100,
+            "production",
+            Some(9301),
+            Some(rest::agent(7, "prod", (10, "acme/agents"))),
+            Some("shop"),
+        );
+        d.branches.insert((42, "main".into()), true);
+    });
+    let app = app_with_api(&gitlab).await;
+    sync(&app, &gitlab, &["acme"]).await.unwrap();
+    let hook = json!({
+        "object_kind": "deployment", "status": "success", "status_changed_at": "2026-11-24 10:00:00 +0100",
+        "deployment_id": 9301, "deployable_id": 302, "deployable_url": null,
+        "environment": "production", "environment_tier": "production", "environment_slug": "production",
+        "environment_external_url": null,
+        "project": {"id": 42, "name": "web", "path_with_namespace": "acme/apps/web", "visibility_level": 0},
+        "short_sha": "714a629c", "user": {"id": 2, "username": "dev"}, "ref": "main"});
+    deliver(&app, "Deployment Hook", &hook).await;
+    gitlab.accept_token("glpat-dev-readme", 2, "dev");
+    let query = r#"{ project(fullPath: "acme/apps/web") { environment(name: "production") { slug
+        lastDeployment(status: SUCCESS) { agent { id name project { fullPath } kubernetesNamespace } } } } }"#;
+    let res = app
+        .send(
+            axum::http::Request::post("/api/graphql")
+                .header("authorization", "Bearer glpat-dev-readme")
+                .header("content-type", "application/json")
+                .body(axum::body::Body::from(
+                    json!({ "query": query }).to_string(),
+                ))
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    assert_eq!(
+        res.json()["data"]["project"]["environment"]["lastDeployment"]["agent"],
+        json!({"id": "gid://gitlab/Clusters::Agent/7", "name": "prod",
+               "project": {"fullPath": "acme/agents"}, "kubernetesNamespace": "shop"})
+    );
+}

@@ -296,6 +296,33 @@ def test_existing_secrets():
     assert by_kind(render(values), "Secret") == []
 
 
+def test_gitlab_token_is_mounted_and_named_in_the_configuration():
+    values = {
+        "config": {"gitlab": {"url": "https://gitlab.example.com", "groups": ["acme"]}},
+        "gitlabToken": {"existingSecret": "envlens-gitlab-token", "key": "token"},
+    }
+    objs = render(values)
+    c = container(objs)
+    config = helm.values_from_yaml(pod_files(objs)[flag(c["args"], "--config")])
+    assert config["gitlab"] == {
+        "url": "https://gitlab.example.com",
+        "groups": ["acme"],
+        "token_file": "/etc/envlens/secrets/gitlab-token",
+    }, config
+    sources = one(objs, "Deployment")["spec"]["template"]["spec"]["volumes"]
+    projected = next(v for v in sources if v["name"] == "secrets")["projected"]["sources"]
+    assert {"name": "envlens-gitlab-token", "items": [{"key": "token", "path": "gitlab-token"}]} in [
+        s["secret"] for s in projected
+    ], projected
+    # Without GitLab's URL the chart refuses, naming the value.
+    try:
+        render({"gitlabToken": {"existingSecret": "envlens-gitlab-token"}})
+    except Exception as e:  # noqa: BLE001 - Helm's render error
+        assert "config.gitlab.url" in str(e), e
+    else:
+        raise AssertionError("rendered a GitLab token without config.gitlab.url")
+
+
 def test_cluster_role_is_exactly_what_envlens_asks():
     objs = render()
     role = one(objs, "ClusterRole")
