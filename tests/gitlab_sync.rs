@@ -610,3 +610,26 @@ async fn the_readme_path_ends_with_graphql_naming_the_agent() {
                "project": {"fullPath": "acme/agents"}, "kubernetesNamespace": "shop"})
     );
 }
+
+/// The configuration keys README "Beside a GitLab as shipped" shows are the ones envlens reads.
+#[test]
+fn the_readme_gitlab_settings_parse() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let after = &readme[readme
+        .find("The keys, with their defaults:")
+        .expect("the README's block")..];
+    let block = after
+        .split("```yaml\n")
+        .nth(1)
+        .unwrap()
+        .split("```")
+        .next()
+        .unwrap();
+    let settings = envlens::config::file::Settings::parse(block).unwrap();
+    let gitlab = settings.gitlab.unwrap();
+    assert_eq!(gitlab.groups, vec!["acme".to_owned()]);
+    assert_eq!(gitlab.sync_interval, Duration::from_secs(3600));
+    assert_eq!(gitlab.sync_timeout, Duration::from_secs(1800));
+    assert_eq!(gitlab.sync_max_projects, 10_000);
+}

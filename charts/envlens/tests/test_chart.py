@@ -368,6 +368,39 @@ def test_monitoring_assets():
     assert rule["spec"] == {"groups": rules_file["groups"]}
 
 
+def readme_sets(command_start: str) -> tuple[str, dict]:
+    """A `helm` command of the README (with its continuation lines) and its `--set`s, parsed by Helm."""
+    readme = (REPO / "README.md").read_text()
+    start = readme.index(command_start)
+    lines = [readme[start:].split("\n")[0]]
+    for line in readme[start:].split("\n")[1:]:
+        if not lines[-1].rstrip().endswith("\\"):
+            break
+        lines.append(line)
+    command = " ".join(line.rstrip(" \\") for line in lines)
+    words = command.split()
+    values: dict = {}
+    for i, word in enumerate(words):
+        if word == "--set":
+            values = merge(values, helm.parse_set_string(words[i + 1].strip("'")))
+    return command, values
+
+
+def test_readme_gitlab_install_renders():
+    """README "Beside a GitLab as shipped": GitLab's URL, groups and token reach the file."""
+    command, values = readme_sets("helm upgrade --install envlens charts/envlens")
+    with helm.Chart.load(CHART) as chart:
+        objs = objects(chart.render(values, name=RELEASE, namespace=NAMESPACE))
+    c = container(objs)
+    assert flag(c["args"], "--public-url") == "https://envlens.example.com", command
+    config = helm.values_from_yaml(pod_files(objs)["/etc/envlens/config/config.yaml"])
+    assert config["gitlab"] == {
+        "url": "https://gitlab.example.com",
+        "groups": ["acme"],
+        "token_file": "/etc/envlens/secrets/gitlab-token",
+    }, (command, config)
+
+
 def test_readme_install_command_renders():
     """The `helm install` of README "Running it in Kubernetes", its `--set`s parsed by Helm."""
     readme = (REPO / "README.md").read_text()
