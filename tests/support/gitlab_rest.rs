@@ -335,7 +335,9 @@ fn route(rest: &Rest, uri: &Uri, query: &HashMap<String, String>) -> Response {
     let find_group = |id: &str| {
         data.groups
             .iter()
-            .find(|g| g["id"].to_string() == id || g["full_path"].as_str() == Some(id))
+            .find(|g| {
+                id.parse::<i64>().ok() == g["id"].as_i64() || g["full_path"].as_str() == Some(id)
+            })
             .cloned()
     };
     let under = |full_path: &str, path: &str| path.starts_with(&format!("{full_path}/"));
@@ -412,7 +414,7 @@ fn route(rest: &Rest, uri: &Uri, query: &HashMap<String, String>) -> Response {
                 ["environments", env] => data
                     .environments
                     .get(&id)
-                    .and_then(|envs| envs.iter().find(|e| e["id"].to_string() == *env))
+                    .and_then(|envs| envs.iter().find(|e| env.parse::<i64>().ok() == e["id"].as_i64()))
                     .map_or_else(|| not_found("Environment"), |e| axum::Json(e.clone()).into_response()),
                 ["repository", "files", file, "raw"] => {
                     let git_ref = query.get("ref").cloned().unwrap_or_default();

@@ -250,7 +250,7 @@ async fn run(
         };
         let done = done.map_err(|e| Failed::Setup(format!("a project's read stopped: {e}")))??;
         read.push(done);
-        if read.len() % 100 == 0 || read.len() == total {
+        if read.len().is_multiple_of(100) || read.len() == total {
             progress(&format!("projects read: {}/{total}", read.len()));
         }
     }
