@@ -633,3 +633,19 @@ fn the_readme_gitlab_settings_parse() {
     assert_eq!(gitlab.sync_timeout, Duration::from_secs(1800));
     assert_eq!(gitlab.sync_max_projects, 10_000);
 }
+
+/// Two replicas' passes at once: one runs, the other is skipped.
+#[tokio::test]
+async fn one_pass_at_a_time() {
+    let gitlab = TestGitLab::start().await;
+    populate(&gitlab);
+    let app = app_with_api(&gitlab).await;
+    gitlab.rest.fault(Fault::Slow(Duration::from_millis(800)));
+    let (a, b) = tokio::join!(sync(&app, &gitlab, &["acme"]), async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        sync(&app, &gitlab, &["acme"]).await
+    });
+    assert!(a.is_ok(), "{a:?}");
+    assert!(b.unwrap_err().contains("another envlens"));
+    assert!(sync(&app, &gitlab, &["acme"]).await.is_ok());
+}

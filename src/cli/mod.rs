@@ -92,6 +92,7 @@ fn gitlab_tasks(
                 let mut progress = |step: &str| tracing::debug!(step, "sync");
                 match crate::ingest::sync::pass(&db, &api, &scope, &metrics, &mut progress).await {
                     Ok(report) => tracing::info!(%report, "GitLab sync pass complete"),
+                    Err(e @ crate::ingest::sync::Failed::Busy) => tracing::info!(%e),
                     Err(e) => {
                         tracing::warn!(error = %e, "GitLab sync pass failed: nothing written")
                     }

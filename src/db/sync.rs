@@ -125,3 +125,23 @@ pub async fn rows_written(conn: &mut PgConnection) -> Result<i64> {
     .fetch_one(conn)
     .await?)
 }
+
+/// The advisory lock key of a sync pass ("envlens sync" as an integer).
+const PASS_LOCK: i64 = 0x656e_766c_656e_7353;
+
+/// Takes the lock of sync passes on this session, if no other replica holds it: one pass at a
+/// time across every envlens of a database. Released by [`unlock_pass`] or the session's end.
+pub async fn try_lock_pass(conn: &mut PgConnection) -> Result<bool> {
+    Ok(sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+        .bind(PASS_LOCK)
+        .fetch_one(conn)
+        .await?)
+}
+
+pub async fn unlock_pass(conn: &mut PgConnection) -> Result<()> {
+    sqlx::query("SELECT pg_advisory_unlock($1)")
+        .bind(PASS_LOCK)
+        .execute(conn)
+        .await?;
+    Ok(())
+}

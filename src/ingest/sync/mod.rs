@@ -43,6 +43,8 @@ pub enum Failed {
     Timeout(Duration),
     #[error("{0}")]
     Setup(String),
+    #[error("another envlens is running a sync pass on this database: this one is skipped")]
+    Busy,
 }
 
 /// What to read, and its bounds.
@@ -125,7 +127,17 @@ pub async fn pass(
 ) -> Result<Report, Failed> {
     let started = Instant::now();
     let requests_before = api.requests_sent();
+    // One pass at a time across the replicas of a database: the others skip theirs.
+    let mut lock = db.acquire().await.map_err(Error::from)?;
+    if !db::try_lock_pass(&mut lock).await? {
+        return Err(Failed::Busy);
+    }
     let outcome = tokio::time::timeout(scope.timeout, run(db, api, scope, progress)).await;
+    if let Err(e) = db::unlock_pass(&mut lock).await {
+        // The lock goes with the session: close it rather than return it to the pool.
+        tracing::warn!(error = %e, "cannot release the sync lock; closing its connection");
+        lock.detach();
+    }
     let outcome = match outcome {
         Ok(outcome) => outcome,
         Err(_) => Err(Failed::Timeout(scope.timeout)),
