@@ -649,3 +649,27 @@ async fn one_pass_at_a_time() {
     assert!(b.unwrap_err().contains("another envlens"));
     assert!(sync(&app, &gitlab, &["acme"]).await.is_ok());
 }
+
+/// A configuration file that is not YAML, or that envlens refuses, leaves its agent as it was
+/// and the pass goes on.
+#[tokio::test]
+async fn a_bad_configuration_file_is_counted_not_fatal() {
+    let gitlab = TestGitLab::start().await;
+    populate(&gitlab);
+    let app = app_with_api(&gitlab).await;
+    sync(&app, &gitlab, &["acme"]).await.unwrap();
+    let before = mirror(&app).await;
+    let file = (
+        10,
+        ".gitlab/agents/prod/config.yaml".to_owned(),
+        "main".to_owned(),
+    );
+    for bad in ["ci_access: [", "ci_access:\n  groups: 7\n"] {
+        gitlab
+            .rest
+            .with(|d| d.files.insert(file.clone(), bad.to_owned()));
+        let report = sync(&app, &gitlab, &["acme"]).await.unwrap();
+        assert_eq!(report.configurations_not_applied, 1, "{bad}: {report}");
+        assert_eq!(mirror(&app).await, before, "{bad}");
+    }
+}

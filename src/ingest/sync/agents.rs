@@ -113,24 +113,11 @@ pub async fn apply(
         {
             continue;
         }
-        // A configuration envlens refuses (SPEC 4.2's bounds) leaves the agent as it was.
-        sqlx::query("SAVEPOINT agent_config")
-            .execute(&mut *conn)
-            .await
-            .map_err(crate::error::Error::from)?;
+        // A configuration envlens refuses (SPEC 4.2's bounds) is refused before anything is
+        // written: the agent keeps what it had.
         match super::super::agents::configure(conn, agent.id, config).await {
-            Ok(_) => {
-                sqlx::query("RELEASE SAVEPOINT agent_config")
-                    .execute(&mut *conn)
-                    .await
-                    .map_err(crate::error::Error::from)?;
-                applied.configured += 1;
-            }
+            Ok(_) => applied.configured += 1,
             Err(e @ crate::error::Error::Invalid { .. }) => {
-                sqlx::query("ROLLBACK TO SAVEPOINT agent_config")
-                    .execute(&mut *conn)
-                    .await
-                    .map_err(crate::error::Error::from)?;
                 tracing::warn!(agent = agent.id, error = %e, "agent configuration refused");
                 applied.unreadable += 1;
             }
