@@ -365,15 +365,15 @@ async fn write(
         .filter(|(id, _)| !listed.contains(id))
         .map(|(id, name)| (*id, name.clone()))
         .unzip();
-    db::put_member_users(conn, &ids, &names).await?;
     let before_identity = db::rows_written(conn).await?;
+    db::put_member_users(conn, &ids, &names).await?;
     if let Some(i) = identity::apply_snapshot(conn, &s).await? {
         return Err(Failed::Setup(format!(
             "member {} is no user GitLab listed",
             s.member_user_ids[i]
         )));
     }
-    let identity_changed = db::rows_written(conn).await? > before_identity || !ids.is_empty();
+    let identity_changed = db::rows_written(conn).await? > before_identity;
 
     // Agents and their configurations, then environments.
     let mut report = Report {
