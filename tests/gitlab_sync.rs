@@ -195,7 +195,11 @@ async fn what_gitlab_no_longer_has_goes_after_a_complete_pass_only() {
     // Within a group's scope too (users known only as members), an unchanged GitLab writes
     // nothing.
     let again = sync(&app, &gitlab, &["acme"]).await.unwrap();
-    assert_eq!((again.rows_written, again.configurations_applied), (0, 0), "{again}");
+    assert_eq!(
+        (again.rows_written, again.configurations_applied),
+        (0, 0),
+        "{again}"
+    );
     // A project outside the synced group (from a hook) stays whatever happens.
     let res = app
         .hook(
