@@ -10,6 +10,15 @@
 //! so that each is parsed, validated and answered in full: the CPU-bound client the probes must
 //! outlast (`notes/harden-benchmarks.md`).
 //!
+//! `gitlab --listen ADDR --key-der F` serves what envlens reads of GitLab to verify CI/CD ID
+//! tokens: its OpenID discovery document and key set (the RSA key of `F`, DER), until killed.
+//! `ci-seed --url U --gitlab G --audience A --key-der F --webhook-token-file W --id-base B
+//! --count N --tokens FILE` sends GitLab's Deployment Hook (`running`) for deployments B..B+N
+//! of jobs B..B+N, and writes FILE: one RS256 ID token per job, signed beforehand (on every
+//! core) so that the run's client does not sign. `ci-run --url U --tokens FILE --id-base B`
+//! then sends each job's `POST /api/v4/ci/deployments` once: the ID-token path of SPEC 12.2,
+//! the same deployments, projects and agent as `run`'s internal path (`benches/ci_deployments.sh`).
+//!
 //! `get --url U --path P [--header 'name: value']...` sends the same GET over and over;
 //! `proxy` does so as a bearer session (`--session-secret-file`, `--user-id`, `--username`)
 //! with `Gitlab-Agent-Id: --agent`, for `benches/proxy.sh`.
@@ -62,6 +71,13 @@ struct Args {
     headers: Vec<(String, String)>,
     agent: i64,
     variables: bool,
+    listen: String,
+    gitlab: String,
+    audience: String,
+    key_der: String,
+    webhook_token_file: String,
+    count: i64,
+    tokens: String,
 }
 
 fn args() -> Args {
@@ -82,6 +98,13 @@ fn args() -> Args {
         headers: Vec::new(),
         agent: 1,
         variables: false,
+        listen: "127.0.0.1:18380".into(),
+        gitlab: "http://127.0.0.1:18380".into(),
+        audience: "http://127.0.0.1:8080".into(),
+        key_der: "tests/fixtures/keys/gitlab-rsa.der".into(),
+        webhook_token_file: ".envlens/webhook-token".into(),
+        count: 10_000,
+        tokens: "/tmp/envlens-ci-tokens".into(),
     };
     while let Some(flag) = it.next() {
         let value = it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
@@ -98,6 +121,13 @@ fn args() -> Args {
             "--username" => a.username = value,
             "--path" => a.path = value,
             "--agent" => a.agent = value.parse().expect("--agent"),
+            "--listen" => a.listen = value,
+            "--gitlab" => a.gitlab = value,
+            "--audience" => a.audience = value,
+            "--key-der" => a.key_der = value,
+            "--webhook-token-file" => a.webhook_token_file = value,
+            "--count" => a.count = value.parse().expect("--count"),
+            "--tokens" => a.tokens = value,
             "--variables" => {
                 a.variables = match value.as_str() {
                     "yes" => true,
@@ -143,6 +173,11 @@ enum Scenario {
         path: String,
         headers: Vec<(String, String)>,
     },
+    /// Job `id_base + i` sends `tokens[i]`.
+    CiDeployments {
+        tokens: Vec<String>,
+        id_base: i64,
+    },
 }
 
 type Headers = Vec<(String, String)>;
@@ -157,6 +192,17 @@ impl Scenario {
                 deployment(n),
             ),
             Scenario::Get { path, headers } => ("GET", path, headers.clone(), String::new()),
+            Scenario::CiDeployments { tokens, id_base } => {
+                let token = tokens
+                    .get((n - id_base) as usize)
+                    .expect("more requests than --count tokens: seed more");
+                (
+                    "POST",
+                    "/api/v4/ci/deployments",
+                    vec![("authorization".into(), format!("Bearer {token}"))],
+                    json!({"agent": "bench/agents:prod", "namespace": "apps"}).to_string(),
+                )
+            }
             Scenario::Graphql { .. } => unreachable!("sent whole by RawConn"),
         }
     }
@@ -394,6 +440,116 @@ async fn seed(a: &Args, authority: &str) {
     println!("seeded {PROJECTS} projects and agent bench/agents:prod");
 }
 
+const KID: &str = "bench-rsa";
+
+/// The key set and discovery document of a GitLab at `--listen`, for envlens' `gitlab.url`.
+async fn serve_gitlab(a: &Args) {
+    use jsonwebtoken::jwk::{Jwk, JwkSet};
+    let key =
+        jsonwebtoken::EncodingKey::from_rsa_der(&std::fs::read(&a.key_der).expect("--key-der"));
+    let mut jwk = Jwk::from_encoding_key(&key, jsonwebtoken::Algorithm::RS256).unwrap();
+    jwk.common.key_id = Some(KID.into());
+    let keys = serde_json::to_value(JwkSet { keys: vec![jwk] }).unwrap();
+    let issuer = format!("http://{}", a.listen);
+    let discovery = json!({"issuer": issuer, "jwks_uri": format!("{issuer}/oauth/discovery/keys"),
+        "id_token_signing_alg_values_supported": ["RS256"]});
+    let router = axum::Router::new()
+        .route(
+            "/.well-known/openid-configuration",
+            axum::routing::get(move || async move { axum::Json(discovery) }),
+        )
+        .route(
+            "/oauth/discovery/keys",
+            axum::routing::get(move || async move { axum::Json(keys) }),
+        );
+    let listener = tokio::net::TcpListener::bind(&a.listen)
+        .await
+        .expect("--listen");
+    println!("GitLab's key set at {issuer}/oauth/discovery/keys");
+    axum::serve(listener, router).await.unwrap();
+}
+
+/// The ID token GitLab would give job `job` (GitLab's claims, SPEC 12.2).
+fn id_token_claims(a: &Args, job: i64) -> serde_json::Value {
+    let (project_id, path) = project(job % PROJECTS);
+    let now = chrono::Utc::now().timestamp();
+    json!({"namespace_id": "1", "namespace_path": path.rsplit_once('/').unwrap().0,
+        "project_id": project_id.to_string(), "project_path": path, "user_id": "1", "user_login": "root",
+        "pipeline_id": job.to_string(), "pipeline_source": "push", "job_id": job.to_string(),
+        "ref": "main", "ref_type": "branch", "ref_path": "refs/heads/main", "ref_protected": "true",
+        "environment": "production", "environment_protected": "true", "deployment_tier": "production",
+        "environment_action": "start", "iss": a.gitlab, "aud": a.audience,
+        "iat": now, "nbf": now - 5, "exp": now + 3600,
+        "sub": format!("project_path:{path}:ref_type:branch:ref:main")})
+}
+
+/// GitLab's hooks for the jobs' deployments, and their ID tokens, signed beforehand.
+async fn ci_seed(a: &Args, authority: &str) {
+    let webhook_token =
+        std::fs::read_to_string(&a.webhook_token_file).expect("--webhook-token-file");
+    let webhook_token = webhook_token.trim().to_owned();
+    let (base, count) = (a.id_base, a.count);
+    // Signing: every core, apart from the hooks.
+    let key = Arc::new(jsonwebtoken::EncodingKey::from_rsa_der(
+        &std::fs::read(&a.key_der).expect("--key-der"),
+    ));
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get()) as i64;
+    let claims: Arc<Vec<serde_json::Value>> = Arc::new(
+        (base..base + count)
+            .map(|job| id_token_claims(a, job))
+            .collect(),
+    );
+    let signers: Vec<_> = (0..threads)
+        .map(|t| {
+            let (key, claims) = (key.clone(), claims.clone());
+            std::thread::spawn(move || {
+                let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::RS256);
+                header.kid = Some(KID.into());
+                (t as usize..claims.len())
+                    .step_by(threads as usize)
+                    .map(|i| (i, jsonwebtoken::encode(&header, &claims[i], &key).unwrap()))
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let mut hooks = Vec::new();
+    for c in 0..8 {
+        let authority = authority.to_owned();
+        let webhook_token = webhook_token.clone();
+        hooks.push(tokio::spawn(async move {
+            let mut conn = Conn::open(&authority).await.expect("connect");
+            let headers = [
+                ("x-gitlab-token".to_owned(), webhook_token),
+                ("x-gitlab-event".to_owned(), "Deployment Hook".to_owned()),
+            ];
+            for id in (base + c..base + count).step_by(8) {
+                let (project_id, path) = project(id % PROJECTS);
+                let body = json!({"object_kind": "deployment", "status": "running",
+                    "status_changed_at": "2026-11-24 10:00:00 +0100", "deployment_id": id, "deployable_id": id,
+                    "environment": "production", "environment_tier": "production", "environment_slug": "production",
+                    "project": {"id": project_id, "path_with_namespace": path, "visibility_level": 0},
+                    "short_sha": "0a1b2c3d", "ref": "main"});
+                let (status, text) = conn.send("POST", &authority, "/webhooks/gitlab", &headers, body.to_string()).await.expect("hook");
+                assert!(status < 300, "hook {id}: {status} {}", String::from_utf8_lossy(&text));
+            }
+        }));
+    }
+    for h in hooks {
+        h.await.unwrap();
+    }
+    let mut tokens = vec![String::new(); count as usize];
+    for s in signers {
+        for (i, token) in s.join().unwrap() {
+            tokens[i] = token;
+        }
+    }
+    std::fs::write(&a.tokens, tokens.join("\n")).expect("--tokens");
+    println!(
+        "{count} deployment hooks sent, {count} ID tokens in {}",
+        a.tokens
+    );
+}
+
 #[derive(Default)]
 struct Tally {
     latencies_us: Vec<u64>,
@@ -542,6 +698,17 @@ async fn main() {
         "run" => {
             let token = token(&a.secret_file);
             run(&a, &authority, Scenario::Deployments { token }).await
+        }
+        "gitlab" => serve_gitlab(&a).await,
+        "ci-seed" => ci_seed(&a, &authority).await,
+        "ci-run" => {
+            let tokens = std::fs::read_to_string(&a.tokens)
+                .expect("--tokens")
+                .lines()
+                .map(str::to_owned)
+                .collect();
+            let id_base = a.id_base;
+            run(&a, &authority, Scenario::CiDeployments { tokens, id_base }).await
         }
         "graphql" => {
             let requests = graphql_requests(&authority, &session(&a), a.variables);

@@ -1,5 +1,5 @@
 //! The subcommands: `serve`, `migrate`, `token`, `identity import`, `print-schema`, `health`,
-//! `demo`, `history`.
+//! `demo`, `history`, `sync`.
 
 pub mod health;
 pub mod history;
@@ -11,7 +11,7 @@ use crate::auth::secrets::Secrets;
 use crate::auth::{mint_internal, mint_session, Keys};
 use crate::config::file::Settings;
 use crate::config::{
-    Command, DatabaseArgs, HealthArgs, IdentityCommand, ImportArgs, ServeArgs, TokenArgs,
+    Command, DatabaseArgs, HealthArgs, IdentityCommand, ImportArgs, ServeArgs, SyncArgs, TokenArgs,
 };
 use crate::db::{self, Database};
 use crate::k8s::clusters::Clusters;
@@ -31,6 +31,7 @@ pub async fn run(command: Command) -> anyhow::Result<()> {
         Command::Health(args) => health_command(args),
         Command::Demo(args) => crate::demo::run(args, shutdown_signal()).await,
         Command::History(args) => history_command(args).await,
+        Command::Sync(args) => sync(args).await,
     }
 }
 
@@ -46,6 +47,77 @@ async fn history_command(args: crate::config::HistoryArgs) -> anyhow::Result<()>
     history::print(&changes?, args.output, &mut out)?;
     std::io::Write::flush(&mut out)?;
     Ok(())
+}
+
+/// `envlens sync`: one pass, its steps on stderr as they go, the report at the end.
+async fn sync(args: SyncArgs) -> anyhow::Result<()> {
+    let settings = Settings::load(&args.config)?;
+    let gitlab = settings
+        .gitlab
+        .as_ref()
+        .context("the configuration file names no GitLab (gitlab.url, gitlab.token_file)")?;
+    let metrics = std::sync::Arc::new(crate::telemetry::Metrics::default());
+    let api = crate::gitlab::Instance::load(gitlab, "", metrics.clone())?.api;
+    let database = Database::open(&args.database).await?;
+    let started = std::time::Instant::now();
+    let mut progress = |step: &str| {
+        eprintln!("[{:>6.1} s] {step}", started.elapsed().as_secs_f64());
+    };
+    let scope = crate::ingest::sync::Scope::of(gitlab);
+    let report =
+        crate::ingest::sync::pass(database.pool.pg(), &api, &scope, &metrics, &mut progress).await;
+    database.close().await;
+    let report = report.map_err(|e| anyhow::anyhow!("sync failed, nothing written: {e}"))?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!("synced: {report}");
+    }
+    Ok(())
+}
+
+/// `serve`'s work with GitLab's API: the follow-ups of hooks, and a sync pass every
+/// `gitlab.sync_interval` (the first one at start).
+fn gitlab_tasks(
+    state: &AppState,
+    settings: &crate::config::file::GitLabSettings,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let Some(gitlab) = state.gitlab.as_ref().filter(|g| g.api.has_token()) else {
+        return Vec::new();
+    };
+    let worker = crate::ingest::followups::Worker::new(
+        state.db.pg().clone(),
+        gitlab.api.clone(),
+        state.metrics.clone(),
+    );
+    let mut tasks = vec![tokio::spawn(
+        worker.run_forever(std::time::Duration::from_secs(10)),
+    )];
+    if !settings.sync_interval.is_zero() {
+        let (db, api, metrics) = (
+            state.db.pg().clone(),
+            gitlab.api.clone(),
+            state.metrics.clone(),
+        );
+        let scope = crate::ingest::sync::Scope::of(settings);
+        let every = settings.sync_interval;
+        tasks.push(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let mut progress = |step: &str| tracing::debug!(step, "sync");
+                match crate::ingest::sync::pass(&db, &api, &scope, &metrics, &mut progress).await {
+                    Ok(report) => tracing::info!(%report, "GitLab sync pass complete"),
+                    Err(e @ crate::ingest::sync::Failed::Busy) => tracing::info!(%e),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "GitLab sync pass failed: nothing written")
+                    }
+                }
+            }
+        }));
+    }
+    tasks
 }
 
 /// Prints what it could read, then fails (exit 1) if any file or document could not be read.
@@ -116,6 +188,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         )
         .run(),
     );
+    let gitlab_work = match &settings.gitlab {
+        Some(gitlab) => gitlab_tasks(&state, gitlab),
+        None => Vec::new(),
+    };
     println!(
         "envlens listening on http://{addr}; GraphQL explorer at http://{addr}/-/graphql-explorer"
     );
@@ -128,6 +204,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     .await?;
     pruning.abort();
     history.abort();
+    for task in gitlab_work {
+        task.abort();
+    }
     database.close().await;
     tracing::info!("stopped");
     Ok(())
@@ -178,7 +257,7 @@ async fn shutdown_signal() {
 }
 
 /// Forgets webhook deliveries older than a week, and expired dashboard sessions, sign-in links
-/// and sign-in attempts, hourly.
+/// and sign-in attempts, and finished GitLab follow-ups, hourly.
 async fn prune_deliveries(pool: db::pool::Pool) {
     let mut every = tokio::time::interval(std::time::Duration::from_secs(3600));
     loop {
@@ -188,6 +267,9 @@ async fn prune_deliveries(pool: db::pool::Pool) {
         }
         if let Err(e) = db::sessions::prune(pool.pg()).await {
             tracing::warn!(error = %e, "cannot prune expired sessions");
+        }
+        if let Err(e) = db::followups::prune(pool.pg(), 7).await {
+            tracing::warn!(error = %e, "cannot prune finished GitLab follow-ups");
         }
     }
 }

@@ -105,6 +105,10 @@ fn default_keep_per_environment() -> u32 {
 ///   token_cache: 60s                      # how long GitLab's word on a user's token holds
 ///   client_id: 0123abcd...                # "Sign in with GitLab": the OAuth application's id
 ///   client_secret_file: /etc/envlens/gitlab-client-secret  # and its secret (optional: PKCE)
+///   groups: [acme]                        # the top-level groups to sync; all with an admin's token
+///   sync_interval: 1h                     # `serve` syncs this often (0s: never)
+///   sync_max_projects: 10000              # a pass refuses to read more (a bound on its cost)
+///   sync_timeout: 30m                     # a pass that takes longer stops, removing nothing
 /// ```
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -123,10 +127,32 @@ pub struct GitLabSettings {
     /// confidential.
     #[serde(default)]
     pub client_secret_file: Option<PathBuf>,
+    /// The top-level groups whose groups, projects, members, agents and environments the
+    /// sync reads (SPEC 12.3); empty: every group the token sees (an administrator's).
+    #[serde(default)]
+    pub groups: Vec<String>,
+    #[serde(default = "default_sync_interval", deserialize_with = "duration")]
+    pub sync_interval: Duration,
+    #[serde(default = "default_sync_max_projects")]
+    pub sync_max_projects: usize,
+    #[serde(default = "default_sync_timeout", deserialize_with = "duration")]
+    pub sync_timeout: Duration,
 }
 
 fn default_token_cache() -> Duration {
     Duration::from_secs(60)
+}
+
+fn default_sync_interval() -> Duration {
+    Duration::from_secs(3600)
+}
+
+fn default_sync_max_projects() -> usize {
+    10_000
+}
+
+fn default_sync_timeout() -> Duration {
+    Duration::from_secs(1800)
 }
 
 /// The user's Lua health scripts (SPEC 11), compiled at start-up by

@@ -61,6 +61,9 @@ pub enum Command {
     /// `envlens history --deployment 101`, or `--project group/app --environment production
     /// [--iid 7]` (the newest successful deployment without an iid).
     History(HistoryArgs),
+    /// Read groups, projects, users, memberships, agents with their configuration and
+    /// environments from GitLab's API once (`gitlab:` of the configuration file), and report.
+    Sync(SyncArgs),
 }
 
 #[derive(Debug, Clone, Args)]
@@ -111,6 +114,18 @@ pub enum HistoryFormat {
     Text,
     /// One JSON object, the shape of GraphQL's `changes` with each resource's identity.
     Json,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct SyncArgs {
+    /// The configuration file naming GitLab (`gitlab.url`, `gitlab.token_file`, `gitlab.groups`).
+    #[arg(long, env = "ENVLENS_CONFIG")]
+    pub config: PathBuf,
+    /// Print the report as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub database: DatabaseArgs,
 }
 
 /// Where the data lives: the data folder, and the database unless one is named.

@@ -248,3 +248,44 @@ pub async fn replace_tokens(
     })?;
     Ok(())
 }
+
+/// Registers an agent as GitLab's API lists it: another agent of the project with the same
+/// name was deleted in GitLab (names are unique per project at any moment, ids never reused),
+/// and goes. True when anything changed.
+pub async fn put_listed(
+    conn: &mut PgConnection,
+    id: i64,
+    project_id: i64,
+    name: &str,
+) -> Result<bool> {
+    let gone =
+        sqlx::query("DELETE FROM cluster_agents WHERE project_id = $1 AND name = $2 AND id <> $3")
+            .bind(project_id)
+            .bind(name)
+            .bind(id)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected();
+    let written = sqlx::query(
+        "INSERT INTO cluster_agents (id, project_id, name) VALUES ($1, $2, $3)
+         ON CONFLICT (id) DO UPDATE SET project_id = EXCLUDED.project_id, name = EXCLUDED.name, updated_at = now()
+         WHERE (cluster_agents.project_id, cluster_agents.name) IS DISTINCT FROM (EXCLUDED.project_id, EXCLUDED.name)",
+    )
+    .bind(id)
+    .bind(project_id)
+    .bind(name)
+    .execute(conn)
+    .await?
+    .rows_affected();
+    Ok(gone + written > 0)
+}
+
+/// The configuration last applied to an agent (`None`: never, or no agent).
+pub async fn config_of(db: impl PgExecutor<'_>, id: i64) -> Result<Option<Value>> {
+    let config: Option<Option<Value>> =
+        sqlx::query_scalar("SELECT config FROM cluster_agents WHERE id = $1")
+            .bind(id)
+            .fetch_optional(db)
+            .await?;
+    Ok(config.flatten())
+}

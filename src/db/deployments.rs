@@ -394,3 +394,13 @@ pub async fn link_job(conn: &mut PgConnection, id: i64, job_id: i64) -> Result<(
         .await?;
     Ok(())
 }
+
+/// The job of a deployment, when known.
+pub async fn job_of(conn: &mut PgConnection, id: i64) -> Result<Option<i64>> {
+    let job: Option<Option<i64>> =
+        sqlx::query_scalar("SELECT job_id FROM deployments WHERE id = $1")
+            .bind(id)
+            .fetch_optional(conn)
+            .await?;
+    Ok(job.flatten())
+}

@@ -321,7 +321,8 @@ pub async fn apply_snapshot(conn: &mut PgConnection, s: &Snapshot) -> Result<Opt
     sqlx::query(
         "INSERT INTO members (user_id, source_type, source_id, access_level)
          SELECT * FROM UNNEST($1::bigint[], $2::text[], $3::bigint[], $4::int[])
-         ON CONFLICT (user_id, source_type, source_id) DO UPDATE SET access_level = EXCLUDED.access_level",
+         ON CONFLICT (user_id, source_type, source_id) DO UPDATE SET access_level = EXCLUDED.access_level
+         WHERE members.access_level IS DISTINCT FROM EXCLUDED.access_level",
     )
     .bind(&s.member_user_ids)
     .bind(&s.member_source_types)
@@ -372,4 +373,14 @@ pub async fn relink(conn: &mut PgConnection, prefix: Option<&str>) -> Result<()>
     .execute(&mut *conn)
     .await?;
     Ok(())
+}
+
+/// A project's full path, when the mirror has it.
+pub async fn project_path(db: impl PgExecutor<'_>, id: i64) -> Result<Option<String>> {
+    Ok(
+        sqlx::query_scalar("SELECT full_path FROM projects WHERE id = $1")
+            .bind(id)
+            .fetch_optional(db)
+            .await?,
+    )
 }

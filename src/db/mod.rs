@@ -6,6 +6,7 @@ pub mod deliveries;
 pub mod deployments;
 pub mod embedded;
 pub mod history;
+pub mod followups;
 pub mod identity;
 pub mod lease;
 pub mod live;
@@ -13,6 +14,7 @@ pub mod pool;
 pub mod read;
 pub mod read_agents;
 pub mod sessions;
+pub mod sync;
 
 use std::str::FromStr;
 use std::time::{Duration, Instant};

@@ -50,6 +50,12 @@ pub enum ApiError {
         endpoint: &'static str,
         status: StatusCode,
     },
+    /// A list longer than the bound set for it.
+    #[error("GitLab lists more than {limit} items at {endpoint}")]
+    TooMany {
+        endpoint: &'static str,
+        limit: usize,
+    },
     /// No usable answer: connection refused, timeouts, a body that is not what was expected.
     #[error("GitLab cannot be reached for {endpoint}: {reason}")]
     Unreachable {
@@ -126,6 +132,8 @@ pub struct GitLab {
     client: Client<Https, Full<Bytes>>,
     metrics: Arc<Metrics>,
     policy: Policy,
+    /// Calls sent (each attempt), for a sync pass's report.
+    sent: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl std::fmt::Debug for GitLab {
@@ -154,11 +162,65 @@ impl GitLab {
             client: Client::builder(TokioExecutor::new()).build(connector),
             metrics,
             policy,
+            sent: Arc::default(),
         })
     }
 
     pub fn base(&self) -> &str {
         &self.base
+    }
+
+    /// Whether the instance's own token is configured (needed for every call but the public
+    /// documents and a user's own token).
+    pub fn has_token(&self) -> bool {
+        self.token.is_some()
+    }
+
+    /// The same client with another retry policy (a hook's inline attempt is short).
+    pub fn with_policy(&self, policy: Policy) -> Self {
+        GitLab {
+            policy,
+            ..self.clone()
+        }
+    }
+
+    /// Calls sent so far by this client and its clones, each attempt counted.
+    pub fn requests_sent(&self) -> u64 {
+        self.sent.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// `GET` of a URL under the instance, `None` for a 404 (an object GitLab does not have).
+    pub async fn get_optional<T: DeserializeOwned>(
+        &self,
+        endpoint: &'static str,
+        path_and_query: &str,
+        request_id: Option<&RequestId>,
+    ) -> Result<Option<T>, ApiError> {
+        match self.get_raw(endpoint, path_and_query, request_id).await? {
+            Some(body) => parse(endpoint, &body).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The body of a `GET` as GitLab sends it (a repository file's raw content, say), `None`
+    /// for a 404.
+    pub async fn get_raw(
+        &self,
+        endpoint: &'static str,
+        path_and_query: &str,
+        request_id: Option<&RequestId>,
+    ) -> Result<Option<Bytes>, ApiError> {
+        match self
+            .send(endpoint, path_and_query, self.token.as_ref(), request_id)
+            .await
+        {
+            Ok(answer) => Ok(Some(answer.body)),
+            Err(ApiError::Status {
+                status: StatusCode::NOT_FOUND,
+                ..
+            }) => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     /// `GET` of a public document (OpenID discovery, the key set), without any credential.
@@ -193,6 +255,19 @@ impl GitLab {
         path: &str,
         request_id: Option<&RequestId>,
     ) -> Result<Vec<T>, ApiError> {
+        self.get_all_limited(endpoint, path, request_id, usize::MAX)
+            .await
+    }
+
+    /// [`GitLab::get_all`], failing with [`ApiError::TooMany`] once more than `limit` items
+    /// came: a bound on what one list may cost.
+    pub async fn get_all_limited<T: DeserializeOwned>(
+        &self,
+        endpoint: &'static str,
+        path: &str,
+        request_id: Option<&RequestId>,
+        limit: usize,
+    ) -> Result<Vec<T>, ApiError> {
         let separator = if path.contains('?') { '&' } else { '?' };
         let (base_path, _) = path.split_once('?').unwrap_or((path, ""));
         let mut next = format!("{path}{separator}per_page=100");
@@ -202,6 +277,9 @@ impl GitLab {
                 .send(endpoint, &next, self.token.as_ref(), request_id)
                 .await?;
             items.extend(parse::<Vec<T>>(endpoint, &answer.body)?);
+            if items.len() > limit {
+                return Err(ApiError::TooMany { endpoint, limit });
+            }
             next = match (answer.next_page(), answer.next_page_number()) {
                 (Some(query), _) => format!("{base_path}?{query}"),
                 (None, Some(page)) => {
@@ -327,6 +405,7 @@ impl GitLab {
             attempt += 1;
             let last = attempt >= self.policy.attempts;
             let started = std::time::Instant::now();
+            self.sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let outcome = self.once(&url, credential, request_id).await;
             let code = match &outcome {
                 Ok(answer) => Some(answer.status.as_u16()),
@@ -448,6 +527,21 @@ fn secret_value(text: &str) -> Result<HeaderValue, String> {
     Ok(value)
 }
 
+/// A path segment or query value as GitLab's API takes it: a project's or group's full path
+/// (`acme%2Fapps`), a file path, a branch name. Everything but RFC 3986's unreserved
+/// characters is percent-encoded.
+pub fn encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 fn parse<T: DeserializeOwned>(endpoint: &'static str, body: &[u8]) -> Result<T, ApiError> {
     serde_json::from_slice(body).map_err(|e| ApiError::Unreachable {
         endpoint,
@@ -536,6 +630,16 @@ mod tests {
             ),
             Some(Duration::ZERO)
         );
+    }
+
+    #[test]
+    fn paths_are_encoded_as_gitlab_takes_them() {
+        assert_eq!(encode("acme/apps"), "acme%2Fapps");
+        assert_eq!(
+            encode(".gitlab/agents/prod/config.yaml"),
+            ".gitlab%2Fagents%2Fprod%2Fconfig.yaml"
+        );
+        assert_eq!(encode("feature/ü x"), "feature%2F%C3%BC%20x");
     }
 
     #[test]

@@ -9,6 +9,8 @@ pub mod api;
 pub mod deployment_status;
 pub mod id_token;
 pub mod oidc;
+pub mod push;
+pub mod rest;
 pub mod tokens;
 pub mod validate;
 

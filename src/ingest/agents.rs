@@ -74,13 +74,25 @@ pub async fn post_configuration(
             "must be an object: the agent's config.yaml as JSON",
         ));
     }
-    let config: AgentConfig = from_value(body.agent_config.clone(), "agent_config")?;
-    config.validate("agent_config")?;
-
     let mut tx = state.db.begin().await?;
-    let agent = db::find(&mut *tx, body.agent_id)
+    let answer = configure(&mut tx, body.agent_id, &body.agent_config).await?;
+    tx.commit().await?;
+    Ok(JsonResponse(answer))
+}
+
+/// Replaces agent `agent_id`'s configuration (its `config.yaml` as JSON) and authorizations,
+/// inside the caller's transaction: the internal endpoint and GitLab's API (SPEC 12.3) both
+/// come here. 404 for an agent not registered, 422 for a configuration that is not one.
+pub(crate) async fn configure(
+    conn: &mut sqlx::PgConnection,
+    agent_id: i64,
+    agent_config: &Value,
+) -> Result<Value> {
+    let config: AgentConfig = from_value(agent_config.clone(), "agent_config")?;
+    config.validate("agent_config")?;
+    let agent = db::find(&mut *conn, agent_id)
         .await?
-        .ok_or_else(|| Error::NotFound(format!("agent {} is not registered", body.agent_id)))?;
+        .ok_or_else(|| Error::NotFound(format!("agent {agent_id} is not registered")))?;
     let root = agent
         .project_full_path
         .split('/')
@@ -94,7 +106,7 @@ pub async fn post_configuration(
                 .iter()
                 .map(|e| (e.id.as_str(), serde_json::to_value(e).unwrap_or_default()));
             resolved
-                .add(&mut tx, &root, Section::CiAccess, groups, entries.collect())
+                .add(conn, &root, Section::CiAccess, groups, entries.collect())
                 .await?;
         }
     }
@@ -106,13 +118,7 @@ pub async fn post_configuration(
                 .iter()
                 .map(|e| (e.id.as_str(), entry_config.clone()));
             resolved
-                .add(
-                    &mut tx,
-                    &root,
-                    Section::UserAccess,
-                    groups,
-                    entries.collect(),
-                )
+                .add(conn, &root, Section::UserAccess, groups, entries.collect())
                 .await?;
         }
     }
@@ -122,21 +128,13 @@ pub async fn post_configuration(
         user_access,
         unresolved,
     } = resolved;
-    db::replace_configuration(
-        &mut tx,
-        agent.id,
-        &body.agent_config,
-        &ci_access,
-        &user_access,
-    )
-    .await?;
-    tx.commit().await?;
-    Ok(JsonResponse(json!({
+    db::replace_configuration(conn, agent.id, agent_config, &ci_access, &user_access).await?;
+    Ok(json!({
         "agent_id": agent.id,
         "ci_access": counts(&ci_access),
         "user_access": counts(&user_access),
         "unresolved": unresolved,
-    })))
+    }))
 }
 
 #[derive(Clone, Copy)]

@@ -512,7 +512,26 @@ impl DeploymentHook {
     }
 }
 
+/// A success hook's deployment, to look its agent up in GitLab (SPEC 12.2).
+pub struct Succeeded<'a> {
+    pub project_id: i64,
+    pub deployment_id: i64,
+    pub environment: &'a str,
+    pub git_ref: Option<&'a str>,
+}
+
 impl StatusEvent {
+    /// The deployment, when the hook says it succeeded.
+    pub fn succeeded(&self) -> Option<Succeeded<'_>> {
+        let h = &self.hook;
+        (self.report.status == DeploymentStatus::Success).then_some(Succeeded {
+            project_id: h.project.id,
+            deployment_id: h.deployment_id,
+            environment: &h.environment,
+            git_ref: h.git_ref.as_deref(),
+        })
+    }
+
     /// Applies the status unless the deployment already has a newer one; creates a deployment
     /// that is not known yet, for the creation call to complete. True when something changed.
     pub async fn apply(&self, conn: &mut PgConnection) -> Result<bool> {

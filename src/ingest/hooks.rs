@@ -1,4 +1,6 @@
-//! `POST /webhooks/gitlab`: system hooks and deployment hooks (SPEC 2.3, 4.1, 4.4).
+//! `POST /webhooks/gitlab`: system hooks and deployment hooks (SPEC 2.3, 4.1, 4.4), and
+//! group webhooks' member, project and subgroup events, applied as the system hooks of the same
+//! names, and pushes touching `.gitlab/agents/` (SPEC 12.3).
 //!
 //! The token is checked before the body is read. A delivery that carries an id
 //! (`X-Gitlab-Event-UUID`, else `Idempotency-Key`) is recorded in the same transaction as its
@@ -18,6 +20,7 @@ use serde_json::{json, Value};
 use sqlx::PgConnection;
 
 use super::deployments::{DeploymentHook, StatusEvent};
+use super::followups;
 use super::identity::{event_label, Outcome, SystemHook};
 use crate::auth::Webhook;
 use crate::db::deliveries;
@@ -31,7 +34,17 @@ const DELIVERY_HEADERS: [&str; 2] = ["x-gitlab-event-uuid", "idempotency-key"];
 enum Hook {
     System(SystemHook),
     Deployment(StatusEvent),
+    Push(i64),
 }
+
+/// Group webhooks' events that carry the system hooks' payloads (`event_name` and the same
+/// keys; `subgroup_create`/`subgroup_destroy` are its own names for a group's).
+const SYSTEM_LIKE: [&str; 4] = [
+    "System Hook",
+    "Member Hook",
+    "Project Hook",
+    "Subgroup Hook",
+];
 
 /// What became of a delivery, as answered and counted.
 struct Answer {
@@ -98,7 +111,7 @@ async fn handle(
         .get(EVENT_HEADER)
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default();
-    if !matches!(kind, "System Hook" | "Deployment Hook") {
+    if !SYSTEM_LIKE.contains(&kind) && !matches!(kind, "Deployment Hook" | "Push Hook") {
         return Ok(Answer::not_applied(
             "ignored",
             format!("`{kind}` events are not used by envlens"),
@@ -108,7 +121,7 @@ async fn handle(
     if !body.is_object() {
         return Err(Error::invalid("", "a hook must be a JSON object"));
     }
-    let hook = if kind == "System Hook" {
+    let hook = if SYSTEM_LIKE.contains(&kind) {
         *event = body
             .get("event_name")
             .or_else(|| body.get("object_kind"))
@@ -123,6 +136,19 @@ async fn handle(
         }
         hook.validate()?;
         Hook::System(hook)
+    } else if kind == "Push Hook" {
+        *event = "push";
+        if worker(state).is_none() {
+            return Ok(Answer::not_applied(
+                "ignored",
+                "reading agents' configuration needs gitlab.url and gitlab.token_file",
+            ));
+        }
+        let push: crate::gitlab::push::PushEvent = from_value(body, "")?;
+        if let Some(reason) = push.agents_untouched() {
+            return Ok(Answer::not_applied("ignored", reason));
+        }
+        Hook::Push(push.project_id)
     } else {
         *event = "deployment";
         Hook::Deployment(from_value::<DeploymentHook>(body, "")?.validate()?)
@@ -138,8 +164,27 @@ async fn handle(
     }
     let applied = match &hook {
         Hook::System(hook) => hook.apply(&mut tx).await,
+        Hook::Push(project_id) => {
+            let followup = followups::after_push(&mut tx, *project_id).await?;
+            let answer = commit(tx, Answer::applied(true)).await?;
+            if let Some(worker) = worker(state) {
+                worker.try_now(followup).await;
+            }
+            return Ok(answer);
+        }
         Hook::Deployment(status) => match status.apply(&mut tx).await {
-            Ok(changed) => return commit(tx, Answer::applied(changed)).await,
+            Ok(changed) => {
+                // SPEC 12.2: a success nobody described is looked up in GitLab.
+                let lookup = match (status.succeeded(), worker(state)) {
+                    (Some(d), Some(_)) => followups::after_success(&mut tx, &d).await?,
+                    _ => None,
+                };
+                let answer = commit(tx, Answer::applied(changed)).await?;
+                if let (Some(id), Some(worker)) = (lookup, worker(state)) {
+                    worker.try_now(id).await;
+                }
+                return Ok(answer);
+            }
             Err(Error::Conflict(reason)) => Ok(Outcome::Unapplied(reason)),
             Err(e) => Err(e),
         },
@@ -159,6 +204,16 @@ async fn handle(
             Ok(Answer::not_applied("unapplied", reason))
         }
     }
+}
+
+/// The worker of GitLab follow-ups, when envlens has GitLab's URL and a token for it.
+fn worker(state: &AppState) -> Option<followups::Worker> {
+    let gitlab = state.gitlab.as_ref().filter(|g| g.api.has_token())?;
+    Some(followups::Worker::new(
+        state.db.pg().clone(),
+        gitlab.api.clone(),
+        state.metrics.clone(),
+    ))
 }
 
 async fn commit(tx: sqlx::Transaction<'_, sqlx::Postgres>, answer: Answer) -> Result<Answer> {

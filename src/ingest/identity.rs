@@ -54,7 +54,7 @@ pub enum Outcome {
 
 /// The events envlens applies, then those GitLab documents that it has no use for. Metrics
 /// label an event by one of these names, or `other`, so that the label stays bounded.
-const APPLIED_EVENTS: [&str; 17] = [
+const APPLIED_EVENTS: [&str; 19] = [
     "project_create",
     "project_destroy",
     "project_rename",
@@ -72,8 +72,10 @@ const APPLIED_EVENTS: [&str; 17] = [
     "user_add_to_group",
     "user_remove_from_group",
     "user_update_for_group",
+    "subgroup_create",
+    "subgroup_destroy",
 ];
-const UNUSED_EVENTS: [&str; 13] = [
+const UNUSED_EVENTS: [&str; 14] = [
     "key_create",
     "key_destroy",
     "push",
@@ -85,6 +87,7 @@ const UNUSED_EVENTS: [&str; 13] = [
     "user_access_request_to_project",
     "user_access_request_revoked_for_group",
     "user_access_request_revoked_for_project",
+    "user_access_request_denied_for_group",
     "gitlab_subscription_member_approval",
     "gitlab_subscription_member_approvals",
 ];
@@ -192,9 +195,10 @@ impl SystemHook {
             "project_rename" => SystemHook::ProjectRename(from_value(body, "")?),
             "project_transfer" => SystemHook::ProjectTransfer(from_value(body, "")?),
             "project_destroy" => SystemHook::ProjectDestroy(from_value(body, "")?),
-            "group_create" => SystemHook::GroupCreate(from_value(body, "")?),
+            // A group webhook's `Subgroup Hook` names a subgroup's creation and removal so.
+            "group_create" | "subgroup_create" => SystemHook::GroupCreate(from_value(body, "")?),
             "group_rename" => SystemHook::GroupRename(from_value(body, "")?),
-            "group_destroy" => SystemHook::GroupDestroy(from_value(body, "")?),
+            "group_destroy" | "subgroup_destroy" => SystemHook::GroupDestroy(from_value(body, "")?),
             "user_create" => SystemHook::UserCreate(from_value(body, "")?),
             "user_rename" => SystemHook::UserRename(from_value(body, "")?),
             "user_destroy" => SystemHook::UserDestroy(from_value(body, "")?),

@@ -4,5 +4,7 @@
 pub mod agents;
 pub mod ci_deployments;
 pub mod deployments;
+pub mod followups;
 pub mod hooks;
 pub mod identity;
+pub mod sync;

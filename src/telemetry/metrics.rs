@@ -62,6 +62,20 @@ struct GitLabLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FollowupLabels {
+    /// `environment_lookup` or `agent_refresh`.
+    kind: &'static str,
+    /// What came of one attempt: recorded, refused, not_last_deployment, no_agent, gone,
+    /// refreshed, retry, gave_up...
+    outcome: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabel {
+    outcome: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ConnectionState {
     state: &'static str,
 }
@@ -90,6 +104,10 @@ pub struct Metrics {
     database_acquire: Histogram,
     database_acquire_failures: Counter,
     webhook_events: Family<WebhookLabels, Counter>,
+    gitlab_followups: Family<FollowupLabels, Counter>,
+    sync_passes: Family<OutcomeLabel, Counter>,
+    sync_last_complete: Gauge,
+    sync_duration: Histogram,
     connections_open: Gauge,
     connections_refused: Counter,
     connections_timed_out: Counter,
@@ -181,6 +199,31 @@ impl Default for Metrics {
             "GitLab webhook events received, by event and outcome",
             webhook_events.clone(),
         );
+        let gitlab_followups = Family::<FollowupLabels, Counter>::default();
+        registry.register(
+            "envlens_gitlab_followups",
+            "Work left by GitLab's hooks and done with its API (environment lookups, agent \
+             refreshes), by kind and what came of each attempt",
+            gitlab_followups.clone(),
+        );
+        let sync_passes = Family::<OutcomeLabel, Counter>::default();
+        registry.register(
+            "envlens_gitlab_sync_passes",
+            "Passes of the sync from GitLab's API, complete or failed",
+            sync_passes.clone(),
+        );
+        let sync_last_complete = Gauge::default();
+        registry.register(
+            "envlens_gitlab_sync_last_complete_timestamp_seconds",
+            "Unix time the last complete sync pass ended (0: none yet)",
+            sync_last_complete.clone(),
+        );
+        let sync_duration = Histogram::new([1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 1800.0, 3600.0]);
+        registry.register(
+            "envlens_gitlab_sync_duration_seconds",
+            "Time a sync pass took, complete or not",
+            sync_duration.clone(),
+        );
         let connections_open = Gauge::default();
         registry.register(
             "envlens_http_connections_open",
@@ -252,6 +295,10 @@ impl Default for Metrics {
             database_acquire,
             database_acquire_failures,
             webhook_events,
+            gitlab_followups,
+            sync_passes,
+            sync_last_complete,
+            sync_duration,
             connections_open,
             connections_refused,
             connections_timed_out,
@@ -331,6 +378,28 @@ impl Metrics {
                 outcome,
             })
             .inc();
+    }
+
+    /// One attempt at work a GitLab hook left, and what came of it.
+    pub fn gitlab_followup(&self, kind: &'static str, outcome: &'static str) {
+        self.gitlab_followups
+            .get_or_create(&FollowupLabels { kind, outcome })
+            .inc();
+    }
+
+    /// A sync pass ended, complete or not, after `elapsed`.
+    pub fn sync_pass(&self, complete: bool, elapsed: Duration) {
+        let outcome = if complete { "complete" } else { "failed" };
+        self.sync_passes
+            .get_or_create(&OutcomeLabel { outcome })
+            .inc();
+        self.sync_duration.observe(elapsed.as_secs_f64());
+        if complete {
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs() as i64);
+            self.sync_last_complete.set(now);
+        }
     }
 
     /// Counts a connection open while the returned guard lives.

@@ -1,8 +1,8 @@
 //! An in-process GitLab on a socket, answering as GitLab documents itself: its OpenID Connect
 //! discovery and key set (`doc/integration/openid_connect_provider.md`), CI/CD ID tokens
-//! signed with the keys it publishes (`doc/ci/secrets/id_token_authentication.md`), and the
+//! signed with the keys it publishes (`doc/ci/secrets/id_token_authentication.md`), the
 //! OAuth 2.0 provider of "Sign in with GitLab" (`doc/api/oauth2.md`: authorize, token with
-//! PKCE, userinfo; see [`OAuth`]).
+//! PKCE, userinfo; see [`OAuth`]), and its REST API (`gitlab_rest`).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -54,6 +54,8 @@ pub struct TestGitLab {
     pub key_fetches: Arc<AtomicUsize>,
     /// The OAuth provider's state: the application, who is signed in at GitLab, codes.
     pub oauth: Arc<std::sync::Mutex<OAuth>>,
+    /// The REST API's data, its log of calls and its faults.
+    pub rest: super::gitlab_rest::Rest,
     rsa: EncodingKey,
     ec: EncodingKey,
     other: EncodingKey,
@@ -95,6 +97,7 @@ impl TestGitLab {
             issuer: url.clone(),
             rsa: rsa.clone(),
         };
+        let rest = super::gitlab_rest::Rest::default();
         let router = Router::new()
             .route(
                 "/api/v4/user",
@@ -154,7 +157,11 @@ impl TestGitLab {
                     async move { Json(set) }
                 }),
             );
-        let router = router.with_state(provider);
+        // Whatever the routes above do not answer is the REST API's.
+        let rest_api = Router::new()
+            .fallback(super::gitlab_rest::handle)
+            .with_state(rest.clone());
+        let router = router.with_state(provider).fallback_service(rest_api);
         tokio::spawn(async move { axum::serve(listener, router).await });
         TestGitLab {
             oauth,
@@ -163,6 +170,7 @@ impl TestGitLab {
             user_requests,
             failing,
             key_fetches,
+            rest,
             rsa,
             ec,
             other,

@@ -5,6 +5,7 @@ pub mod browser;
 pub mod demo;
 pub mod environment;
 pub mod gitlab;
+pub mod gitlab_rest;
 pub mod kube_api;
 pub mod postgres;
 

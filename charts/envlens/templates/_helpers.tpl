@@ -55,3 +55,17 @@ starts an embedded PostgreSQL inside the container, whose data would die with th
 {{/* Where the configuration file and the secret files are mounted. */}}
 {{- define "envlens.configDir" -}}/etc/envlens/config{{- end }}
 {{- define "envlens.secretsDir" -}}/etc/envlens/secrets{{- end }}
+
+{{/* The configuration file: `config`, with `gitlab.token_file` when `gitlabToken` names a Secret. */}}
+{{- define "envlens.config" -}}
+{{- $config := deepCopy .Values.config }}
+{{- if .Values.gitlabToken.existingSecret }}
+{{- $gitlab := get $config "gitlab" | default dict }}
+{{- if not (get $gitlab "url") }}
+{{- fail "gitlabToken.existingSecret needs config.gitlab.url: the GitLab the token is for" }}
+{{- end }}
+{{- $_ := set $gitlab "token_file" (printf "%s/gitlab-token" (include "envlens.secretsDir" .)) }}
+{{- $_ := set $config "gitlab" $gitlab }}
+{{- end }}
+{{- toYaml $config }}
+{{- end }}

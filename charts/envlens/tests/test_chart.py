@@ -296,6 +296,33 @@ def test_existing_secrets():
     assert by_kind(render(values), "Secret") == []
 
 
+def test_gitlab_token_is_mounted_and_named_in_the_configuration():
+    values = {
+        "config": {"gitlab": {"url": "https://gitlab.example.com", "groups": ["acme"]}},
+        "gitlabToken": {"existingSecret": "envlens-gitlab-token", "key": "token"},
+    }
+    objs = render(values)
+    c = container(objs)
+    config = helm.values_from_yaml(pod_files(objs)[flag(c["args"], "--config")])
+    assert config["gitlab"] == {
+        "url": "https://gitlab.example.com",
+        "groups": ["acme"],
+        "token_file": "/etc/envlens/secrets/gitlab-token",
+    }, config
+    sources = one(objs, "Deployment")["spec"]["template"]["spec"]["volumes"]
+    projected = next(v for v in sources if v["name"] == "secrets")["projected"]["sources"]
+    assert {"name": "envlens-gitlab-token", "items": [{"key": "token", "path": "gitlab-token"}]} in [
+        s["secret"] for s in projected
+    ], projected
+    # Without GitLab's URL the chart refuses, naming the value.
+    try:
+        render({"gitlabToken": {"existingSecret": "envlens-gitlab-token"}})
+    except Exception as e:  # noqa: BLE001 - Helm's render error
+        assert "config.gitlab.url" in str(e), e
+    else:
+        raise AssertionError("rendered a GitLab token without config.gitlab.url")
+
+
 def test_cluster_role_is_exactly_what_envlens_asks():
     objs = render()
     role = one(objs, "ClusterRole")
@@ -339,6 +366,39 @@ def test_monitoring_assets():
     assert rule["apiVersion"] == "monitoring.coreos.com/v1"
     rules_file = helm.values_from_yaml((REPO / "deploy/monitoring/prometheus-rules.yaml").read_text())
     assert rule["spec"] == {"groups": rules_file["groups"]}
+
+
+def readme_sets(command_start: str) -> tuple[str, dict]:
+    """A `helm` command of the README (with its continuation lines) and its `--set`s, parsed by Helm."""
+    readme = (REPO / "README.md").read_text()
+    start = readme.index(command_start)
+    lines = [readme[start:].split("\n")[0]]
+    for line in readme[start:].split("\n")[1:]:
+        if not lines[-1].rstrip().endswith("\\"):
+            break
+        lines.append(line)
+    command = " ".join(line.rstrip(" \\") for line in lines)
+    words = command.split()
+    values: dict = {}
+    for i, word in enumerate(words):
+        if word == "--set":
+            values = merge(values, helm.parse_set_string(words[i + 1].strip("'")))
+    return command, values
+
+
+def test_readme_gitlab_install_renders():
+    """README "Beside a GitLab as shipped": GitLab's URL, groups and token reach the file."""
+    command, values = readme_sets("helm upgrade --install envlens charts/envlens")
+    with helm.Chart.load(CHART) as chart:
+        objs = objects(chart.render(values, name=RELEASE, namespace=NAMESPACE))
+    c = container(objs)
+    assert flag(c["args"], "--public-url") == "https://envlens.example.com", command
+    config = helm.values_from_yaml(pod_files(objs)["/etc/envlens/config/config.yaml"])
+    assert config["gitlab"] == {
+        "url": "https://gitlab.example.com",
+        "groups": ["acme"],
+        "token_file": "/etc/envlens/secrets/gitlab-token",
+    }, (command, config)
 
 
 def test_readme_install_command_renders():
