@@ -8,7 +8,7 @@
 //! `costly` is `graphql` with documents at envlens' cost limits (`graphql::cost`): ~2,500
 //! `__typename` aliases each (some 4,990 names, 42 KB), 50 distinct texts too long to be kept,
 //! so that each is parsed, validated and answered in full: the CPU-bound client the probes must
-//! outlast (`notes/harden-benchmarks.md`).
+//! outlast (`benches/notes/harden-benchmarks.md`).
 //!
 //! `gitlab --listen ADDR --key-der F` serves what envlens reads of GitLab to verify CI/CD ID
 //! tokens: its OpenID discovery document and key set (the RSA key of `F`, DER), until killed.
