@@ -638,6 +638,10 @@ async fn envlens_history_prints_the_changes() {
     let (app, worker) = gitlab(&served, FAST).await;
     worker.run_until_idle().await.unwrap();
     api.insert(web("web:2", 2));
+    // GitLab sends the success after the job's apply has finished; here the two are microseconds
+    // apart, so let the watch event reach the worker's cache first (the snapshot reads the cache
+    // as it is: a change still in flight at the hook is in the settled snapshot, if any).
+    tokio::time::sleep(Duration::from_millis(300)).await;
     environment::deploy(&app, 4, PRODUCTION, "success").await;
     run_until(&worker, |t| t.0 == 4).await;
 
