@@ -337,24 +337,10 @@ impl GitLab {
         }
         let request = Request::from_parts(parts, Full::new(Bytes::from(body)));
         let started = std::time::Instant::now();
-        let exchange = async {
-            let response = self
-                .client
-                .request(request)
-                .await
-                .map_err(|e| format!("{e}"))?;
-            let (parts, body) = response.into_parts();
-            let body = Limited::new(body, MAX_BODY)
-                .collect()
-                .await
-                .map_err(|e| format!("reading the answer: {e}"))?
-                .to_bytes();
-            Ok::<_, String>(axum::http::Response::from_parts(parts, body.to_vec()))
-        };
-        let outcome = tokio::time::timeout(self.policy.timeout, exchange)
+        let outcome = self
+            .round_trip(request)
             .await
-            .map_err(|_| format!("no answer within {:?}", self.policy.timeout))
-            .and_then(|answer| answer);
+            .map(|(parts, body)| axum::http::Response::from_parts(parts, body.to_vec()));
         let code = outcome.as_ref().ok().map(|r| r.status().as_u16());
         self.metrics
             .gitlab_request(endpoint, code, started.elapsed());
@@ -485,6 +471,19 @@ impl GitLab {
         if let Some(id) = request_id {
             headers.insert(HeaderName::from_static("x-request-id"), id.header_value());
         }
+        let (parts, body) = self.round_trip(request).await?;
+        Ok(Answer {
+            status: parts.status,
+            headers: parts.headers,
+            body,
+        })
+    }
+
+    /// One request and its answer, read up to `MAX_BODY`, within the policy's timeout.
+    async fn round_trip(
+        &self,
+        request: Request<Full<Bytes>>,
+    ) -> Result<(axum::http::response::Parts, Bytes), String> {
         let exchange = async {
             let response = self
                 .client
@@ -497,11 +496,7 @@ impl GitLab {
                 .await
                 .map_err(|e| format!("reading the answer: {e}"))?
                 .to_bytes();
-            Ok(Answer {
-                status: parts.status,
-                headers: parts.headers,
-                body,
-            })
+            Ok((parts, body))
         };
         tokio::time::timeout(self.policy.timeout, exchange)
             .await
