@@ -328,7 +328,7 @@ fn deployments(env: &Environment, now: DateTime<Utc>) -> Markup {
                         td data-label="Deployment" { @if let Some(iid) = &d.iid { "#" (iid) } }
                         td data-label="Status" { @let s = d.status.as_deref().unwrap_or("unknown"); span class={"badge s-" (s.to_ascii_lowercase())} { (title(s)) } }
                         td data-label="Ref" { @if let Some(r) = &d.git_ref { span.mono { (r) } } " " @if let Some(s) = &d.sha { span.mono { (short_sha(s)) } } }
-                        td data-label="Agent" { @if let Some(a) = &d.agent { span.mono { (a.name) } span.msg { (a.kubernetes_namespace) } } @else { span.msg { "None" } } }
+                        td data-label="Agent" { @if let Some(a) = &d.agent { span.mono { (a.name) } span.msg { (a.kubernetes_namespace) } } @else { span.msg { "No agent" } } }
                         td data-label="When" { @let t = d.finished_at.as_deref().or(d.created_at.as_deref()); @if let Some(t) = t { time datetime=(t) { (ago(t, now)) } } }
                     }
                 } }
