@@ -20,9 +20,12 @@
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+#[path = "fixtures/stats.rs"]
+mod stats;
 #[allow(dead_code)]
 #[path = "../tests/support/mod.rs"]
 mod support;
+use stats::median;
 
 use std::time::{Duration, Instant};
 
@@ -36,11 +39,6 @@ use tower::ServiceExt;
 
 const PAGE: &str = "/environments?project=acme/platform/shop&name=production";
 const NS: &str = "shop-production";
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
 
 async fn send(demo: &Demo, req: Request<Body>) -> (u16, axum::http::HeaderMap, Vec<u8>) {
     let res = demo.app.router.clone().oneshot(req).await.unwrap();

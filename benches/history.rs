@@ -23,9 +23,12 @@
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+#[path = "fixtures/stats.rs"]
+mod stats;
 #[allow(dead_code)]
 #[path = "../tests/support/mod.rs"]
 mod support;
+use stats::{median, ms};
 
 #[allow(dead_code)]
 #[path = "fixtures/group.rs"]
@@ -213,15 +216,6 @@ async fn setup() -> (Bench, tempfile::TempDir, support::kube_api::Served) {
         next_id: 10,
     };
     (bench, dir, served)
-}
-
-fn median(mut samples: Vec<Duration>) -> Duration {
-    samples.sort();
-    samples[samples.len() / 2]
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.1} ms", d.as_secs_f64() * 1000.0)
 }
 
 fn main() {

@@ -47,9 +47,12 @@
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+#[path = "fixtures/stats.rs"]
+mod stats;
 #[allow(dead_code)]
 #[path = "../tests/support/mod.rs"]
 mod support;
+use stats::{median, ms};
 
 use std::time::{Duration, Instant};
 
@@ -342,15 +345,6 @@ async fn connect(authority: &str, n: usize) -> Vec<Sender> {
         conns.push(sender);
     }
     conns
-}
-
-fn median(mut samples: Vec<Duration>) -> Duration {
-    samples.sort();
-    samples[samples.len() / 2]
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.1} ms", d.as_secs_f64() * 1000.0)
 }
 
 fn main() {
