@@ -179,8 +179,15 @@ async fn envlens_starts_as_the_chart_runs_it_and_writes_nothing() {
         let answer = http_get(&addr, &path);
         assert!(answer.starts_with("HTTP/1.1 200"), "{path}: {answer}");
     }
-    child.kill().unwrap();
-    child.wait().unwrap();
+    // Stopped as the kubelet stops a pod: SIGTERM, then the logs it wrote on the way out (its
+    // log writer batches lines off the request path and flushes them at exit).
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    assert!(
+        status.success(),
+        "envlens did not stop cleanly on SIGTERM: {status}"
+    );
     // ENVLENS_LOG_FORMAT=json: every line it logged is a JSON object.
     let mut err = String::new();
     stderr.read_to_string(&mut err).unwrap();
