@@ -3,7 +3,8 @@
 //! following the test Kubernetes API server (a Pod's change is a message about that Pod,
 //! coalescing, RBAC and `user_access` taken away while it runs, and the property that the
 //! messages applied in order give a fresh answer), and `environmentsUpdated` across two
-//! servers on one database.
+//! servers on one database (two processes: tests/replicas.rs) and across a reconnection of
+//! the listening connection.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -1055,4 +1056,75 @@ async fn environments_updated_reaches_subscribers_of_another_server() {
         let heard = client.receive_within(Duration::from_millis(300)).await;
         assert!(heard.is_none(), "{who}: {heard:?}");
     }
+}
+
+/// While the listening connection is down, PostgreSQL drops what is notified: once it listens
+/// again, every `environmentsUpdated` subscription reads its scope again and sends what changed
+/// since, and nothing else. The database refuses new connections meanwhile, so the write below
+/// lands for certain while nobody listens.
+#[tokio::test]
+async fn environments_updated_catches_up_after_the_listener_reconnects() {
+    let (_api, served, _dir) = cluster().await;
+    let server = start(&served).await;
+    let mut web = Client::connect(server.addr, "graphql-transport-ws", DEV).await;
+    web.subscribe("w", ENVIRONMENTS, json!({"project": "acme/apps/web"}))
+        .await;
+    let mut all = Client::connect(server.addr, "graphql-transport-ws", (1, "root")).await;
+    all.subscribe("a", ENVIRONMENTS, json!({})).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // The statements below from another database: one's own cannot be closed to connections.
+    let options = server.app.db.connect_options().as_ref().clone();
+    let database = options.get_database().unwrap().to_owned();
+    let mut admin: sqlx::PgConnection =
+        sqlx::ConnectOptions::connect(&options.database("postgres"))
+            .await
+            .unwrap();
+    let allow = |yes: bool| format!("ALTER DATABASE \"{database}\" WITH ALLOW_CONNECTIONS {yes}");
+    sqlx::query(&allow(false))
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    let terminated: Vec<bool> = sqlx::query_scalar(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+         WHERE datname = $1 AND query LIKE 'LISTEN %'",
+    )
+    .bind(&database)
+    .fetch_all(&mut admin)
+    .await
+    .unwrap();
+    assert_eq!(terminated, vec![true], "one listening connection");
+    // Written through the server while nobody listens (on the pool's open connections): a
+    // deployment that stays `created`.
+    let res = server.app.internal(axum::http::Method::POST, "/api/v4/internal/deployments", &json!({
+        "deployment": {"id": 4, "iid": 4, "status": "created", "ref": "main", "sha": "abc", "tag": false,
+                       "created_at": "2026-11-21T10:00:00Z"},
+        "project": {"id": 42, "full_path": "acme/apps/web"},
+        "environment": {"id": 100, "name": "production", "slug": "production", "tier": "production"},
+        "job": {"id": 4, "name": "deploy", "protected_ref": true},
+        "kubernetes": {"agent": "acme/agents:prod", "namespace": NS}
+    })).await;
+    assert_eq!(res.status, 201, "{}", res.text());
+    let heard = web.receive_within(Duration::from_millis(500)).await;
+    assert!(heard.is_none(), "nobody listens yet: {heard:?}");
+
+    sqlx::query(&allow(true)).execute(&mut admin).await.unwrap();
+    let payload = web.next_payload("w").await;
+    assert!(payload.get("errors").is_none(), "{payload}");
+    assert_eq!(payload["data"]["environmentsUpdated"]["id"], PRODUCTION);
+    assert_eq!(
+        payload["data"]["environmentsUpdated"]["lastDeployment"],
+        json!({"id": "gid://gitlab/Deployment/4", "status": "CREATED"})
+    );
+    let payload = all.next_payload("a").await;
+    assert_eq!(payload["data"]["environmentsUpdated"]["id"], PRODUCTION);
+    // The other environments of the scope (review, canary) did not change: not sent again.
+    for (client, who) in [(&mut web, "acme/apps/web"), (&mut all, "everything")] {
+        let heard = client.receive_within(Duration::from_millis(500)).await;
+        assert!(heard.is_none(), "{who}: {heard:?}");
+    }
+    // And the feed goes on as before.
+    environment::deploy(&server.app, 5, (100, "production"), "success").await;
+    let payload = web.next_payload("w").await;
+    assert_eq!(payload["data"]["environmentsUpdated"]["id"], PRODUCTION);
 }

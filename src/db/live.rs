@@ -4,7 +4,7 @@
 //! agent row or an environment is written, by whichever process.
 
 use sqlx::postgres::PgListener;
-use sqlx::{PgExecutor, PgPool};
+use sqlx::{FromRow, PgExecutor, PgPool};
 
 use crate::db::read::{EnvironmentRow, Viewer, ENVIRONMENT_COLUMNS, READABLE};
 use crate::error::Result;
@@ -39,17 +39,36 @@ pub struct Filter {
     pub tier: Option<String>,
 }
 
+/// An environment with a fingerprint of everything `environmentsUpdated` shows of it from the
+/// database: the environment's row, and for each deployment status the newest deployment with
+/// it and its agent row. Equal versions, nothing to send; a different one, something changed.
+#[derive(Debug, Clone, FromRow)]
+pub struct VersionedEnvironment {
+    #[sqlx(flatten)]
+    pub row: EnvironmentRow,
+    pub version: i64,
+}
+
+/// The fingerprint of [`VersionedEnvironment`]: the row versions (`xmin`, the transaction that
+/// wrote each row last) of the environment and of the newest deployment of each status, which
+/// is what `lastDeployment(status:)` shows, with its agent row. Any write to them changes it.
+const VERSION: &str = "('x' || left(md5(concat_ws(',', e.xmin::text, (
+      SELECT string_agg(concat(l.id, '/', l.status, '/', l.xmin::text, '/', ad.xmin::text), ',' ORDER BY l.status)
+      FROM (SELECT DISTINCT ON (d.status) d.id, d.status, d.xmin FROM deployments d
+            WHERE d.environment_id = e.id ORDER BY d.status, d.id DESC) l
+      LEFT JOIN agent_deployments ad ON ad.deployment_id = l.id))), 16))::bit(64)::bigint AS version";
+
 /// Those of `ids` (all when `None`) that the viewer may read and `filter` admits, by id, at
-/// most `limit`.
+/// most `limit`, with their versions.
 pub async fn matching_environments(
     db: impl PgExecutor<'_>,
     viewer: Viewer,
     ids: Option<&[i64]>,
     filter: &Filter,
     limit: i64,
-) -> Result<Vec<EnvironmentRow>> {
+) -> Result<Vec<VersionedEnvironment>> {
     Ok(sqlx::query_as(&format!(
-        "SELECT {ENVIRONMENT_COLUMNS} FROM environments e JOIN projects p ON p.id = e.project_id
+        "SELECT {ENVIRONMENT_COLUMNS}, {VERSION} FROM environments e JOIN projects p ON p.id = e.project_id
          LEFT JOIN namespaces n ON n.id = p.namespace_id
          WHERE ($3::bigint[] IS NULL OR e.id = ANY ($3)) AND {READABLE}
            AND ($4::bigint IS NULL OR n.traversal_ids @> ARRAY[$4::bigint])
@@ -68,8 +87,8 @@ pub async fn matching_environments(
     .await?)
 }
 
-/// A connection that listens to [`CHANNEL`]. sqlx reconnects it when it drops (what was
-/// notified meanwhile is lost, as PostgreSQL does not keep notifications).
+/// A connection that listens to [`CHANNEL`]. What is notified while it is down is lost
+/// (PostgreSQL keeps no notifications): whoever listens again must read again what it shows.
 pub async fn listen(pool: &PgPool) -> Result<PgListener> {
     let mut listener = PgListener::connect_with(pool).await?;
     listener.listen(CHANNEL).await?;

@@ -3,6 +3,12 @@
 //! listening connection per process ([`Notices`]) hands the ids to the subscriptions, each of
 //! which reads the environments it may show and sends them.
 //!
+//! Nothing is lost while that connection is down: PostgreSQL drops what is notified to nobody,
+//! so once the connection listens again every subscription is told to resync
+//! ([`Notice::Resync`], also when it fell behind the broadcast): it reads its whole scope again
+//! and sends the environments whose version (`db::live::VersionedEnvironment`) differs from the
+//! one it last sent or started from.
+//!
 //! Health: the subscription also follows the resource group feed of each environment it
 //! shows (at most [`MAX_WATCHED`], those with a successful deployment through an agent the
 //! user has `user_access` to), and sends the environment when its group's health changes.
@@ -28,15 +34,27 @@ use crate::graphql::types::{DeploymentTier, Environment, Gql, Result};
 use crate::k8s::clusters::Clusters;
 use crate::resources::health::{Customizations, HealthStatus};
 
-/// Environment ids a subscription may fall behind by; past it some updates are lost (logged).
+/// Notices a subscription may fall behind by; past it, it resyncs.
 const BACKLOG: usize = 4096;
 /// Environments whose health one subscription follows.
 pub const MAX_WATCHED: usize = 200;
+/// Environments of a subscription's scope whose versions it keeps, and reads again on a
+/// resync (by id: a scope larger than this resyncs its first ones only).
+pub const MAX_VERSIONS: usize = 1000;
+
+/// What the listening connection hands to subscriptions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Notice {
+    /// This environment was written.
+    Environment(i64),
+    /// The connection listens again after it was down: what was notified meanwhile is lost.
+    Resync,
+}
 
 /// The process's one `LISTEN` connection, open while somebody subscribes.
 pub struct Notices {
     pool: Pool,
-    tx: broadcast::Sender<i64>,
+    tx: broadcast::Sender<Notice>,
     /// Whether the listening task runs (`true` once it listens); its sender drops when it
     /// stops.
     running: Mutex<Option<watch::Receiver<bool>>>,
@@ -53,7 +71,7 @@ impl Notices {
 
     /// The ids of environments written from now on, by any process on the database. Waits
     /// until the connection listens, so that nothing written after the return is missed.
-    pub async fn subscribe(&self) -> std::result::Result<broadcast::Receiver<i64>, Error> {
+    pub async fn subscribe(&self) -> std::result::Result<broadcast::Receiver<Notice>, Error> {
         let rx = self.tx.subscribe();
         let mut ready = {
             let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
@@ -75,8 +93,10 @@ impl Notices {
     }
 }
 
-/// Listens until nobody subscribes; reconnects when the connection drops.
-async fn listen(pool: Pool, tx: broadcast::Sender<i64>, ready: watch::Sender<bool>) {
+/// Listens until nobody subscribes; when the connection drops, listens on a new one and then
+/// tells every subscription to resync.
+async fn listen(pool: Pool, tx: broadcast::Sender<Notice>, ready: watch::Sender<bool>) {
+    let mut dropped = false;
     loop {
         let mut listener = match live::listen(pool.pg()).await {
             Ok(listener) => listener,
@@ -90,15 +110,25 @@ async fn listen(pool: Pool, tx: broadcast::Sender<i64>, ready: watch::Sender<boo
             }
         };
         let _ = ready.send(true);
+        if dropped {
+            tracing::info!("environment notifications: listening again; subscriptions resync");
+            let _ = tx.send(Notice::Resync);
+        }
+        dropped = true;
         loop {
             tokio::select! {
                 notification = listener.try_recv() => match notification {
                     Ok(Some(n)) => {
                         if let Ok(id) = n.payload().parse::<i64>() {
-                            let _ = tx.send(id);
+                            let _ = tx.send(Notice::Environment(id));
                         }
                     }
-                    Ok(None) => tracing::warn!("environment notifications: the connection dropped and was opened again; updates meanwhile are lost"),
+                    // sqlx would reconnect on the next call, but without telling when it
+                    // listens again: a new listener instead, then the resync.
+                    Ok(None) => {
+                        tracing::warn!("environment notifications: the connection dropped; listening again");
+                        break;
+                    }
                     Err(e) => {
                         tracing::warn!(error = %e, "environment notifications: listening failed");
                         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -121,9 +151,12 @@ struct Running {
     db: Loader,
     viewer: Viewer,
     filter: Filter,
-    rx: broadcast::Receiver<i64>,
+    rx: broadcast::Receiver<Notice>,
     queue: VecDeque<Environment>,
     health: Health,
+    /// The version of each environment of the scope as last sent (or as it was when the
+    /// subscription started), at most [`MAX_VERSIONS`].
+    versions: HashMap<i64, i64>,
 }
 
 /// The environments whose group health the subscription follows: a task per environment that
@@ -207,7 +240,7 @@ pub(super) async fn subscribe(
     };
     let shown = {
         let mut conn = db.loader().conn().await.gql()?;
-        live::matching_environments(&mut **conn, viewer, None, &filter, MAX_WATCHED as i64)
+        live::matching_environments(&mut **conn, viewer, None, &filter, MAX_VERSIONS as i64)
             .await
             .gql()?
     };
@@ -221,9 +254,10 @@ pub(super) async fn subscribe(
         rx: health_rx,
         watched: HashMap::new(),
     };
-    for environment in shown {
-        health.watch(&db, environment.id).await;
+    for environment in shown.iter().take(MAX_WATCHED) {
+        health.watch(&db, environment.row.id).await;
     }
+    let versions = shown.iter().map(|e| (e.row.id, e.version)).collect();
     let running = Running {
         db,
         viewer,
@@ -231,11 +265,31 @@ pub(super) async fn subscribe(
         rx,
         queue: VecDeque::new(),
         health,
+        versions,
     };
     Ok(stream::unfold(running, |mut s| async move {
         let item = s.next().await?;
         Some((item, s))
     }))
+}
+
+/// What a subscription reads after its notices: some environments, or its whole scope.
+#[derive(Debug, PartialEq, Eq)]
+enum Read {
+    Ids(BTreeSet<i64>),
+    Resync,
+}
+
+impl Read {
+    fn add(&mut self, notice: Notice) {
+        match (&mut *self, notice) {
+            (Read::Ids(ids), Notice::Environment(id)) => {
+                ids.insert(id);
+            }
+            (_, Notice::Resync) => *self = Read::Resync,
+            (Read::Resync, Notice::Environment(_)) => {}
+        }
+    }
 }
 
 impl Running {
@@ -246,36 +300,38 @@ impl Running {
             if let Some(environment) = self.queue.pop_front() {
                 return Some(Ok(environment));
             }
-            let mut ids = BTreeSet::new();
+            let mut read = Read::Ids(BTreeSet::new());
             tokio::select! {
                 notified = self.rx.recv() => match notified {
-                    Ok(id) => {
-                        ids.insert(id);
-                    }
+                    Ok(notice) => read.add(notice),
                     Err(broadcast::error::RecvError::Lagged(n)) => {
-                        tracing::warn!(
-                            lost = n,
-                            "environmentsUpdated: a subscriber fell behind; updates lost"
-                        );
+                        tracing::warn!(lost = n, "environmentsUpdated: a subscriber fell behind; it resyncs");
+                        read.add(Notice::Resync);
                     }
                     Err(broadcast::error::RecvError::Closed) => return None,
                 },
-                Some(id) = self.health.rx.recv() => {
-                    ids.insert(id);
-                }
+                Some(id) = self.health.rx.recv() => read.add(Notice::Environment(id)),
             }
             // Those that arrived together are read together.
-            while let Ok(id) = self.rx.try_recv() {
-                ids.insert(id);
+            loop {
+                match self.rx.try_recv() {
+                    Ok(notice) => read.add(notice),
+                    Err(broadcast::error::TryRecvError::Lagged(_)) => read.add(Notice::Resync),
+                    Err(_) => break,
+                }
             }
+            // A change of health is sent even when the rows are as they were.
+            let mut health_changed = BTreeSet::new();
             while let Ok(id) = self.health.rx.try_recv() {
-                ids.insert(id);
+                health_changed.insert(id);
             }
-            if ids.is_empty() {
-                continue;
-            }
-            let ids: Vec<i64> = ids.into_iter().collect();
+            let ids: Option<Vec<i64>> = match &read {
+                Read::Ids(ids) if ids.is_empty() && health_changed.is_empty() => continue,
+                Read::Ids(ids) => Some(ids.union(&health_changed).copied().collect()),
+                Read::Resync => None,
+            };
             loaders::forget(&self.db);
+            let limit = ids.as_ref().map_or(MAX_VERSIONS, Vec::len) as i64;
             let rows = {
                 let conn = self.db.loader().conn().await;
                 match conn {
@@ -283,9 +339,9 @@ impl Running {
                         live::matching_environments(
                             &mut **conn,
                             self.viewer,
-                            Some(&ids),
+                            ids.as_deref(),
                             &self.filter,
-                            ids.len() as i64,
+                            limit,
                         )
                         .await
                     }
@@ -293,16 +349,46 @@ impl Running {
                 }
             };
             self.db.loader().release().await;
-            match rows {
-                Ok(rows) => {
-                    // A new deployment may have brought a group to follow.
-                    for row in &rows {
-                        self.health.watch(&self.db, row.id).await;
-                    }
-                    self.queue.extend(rows.into_iter().map(Environment::new))
-                }
+            let rows = match rows {
+                Ok(rows) => rows,
                 Err(e) => return Some(Err(e.to_graphql())),
+            };
+            for row in rows {
+                let id = row.row.id;
+                // A notified write is sent (a status written again is news to the feed); a
+                // resync sends what differs from what the subscriber has.
+                let send = match &read {
+                    Read::Ids(_) => true,
+                    Read::Resync => {
+                        self.versions.get(&id) != Some(&row.version) || health_changed.contains(&id)
+                    }
+                };
+                if self.versions.contains_key(&id) || self.versions.len() < MAX_VERSIONS {
+                    self.versions.insert(id, row.version);
+                }
+                if send {
+                    // A new deployment may have brought a group to follow.
+                    self.health.watch(&self.db, id).await;
+                    self.queue.push_back(Environment::new(row.row));
+                }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_resync_among_notices_reads_the_whole_scope() {
+        let mut read = Read::Ids(BTreeSet::new());
+        read.add(Notice::Environment(3));
+        read.add(Notice::Environment(1));
+        read.add(Notice::Environment(3));
+        assert_eq!(read, Read::Ids(BTreeSet::from([1, 3])));
+        read.add(Notice::Resync);
+        read.add(Notice::Environment(4));
+        assert_eq!(read, Read::Resync);
     }
 }
