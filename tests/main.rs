@@ -27,6 +27,7 @@ mod kube_api;
 mod leases;
 mod ops;
 mod proxy;
+mod replicas;
 mod resource_fetch;
 mod resource_group;
 mod shutdown;

@@ -103,7 +103,7 @@ async fn start(served: &Served) -> Server {
     start_with(served, "", SocketLimits::default()).await
 }
 
-fn bearer(user: (i64, &str)) -> String {
+pub(crate) fn bearer(user: (i64, &str)) -> String {
     let (token, _) = mint_session(SESSION_KEY, user.0, user.1, Duration::from_secs(600)).unwrap();
     format!("Bearer {token}")
 }
@@ -111,7 +111,7 @@ fn bearer(user: (i64, &str)) -> String {
 type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
 /// A GraphQL-over-WebSocket client of either protocol.
-struct Client {
+pub(crate) struct Client {
     ws: Socket,
     legacy: bool,
 }
@@ -161,13 +161,13 @@ async fn open(
 
 /// What the server sent next: a message, or the socket's close (code and reason).
 #[derive(Debug)]
-enum Received {
+pub(crate) enum Received {
     Message(Value),
     Closed(u16, String),
 }
 
 impl Client {
-    async fn connect(addr: SocketAddr, protocol: &str, user: (i64, &str)) -> Client {
+    pub(crate) async fn connect(addr: SocketAddr, protocol: &str, user: (i64, &str)) -> Client {
         let mut client = open(addr, "", protocol, &[]).await.unwrap();
         client
             .send(json!({"type": "connection_init", "payload": {"Authorization": bearer(user)}}))
@@ -184,7 +184,7 @@ impl Client {
             .unwrap();
     }
 
-    async fn subscribe(&mut self, id: &str, query: &str, variables: Value) {
+    pub(crate) async fn subscribe(&mut self, id: &str, query: &str, variables: Value) {
         let kind = if self.legacy { "start" } else { "subscribe" };
         self.send(
             json!({"id": id, "type": kind, "payload": {"query": query, "variables": variables}}),
@@ -193,7 +193,7 @@ impl Client {
     }
 
     /// The next message or close within `wait`, pings skipped; `None` if nothing came.
-    async fn receive_within(&mut self, wait: Duration) -> Option<Received> {
+    pub(crate) async fn receive_within(&mut self, wait: Duration) -> Option<Received> {
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             let frame = tokio::time::timeout_at(deadline, self.ws.next())
@@ -233,7 +233,7 @@ impl Client {
     }
 
     /// The payload of the next result of subscription `id`.
-    async fn next_payload(&mut self, id: &str) -> Value {
+    pub(crate) async fn next_payload(&mut self, id: &str) -> Value {
         let m = self.message().await;
         let kind = if self.legacy { "data" } else { "next" };
         assert_eq!(m["type"], kind, "{m}");
