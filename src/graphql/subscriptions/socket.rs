@@ -14,6 +14,11 @@
 //!   connection that does not initialise within [`SocketLimits::init_timeout`] is closed
 //!   (4408), one that answers no ping for two intervals too, and one with no subscription for
 //!   [`SocketLimits::idle_timeout`].
+//! - Memory: an idle socket keeps little. Its buffers grow to the largest frame and stay that
+//!   large (tungstenite keeps their capacity), and a first `resourceGroupUpdated` with every
+//!   manifest is some 150 KB: so a message longer than [`FRAME_BYTES`] goes out in fragments
+//!   of that size, and neither end's frame buffer grows past it. axum's WebSocket cannot send
+//!   fragments, so the upgrade is answered here and the socket is tokio-tungstenite's own.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -22,15 +27,27 @@ use std::time::Duration;
 use async_graphql::futures_util::{SinkExt, StreamExt};
 use async_graphql::http::{WebSocket as GraphQLSocket, WsMessage};
 use async_graphql::{Data, Executor};
-use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
+use axum::body::Body;
+use axum::extract::ws::WebSocketUpgrade;
 use axum::extract::{FromRequestParts, Request, State};
-use axum::http::header::{AUTHORIZATION, COOKIE, ORIGIN, SEC_WEBSOCKET_PROTOCOL, UPGRADE};
+use axum::http::header::{
+    AUTHORIZATION, CONNECTION, COOKIE, ORIGIN, SEC_WEBSOCKET_ACCEPT, SEC_WEBSOCKET_KEY,
+    SEC_WEBSOCKET_PROTOCOL, UPGRADE,
+};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use bytes::Bytes;
+use hyper_util::rt::TokioIo;
 use serde_json::json;
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
 use tokio::time::Instant;
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::{CloseCode, Data as OpData, OpCode};
+use tokio_tungstenite::tungstenite::protocol::frame::Frame;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::WebSocketStream;
 
 use super::Live;
 use crate::auth::{authenticate, CurrentUser, Keys, CSRF_HEADER};
@@ -144,10 +161,20 @@ pub async fn upgrade(
              WebSocket (graphql-transport-ws or graphql-ws)",
         );
     }
-    let ws = match WebSocketUpgrade::from_request_parts(&mut parts, &()).await {
-        Ok(ws) => ws,
-        Err(rejection) => return rejection.into_response(),
+    // axum checks the handshake (method, version, key, connection) and answers what is wrong
+    // with it; the upgrade itself is ours (see the module's documentation).
+    let on_upgrade = parts.extensions.get::<hyper::upgrade::OnUpgrade>().cloned();
+    if let Err(rejection) = WebSocketUpgrade::from_request_parts(&mut parts, &()).await {
+        return rejection.into_response();
+    }
+    let (Some(on_upgrade), Some(key)) = (on_upgrade, parts.headers.get(SEC_WEBSOCKET_KEY)) else {
+        return refuse(
+            StatusCode::BAD_REQUEST,
+            "BAD_REQUEST",
+            "this connection cannot be upgraded to a WebSocket",
+        );
     };
+    let accept = derive_accept_key(key.as_bytes());
     let offered = parts
         .headers
         .get_all(SEC_WEBSOCKET_PROTOCOL)
@@ -183,13 +210,68 @@ pub async fn upgrade(
         live: live.clone(),
         engine: engine.clone(),
     };
-    ws.protocols([protocol.sec_websocket_protocol()])
-        .max_message_size(limits.max_message_bytes)
-        .max_frame_size(limits.max_message_bytes)
-        // Small buffers: an idle subscriber should cost little (they grow when needed).
+    let config = WebSocketConfig::default()
+        .max_message_size(Some(limits.max_message_bytes))
+        .max_frame_size(Some(limits.max_message_bytes))
+        // Small buffers: an idle subscriber should cost little (they grow when needed, up to
+        // a frame; frames are at most FRAME_BYTES).
         .read_buffer_size(4 * 1024)
-        .write_buffer_size(0)
-        .on_upgrade(move |socket| serve(socket, protocol, auth, engine, limits, permit))
+        .write_buffer_size(0);
+    tokio::spawn(async move {
+        match on_upgrade.await {
+            Ok(upgraded) => {
+                let socket = WebSocketStream::from_raw_socket(
+                    TokioIo::new(upgraded),
+                    Role::Server,
+                    Some(config),
+                )
+                .await;
+                serve(socket, protocol, auth, engine, limits, permit).await;
+            }
+            Err(e) => tracing::debug!(error = %e, "WebSocket upgrade failed"),
+        }
+    });
+    Response::builder()
+        .status(StatusCode::SWITCHING_PROTOCOLS)
+        .header(CONNECTION, "upgrade")
+        .header(UPGRADE, "websocket")
+        .header(SEC_WEBSOCKET_ACCEPT, accept)
+        .header(SEC_WEBSOCKET_PROTOCOL, protocol.sec_websocket_protocol())
+        .body(Body::empty())
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+/// The largest frame the server writes; a longer message goes out in fragments.
+pub const FRAME_BYTES: usize = 8 * 1024;
+
+/// `text` as the frames that carry it: one text message when short, else a text frame and
+/// continuations of at most [`FRAME_BYTES`], cut between characters (RFC 6455 5.4).
+fn fragments(text: String) -> Vec<Message> {
+    if text.len() <= FRAME_BYTES {
+        return vec![Message::Text(text.into())];
+    }
+    let bytes = Bytes::from(text);
+    let mut frames = Vec::with_capacity(bytes.len().div_ceil(FRAME_BYTES - 3));
+    let mut start = 0;
+    while start < bytes.len() {
+        let mut end = (start + FRAME_BYTES).min(bytes.len());
+        // Back to the start of a character (a UTF-8 continuation byte is 0b10xxxxxx).
+        while end < bytes.len() && bytes[end] & 0xC0 == 0x80 {
+            end -= 1;
+        }
+        let opcode = if start == 0 {
+            OpData::Text
+        } else {
+            OpData::Continue
+        };
+        frames.push(Message::Frame(Frame::message(
+            bytes.slice(start..end),
+            OpCode::Data(opcode),
+            end == bytes.len(),
+        )));
+        start = end;
+    }
+    frames
 }
 
 fn refuse(status: StatusCode, code: &str, message: &str) -> Response {
@@ -279,7 +361,7 @@ fn refused(message: impl std::fmt::Display) -> async_graphql::Error {
 /// Runs one connection: the client's messages into async-graphql (counting subscriptions),
 /// its answers out, pings and the timeouts around them.
 async fn serve(
-    socket: WebSocket,
+    socket: WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>,
     protocol: async_graphql::http::WebSocketProtocols,
     auth: Authenticator,
     engine: Engine,
@@ -307,7 +389,7 @@ async fn serve(
     let mut to_graphql = Some(to_graphql);
     let close = |code: u16, reason: &str| {
         Message::Close(Some(CloseFrame {
-            code,
+            code: CloseCode::from(code),
             reason: reason.to_owned().into(),
         }))
     };
@@ -320,7 +402,7 @@ async fn serve(
                 let bytes = match incoming {
                     Some(Ok(Message::Text(text))) => text.as_str().as_bytes().to_vec(),
                     Some(Ok(Message::Binary(bytes))) => bytes.to_vec(),
-                    Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
+                    Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => continue,
                     Some(Ok(Message::Close(_))) | Some(Err(_)) | None => {
                         // No more input: async-graphql ends its streams and stops.
                         to_graphql = None;
@@ -351,14 +433,14 @@ async fn serve(
                 }
             }
             outgoing = graphql.next() => {
-                let message = match outgoing {
+                let frames = match outgoing {
                     Some(WsMessage::Text(text)) => {
                         if text.starts_with(r#"{"type":"connection_ack""#) {
                             acked = true;
                         } else if let Some(id) = ended(&text) {
                             active.remove(&id);
                         }
-                        Message::Text(text.into())
+                        fragments(text)
                     }
                     Some(WsMessage::Close(code, reason)) => {
                         // A refused `connection_init` is 4403 Forbidden in graphql-transport-ws.
@@ -371,7 +453,14 @@ async fn serve(
                         break;
                     }
                 };
-                if sink.send(message).await.is_err() {
+                let mut sent = Ok(());
+                for frame in frames {
+                    sent = sink.feed(frame).await;
+                    if sent.is_err() {
+                        break;
+                    }
+                }
+                if sent.is_err() || sink.flush().await.is_err() {
                     break;
                 }
                 if active.is_empty() && idle_since.is_none() {
@@ -535,5 +624,40 @@ mod tests {
             Some("7")
         );
         assert_eq!(ended(r#"{"type":"next","id":"7","payload":{}}"#), None);
+    }
+
+    #[test]
+    fn a_long_message_goes_out_in_fragments_cut_between_characters() {
+        let short = "x".repeat(FRAME_BYTES);
+        assert!(matches!(&fragments(short.clone())[..], [Message::Text(t)] if t.as_str() == short));
+        // Three-byte characters that straddle every cut at FRAME_BYTES.
+        let long = format!("a{}", "€".repeat(3 * FRAME_BYTES));
+        let frames = fragments(long.clone());
+        let mut joined = Vec::new();
+        for (i, frame) in frames.iter().enumerate() {
+            let Message::Frame(frame) = frame else {
+                panic!("a frame: {frame:?}")
+            };
+            let header = frame.header();
+            let first = i == 0;
+            let last = i == frames.len() - 1;
+            assert_eq!(
+                header.opcode,
+                OpCode::Data(if first {
+                    OpData::Text
+                } else {
+                    OpData::Continue
+                })
+            );
+            assert_eq!(header.is_final, last);
+            assert!(frame.payload().len() <= FRAME_BYTES);
+            assert!(
+                std::str::from_utf8(frame.payload()).is_ok(),
+                "cut between characters"
+            );
+            joined.extend_from_slice(frame.payload());
+        }
+        assert!(frames.len() > 3);
+        assert_eq!(String::from_utf8(joined).unwrap(), long);
     }
 }
