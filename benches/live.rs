@@ -12,6 +12,9 @@
 //!   changes; and the resident memory of the process per idle subscriber (the sockets of both
 //!   ends and the subscriptions, as measured with the clients in the same process: an upper
 //!   bound for the server's part).
+//! - `--apart 1`: the memory only, with the clients in a child process (this bench run again
+//!   as `--client`), so that the resident memory measured is the server's alone (and the test
+//!   Kubernetes API server's, which does not change with the subscribers).
 //!
 //! The group: `support::environment` (15 resources) plus `--pods` labelled Pods.
 
@@ -58,6 +61,7 @@ struct Args {
     iterations: usize,
     subscribers: usize,
     light: bool,
+    apart: bool,
 }
 
 fn args() -> Args {
@@ -66,6 +70,7 @@ fn args() -> Args {
         iterations: 100,
         subscribers: 1000,
         light: false,
+        apart: false,
     };
     let mut it = std::env::args().skip(1).filter(|a| a != "--bench");
     while let Some(flag) = it.next() {
@@ -78,6 +83,7 @@ fn args() -> Args {
             "--iterations" => a.iterations = value,
             "--subscribers" => a.subscribers = value,
             "--light" => a.light = value != 0,
+            "--apart" => a.apart = value != 0,
             other => panic!("unknown argument {other}"),
         }
     }
@@ -85,6 +91,9 @@ fn args() -> Args {
 }
 
 fn main() {
+    if std::env::args().nth(1).as_deref() == Some("--client") {
+        return client_process();
+    }
     let a = args();
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -143,7 +152,10 @@ async fn run(a: Args) {
         a.iterations,
         a.subscribers
     );
-    if a.light {
+    let query = if a.light { LIGHT_QUERY } else { QUERY };
+    if a.apart {
+        memory_apart(addr, &token, a.subscribers, query).await;
+    } else if a.light {
         fan_out(&api, addr, &token, a.subscribers, LIGHT_QUERY).await;
     } else {
         change_to_screen(&api, served.addr, addr, &token, a.iterations).await;
@@ -384,4 +396,75 @@ async fn fan_out(api: &KubeApi, envlens: SocketAddr, token: &str, n: usize, quer
         ms(percentile(&all, 0.99))
     );
     drop(warm);
+}
+
+/// `--client ADDR TOKEN N light|full`: opens N subscribers, says `ready`, and keeps them until
+/// its standard input closes.
+fn client_process() {
+    let args: Vec<String> = std::env::args().skip(2).collect();
+    let addr: SocketAddr = args[0].parse().unwrap();
+    let token = args[1].clone();
+    let n: usize = args[2].parse().unwrap();
+    let query = if args[3] == "light" { LIGHT_QUERY } else { QUERY };
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async move {
+            let mut sockets = Vec::with_capacity(n);
+            for chunk in 0..n.div_ceil(50) {
+                let batch = (chunk * 50..((chunk + 1) * 50).min(n))
+                    .map(|_| subscriber(addr, &token, query));
+                sockets.extend(futures_util::future::join_all(batch).await);
+            }
+            println!("ready");
+            tokio::task::spawn_blocking(|| {
+                let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+            })
+            .await
+            .unwrap();
+            drop(sockets);
+        });
+}
+
+/// The server's resident memory per idle subscriber, the clients in a child process.
+async fn memory_apart(envlens: SocketAddr, token: &str, n: usize, query: &str) {
+    use std::io::BufRead;
+    let kind = if query == LIGHT_QUERY { "light" } else { "full" };
+    let clients = |count: usize| {
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--client", &envlens.to_string(), token, &count.to_string(), kind])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "ready");
+        child
+    };
+    // One subscriber first, so that the feed and the cache are warm before the baseline.
+    // (Waiting for `ready` blocks this thread; the server runs on the runtime's others.)
+    let warm = tokio::task::block_in_place(|| clients(1));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = rss().await;
+    let opened = Instant::now();
+    let mut many = tokio::task::block_in_place(|| clients(n));
+    let opening = opened.elapsed();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after = rss().await;
+    println!("memory, clients in another process ({n} subscribers, {kind} first message, opened in {opening:.1?}):");
+    println!(
+        "  server's resident memory: {:.1} MiB before, {:.1} MiB with them idle: {:.1} KiB per subscriber",
+        before as f64 / 1048576.0,
+        after as f64 / 1048576.0,
+        (after.saturating_sub(before)) as f64 / 1024.0 / n as f64
+    );
+    drop(many.stdin.take());
+    let _ = many.wait();
+    let mut warm = warm;
+    drop(warm.stdin.take());
+    let _ = warm.wait();
 }
