@@ -40,8 +40,8 @@ async fn sign_in_a_group_an_environment_a_live_change_and_logs_in_chromium() {
     let page = browser.page().await;
     page.screen(1440, false).await;
 
-    // Signing in with the link lands on the groups.
-    page.goto(&demo.sign_in_link().await).await;
+    // Signing in with the link (its page, then "Continue as alice") lands on the groups.
+    demo.sign_in(&page).await;
     let r = page.wait_for("document.querySelector('h1') && document.querySelector('h1').innerText === 'Your groups'", Duration::from_secs(20)).await;
     check(&page, "groups", r).await;
     let text = page.text().await;
@@ -182,7 +182,18 @@ async fn pages_fit_a_phone_and_a_desktop_in_light_and_dark() {
     };
     let demo = Demo::start().await;
     let page = browser.page().await;
-    page.goto(&demo.sign_in_link().await).await;
+    // The page of a sign-in link, before it is used.
+    let link = demo.sign_in_link().await;
+    for width in [390, 1440] {
+        for dark in [false, true] {
+            page.screen(width, dark).await;
+            page.goto(&link).await;
+            let scheme = if dark { "dark" } else { "light" };
+            page.screenshot(&shots().join(format!("sign-in-link-{width}-{scheme}.png")))
+                .await;
+        }
+    }
+    demo.sign_in(&page).await;
     let pages = [
         ("groups", "/".to_owned()),
         ("group", "/groups/acme".to_owned()),

@@ -8,6 +8,7 @@ use envlens::demo::cluster::DemoCluster;
 use envlens::demo::world::{self, World};
 use envlens::state::AppState;
 
+use super::browser::Page;
 use super::*;
 
 /// envlens over the demo's sample, served on a socket.
@@ -64,6 +65,26 @@ impl Demo {
             app,
             _dir: dir,
         }
+    }
+
+    /// Signs the browser's `page` in as alice with a one-time link, as a person does: the
+    /// link's page, then its "Continue as alice" button. Ends on the groups.
+    pub async fn sign_in(&self, page: &Page<'_>) {
+        page.goto(&self.sign_in_link().await).await;
+        page.wait_for(
+            "[...document.querySelectorAll('form button')].some(b => b.innerText === 'Continue as alice')",
+            Duration::from_secs(20),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("the link's page: {e}"));
+        page.eval("document.querySelector('form button').click()")
+            .await;
+        page.wait_for(
+            "location.pathname === '/' && document.readyState === 'complete' && !!document.querySelector('h1')",
+            Duration::from_secs(20),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("signing in: {e}"));
     }
 
     /// A one-time sign-in link for alice (maintainer of `acme`).
