@@ -98,7 +98,15 @@ async fn sign_in_a_group_an_environment_a_live_change_and_logs_in_chromium() {
     }
 
     // A Pod falls into a crash loop: the page shows it without a reload, through the
-    // subscription or, while that is unavailable, the script's refresh.
+    // subscription: its message arrives over the WebSocket and is applied in place, with no
+    // request to the server between the patch and the change on the screen.
+    let r = page
+        .wait_for(
+            "document.getElementById('live').dataset.state === 'live' && document.body.dataset.applied",
+            Duration::from_secs(20),
+        )
+        .await;
+    check(&page, "live-connected", r).await;
     page.eval("window.__notReloaded = true").await;
     let pod_name = demo
         .cluster
@@ -110,9 +118,11 @@ async fn sign_in_a_group_an_environment_a_live_change_and_logs_in_chromium() {
         .cluster
         .get("Pod", "shop-production", &pod_name)
         .unwrap();
+    let pod_uid = pod["metadata"]["uid"].as_str().unwrap().to_owned();
     pod["status"]["containerStatuses"][0]["ready"] = json!(false);
     pod["status"]["containerStatuses"][0]["state"] = json!({"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 10s restarting failed container"}});
     pod["status"]["conditions"] = json!([{"type": "Ready", "status": "False"}]);
+    let mark = page.mark();
     demo.cluster.put(pod);
     let r = page
         .wait_for(
@@ -121,11 +131,25 @@ async fn sign_in_a_group_an_environment_a_live_change_and_logs_in_chromium() {
         )
         .await;
     check(&page, "live-change", r).await;
-    let live = page.eval("document.getElementById('live').innerText").await;
+    let events = page.events_since(mark);
+    let frame = events.iter().any(|e| {
+        e["method"] == "Network.webSocketFrameReceived"
+            && e["params"]["response"]["payloadData"]
+                .as_str()
+                .is_some_and(|p| p.contains(&pod_uid) && p.contains("DEGRADED"))
+    });
+    assert!(frame, "no WebSocket frame carried the Pod's health: {events:?}");
+    let fetched: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|e| e["method"] == "Network.requestWillBeSent")
+        .map(|e| &e["params"]["request"]["url"])
+        .collect();
     assert!(
-        !live.as_str().unwrap().is_empty(),
-        "the live status says nothing"
+        fetched.is_empty(),
+        "the page asked the server between the patch and the change: {fetched:?}"
     );
+    let live = page.eval("document.getElementById('live').innerText").await;
+    assert_eq!(live, "Live");
 
     // The Pod's logs, followed: a new line appears without a reload.
     let web_pod = demo
@@ -380,4 +404,76 @@ async fn pages_show_what_the_api_would_answer_the_viewer() {
         )
         .await;
     assert_eq!(res.status, 404);
+}
+
+/// A lost connection shows as such, the page keeps refreshing meanwhile, and the subscription
+/// comes back by itself: the relay between the browser and envlens cuts every connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_live_connection_shows_and_comes_back_by_itself() {
+    let Some(browser) = Browser::launch().await else {
+        return;
+    };
+    let demo = Demo::behind_relay().await;
+    let relay = demo.relay.as_ref().unwrap();
+    let page = browser.page().await;
+    page.screen(1440, false).await;
+    demo.sign_in(&page).await;
+    page.goto(&format!(
+        "{}/environments?project=acme/platform/shop&name=production",
+        demo.url
+    ))
+    .await;
+    let live = "document.getElementById('live').dataset.state === 'live'";
+    let r = page.wait_for(live, Duration::from_secs(20)).await;
+    check(&page, "lost-connected", r).await;
+    page.eval("window.__notReloaded = true").await;
+
+    relay.cut();
+    let r = page
+        .wait_for(
+            "document.getElementById('live').dataset.state === 'down' && document.getElementById('live').innerText.includes('Connection lost')",
+            Duration::from_secs(10),
+        )
+        .await;
+    check(&page, "lost-shown", r).await;
+    page.screenshot(&shots().join("environment-connection-lost-1440-light.png"))
+        .await;
+
+    // Back within the first retry's second or so, without a reload.
+    let r = page
+        .wait_for(
+            &format!("window.__notReloaded && {live} && document.getElementById('live').innerText === 'Live again'"),
+            Duration::from_secs(15),
+        )
+        .await;
+    check(&page, "lost-reconnected", r).await;
+    let sockets = page
+        .requests()
+        .iter()
+        .filter(|u| u.ends_with("/api/graphql") && u.starts_with("ws://"))
+        .count();
+    assert!(sockets >= 2, "{sockets} WebSockets opened");
+
+    // The new subscription carries changes as the first did.
+    let pod_name = demo
+        .cluster
+        .names("Pod", "shop-production")
+        .into_iter()
+        .find(|n| n.starts_with("worker-"))
+        .unwrap();
+    let mut pod = demo
+        .cluster
+        .get("Pod", "shop-production", &pod_name)
+        .unwrap();
+    pod["status"]["containerStatuses"][0]["ready"] = json!(false);
+    pod["status"]["conditions"] = json!([{"type": "Ready", "status": "False"}]);
+    pod["status"]["containerStatuses"][0]["state"] = json!({"waiting": {"reason": "CrashLoopBackOff"}});
+    demo.cluster.put(pod);
+    let r = page
+        .wait_for(
+            &format!("window.__notReloaded && [...document.querySelectorAll('#resources .node')].some(n => n.innerText.includes('{pod_name}') && n.innerText.includes('Degraded'))"),
+            Duration::from_secs(30),
+        )
+        .await;
+    check(&page, "lost-then-live-change", r).await;
 }
