@@ -197,8 +197,42 @@ async fn sign_in_a_group_an_environment_a_live_change_and_logs_in_chromium() {
     assert!(foreign.is_empty(), "requests to other hosts: {foreign:?}");
 }
 
+/// Every element with text of its own whose colour against its background is below WCAG 2.1
+/// AA (4.5:1; 3:1 for large text), as "tag.class "text" ratio". The graph's SVG aside.
+const LOW_CONTRAST: &str = r#"(() => {
+  const parse = (c) => { const m = c.match(/rgba?\(([^)]+)\)/); if (!m) return null;
+    const p = m[1].split(",").map(Number); return { r: p[0], g: p[1], b: p[2], a: p.length > 3 ? p[3] : 1 }; };
+  const lum = ({ r, g, b }) => { const f = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); };
+    return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b); };
+  const background = (el) => { for (let e = el; e; e = e.parentElement) {
+    const c = parse(getComputedStyle(e).backgroundColor); if (c && c.a > 0.5) return c; }
+    return parse(getComputedStyle(document.documentElement).backgroundColor) || { r: 255, g: 255, b: 255 }; };
+  const low = [];
+  document.querySelectorAll("body *").forEach((el) => {
+    if (![...el.childNodes].some((n) => n.nodeType === 3 && n.textContent.trim())) return;
+    if (el.closest("svg, [hidden], .skip")) return;
+    const s = getComputedStyle(el);
+    if (s.display === "none" || s.visibility === "hidden") return;
+    const a = lum(parse(s.color)), b = lum(background(el));
+    const ratio = (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+    const size = parseFloat(s.fontSize), bold = parseInt(s.fontWeight, 10) >= 700;
+    if (ratio < ((size >= 24 || (bold && size >= 18.66)) ? 3 : 4.5))
+      low.push(el.tagName.toLowerCase() + "." + el.className + " \"" + el.textContent.trim().slice(0, 30) + "\" " + ratio.toFixed(2));
+  });
+  return low;
+})()"#;
+
+async fn check_contrast(page: &Page<'_>, name: &str) {
+    let low = page.eval(LOW_CONTRAST).await;
+    let r = match low.as_array().is_some_and(Vec::is_empty) {
+        true => Ok(()),
+        false => Err(format!("text below WCAG AA contrast: {low}")),
+    };
+    check(page, &format!("{name}-contrast"), r).await;
+}
+
 /// The pages at a phone's width and a desktop's, light and dark, for a person to look at
-/// (`target/browser/`); each checked for content wider than the screen.
+/// (`target/browser/`); each checked for content wider than the screen and for contrast.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pages_fit_a_phone_and_a_desktop_in_light_and_dark() {
     let Some(browser) = Browser::launch().await else {
@@ -215,6 +249,7 @@ async fn pages_fit_a_phone_and_a_desktop_in_light_and_dark() {
             let scheme = if dark { "dark" } else { "light" };
             page.screenshot(&shots().join(format!("sign-in-link-{width}-{scheme}.png")))
                 .await;
+            check_contrast(&page, &format!("sign-in-link-{width}-{scheme}")).await;
         }
     }
     demo.sign_in(&page).await;
@@ -240,6 +275,8 @@ async fn pages_fit_a_phone_and_a_desktop_in_light_and_dark() {
                     if dark { "dark" } else { "light" }
                 ));
                 page.screenshot(&shot).await;
+                page.screenshot_screen(&shot.with_extension("screen.png"))
+                    .await;
                 // Nothing but the scrollable graph and tables is wider than the screen.
                 let r = page
                     .wait_for(
@@ -248,6 +285,7 @@ async fn pages_fit_a_phone_and_a_desktop_in_light_and_dark() {
                     )
                     .await;
                 check(&page, &format!("{name}-{width}-width"), r).await;
+                check_contrast(&page, &format!("{name}-{width}-{dark}")).await;
             }
         }
     }
@@ -476,4 +514,69 @@ async fn a_lost_live_connection_shows_and_comes_back_by_itself() {
         )
         .await;
     check(&page, "lost-then-live-change", r).await;
+}
+
+/// Without script the pages read the same (server-rendered); with the keyboard the first Tab
+/// reaches "Skip to content", which leads to the page's content.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pages_read_without_script_and_by_keyboard() {
+    let Some(browser) = Browser::launch().await else {
+        return;
+    };
+    let demo = Demo::start().await;
+    let page = browser.page().await;
+    page.screen(1440, false).await;
+    demo.sign_in(&page).await;
+    let env = format!(
+        "{}/environments?project=acme/platform/shop&name=production",
+        demo.url
+    );
+
+    // The keyboard: Tab, Enter on the skip link, and the focus is on the content.
+    page.goto(&env).await;
+    let key = |kind: &'static str, key: &'static str, code: u32| {
+        let mut event = json!({"type": kind, "key": key, "code": key, "windowsVirtualKeyCode": code});
+        if kind == "keyDown" && key == "Enter" {
+            event["text"] = json!("\r");
+        }
+        event
+    };
+    page.call("Input.dispatchKeyEvent", key("keyDown", "Tab", 9)).await;
+    page.call("Input.dispatchKeyEvent", key("keyUp", "Tab", 9)).await;
+    let focused = page.eval("document.activeElement.innerText").await;
+    assert_eq!(focused, "Skip to content");
+    page.call("Input.dispatchKeyEvent", key("keyDown", "Enter", 13)).await;
+    page.call("Input.dispatchKeyEvent", key("keyUp", "Enter", 13)).await;
+    let r = page
+        .wait_for("document.activeElement.id === 'main'", Duration::from_secs(5))
+        .await;
+    check(&page, "keyboard-skip", r).await;
+    // Every link, button and form field has a name a screen reader can say.
+    let unnamed = page
+        .eval("[...document.querySelectorAll('a, button, input:not([type=hidden]), select, summary')].filter(e => !(e.innerText || '').trim() && !e.getAttribute('aria-label') && !(e.labels && e.labels.length) && !e.querySelector('title')).map(e => e.outerHTML.slice(0, 80))")
+        .await;
+    assert_eq!(unnamed, json!([]), "controls without a name");
+
+    // Without script: the tree, its health and the tier filter (a plain GET form) all work.
+    page.call("Emulation.setScriptExecutionDisabled", json!({"value": true}))
+        .await;
+    page.goto(&env).await;
+    let nodes = page
+        .eval("document.querySelectorAll('ul.tree .node .badge').length")
+        .await;
+    assert!(nodes.as_u64().unwrap() >= 10, "{nodes}");
+    let live = page.eval("document.getElementById('live').innerText").await;
+    assert_eq!(live, "", "the live status is the script's to fill");
+    page.goto(&format!("{}/groups/acme/platform", demo.url)).await;
+    page.eval("document.querySelector('select[name=tier]').value = 'staging'; document.querySelector('form[method=get] button, form:not([method]) button').click()")
+        .await;
+    let r = page
+        .wait_for(
+            "location.search.includes('tier=staging') && document.readyState === 'complete' && document.querySelectorAll('tbody tr').length === 2",
+            Duration::from_secs(10),
+        )
+        .await;
+    check(&page, "no-script-filter", r).await;
+    page.screenshot_screen(&shots().join("group-filtered-no-script-1440-light.png"))
+        .await;
 }

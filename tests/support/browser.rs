@@ -278,10 +278,19 @@ impl Page<'_> {
 
     /// A PNG of the whole page at `path`.
     pub async fn screenshot(&self, path: &Path) {
+        self.capture(path, true).await;
+    }
+
+    /// A PNG of what the screen shows (the first 900 px of a long page), at `path`.
+    pub async fn screenshot_screen(&self, path: &Path) {
+        self.capture(path, false).await;
+    }
+
+    async fn capture(&self, path: &Path, whole: bool) {
         let shot = self
             .call(
                 "Page.captureScreenshot",
-                json!({"format": "png", "captureBeyondViewport": true}),
+                json!({"format": "png", "captureBeyondViewport": whole}),
             )
             .await;
         let png = base64::engine::general_purpose::STANDARD
