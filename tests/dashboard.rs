@@ -131,6 +131,8 @@ async fn sign_in_a_group_an_environment_a_live_change_and_logs_in_chromium() {
         )
         .await;
     check(&page, "live-change", r).await;
+    page.screenshot_screen(&shots().join("environment-live-change-1440-light.png"))
+        .await;
     let events = page.events_since(mark);
     let frame = events.iter().any(|e| {
         e["method"] == "Network.webSocketFrameReceived"
@@ -250,6 +252,10 @@ async fn pages_fit_a_phone_and_a_desktop_in_light_and_dark() {
             page.screenshot(&shots().join(format!("sign-in-link-{width}-{scheme}.png")))
                 .await;
             check_contrast(&page, &format!("sign-in-link-{width}-{scheme}")).await;
+            page.goto(&format!("{}/-/sign-in", demo.url)).await;
+            page.screenshot(&shots().join(format!("sign-in-{width}-{scheme}.png")))
+                .await;
+            check_contrast(&page, &format!("sign-in-{width}-{scheme}")).await;
         }
     }
     demo.sign_in(&page).await;
