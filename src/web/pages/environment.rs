@@ -213,7 +213,7 @@ fn graph_view(group: &ResourceGroup, project: &str, env: &str) -> Markup {
         })
         .collect();
     html! {
-        p.legend { "Parents left of their children; solid lines are owner references, dashed ones the links Kubernetes keeps in selectors, names and fields. Select a resource for its manifest." }
+        p.legend { "Parents left of their children; solid lines are owner references, dashed ones the links Kubernetes keeps in selectors, names and fields. The bar at a resource's left is its health (green healthy, red degraded or unknown, blue progressing, grey otherwise); its title and the Tree view say it in words. Select a resource for its manifest." }
         div.graph tabindex="0" role="region" aria-label="Resource graph, scrollable" { (graph::svg(&nodes, &edges)) }
     }
 }
@@ -417,5 +417,26 @@ mod tests {
         assert!(html.contains(r#"<details id="t-deploy" open>"#), "{html}");
         assert!(html.contains(r#"<details id="t-rs" open>"#), "{html}");
         assert!(html.contains("uid=pod"), "{html}");
+        // What the page script finds a resource's line by, and compares events with.
+        assert!(
+            html.contains(r#"<span class="node" data-uid="pod" data-ev="0:0">"#),
+            "{html}"
+        );
+    }
+
+    #[test]
+    fn the_events_mark_counts_events_and_their_repeats() {
+        let mut r = resource("pod", "Pod", None);
+        assert_eq!(events_mark(&r), "0:0");
+        for count in [1, 4] {
+            r.events.push(crate::web::data::Event {
+                event_type: "Warning".into(),
+                reason: "BackOff".into(),
+                message: String::new(),
+                count,
+                last_seen: None,
+            });
+        }
+        assert_eq!(events_mark(&r), "2:5");
     }
 }
