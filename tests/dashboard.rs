@@ -140,7 +140,10 @@ async fn sign_in_a_group_an_environment_a_live_change_and_logs_in_chromium() {
                 .as_str()
                 .is_some_and(|p| p.contains(&pod_uid) && p.contains("DEGRADED"))
     });
-    assert!(frame, "no WebSocket frame carried the Pod's health: {events:?}");
+    assert!(
+        frame,
+        "no WebSocket frame carried the Pod's health: {events:?}"
+    );
     let fetched: Vec<&serde_json::Value> = events
         .iter()
         .filter(|e| e["method"] == "Network.requestWillBeSent")
@@ -511,7 +514,8 @@ async fn a_lost_live_connection_shows_and_comes_back_by_itself() {
         .unwrap();
     pod["status"]["containerStatuses"][0]["ready"] = json!(false);
     pod["status"]["conditions"] = json!([{"type": "Ready", "status": "False"}]);
-    pod["status"]["containerStatuses"][0]["state"] = json!({"waiting": {"reason": "CrashLoopBackOff"}});
+    pod["status"]["containerStatuses"][0]["state"] =
+        json!({"waiting": {"reason": "CrashLoopBackOff"}});
     demo.cluster.put(pod);
     let r = page
         .wait_for(
@@ -541,20 +545,28 @@ async fn pages_read_without_script_and_by_keyboard() {
     // The keyboard: Tab, Enter on the skip link, and the focus is on the content.
     page.goto(&env).await;
     let key = |kind: &'static str, key: &'static str, code: u32| {
-        let mut event = json!({"type": kind, "key": key, "code": key, "windowsVirtualKeyCode": code});
+        let mut event =
+            json!({"type": kind, "key": key, "code": key, "windowsVirtualKeyCode": code});
         if kind == "keyDown" && key == "Enter" {
             event["text"] = json!("\r");
         }
         event
     };
-    page.call("Input.dispatchKeyEvent", key("keyDown", "Tab", 9)).await;
-    page.call("Input.dispatchKeyEvent", key("keyUp", "Tab", 9)).await;
+    page.call("Input.dispatchKeyEvent", key("keyDown", "Tab", 9))
+        .await;
+    page.call("Input.dispatchKeyEvent", key("keyUp", "Tab", 9))
+        .await;
     let focused = page.eval("document.activeElement.innerText").await;
     assert_eq!(focused, "Skip to content");
-    page.call("Input.dispatchKeyEvent", key("keyDown", "Enter", 13)).await;
-    page.call("Input.dispatchKeyEvent", key("keyUp", "Enter", 13)).await;
+    page.call("Input.dispatchKeyEvent", key("keyDown", "Enter", 13))
+        .await;
+    page.call("Input.dispatchKeyEvent", key("keyUp", "Enter", 13))
+        .await;
     let r = page
-        .wait_for("document.activeElement.id === 'main'", Duration::from_secs(5))
+        .wait_for(
+            "document.activeElement.id === 'main'",
+            Duration::from_secs(5),
+        )
         .await;
     check(&page, "keyboard-skip", r).await;
     // Every link, button and form field has a name a screen reader can say.
@@ -564,8 +576,11 @@ async fn pages_read_without_script_and_by_keyboard() {
     assert_eq!(unnamed, json!([]), "controls without a name");
 
     // Without script: the tree, its health and the tier filter (a plain GET form) all work.
-    page.call("Emulation.setScriptExecutionDisabled", json!({"value": true}))
-        .await;
+    page.call(
+        "Emulation.setScriptExecutionDisabled",
+        json!({"value": true}),
+    )
+    .await;
     page.goto(&env).await;
     let nodes = page
         .eval("document.querySelectorAll('ul.tree .node .badge').length")
@@ -573,7 +588,8 @@ async fn pages_read_without_script_and_by_keyboard() {
     assert!(nodes.as_u64().unwrap() >= 10, "{nodes}");
     let live = page.eval("document.getElementById('live').innerText").await;
     assert_eq!(live, "", "the live status is the script's to fill");
-    page.goto(&format!("{}/groups/acme/platform", demo.url)).await;
+    page.goto(&format!("{}/groups/acme/platform", demo.url))
+        .await;
     page.eval("document.querySelector('select[name=tier]').value = 'staging'; document.querySelector('form[method=get] button, form:not([method]) button').click()")
         .await;
     let r = page

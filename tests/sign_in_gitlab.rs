@@ -194,9 +194,7 @@ async fn a_known_user_signs_in_with_gitlab() {
     // What stays until the callback is server-side, and hashed.
     let attempts = app.rows("SELECT * FROM sign_in_attempts").await;
     assert_eq!(attempts.len(), 1);
-    assert!(!json!(attempts)
-        .to_string()
-        .contains(&state));
+    assert!(!json!(attempts).to_string().contains(&state));
 
     let redirect = at_gitlab(&authorize).await;
     let res = back(&app, &redirect, &cookie).await;
@@ -252,9 +250,15 @@ async fn a_state_that_is_not_this_browsers_is_refused() {
         ),
         // The right state in another browser (no cookie, or another attempt's).
         (redirect.clone(), String::new()),
-        (redirect.clone(), format!("{}={other}", attempt_cookie_name(&other))),
+        (
+            redirect.clone(),
+            format!("{}={other}", attempt_cookie_name(&other)),
+        ),
         // The right cookie's name with another value.
-        (redirect.clone(), format!("{}={other}", attempt_cookie_name(&state))),
+        (
+            redirect.clone(),
+            format!("{}={other}", attempt_cookie_name(&state)),
+        ),
         // A state envlens never issued, in the cookie too.
         (
             format!("{CALLBACK}?code={code}&state={other}"),
@@ -290,7 +294,8 @@ async fn two_tabs_sign_in_at_once_in_either_order() {
         let (authorize_b, cookie_b) = start(&app, "/-/sign-in/gitlab?return_to=%2Fb").await;
         assert_ne!(cookie_a, cookie_b);
         let jar = format!("{cookie_a}; {cookie_b}");
-        let (redirect_a, redirect_b) = (at_gitlab(&authorize_a).await, at_gitlab(&authorize_b).await);
+        let (redirect_a, redirect_b) =
+            (at_gitlab(&authorize_a).await, at_gitlab(&authorize_b).await);
         let order = if second_first {
             [(&redirect_b, "/b"), (&redirect_a, "/a")]
         } else {
