@@ -16,6 +16,19 @@
 //!   and `Accept-Encoding: gzip`: the same reads, then the HTML, gzipped; body read whole.
 //!
 //! And the bytes over the wire for a first view: the page and its three assets, gzipped.
+//!
+//! `cargo bench --bench dashboard -- --screen [--iterations 40] [--large]`: change to screen.
+//! headless Chromium (the browser tests' DevTools client, `tests/support/browser.rs`) shows the
+//! environment page (the demo's 15 resources, or 1,000 and some with `--large`); each
+//! iteration patches one Pod at the in-process Kubernetes API server, Degraded and Healthy in
+//! turn, and measures on one clock (the page's `performance.timeOrigin + performance.now()`,
+//! against the bench's `SystemTime` at the patch; their offset is measured and printed):
+//!
+//! - the message's arrival: a wrapper of `WebSocket` (installed before the page's script with
+//!   `Page.addScriptToEvaluateOnNewDocument`) timestamps every frame; the first after the
+//!   patch that carries the Pod's uid and new health;
+//! - the DOM update: a `MutationObserver` on the Pod's line in the tree, when its badge reads
+//!   the new health; and the next animation frame after it (the screen).
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -25,7 +38,7 @@ mod stats;
 #[allow(dead_code)]
 #[path = "../tests/support/mod.rs"]
 mod support;
-use stats::median;
+use stats::{median, quantile};
 
 use std::time::{Duration, Instant};
 
@@ -34,6 +47,7 @@ use axum::http::{header, Request};
 use envlens::auth::mint_session;
 use http_body_util::BodyExt;
 use serde_json::{json, Value};
+use support::browser::Browser;
 use support::demo::Demo;
 use tower::ServiceExt;
 
@@ -86,6 +100,11 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
+    if std::env::args().any(|a| a == "--screen") {
+        let large = std::env::args().any(|a| a == "--large");
+        runtime.block_on(screen(iterations, large));
+        return;
+    }
     runtime.block_on(async move {
         let demo = Demo::start().await;
         grow(&demo);
@@ -189,4 +208,156 @@ fn main() {
             "first view over the wire, page and assets gzipped: {wire} bytes (goal at most 300 KB)"
         );
     });
+}
+
+/// Timestamps every WebSocket message the page receives, before the page's own handler.
+const FRAME_CLOCK: &str = r#"(() => {
+  const Native = window.WebSocket;
+  window.__frames = [];
+  function Clocked(url, protocols) {
+    const ws = new Native(url, protocols);
+    ws.addEventListener("message", (e) => {
+      window.__frames.push({ t: performance.timeOrigin + performance.now(), data: String(e.data) });
+    });
+    return ws;
+  }
+  Clocked.prototype = Native.prototype;
+  Object.assign(Clocked, { CONNECTING: 0, OPEN: 1, CLOSING: 2, CLOSED: 3 });
+  window.WebSocket = Clocked;
+})();"#;
+
+/// Milliseconds since the Unix epoch.
+fn epoch_ms() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+        * 1e3
+}
+
+fn ms(v: f64) -> Duration {
+    Duration::from_secs_f64(v.max(0.0) / 1e3)
+}
+
+/// Change to screen (the module's doc).
+async fn screen(iterations: usize, large: bool) {
+    let Some(browser) = Browser::launch().await else {
+        eprintln!("--screen needs chromium");
+        return;
+    };
+    let demo = Demo::start().await;
+    if large {
+        grow(&demo);
+    }
+    let page = browser.page().await;
+    page.screen(1440, false).await;
+    page.on_new_document(FRAME_CLOCK).await;
+    demo.sign_in(&page).await;
+    page.goto(&format!("{}{PAGE}", demo.url)).await;
+    let want = if large { 1000 } else { 10 };
+    page.wait_for(
+        &format!("document.querySelectorAll('#resources [data-uid]').length >= {want} && document.getElementById('live').dataset.state === 'live' && document.body.dataset.applied"),
+        Duration::from_secs(120),
+    )
+    .await
+    .unwrap();
+    let resources = page
+        .eval("document.querySelectorAll('#resources [data-uid]').length")
+        .await;
+
+    // The two clocks: the page's against the bench's, around one DevTools round trip.
+    let mut offsets = Vec::new();
+    for _ in 0..5 {
+        let before = epoch_ms();
+        let there = page
+            .eval("performance.timeOrigin + performance.now()")
+            .await
+            .as_f64()
+            .unwrap();
+        let after = epoch_ms();
+        offsets.push((there - (before + after) / 2.0, after - before));
+    }
+    offsets.sort_by(|a, b| a.1.total_cmp(&b.1));
+    let (offset, round_trip) = offsets[0];
+
+    let pod_name = demo
+        .cluster
+        .names("Pod", NS)
+        .into_iter()
+        .find(|n| n.starts_with("worker-"))
+        .unwrap();
+    let base = demo.cluster.get("Pod", NS, &pod_name).unwrap();
+    let uid = base["metadata"]["uid"].as_str().unwrap().to_owned();
+    page.eval(&format!(
+        r#"(() => {{
+  window.__dom = []; window.__paint = [];
+  const line = document.querySelector('#resources [data-uid="{uid}"]');
+  const badge = () => line.querySelector('.badge').textContent;
+  new MutationObserver(() => {{
+    const t = performance.timeOrigin + performance.now(), text = badge();
+    window.__dom.push({{ t, text }});
+    requestAnimationFrame(() => window.__paint.push({{ t: performance.timeOrigin + performance.now(), text }}));
+  }}).observe(line, {{ subtree: true, childList: true, characterData: true, attributes: true }});
+  return true;
+}})()"#
+    ))
+    .await;
+
+    let (mut arrival, mut dom, mut paint, mut work) = (vec![], vec![], vec![], vec![]);
+    for i in 0..iterations {
+        let degraded = i % 2 == 0;
+        let (word, status) = match degraded {
+            true => ("Degraded", "DEGRADED"),
+            false => ("Healthy", "HEALTHY"),
+        };
+        let mut pod = base.clone();
+        if degraded {
+            pod["status"]["containerStatuses"][0]["ready"] = json!(false);
+            pod["status"]["containerStatuses"][0]["state"] =
+                json!({"waiting": {"reason": "CrashLoopBackOff"}});
+            pod["status"]["conditions"] = json!([{"type": "Ready", "status": "False"}]);
+        }
+        let patched = epoch_ms() + offset;
+        demo.cluster.put(pod);
+        let seen = format!("window.__paint.some(p => p.t >= {patched} && p.text === '{word}')");
+        page.wait_for(&seen, Duration::from_secs(10))
+            .await
+            .unwrap_or_else(|e| panic!("iteration {i}: {e}"));
+        let v = page
+            .eval(&format!(
+                r#"({{
+  frame: (window.__frames.find(f => f.t >= {patched} && f.data.includes('{uid}') && f.data.includes('{status}')) || {{}}).t,
+  dom: window.__dom.find(d => d.t >= {patched} && d.text === '{word}').t,
+  paint: window.__paint.find(p => p.t >= {patched} && p.text === '{word}').t,
+}})"#
+            ))
+            .await;
+        let frame = v["frame"].as_f64().expect("the message's frame");
+        let (d, p) = (v["dom"].as_f64().unwrap(), v["paint"].as_f64().unwrap());
+        arrival.push(ms(frame - patched));
+        dom.push(ms(d - patched));
+        paint.push(ms(p - patched));
+        work.push(ms(d - frame));
+        // Past the feed's 100 ms coalescing window, so that each patch is its own message.
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        page.eval("window.__frames.length = 0").await;
+    }
+    let f = |v: &[Duration]| {
+        format!(
+            "p50 {:>7.1} ms  p90 {:>7.1} ms",
+            quantile(v, 0.5).as_secs_f64() * 1e3,
+            quantile(v, 0.9).as_secs_f64() * 1e3
+        )
+    };
+    println!(
+        "change to screen: environment page of {resources} resources, {iterations} patches (Degraded and Healthy in turn)"
+    );
+    println!(
+        "clocks: page - bench = {offset:.2} ms (corrected), measured within a {round_trip:.2} ms round trip"
+    );
+    println!("patch -> message arrives in the page:   {}", f(&arrival));
+    println!("patch -> DOM updated (MutationObserver): {}", f(&dom));
+    println!("patch -> next animation frame:          {}", f(&paint));
+    println!("message -> DOM (the page's own work):   {}", f(&work));
+    println!("goal: patch -> DOM p50 under 200 ms");
 }

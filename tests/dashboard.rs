@@ -40,8 +40,8 @@ async fn sign_in_a_group_an_environment_a_live_change_and_logs_in_chromium() {
     let page = browser.page().await;
     page.screen(1440, false).await;
 
-    // Signing in with the link lands on the groups.
-    page.goto(&demo.sign_in_link().await).await;
+    // Signing in with the link (its page, then "Continue as alice") lands on the groups.
+    demo.sign_in(&page).await;
     let r = page.wait_for("document.querySelector('h1') && document.querySelector('h1').innerText === 'Your groups'", Duration::from_secs(20)).await;
     check(&page, "groups", r).await;
     let text = page.text().await;
@@ -98,7 +98,15 @@ async fn sign_in_a_group_an_environment_a_live_change_and_logs_in_chromium() {
     }
 
     // A Pod falls into a crash loop: the page shows it without a reload, through the
-    // subscription or, while that is unavailable, the script's refresh.
+    // subscription: its message arrives over the WebSocket and is applied in place, with no
+    // request to the server between the patch and the change on the screen.
+    let r = page
+        .wait_for(
+            "document.getElementById('live').dataset.state === 'live' && document.body.dataset.applied",
+            Duration::from_secs(20),
+        )
+        .await;
+    check(&page, "live-connected", r).await;
     page.eval("window.__notReloaded = true").await;
     let pod_name = demo
         .cluster
@@ -110,9 +118,11 @@ async fn sign_in_a_group_an_environment_a_live_change_and_logs_in_chromium() {
         .cluster
         .get("Pod", "shop-production", &pod_name)
         .unwrap();
+    let pod_uid = pod["metadata"]["uid"].as_str().unwrap().to_owned();
     pod["status"]["containerStatuses"][0]["ready"] = json!(false);
     pod["status"]["containerStatuses"][0]["state"] = json!({"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 10s restarting failed container"}});
     pod["status"]["conditions"] = json!([{"type": "Ready", "status": "False"}]);
+    let mark = page.mark();
     demo.cluster.put(pod);
     let r = page
         .wait_for(
@@ -121,11 +131,30 @@ async fn sign_in_a_group_an_environment_a_live_change_and_logs_in_chromium() {
         )
         .await;
     check(&page, "live-change", r).await;
-    let live = page.eval("document.getElementById('live').innerText").await;
+    page.screenshot_screen(&shots().join("environment-live-change-1440-light.png"))
+        .await;
+    let events = page.events_since(mark);
+    let frame = events.iter().any(|e| {
+        e["method"] == "Network.webSocketFrameReceived"
+            && e["params"]["response"]["payloadData"]
+                .as_str()
+                .is_some_and(|p| p.contains(&pod_uid) && p.contains("DEGRADED"))
+    });
     assert!(
-        !live.as_str().unwrap().is_empty(),
-        "the live status says nothing"
+        frame,
+        "no WebSocket frame carried the Pod's health: {events:?}"
     );
+    let fetched: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|e| e["method"] == "Network.requestWillBeSent")
+        .map(|e| &e["params"]["request"]["url"])
+        .collect();
+    assert!(
+        fetched.is_empty(),
+        "the page asked the server between the patch and the change: {fetched:?}"
+    );
+    let live = page.eval("document.getElementById('live').innerText").await;
+    assert_eq!(live, "Live");
 
     // The Pod's logs, followed: a new line appears without a reload.
     let web_pod = demo
@@ -173,8 +202,42 @@ async fn sign_in_a_group_an_environment_a_live_change_and_logs_in_chromium() {
     assert!(foreign.is_empty(), "requests to other hosts: {foreign:?}");
 }
 
+/// Every element with text of its own whose colour against its background is below WCAG 2.1
+/// AA (4.5:1; 3:1 for large text), as "tag.class "text" ratio". The graph's SVG aside.
+const LOW_CONTRAST: &str = r#"(() => {
+  const parse = (c) => { const m = c.match(/rgba?\(([^)]+)\)/); if (!m) return null;
+    const p = m[1].split(",").map(Number); return { r: p[0], g: p[1], b: p[2], a: p.length > 3 ? p[3] : 1 }; };
+  const lum = ({ r, g, b }) => { const f = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); };
+    return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b); };
+  const background = (el) => { for (let e = el; e; e = e.parentElement) {
+    const c = parse(getComputedStyle(e).backgroundColor); if (c && c.a > 0.5) return c; }
+    return parse(getComputedStyle(document.documentElement).backgroundColor) || { r: 255, g: 255, b: 255 }; };
+  const low = [];
+  document.querySelectorAll("body *").forEach((el) => {
+    if (![...el.childNodes].some((n) => n.nodeType === 3 && n.textContent.trim())) return;
+    if (el.closest("svg, [hidden], .skip")) return;
+    const s = getComputedStyle(el);
+    if (s.display === "none" || s.visibility === "hidden") return;
+    const a = lum(parse(s.color)), b = lum(background(el));
+    const ratio = (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+    const size = parseFloat(s.fontSize), bold = parseInt(s.fontWeight, 10) >= 700;
+    if (ratio < ((size >= 24 || (bold && size >= 18.66)) ? 3 : 4.5))
+      low.push(el.tagName.toLowerCase() + "." + el.className + " \"" + el.textContent.trim().slice(0, 30) + "\" " + ratio.toFixed(2));
+  });
+  return low;
+})()"#;
+
+async fn check_contrast(page: &Page<'_>, name: &str) {
+    let low = page.eval(LOW_CONTRAST).await;
+    let r = match low.as_array().is_some_and(Vec::is_empty) {
+        true => Ok(()),
+        false => Err(format!("text below WCAG AA contrast: {low}")),
+    };
+    check(page, &format!("{name}-contrast"), r).await;
+}
+
 /// The pages at a phone's width and a desktop's, light and dark, for a person to look at
-/// (`target/browser/`); each checked for content wider than the screen.
+/// (`target/browser/`); each checked for content wider than the screen and for contrast.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pages_fit_a_phone_and_a_desktop_in_light_and_dark() {
     let Some(browser) = Browser::launch().await else {
@@ -182,7 +245,23 @@ async fn pages_fit_a_phone_and_a_desktop_in_light_and_dark() {
     };
     let demo = Demo::start().await;
     let page = browser.page().await;
-    page.goto(&demo.sign_in_link().await).await;
+    // The page of a sign-in link, before it is used.
+    let link = demo.sign_in_link().await;
+    for width in [390, 1440] {
+        for dark in [false, true] {
+            page.screen(width, dark).await;
+            page.goto(&link).await;
+            let scheme = if dark { "dark" } else { "light" };
+            page.screenshot(&shots().join(format!("sign-in-link-{width}-{scheme}.png")))
+                .await;
+            check_contrast(&page, &format!("sign-in-link-{width}-{scheme}")).await;
+            page.goto(&format!("{}/-/sign-in", demo.url)).await;
+            page.screenshot(&shots().join(format!("sign-in-{width}-{scheme}.png")))
+                .await;
+            check_contrast(&page, &format!("sign-in-{width}-{scheme}")).await;
+        }
+    }
+    demo.sign_in(&page).await;
     let pages = [
         ("groups", "/".to_owned()),
         ("group", "/groups/acme".to_owned()),
@@ -205,6 +284,8 @@ async fn pages_fit_a_phone_and_a_desktop_in_light_and_dark() {
                     if dark { "dark" } else { "light" }
                 ));
                 page.screenshot(&shot).await;
+                page.screenshot_screen(&shot.with_extension("screen.png"))
+                    .await;
                 // Nothing but the scrollable graph and tables is wider than the screen.
                 let r = page
                     .wait_for(
@@ -213,6 +294,7 @@ async fn pages_fit_a_phone_and_a_desktop_in_light_and_dark() {
                     )
                     .await;
                 check(&page, &format!("{name}-{width}-width"), r).await;
+                check_contrast(&page, &format!("{name}-{width}-{dark}")).await;
             }
         }
     }
@@ -369,4 +451,154 @@ async fn pages_show_what_the_api_would_answer_the_viewer() {
         )
         .await;
     assert_eq!(res.status, 404);
+}
+
+/// A lost connection shows as such, the page keeps refreshing meanwhile, and the subscription
+/// comes back by itself: the relay between the browser and envlens cuts every connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_live_connection_shows_and_comes_back_by_itself() {
+    let Some(browser) = Browser::launch().await else {
+        return;
+    };
+    let demo = Demo::behind_relay().await;
+    let relay = demo.relay.as_ref().unwrap();
+    let page = browser.page().await;
+    page.screen(1440, false).await;
+    demo.sign_in(&page).await;
+    page.goto(&format!(
+        "{}/environments?project=acme/platform/shop&name=production",
+        demo.url
+    ))
+    .await;
+    let live = "document.getElementById('live').dataset.state === 'live'";
+    let r = page.wait_for(live, Duration::from_secs(20)).await;
+    check(&page, "lost-connected", r).await;
+    page.eval("window.__notReloaded = true").await;
+
+    relay.cut();
+    let r = page
+        .wait_for(
+            "document.getElementById('live').dataset.state === 'down' && document.getElementById('live').innerText.includes('Connection lost')",
+            Duration::from_secs(10),
+        )
+        .await;
+    check(&page, "lost-shown", r).await;
+    page.screenshot(&shots().join("environment-connection-lost-1440-light.png"))
+        .await;
+
+    // Back within the first retry's second or so, without a reload.
+    let r = page
+        .wait_for(
+            &format!("window.__notReloaded && {live} && document.getElementById('live').innerText === 'Live again'"),
+            Duration::from_secs(15),
+        )
+        .await;
+    check(&page, "lost-reconnected", r).await;
+    let sockets = page
+        .requests()
+        .iter()
+        .filter(|u| u.ends_with("/api/graphql") && u.starts_with("ws://"))
+        .count();
+    assert!(sockets >= 2, "{sockets} WebSockets opened");
+
+    // The new subscription carries changes as the first did.
+    let pod_name = demo
+        .cluster
+        .names("Pod", "shop-production")
+        .into_iter()
+        .find(|n| n.starts_with("worker-"))
+        .unwrap();
+    let mut pod = demo
+        .cluster
+        .get("Pod", "shop-production", &pod_name)
+        .unwrap();
+    pod["status"]["containerStatuses"][0]["ready"] = json!(false);
+    pod["status"]["conditions"] = json!([{"type": "Ready", "status": "False"}]);
+    pod["status"]["containerStatuses"][0]["state"] =
+        json!({"waiting": {"reason": "CrashLoopBackOff"}});
+    demo.cluster.put(pod);
+    let r = page
+        .wait_for(
+            &format!("window.__notReloaded && [...document.querySelectorAll('#resources .node')].some(n => n.innerText.includes('{pod_name}') && n.innerText.includes('Degraded'))"),
+            Duration::from_secs(30),
+        )
+        .await;
+    check(&page, "lost-then-live-change", r).await;
+}
+
+/// Without script the pages read the same (server-rendered); with the keyboard the first Tab
+/// reaches "Skip to content", which leads to the page's content.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pages_read_without_script_and_by_keyboard() {
+    let Some(browser) = Browser::launch().await else {
+        return;
+    };
+    let demo = Demo::start().await;
+    let page = browser.page().await;
+    page.screen(1440, false).await;
+    demo.sign_in(&page).await;
+    let env = format!(
+        "{}/environments?project=acme/platform/shop&name=production",
+        demo.url
+    );
+
+    // The keyboard: Tab, Enter on the skip link, and the focus is on the content.
+    page.goto(&env).await;
+    let key = |kind: &'static str, key: &'static str, code: u32| {
+        let mut event =
+            json!({"type": kind, "key": key, "code": key, "windowsVirtualKeyCode": code});
+        if kind == "keyDown" && key == "Enter" {
+            event["text"] = json!("\r");
+        }
+        event
+    };
+    page.call("Input.dispatchKeyEvent", key("keyDown", "Tab", 9))
+        .await;
+    page.call("Input.dispatchKeyEvent", key("keyUp", "Tab", 9))
+        .await;
+    let focused = page.eval("document.activeElement.innerText").await;
+    assert_eq!(focused, "Skip to content");
+    page.call("Input.dispatchKeyEvent", key("keyDown", "Enter", 13))
+        .await;
+    page.call("Input.dispatchKeyEvent", key("keyUp", "Enter", 13))
+        .await;
+    let r = page
+        .wait_for(
+            "document.activeElement.id === 'main'",
+            Duration::from_secs(5),
+        )
+        .await;
+    check(&page, "keyboard-skip", r).await;
+    // Every link, button and form field has a name a screen reader can say.
+    let unnamed = page
+        .eval("[...document.querySelectorAll('a, button, input:not([type=hidden]), select, summary')].filter(e => !(e.innerText || '').trim() && !e.getAttribute('aria-label') && !(e.labels && e.labels.length) && !e.querySelector('title')).map(e => e.outerHTML.slice(0, 80))")
+        .await;
+    assert_eq!(unnamed, json!([]), "controls without a name");
+
+    // Without script: the tree, its health and the tier filter (a plain GET form) all work.
+    page.call(
+        "Emulation.setScriptExecutionDisabled",
+        json!({"value": true}),
+    )
+    .await;
+    page.goto(&env).await;
+    let nodes = page
+        .eval("document.querySelectorAll('ul.tree .node .badge').length")
+        .await;
+    assert!(nodes.as_u64().unwrap() >= 10, "{nodes}");
+    let live = page.eval("document.getElementById('live').innerText").await;
+    assert_eq!(live, "", "the live status is the script's to fill");
+    page.goto(&format!("{}/groups/acme/platform", demo.url))
+        .await;
+    page.eval("document.querySelector('select[name=tier]').value = 'staging'; document.querySelector('form[method=get] button, form:not([method]) button').click()")
+        .await;
+    let r = page
+        .wait_for(
+            "location.search.includes('tier=staging') && document.readyState === 'complete' && document.querySelectorAll('tbody tr').length === 2",
+            Duration::from_secs(10),
+        )
+        .await;
+    check(&page, "no-script-filter", r).await;
+    page.screenshot_screen(&shots().join("group-filtered-no-script-1440-light.png"))
+        .await;
 }

@@ -5,7 +5,7 @@
 use std::process::Command;
 
 use axum::body::Body;
-use axum::http::header::{COOKIE, LOCATION, SET_COOKIE};
+use axum::http::header::{COOKIE, LOCATION, ORIGIN, SET_COOKIE};
 use axum::http::{Request, StatusCode};
 
 use axum::Router;
@@ -61,6 +61,15 @@ async fn get(app: &TestApp, path: &str, cookie: Option<&str>) -> TestResponse {
     app.send(req.body(Body::empty()).unwrap()).await
 }
 
+/// The POST of a sign-in link's page (its "Continue as ..." button), from `origin` when given.
+async fn post(app: &TestApp, path: &str, origin: Option<&str>) -> TestResponse {
+    let mut req = Request::post(path);
+    if let Some(origin) = origin {
+        req = req.header(ORIGIN, origin);
+    }
+    app.send(req.body(Body::empty()).unwrap()).await
+}
+
 fn location(res: &TestResponse) -> &str {
     res.headers
         .get(LOCATION)
@@ -84,7 +93,7 @@ struct Browser {
 }
 
 async fn sign_in(app: &TestApp, user_id: i64) -> Browser {
-    let res = get(app, &link_path(&app.db, user_id).await, None).await;
+    let res = post(app, &link_path(&app.db, user_id).await, None).await;
     assert_eq!(res.status, StatusCode::SEE_OTHER, "{}", res.text());
     let set = set_cookie(&res);
     let cookie = set.split(';').next().unwrap().to_owned();
@@ -115,8 +124,27 @@ async fn a_sign_in_link_starts_a_session_once() {
     let app = app().await;
     let path = link_path(&app.db, 7).await;
     assert!(path.starts_with("/-/sign-in/link/"), "{path}");
-    let res = get(&app, &path, None).await;
-    assert_eq!(res.status, StatusCode::SEE_OTHER);
+    // A GET (the person, or a chat application's link preview before them) shows whom the
+    // link signs in and a button; it spends nothing.
+    for _ in 0..2 {
+        let res = get(&app, &path, None).await;
+        assert_eq!(res.status, StatusCode::OK, "{}", res.text());
+        assert!(res.headers.get(SET_COOKIE).is_none());
+        assert_eq!(res.headers["cache-control"], "no-store");
+        assert_eq!(res.headers["referrer-policy"], "same-origin");
+        let html = res.text();
+        assert!(
+            html.contains(&format!("<form method=\"post\" action=\"{path}\">")),
+            "{html}"
+        );
+        assert!(html.contains("Continue as alice</button>"), "{html}");
+    }
+    assert_eq!(app.rows("SELECT user_id FROM sign_in_links").await.len(), 1);
+    assert!(app.rows("SELECT * FROM web_sessions").await.is_empty());
+
+    // The page's POST, from envlens' own origin, signs the browser in.
+    let res = post(&app, &path, Some("http://envlens.test:8080")).await;
+    assert_eq!(res.status, StatusCode::SEE_OTHER, "{}", res.text());
     assert_eq!(location(&res), "/");
     let cookie = set_cookie(&res);
     let value = cookie
@@ -129,17 +157,41 @@ async fn a_sign_in_link_starts_a_session_once() {
         Some("; Path=/; Max-Age=43200; HttpOnly; SameSite=Lax"),
         "plain http: no Secure"
     );
-    // Used up: the second visit signs nobody in.
-    let again = get(&app, &path, None).await;
+    // Used up: the second post signs nobody in, and the page says so.
+    let again = post(&app, &path, None).await;
     assert_eq!(again.status, StatusCode::FORBIDDEN);
     assert!(again.headers.get(SET_COOKIE).is_none());
     assert!(again.text().contains("works once"), "{}", again.text());
+    let page = get(&app, &path, None).await;
+    assert_eq!(page.status, StatusCode::FORBIDDEN);
+    assert!(!page.text().contains("Continue as"), "{}", page.text());
     // The link's row is gone, the session's has no secret in clear.
     assert!(app.rows("SELECT * FROM sign_in_links").await.is_empty());
     assert_eq!(
         app.rows("SELECT user_id FROM web_sessions").await,
         [json!({"user_id": 7})]
     );
+}
+
+#[tokio::test]
+async fn another_sites_post_of_a_link_is_refused_and_spends_nothing() {
+    let app = app().await;
+    let path = link_path(&app.db, 7).await;
+    // A page elsewhere that posts the link would sign its visitor in as alice.
+    for origin in [
+        "https://evil.example",
+        "http://envlens.test",
+        "https://envlens.test:8080",
+        "null",
+    ] {
+        let res = post(&app, &path, Some(origin)).await;
+        assert_eq!(res.status, StatusCode::FORBIDDEN, "{origin}");
+        assert!(res.headers.get(SET_COOKIE).is_none(), "{origin}");
+    }
+    assert_eq!(app.rows("SELECT user_id FROM sign_in_links").await.len(), 1);
+    // The link still works from its own page.
+    let res = post(&app, &path, Some("http://envlens.test:8080")).await;
+    assert_eq!(res.status, StatusCode::SEE_OTHER, "{}", res.text());
 }
 
 #[tokio::test]
@@ -152,6 +204,8 @@ async fn expired_and_made_up_links_sign_nobody_in() {
         .unwrap();
     let res = get(&app, &path, None).await;
     assert_eq!(res.status, StatusCode::FORBIDDEN, "{}", res.text());
+    let res = post(&app, &path, None).await;
+    assert_eq!(res.status, StatusCode::FORBIDDEN, "{}", res.text());
     assert!(res.headers.get(SET_COOKIE).is_none());
     for made_up in [
         "/-/sign-in/link/AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
@@ -159,6 +213,8 @@ async fn expired_and_made_up_links_sign_nobody_in() {
         "/-/sign-in/link/%00%0A",
     ] {
         let res = get(&app, made_up, None).await;
+        assert_eq!(res.status, StatusCode::FORBIDDEN, "{made_up}");
+        let res = post(&app, made_up, None).await;
         assert_eq!(res.status, StatusCode::FORBIDDEN, "{made_up}");
     }
     // Links live five minutes.
@@ -172,7 +228,7 @@ async fn expired_and_made_up_links_sign_nobody_in() {
 #[tokio::test]
 async fn cookies_are_secure_behind_https() {
     let app = app_at("https://envlens.example.com").await;
-    let res = get(&app, &link_path(&app.db, 7).await, None).await;
+    let res = post(&app, &link_path(&app.db, 7).await, None).await;
     assert!(
         set_cookie(&res).ends_with("; HttpOnly; SameSite=Lax; Secure"),
         "{}",
@@ -444,6 +500,8 @@ async fn envlens_token_prints_a_one_time_link() {
     let state = AppState::new((*database).clone(), keys(), Limits::default());
     let app = TestApp::owning(state, database);
     let res = get(&app, &format!("/-/sign-in/link/{path}"), None).await;
+    assert!(res.text().contains("Continue as alice"), "{}", res.text());
+    let res = post(&app, &format!("/-/sign-in/link/{path}"), None).await;
     assert_eq!(res.status, StatusCode::SEE_OTHER);
     assert_eq!(location(&res), "/");
 }

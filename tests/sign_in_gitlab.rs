@@ -77,6 +77,22 @@ fn cookie_set(res: &TestResponse, name: &str) -> Option<String> {
         .map(|c| c.split(';').next().unwrap().to_owned())
 }
 
+/// The `name=value` of the attempt's cookie `res` sets: one per attempt, named after its state.
+fn attempt_cookie_set(res: &TestResponse) -> Option<String> {
+    set_cookies(res)
+        .into_iter()
+        .find(|c| c.starts_with("envlens_sign_in_"))
+        .map(|c| c.split(';').next().unwrap().to_owned())
+}
+
+/// The cookie name of the attempt of `state`: the prefix and 16 hex digits of its SHA-256.
+fn attempt_cookie_name(state: &str) -> String {
+    use sha2::Digest;
+    let hash = sha2::Sha256::digest(state.as_bytes());
+    let hex: String = hash[..8].iter().map(|b| format!("{b:02x}")).collect();
+    format!("envlens_sign_in_{hex}")
+}
+
 fn query_param(url: &str, name: &str) -> Option<String> {
     let url = url::Url::parse(url).unwrap();
     url.query_pairs()
@@ -91,8 +107,10 @@ async fn start(app: &TestApp, path: &str) -> (String, String) {
         .send(Request::get(path).body(Body::empty()).unwrap())
         .await;
     assert_eq!(res.status, StatusCode::SEE_OTHER, "{}", res.text());
-    let cookie = cookie_set(&res, "envlens_sign_in").expect("the attempt's cookie");
+    let cookie = attempt_cookie_set(&res).expect("the attempt's cookie");
     let attempt = set_cookies(&res).into_iter().next().unwrap();
+    let state = query_param(&location(&res), "state").unwrap();
+    assert_eq!(cookie, format!("{}={state}", attempt_cookie_name(&state)));
     assert!(
         attempt.ends_with("; Path=/-/auth/; Max-Age=600; HttpOnly; SameSite=Lax"),
         "{attempt}"
@@ -170,29 +188,22 @@ async fn a_known_user_signs_in_with_gitlab() {
             "{name}"
         );
     }
-    assert_eq!(
-        format!(
-            "envlens_sign_in={}",
-            query_param(&authorize, "state").unwrap()
-        ),
-        cookie
-    );
+    let state = query_param(&authorize, "state").unwrap();
+    assert_eq!(format!("{}={state}", attempt_cookie_name(&state)), cookie);
     assert!(query_param(&authorize, "nonce").is_some_and(|n| n.len() >= 32));
     // What stays until the callback is server-side, and hashed.
     let attempts = app.rows("SELECT * FROM sign_in_attempts").await;
     assert_eq!(attempts.len(), 1);
-    assert!(!json!(attempts)
-        .to_string()
-        .contains(&cookie["envlens_sign_in=".len()..]));
+    assert!(!json!(attempts).to_string().contains(&state));
 
     let redirect = at_gitlab(&authorize).await;
     let res = back(&app, &redirect, &cookie).await;
     assert_eq!(res.status, StatusCode::SEE_OTHER, "{}", res.text());
     assert_eq!(location(&res), "/groups/acme");
     let session = cookie_set(&res, "envlens_session").expect("a session");
-    assert!(set_cookies(&res)
-        .iter()
-        .any(|c| c.starts_with("envlens_sign_in=;") && c.contains("Max-Age=0")));
+    assert!(set_cookies(&res).iter().any(|c| c
+        .starts_with(&format!("{}=;", attempt_cookie_name(&state)))
+        && c.contains("Max-Age=0")));
     assert!(app.rows("SELECT * FROM sign_in_attempts").await.is_empty());
     assert_eq!(gitlab.oauth.lock().unwrap().token_requests, 1);
 
@@ -239,11 +250,19 @@ async fn a_state_that_is_not_this_browsers_is_refused() {
         ),
         // The right state in another browser (no cookie, or another attempt's).
         (redirect.clone(), String::new()),
-        (redirect.clone(), format!("envlens_sign_in={other}")),
+        (
+            redirect.clone(),
+            format!("{}={other}", attempt_cookie_name(&other)),
+        ),
+        // The right cookie's name with another value.
+        (
+            redirect.clone(),
+            format!("{}={other}", attempt_cookie_name(&state)),
+        ),
         // A state envlens never issued, in the cookie too.
         (
             format!("{CALLBACK}?code={code}&state={other}"),
-            format!("envlens_sign_in={other}"),
+            format!("{}={other}", attempt_cookie_name(&other)),
         ),
         // No state at all.
         (format!("{CALLBACK}?code={code}"), cookie.clone()),
@@ -259,10 +278,59 @@ async fn a_state_that_is_not_this_browsers_is_refused() {
     assert_eq!(sessions(&app).await, 0);
     assert_eq!(gitlab.oauth.lock().unwrap().token_requests, 0);
     // The genuine answer still works afterwards.
-    assert_eq!(state, cookie["envlens_sign_in=".len()..]);
+    assert_eq!(cookie, format!("{}={state}", attempt_cookie_name(&state)));
     let res = back(&app, &redirect, &cookie).await;
     assert_eq!(res.status, StatusCode::SEE_OTHER, "{}", res.text());
     assert_eq!(sessions(&app).await, 1);
+}
+
+#[tokio::test]
+async fn two_tabs_sign_in_at_once_in_either_order() {
+    let gitlab = TestGitLab::start().await;
+    let app = app_beside(&gitlab).await;
+    for second_first in [true, false] {
+        // One browser, two tabs: each attempt sets its own cookie, and the browser sends both.
+        let (authorize_a, cookie_a) = start(&app, "/-/sign-in/gitlab?return_to=%2Fa").await;
+        let (authorize_b, cookie_b) = start(&app, "/-/sign-in/gitlab?return_to=%2Fb").await;
+        assert_ne!(cookie_a, cookie_b);
+        let jar = format!("{cookie_a}; {cookie_b}");
+        let (redirect_a, redirect_b) =
+            (at_gitlab(&authorize_a).await, at_gitlab(&authorize_b).await);
+        let order = if second_first {
+            [(&redirect_b, "/b"), (&redirect_a, "/a")]
+        } else {
+            [(&redirect_a, "/a"), (&redirect_b, "/b")]
+        };
+        for (redirect, to) in order {
+            let res = back(&app, redirect, &jar).await;
+            assert_eq!(res.status, StatusCode::SEE_OTHER, "{to}: {}", res.text());
+            assert_eq!(location(&res), to);
+            assert!(cookie_set(&res, "envlens_session").is_some());
+        }
+    }
+    assert_eq!(sessions(&app).await, 4);
+    assert!(app.rows("SELECT * FROM sign_in_attempts").await.is_empty());
+}
+
+#[tokio::test]
+async fn an_attempt_cannot_be_completed_from_another_browser() {
+    let gitlab = TestGitLab::start().await;
+    let app = app_beside(&gitlab).await;
+    let (authorize_one, cookie_one) = start(&app, "/-/sign-in/gitlab").await;
+    // Another browser with an attempt of its own: its cookie does not open the first's.
+    let (authorize_two, cookie_two) = start(&app, "/-/sign-in/gitlab").await;
+    let redirect_one = at_gitlab(&authorize_one).await;
+    let res = back(&app, &redirect_one, &cookie_two).await;
+    assert_eq!(res.status, StatusCode::FORBIDDEN, "{}", res.text());
+    assert!(cookie_set(&res, "envlens_session").is_none());
+    assert_eq!(sessions(&app).await, 0);
+    assert_eq!(gitlab.oauth.lock().unwrap().token_requests, 0);
+    // Each completes in its own browser.
+    let res = back(&app, &redirect_one, &cookie_one).await;
+    assert_eq!(res.status, StatusCode::SEE_OTHER, "{}", res.text());
+    let res = back(&app, &at_gitlab(&authorize_two).await, &cookie_two).await;
+    assert_eq!(res.status, StatusCode::SEE_OTHER, "{}", res.text());
+    assert_eq!(sessions(&app).await, 2);
 }
 
 #[tokio::test]

@@ -318,8 +318,9 @@ async fn token(args: TokenArgs) -> anyhow::Result<()> {
         database.close().await;
         println!("{}", link?);
         eprintln!(
-            "sign-in link for {} (id {}): open it in a browser within five minutes; it works once",
-            user.username, user.id
+            "sign-in link for {} (id {}): open it in a browser within five minutes and press \
+             \"Continue as {}\"; it works once (opening it spends nothing: a link preview does not)",
+            user.username, user.id, user.username
         );
         return Ok(());
     }

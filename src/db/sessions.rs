@@ -95,6 +95,21 @@ pub async fn create_link(
     Ok(())
 }
 
+/// The user (id and username) of a live link, which stays: what its page shows before the
+/// browser posts to use it.
+pub async fn peek_link(
+    db: impl PgExecutor<'_>,
+    token_hash: &[u8],
+) -> Result<Option<(i64, String)>> {
+    Ok(sqlx::query_as(
+        "SELECT l.user_id, u.username FROM sign_in_links l JOIN users u ON u.id = l.user_id
+          WHERE l.token_hash = $1 AND l.expires_at > now()",
+    )
+    .bind(token_hash)
+    .fetch_optional(db)
+    .await?)
+}
+
 /// The user of a live link, which is used up by this call: deleted whether or not it is still
 /// valid, so that a second use finds nothing.
 pub async fn take_link(db: impl PgExecutor<'_>, token_hash: &[u8]) -> Result<Option<i64>> {

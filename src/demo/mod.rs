@@ -87,7 +87,7 @@ pub async fn run(
     });
     println!("envlens demo: a sample GitLab (groups acme, acme/platform, acme/web; users root, alice, bob, carol) and a sample cluster that changes by itself");
     let link = crate::web::sign_in::create_link(&state.db, &public_url, ALICE).await?;
-    println!("sign in as alice (maintainer of acme) within 5 minutes: {link}");
+    println!("sign in as alice (maintainer of acme): open this within 5 minutes and press \"Continue as alice\": {link}");
     println!(
         "another link later: envlens token --data-dir {} --user alice --sign-in",
         args.data_dir.display()

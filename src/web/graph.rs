@@ -16,6 +16,9 @@ const WRAP_GAP: u32 = 16;
 const MARGIN: u32 = 12;
 
 pub struct Node<'a> {
+    /// For the page script's in-place updates (`data-uid`, `data-ev`: see `pages::environment`).
+    pub uid: &'a str,
+    pub events: String,
     pub kind: &'a str,
     pub name: &'a str,
     pub health: Option<&'a str>,
@@ -142,7 +145,7 @@ pub fn svg(nodes: &[Node], edges: &[Edge]) -> Markup {
             @for (i, node) in nodes.iter().enumerate() {
                 @let (x, y) = layout.positions[i];
                 @let status = node.health.map(super::order::title);
-                a href=(node.href) {
+                a href=(node.href) data-uid=(node.uid) data-ev=(node.events) {
                     title {
                         (node.kind) " " (node.name)
                         @if let Some(s) = &status { ": " (s) }

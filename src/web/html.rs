@@ -21,14 +21,22 @@ pub fn escape(text: &str) -> String {
     out
 }
 
-/// A whole page: `title` is text (escaped here), `body` is HTML.
+/// A whole page: `title` is text (escaped here), `body` is HTML. The dashboard's stylesheet
+/// and a header with the name, without the navigation of a signed-in user.
 pub fn page(title: &str, body: &str) -> String {
+    let icon = super::assets::path("favicon.svg");
     format!(
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
          <meta name=\"color-scheme\" content=\"light dark\">\
-         <title>{} · envlens</title></head>\n<body><main>\n{body}\n</main></body></html>\n",
-        escape(title)
+         <title>{} · envlens</title>\
+         <link rel=\"icon\" href=\"{icon}\" type=\"image/svg+xml\">\
+         <link rel=\"stylesheet\" href=\"{}\"></head>\n\
+         <body><header class=\"top\"><span class=\"brand\">\
+         <img src=\"{icon}\" alt=\"\" width=\"22\" height=\"22\">envlens</span></header>\n\
+         <main id=\"main\" class=\"narrow\">\n{body}\n</main></body></html>\n",
+        escape(title),
+        super::assets::path("dashboard.css"),
     )
 }
 

@@ -107,6 +107,13 @@ impl Site {
         &self.0.public_url
     }
 
+    /// Whether an `Origin` header names envlens itself (its public URL's scheme, host, port).
+    pub fn is_own_origin(&self, origin: &axum::http::HeaderValue) -> bool {
+        crate::graphql::Origins::new(Some(&self.0.public_url), [])
+            .allow(Some(origin))
+            .is_ok()
+    }
+
     /// Whether cookies are `Secure`: the public URL is https.
     pub fn secure(&self) -> bool {
         self.0.secure
@@ -135,7 +142,10 @@ where
 {
     dashboard::routes()
         .route(sign_in::PATH, get(sign_in::page))
-        .route("/-/sign-in/link/{token}", get(sign_in::link))
+        .route(
+            "/-/sign-in/link/{token}",
+            get(sign_in::link_page).post(sign_in::link),
+        )
         .route("/-/sign-in/gitlab", get(sign_in::gitlab))
         .route(sign_in::CALLBACK_PATH, get(sign_in::callback))
         .route(session::SIGN_OUT_PATH, post(session::sign_out))

@@ -1,10 +1,11 @@
 //! Signing in (SPEC 9): the sign-in page, the one-time links of `envlens token --user <name>
-//! --sign-in`, and "Sign in with GitLab".
+//! --sign-in` (a GET shows whom it signs in; only the page's POST uses it), and "Sign in with
+//! GitLab".
 
 use std::time::Duration;
 
 use axum::extract::{Path, Query, State};
-use axum::http::header::{CACHE_CONTROL, SET_COOKIE};
+use axum::http::header::{CACHE_CONTROL, ORIGIN, REFERRER_POLICY, SET_COOKIE};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 use serde::Deserialize;
@@ -60,7 +61,7 @@ pub async fn page(
             href.extend(url::form_urlencoded::byte_serialize(return_to.as_bytes()));
         }
         body.push_str(&format!(
-            "<p><a class=\"button\" href=\"{}\">Sign in with GitLab</a></p>\n",
+            "<p><a class=\"button primary\" href=\"{}\">Sign in with GitLab</a></p>\n",
             escape(&href)
         ));
     }
@@ -81,23 +82,71 @@ pub async fn page(
         .into_response()
 }
 
-/// `GET /-/sign-in/link/{token}`: a one-time link starts a session and goes to `/`. A link is
-/// used up by its first use, valid or not.
+fn link_refused() -> Response {
+    html::refusal(
+        StatusCode::FORBIDDEN,
+        "This sign-in link does not work",
+        "A sign-in link works once, for five minutes. Ask for a new one with \
+         `envlens token --user <name> --sign-in`.",
+    )
+}
+
+/// `GET /-/sign-in/link/{token}`: a page that says whom the link signs in, with a button that
+/// posts it. A GET spends nothing, so that a link preview (a chat application, a mail scanner)
+/// that fetches the link leaves it working for the person it was meant for.
+pub async fn link_page(State(db): State<Pool>, Path(token): Path<String>) -> Response {
+    if !dashboard::is_secret(&token) {
+        return link_refused();
+    }
+    let peeked = async {
+        let mut conn = db.acquire().await?;
+        db::sessions::peek_link(&mut *conn, &dashboard::hash(&token)).await
+    };
+    let username = match peeked.await {
+        Ok(Some((_, username))) => username,
+        Ok(None) => return link_refused(),
+        Err(e) => return e.into_response(),
+    };
+    let body = format!(
+        "<h1>Sign in to envlens</h1>\n\
+         <p>This one-time link signs you in as <strong>{user}</strong>. It works once.</p>\n\
+         <form method=\"post\" action=\"{LINK_PREFIX}{token}\">\
+         <button class=\"primary\" type=\"submit\">Continue as {user}</button></form>",
+        user = escape(&username),
+    );
+    (
+        [
+            (CACHE_CONTROL, "no-store"),
+            // The token is in this page's address: no other site hears of it. (Not
+            // `no-referrer`: its form's post would then carry `Origin: null`.)
+            (REFERRER_POLICY, "same-origin"),
+        ],
+        Html(html::page("Sign in", &body)),
+    )
+        .into_response()
+}
+
+/// `POST /-/sign-in/link/{token}`: the link starts a session and goes to `/`. A link is used up
+/// by its first post, valid or not. A post another site's page sent (its `Origin` is not
+/// envlens') is refused: it would sign this browser in as the link's owner.
 pub async fn link(
     State(db): State<Pool>,
     State(site): State<Site>,
     Path(token): Path<String>,
+    headers: HeaderMap,
 ) -> Response {
-    let refused = || {
-        html::refusal(
+    let foreign = headers
+        .get(ORIGIN)
+        .is_some_and(|origin| !site.is_own_origin(origin));
+    if foreign {
+        return html::refusal(
             StatusCode::FORBIDDEN,
-            "This sign-in link does not work",
-            "A sign-in link works once, for five minutes. Ask for a new one with \
-             `envlens token --user <name> --sign-in`.",
-        )
-    };
+            "This sign-in did not start here",
+            "A sign-in link is used from its own page, on envlens' own address.",
+        );
+    }
     if !dashboard::is_secret(&token) {
-        return refused();
+        return link_refused();
     }
     let taken = async {
         let mut conn = db.acquire().await?;
@@ -105,7 +154,7 @@ pub async fn link(
     };
     let user_id = match taken.await {
         Ok(Some(user_id)) => user_id,
-        Ok(None) => return refused(),
+        Ok(None) => return link_refused(),
         Err(e) => return e.into_response(),
     };
     match begin(&db, &site, user_id).await {
@@ -114,27 +163,41 @@ pub async fn link(
     }
 }
 
+/// Where a sign-in link's token follows.
+pub const LINK_PREFIX: &str = "/-/sign-in/link/";
+
 /// A new sign-in link for `user_id`, as `envlens token --sign-in` prints it.
 pub async fn create_link(db: &Pool, public_url: &str, user_id: i64) -> Result<String, Error> {
     let token = dashboard::new_secret();
     let mut conn = db.acquire().await?;
     db::sessions::create_link(&mut *conn, &dashboard::hash(&token), user_id, LINK_LIFETIME).await?;
     Ok(format!(
-        "{}/-/sign-in/link/{token}",
+        "{}{LINK_PREFIX}{token}",
         public_url.trim_end_matches('/')
     ))
 }
 
-/// The cookie that ties an attempt of "Sign in with GitLab" to the browser that started it:
-/// a callback whose `state` is not this cookie's is refused (another's code planted in this
-/// browser would sign it in as someone else).
-const ATTEMPT_COOKIE: &str = "envlens_sign_in";
+/// The cookies that tie an attempt of "Sign in with GitLab" to the browser that started it,
+/// one per attempt: `envlens_sign_in_<16 hex digits of the state's SHA-256>=<state>`. A callback
+/// whose `state` has no such cookie is refused (another's code planted in this browser would
+/// sign it in as someone else); two tabs signing in at once each keep their own. They are
+/// sent to `/-/auth/` only and live as long as the attempt.
+const ATTEMPT_COOKIE_PREFIX: &str = "envlens_sign_in_";
+
+/// The name of the cookie of the attempt of `state`.
+fn attempt_cookie_name(state: &str) -> String {
+    let mut name = String::from(ATTEMPT_COOKIE_PREFIX);
+    for byte in &dashboard::hash(state)[..8] {
+        name.push_str(&format!("{byte:02x}"));
+    }
+    name
+}
 /// How long an attempt may take, from the redirect to GitLab to its callback.
 pub const ATTEMPT_LIFETIME: Duration = Duration::from_secs(10 * 60);
 
 /// `GET /-/sign-in/gitlab`: off to GitLab's authorization page, with a new `state` (kept
 /// hashed in PostgreSQL with the nonce, the PKCE verifier and the page to return to, and as a
-/// cookie of this browser's).
+/// cookie of this browser's, one per attempt).
 pub async fn gitlab(
     State(db): State<Pool>,
     State(site): State<Site>,
@@ -166,7 +229,7 @@ pub async fn gitlab(
     if let Err(e) = stored.await {
         return e.into_response();
     }
-    let cookie = attempt_cookie(&site, &state, ATTEMPT_LIFETIME.as_secs());
+    let cookie = attempt_cookie(&site, &state, &state, ATTEMPT_LIFETIME.as_secs());
     see_other(&started.authorize_url, Some(cookie))
 }
 
@@ -174,9 +237,11 @@ fn redirect_uri(site: &Site) -> String {
     format!("{}{CALLBACK_PATH}", site.public_url())
 }
 
-fn attempt_cookie(site: &Site, value: &str, max_age: u64) -> HeaderValue {
+/// `Set-Cookie` of the attempt of `state`, with `value` (empty and 0 seconds: cleared).
+fn attempt_cookie(site: &Site, state: &str, value: &str, max_age: u64) -> HeaderValue {
     let mut cookie = format!(
-        "{ATTEMPT_COOKIE}={value}; Path=/-/auth/; Max-Age={max_age}; HttpOnly; SameSite=Lax"
+        "{}={value}; Path=/-/auth/; Max-Age={max_age}; HttpOnly; SameSite=Lax",
+        attempt_cookie_name(state)
     );
     if site.secure() {
         cookie.push_str("; Secure");
@@ -210,10 +275,17 @@ pub async fn callback(
     let Some(oidc) = site.gitlab() else {
         return not_configured();
     };
-    let clear = attempt_cookie(&site, "", 0);
+    // This attempt's cookie goes, whatever the outcome.
+    let clear = query
+        .state
+        .as_deref()
+        .filter(|state| dashboard::is_secret(state))
+        .map(|state| attempt_cookie(&site, state, "", 0));
     let refused = |status, title: &str, message: &str| {
         let mut response = html::refusal(status, title, message);
-        response.headers_mut().append(SET_COOKIE, clear.clone());
+        if let Some(clear) = &clear {
+            response.headers_mut().append(SET_COOKIE, clear.clone());
+        }
         response
     };
     if let Some(error) = &query.error {
@@ -230,9 +302,10 @@ pub async fn callback(
             "GitLab sends the browser here with a code and a state; this request has neither.",
         );
     };
-    let this_browser = dashboard::cookie(&headers, ATTEMPT_COOKIE)
-        .is_some_and(|cookie| dashboard::csrf_matches(Some(state), cookie));
-    if !this_browser || !dashboard::is_secret(state) {
+    let this_browser = dashboard::is_secret(state)
+        && dashboard::cookie(&headers, &attempt_cookie_name(state))
+            .is_some_and(|cookie| dashboard::csrf_matches(Some(state), cookie));
+    if !this_browser {
         return refused(
             StatusCode::FORBIDDEN,
             "This sign-in did not start here",
@@ -268,7 +341,9 @@ pub async fn callback(
         Ok(user) => user,
         Err(e) => {
             let mut response = sign_in_error(e);
-            response.headers_mut().append(SET_COOKIE, clear);
+            if let Some(clear) = clear {
+                response.headers_mut().append(SET_COOKIE, clear);
+            }
             return response;
         }
     };
@@ -306,7 +381,9 @@ pub async fn callback(
     };
     let return_to = safe_return_to(&attempt.return_to).unwrap_or("/");
     let mut response = see_other(return_to, Some(session));
-    response.headers_mut().append(SET_COOKIE, clear);
+    if let Some(clear) = clear {
+        response.headers_mut().append(SET_COOKIE, clear);
+    }
     response
 }
 

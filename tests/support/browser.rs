@@ -1,6 +1,7 @@
 //! Headless Chromium driven over the DevTools protocol: a few commands over one WebSocket
 //! (`tokio-tungstenite`), enough to open pages, read the DOM, emulate a screen, take
-//! screenshots and record every request a page sends.
+//! screenshots and record every request and WebSocket frame a page sends or receives. The
+//! browser tests and the dashboard benchmark (`benches/dashboard.rs --screen`) share it.
 //!
 //! Chromium is Debian's `chromium` package (`.ci/run` installs it); without it the browser
 //! tests skip with a message ([`Browser::launch`] returns `None`).
@@ -277,10 +278,19 @@ impl Page<'_> {
 
     /// A PNG of the whole page at `path`.
     pub async fn screenshot(&self, path: &Path) {
+        self.capture(path, true).await;
+    }
+
+    /// A PNG of what the screen shows (the first 900 px of a long page), at `path`.
+    pub async fn screenshot_screen(&self, path: &Path) {
+        self.capture(path, false).await;
+    }
+
+    async fn capture(&self, path: &Path, whole: bool) {
         let shot = self
             .call(
                 "Page.captureScreenshot",
-                json!({"format": "png", "captureBeyondViewport": true}),
+                json!({"format": "png", "captureBeyondViewport": whole}),
             )
             .await;
         let png = base64::engine::general_purpose::STANDARD
@@ -290,6 +300,31 @@ impl Page<'_> {
             std::fs::create_dir_all(dir).unwrap();
         }
         std::fs::write(path, png).unwrap();
+    }
+
+    /// How many DevTools events the browser has sent so far: a mark for [`Page::events_since`].
+    pub fn mark(&self) -> usize {
+        self.browser.events.lock().unwrap().len()
+    }
+
+    /// This tab's DevTools events since `mark`, in order (`Network.webSocketFrameReceived`,
+    /// `Network.requestWillBeSent`, ...).
+    pub fn events_since(&self, mark: usize) -> Vec<Value> {
+        self.browser.events.lock().unwrap()[mark..]
+            .iter()
+            .filter(|e| e["sessionId"].as_str() == Some(self.session.as_str()))
+            .cloned()
+            .collect()
+    }
+
+    /// Runs `source` in every document this tab opens from now on, before the page's own
+    /// scripts.
+    pub async fn on_new_document(&self, source: &str) {
+        self.call(
+            "Page.addScriptToEvaluateOnNewDocument",
+            json!({"source": source}),
+        )
+        .await;
     }
 
     /// Every URL this browser requested so far.

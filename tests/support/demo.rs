@@ -8,7 +8,44 @@ use envlens::demo::cluster::DemoCluster;
 use envlens::demo::world::{self, World};
 use envlens::state::AppState;
 
+use super::browser::Page;
 use super::*;
+
+/// A TCP relay to `target` whose connections can all be cut at once.
+pub struct Relay {
+    /// `http://127.0.0.1:<port>`.
+    pub url: String,
+    cut: tokio::sync::watch::Sender<u64>,
+}
+
+impl Relay {
+    async fn start(target: std::net::SocketAddr) -> Relay {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let (cut, _) = tokio::sync::watch::channel(0u64);
+        let cuts = cut.clone();
+        tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                let mut cut = cuts.subscribe();
+                tokio::spawn(async move {
+                    let Ok(mut outbound) = tokio::net::TcpStream::connect(target).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        _ = cut.changed() => {}
+                    }
+                });
+            }
+        });
+        Relay { url, cut }
+    }
+
+    /// Drops every connection open now (both ends); later ones go through.
+    pub fn cut(&self) {
+        self.cut.send_modify(|n| *n += 1);
+    }
+}
 
 /// envlens over the demo's sample, served on a socket.
 pub struct Demo {
@@ -16,11 +53,23 @@ pub struct Demo {
     pub cluster: DemoCluster,
     pub state: AppState,
     pub app: TestApp,
+    /// In front of envlens, when started [`Demo::behind_relay`].
+    pub relay: Option<Relay>,
     _dir: tempfile::TempDir,
 }
 
 impl Demo {
     pub async fn start() -> Demo {
+        Demo::serve(false).await
+    }
+
+    /// With a [`Relay`] in front: the browser reaches envlens (its public URL) through it, and
+    /// the test can cut every connection, as a network that drops them does.
+    pub async fn behind_relay() -> Demo {
+        Demo::serve(true).await
+    }
+
+    async fn serve(relayed: bool) -> Demo {
         let cluster = DemoCluster::default();
         World::new(cluster.clone()).start();
         let addr = cluster.serve().await.unwrap();
@@ -38,7 +87,14 @@ impl Demo {
                 .unwrap();
         let database = postgres::fresh_database().await;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
+        let relay = match relayed {
+            true => Some(Relay::start(listener.local_addr().unwrap()).await),
+            false => None,
+        };
+        let url = match &relay {
+            Some(relay) => relay.url.clone(),
+            None => format!("http://{}", listener.local_addr().unwrap()),
+        };
         let site = envlens::web::Site::new(&url, envlens::web::DEFAULT_SESSION_LIFETIME).unwrap();
         let state = AppState::new((*database).clone(), keys(), Limits::default())
             .with_clusters(clusters, Default::default())
@@ -62,8 +118,29 @@ impl Demo {
             cluster,
             state,
             app,
+            relay,
             _dir: dir,
         }
+    }
+
+    /// Signs the browser's `page` in as alice with a one-time link, as a person does: the
+    /// link's page, then its "Continue as alice" button. Ends on the groups.
+    pub async fn sign_in(&self, page: &Page<'_>) {
+        page.goto(&self.sign_in_link().await).await;
+        page.wait_for(
+            "[...document.querySelectorAll('form button')].some(b => b.innerText === 'Continue as alice')",
+            Duration::from_secs(20),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("the link's page: {e}"));
+        page.eval("document.querySelector('form button').click()")
+            .await;
+        page.wait_for(
+            "location.pathname === '/' && document.readyState === 'complete' && !!document.querySelector('h1')",
+            Duration::from_secs(20),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("signing in: {e}"));
     }
 
     /// A one-time sign-in link for alice (maintainer of `acme`).

@@ -1,7 +1,7 @@
 // envlens dashboard: the pages are complete without this script. It adds live updates (GraphQL
-// subscriptions over graphql-transport-ws, SPEC 8.2: a message re-renders the page's live
-// regions from the server), a fallback refresh while they are unavailable, and following a
-// pod's logs.
+// subscriptions over graphql-transport-ws, SPEC 8.2: a resource's new health is applied in
+// place; other changes re-render the page's live regions from the server), a fallback refresh
+// while the socket is down, reconnecting by itself, and following a pod's logs.
 "use strict";
 (function () {
   const body = document.body;
@@ -47,11 +47,85 @@
     }
   }
 
+  // --- Applying a message in place ---------------------------------------------------------
+  // A resourceGroupUpdated message changes the health of resources the page shows (elements
+  // with data-uid: a tree line, a graph node): those are updated here, at once. Anything the
+  // page cannot redraw by itself (a resource added or removed, an edge, new events, the
+  // group's warnings and errors) re-renders the live regions from the server instead.
+  function healthClass(status) { return "h-" + (status ? status.toLowerCase() : "none"); }
+  function healthWord(status) {
+    if (!status) return "No health";
+    const lower = status.toLowerCase();
+    return lower.charAt(0).toUpperCase() + lower.slice(1);
+  }
+  function setBadge(badge, status) {
+    if (!badge) return;
+    badge.className = "badge " + healthClass(status);
+    badge.textContent = healthWord(status);
+  }
+  function eventsMark(events) {
+    let repeats = 0;
+    (events || []).forEach(function (e) { repeats += e.count || 0; });
+    return (events || []).length + ":" + repeats;
+  }
+  function showResource(el, r) {
+    const status = r.health ? r.health.status : null;
+    const message = r.health ? r.health.message : null;
+    if (el.tagName.toLowerCase() === "a") {
+      // A graph node: its health bar and its title.
+      const bar = el.querySelector('rect[class^="hs-"]');
+      if (bar) bar.setAttribute("class", "hs-" + healthClass(status).slice(2));
+      const title = el.querySelector("title");
+      if (title) {
+        const name = title.textContent.split(":")[0].split(" (")[0];
+        title.textContent = name + (status ? ": " + healthWord(status) : "") + (message ? " (" + message + ")" : "");
+      }
+      return;
+    }
+    setBadge(el.querySelector(".badge"), status);
+    const msg = el.querySelector(":scope > .msg");
+    if (msg) { msg.textContent = message || ""; msg.hidden = !message; }
+  }
+  // true when the page now shows what the message says; false when only the server can.
+  function apply(update) {
+    if (!update) return false;
+    const shown = new Map();
+    document.querySelectorAll("[data-uid]").forEach(function (el) {
+      const list = shown.get(el.dataset.uid);
+      if (list) list.push(el); else shown.set(el.dataset.uid, [el]);
+    });
+    const summary = document.getElementById("summary");
+    let whole = shown.size > 0 && !!summary
+      && summary.dataset.notes === String(update.warnings.length + update.errors.length);
+    if (update.complete) {
+      // The whole group: the same resources and as many edges as the page shows?
+      whole = whole && update.upserted.length === shown.size
+        && summary.dataset.edges === String(update.edgesAdded.length);
+    } else {
+      whole = whole && update.removed.length === 0 && update.edgesAdded.length === 0
+        && update.edgesRemoved.length === 0;
+    }
+    update.upserted.forEach(function (r) {
+      const els = shown.get(r.uid);
+      if (!els) { whole = false; return; }
+      els.forEach(function (el) {
+        if (el.dataset.ev !== eventsMark(r.events)) whole = false;
+        showResource(el, r);
+      });
+    });
+    const group = document.getElementById("group-health");
+    if (group) setBadge(group.querySelector(".badge"), update.health);
+    const groupMessage = document.getElementById("group-health-message");
+    if (groupMessage) { groupMessage.textContent = update.healthMessage || ""; groupMessage.hidden = !update.healthMessage; }
+    if (whole) body.dataset.applied = String(Date.now());
+    return whole;
+  }
+
   // --- Subscriptions --------------------------------------------------------------------
   const query = body.dataset.subscription;
   let variables = {};
   try { variables = JSON.parse(body.dataset.variables || "{}"); } catch (e) { variables = {}; }
-  let delay = 1000, poll = null, socket = null;
+  let delay = 1000, poll = null, socket = null, wasLive = false;
 
   function startPolling() {
     if (poll || !query) return;
@@ -61,7 +135,7 @@
 
   function connect() {
     const url = (location.protocol === "https:" ? "wss://" : "ws://") + location.host + "/api/graphql";
-    let acked = false, first = true;
+    let acked = false;
     try {
       socket = new WebSocket(url, "graphql-transport-ws");
     } catch (e) { retry(); return; }
@@ -74,27 +148,32 @@
       if (msg.type === "connection_ack") {
         acked = true; delay = 1000;
         socket.send(JSON.stringify({ id: "1", type: "subscribe", payload: { query: query, variables: variables } }));
-        say("live", "Live");
+        say("live", wasLive ? "Live again" : "Live");
+        wasLive = true;
         stopPolling();
       } else if (msg.type === "ping") {
         socket.send(JSON.stringify({ type: "pong" }));
       } else if (msg.type === "next" && msg.id === "1") {
-        // The first message is the whole state the page was rendered from (or newer).
-        if (first) { first = false; refresh(); return; }
-        refresh();
+        // The environment page's messages carry what changed; other pages' only say that
+        // something did. The first message is the whole state (the page may be older).
+        const data = msg.payload && msg.payload.data;
+        if (!(data && data.resourceGroupUpdated && apply(data.resourceGroupUpdated))) refresh();
       } else if (msg.type === "error" || msg.type === "complete") {
         say("down", "Live updates ended; reload the page");
+        socket.onclose = null;
         socket.close();
       }
     };
     socket.onclose = function () {
+      // What changed while the socket was down comes with the next first message; until
+      // then the regions are refreshed from the server.
       if (acked) refresh();
       retry();
     };
   }
   function retry() {
     const seconds = Math.round(delay / 1000);
-    say("down", "Live updates unavailable; retrying in " + seconds + " s, refreshing every 10 s");
+    say("down", "Connection lost; reconnecting in " + seconds + " s (refreshing every 10 s meanwhile)");
     startPolling();
     setTimeout(connect, delay);
     delay = Math.min(delay * 2, 30000);

@@ -133,6 +133,15 @@ impl<'a> Tree<'a> {
     }
 }
 
+/// What the page script compares with a live message to tell whether a resource's events
+/// changed (then it re-renders the regions from the server): how many, and their counts summed.
+pub fn events_mark(r: &Resource) -> String {
+    let repeats: i64 = r.events.iter().map(|e| e.count).sum();
+    format!("{}:{repeats}", r.events.len())
+}
+
+/// A resource's line: `data-uid` and `data-ev` let the page script update its health in place
+/// from a `resourceGroupUpdated` message (`dashboard.js`).
 fn node_line(r: &Resource, href: &str, below: Option<usize>) -> Markup {
     let warnings = r
         .events
@@ -140,13 +149,14 @@ fn node_line(r: &Resource, href: &str, below: Option<usize>) -> Markup {
         .filter(|e| e.event_type == "Warning")
         .count();
     html! {
-        span.node {
+        span.node data-uid=(r.uid) data-ev=(events_mark(r)) {
             (health_badge(r.health.as_ref().map(|h| h.status.as_str())))
             span.kind { (r.kind) }
             a.name href=(href) { (r.name) }
             @if let Some(n) = below { span.below { "(" (n) " below)" } }
             @if warnings > 0 { span.badge.h-degraded { (warnings) " warning event" (if warnings == 1 { "" } else { "s" }) } }
-            @if let Some(m) = r.health.as_ref().and_then(|h| h.message.as_deref()) { span.msg { (m) } }
+            @let message = r.health.as_ref().and_then(|h| h.message.as_deref());
+            span.msg hidden[message.is_none()] { (message.unwrap_or_default()) }
         }
     }
 }
@@ -182,6 +192,8 @@ fn graph_view(group: &ResourceGroup, project: &str, env: &str) -> Markup {
         .resources
         .iter()
         .map(|r| graph::Node {
+            uid: &r.uid,
+            events: events_mark(r),
             kind: &r.kind,
             name: &r.name,
             health: r.health.as_ref().map(|h| h.status.as_str()),
@@ -201,7 +213,7 @@ fn graph_view(group: &ResourceGroup, project: &str, env: &str) -> Markup {
         })
         .collect();
     html! {
-        p.legend { "Parents left of their children; solid lines are owner references, dashed ones the links Kubernetes keeps in selectors, names and fields. Select a resource for its manifest." }
+        p.legend { "Parents left of their children; solid lines are owner references, dashed ones the links Kubernetes keeps in selectors, names and fields. The bar at a resource's left is its health (green healthy, red degraded or unknown, blue progressing, grey otherwise); its title and the Tree view say it in words. Select a resource for its manifest." }
         div.graph tabindex="0" role="region" aria-label="Resource graph, scrollable" { (graph::svg(&nodes, &edges)) }
     }
 }
@@ -220,7 +232,10 @@ pub fn environment_page(chrome: &Chrome, view: &EnvironmentView, now: DateTime<U
                 " / " (project.rsplit('/').next().unwrap_or(project))
             }
             h1 { (env.name) }
-            div #summary data-live-region {
+            // What the page script compares a live message with (`dashboard.js`).
+            @let notes = env.resource_group.as_ref().map(|g| g.warnings.len() + g.errors.len());
+            @let edges = env.resource_group.as_ref().map(|g| g.edges.len());
+            div #summary data-live-region data-notes=[notes] data-edges=[edges] {
                 dl.summary {
                     div { dt { "Project" } dd { (project) } }
                     @if let Some(t) = &env.tier { div { dt { "Tier" } dd { (title(t)) } } }
@@ -229,12 +244,12 @@ pub fn environment_page(chrome: &Chrome, view: &EnvironmentView, now: DateTime<U
                     @if let Some(g) = &env.resource_group {
                         div { dt { "Namespace" } dd.mono { (g.namespace) } }
                         div { dt { "Label selector" } dd.mono { (g.label_selector) } }
-                        div { dt { "Health" } dd { (health_badge(g.health.as_deref())) } }
+                        div { dt { "Health" } dd #group-health { (health_badge(g.health.as_deref())) } }
                         div { dt { "Resources" } dd { (g.resources.len()) } }
                     }
                 }
                 @if let Some(g) = &env.resource_group {
-                    @if let Some(m) = &g.health_message { p.msg { (m) } }
+                    p.msg #group-health-message hidden[g.health_message.is_none()] { (g.health_message.as_deref().unwrap_or_default()) }
                     @if !g.errors.is_empty() {
                         div.notice.error role="alert" {
                             strong { "Kinds that could not be listed" }
@@ -402,5 +417,26 @@ mod tests {
         assert!(html.contains(r#"<details id="t-deploy" open>"#), "{html}");
         assert!(html.contains(r#"<details id="t-rs" open>"#), "{html}");
         assert!(html.contains("uid=pod"), "{html}");
+        // What the page script finds a resource's line by, and compares events with.
+        assert!(
+            html.contains(r#"<span class="node" data-uid="pod" data-ev="0:0">"#),
+            "{html}"
+        );
+    }
+
+    #[test]
+    fn the_events_mark_counts_events_and_their_repeats() {
+        let mut r = resource("pod", "Pod", None);
+        assert_eq!(events_mark(&r), "0:0");
+        for count in [1, 4] {
+            r.events.push(crate::web::data::Event {
+                event_type: "Warning".into(),
+                reason: "BackOff".into(),
+                message: String::new(),
+                count,
+                last_seen: None,
+            });
+        }
+        assert_eq!(events_mark(&r), "2:5");
     }
 }

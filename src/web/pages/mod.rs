@@ -1,6 +1,7 @@
 //! The pages, as pure functions from what was read to HTML: the handlers (`web`) read, these
-//! render. Every page is complete without script; `dashboard.js` only re-renders the regions
-//! marked `data-live-region` from the server when a subscription says something changed.
+//! render. Every page is complete without script; `dashboard.js` applies a subscription's
+//! message in place where it can (a resource's health: `data-uid`) and otherwise re-renders
+//! the regions marked `data-live-region` from the server.
 
 pub mod environment;
 pub mod groups;
@@ -23,8 +24,11 @@ pub struct Chrome<'a> {
 
 pub const ENVIRONMENTS_UPDATED: &str =
     "subscription($groupPath: ID) { environmentsUpdated(groupPath: $groupPath) { id } }";
-pub const RESOURCE_GROUP_UPDATED: &str =
-    "subscription($environmentId: ID!) { resourceGroupUpdated(environmentId: $environmentId) { complete health } }";
+/// What the environment page's script applies in place: each changed resource's health, and
+/// enough of the rest (removals, edges, events, notes) to tell when to re-render from the server.
+pub const RESOURCE_GROUP_UPDATED: &str = "subscription($environmentId: ID!) { resourceGroupUpdated(environmentId: $environmentId) { \
+     complete health healthMessage warnings errors { kind } removed edgesAdded { from } edgesRemoved { from } \
+     upserted { uid health { status message } events { count } } } }";
 
 /// The frame: header with navigation and the viewer, the live status, then `content`.
 pub fn page(chrome: &Chrome, content: Markup) -> Markup {
