@@ -405,7 +405,11 @@ fn client_process() {
     let addr: SocketAddr = args[0].parse().unwrap();
     let token = args[1].clone();
     let n: usize = args[2].parse().unwrap();
-    let query = if args[3] == "light" { LIGHT_QUERY } else { QUERY };
+    let query = if args[3] == "light" {
+        LIGHT_QUERY
+    } else {
+        QUERY
+    };
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -430,10 +434,20 @@ fn client_process() {
 /// The server's resident memory per idle subscriber, the clients in a child process.
 async fn memory_apart(envlens: SocketAddr, token: &str, n: usize, query: &str) {
     use std::io::BufRead;
-    let kind = if query == LIGHT_QUERY { "light" } else { "full" };
+    let kind = if query == LIGHT_QUERY {
+        "light"
+    } else {
+        "full"
+    };
     let clients = |count: usize| {
         let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-            .args(["--client", &envlens.to_string(), token, &count.to_string(), kind])
+            .args([
+                "--client",
+                &envlens.to_string(),
+                token,
+                &count.to_string(),
+                kind,
+            ])
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .spawn()
