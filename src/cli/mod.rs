@@ -178,6 +178,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     }
     let state = state.with_site(site);
     database.register_metrics(&state.metrics);
+    state.live.relay_notices();
     let pruning = tokio::spawn(prune_deliveries(state.db.clone()));
     let history = tokio::spawn(
         crate::history::worker::Worker::new(

@@ -1,7 +1,8 @@
 //! The SQL of subscriptions (SPEC 8.2): an environment as a user may read it, the
-//! environments a feed's filter admits, and the `LISTEN` side of the notifications that the
-//! triggers of migration `0030_environment_notifications.sql` send whenever a deployment, its
-//! agent row or an environment is written, by whichever process.
+//! environments a feed's filter admits, and the notifications of writes: the triggers of
+//! migrations 0030 and 0031 queue an environment's id whenever a deployment, its agent row or
+//! the environment is written, by whichever process; [`relay`] turns the queue into
+//! notifications on [`CHANNEL`], and [`listen`] hears them.
 
 use sqlx::postgres::PgListener;
 use sqlx::{FromRow, PgExecutor, PgPool};
@@ -95,13 +96,17 @@ pub async fn listen(pool: &PgPool) -> Result<PgListener> {
     Ok(listener)
 }
 
-/// Notifies [`CHANNEL`] about `environment_id` (the triggers do it for every write; this is for
-/// writes that change what an environment shows without touching its rows).
-pub async fn notify(db: impl PgExecutor<'_>, environment_id: i64) -> Result<()> {
-    sqlx::query("SELECT pg_notify($1, $2)")
-        .bind(CHANNEL)
-        .bind(environment_id.to_string())
-        .execute(db)
-        .await?;
-    Ok(())
+/// Drains the queue of written environments and notifies [`CHANNEL`] once per distinct id, in
+/// one transaction: the writers never notify themselves, since PostgreSQL serializes the
+/// commits of notifying transactions (migration 0031). Rows of transactions not yet committed
+/// stay for the next drain. Returns how many ids were notified.
+pub async fn relay(db: impl PgExecutor<'_>) -> Result<i64> {
+    let (sent,): (i64,) = sqlx::query_as(
+        "WITH drained AS (DELETE FROM environment_notices RETURNING environment_id)
+         SELECT count(pg_notify($1, id::text)) FROM (SELECT DISTINCT environment_id AS id FROM drained) ids",
+    )
+    .bind(CHANNEL)
+    .fetch_one(db)
+    .await?;
+    Ok(sent)
 }

@@ -1,5 +1,6 @@
 //! `environmentsUpdated`: the ops dashboard's feed. Whatever process records a deployment or
-//! its status, the database's triggers notify `envlens_environments` (see `db::live`); one
+//! its status, the database's triggers queue the environment and each process' relay notifies
+//! `envlens_environments` within 50 ms (see `db::live::relay`); one
 //! listening connection per process ([`Notices`]) hands the ids to the subscriptions, each of
 //! which reads the environments it may show and sends them.
 //!
@@ -58,6 +59,8 @@ pub struct Notices {
     /// Whether the listening task runs (`true` once it listens); its sender drops when it
     /// stops.
     running: Mutex<Option<watch::Receiver<bool>>>,
+    /// Set once this process relays the queue of written environments (see [`relay`]).
+    relaying: std::sync::atomic::AtomicBool,
 }
 
 impl Notices {
@@ -66,12 +69,24 @@ impl Notices {
             pool,
             tx: broadcast::channel(BACKLOG).0,
             running: Mutex::new(None),
+            relaying: Default::default(),
+        }
+    }
+
+    /// Starts this process' relay of written environments to notifications, once. `serve`
+    /// starts it at boot (so that the queue never grows while nobody subscribes); a
+    /// subscription starts it too, for an app run without `serve`.
+    pub fn relay(&self) {
+        use std::sync::atomic::Ordering;
+        if !self.relaying.swap(true, Ordering::AcqRel) {
+            tokio::spawn(relay(self.pool.clone()));
         }
     }
 
     /// The ids of environments written from now on, by any process on the database. Waits
     /// until the connection listens, so that nothing written after the return is missed.
     pub async fn subscribe(&self) -> std::result::Result<broadcast::Receiver<Notice>, Error> {
+        self.relay();
         let rx = self.tx.subscribe();
         let mut ready = {
             let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
@@ -89,6 +104,30 @@ impl Notices {
         match listening {
             Ok(Ok(_)) => Ok(rx),
             _ => Err(Error::Unavailable(sqlx::Error::PoolTimedOut)),
+        }
+    }
+}
+
+/// How often the relay drains the queue: the delay a write may wait before it is notified.
+const RELAY_EVERY: Duration = Duration::from_millis(50);
+
+/// Drains the queue of written environments into notifications every [`RELAY_EVERY`], for
+/// the life of the process; each replica relays, whichever one wrote.
+async fn relay(pool: Pool) {
+    let mut tick = tokio::time::interval(RELAY_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut failing = false;
+    loop {
+        tick.tick().await;
+        match live::relay(pool.pg()).await {
+            Ok(_) => failing = false,
+            Err(e) => {
+                if !failing {
+                    tracing::warn!(error = %e, "environment notifications: cannot relay; trying again");
+                }
+                failing = true;
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
         }
     }
 }

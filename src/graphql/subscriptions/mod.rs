@@ -48,6 +48,11 @@ impl Live {
         }
     }
 
+    /// Starts relaying written environments to the notifications of every replica.
+    pub fn relay_notices(&self) {
+        self.notices.relay();
+    }
+
     /// Closes every socket (the server is shutting down).
     pub fn close(&self) {
         self.closing.send_replace(true);
