@@ -125,6 +125,7 @@ async fn graphql(app: &TestApp, user: (i64, &str), query: &str) -> Value {
 
 const SNAPSHOT: &str = "snapshot { takenAt settledAt health healthMessage timeToHealthy
     resources { uid apiVersion kind namespace name labels health { status message } manifest } }";
+const STATUS: &str = "snapshotStatus { state attempts lastError nextAttemptAt }";
 const CHANGES: &str = "since { id } added { kind name } removed { kind name }
     modified { resource { kind name } patch } images { resource { kind name } container before after }";
 
@@ -451,10 +452,21 @@ async fn an_unreadable_cluster_is_retried_until_it_answers() {
         error.contains(" more)"),
         "a few kinds named, not all: {error}"
     );
-    // The deployment itself is untouched, and has no snapshot yet.
-    let one = deployment(&app, DEV, 1, "snapshot { health }").await;
+    // The deployment itself is untouched, and has no snapshot yet: its status says why.
+    let one = deployment(&app, DEV, 1, &format!("snapshot {{ health }} {STATUS}")).await;
     assert_eq!(one["status"], "SUCCESS");
     assert!(one["snapshot"].is_null());
+    let status = &one["snapshotStatus"];
+    assert_eq!(status["state"], "RETRYING", "{one}");
+    assert_eq!(status["attempts"], 1);
+    assert!(
+        status["lastError"]
+            .as_str()
+            .unwrap()
+            .contains("etcd is unavailable"),
+        "{one}"
+    );
+    assert!(status["nextAttemptAt"].is_string(), "{one}");
 
     down.store(false, Ordering::SeqCst);
     let turns = run_until(&worker, |t| t.0 == 1 && matches!(t.1, Turn::Taken { .. })).await;
@@ -465,12 +477,65 @@ async fn an_unreadable_cluster_is_retried_until_it_answers() {
             .all(|t| matches!(t, Turn::Failed { gave_up: false, .. })),
         "retried until the cluster answered: {turns:?}"
     );
-    let one = deployment(&app, DEV, 1, "snapshot { health resources { name } }").await;
+    let one = deployment(
+        &app,
+        DEV,
+        1,
+        &format!("snapshot {{ health resources {{ name }} errors {{ kind }} }} {STATUS}"),
+    )
+    .await;
     assert_eq!(
         one["snapshot"]["resources"].as_array().unwrap().len(),
         3,
         "{one}"
     );
+    assert_eq!(one["snapshot"]["errors"], json!([]));
+    assert_eq!(one["snapshotStatus"]["state"], "DONE", "{one}");
+    assert!(one["snapshotStatus"]["nextAttemptAt"].is_null(), "{one}");
+}
+
+#[tokio::test]
+async fn a_kind_the_cluster_refuses_is_named_in_the_snapshot() {
+    let (api, served, _dir) = cluster().await;
+    api.deny(|i| i.resource == "secrets");
+    let app = environment::gitlab_with(&served, FAST).await;
+    // Queued, not yet taken.
+    let pending = deployment(&app, DEV, 1, STATUS).await;
+    assert_eq!(pending["snapshotStatus"]["state"], "PENDING", "{pending}");
+    assert_eq!(pending["snapshotStatus"]["attempts"], 0);
+    let worker = worker(&app, &served, FAST).await;
+    let turns = worker.run_until_idle().await.unwrap();
+    assert!(
+        turns.contains(&(1, Turn::Taken { settled: true })),
+        "a refused kind does not stop the snapshot: {turns:?}"
+    );
+    let one = deployment(
+        &app,
+        DEV,
+        1,
+        "snapshot { resources { kind } errors { apiVersion kind code message } }",
+    )
+    .await;
+    let snapshot = &one["snapshot"];
+    let kinds: Vec<&str> = snapshot["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["kind"].as_str().unwrap())
+        .collect();
+    assert!(!kinds.contains(&"Secret"), "{kinds:?}");
+    let errors = snapshot["errors"].as_array().unwrap();
+    assert_eq!(errors.len(), 1, "{snapshot}");
+    assert_eq!(errors[0]["apiVersion"], "v1");
+    assert_eq!(errors[0]["kind"], "Secret");
+    assert_eq!(errors[0]["code"], 403);
+    assert!(
+        errors[0]["message"].as_str().unwrap().contains("forbidden"),
+        "{snapshot}"
+    );
+    // The status needs user_access like the snapshot.
+    let refused = deployment(&app, REP, 1, STATUS).await;
+    assert_eq!(refused["errors"][0]["extensions"]["code"], "FORBIDDEN");
 }
 
 #[tokio::test]

@@ -745,6 +745,13 @@ impl Deployment {
         history::snapshot(ctx, &self.0).await
     }
 
+    /// Where the taking of the snapshot stands: pending, retrying after the cluster could not be
+    /// read (with the error), settling, done. Null without an agent or before a success. Needs
+    /// the user's `user_access` to the agent.
+    async fn snapshot_status(&self, ctx: &Context<'_>) -> Result<Option<history::SnapshotStatus>> {
+        history::status(ctx, &self.0).await
+    }
+
     /// What this deployment changed, against `since` (a deployment of the same environment
     /// with a snapshot) or the environment's previous successful deployment with a snapshot.
     /// Null without a snapshot. Needs the user's `user_access` to the agent.
