@@ -727,6 +727,17 @@ impl Deployment {
         self.0.finished_at.map(Time)
     }
 
+    /// The environment deployed to; null until GitLab has named it.
+    async fn environment(&self, ctx: &Context<'_>) -> Result<Option<Environment>> {
+        let Some(id) = self.0.environment_id else {
+            return Ok(None);
+        };
+        let row = read::environment_by_id(&mut **conn(ctx).await?, id)
+            .await
+            .gql()?;
+        Ok(row.map(Environment::new))
+    }
+
     /// The agent and namespace the deployment job deployed to (its `agent_deployments` row).
     async fn agent(&self, ctx: &Context<'_>) -> Result<Option<DeploymentAgent>> {
         Ok(deployment_agent(ctx, self.0.id)

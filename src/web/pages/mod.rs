@@ -2,6 +2,7 @@
 //! render. Every page is complete without script; `dashboard.js` only re-renders the regions
 //! marked `data-live-region` from the server when a subscription says something changed.
 
+pub mod deployment;
 pub mod environment;
 pub mod groups;
 pub mod resource;
