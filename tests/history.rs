@@ -703,10 +703,6 @@ async fn envlens_history_prints_the_changes() {
     let (app, worker) = gitlab(&served, FAST).await;
     worker.run_until_idle().await.unwrap();
     api.insert(web("web:2", 2));
-    // GitLab sends the success after the job's apply has finished; here the two are microseconds
-    // apart, so let the watch event reach the worker's cache first (the snapshot reads the cache
-    // as it is: a change still in flight at the hook is in the settled snapshot, if any).
-    tokio::time::sleep(Duration::from_millis(300)).await;
     environment::deploy(&app, 4, PRODUCTION, "success").await;
     run_until(&worker, |t| t.0 == 4).await;
 
@@ -768,4 +764,57 @@ async fn envlens_history_prints_the_changes() {
         err.contains("no successful deployment of acme/apps/web to nowhere"),
         "{err}"
     );
+}
+
+/// The deploy job's last write lands at the API server just before GitLab's success, and its
+/// watch event is slow to follow: the snapshot at the hook still holds it (a consistent read),
+/// and a write that never reaches the cache in time is read fresh.
+#[tokio::test]
+async fn a_change_still_in_flight_at_the_hook_is_in_the_snapshot() {
+    let (api, served, _dir) = cluster().await;
+    let (app, worker) = gitlab(&served, FAST).await;
+    worker.run_until_idle().await.unwrap();
+    let lists_of_deployments = || api.request_count("list", "deployments.apps");
+
+    // The watch event follows the write half a second later: the cache is behind at the hook.
+    api.delay_watch_events(Duration::from_millis(500));
+    api.insert(web("web:2", 2));
+    api.remove("configmaps", Some(NS), "web-config");
+    environment::deploy(&app, 4, PRODUCTION, "success").await;
+    let before = lists_of_deployments();
+    let turns = run_until(&worker, |t| t.0 == 4).await;
+    assert_eq!(turns.last().unwrap().1, Turn::Taken { settled: true });
+    let four = deployment(&app, DEV, 4, &format!("changes {{ {CHANGES} }}")).await;
+    assert_eq!(
+        four["changes"]["images"],
+        json!([{"resource": {"kind": "Deployment", "name": "web"},
+            "container": "app", "before": "web:1", "after": "web:2"}]),
+        "{four}"
+    );
+    assert_eq!(
+        four["changes"]["removed"],
+        json!([{"kind": "ConfigMap", "name": "web-config"}]),
+        "a deletion in flight too: {four}"
+    );
+    // Waited for the cache (well within its bound): the objects came from it, not a fresh list.
+    assert_eq!(
+        lists_of_deployments() - before,
+        1,
+        "one metadata list of Deployments, no fresh one"
+    );
+
+    // A watch slower than the bound: the kinds still behind are listed fresh.
+    api.delay_watch_events(Duration::from_secs(5));
+    api.insert(web("web:3", 2));
+    environment::deploy(&app, 5, PRODUCTION, "success").await;
+    let before = lists_of_deployments();
+    run_until(&worker, |t| t.0 == 5).await;
+    let five = deployment(&app, DEV, 5, &format!("changes {{ {CHANGES} }}")).await;
+    assert_eq!(five["changes"]["images"][0]["after"], "web:3", "{five}");
+    assert_eq!(
+        lists_of_deployments() - before,
+        2,
+        "a metadata list, then a fresh one"
+    );
+    api.delay_watch_events(Duration::ZERO);
 }
