@@ -17,9 +17,13 @@ use crate::history::snapshot::{parse_health, Entry};
 use crate::history::store;
 use crate::resources::listing::ListError;
 
-/// Reading a snapshot is a few rows and up to a group's worth of manifests: priced like the
-/// live group.
+/// Comparing two snapshots reads up to two groups' worth of entries and the changed manifests:
+/// priced like the live group.
 pub const COST: usize = resource_group::COST;
+
+/// A snapshot's row and job without its resources (a list of deployments' times to healthy);
+/// its `resources` are priced like the live group.
+pub const ROW_COST: usize = 5;
 
 #[derive(SimpleObject)]
 pub struct ResourceSnapshot {
@@ -34,6 +38,7 @@ pub struct ResourceSnapshot {
     /// Seconds from `takenAt` to a HEALTHY group; null when it did not get there (yet).
     time_to_healthy: Option<f64>,
     /// The resources when settled, else when taken, with their health then; no events.
+    #[graphql(complexity = "COST + child_complexity")]
     resources: Vec<KubernetesResource>,
     /// The kinds the snapshot could not read when it was taken (the cluster refused the
     /// agent, 403): their resources are not in it, and a change to them is not seen.

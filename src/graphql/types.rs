@@ -751,7 +751,7 @@ impl Deployment {
     /// The environment's resources as this deployment left them (SPEC 10): snapshotted when it
     /// succeeded, and again when its rollout settled. Null without an agent, or until the
     /// snapshot is taken. Needs the user's `user_access` to the agent.
-    #[graphql(complexity = "history::COST + child_complexity")]
+    #[graphql(complexity = "history::ROW_COST + child_complexity")]
     async fn snapshot(&self, ctx: &Context<'_>) -> Result<Option<history::ResourceSnapshot>> {
         history::snapshot(ctx, &self.0).await
     }
@@ -759,6 +759,7 @@ impl Deployment {
     /// Where the taking of the snapshot stands: pending, retrying after the cluster could not be
     /// read (with the error), settling, done. Null without an agent or before a success. Needs
     /// the user's `user_access` to the agent.
+    #[graphql(complexity = "history::ROW_COST + child_complexity")]
     async fn snapshot_status(&self, ctx: &Context<'_>) -> Result<Option<history::SnapshotStatus>> {
         history::status(ctx, &self.0).await
     }
