@@ -421,6 +421,12 @@ fn event(about: [&str; 5], kind_of_event: &str, reason: &str, message: &str, cou
         "firstTimestamp": now(), "lastTimestamp": now(), "source": {"component": "kubelet"}})
 }
 
+/// Steps (of 2 s) between the starts of two rollouts of the shop's web app, and the step of
+/// the period it starts at: right after the worker's crash loop (steps 10 to 25 of every 40)
+/// ends, so that the rollout (some 10 steps) settles healthy.
+const ROLL_EVERY: u64 = 120;
+const ROLL_AT: u64 = 66;
+
 const SUFFIXES: [&str; 6] = ["x7k2p", "q9w3e", "m4n8b", "t2v6c", "h5j1l", "r8s0d"];
 
 /// What runs in the cluster, and how it changes.
@@ -780,11 +786,11 @@ impl World {
         }
     }
 
-    /// Every 3 minutes the production web app rolls to the other image, one Pod at a time.
+    /// Every 4 minutes the production web app rolls to the other image, one Pod at a time.
     fn roll(&mut self) {
-        let phase = self.tick % 90;
+        let phase = self.tick % ROLL_EVERY;
         let app_index = 0;
-        if phase == 45 && self.rollout.is_none() {
+        if phase == ROLL_AT && self.rollout.is_none() {
             let app = &self.apps[app_index];
             let next = if app.image.ends_with("1.4.2") {
                 "registry.acme.test/shop/web:1.5.0"
@@ -793,7 +799,7 @@ impl World {
             };
             self.rollout = Some((next.to_owned(), 0));
             self.released = true;
-            let generation = 2 + (self.tick / 90) as i64;
+            let generation = 2 + (self.tick / ROLL_EVERY) as i64;
             self.cluster.put(deployment(
                 &App {
                     image: next.to_owned(),
@@ -822,7 +828,7 @@ impl World {
             return;
         };
         let app = &self.apps[app_index];
-        let generation = 2 + (self.tick / 90) as i64;
+        let generation = 2 + (self.tick / ROLL_EVERY) as i64;
         let new_app = App {
             image: next.clone(),
             ..clone_app(app)
