@@ -35,7 +35,7 @@ pub fn duration(seconds: f64) -> String {
     let s = seconds.round() as u64;
     match s {
         0..=59 => format!("{s} s"),
-        60..=3599 if s % 60 == 0 => format!("{} min", s / 60),
+        60..=3599 if s.is_multiple_of(60) => format!("{} min", s / 60),
         60..=3599 => format!("{} min {} s", s / 60, s % 60),
         _ => format!("{} h {} min", s / 3600, (s % 3600) / 60),
     }
@@ -43,7 +43,7 @@ pub fn duration(seconds: f64) -> String {
 
 /// What a list of deployments says of one's time to healthy.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Settling {
+pub enum TimeToHealthy {
     /// Healthy after this long.
     Healthy(String),
     /// Snapshotted while PROGRESSING; not settled yet.
@@ -59,21 +59,21 @@ pub enum Settling {
 
 /// Pure: the time-to-healthy cell of a deployment from what was read of it. `refused` when the
 /// API refused the snapshot (no `user_access`).
-pub fn settling(
+pub fn time_to_healthy(
     snapshot: Option<&SnapshotSummary>,
     status: Option<&SnapshotStatus>,
     refused: bool,
-) -> Settling {
+) -> TimeToHealthy {
     if refused {
-        return Settling::Hidden;
+        return TimeToHealthy::Hidden;
     }
     match snapshot {
         Some(s) => match (s.time_to_healthy, &s.settled_at) {
-            (Some(t), _) => Settling::Healthy(duration(t)),
-            (None, None) => Settling::Settling,
-            (None, Some(_)) => Settling::NotHealthy(title(&s.health)),
+            (Some(t), _) => TimeToHealthy::Healthy(duration(t)),
+            (None, None) => TimeToHealthy::Settling,
+            (None, Some(_)) => TimeToHealthy::NotHealthy(title(&s.health)),
         },
-        None => Settling::NoSnapshot(status.and_then(|s| match s.state.as_str() {
+        None => TimeToHealthy::NoSnapshot(status.and_then(|s| match s.state.as_str() {
             "PENDING" => Some("snapshot pending"),
             "RETRYING" => Some("cluster unreadable, retrying"),
             "SUPERSEDED" => Some("a newer deployment came first"),
@@ -83,15 +83,15 @@ pub fn settling(
     }
 }
 
-pub fn settling_cell(cell: &Settling) -> Markup {
+pub fn time_to_healthy_cell(cell: &TimeToHealthy) -> Markup {
     html! {
         @match cell {
-            Settling::Healthy(t) => span.badge.h-healthy { (t) },
-            Settling::Settling => span.badge.h-progressing { "settling…" },
-            Settling::NotHealthy(h) => { span.badge.h-degraded { "not healthy" } span.msg { (h) " when settled" } },
-            Settling::NoSnapshot(None) => span.msg { "no snapshot" },
-            Settling::NoSnapshot(Some(why)) => { span.msg { "no snapshot: " (why) } },
-            Settling::Hidden => span.msg { "needs access to the agent" },
+            TimeToHealthy::Healthy(t) => span.badge.h-healthy { (t) },
+            TimeToHealthy::Settling => span.badge.h-progressing { "settling…" },
+            TimeToHealthy::NotHealthy(h) => { span.badge.h-degraded { "not healthy" } span.msg { (h) " when settled" } },
+            TimeToHealthy::NoSnapshot(None) => span.msg { "no snapshot" },
+            TimeToHealthy::NoSnapshot(Some(why)) => { span.msg { "no snapshot: " (why) } },
+            TimeToHealthy::Hidden => span.msg { "needs access to the agent" },
         }
     }
 }
@@ -372,26 +372,35 @@ mod tests {
     fn the_time_to_healthy_says_honestly_what_is_known() {
         let healthy = summary(true, Some(42.0), "HEALTHY");
         assert_eq!(
-            settling(Some(&healthy), None, false),
-            Settling::Healthy("42 s".into())
+            time_to_healthy(Some(&healthy), None, false),
+            TimeToHealthy::Healthy("42 s".into())
         );
         let rolling = summary(false, None, "PROGRESSING");
-        assert_eq!(settling(Some(&rolling), None, false), Settling::Settling);
+        assert_eq!(
+            time_to_healthy(Some(&rolling), None, false),
+            TimeToHealthy::Settling
+        );
         let stuck = summary(true, None, "DEGRADED");
         assert_eq!(
-            settling(Some(&stuck), None, false),
-            Settling::NotHealthy("Degraded".into())
+            time_to_healthy(Some(&stuck), None, false),
+            TimeToHealthy::NotHealthy("Degraded".into())
         );
         assert_eq!(
-            settling(None, Some(&status("RETRYING")), false),
-            Settling::NoSnapshot(Some("cluster unreadable, retrying"))
+            time_to_healthy(None, Some(&status("RETRYING")), false),
+            TimeToHealthy::NoSnapshot(Some("cluster unreadable, retrying"))
         );
         assert_eq!(
-            settling(None, Some(&status("PENDING")), false),
-            Settling::NoSnapshot(Some("snapshot pending"))
+            time_to_healthy(None, Some(&status("PENDING")), false),
+            TimeToHealthy::NoSnapshot(Some("snapshot pending"))
         );
-        assert_eq!(settling(None, None, false), Settling::NoSnapshot(None));
-        assert_eq!(settling(Some(&healthy), None, true), Settling::Hidden);
+        assert_eq!(
+            time_to_healthy(None, None, false),
+            TimeToHealthy::NoSnapshot(None)
+        );
+        assert_eq!(
+            time_to_healthy(Some(&healthy), None, true),
+            TimeToHealthy::Hidden
+        );
     }
 
     #[test]

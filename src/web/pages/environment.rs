@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use maud::{html, Markup};
 
-use super::deployment::{deployment_href, settling, settling_cell};
+use super::deployment::{deployment_href, time_to_healthy, time_to_healthy_cell};
 use super::{environment_href, group_href, health_badge, page, query, Chrome};
 use crate::web::data::{Environment, Resource, ResourceGroup};
 use crate::web::graph;
@@ -337,7 +337,7 @@ fn deployments(
                         td data-label="Status" { @let s = d.status.as_deref().unwrap_or("unknown"); span class={"badge s-" (s.to_ascii_lowercase())} { (title(s)) } }
                         td data-label="Ref" { @if let Some(r) = &d.git_ref { span.mono { (r) } } " " @if let Some(s) = &d.sha { span.mono { (short_sha(s)) } } }
                         td data-label="Agent" { @if let Some(a) = &d.agent { span.mono { (a.name) } span.msg { (a.kubernetes_namespace) } } @else { span.msg { "No agent" } } }
-                        td data-label="Time to healthy" { (settling_cell(&settling(d.snapshot.as_ref(), d.snapshot_status.as_ref(), refused.contains(&i)))) }
+                        td data-label="Time to healthy" { (time_to_healthy_cell(&time_to_healthy(d.snapshot.as_ref(), d.snapshot_status.as_ref(), refused.contains(&i)))) }
                         td data-label="When" { @let t = d.finished_at.as_deref().or(d.created_at.as_deref()); @if let Some(t) = t { time datetime=(t) { (ago(t, now)) } } }
                     }
                 } }
