@@ -105,6 +105,7 @@ struct Bench {
     app: TestApp,
     api: KubeApi,
     worker: Worker,
+    clusters: Arc<envlens::k8s::clusters::Clusters>,
     token: String,
     next_id: i64,
 }
@@ -192,9 +193,10 @@ async fn setup() -> (Bench, tempfile::TempDir, support::kube_api::Served) {
     let clusters = envlens::k8s::clusters::Clusters::load(&settings.kubernetes, Default::default())
         .await
         .expect("clusters");
+    let clusters = Arc::new(clusters);
     let worker = Worker::new(
         app.db.clone(),
-        Arc::new(clusters),
+        clusters.clone(),
         Arc::default(),
         settings.history,
     );
@@ -212,6 +214,7 @@ async fn setup() -> (Bench, tempfile::TempDir, support::kube_api::Served) {
         app,
         api,
         worker,
+        clusters,
         token,
         next_id: 10,
     };
@@ -264,6 +267,65 @@ async fn run(a: Args) {
         "resourceGroup query with every manifest:                 median {} ({:.2}x the snapshot)",
         ms(query_manifests),
         query_manifests.as_secs_f64() / snap.as_secs_f64()
+    );
+
+    // 1b. What the snapshot's consistent read adds: the group as the worker reads it at the
+    // hook (metadata lists compared with the cache) against the cache as it is, alternating.
+    let target = envlens::db::history::target(&b.app.db, 1)
+        .await
+        .expect("target")
+        .expect("deployment 1 has an agent");
+    let cluster = b
+        .clusters
+        .for_agent(
+            target.agent_id,
+            &target.agent_project_path,
+            &target.agent_name,
+        )
+        .await
+        .expect("the agent's cluster");
+    let selector = envlens::resources::group::label_selector(target.project_id, SLUG);
+    let options = envlens::k8s::fetch::FetchOptions {
+        agent: Some(target.agent_id),
+        ..Default::default()
+    };
+    let headers = axum::http::HeaderMap::new();
+    let (mut cached, mut consistent) = (Vec::new(), Vec::new());
+    for _ in 0..a.iterations {
+        let started = Instant::now();
+        let listing = cluster
+            .watch
+            .list_resource_group(&cluster.discovery, &headers, NS, &selector, &options)
+            .await
+            .expect("cached read");
+        cached.push(started.elapsed());
+        assert!(listing.errors.is_empty());
+        drop(listing);
+        let started = Instant::now();
+        let listing = cluster
+            .watch
+            .list_resource_group_consistent(
+                &cluster.discovery,
+                &headers,
+                NS,
+                &selector,
+                &options,
+                Duration::from_secs(2),
+            )
+            .await
+            .expect("consistent read");
+        consistent.push(started.elapsed());
+        assert!(listing.errors.is_empty());
+    }
+    let (cached, consistent) = (median(cached), median(consistent));
+    println!(
+        "the group from the cache as it is:                       median {}",
+        ms(cached)
+    );
+    println!(
+        "the same as a consistent read (the snapshot's):          median {} ({:.2}x)",
+        ms(consistent),
+        consistent.as_secs_f64() / cached.as_secs_f64()
     );
 
     // 2. Storage: deployments that change one image, then deployments that change nothing.

@@ -125,6 +125,7 @@ async fn graphql(app: &TestApp, user: (i64, &str), query: &str) -> Value {
 
 const SNAPSHOT: &str = "snapshot { takenAt settledAt health healthMessage timeToHealthy
     resources { uid apiVersion kind namespace name labels health { status message } manifest } }";
+const STATUS: &str = "snapshotStatus { state attempts lastError nextAttemptAt }";
 const CHANGES: &str = "since { id } added { kind name } removed { kind name }
     modified { resource { kind name } patch } images { resource { kind name } container before after }";
 
@@ -451,10 +452,21 @@ async fn an_unreadable_cluster_is_retried_until_it_answers() {
         error.contains(" more)"),
         "a few kinds named, not all: {error}"
     );
-    // The deployment itself is untouched, and has no snapshot yet.
-    let one = deployment(&app, DEV, 1, "snapshot { health }").await;
+    // The deployment itself is untouched, and has no snapshot yet: its status says why.
+    let one = deployment(&app, DEV, 1, &format!("snapshot {{ health }} {STATUS}")).await;
     assert_eq!(one["status"], "SUCCESS");
     assert!(one["snapshot"].is_null());
+    let status = &one["snapshotStatus"];
+    assert_eq!(status["state"], "RETRYING", "{one}");
+    assert_eq!(status["attempts"], 1);
+    assert!(
+        status["lastError"]
+            .as_str()
+            .unwrap()
+            .contains("etcd is unavailable"),
+        "{one}"
+    );
+    assert!(status["nextAttemptAt"].is_string(), "{one}");
 
     down.store(false, Ordering::SeqCst);
     let turns = run_until(&worker, |t| t.0 == 1 && matches!(t.1, Turn::Taken { .. })).await;
@@ -465,12 +477,65 @@ async fn an_unreadable_cluster_is_retried_until_it_answers() {
             .all(|t| matches!(t, Turn::Failed { gave_up: false, .. })),
         "retried until the cluster answered: {turns:?}"
     );
-    let one = deployment(&app, DEV, 1, "snapshot { health resources { name } }").await;
+    let one = deployment(
+        &app,
+        DEV,
+        1,
+        &format!("snapshot {{ health resources {{ name }} errors {{ kind }} }} {STATUS}"),
+    )
+    .await;
     assert_eq!(
         one["snapshot"]["resources"].as_array().unwrap().len(),
         3,
         "{one}"
     );
+    assert_eq!(one["snapshot"]["errors"], json!([]));
+    assert_eq!(one["snapshotStatus"]["state"], "DONE", "{one}");
+    assert!(one["snapshotStatus"]["nextAttemptAt"].is_null(), "{one}");
+}
+
+#[tokio::test]
+async fn a_kind_the_cluster_refuses_is_named_in_the_snapshot() {
+    let (api, served, _dir) = cluster().await;
+    api.deny(|i| i.resource == "secrets");
+    let app = environment::gitlab_with(&served, FAST).await;
+    // Queued, not yet taken.
+    let pending = deployment(&app, DEV, 1, STATUS).await;
+    assert_eq!(pending["snapshotStatus"]["state"], "PENDING", "{pending}");
+    assert_eq!(pending["snapshotStatus"]["attempts"], 0);
+    let worker = worker(&app, &served, FAST).await;
+    let turns = worker.run_until_idle().await.unwrap();
+    assert!(
+        turns.contains(&(1, Turn::Taken { settled: true })),
+        "a refused kind does not stop the snapshot: {turns:?}"
+    );
+    let one = deployment(
+        &app,
+        DEV,
+        1,
+        "snapshot { resources { kind } errors { apiVersion kind code message } }",
+    )
+    .await;
+    let snapshot = &one["snapshot"];
+    let kinds: Vec<&str> = snapshot["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["kind"].as_str().unwrap())
+        .collect();
+    assert!(!kinds.contains(&"Secret"), "{kinds:?}");
+    let errors = snapshot["errors"].as_array().unwrap();
+    assert_eq!(errors.len(), 1, "{snapshot}");
+    assert_eq!(errors[0]["apiVersion"], "v1");
+    assert_eq!(errors[0]["kind"], "Secret");
+    assert_eq!(errors[0]["code"], 403);
+    assert!(
+        errors[0]["message"].as_str().unwrap().contains("forbidden"),
+        "{snapshot}"
+    );
+    // The status needs user_access like the snapshot.
+    let refused = deployment(&app, REP, 1, STATUS).await;
+    assert_eq!(refused["errors"][0]["extensions"]["code"], "FORBIDDEN");
 }
 
 #[tokio::test]
@@ -638,10 +703,6 @@ async fn envlens_history_prints_the_changes() {
     let (app, worker) = gitlab(&served, FAST).await;
     worker.run_until_idle().await.unwrap();
     api.insert(web("web:2", 2));
-    // GitLab sends the success after the job's apply has finished; here the two are microseconds
-    // apart, so let the watch event reach the worker's cache first (the snapshot reads the cache
-    // as it is: a change still in flight at the hook is in the settled snapshot, if any).
-    tokio::time::sleep(Duration::from_millis(300)).await;
     environment::deploy(&app, 4, PRODUCTION, "success").await;
     run_until(&worker, |t| t.0 == 4).await;
 
@@ -703,4 +764,57 @@ async fn envlens_history_prints_the_changes() {
         err.contains("no successful deployment of acme/apps/web to nowhere"),
         "{err}"
     );
+}
+
+/// The deploy job's last write lands at the API server just before GitLab's success, and its
+/// watch event is slow to follow: the snapshot at the hook still holds it (a consistent read),
+/// and a write that never reaches the cache in time is read fresh.
+#[tokio::test]
+async fn a_change_still_in_flight_at_the_hook_is_in_the_snapshot() {
+    let (api, served, _dir) = cluster().await;
+    let (app, worker) = gitlab(&served, FAST).await;
+    worker.run_until_idle().await.unwrap();
+    let lists_of_deployments = || api.request_count("list", "deployments.apps");
+
+    // The watch event follows the write half a second later: the cache is behind at the hook.
+    api.delay_watch_events(Duration::from_millis(500));
+    api.insert(web("web:2", 2));
+    api.remove("configmaps", Some(NS), "web-config");
+    environment::deploy(&app, 4, PRODUCTION, "success").await;
+    let before = lists_of_deployments();
+    let turns = run_until(&worker, |t| t.0 == 4).await;
+    assert_eq!(turns.last().unwrap().1, Turn::Taken { settled: true });
+    let four = deployment(&app, DEV, 4, &format!("changes {{ {CHANGES} }}")).await;
+    assert_eq!(
+        four["changes"]["images"],
+        json!([{"resource": {"kind": "Deployment", "name": "web"},
+            "container": "app", "before": "web:1", "after": "web:2"}]),
+        "{four}"
+    );
+    assert_eq!(
+        four["changes"]["removed"],
+        json!([{"kind": "ConfigMap", "name": "web-config"}]),
+        "a deletion in flight too: {four}"
+    );
+    // Waited for the cache (well within its bound): the objects came from it, not a fresh list.
+    assert_eq!(
+        lists_of_deployments() - before,
+        1,
+        "one metadata list of Deployments, no fresh one"
+    );
+
+    // A watch slower than the bound: the kinds still behind are listed fresh.
+    api.delay_watch_events(Duration::from_secs(5));
+    api.insert(web("web:3", 2));
+    environment::deploy(&app, 5, PRODUCTION, "success").await;
+    let before = lists_of_deployments();
+    run_until(&worker, |t| t.0 == 5).await;
+    let five = deployment(&app, DEV, 5, &format!("changes {{ {CHANGES} }}")).await;
+    assert_eq!(five["changes"]["images"][0]["after"], "web:3", "{five}");
+    assert_eq!(
+        lists_of_deployments() - before,
+        2,
+        "a metadata list, then a fresh one"
+    );
+    api.delay_watch_events(Duration::ZERO);
 }

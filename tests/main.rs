@@ -9,6 +9,7 @@ mod ci_deployments;
 mod cluster_client;
 mod connections;
 mod dashboard;
+mod deployment_page;
 mod deployments;
 mod embedded;
 mod environment_lookup;

@@ -202,6 +202,16 @@ pub async fn projects(
     .await?)
 }
 
+/// An environment by id (a deployment's: readable as its deployment is).
+pub async fn environment_by_id(db: impl PgExecutor<'_>, id: i64) -> Result<Option<EnvironmentRow>> {
+    Ok(sqlx::query_as(&format!(
+        "SELECT {ENVIRONMENT_COLUMNS} FROM environments e WHERE e.id = $1"
+    ))
+    .bind(id)
+    .fetch_optional(db)
+    .await?)
+}
+
 /// Environments by (project id, name).
 pub async fn environments_by_name(
     db: impl PgExecutor<'_>,

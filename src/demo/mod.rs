@@ -45,7 +45,6 @@ pub async fn run(
     // The sample cluster, and a kubeconfig that leads every agent to it.
     let demo_cluster = cluster::DemoCluster::default();
     let mut world = world::World::new(demo_cluster.clone());
-    world.start();
     let cluster_addr = demo_cluster
         .serve()
         .await
@@ -70,19 +69,60 @@ pub async fn run(
         .with_clusters(clusters, Default::default())
         .with_site(site);
     let app = crate::app(state.clone());
+    // The deployment history, as `serve` takes it: the sample's deployments are snapshotted as
+    // they are sent, the live story's rollouts as they go.
+    let history = crate::history::worker::Worker::new(
+        state.db.pg().clone(),
+        state.clusters.clone(),
+        state.health.clone(),
+        Default::default(),
+    );
+    let token = move || mint_internal(&internal_key, Duration::from_secs(60)).unwrap_or_default();
     world::seed(
         &app,
-        || mint_internal(&internal_key, Duration::from_secs(60)).unwrap_or_default(),
+        &token,
         &webhook_token,
+        Some(world::History {
+            world: &world,
+            worker: &history,
+        }),
     )
     .await
     .context("cannot seed the sample GitLab")?;
+    world.start();
+    let snapshots = tokio::spawn(history.run());
 
+    let story_app = app.clone();
     let story = tokio::spawn(async move {
         let mut every = tokio::time::interval(Duration::from_secs(2));
+        // The shop's production web app rolls every few minutes: GitLab's deployment of it
+        // follows, its snapshot settles when the rollout ends.
+        let production = &world::ENVIRONMENTS[0];
+        let mut next = 0;
         loop {
             every.tick().await;
             world.step();
+            if world.take_release() {
+                let k = world::DEPLOYMENTS + next;
+                // Ids past the sample's (`env.id * 100 + k`).
+                let (id, iid) = (9_000_000 + next, world::iid(production, k));
+                next += 1;
+                let sent = world::deploy(
+                    &story_app,
+                    token(),
+                    &webhook_token,
+                    production,
+                    (id, iid),
+                    // Created when the job started; its success (4 minutes later, as the
+                    // sample's) is now.
+                    chrono::Utc::now() - chrono::Duration::minutes(4),
+                    "success",
+                )
+                .await;
+                if let Err(e) = sent {
+                    tracing::warn!(error = %e, "demo: the rollout's deployment was not recorded");
+                }
+            }
         }
     });
     println!("envlens demo: a sample GitLab (groups acme, acme/platform, acme/web; users root, alice, bob, carol) and a sample cluster that changes by itself");
@@ -95,6 +135,7 @@ pub async fn run(
     println!("envlens listening on http://{addr}");
     crate::run(state, listener, shutdown, Duration::from_secs(5)).await?;
     story.abort();
+    snapshots.abort();
     database.close().await;
     Ok(())
 }

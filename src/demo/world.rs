@@ -149,13 +149,23 @@ fn sha(seed: i64) -> String {
     out
 }
 
+/// What the sample's deployments left in the cluster (SPEC 10): before each success hook the
+/// world is set to what that deployment released, and after it the snapshot worker takes its
+/// snapshot, as `serve`'s would.
+pub struct History<'a> {
+    pub world: &'a World,
+    pub worker: &'a crate::history::worker::Worker,
+}
+
 /// The sample GitLab, through the internal API, the agent configuration endpoint and deployment
 /// hooks, as GitLab sends them: identity, one agent whose `user_access` and `ci_access` name the
-/// group `acme`, and eight deployments per environment over the last five days.
+/// group `acme`, and eight deployments per environment over the last five days; with `history`,
+/// the snapshot of each successful one (then call [`World::start`] for the steady state).
 pub async fn seed(
     app: &Router,
     internal_token: impl Fn() -> String,
     webhook_token: &str,
+    history: Option<History<'_>>,
 ) -> anyhow::Result<()> {
     let internal = |t: String| vec![("Gitlab-Envlens-Api-Request", t)];
     send(
@@ -187,50 +197,105 @@ pub async fn seed(
     .await?;
     let now = Utc::now();
     for env in ENVIRONMENTS {
-        let count = 8;
+        let count = DEPLOYMENTS;
         for k in 0..count {
             let id = env.id * 100 + k;
             let created = now - Days::hours((count - k) * 14 + 1) + Days::minutes(env.id * 7);
-            let mut body = json!({
-                "deployment": {"id": id, "iid": k + 1, "status": "running", "ref": "main", "sha": sha(id), "tag": false,
-                               "created_at": created.to_rfc3339()},
-                "project": {"id": env.project.0, "full_path": env.project.1},
-                "environment": {"id": env.id, "name": env.name, "slug": env.slug, "tier": env.tier},
-                "job": {"id": id + 50_000, "name": format!("deploy-{}", env.slug), "protected_ref": true, "user_id": 2},
-            });
-            if let Some(ns) = env.namespace {
-                body["kubernetes"] = json!({"agent": AGENT, "namespace": ns});
-            }
-            send(
-                app,
-                Method::POST,
-                "/api/v4/internal/deployments",
-                &internal(internal_token()),
-                &body,
-            )
-            .await?;
             // One failed deployment in the history of each environment; the last one succeeded.
             let status = if k == count - 3 { "failed" } else { "success" };
-            let hook = json!({
-                "object_kind": "deployment", "deployment_id": id, "status": status,
-                "status_changed_at": (created + Days::minutes(4)).format("%Y-%m-%d %H:%M:%S %z").to_string(),
-                "environment": env.name, "environment_slug": env.slug, "environment_tier": env.tier,
-                "project": {"id": env.project.0, "path_with_namespace": env.project.1, "visibility_level": 0},
-                "ref": "main", "short_sha": &sha(id)[..8], "deployable_id": id + 50_000,
-            });
-            send(
+            if let (Some(h), Some(_), "success") = (&history, env.namespace, status) {
+                h.world.release(env, k as usize);
+            }
+            deploy(
                 app,
-                Method::POST,
-                "/webhooks/gitlab",
-                &[
-                    ("X-Gitlab-Token", webhook_token.to_owned()),
-                    ("X-Gitlab-Event", "Deployment Hook".to_owned()),
-                ],
-                &hook,
+                internal_token(),
+                webhook_token,
+                env,
+                (id, iid(env, k)),
+                created,
+                status,
             )
             .await?;
+            if let Some(h) = &history {
+                h.worker
+                    .run_until_idle()
+                    .await
+                    .map_err(|e| anyhow::anyhow!("the sample's snapshots: {e}"))?;
+            }
         }
     }
+    Ok(())
+}
+
+/// Deployments the sample sends per environment.
+pub const DEPLOYMENTS: i64 = 8;
+
+/// The project-wide number (GitLab's `iid`) of `env`'s deployment `k` (from 0): the project's
+/// environments take turns of [`DEPLOYMENTS`], in the order of [`ENVIRONMENTS`]; past them
+/// (`k` ≥ [`DEPLOYMENTS`]) come the live story's.
+pub fn iid(env: &Env, k: i64) -> i64 {
+    let before = ENVIRONMENTS
+        .iter()
+        .take_while(|e| e.id != env.id)
+        .filter(|e| e.project.0 == env.project.0)
+        .count() as i64;
+    if k < DEPLOYMENTS {
+        return before * DEPLOYMENTS + k + 1;
+    }
+    let all = ENVIRONMENTS
+        .iter()
+        .filter(|e| e.project.0 == env.project.0)
+        .count() as i64;
+    all * DEPLOYMENTS + (k - DEPLOYMENTS) + 1
+}
+
+/// A deployment of `env` (its `id` and `iid`) created at `created`, sent as GitLab sends it:
+/// the creation call, then the hook of its `status`.
+pub async fn deploy(
+    app: &Router,
+    internal_token: String,
+    webhook_token: &str,
+    env: &Env,
+    (id, iid): (i64, i64),
+    created: chrono::DateTime<Utc>,
+    status: &str,
+) -> anyhow::Result<()> {
+    let mut body = json!({
+        "deployment": {"id": id, "iid": iid, "status": "running", "ref": "main", "sha": sha(id), "tag": false,
+                       "created_at": created.to_rfc3339()},
+        "project": {"id": env.project.0, "full_path": env.project.1},
+        "environment": {"id": env.id, "name": env.name, "slug": env.slug, "tier": env.tier},
+        "job": {"id": id + 50_000, "name": format!("deploy-{}", env.slug), "protected_ref": true, "user_id": 2},
+    });
+    if let Some(ns) = env.namespace {
+        body["kubernetes"] = json!({"agent": AGENT, "namespace": ns});
+    }
+    send(
+        app,
+        Method::POST,
+        "/api/v4/internal/deployments",
+        &[("Gitlab-Envlens-Api-Request", internal_token)],
+        &body,
+    )
+    .await?;
+    let hook = json!({
+        "object_kind": "deployment", "deployment_id": id, "status": status,
+        "status_changed_at": (created + Days::minutes(4)).format("%Y-%m-%d %H:%M:%S %z").to_string(),
+        "environment": env.name, "environment_slug": env.slug, "environment_tier": env.tier,
+        "project": {"id": env.project.0, "path_with_namespace": env.project.1, "visibility_level": 0},
+        "ref": "main", "short_sha": &sha(id)[..8], "deployable_id": id + 50_000,
+    });
+    send(
+        app,
+        Method::POST,
+        "/webhooks/gitlab",
+        &[
+            ("X-Gitlab-Token", webhook_token.to_owned()),
+            ("X-Gitlab-Event", "Deployment Hook".to_owned()),
+        ],
+        &hook,
+    )
+    .await?;
     Ok(())
 }
 
@@ -356,6 +421,12 @@ fn event(about: [&str; 5], kind_of_event: &str, reason: &str, message: &str, cou
         "firstTimestamp": now(), "lastTimestamp": now(), "source": {"component": "kubelet"}})
 }
 
+/// Steps (of 2 s) between the starts of two rollouts of the shop's web app, and the step of
+/// the period it starts at: right after the worker's crash loop (steps 10 to 25 of every 40)
+/// ends, so that the rollout (some 10 steps) settles healthy.
+const ROLL_EVERY: u64 = 120;
+const ROLL_AT: u64 = 66;
+
 const SUFFIXES: [&str; 6] = ["x7k2p", "q9w3e", "m4n8b", "t2v6c", "h5j1l", "r8s0d"];
 
 /// What runs in the cluster, and how it changes.
@@ -365,6 +436,9 @@ pub struct World {
     tick: u64,
     /// The web app's rollout: the image it goes to and how many new Pods are up.
     rollout: Option<(String, usize)>,
+    /// A rollout began since [`World::take_release`] last looked: GitLab's deployment of it is
+    /// due.
+    released: bool,
     restarts: u32,
 }
 
@@ -449,6 +523,7 @@ impl World {
             apps,
             tick: 0,
             rollout: None,
+            released: false,
             restarts: 0,
         }
     }
@@ -497,18 +572,78 @@ impl World {
                 ),
                 1,
             ));
-            self.cluster.put(json!({"apiVersion": "v1", "kind": "Service",
-                "metadata": {"name": app.name, "namespace": app.ns, "labels": labels(app.project, app.slug, app.name)},
-                "spec": {"selector": {"app": app.name}, "ports": [{"port": 80, "targetPort": 8080}], "type": "ClusterIP"},
-                "status": {"loadBalancer": {}}}));
-            self.cluster.put(json!({"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": format!("{}-config", app.name), "namespace": app.ns, "labels": labels(app.project, app.slug, app.name)},
-                "data": {"LOG_LEVEL": "info", "FEATURE_FLAGS": "checkout-v2,fast-search"}}));
+            self.cluster.put(service(app));
+            self.cluster.put(config_map(app, "checkout-v2,fast-search"));
         }
+        for env in ENVIRONMENTS {
+            if let Some(ns) = env.namespace {
+                self.shared(ns);
+            }
+        }
+        for _ in 0..20 {
+            self.logs();
+        }
+    }
+
+    /// Sets the apps of `env` to what its deployment `k` (of the eight [`seed`] sends, from 0)
+    /// released: an older image for the first ones, other feature flags for the first half;
+    /// the last is the steady state [`World::start`] shows.
+    pub fn release(&self, env: &Env, k: usize) {
+        let flags = if k < 4 {
+            "checkout-v2"
+        } else {
+            "checkout-v2,fast-search"
+        };
+        for app in self.apps.iter().filter(|a| Some(a.ns) == env.namespace) {
+            let images = releases(&app.image);
+            let image = &images[match k {
+                0..=2 => 0,
+                3 | 4 => 1,
+                _ => 2,
+            }];
+            for other in images.iter().filter(|i| *i != image) {
+                self.cluster.delete(
+                    "ReplicaSet",
+                    app.ns,
+                    &format!("{}-{}", app.name, hash_of(other)),
+                );
+                for s in &SUFFIXES[..app.replicas] {
+                    self.cluster.delete("Pod", app.ns, &pod_name(app, other, s));
+                }
+            }
+            let released = App {
+                image: image.clone(),
+                ..clone_app(app)
+            };
+            let r = app.replicas;
+            self.cluster
+                .put(deployment(&released, 1, deployment_status(1, r, r, r)));
+            self.cluster.put(replica_set(app, image, r, r));
+            for s in &SUFFIXES[..r] {
+                self.cluster.put(pod(app, image, s, PodState::Running, 0));
+            }
+            self.cluster.put(service(app));
+            self.cluster.put(config_map(app, flags));
+        }
+        if let Some(ns) = env.namespace {
+            self.shared(ns);
+        }
+    }
+
+    /// Whether a rollout began since the last call: the live story's deployments.
+    pub fn take_release(&mut self) -> bool {
+        std::mem::take(&mut self.released)
+    }
+
+    /// What `namespace` holds beside the apps: credentials, an Ingress, a volume, a CronJob.
+    fn shared(&self, namespace: &str) {
         for (ns, project, slug) in [
             ("shop-production", 201, "production"),
             ("payments-production", 202, "production"),
         ] {
+            if ns != namespace {
+                continue;
+            }
             self.cluster.put(json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
                 "metadata": {"name": "database-credentials", "namespace": ns, "labels": labels(project, slug, "database")},
                 "data": {"username": "c2hvcA==", "password": "aHVudGVyMg=="}}));
@@ -518,16 +653,17 @@ impl World {
                     "backend": {"service": {"name": if project == 201 { "web" } else { "api" }, "port": {"number": 80}}}}]}}]},
                 "status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.10"}]}}}));
         }
-        self.cluster.put(json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        if namespace == "site-production" {
+            self.cluster.put(json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
             "metadata": {"name": "uploads", "namespace": "site-production", "labels": labels(203, "production", "site")},
             "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "10Gi"}}},
             "status": {"phase": "Bound"}}));
-        self.cluster.put(json!({"apiVersion": "batch/v1", "kind": "CronJob",
+        }
+        if namespace == "payments-production" {
+            self.cluster.put(json!({"apiVersion": "batch/v1", "kind": "CronJob",
             "metadata": {"name": "nightly-report", "namespace": "payments-production", "labels": labels(202, "production", "report")},
             "spec": {"schedule": "0 2 * * *", "jobTemplate": {"spec": {"template": {"spec": {"containers": [{"name": "report", "image": "registry.acme.test/payments/report:1.0"}]}}}}},
             "status": {"lastScheduleTime": now(), "lastSuccessfulTime": now()}}));
-        for _ in 0..20 {
-            self.logs();
         }
     }
 
@@ -650,11 +786,11 @@ impl World {
         }
     }
 
-    /// Every 3 minutes the production web app rolls to the other image, one Pod at a time.
+    /// Every 4 minutes the production web app rolls to the other image, one Pod at a time.
     fn roll(&mut self) {
-        let phase = self.tick % 90;
+        let phase = self.tick % ROLL_EVERY;
         let app_index = 0;
-        if phase == 45 && self.rollout.is_none() {
+        if phase == ROLL_AT && self.rollout.is_none() {
             let app = &self.apps[app_index];
             let next = if app.image.ends_with("1.4.2") {
                 "registry.acme.test/shop/web:1.5.0"
@@ -662,7 +798,8 @@ impl World {
                 "registry.acme.test/shop/web:1.4.2"
             };
             self.rollout = Some((next.to_owned(), 0));
-            let generation = 2 + (self.tick / 90) as i64;
+            self.released = true;
+            let generation = 2 + (self.tick / ROLL_EVERY) as i64;
             self.cluster.put(deployment(
                 &App {
                     image: next.to_owned(),
@@ -691,7 +828,7 @@ impl World {
             return;
         };
         let app = &self.apps[app_index];
-        let generation = 2 + (self.tick / 90) as i64;
+        let generation = 2 + (self.tick / ROLL_EVERY) as i64;
         let new_app = App {
             image: next.clone(),
             ..clone_app(app)
@@ -739,6 +876,37 @@ impl World {
             }
         }
     }
+}
+
+fn service(app: &App) -> Value {
+    json!({"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": app.name, "namespace": app.ns, "labels": labels(app.project, app.slug, app.name)},
+        "spec": {"selector": {"app": app.name}, "ports": [{"port": 80, "targetPort": 8080}], "type": "ClusterIP"},
+        "status": {"loadBalancer": {}}})
+}
+
+fn config_map(app: &App, flags: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": format!("{}-config", app.name), "namespace": app.ns, "labels": labels(app.project, app.slug, app.name)},
+        "data": {"LOG_LEVEL": "info", "FEATURE_FLAGS": flags}})
+}
+
+/// The images an app's history went through, oldest first; the last is `image`.
+fn releases(image: &str) -> [String; 3] {
+    let (repository, tag) = image.rsplit_once(':').unwrap_or((image, "latest"));
+    let [a, b] = match tag {
+        "1.4.2" => ["1.4.0", "1.4.1"],
+        "1.5.0-rc.1" => ["1.4.1", "1.4.2"],
+        "3.2.0" => ["3.1.4", "3.1.5"],
+        "3.3.0-rc.2" => ["3.2.0", "3.3.0-rc.1"],
+        "2026.11.20" => ["2026.11.13", "2026.11.17"],
+        other => [other, other],
+    };
+    [
+        format!("{repository}:{a}"),
+        format!("{repository}:{b}"),
+        image.to_owned(),
+    ]
 }
 
 fn clone_app(app: &App) -> App {

@@ -4,21 +4,26 @@
 
 use std::collections::BTreeMap;
 
-use async_graphql::{Context, Json, SimpleObject, ID};
+use async_graphql::{Context, Enum, Json, SimpleObject, ID};
 use serde_json::Value;
 
-use super::resource_group::{self, HealthStatus, KubernetesResource};
+use super::resource_group::{self, HealthStatus, KubernetesResource, ResourceListError};
 use super::types::{conn, Deployment, Gql, Result, Time};
-use crate::db::history::{self as db, SnapshotRow};
+use crate::db::history::{self as db, JobState, SnapshotRow};
 use crate::db::read::DeploymentRow;
 use crate::error::Error;
 use crate::history::diff;
 use crate::history::snapshot::{parse_health, Entry};
 use crate::history::store;
+use crate::resources::listing::ListError;
 
-/// Reading a snapshot is a few rows and up to a group's worth of manifests: priced like the
-/// live group.
+/// Comparing two snapshots reads up to two groups' worth of entries and the changed manifests:
+/// priced like the live group.
 pub const COST: usize = resource_group::COST;
+
+/// A snapshot's row and job without its resources (a list of deployments' times to healthy);
+/// its `resources` are priced like the live group.
+pub const ROW_COST: usize = 5;
 
 #[derive(SimpleObject)]
 pub struct ResourceSnapshot {
@@ -33,7 +38,79 @@ pub struct ResourceSnapshot {
     /// Seconds from `takenAt` to a HEALTHY group; null when it did not get there (yet).
     time_to_healthy: Option<f64>,
     /// The resources when settled, else when taken, with their health then; no events.
+    #[graphql(complexity = "COST + child_complexity")]
     resources: Vec<KubernetesResource>,
+    /// The kinds the snapshot could not read when it was taken (the cluster refused the
+    /// agent, 403): their resources are not in it, and a change to them is not seen.
+    errors: Vec<ResourceListError>,
+}
+
+/// Where the taking of a deployment's snapshot stands.
+#[derive(SimpleObject)]
+pub struct SnapshotStatus {
+    state: SnapshotState,
+    /// Failed attempts at reading the cluster so far.
+    attempts: i32,
+    /// Why the last attempt failed, when it did.
+    last_error: Option<String>,
+    /// When the job looks at the cluster next; null once it has ended.
+    next_attempt_at: Option<Time>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Enum)]
+pub enum SnapshotState {
+    /// The first snapshot is due.
+    Pending,
+    /// The cluster could not be read; the first snapshot is tried again at `nextAttemptAt`.
+    Retrying,
+    /// Taken while the rollout was PROGRESSING: looked at again until it settles.
+    Settling,
+    /// Taken, and settled.
+    Done,
+    /// A newer deployment of the environment succeeded before this one's snapshot was taken.
+    Superseded,
+    /// Given up: the cluster could not be read in time, or the deployment lost its agent.
+    Failed,
+}
+
+impl SnapshotState {
+    /// A job's phase (`db::history`) and failed attempts, as the API names them.
+    pub fn of(phase: &str, attempts: i32) -> Option<SnapshotState> {
+        Some(match phase {
+            "taken" if attempts > 0 => SnapshotState::Retrying,
+            "taken" => SnapshotState::Pending,
+            "settling" => SnapshotState::Settling,
+            "done" => SnapshotState::Done,
+            "superseded" => SnapshotState::Superseded,
+            "failed" => SnapshotState::Failed,
+            _ => return None,
+        })
+    }
+
+    fn ended(self) -> bool {
+        matches!(
+            self,
+            SnapshotState::Done | SnapshotState::Superseded | SnapshotState::Failed
+        )
+    }
+}
+
+/// The kinds a stored snapshot could not read (`deployment_snapshots.errors`).
+fn stored_errors(errors: Option<&Value>) -> Vec<ResourceListError> {
+    let Some(Value::Array(items)) = errors else {
+        return Vec::new();
+    };
+    items
+        .iter()
+        .map(|e| {
+            ResourceListError::from(ListError {
+                api_version: e["apiVersion"].as_str().unwrap_or_default().to_owned(),
+                kind: e["kind"].as_str().unwrap_or_default().to_owned(),
+                code: e["code"].as_u64().and_then(|c| u16::try_from(c).ok()),
+                message: e["message"].as_str().unwrap_or_default().to_owned(),
+            })
+        })
+        .collect()
 }
 
 #[derive(SimpleObject)]
@@ -86,12 +163,15 @@ pub async fn snapshot(
     let Some(row) = readable(ctx, deployment).await? else {
         return Ok(None);
     };
-    // Manifests only when asked for (labels are read from them): a thousand of them are
-    // most of the work of reading a snapshot.
+    // Resources only when asked for, manifests only when asked for (labels are read from
+    // them): a list of deployments asks for their times to healthy alone.
     let look = ctx.look_ahead().field("resources");
     let wanted = look.field("manifest").exists() || look.field("labels").exists();
     let mut c = conn(ctx).await?;
-    let entries = store::entries(&mut c, &row).await.gql()?;
+    let entries = match look.exists() {
+        true => store::entries(&mut c, &row).await.gql()?,
+        false => Vec::new(),
+    };
     let texts = match wanted {
         true => store::manifest_texts(&mut c, row.environment_id, &entries)
             .await
@@ -115,7 +195,39 @@ pub async fn snapshot(
                 KubernetesResource::from_snapshot(e, texts.get(&e.manifest).map(String::as_str))
             })
             .collect(),
+        errors: stored_errors(row.errors.as_ref()),
     }))
+}
+
+/// Where the snapshot job of `deployment` stands; `None` when there is none (no agent, or not
+/// successful). Needs `user_access` like the snapshot: the last error names the cluster.
+pub async fn status(
+    ctx: &Context<'_>,
+    deployment: &DeploymentRow,
+) -> Result<Option<SnapshotStatus>> {
+    let Some((agent, _)) = super::types::deployment_agent(ctx, deployment.id).await? else {
+        return Ok(None);
+    };
+    resource_group::authorize(ctx, agent.id).await?;
+    let job = db::job(&mut **conn(ctx).await?, deployment.id)
+        .await
+        .gql()?;
+    Ok(job.and_then(
+        |JobState {
+             phase,
+             attempts,
+             last_error,
+             due_at,
+         }| {
+            let state = SnapshotState::of(&phase, attempts)?;
+            Some(SnapshotStatus {
+                state,
+                attempts,
+                last_error,
+                next_attempt_at: (!state.ended()).then_some(Time(due_at)),
+            })
+        },
+    ))
 }
 
 fn stored_health(s: &str) -> Result<HealthStatus> {

@@ -727,6 +727,17 @@ impl Deployment {
         self.0.finished_at.map(Time)
     }
 
+    /// The environment deployed to; null until GitLab has named it.
+    async fn environment(&self, ctx: &Context<'_>) -> Result<Option<Environment>> {
+        let Some(id) = self.0.environment_id else {
+            return Ok(None);
+        };
+        let row = read::environment_by_id(&mut **conn(ctx).await?, id)
+            .await
+            .gql()?;
+        Ok(row.map(Environment::new))
+    }
+
     /// The agent and namespace the deployment job deployed to (its `agent_deployments` row).
     async fn agent(&self, ctx: &Context<'_>) -> Result<Option<DeploymentAgent>> {
         Ok(deployment_agent(ctx, self.0.id)
@@ -740,9 +751,17 @@ impl Deployment {
     /// The environment's resources as this deployment left them (SPEC 10): snapshotted when it
     /// succeeded, and again when its rollout settled. Null without an agent, or until the
     /// snapshot is taken. Needs the user's `user_access` to the agent.
-    #[graphql(complexity = "history::COST + child_complexity")]
+    #[graphql(complexity = "history::ROW_COST + child_complexity")]
     async fn snapshot(&self, ctx: &Context<'_>) -> Result<Option<history::ResourceSnapshot>> {
         history::snapshot(ctx, &self.0).await
+    }
+
+    /// Where the taking of the snapshot stands: pending, retrying after the cluster could not be
+    /// read (with the error), settling, done. Null without an agent or before a success. Needs
+    /// the user's `user_access` to the agent.
+    #[graphql(complexity = "history::ROW_COST + child_complexity")]
+    async fn snapshot_status(&self, ctx: &Context<'_>) -> Result<Option<history::SnapshotStatus>> {
+        history::status(ctx, &self.0).await
     }
 
     /// What this deployment changed, against `since` (a deployment of the same environment

@@ -3,7 +3,9 @@
 //!
 //! A job takes the first snapshot of the environment's resource group, read as the agent
 //! (the cluster connection of the resource group, without a user's impersonation) from the
-//! watch cache; then, while the group is PROGRESSING, looks again every
+//! watch cache as a consistent read (`WatchCache::list_resource_group_consistent`: a write
+//! the deploy job made just before GitLab's success is in it, though its watch event may not
+//! have reached the cache yet); then, while the group is PROGRESSING, looks again every
 //! `history.settle_poll` until it is not, or until `history.settle_timeout` has passed, and
 //! takes the settled snapshot. A cluster that cannot be read is recorded on the job
 //! (`last_error`) and tried again with a doubling wait; the deployment itself is never touched.
@@ -40,6 +42,11 @@ const MAX_ATTEMPTS: i32 = 12;
 
 /// How long a claim holds before another claimer may take the job.
 const LEASE: Duration = Duration::from_secs(120);
+
+/// How long the first snapshot waits for the watch cache to hold what the cluster has at the
+/// success hook (the deploy job's last writes may still be on their way to the watch) before
+/// it lists the kinds still behind fresh.
+const CATCH_UP: Duration = Duration::from_secs(2);
 
 /// The longest the worker sleeps when nothing is due (a job queued by another replica is
 /// seen within this).
@@ -153,7 +160,7 @@ impl Worker {
             db::finish(&self.pool, id, "superseded", None).await?;
             return Ok(Turn::Superseded);
         }
-        let (snap, errors) = match self.read(&target, slug).await {
+        let (snap, errors) = match self.read(&target, slug, Read::Consistent).await {
             Ok(read) => read,
             Err(error) => return self.failed(job, error).await,
         };
@@ -184,7 +191,7 @@ impl Worker {
             return Ok(Turn::Superseded);
         }
         let poll = self.settings.settle_poll.as_secs_f64();
-        match self.read(target, slug).await {
+        match self.read(target, slug, Read::Cached).await {
             Ok((snap, _)) if snap.health != HealthStatus::Progressing || timed_out => {
                 store::save_settled(&self.pool, &first, &snap).await?;
                 db::finish(&self.pool, id, "done", None).await?;
@@ -247,6 +254,7 @@ impl Worker {
         &self,
         target: &Target,
         slug: &str,
+        how: Read,
     ) -> std::result::Result<(Snapshot, Vec<ListError>), String> {
         let cluster = self
             .clusters
@@ -262,17 +270,35 @@ impl Worker {
             agent: Some(target.agent_id),
             ..FetchOptions::default()
         };
-        let listing = cluster
-            .watch
-            .list_resource_group(
-                &cluster.discovery,
-                &HeaderMap::new(),
-                &target.namespace,
-                &label_selector(target.project_id, slug),
-                &options,
-            )
-            .await
-            .map_err(|e| e.to_string())?;
+        let (namespace, selector) = (&target.namespace, label_selector(target.project_id, slug));
+        let listing = match how {
+            Read::Consistent => {
+                cluster
+                    .watch
+                    .list_resource_group_consistent(
+                        &cluster.discovery,
+                        &HeaderMap::new(),
+                        namespace,
+                        &selector,
+                        &options,
+                        CATCH_UP,
+                    )
+                    .await
+            }
+            Read::Cached => {
+                cluster
+                    .watch
+                    .list_resource_group(
+                        &cluster.discovery,
+                        &HeaderMap::new(),
+                        namespace,
+                        &selector,
+                        &options,
+                    )
+                    .await
+            }
+        }
+        .map_err(|e| e.to_string())?;
         let unreadable: Vec<String> = listing
             .errors
             .iter()
@@ -300,6 +326,15 @@ impl Worker {
             .map_err(|e| e.to_string())?;
         Ok((snap, errors))
     }
+}
+
+/// How a snapshot reads the group.
+#[derive(Debug, Clone, Copy)]
+enum Read {
+    /// At least as new as the cluster at the hook: the deployment's own writes are in it.
+    Consistent,
+    /// The cache as it is: a settling rollout is looked at again anyway.
+    Cached,
 }
 
 /// `base` doubled per earlier failed attempt, at most [`MAX_BACKOFF`].

@@ -329,6 +329,26 @@ pub(crate) async fn get(
     agent: Option<ForAgent>,
     timeout: Duration,
 ) -> Result<Bytes, Failure> {
+    get_as(
+        client,
+        path_and_query,
+        headers,
+        agent,
+        timeout,
+        "application/json",
+    )
+    .await
+}
+
+/// [`get`], asking for `accept` (e.g. a `PartialObjectMetadataList`, falling back to JSON).
+pub(crate) async fn get_as(
+    client: &kube::Client,
+    path_and_query: &str,
+    headers: &HeaderMap,
+    agent: Option<ForAgent>,
+    timeout: Duration,
+    accept: &'static str,
+) -> Result<Bytes, Failure> {
     let mut request = Request::get(path_and_query)
         .body(kube::client::Body::empty())
         .map_err(|e| Failure::no_answer(format!("cannot build the request: {e}")))?;
@@ -337,7 +357,7 @@ pub(crate) async fn get(
     }
     request
         .headers_mut()
-        .insert(header::ACCEPT, HeaderValue::from_static("application/json"));
+        .insert(header::ACCEPT, HeaderValue::from_static(accept));
     if let Some(agent) = agent {
         request.extensions_mut().insert(agent);
     }

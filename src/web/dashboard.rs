@@ -40,6 +40,7 @@ where
         .route("/", get(groups))
         .route("/groups/{*path}", get(group))
         .route("/environments", get(environment))
+        .route("/deployments", get(deployment))
         .route("/resources", get(resource))
         .route("/logs", get(logs))
         .route(&format!("{}{{name}}", assets::PREFIX), get(assets::serve))
@@ -419,6 +420,7 @@ async fn environment(
             .iter()
             .find(|e| e.under("resourceGroup"))
             .map(|e| e.message.clone());
+        let snapshots_refused = refused_deployments(&errors);
         let title = format!("{} · {}", environment.name, project_row.full_path);
         let mut chrome = reader.chrome(&title, username.as_deref());
         chrome.subscription = Some((
@@ -429,11 +431,91 @@ async fn environment(
             project_path: project_row.full_path.clone(),
             environment,
             group_error,
+            snapshots_refused,
             tab,
         };
         Ok::<_, Error>(html(
             StatusCode::OK,
             pages::environment::environment_page(&chrome, &view, Utc::now()),
+        ))
+    }
+    .await;
+    result.unwrap_or_else(|e| error_page(&e, Some(&reader)))
+}
+
+/// The indices of the deployments whose snapshot fields the API refused (`deployments.nodes.<i>
+/// .snapshot…`).
+fn refused_deployments(errors: &[FieldError]) -> std::collections::HashSet<usize> {
+    errors
+        .iter()
+        .filter(|e| e.under("snapshot") || e.under("snapshotStatus"))
+        .filter_map(|e| {
+            let at = e.path.iter().position(|p| p == "nodes")?;
+            e.path.get(at + 1)?.parse().ok()
+        })
+        .collect()
+}
+
+// --- `/deployments?project=&iid=` ---------------------------------------------------------
+
+#[derive(Deserialize)]
+struct DeploymentQuery {
+    project: Option<String>,
+    iid: Option<String>,
+}
+
+async fn deployment(
+    State(engine): State<Engine>,
+    reader: Reader,
+    query: Result<Query<DeploymentQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let result = async {
+        let Query(q) = query.map_err(|e| Error::BadRequest(e.body_text()))?;
+        let project = required("project", &q.project)?;
+        let iid = required("iid", &q.iid)?;
+        if !iid.bytes().all(|b| b.is_ascii_digit()) || iid.len() > 18 {
+            return Err(Error::BadRequest(format!(
+                "iid must be a deployment's number, not {iid:?}"
+            )));
+        }
+        let (data, errors): (data::DeploymentData, Vec<FieldError>) = data::run(
+            &engine,
+            reader.session,
+            data::DEPLOYMENT,
+            json!({"project": project, "iid": iid}),
+        )
+        .await?;
+        let username = data.current_user.map(|u| u.username);
+        let project_row = data
+            .project
+            .ok_or_else(|| not_found(&format!("The project {project}")))?;
+        let deployment = project_row
+            .deployment
+            .ok_or_else(|| not_found(&format!("Deployment #{iid} of {project}")))?;
+        // A refusal (no user_access) or a failure to read the history is said on the page;
+        // the deployment itself stays readable.
+        let history_error = errors
+            .iter()
+            .find(|e| e.under("snapshot") || e.under("changes") || e.under("snapshotStatus"))
+            .map(|e| match e.code.as_str() {
+                "FORBIDDEN" => format!("What this deployment changed is not shown: {}", e.message),
+                _ => format!("What this deployment changed cannot be read: {}", e.message),
+            });
+        let health_error = errors
+            .iter()
+            .find(|e| e.under("resourceGroup"))
+            .map(|e| e.message.clone());
+        let title = format!("Deployment #{iid} · {}", project_row.full_path);
+        let chrome = reader.chrome(&title, username.as_deref());
+        let view = pages::deployment::DeploymentView {
+            project_path: project_row.full_path.clone(),
+            deployment,
+            history_error,
+            health_error,
+        };
+        Ok::<_, Error>(html(
+            StatusCode::OK,
+            pages::deployment::deployment_page(&chrome, &view, Utc::now()),
         ))
     }
     .await;

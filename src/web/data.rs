@@ -25,7 +25,8 @@ pub const ENVIRONMENT: &str = r#"query($project: ID!, $name: String!) {
   project(fullPath: $project) { fullPath
     environment(name: $name) { id name tier state
       clusterAgent { id name project { fullPath } }
-      deployments(first: 20) { nodes { iid status ref sha createdAt finishedAt agent { name kubernetesNamespace } } }
+      deployments(first: 20) { nodes { iid status ref sha createdAt finishedAt agent { name kubernetesNamespace }
+        snapshot { settledAt health timeToHealthy } snapshotStatus { state } } }
       resourceGroup { namespace labelSelector health healthMessage warnings
         errors { apiVersion kind code message }
         resources { uid apiVersion kind namespace name createdAt health { status message }
@@ -38,6 +39,23 @@ pub const RESOURCE: &str = r#"query($project: ID!, $name: String!) {
     environment(name: $name) { id name clusterAgent { id name project { fullPath } }
       resourceGroup { namespace resources { uid apiVersion kind namespace name createdAt
         health { status message } events { type reason message count lastSeen } manifest } } } } }"#;
+
+/// A deployment's page (SPEC 10): its changes against the previous snapshot, its time to
+/// healthy, its health when settled and the environment's now.
+pub const DEPLOYMENT: &str = r#"query($project: ID!, $iid: ID!) {
+  currentUser { username }
+  project(fullPath: $project) { fullPath
+    deployment(iid: $iid) { iid status ref sha createdAt finishedAt
+      agent { name kubernetesNamespace }
+      environment { name resourceGroup { health healthMessage } }
+      snapshotStatus { state attempts lastError nextAttemptAt }
+      snapshot { takenAt settledAt health healthMessage timeToHealthy
+        errors { apiVersion kind code message } }
+      changes { since { iid status ref sha createdAt finishedAt }
+        added { uid apiVersion kind namespace name health { status message } }
+        removed { uid apiVersion kind namespace name health { status message } }
+        modified { resource { uid apiVersion kind namespace name health { status message } } patch }
+        images { resource { uid apiVersion kind namespace name } container before after } } } } }"#;
 
 /// Runs `document` as the session's user and reads its data into `T`. An error at a field is
 /// returned beside the data (a resource group the user may not see leaves the rest of the
@@ -189,6 +207,107 @@ pub struct Deployment {
     pub finished_at: Option<String>,
     #[serde(default)]
     pub agent: Option<DeploymentAgent>,
+    #[serde(default)]
+    pub snapshot: Option<SnapshotSummary>,
+    #[serde(default)]
+    pub snapshot_status: Option<SnapshotStatus>,
+}
+
+/// What a list of deployments shows of a snapshot: its time to healthy.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SnapshotSummary {
+    pub settled_at: Option<String>,
+    pub health: String,
+    pub time_to_healthy: Option<f64>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SnapshotStatus {
+    pub state: String,
+    #[serde(default)]
+    pub attempts: i32,
+    #[serde(default)]
+    pub last_error: Option<String>,
+    #[serde(default)]
+    pub next_attempt_at: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeploymentData {
+    pub current_user: Option<CurrentUser>,
+    pub project: Option<DeploymentProject>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeploymentProject {
+    pub full_path: String,
+    pub deployment: Option<DeploymentDetail>,
+}
+
+/// A deployment with its snapshot and changes, as the deployment page reads it.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeploymentDetail {
+    pub iid: Option<String>,
+    pub status: Option<String>,
+    #[serde(rename = "ref")]
+    pub git_ref: Option<String>,
+    pub sha: Option<String>,
+    pub created_at: Option<String>,
+    pub finished_at: Option<String>,
+    pub agent: Option<DeploymentAgent>,
+    pub environment: Option<DeploymentEnvironment>,
+    pub snapshot_status: Option<SnapshotStatus>,
+    pub snapshot: Option<Snapshot>,
+    pub changes: Option<Changes>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeploymentEnvironment {
+    pub name: String,
+    pub resource_group: Option<GroupHealth>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Snapshot {
+    pub taken_at: String,
+    pub settled_at: Option<String>,
+    pub health: String,
+    pub health_message: Option<String>,
+    pub time_to_healthy: Option<f64>,
+    #[serde(default)]
+    pub errors: Vec<ListError>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Changes {
+    pub since: Option<Deployment>,
+    pub added: Vec<Resource>,
+    pub removed: Vec<Resource>,
+    pub modified: Vec<Modified>,
+    pub images: Vec<ImageChange>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Modified {
+    pub resource: Resource,
+    /// RFC 6902 operations.
+    pub patch: Vec<serde_json::Value>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ImageChange {
+    pub resource: Resource,
+    pub container: String,
+    pub before: Option<String>,
+    pub after: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -71,7 +71,7 @@ impl Demo {
 
     async fn serve(relayed: bool) -> Demo {
         let cluster = DemoCluster::default();
-        World::new(cluster.clone()).start();
+        let mut world = World::new(cluster.clone());
         let addr = cluster.serve().await.unwrap();
         let dir = tempfile::tempdir().unwrap();
         let kubeconfig = dir.path().join("kubeconfig");
@@ -100,9 +100,25 @@ impl Demo {
             .with_clusters(clusters, Default::default())
             .with_site(site);
         let app = TestApp::owning(state.clone(), database);
-        world::seed(&app.router, internal_token, WEBHOOK_TOKEN)
-            .await
-            .unwrap();
+        // The sample's deployments with their snapshots (SPEC 10), as `envlens demo` seeds them.
+        let history = envlens::history::worker::Worker::new(
+            state.db.pg().clone(),
+            state.clusters.clone(),
+            state.health.clone(),
+            Default::default(),
+        );
+        world::seed(
+            &app.router,
+            internal_token,
+            WEBHOOK_TOKEN,
+            Some(world::History {
+                world: &world,
+                worker: &history,
+            }),
+        )
+        .await
+        .unwrap();
+        world.start();
         let served = state.clone();
         tokio::spawn(async move {
             envlens::run(

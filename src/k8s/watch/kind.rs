@@ -4,7 +4,7 @@
 //! version left the server's history) relists; any other failure backs off (250 ms doubling to
 //! 30 s) and resumes, relisting if the watch cannot be resumed.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
@@ -54,6 +54,9 @@ pub(crate) struct KindWatch {
     pub kind: ApiKind,
     /// Shared with the views that read them: a view takes the objects without copying them.
     objects: Mutex<BTreeMap<String, Arc<Object>>>,
+    /// Each object's `resourceVersion`, by name: how far the cache has seen it
+    /// (`WatchCache::list_resource_group_consistent` compares them with the server's).
+    versions: Mutex<HashMap<String, String>>,
     pub phase: watch::Sender<Phase>,
     /// The namespace's change feed; an object is cloned into it only while somebody listens.
     changes: broadcast::Sender<KindChange>,
@@ -97,6 +100,7 @@ impl KindWatch {
         let watch = Arc::new(KindWatch {
             kind,
             objects: Mutex::new(BTreeMap::new()),
+            versions: Mutex::new(HashMap::new()),
             phase: watch::Sender::new(Phase::Pending),
             changes,
             stale: Mutex::new(None),
@@ -165,7 +169,20 @@ impl KindWatch {
         self.lock().values().cloned().collect()
     }
 
-    fn replace(&self, fresh: BTreeMap<String, Arc<Object>>) {
+    /// The `resourceVersion` of every object held, by name.
+    pub fn versions(&self) -> HashMap<String, String> {
+        self.versions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn set_versions(&self, change: impl FnOnce(&mut HashMap<String, String>)) {
+        change(&mut self.versions.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+
+    fn replace(&self, fresh: BTreeMap<String, Arc<Object>>, versions: HashMap<String, String>) {
+        self.set_versions(|v| *v = versions);
         let mut objects = self.lock();
         let (before, after) = (objects.len(), fresh.len());
         *objects = fresh;
@@ -173,7 +190,10 @@ impl KindWatch {
         self.count(after as i64 - before as i64);
     }
 
-    fn put(&self, name: String, object: Object) {
+    fn put(&self, name: String, object: Object, version: String) {
+        self.set_versions(|v| {
+            v.insert(name.clone(), version);
+        });
         let listened = self.changes.receiver_count() > 0;
         let copy = listened.then(|| object.clone());
         if self.lock().insert(name, Arc::new(object)).is_none() {
@@ -185,6 +205,9 @@ impl KindWatch {
     }
 
     fn remove(&self, name: &str) {
+        self.set_versions(|v| {
+            v.remove(name);
+        });
         let removed = self.lock().remove(name);
         if let Some(object) = removed {
             self.count(-1);
@@ -319,6 +342,7 @@ async fn list(
     page_size: usize,
 ) -> Result<String, Failure> {
     let mut fresh = BTreeMap::new();
+    let mut versions = HashMap::new();
     let mut token: Option<String> = None;
     let mut version = None;
     let api_version = watch.kind.api_version();
@@ -340,6 +364,7 @@ async fn list(
             let head: ObjectMeta = serde_json::from_str(text.get()).map_err(Failure::bad_body)?;
             let object =
                 Object::parse(text, &api_version, &watch.kind.kind).map_err(Failure::bad_body)?;
+            versions.insert(head.metadata.name.clone(), head.metadata.resource_version);
             fresh.insert(head.metadata.name, Arc::new(object));
         }
         version.get_or_insert(page.metadata.resource_version);
@@ -348,7 +373,7 @@ async fn list(
             None => break,
         }
     }
-    watch.replace(fresh);
+    watch.replace(fresh, versions);
     Ok(version.unwrap_or_default())
 }
 
@@ -471,7 +496,11 @@ fn apply(watch: &KindWatch, line: &[u8], version: &mut Option<String>) -> Result
         "ADDED" | "MODIFIED" => {
             let object = Object::parse(event.object, &watch.kind.api_version(), &watch.kind.kind)
                 .map_err(bad)?;
-            watch.put(head.metadata.name, object);
+            watch.put(
+                head.metadata.name,
+                object,
+                head.metadata.resource_version.clone(),
+            );
         }
         "DELETED" => watch.remove(&head.metadata.name),
         _ => {}

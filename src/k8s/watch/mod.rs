@@ -19,9 +19,10 @@
 //! no new dependency is needed.
 
 mod access;
+mod consistent;
 mod kind;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
@@ -184,6 +185,150 @@ impl WatchCache {
             .await;
         };
         let discovered = discovery.kinds().await?;
+        let (kinds, watches) = self.synced(&discovered, namespace, options).await;
+        self.answer(
+            discovery,
+            &discovered,
+            (kinds, watches),
+            headers,
+            namespace,
+            (label_selector, terms),
+            options,
+            &HashSet::new(),
+        )
+        .await
+    }
+
+    /// [`Self::list_resource_group`] as a consistent read: at least as new as the cluster when
+    /// it is called, as a fresh list would be (see [`consistent`]). For each list the group
+    /// needs, the server's names and versions of its selection (metadata only) are compared
+    /// with the cache's; the read waits, at most `within`, for the cache to hold them, and
+    /// lists fresh the kinds still behind. Costs a metadata list per kind over the cached read.
+    pub async fn list_resource_group_consistent(
+        &self,
+        discovery: &DiscoveryCache,
+        headers: &HeaderMap,
+        namespace: &str,
+        label_selector: &str,
+        options: &FetchOptions,
+        within: Duration,
+    ) -> Result<Listing, FetchError> {
+        let terms = fetch::equality_terms(label_selector).filter(|_| self.enabled());
+        let (Some(terms), false) = (terms, namespace.is_empty()) else {
+            // Listed fresh anyway (or refused for want of a namespace).
+            return self
+                .list_resource_group(discovery, headers, namespace, label_selector, options)
+                .await;
+        };
+        let discovered = discovery.kinds().await?;
+        let mut changes = self.changes(namespace);
+        let (kinds, watches) = self.synced(&discovered, namespace, options).await;
+        let by_type: HashMap<(String, String), &Arc<KindWatch>> = watches
+            .iter()
+            .filter(|w| matches!(*w.phase.borrow(), Phase::Synced))
+            .map(|w| ((w.kind.api_version(), w.kind.kind.clone()), w))
+            .collect();
+        let jobs = fetch::plan(
+            &discovered.kinds,
+            namespace,
+            label_selector,
+            Some(terms.clone()),
+        );
+        let checked: Vec<(&Job, &Arc<KindWatch>)> = jobs
+            .iter()
+            .filter(|job| job.purpose != Purpose::Events)
+            .filter_map(|job| {
+                by_type
+                    .get(&(job.api_version.clone(), job.kind.clone()))
+                    .map(|w| (job, *w))
+            })
+            .collect();
+        let limit = Arc::new(tokio::sync::Semaphore::new(options.max_in_flight.max(1)));
+        let shared = Arc::new(headers.clone());
+        let mut lists = tokio::task::JoinSet::new();
+        for (i, (job, _)) in checked.iter().enumerate() {
+            let (limit, headers, client, job) = (
+                limit.clone(),
+                shared.clone(),
+                self.inner.client.clone(),
+                (*job).clone(),
+            );
+            let (page_size, agent, timeout) = (
+                options.page_size.max(1),
+                options.agent,
+                options.request_timeout,
+            );
+            lists.spawn(async move {
+                let _slot = limit.acquire().await;
+                let versions =
+                    consistent::server_versions(&client, &headers, &job, page_size, agent, timeout)
+                        .await;
+                (i, versions)
+            });
+        }
+        let mut server: Vec<Option<consistent::ServerVersions>> = vec![None; checked.len()];
+        while let Some(joined) = lists.join_next().await {
+            if let Ok((i, Ok(versions))) = joined {
+                server[i] = Some(versions);
+            }
+        }
+        // A kind whose metadata list failed cannot be shown to be current: listed fresh (its
+        // failure, if it fails again, is reported as any list's).
+        let mut behind: Vec<(&Job, &Arc<KindWatch>, Option<consistent::ServerVersions>)> = checked
+            .into_iter()
+            .zip(server)
+            .map(|((job, watch), versions)| (job, watch, versions))
+            .collect();
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            behind.retain(|(job, watch, server)| match server {
+                Some(server) => !consistent::caught_up(server, &cached_versions(job, watch)),
+                None => true,
+            });
+            if behind.iter().all(|(_, _, server)| server.is_none()) {
+                break;
+            }
+            // Any change in the namespace may be the one awaited; a lagging listener looks
+            // again just the same.
+            match tokio::time::timeout_at(deadline, changes.recv()).await {
+                Err(_) => break,
+                Ok(Err(tokio::sync::broadcast::error::RecvError::Closed)) => break,
+                Ok(_) => {}
+            }
+        }
+        drop(changes);
+        let fresh: HashSet<(String, String)> = behind
+            .iter()
+            .map(|(job, _, _)| (job.api_version.clone(), job.kind.clone()))
+            .collect();
+        if !fresh.is_empty() {
+            tracing::debug!(
+                namespace,
+                kinds = fresh.len(),
+                "watch cache: behind the cluster after the wait; those kinds are listed fresh"
+            );
+        }
+        self.answer(
+            discovery,
+            &discovered,
+            (kinds, watches),
+            headers,
+            namespace,
+            (label_selector, terms),
+            options,
+            &fresh,
+        )
+        .await
+    }
+
+    /// The namespace's watches of every watchable discovered kind and the Events, after their
+    /// first lists (at most `options.request_timeout`).
+    async fn synced(
+        &self,
+        discovered: &crate::k8s::discovery::Discovered,
+        namespace: &str,
+        options: &FetchOptions,
+    ) -> (Vec<ApiKind>, Vec<Arc<KindWatch>>) {
         let mut kinds: Vec<ApiKind> = discovered
             .kinds
             .iter()
@@ -196,7 +341,23 @@ impl WatchCache {
         let watches = self.watch(namespace, &kinds, options.page_size.max(1));
         self.bound(namespace);
         wait_synced(&watches, options.request_timeout).await;
+        (kinds, watches)
+    }
 
+    /// The group from the cached `watches` of `kinds`, but for the kinds in `fresh` (by
+    /// apiVersion and kind), which are listed from the cluster.
+    #[allow(clippy::too_many_arguments)]
+    async fn answer(
+        &self,
+        discovery: &DiscoveryCache,
+        discovered: &crate::k8s::discovery::Discovered,
+        (kinds, watches): (Vec<ApiKind>, Vec<Arc<KindWatch>>),
+        headers: &HeaderMap,
+        namespace: &str,
+        (label_selector, terms): (&str, Vec<(String, String)>),
+        options: &FetchOptions,
+        fresh: &HashSet<(String, String)>,
+    ) -> Result<Listing, FetchError> {
         let refusals = match access::Identity::from_headers(headers) {
             Some(who) => {
                 self.inner
@@ -217,6 +378,7 @@ impl WatchCache {
             .into_iter()
             .zip(refusals)
             .map(|(w, refused)| ((w.kind.api_version(), w.kind.kind.clone()), (w, refused)))
+            .filter(|(key, _)| !fresh.contains(key))
             .collect();
         let jobs = fetch::plan(&discovered.kinds, namespace, label_selector, Some(terms));
         // Kinds that cannot be watched are listed fresh, as the user, for every view.
@@ -247,7 +409,7 @@ impl WatchCache {
         let mut listing = fetch::into_listing(
             &jobs,
             outcomes,
-            &discovered,
+            discovered,
             discovery,
             namespace,
             label_selector,
@@ -457,6 +619,33 @@ async fn wait_synced(watches: &[Arc<KindWatch>], timeout: Duration) {
         }
     };
     let _ = tokio::time::timeout(timeout, all).await;
+}
+
+/// The cache's names and versions of `job`'s selection: what its list would answer.
+fn cached_versions(job: &Job, watch: &KindWatch) -> HashMap<String, String> {
+    let versions = watch.versions();
+    let terms = match job.purpose {
+        Purpose::Selected => {
+            fetch::equality_terms(job.label_selector.as_deref().unwrap_or("")).unwrap_or_default()
+        }
+        Purpose::Unselected | Purpose::Events => Vec::new(),
+    };
+    watch
+        .objects()
+        .iter()
+        .filter(|o| {
+            let labels = o
+                .view
+                .get("metadata")
+                .and_then(|m| m.get("labels"))
+                .and_then(Tree::as_object);
+            fetch::labels_match(&terms, labels)
+        })
+        .filter_map(|o| {
+            let name = o.view.get("metadata")?.get("name")?.as_str()?;
+            Some((name.to_owned(), versions.get(name)?.clone()))
+        })
+        .collect()
 }
 
 /// What a job's list would have answered, from the cached objects.

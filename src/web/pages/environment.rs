@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use maud::{html, Markup};
 
+use super::deployment::{deployment_href, time_to_healthy, time_to_healthy_cell};
 use super::{environment_href, group_href, health_badge, page, query, Chrome};
 use crate::web::data::{Environment, Resource, ResourceGroup};
 use crate::web::graph;
@@ -22,6 +23,8 @@ pub struct EnvironmentView {
     pub environment: Environment,
     /// Why the resource group is not shown (no access to the agent, cluster away).
     pub group_error: Option<String>,
+    /// The deployments (by index) whose snapshot the API refused the viewer.
+    pub snapshots_refused: std::collections::HashSet<usize>,
     pub tab: Tab,
 }
 
@@ -286,7 +289,7 @@ pub fn environment_page(chrome: &Chrome, view: &EnvironmentView, now: DateTime<U
                 div #events data-live-region { (events(g, project, &env.name, now)) }
             }
             h2 { "Deployments" }
-            div #deployments data-live-region { (deployments(env, now)) }
+            div #deployments data-live-region { (deployments(env, project, &view.snapshots_refused, now)) }
         },
     )
 }
@@ -325,7 +328,12 @@ fn events(g: &ResourceGroup, project: &str, env: &str, now: DateTime<Utc>) -> Ma
     }
 }
 
-fn deployments(env: &Environment, now: DateTime<Utc>) -> Markup {
+fn deployments(
+    env: &Environment,
+    project: &str,
+    refused: &std::collections::HashSet<usize>,
+    now: DateTime<Utc>,
+) -> Markup {
     let list = env
         .deployments
         .as_ref()
@@ -337,13 +345,14 @@ fn deployments(env: &Environment, now: DateTime<Utc>) -> Markup {
         } @else {
             div.table-wrap { table.stack {
                 caption.skip { "Deployments, newest first" }
-                thead { tr { th scope="col" { "Deployment" } th scope="col" { "Status" } th scope="col" { "Ref and commit" } th scope="col" { "Agent and namespace" } th scope="col" { "When" } } }
-                tbody { @for d in list {
+                thead { tr { th scope="col" { "Deployment" } th scope="col" { "Status" } th scope="col" { "Ref and commit" } th scope="col" { "Agent and namespace" } th scope="col" { "Time to healthy" } th scope="col" { "When" } } }
+                tbody { @for (i, d) in list.iter().enumerate() {
                     tr {
-                        td data-label="Deployment" { @if let Some(iid) = &d.iid { "#" (iid) } }
+                        td data-label="Deployment" { @if let Some(iid) = &d.iid { a href=(deployment_href(project, iid)) { "#" (iid) } } }
                         td data-label="Status" { @let s = d.status.as_deref().unwrap_or("unknown"); span class={"badge s-" (s.to_ascii_lowercase())} { (title(s)) } }
                         td data-label="Ref" { @if let Some(r) = &d.git_ref { span.mono { (r) } } " " @if let Some(s) = &d.sha { span.mono { (short_sha(s)) } } }
                         td data-label="Agent" { @if let Some(a) = &d.agent { span.mono { (a.name) } span.msg { (a.kubernetes_namespace) } } @else { span.msg { "No agent" } } }
+                        td data-label="Time to healthy" { (time_to_healthy_cell(&time_to_healthy(d.snapshot.as_ref(), d.snapshot_status.as_ref(), refused.contains(&i)))) }
                         td data-label="When" { @let t = d.finished_at.as_deref().or(d.created_at.as_deref()); @if let Some(t) = t { time datetime=(t) { (ago(t, now)) } } }
                     }
                 } }

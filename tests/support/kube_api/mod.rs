@@ -91,6 +91,8 @@ struct Inner {
     rbac: AtomicBool,
     /// How often a watch that asked for bookmarks gets one.
     bookmark_interval: Mutex<Duration>,
+    /// How long each watch event waits before it is sent (see [`KubeApi::delay_watch_events`]).
+    watch_delay: Mutex<Duration>,
     /// Bumped by [`KubeApi::drop_watches`]: every open watch ends.
     cut: watch::Sender<u64>,
 }
@@ -186,6 +188,7 @@ impl KubeApi {
                 counts: Mutex::new(BTreeMap::new()),
                 rbac: AtomicBool::new(false),
                 bookmark_interval: Mutex::new(Duration::from_secs(60)),
+                watch_delay: Mutex::new(Duration::ZERO),
                 cut: watch::Sender::new(0),
             }),
         }
@@ -450,6 +453,12 @@ impl KubeApi {
     /// apiserver's is about a minute; tests want less).
     pub fn set_bookmark_interval(&self, every: Duration) {
         *lock(&self.inner.bookmark_interval) = every;
+    }
+
+    /// Holds every watch event this long before sending it, as a busy apiserver or a slow
+    /// network does: a write is in the store (and in fresh lists) before watchers hear of it.
+    pub fn delay_watch_events(&self, every: Duration) {
+        *lock(&self.inner.watch_delay) = every;
     }
 
     /// Ends every open watch stream, as a restarting apiserver or a dropped connection would;

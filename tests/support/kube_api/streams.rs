@@ -89,6 +89,7 @@ struct WatchState {
     seen_rv: u64,
     /// Changes when the test drops every watch.
     cut: watch::Receiver<u64>,
+    api: super::KubeApi,
     _guard: StreamGuard,
 }
 
@@ -192,6 +193,7 @@ pub(crate) fn watch(ctx: &Ctx, t: &Target) -> Result<Response, ApiError> {
         bookmarks,
         seen_rv: sub.rv,
         cut: ctx.api.inner.cut.subscribe(),
+        api: ctx.api.clone(),
         _guard: StreamGuard::new(&ctx.api),
     };
     let stream = futures_util::stream::unfold(state, |mut st| async move {
@@ -218,6 +220,10 @@ pub(crate) fn watch(ctx: &Ctx, t: &Target) -> Result<Response, ApiError> {
             match received {
                 Ok(ev) if ev.res == st.res => {
                     if let Some(line) = render(&ev, &st.filter) {
+                        let delay = *super::lock(&st.api.inner.watch_delay);
+                        if !delay.is_zero() {
+                            tokio::time::sleep(delay).await;
+                        }
                         return Some((Ok(line), st));
                     }
                 }
