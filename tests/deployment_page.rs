@@ -40,7 +40,7 @@ async fn a_deployment_page_from_the_environment_shows_the_image_it_changed_in_ch
     let demo = Demo::start().await;
     let page = browser.page().await;
     page.screen(1440, false).await;
-    page.goto(&demo.sign_in_link().await).await;
+    demo.sign_in(&page).await;
 
     // The environment lists its deployments with their time to healthy; #6 failed, so it has
     // no snapshot.
