@@ -340,6 +340,8 @@ impl Running {
                 return Some(Ok(environment));
             }
             let mut read = Read::Ids(BTreeSet::new());
+            // A change of health is sent even when the rows are as they were.
+            let mut health_changed = BTreeSet::new();
             tokio::select! {
                 notified = self.rx.recv() => match notified {
                     Ok(notice) => read.add(notice),
@@ -349,7 +351,9 @@ impl Running {
                     }
                     Err(broadcast::error::RecvError::Closed) => return None,
                 },
-                Some(id) = self.health.rx.recv() => read.add(Notice::Environment(id)),
+                Some(id) = self.health.rx.recv() => {
+                    health_changed.insert(id);
+                }
             }
             // Those that arrived together are read together.
             loop {
@@ -359,8 +363,6 @@ impl Running {
                     Err(_) => break,
                 }
             }
-            // A change of health is sent even when the rows are as they were.
-            let mut health_changed = BTreeSet::new();
             while let Ok(id) = self.health.rx.try_recv() {
                 health_changed.insert(id);
             }
@@ -394,14 +396,12 @@ impl Running {
             };
             for row in rows {
                 let id = row.row.id;
-                // A notified write is sent (a status written again is news to the feed); a
-                // resync sends what differs from what the subscriber has.
-                let send = match &read {
-                    Read::Ids(_) => true,
-                    Read::Resync => {
-                        self.versions.get(&id) != Some(&row.version) || health_changed.contains(&id)
-                    }
-                };
+                // What differs from what the subscriber has is sent, after a notice as after a
+                // resync: the relay may deliver a write the subscription's first read already
+                // saw (`db::live::relay` drains every 50 ms), and a write always moves the
+                // version (`xmin`) of a row the version covers.
+                let send =
+                    self.versions.get(&id) != Some(&row.version) || health_changed.contains(&id);
                 if self.versions.contains_key(&id) || self.versions.len() < MAX_VERSIONS {
                     self.versions.insert(id, row.version);
                 }
