@@ -81,7 +81,7 @@ struct Question {
 /// The cluster's answer to one [`Question`]: allowed or not, or why there is none.
 type Answer = Result<bool, Failure>;
 
-/// One review, asked once however many views wait for it; its answer with the time it came.
+/// One review, asked once however many views wait for it; its answer, dated when it was asked.
 type Flight = tokio::sync::OnceCell<(Instant, Answer)>;
 
 /// Whether an answer is a decision, to reuse for the cache's period: the review's own answer,
@@ -101,7 +101,8 @@ fn decided(answer: &Answer) -> bool {
 /// is in flight wait for the same answer (one request to the cluster however many views miss
 /// together, as a hundred viewers opening one environment do). If the view asking goes away
 /// (its request cancelled), a waiting one takes over the review. A decision is reused for
-/// `kubernetes.access_cache` from when it came; a failure ends with its flight.
+/// `kubernetes.access_cache` from when the view that asked it began its check; a failure ends
+/// with its flight.
 ///
 /// Per kind, `list` is asked first and `watch` only once `list` is allowed: a refused kind
 /// costs one review, an allowed one two, and no more per identity, namespace and period.
@@ -148,7 +149,11 @@ impl AccessCache {
             }
         }
         let own = Arc::new(own);
-        self.forget_expired();
+        // One instant for the whole view: its questions are all fresh or all reused together
+        // (a view never pairs a kind refused just now with another allowed from before), and
+        // the ones it asks are dated together, so they expire together too.
+        let now = Instant::now();
+        self.forget_expired(now);
         let mut out: Vec<Option<Option<Failure>>> = vec![None; kinds.len()];
         let mut tasks = JoinSet::new();
         for (i, kind) in kinds.iter().enumerate() {
@@ -169,7 +174,7 @@ impl AccessCache {
                         plural: kind.plural.clone(),
                         verb,
                     };
-                    match this.ask(&client, question, &own, timeout).await {
+                    match this.ask(&client, question, &own, timeout, now).await {
                         Ok(true) => {}
                         Ok(false) => return (i, Some(refused(&who, &namespace, &kind, verb))),
                         Err(failure) => return (i, Some(failure)),
@@ -194,18 +199,20 @@ impl AccessCache {
             .collect()
     }
 
-    /// The answer to `question`: reused, awaited from the view already asking, or asked now.
+    /// The answer to `question`: reused, awaited from the view already asking, or asked now
+    /// (dated `now`, the asking view's instant).
     async fn ask(
         &self,
         client: &kube::Client,
         question: Question,
         headers: &HeaderMap,
         timeout: Duration,
+        now: Instant,
     ) -> Answer {
         let flight = {
             let mut flights = self.flights.lock().unwrap_or_else(|e| e.into_inner());
             match flights.get(&question) {
-                Some(flight) if self.usable(flight) => flight.clone(),
+                Some(flight) if self.usable(flight, now) => flight.clone(),
                 _ => {
                     let flight = Arc::new(Flight::new());
                     flights.insert(question.clone(), flight.clone());
@@ -230,7 +237,7 @@ impl AccessCache {
                         answered: false,
                     }),
                 };
-                (Instant::now(), answer)
+                (now, answer)
             })
             .await;
         if !decided(answer) {
@@ -246,17 +253,17 @@ impl AccessCache {
         answer.clone()
     }
 
-    /// In flight, or a decision younger than the period.
-    fn usable(&self, flight: &Flight) -> bool {
+    /// In flight, or a decision asked less than the period before `now`.
+    fn usable(&self, flight: &Flight, now: Instant) -> bool {
         match flight.get() {
             None => true,
-            Some((at, answer)) => decided(answer) && at.elapsed() < self.ttl,
+            Some((at, answer)) => decided(answer) && now.saturating_duration_since(*at) < self.ttl,
         }
     }
 
-    fn forget_expired(&self) {
+    fn forget_expired(&self, now: Instant) {
         let mut flights = self.flights.lock().unwrap_or_else(|e| e.into_inner());
-        flights.retain(|_, flight| self.usable(flight));
+        flights.retain(|_, flight| self.usable(flight, now));
     }
 }
 
