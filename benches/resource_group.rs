@@ -28,7 +28,7 @@
 //!   already open keep-alive connections, bodies read and not parsed.
 //!
 //! `cargo bench --bench resource_group -- --viewers 100 [--compress 10]`
-//! `cargo bench --bench resource_group -- --memory`
+//! `cargo bench --bench resource_group -- --memory [--page-size 500]`
 //!
 //! With `--viewers N`, instead: the cost to the cluster of N viewers of the environment for one
 //! minute, each asking for the `resourceGroup` every 5 s, with the watch cache and without it;
@@ -134,6 +134,8 @@ struct Args {
     compress: u32,
     /// `--memory`: bytes held per cached object.
     memory: bool,
+    /// `--page-size N`: the lists' page size for `--memory` (default the service's, 500).
+    page_size: usize,
 }
 
 fn args() -> Args {
@@ -145,6 +147,7 @@ fn args() -> Args {
         viewers: 0,
         compress: 10,
         memory: false,
+        page_size: FetchOptions::default().page_size,
     };
     let mut it = std::env::args().skip(1).filter(|a| a != "--bench");
     while let Some(flag) = it.next() {
@@ -170,6 +173,7 @@ fn args() -> Args {
             "--kubectl-iterations" => a.kubectl_iterations = value(),
             "--viewers" => a.viewers = value(),
             "--compress" => a.compress = value() as u32,
+            "--page-size" => a.page_size = value(),
             other => panic!("unknown argument {other}"),
         }
     }
@@ -416,7 +420,7 @@ async fn run(a: Args) {
         return run_viewers(&a, &b, query).await;
     }
     if a.memory {
-        return run_memory(&b).await;
+        return run_memory(&b, a.page_size).await;
     }
 
     // The requests (a) sends, recorded from one view: the floor replays exactly those.
@@ -709,7 +713,11 @@ async fn items(b: &Bench, resources: &[ApiKind], namespace: &str) -> Vec<(usize,
 
 /// The live bytes a fresh watch cache holds once it has synced `namespace`, the listing it
 /// answered dropped; with the objects it holds.
-async fn synced_cache_bytes(b: &Bench, namespace: &str) -> (isize, usize, WatchCache) {
+async fn synced_cache_bytes(
+    b: &Bench,
+    namespace: &str,
+    page_size: usize,
+) -> (isize, usize, WatchCache) {
     let cache = WatchCache::new(
         b.client.clone(),
         WatchSettings {
@@ -726,7 +734,10 @@ async fn synced_cache_bytes(b: &Bench, namespace: &str) -> (isize, usize, WatchC
             &HeaderMap::new(),
             namespace,
             &b.selector,
-            &FetchOptions::default(),
+            &FetchOptions {
+                page_size,
+                ..FetchOptions::default()
+            },
         )
         .await
         .expect("cached listing");
@@ -743,7 +754,7 @@ async fn synced_cache_bytes(b: &Bench, namespace: &str) -> (isize, usize, WatchC
 /// benchmark's namespace, so that what is left is the objects' own cost (their text, their tree,
 /// the maps and counts that hold them). Then the same objects parsed alone ([`Object::parse`],
 /// no cache) split that cost into the text kept and the tree.
-async fn run_memory(b: &Bench) {
+async fn run_memory(b: &Bench, page_size: usize) {
     use envlens::resources::object::Object;
     let kinds = b.discovery.kinds().await.expect("discovery").kinds;
     let mut resources: Vec<ApiKind> = kinds.iter().filter(|k| k.watchable).cloned().collect();
@@ -766,18 +777,20 @@ async fn run_memory(b: &Bench) {
         .count();
 
     // Rounds, alternating the empty namespace and the full one; the median of each.
-    let (mut empty, mut full) = (Vec::new(), Vec::new());
+    let (mut empty, mut full, mut freed) = (Vec::new(), Vec::new(), Vec::new());
     let mut held = 0;
     for _ in 0..5 {
-        let (bytes, n, cache) = synced_cache_bytes(b, "nothing-here").await;
+        let (bytes, n, cache) = synced_cache_bytes(b, "nothing-here", page_size).await;
         assert_eq!(n, 0);
         drop(cache);
         tokio::time::sleep(Duration::from_millis(200)).await;
         empty.push(bytes);
-        let (bytes, n, cache) = synced_cache_bytes(b, NS).await;
+        let (bytes, n, cache) = synced_cache_bytes(b, NS, page_size).await;
         held = n;
+        let before_drop = live();
         drop(cache);
         tokio::time::sleep(Duration::from_millis(200)).await;
+        freed.push(before_drop - live());
         full.push(bytes);
     }
     assert_eq!(
@@ -789,7 +802,7 @@ async fn run_memory(b: &Bench) {
         v.sort();
         v[v.len() / 2]
     };
-    let (empty, full) = (median_of(empty), median_of(full));
+    let (empty, full, freed) = (median_of(empty), median_of(full), median_of(freed));
     let per_object = (full - empty) as f64 / held as f64;
     let json_per_object = json_bytes as f64 / held as f64;
 
@@ -815,9 +828,13 @@ async fn run_memory(b: &Bench) {
         json_bytes as f64 / 1048576.0
     );
     println!(
-        "a fresh cache synced: {:.2} MiB live, an empty namespace's {:.2} MiB subtracted (medians of 5 rounds)",
+        "a fresh cache synced (lists of {page_size} a page): {:.2} MiB live, an empty namespace's {:.2} MiB subtracted (medians of 5 rounds)",
         full as f64 / 1048576.0,
         empty as f64 / 1048576.0
+    );
+    println!(
+        "dropping the synced cache frees {:.2} MiB",
+        freed as f64 / 1048576.0
     );
     println!(
         "per cached object: {per_object:.0} B = {:.2}x its JSON (goal <= 1x: {})",
