@@ -28,14 +28,14 @@
 //!   already open keep-alive connections, bodies read and not parsed.
 //!
 //! `cargo bench --bench resource_group -- --viewers 100 [--compress 10]`
-//! `cargo bench --bench resource_group -- --memory`
+//! `cargo bench --bench resource_group -- --memory [--page-size 500]`
 //!
 //! With `--viewers N`, instead: the cost to the cluster of N viewers of the environment for one
 //! minute, each asking for the `resourceGroup` every 5 s, with the watch cache and without it;
 //! requests counted per verb at the test server. Time runs `--compress` times faster (the
 //! interval and `kubernetes.access_cache` both divided by it), so the counts are a minute's.
-//! With `--memory`: the resident memory the synced cache adds per cached object, against the
-//! size of the objects' JSON.
+//! With `--memory`: the bytes the synced cache holds per cached object (counted by the global
+//! allocator), against the size of the objects' JSON as the test server sends them.
 //!
 //! With `--warm`, instead: (w) the same GraphQL query answered from the synced watch cache
 //! (SPEC 8.1) against (a) without the cache (`kubernetes.cache_max_objects: 0`), interleaved;
@@ -43,9 +43,57 @@
 //!
 //! The database is a private PostgreSQL started from the machine's binaries, as the tests do.
 
-/// The service's allocator (src/main.rs), so that the figures are the service's.
+/// The service's allocator (src/main.rs), so that the figures are the service's; counted, so
+/// that `--memory` can read the bytes live (resident memory under mimalloc says nothing about
+/// one structure: freed pages are kept and reused).
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: Counting = Counting(mimalloc::MiMalloc);
+
+/// Bytes allocated and not yet freed, as asked for (the allocator's rounding up not counted).
+static LIVE: std::sync::atomic::AtomicIsize = std::sync::atomic::AtomicIsize::new(0);
+
+/// Counts the live bytes of every allocation around the allocator it wraps.
+struct Counting(mimalloc::MiMalloc);
+
+// SAFETY: every call goes to the wrapped allocator unchanged; only a counter is added.
+unsafe impl std::alloc::GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        let p = self.0.alloc(layout);
+        if !p.is_null() {
+            LIVE.fetch_add(layout.size() as isize, std::sync::atomic::Ordering::Relaxed);
+        }
+        p
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
+        let p = self.0.alloc_zeroed(layout);
+        if !p.is_null() {
+            LIVE.fetch_add(layout.size() as isize, std::sync::atomic::Ordering::Relaxed);
+        }
+        p
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        self.0.dealloc(ptr, layout);
+        LIVE.fetch_sub(layout.size() as isize, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new: usize) -> *mut u8 {
+        let p = self.0.realloc(ptr, layout, new);
+        if !p.is_null() {
+            LIVE.fetch_add(
+                new as isize - layout.size() as isize,
+                std::sync::atomic::Ordering::Relaxed,
+            );
+        }
+        p
+    }
+}
+
+/// Bytes live now ([`Counting`]).
+fn live() -> isize {
+    LIVE.load(std::sync::atomic::Ordering::Relaxed)
+}
 
 #[path = "fixtures/stats.rs"]
 mod stats;
@@ -59,7 +107,7 @@ use std::time::{Duration, Instant};
 use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderMap, Request};
 use envlens::auth::mint_session;
-use envlens::k8s::discovery::DiscoveryCache;
+use envlens::k8s::discovery::{ApiKind, DiscoveryCache};
 use envlens::k8s::fetch::{list_resource_group, FetchOptions};
 use envlens::k8s::watch::{WatchCache, WatchSettings};
 use envlens::resources::group;
@@ -84,8 +132,10 @@ struct Args {
     viewers: usize,
     /// `--compress K`: the viewers' minute in 60/K seconds.
     compress: u32,
-    /// `--memory`: resident memory per cached object.
+    /// `--memory`: bytes held per cached object.
     memory: bool,
+    /// `--page-size N`: the lists' page size for `--memory` (default the service's, 500).
+    page_size: usize,
 }
 
 fn args() -> Args {
@@ -97,6 +147,7 @@ fn args() -> Args {
         viewers: 0,
         compress: 10,
         memory: false,
+        page_size: FetchOptions::default().page_size,
     };
     let mut it = std::env::args().skip(1).filter(|a| a != "--bench");
     while let Some(flag) = it.next() {
@@ -122,6 +173,7 @@ fn args() -> Args {
             "--kubectl-iterations" => a.kubectl_iterations = value(),
             "--viewers" => a.viewers = value(),
             "--compress" => a.compress = value() as u32,
+            "--page-size" => a.page_size = value(),
             other => panic!("unknown argument {other}"),
         }
     }
@@ -368,7 +420,7 @@ async fn run(a: Args) {
         return run_viewers(&a, &b, query).await;
     }
     if a.memory {
-        return run_memory(&b, query).await;
+        return run_memory(&b, a.page_size).await;
     }
 
     // The requests (a) sends, recorded from one view: the floor replays exactly those.
@@ -627,81 +679,178 @@ async fn run_viewers(a: &Args, b: &Bench, query: &str) {
     }
 }
 
-/// Resident memory now, in bytes (Linux).
-fn resident() -> usize {
-    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let pages: usize = statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(0);
-    pages * 4096
+/// The JSON text of every object of `resources` in `namespace`, each as the server sends it
+/// in a list (one item's bytes).
+async fn items(b: &Bench, resources: &[ApiKind], namespace: &str) -> Vec<(usize, Box<str>)> {
+    #[derive(serde::Deserialize)]
+    struct List<'a> {
+        #[serde(borrow)]
+        items: Vec<&'a serde_json::value::RawValue>,
+    }
+    let mut out = Vec::new();
+    for (i, kind) in resources.iter().enumerate() {
+        let uri = format!(
+            "{}/namespaces/{namespace}/{}",
+            kind.group_version_path(),
+            kind.plural
+        );
+        let request = Request::get(uri)
+            .header(header::ACCEPT, "application/json")
+            .body(kube::client::Body::empty())
+            .expect("request");
+        let response = b.client.send(request).await.expect("list");
+        assert!(response.status().is_success());
+        let body = response.into_body().collect_bytes().await.expect("body");
+        let list: List = serde_json::from_slice(&body).expect("a list");
+        out.extend(
+            list.items
+                .iter()
+                .map(|item| (i, Box::<str>::from(item.get()))),
+        );
+    }
+    out
 }
 
-/// `--memory`: what the synced cache adds to the resident memory, per cached object, against
-/// the size of the objects' JSON as the cluster sends them.
-async fn run_memory(b: &Bench, query: &str) {
-    // The cluster's objects of the namespace, as a list would send them.
-    let mut json_bytes = 0usize;
-    let mut objects = 0usize;
-    let mut resources: Vec<String> = b
-        .discovery
-        .kinds()
-        .await
-        .expect("discovery")
-        .kinds
-        .iter()
-        .map(|k| match k.group.as_str() {
-            "" => k.plural.clone(),
-            g => format!("{}.{g}", k.plural),
-        })
-        .collect();
-    resources.push("events".into());
-    for resource in resources {
-        for o in b.api.list(&resource, Some(NS)) {
-            json_bytes += o.to_string().len();
-            objects += 1;
-        }
-    }
-    let _ = query;
-    // Settle the allocator's state with one fresh view first, then measure the cache alone.
-    let cold_app = environment::gitlab_with(&b.served, "  cache_max_objects: 0\n").await;
-    measure_graphql_on(&cold_app, &b.token, QUERY).await;
-    let cache = envlens::k8s::watch::WatchCache::new(
+/// The live bytes a fresh watch cache holds once it has synced `namespace`, the listing it
+/// answered dropped; with the objects it holds.
+async fn synced_cache_bytes(
+    b: &Bench,
+    namespace: &str,
+    page_size: usize,
+) -> (isize, usize, WatchCache) {
+    let cache = WatchCache::new(
         b.client.clone(),
-        envlens::k8s::watch::WatchSettings {
+        WatchSettings {
             idle: Duration::from_secs(600),
-            max_objects: 200_000,
+            max_objects: 1_000_000,
             access_ttl: Duration::from_secs(5),
         },
         Default::default(),
     );
-    let before = resident();
+    let before = live();
     let listing = cache
         .list_resource_group(
             &b.discovery,
             &HeaderMap::new(),
-            NS,
+            namespace,
             &b.selector,
-            &FetchOptions::default(),
+            &FetchOptions {
+                page_size,
+                ..FetchOptions::default()
+            },
         )
         .await
         .expect("cached listing");
     drop(listing);
-    // Let the list pages' buffers go back before measuring.
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let after = resident();
+    // The watch streams are open and idle; what a list page or a request left behind is freed.
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let held = cache.objects();
-    let per_object = (after.saturating_sub(before)) as f64 / held as f64;
-    let json_per_object = json_bytes as f64 / objects as f64;
+    (live() - before, held, cache)
+}
+
+/// `--memory`: the bytes the synced cache holds per cached object, against the size of the
+/// objects' JSON as the cluster sends them. Measured with the counting allocator ([`LIVE`]):
+/// the cache of an empty namespace (41 open watches, no object) is subtracted from that of the
+/// benchmark's namespace, so that what is left is the objects' own cost (their text, their tree,
+/// the maps and counts that hold them). Then the same objects parsed alone ([`Object::parse`],
+/// no cache) split that cost into the text kept and the tree.
+async fn run_memory(b: &Bench, page_size: usize) {
+    use envlens::resources::object::Object;
+    let kinds = b.discovery.kinds().await.expect("discovery").kinds;
+    let mut resources: Vec<ApiKind> = kinds.iter().filter(|k| k.watchable).cloned().collect();
+    let events = ApiKind {
+        group: String::new(),
+        version: "v1".into(),
+        kind: "Event".into(),
+        plural: "events".into(),
+        namespaced: true,
+        watchable: true,
+    };
+    if !resources.contains(&events) {
+        resources.push(events);
+    }
+    let sent = items(b, &resources, NS).await;
+    let json_bytes: usize = sent.iter().map(|(_, t)| t.len()).sum();
+    let with_managed = sent
+        .iter()
+        .filter(|(_, t)| t.contains("\"managedFields\""))
+        .count();
+
+    // Rounds, alternating the empty namespace and the full one; the median of each.
+    let (mut empty, mut full, mut freed) = (Vec::new(), Vec::new(), Vec::new());
+    let mut held = 0;
+    for _ in 0..5 {
+        let (bytes, n, cache) = synced_cache_bytes(b, "nothing-here", page_size).await;
+        assert_eq!(n, 0);
+        drop(cache);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        empty.push(bytes);
+        let (bytes, n, cache) = synced_cache_bytes(b, NS, page_size).await;
+        held = n;
+        let before_drop = live();
+        drop(cache);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        freed.push(before_drop - live());
+        full.push(bytes);
+    }
+    assert_eq!(
+        held,
+        sent.len(),
+        "the cache holds every object of the namespace"
+    );
+    let median_of = |mut v: Vec<isize>| {
+        v.sort();
+        v[v.len() / 2]
+    };
+    let (empty, full, freed) = (median_of(empty), median_of(full), median_of(freed));
+    let per_object = (full - empty) as f64 / held as f64;
+    let json_per_object = json_bytes as f64 / held as f64;
+
+    // The same objects parsed alone: their text and tree, without the cache's maps.
+    let before = live();
+    let parsed: Vec<Object> = sent
+        .iter()
+        .map(|(i, text)| {
+            let kind = &resources[*i];
+            let raw: &serde_json::value::RawValue = serde_json::from_str(text).expect("raw");
+            Object::parse(raw, &kind.api_version(), &kind.kind).expect("object")
+        })
+        .collect();
+    let objects_bytes =
+        (live() - before) as f64 - (parsed.capacity() * std::mem::size_of::<Object>()) as f64;
+    let text_bytes: usize = parsed.iter().map(|o| o.text.len()).sum();
+    let tree_bytes = objects_bytes - text_bytes as f64;
+    drop(parsed);
+
     println!(
-        "cache holds {held} objects (the namespace has {objects}, {:.1} MiB of JSON, {json_per_object:.0} B each)",
+        "the namespace: {held} objects over {} kinds, {:.2} MiB of JSON as the test server sends them ({json_per_object:.0} B each; {with_managed} with managedFields)",
+        resources.len(),
         json_bytes as f64 / 1048576.0
     );
     println!(
-        "resident memory {:.1} -> {:.1} MiB: {per_object:.0} B per cached object = {:.2}x its JSON (goal <= 1x)",
-        before as f64 / 1048576.0,
-        after as f64 / 1048576.0,
-        per_object / json_per_object
+        "a fresh cache synced (lists of {page_size} a page): {:.2} MiB live, an empty namespace's {:.2} MiB subtracted (medians of 5 rounds)",
+        full as f64 / 1048576.0,
+        empty as f64 / 1048576.0
+    );
+    println!(
+        "dropping the synced cache frees {:.2} MiB",
+        freed as f64 / 1048576.0
+    );
+    println!(
+        "per cached object: {per_object:.0} B = {:.2}x its JSON (goal <= 1x: {})",
+        per_object / json_per_object,
+        if per_object <= json_per_object {
+            "met"
+        } else {
+            "NOT met"
+        }
+    );
+    let n = held as f64;
+    println!(
+        "of which, parsed alone: text kept {:.0} B, compact tree {:.0} B, the Object itself {} B; the cache's maps and counts the rest, {:.0} B",
+        text_bytes as f64 / n,
+        tree_bytes / n,
+        std::mem::size_of::<Object>(),
+        per_object - objects_bytes / n - std::mem::size_of::<Object>() as f64
     );
 }

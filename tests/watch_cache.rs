@@ -27,6 +27,10 @@ struct Setup {
 }
 
 async fn setup(max_objects: usize) -> Setup {
+    setup_with(max_objects, Duration::from_secs(5)).await
+}
+
+async fn setup_with(max_objects: usize, access_ttl: Duration) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let api = KubeApi::new();
     environment(&api);
@@ -42,7 +46,7 @@ async fn setup(max_objects: usize) -> Setup {
     let settings = WatchSettings {
         idle: Duration::from_secs(600),
         max_objects,
-        access_ttl: Duration::from_secs(5),
+        access_ttl,
     };
     Setup {
         discovery: DiscoveryCache::new(client.clone(), Duration::from_secs(600)),
@@ -260,6 +264,162 @@ async fn rbac_decides_which_kinds_a_user_sees() {
     let g = s.converges(&stranger, "as a stranger").await;
     assert!(g.resources.is_empty());
     assert!(g.errors.iter().all(|e| e.code == Some(403)));
+}
+
+/// A Role that lets the group `devs` list and watch a few kinds, and only list Services.
+fn grant_devs(api: &KubeApi) {
+    api.insert(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "workloads", "namespace": NS},
+        "rules": [{"apiGroups": ["", "apps"], "resources": ["pods", "deployments", "replicasets", "events"], "verbs": ["list", "watch"]},
+                  {"apiGroups": [""], "resources": ["services"], "verbs": ["list"]}]}));
+    api.insert(
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "devs", "namespace": NS},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "workloads"},
+        "subjects": [{"kind": "Group", "name": "devs"}]}),
+    );
+    api.enforce_rbac();
+}
+
+/// `plural` or `plural.group` of every kind the cache watches (the discovered watchable kinds
+/// and Events).
+fn watched_resources(discovery: &DiscoveryCache) -> Vec<String> {
+    let mut resources: Vec<String> = discovery
+        .cached()
+        .unwrap()
+        .kinds
+        .iter()
+        .filter(|k| k.watchable)
+        .map(|k| match k.group.as_str() {
+            "" => k.plural.clone(),
+            g => format!("{}.{g}", k.plural),
+        })
+        .collect();
+    resources.push("events".into());
+    resources.sort();
+    resources.dedup();
+    resources
+}
+
+/// The access reviews asked, as `(resource, verb) -> times`, all of `user` in the namespace.
+fn reviews_of(api: &KubeApi, user: &str) -> std::collections::BTreeMap<(String, String), u64> {
+    api.review_counts()
+        .into_iter()
+        .map(|(asked, n)| {
+            assert_eq!((asked.user.as_str(), asked.namespace.as_str()), (user, NS));
+            ((asked.resource, asked.verb), n)
+        })
+        .collect()
+}
+
+/// Many views of one identity that miss the access cache together send one review per kind
+/// and verb, `watch` only where `list` was allowed; once the period is over, the next views
+/// ask again, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_views_of_one_identity_share_their_access_reviews() {
+    const VIEWS: usize = 40;
+    let ttl = Duration::from_secs(3);
+    let s = setup_with(200_000, ttl).await;
+    grant_devs(&s.api);
+    // The watches list first (as the agent), so that the views below meet at the reviews.
+    s.cached(&HeaderMap::new()).await;
+    let dev = user("gitlab:user:dev", "devs");
+    let may_watch = [
+        "deployments.apps",
+        "events",
+        "pods",
+        "replicasets.apps",
+        "services",
+    ];
+    let expected = |times: u64| {
+        watched_resources(&s.discovery)
+            .into_iter()
+            .flat_map(|resource| {
+                let watch = may_watch.contains(&resource.as_str());
+                [(resource.clone(), "list"), (resource, "watch")]
+                    .into_iter()
+                    .filter(move |(_, verb)| *verb == "list" || watch)
+            })
+            .map(|(resource, verb)| ((resource, verb.to_string()), times))
+            .collect::<std::collections::BTreeMap<_, _>>()
+    };
+    s.api.reset_request_counts();
+    for period in 1..=2 {
+        let views = futures_util::future::join_all((0..VIEWS).map(|_| s.cached(&dev))).await;
+        for g in &views {
+            assert_eq!(g, &views[0], "every view sees the same");
+        }
+        let kinds: std::collections::BTreeSet<&str> =
+            views[0].resources.iter().map(|r| r.kind.as_str()).collect();
+        assert_eq!(
+            kinds,
+            ["Deployment", "Pod", "ReplicaSet"].into_iter().collect()
+        );
+        let services = views[0]
+            .errors
+            .iter()
+            .find(|e| e.kind == "Service")
+            .unwrap();
+        assert_eq!(services.message, format!("services is forbidden: User \"gitlab:user:dev\" cannot watch resource \"services\" in API group \"\" in the namespace \"{NS}\""));
+        let asked = reviews_of(&s.api, "gitlab:user:dev");
+        assert_eq!(asked, expected(period), "period {period}: {VIEWS} views");
+        let sent: u64 = asked.values().sum();
+        assert_eq!(
+            s.api
+                .request_count("create", "subjectaccessreviews.authorization.k8s.io"),
+            sent
+        );
+        // Within the period, nothing is asked again.
+        s.cached(&dev).await;
+        assert_eq!(reviews_of(&s.api, "gitlab:user:dev"), expected(period));
+        tokio::time::sleep(ttl + Duration::from_millis(100)).await;
+    }
+}
+
+/// A review that gets no decision (the API server fails) is that view's error, and the next
+/// view asks again instead of reusing it.
+#[tokio::test]
+async fn a_failed_access_review_is_not_reused() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let s = setup(200_000).await;
+    grant_devs(&s.api);
+    s.cached(&HeaderMap::new()).await;
+    let failing = Arc::new(AtomicBool::new(true));
+    let on = failing.clone();
+    s.api.fault(move |r| {
+        (on.load(Ordering::SeqCst) && r.resource == "subjectaccessreviews")
+            .then(|| crate::support::kube_api::Fault::Status(500, "the authorizer is down".into()))
+    });
+    let dev = user("gitlab:user:dev", "devs");
+    let g = s.cached(&dev).await;
+    assert!(g.resources.is_empty(), "{:?}", names(&g));
+    let pods = g.errors.iter().find(|e| e.kind == "Pod").unwrap();
+    assert_eq!(
+        (pods.code, pods.message.as_str()),
+        (Some(500), "the authorizer is down")
+    );
+    let failed = s
+        .api
+        .request_count("create", "subjectaccessreviews.authorization.k8s.io");
+    assert_eq!(
+        failed,
+        watched_resources(&s.discovery).len() as u64,
+        "one list review per kind"
+    );
+
+    failing.store(false, Ordering::SeqCst);
+    let g = s.cached(&dev).await;
+    assert!(
+        g.resources.iter().any(|r| r.kind == "Pod"),
+        "{:?}",
+        names(&g)
+    );
+    assert!(
+        s.api
+            .request_count("create", "subjectaccessreviews.authorization.k8s.io")
+            > failed,
+        "asked again"
+    );
 }
 
 #[tokio::test]

@@ -904,7 +904,7 @@ mod tests {
                      "spec": {"replicas": 2}})]
         );
         // The first of the two texts of r1, as the cluster sent it.
-        assert!(owned[0].text.contains("managedFields"));
+        assert!(owned[0].text.contains("replicas"));
 
         // Candidates the watch cache built already are walked the same way, not parsed again.
         let built = |text: &str| {

@@ -4,11 +4,14 @@
 //!
 //! The tree is built in the same parse that skips the rest unbuilt (a container list, an
 //! Endpoints' addresses, a ConfigMap's data, `managedFields`), so a group's passes (ownership,
-//! edges, health) walk a fraction of each object. The text is kept as it came and parsed again
-//! only when a query asks for the `manifest` of a resource.
+//! edges, health) walk a fraction of each object. The text is kept as it came, but for
+//! `metadata.managedFields` ([`without_managed_fields`]), and parsed again only when a query
+//! asks for the `manifest` of a resource.
 //!
 //! [`KEPT`] names the fields. The health and graph tests run every fixture both whole and
 //! through [`parse`], so a rule that reads a field not kept here fails its tests.
+
+use std::borrow::Cow;
 
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
@@ -25,7 +28,8 @@ use super::tree::{Keep, Tree};
 pub struct Object {
     /// The kept fields; `apiVersion` and `kind` are always there (list items often lack them).
     pub view: Tree,
-    /// The object as the cluster sent it: the JSON text of one object.
+    /// The object as the cluster sent it, without `metadata.managedFields`: the JSON text of one
+    /// object ([`without_managed_fields`]).
     pub text: Box<str>,
 }
 
@@ -38,22 +42,29 @@ impl std::borrow::Borrow<Tree> for Object {
 impl Object {
     /// Parses one list item of the given type.
     pub fn parse(text: &RawValue, api_version: &str, kind: &str) -> serde_json::Result<Object> {
-        Object::parse_text(text.get().into(), api_version, kind)
+        let text = text.get();
+        Ok(Object {
+            view: parse_typed(KEPT, text, api_version, kind)?,
+            text: without_managed_fields(text).into(),
+        })
     }
 
-    /// Parses one list item of the given type from its text, which it keeps.
+    /// Parses one list item of the given type from its text, which it keeps (but for
+    /// `metadata.managedFields`).
     pub fn parse_text(text: Box<str>, api_version: &str, kind: &str) -> serde_json::Result<Object> {
-        Ok(Object {
-            view: parse_typed(KEPT, &text, api_version, kind)?,
-            text,
-        })
+        let view = parse_typed(KEPT, &text, api_version, kind)?;
+        let text = match without_managed_fields(&text) {
+            Cow::Borrowed(_) => text,
+            Cow::Owned(shorter) => shorter.into(),
+        };
+        Ok(Object { view, text })
     }
 
     /// An item read with [`Kept`] from a list page, with its text.
     pub fn from_kept(kept: Kept, text: &str, api_version: &str, kind: &str) -> Object {
         Object {
             view: typed(kept.0, api_version, kind),
-            text: text.into(),
+            text: without_managed_fields(text).into(),
         }
     }
 
@@ -75,6 +86,92 @@ impl Object {
         }
         super::masking::mask_secret(&mut manifest);
         manifest
+    }
+}
+
+/// `text` without its `metadata.managedFields`, every other byte as it was; `text` itself when
+/// it has none (or when they cannot be cut out cleanly: a key written with escapes, a key given
+/// twice, text that is not a JSON object).
+///
+/// `managedFields` is server-side apply's bookkeeping of which manager set which field: often
+/// the largest part of an object, and read by nothing envlens serves. `manifest` never showed it
+/// (`kubectl get -o yaml` hides it too), history strips it, the graph and health rules do not
+/// read it. The one reader of the text as sent is GitLab's watch API
+/// ([`crate::k8s::watch_api`]), whose objects come from the watch cache: they come without
+/// `managedFields`, as a `kubectl get --show-managed-fields=false` would show them. Dropping them
+/// is what keeps a cached object within the size of its JSON (BENCHMARKS.md).
+pub fn without_managed_fields(text: &str) -> Cow<'_, str> {
+    const KEY: &str = "\"managedFields\"";
+    if !text.contains(KEY) {
+        return Cow::Borrowed(text);
+    }
+    match managed_fields_span(text) {
+        Some((start, end)) => {
+            let mut shorter = String::with_capacity(text.len() - (end - start));
+            shorter.push_str(&text[..start]);
+            shorter.push_str(&text[end..]);
+            Cow::Owned(shorter)
+        }
+        None => Cow::Borrowed(text),
+    }
+}
+
+/// The bytes of `text` to cut to remove the member `"managedFields": …` of its `metadata`,
+/// with one comma beside it.
+fn managed_fields_span(text: &str) -> Option<(usize, usize)> {
+    #[derive(Deserialize)]
+    struct Top<'a> {
+        #[serde(borrow)]
+        metadata: Option<&'a RawValue>,
+    }
+    #[derive(Deserialize)]
+    struct Metadata<'a> {
+        #[serde(borrow, rename = "managedFields")]
+        managed_fields: Option<&'a RawValue>,
+    }
+    // A struct reads from an array too: only an object's members are looked at.
+    text.trim_start().starts_with('{').then_some(())?;
+    let top: Top = serde_json::from_str(text).ok()?;
+    let metadata = top.metadata?.get();
+    metadata.starts_with('{').then_some(())?;
+    let metadata: Metadata = serde_json::from_str(metadata).ok()?;
+    let value = metadata.managed_fields?.get();
+    // The raw values borrow `text`: their place in it is their distance from its start.
+    let value_start = (value.as_ptr() as usize).checked_sub(text.as_ptr() as usize)?;
+    let value_end = value_start + value.len();
+    let bytes = text.as_bytes();
+    let skip_back = |mut i: usize| {
+        while i > 0 && bytes[i - 1].is_ascii_whitespace() {
+            i -= 1;
+        }
+        i
+    };
+    let skip_on = |mut i: usize| {
+        while i < bytes.len() && bytes[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        i
+    };
+    // Back over `"managedFields" :` to the key's opening quote; an escaped key does not match.
+    let colon = skip_back(value_start).checked_sub(1)?;
+    (bytes[colon] == b':').then_some(())?;
+    let key_end = skip_back(colon);
+    let key_start = key_end.checked_sub("\"managedFields\"".len())?;
+    (&text[key_start..key_end] == "\"managedFields\"").then_some(())?;
+    let before = skip_back(key_start).checked_sub(1)?;
+    match bytes[before] {
+        // Not the first member: the comma before it goes with it.
+        b',' => Some((before, value_end)),
+        // The first member: the comma after it, if another member follows.
+        b'{' => {
+            let after = skip_on(value_end);
+            match bytes.get(after) {
+                Some(b',') => Some((key_start, skip_on(after + 1))),
+                Some(b'}') => Some((key_start, value_end)),
+                _ => None,
+            }
+        }
+        _ => None,
     }
 }
 
@@ -259,6 +356,67 @@ mod tests {
         expected["apiVersion"] = json!("v1");
         expected["kind"] = json!("Pod");
         assert_eq!(object.manifest(), expected);
+    }
+
+    #[test]
+    fn managed_fields_are_cut_out_and_every_other_byte_stays() {
+        let cut = |text: &str| without_managed_fields(text).into_owned();
+        let managed = r#"[{"manager":"kubectl","fieldsV1":{"f:metadata":{"f:labels":{".":{}}}}}]"#;
+        for (text, expected) in [
+            // Last, middle, first, only member; compact and spaced out.
+            (
+                format!(r#"{{"metadata":{{"name":"a","managedFields":{managed}}},"spec":{{}}}}"#),
+                r#"{"metadata":{"name":"a"},"spec":{}}"#.to_string(),
+            ),
+            (
+                format!(r#"{{"metadata":{{"name":"a","managedFields":{managed},"uid":"u"}}}}"#),
+                r#"{"metadata":{"name":"a","uid":"u"}}"#.into(),
+            ),
+            (
+                format!(r#"{{"metadata":{{"managedFields":{managed},"name":"a"}}}}"#),
+                r#"{"metadata":{"name":"a"}}"#.into(),
+            ),
+            (
+                format!(r#"{{"metadata":{{"managedFields":{managed}}},"kind":"Pod"}}"#),
+                r#"{"metadata":{},"kind":"Pod"}"#.into(),
+            ),
+            (
+                format!("{{ \"metadata\" : {{ \"name\" : \"a\" ,\n  \"managedFields\" : {managed} \n}} }}"),
+                "{ \"metadata\" : { \"name\" : \"a\"  \n} }".into(),
+            ),
+            (
+                format!("{{\"metadata\": {{\"managedFields\" : {managed} ,\n \"name\": \"a\"}}}}"),
+                "{\"metadata\": {\"name\": \"a\"}}".into(),
+            ),
+        ] {
+            assert_eq!(cut(&text), expected, "{text}");
+            let mut value: Value = serde_json::from_str(&text).unwrap();
+            value["metadata"].as_object_mut().unwrap().remove("managedFields");
+            assert_eq!(serde_json::from_str::<Value>(&cut(&text)).unwrap(), value);
+        }
+        // Left as they are: none, one elsewhere than in `metadata`, an escaped key, a key given
+        // twice, text that is no object.
+        for text in [
+            r#"{"metadata":{"name":"a"}}"#.to_string(),
+            format!(r#"{{"metadata":{{"name":"a"}},"spec":{{"managedFields":{managed}}}}}"#),
+            format!(r#"{{"metadata":{{"managed\u0046ields":{managed}}}}}"#),
+            format!(r#"{{"metadata":{{"managedFields":{managed}}},"metadata":{{}}}}"#),
+            format!(r#"[{{"metadata":{{"managedFields":{managed}}}}}]"#),
+            r#"{"metadata":{"managedFields":"#.to_string(),
+        ] {
+            assert!(
+                matches!(without_managed_fields(&text), Cow::Borrowed(t) if t == text),
+                "{text}"
+            );
+        }
+        // Objects keep their text without them; the tree never had them.
+        let object = Object::parse_text(
+            format!(r#"{{"metadata":{{"name":"a","managedFields":{managed}}}}}"#).into(),
+            "v1",
+            "Pod",
+        )
+        .unwrap();
+        assert_eq!(&*object.text, r#"{"metadata":{"name":"a"}}"#);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Who sees what from the shared cache under `access_as: user` (SPEC 8.1): a kind is shown only
 //! after the cluster's `SubjectAccessReview` for the impersonated identity allows both `list`
-//! and `watch` of it in the namespace. Decisions are reused for `kubernetes.access_cache`.
+//! and `watch` of it in the namespace. Decisions are reused for `kubernetes.access_cache`, and
+//! each is asked once however many views want it at the same time ([`AccessCache`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -67,28 +68,70 @@ fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-type Key = (Identity, String, String, String);
+/// One question to the cluster: may `who` `verb` the kind `group`/`plural` in `namespace`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Question {
+    who: Identity,
+    namespace: String,
+    group: String,
+    plural: String,
+    verb: &'static str,
+}
 
-/// Recent decisions: `(identity, namespace, group, plural)` → refused with this failure, or not.
+/// The cluster's answer to one [`Question`]: allowed or not, or why there is none.
+type Answer = Result<bool, Failure>;
+
+/// One review, asked once however many views wait for it; its answer, dated when it was asked.
+type Flight = tokio::sync::OnceCell<(Instant, Answer)>;
+
+/// Whether an answer is a decision, to reuse for the cache's period: the review's own answer,
+/// or a 403 to the review itself (the agent may not ask; asking again changes nothing). Any
+/// other failure (no answer, a 5xx) is given to the views waiting for that review and no one
+/// else: the next view asks again.
+fn decided(answer: &Answer) -> bool {
+    match answer {
+        Ok(_) => true,
+        Err(failure) => failure.code == Some(403),
+    }
+}
+
+/// The reviews asked and being asked, per [`Question`]: single flight and reuse in one map.
+///
+/// A view that finds no usable entry puts a new [`Flight`] in and asks; views that come while it
+/// is in flight wait for the same answer (one request to the cluster however many views miss
+/// together, as a hundred viewers opening one environment do). If the view asking goes away
+/// (its request cancelled), a waiting one takes over the review. A decision is reused for
+/// `kubernetes.access_cache` from when the view that asked it began its check; a failure ends
+/// with its flight.
+///
+/// Per kind, `list` is asked first and `watch` only once `list` is allowed: a refused kind
+/// costs one review, an allowed one two, and no more per identity, namespace and period.
 pub(crate) struct AccessCache {
     ttl: Duration,
-    decisions: Mutex<HashMap<Key, (Instant, Option<Failure>)>>,
+    flights: Mutex<HashMap<Question, Arc<Flight>>>,
+    /// Reviews being sent at once by this cache, across views and identities: a burst of new
+    /// identities reaches the cluster at this pace.
+    limit: Arc<Semaphore>,
 }
 
 const REVIEWS_IN_FLIGHT: usize = 16;
+
+/// The two verbs a cached kind needs, in the order they are asked.
+const VERBS: [&str; 2] = ["list", "watch"];
 
 impl AccessCache {
     pub fn new(ttl: Duration) -> Self {
         AccessCache {
             ttl,
-            decisions: Mutex::new(HashMap::new()),
+            flights: Mutex::new(HashMap::new()),
+            limit: Arc::new(Semaphore::new(REVIEWS_IN_FLIGHT)),
         }
     }
 
     /// For each kind, `None` when `who` may list and watch it in `namespace`, else the failure
-    /// to report (403 worded as the API server words a refused list).
+    /// to report (403 worded as the API server words a refused list or watch).
     pub async fn check(
-        &self,
+        self: &Arc<Self>,
         client: &kube::Client,
         who: &Identity,
         namespace: &str,
@@ -97,7 +140,8 @@ impl AccessCache {
         timeout: Duration,
     ) -> Vec<Option<Failure>> {
         // The reviews are the view's own requests: they carry its other headers (`Audit-ID`),
-        // not the impersonation, which the review names in its body instead.
+        // not the impersonation, which the review names in its body instead. A review shared
+        // by several views carries the headers of the view that asked it.
         let mut own = HeaderMap::new();
         for (name, value) in headers {
             if !name.as_str().starts_with("impersonate-") {
@@ -105,68 +149,43 @@ impl AccessCache {
             }
         }
         let own = Arc::new(own);
+        // One instant for the whole view: its questions are all fresh or all reused together
+        // (a view never pairs a kind refused just now with another allowed from before), and
+        // the ones it asks are dated together, so they expire together too.
+        let now = Instant::now();
+        self.forget_expired(now);
         let mut out: Vec<Option<Option<Failure>>> = vec![None; kinds.len()];
-        let key = |k: &ApiKind| {
-            (
-                who.clone(),
-                namespace.to_owned(),
-                k.group.clone(),
-                k.plural.clone(),
-            )
-        };
-        {
-            let mut decisions = self.decisions.lock().unwrap_or_else(|e| e.into_inner());
-            decisions.retain(|_, (at, _)| at.elapsed() < self.ttl);
-            for (i, kind) in kinds.iter().enumerate() {
-                if let Some((_, decision)) = decisions.get(&key(kind)) {
-                    out[i] = Some(decision.clone());
-                }
-            }
-        }
-        let limit = Arc::new(Semaphore::new(REVIEWS_IN_FLIGHT));
         let mut tasks = JoinSet::new();
-        for (i, kind) in kinds.iter().enumerate().filter(|(i, _)| out[*i].is_none()) {
-            let (client, who, namespace, kind, limit, own) = (
+        for (i, kind) in kinds.iter().enumerate() {
+            let (this, client, who, namespace, kind, own) = (
+                self.clone(),
                 client.clone(),
                 who.clone(),
                 namespace.to_owned(),
                 kind.clone(),
-                limit.clone(),
                 own.clone(),
             );
             tasks.spawn(async move {
-                let _permit = limit.acquire().await;
-                let mut decision = None;
-                for verb in ["list", "watch"] {
-                    match review(&client, &who, &namespace, &kind, verb, &own, timeout).await {
+                for verb in VERBS {
+                    let question = Question {
+                        who: who.clone(),
+                        namespace: namespace.clone(),
+                        group: kind.group.clone(),
+                        plural: kind.plural.clone(),
+                        verb,
+                    };
+                    match this.ask(&client, question, &own, timeout, now).await {
                         Ok(true) => {}
-                        Ok(false) => {
-                            decision = Some(refused(&who, &namespace, &kind, verb));
-                            break;
-                        }
-                        Err(failure) => {
-                            decision = Some(failure);
-                            break;
-                        }
+                        Ok(false) => return (i, Some(refused(&who, &namespace, &kind, verb))),
+                        Err(failure) => return (i, Some(failure)),
                     }
                 }
-                (i, decision)
+                (i, None)
             });
         }
-        let now = Instant::now();
-        let mut fresh = Vec::new();
         while let Some(Ok((i, decision))) = tasks.join_next().await {
-            // A review that got no answer is not a decision: asked again next time.
-            if decision.as_ref().is_none_or(|f| f.code == Some(403)) {
-                fresh.push((key(&kinds[i]), decision.clone()));
-            }
             out[i] = Some(decision);
         }
-        let mut decisions = self.decisions.lock().unwrap_or_else(|e| e.into_inner());
-        for (k, decision) in fresh {
-            decisions.insert(k, (now, decision));
-        }
-        drop(decisions);
         out.into_iter()
             .map(|d| {
                 d.unwrap_or_else(|| {
@@ -178,6 +197,73 @@ impl AccessCache {
                 })
             })
             .collect()
+    }
+
+    /// The answer to `question`: reused, awaited from the view already asking, or asked now
+    /// (dated `now`, the asking view's instant).
+    async fn ask(
+        &self,
+        client: &kube::Client,
+        question: Question,
+        headers: &HeaderMap,
+        timeout: Duration,
+        now: Instant,
+    ) -> Answer {
+        let flight = {
+            let mut flights = self.flights.lock().unwrap_or_else(|e| e.into_inner());
+            match flights.get(&question) {
+                Some(flight) if self.usable(flight, now) => flight.clone(),
+                _ => {
+                    let flight = Arc::new(Flight::new());
+                    flights.insert(question.clone(), flight.clone());
+                    flight
+                }
+            }
+        };
+        let (_, answer) = flight
+            .get_or_init(|| async {
+                let asked = async {
+                    let _permit = self.limit.acquire().await;
+                    review(client, &question, headers).await
+                };
+                let answer = match tokio::time::timeout(timeout, asked).await {
+                    Ok(answer) => answer,
+                    Err(_) => Err(Failure {
+                        code: None,
+                        message: format!(
+                            "no answer to the access review within {} s",
+                            timeout.as_secs_f64()
+                        ),
+                        answered: false,
+                    }),
+                };
+                (now, answer)
+            })
+            .await;
+        if !decided(answer) {
+            // The views of this flight have the failure; the next one asks again.
+            let mut flights = self.flights.lock().unwrap_or_else(|e| e.into_inner());
+            if flights
+                .get(&question)
+                .is_some_and(|f| Arc::ptr_eq(f, &flight))
+            {
+                flights.remove(&question);
+            }
+        }
+        answer.clone()
+    }
+
+    /// In flight, or a decision asked less than the period before `now`.
+    fn usable(&self, flight: &Flight, now: Instant) -> bool {
+        match flight.get() {
+            None => true,
+            Some((at, answer)) => decided(answer) && now.saturating_duration_since(*at) < self.ttl,
+        }
+    }
+
+    fn forget_expired(&self, now: Instant) {
+        let mut flights = self.flights.lock().unwrap_or_else(|e| e.into_inner());
+        flights.retain(|_, flight| self.usable(flight, now));
     }
 }
 
@@ -199,15 +285,14 @@ fn refused(who: &Identity, namespace: &str, kind: &ApiKind, verb: &str) -> Failu
 }
 
 /// One `SubjectAccessReview`, sent as the agent's own identity.
-async fn review(
-    client: &kube::Client,
-    who: &Identity,
-    namespace: &str,
-    kind: &ApiKind,
-    verb: &str,
-    headers: &HeaderMap,
-    timeout: Duration,
-) -> Result<bool, Failure> {
+async fn review(client: &kube::Client, question: &Question, headers: &HeaderMap) -> Answer {
+    let Question {
+        who,
+        namespace,
+        group,
+        plural,
+        verb,
+    } = question;
     let body = json!({
         "apiVersion": "authorization.k8s.io/v1",
         "kind": "SubjectAccessReview",
@@ -215,7 +300,7 @@ async fn review(
             "user": who.user,
             "groups": who.groups,
             "extra": who.extra,
-            "resourceAttributes": {"namespace": namespace, "verb": verb, "group": kind.group, "resource": kind.plural},
+            "resourceAttributes": {"namespace": namespace, "verb": verb, "group": group, "resource": plural},
         },
     });
     let no_answer = |message: String| Failure {
@@ -223,12 +308,11 @@ async fn review(
         message,
         answered: false,
     };
-    let request = Request::post("/apis/authorization.k8s.io/v1/subjectaccessreviews")
+    let mut request = Request::post("/apis/authorization.k8s.io/v1/subjectaccessreviews")
         .header(header::CONTENT_TYPE, "application/json")
         .header(header::ACCEPT, "application/json")
         .body(kube::client::Body::from(body.to_string().into_bytes()))
-        .map_err(|e| no_answer(e.to_string()));
-    let mut request = request?;
+        .map_err(|e| no_answer(e.to_string()))?;
     for (name, value) in headers {
         request.headers_mut().append(name, value.clone());
     }
@@ -238,18 +322,14 @@ async fn review(
         let bytes = response.into_body().collect_bytes().await?;
         Ok::<_, kube::Error>((status, bytes))
     };
-    match tokio::time::timeout(timeout, exchange).await {
-        Err(_) => Err(no_answer(format!(
-            "no answer to the access review within {} s",
-            timeout.as_secs_f64()
-        ))),
-        Ok(Err(e)) => Err(no_answer(e.to_string())),
-        Ok(Ok((status, bytes))) if status.is_success() => {
+    match exchange.await {
+        Err(e) => Err(no_answer(e.to_string())),
+        Ok((status, bytes)) if status.is_success() => {
             let review: serde_json::Value =
                 serde_json::from_slice(&bytes).map_err(Failure::bad_body)?;
             Ok(review["status"]["allowed"].as_bool() == Some(true))
         }
-        Ok(Ok((status, bytes))) => Err(Failure {
+        Ok((status, bytes)) => Err(Failure {
             code: Some(status.as_u16()),
             message: crate::k8s::discovery::error_message(status, &bytes),
             answered: true,

@@ -63,7 +63,7 @@ struct Inner {
     metrics: Arc<Metrics>,
     namespaces: Mutex<HashMap<String, Arc<Namespace>>>,
     total: Arc<AtomicUsize>,
-    access: access::AccessCache,
+    access: Arc<access::AccessCache>,
     sweeper: std::sync::Once,
 }
 
@@ -113,7 +113,7 @@ impl WatchCache {
         WatchCache {
             inner: Arc::new(Inner {
                 client,
-                access: access::AccessCache::new(settings.access_ttl),
+                access: Arc::new(access::AccessCache::new(settings.access_ttl)),
                 settings,
                 metrics,
                 namespaces: Mutex::new(HashMap::new()),

@@ -5,6 +5,11 @@
 //! `websocket-token.kas.gitlab.com.<token>` then carries any number of watches ([`protocol`]),
 //! served from the watch cache ([`stream`]) as the user the token was issued to.
 //!
+//! Objects served from the cache are the cluster's text but for `metadata.managedFields`,
+//! which the cache does not keep (kubectl hides them too; see
+//! [`crate::resources::object::without_managed_fields`]); a watch served by the cluster itself
+//! (any other, see [`stream`]) has them as the cluster sends them.
+//!
 //! Bounded: [`MAX_WATCHES`] per socket, [`MAX_MESSAGE`] bytes per message in, [`MAX_SOCKETS`]
 //! sockets at once, a socket without watches closed after [`IDLE`], and the user's
 //! `user_access` checked again every [`RECHECK`] (a socket whose grant is gone is closed).

@@ -86,6 +86,8 @@ struct Inner {
     /// Resource requests per `(verb, resource)`, resource as `pods` or `deployments.apps`; kept
     /// even when recording is off, so that benchmarks can see what the cluster was asked.
     counts: Mutex<BTreeMap<(String, String), u64>>,
+    /// Access reviews answered per question asked: see [`KubeApi::review_counts`].
+    reviews: Mutex<BTreeMap<ReviewAsked, u64>>,
     /// Whether resource requests are authorized by the stored RBAC objects (off: everyone may do
     /// anything unless a deny rule says otherwise).
     rbac: AtomicBool,
@@ -119,6 +121,16 @@ pub struct RequestInfo {
     pub uid: Option<String>,
     /// `Impersonate-Extra-<key>` values, keys lower-cased and percent-decoded.
     pub extra: BTreeMap<String, Vec<String>>,
+}
+
+/// What one `SubjectAccessReview` (or `SelfSubjectAccessReview`) asked: the subject's user, the
+/// namespace ("" for none), the verb and the resource as `plural` or `plural.group`.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ReviewAsked {
+    pub user: String,
+    pub namespace: String,
+    pub verb: String,
+    pub resource: String,
 }
 
 /// One request as received, before any denial or latency.
@@ -186,6 +198,7 @@ impl KubeApi {
                 in_flight: AtomicUsize::new(0),
                 in_flight_peak: AtomicUsize::new(0),
                 counts: Mutex::new(BTreeMap::new()),
+                reviews: Mutex::new(BTreeMap::new()),
                 rbac: AtomicBool::new(false),
                 bookmark_interval: Mutex::new(Duration::from_secs(60)),
                 watch_delay: Mutex::new(Duration::ZERO),
@@ -440,6 +453,14 @@ impl KubeApi {
 
     pub fn reset_request_counts(&self) {
         lock(&self.inner.counts).clear();
+        lock(&self.inner.reviews).clear();
+    }
+
+    /// The access reviews answered so far, by what they asked (resource attributes only), and
+    /// how often each; cleared with [`KubeApi::reset_request_counts`]. The per-verb counts only
+    /// say how many `create`s of `subjectaccessreviews` there were; this says of what.
+    pub fn review_counts(&self) -> BTreeMap<ReviewAsked, u64> {
+        lock(&self.inner.reviews).clone()
     }
 
     /// Authorizes every resource request by the stored RBAC objects from now on, as a cluster

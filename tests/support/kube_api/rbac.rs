@@ -201,6 +201,19 @@ pub(crate) fn review(ctx: &Ctx, t: &Target) -> Result<Response, ApiError> {
             groups: groups.clone(),
             ..RequestInfo::default()
         };
+        let resource = match a.group {
+            "" => a.resource.to_string(),
+            group => format!("{}.{group}", a.resource),
+        };
+        let asked = super::ReviewAsked {
+            user: user.clone(),
+            namespace: a.namespace.unwrap_or("").into(),
+            verb: a.verb.into(),
+            resource,
+        };
+        *super::lock(&ctx.api.inner.reviews)
+            .entry(asked)
+            .or_insert(0) += 1;
         match super::handlers::authorizer(&ctx.api, &info) {
             Some(reason) => json!({"allowed": true, "reason": reason}),
             None => json!({"allowed": false}),
