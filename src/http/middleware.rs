@@ -7,14 +7,11 @@ use std::time::Instant;
 use axum::extract::{MatchedPath, Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use opentelemetry::propagation::TextMapPropagator;
-use opentelemetry_http::HeaderExtractor;
-use opentelemetry_sdk::propagation::TraceContextPropagator;
-use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use crate::config::Limits;
 use crate::error::Error;
 use crate::telemetry::request_id::REQUEST_ID_HEADER;
+use crate::telemetry::request_span::RequestSpan;
 use crate::telemetry::{Metrics, RequestId};
 
 /// Opens the request's span and answers its id; records and logs every request under its
@@ -35,26 +32,14 @@ pub async fn observe(
     let method = req.method().clone();
     // The route's pattern is shared (an Arc), not copied.
     let matched = req.extensions().get::<MatchedPath>().cloned();
-    let route = matched.as_ref().map_or("unmatched", MatchedPath::as_str);
-    let span = tracing::info_span!(
-        "request",
-        request_id = id.as_str(),
-        method = method.as_str(),
-        route,
-        user_id = tracing::field::Empty,
-        agent_id = tracing::field::Empty,
-        environment = tracing::field::Empty,
-    );
-    if id.traceparent().is_some() {
-        let parent = TraceContextPropagator::new().extract(&HeaderExtractor(req.headers()));
-        let _ = span.set_parent(parent);
-    }
+    let span = RequestSpan::open(&id, &method, matched.as_ref(), req.headers());
     let header = id.header_value();
     req.extensions_mut().insert(id);
     let handled = async move {
         let mut response = next.run(req).await;
         let elapsed = started.elapsed();
         let status = response.status().as_u16();
+        let route = matched.as_ref().map_or("unmatched", MatchedPath::as_str);
         metrics.record(method.as_str(), route, status, elapsed);
         response.headers_mut().insert(REQUEST_ID_HEADER, header);
         tracing::info!(
@@ -64,7 +49,7 @@ pub async fn observe(
         );
         response
     };
-    crate::telemetry::request_span::run(span, handled).await
+    span.run(handled).await
 }
 
 /// Answers 503 when a request takes longer than the limit; the handler's future is dropped,

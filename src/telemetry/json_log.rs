@@ -23,6 +23,7 @@ use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::Layer;
 
 use super::log_writer::LogWriter;
+use super::request_span::Record as RequestRecord;
 
 /// Writes every event as a JSON line to the [`LogWriter`].
 pub struct JsonLayer {
@@ -79,16 +80,16 @@ impl SlotVisitor<'_> {
 
 impl Visit for SlotVisitor<'_> {
     fn record_i64(&mut self, field: &Field, value: i64) {
-        let _ = write!(self.slot(field), "{value}");
+        write_i64(self.slot(field), value);
     }
     fn record_u64(&mut self, field: &Field, value: u64) {
-        let _ = write!(self.slot(field), "{value}");
+        write_u64(self.slot(field), value);
     }
     fn record_f64(&mut self, field: &Field, value: f64) {
         write_f64(self.slot(field), value);
     }
     fn record_bool(&mut self, field: &Field, value: bool) {
-        let _ = write!(self.slot(field), "{value}");
+        write_bool(self.slot(field), value);
     }
     fn record_str(&mut self, field: &Field, value: &str) {
         write_string(self.slot(field), value);
@@ -116,16 +117,16 @@ impl EventVisitor<'_> {
 
 impl Visit for EventVisitor<'_> {
     fn record_i64(&mut self, field: &Field, value: i64) {
-        let _ = write!(self.key(field), "{value}");
+        write_i64(self.key(field), value);
     }
     fn record_u64(&mut self, field: &Field, value: u64) {
-        let _ = write!(self.key(field), "{value}");
+        write_u64(self.key(field), value);
     }
     fn record_f64(&mut self, field: &Field, value: f64) {
         write_f64(self.key(field), value);
     }
     fn record_bool(&mut self, field: &Field, value: bool) {
-        let _ = write!(self.key(field), "{value}");
+        write_bool(self.key(field), value);
     }
     fn record_str(&mut self, field: &Field, value: &str) {
         write_string(self.key(field), value);
@@ -193,18 +194,20 @@ impl JsonLayer {
         });
         out.push_str("},\"target\":");
         write_string(out, meta.target());
-        // The spans the event is in, and the request's span carried by the task when it is
-        // not entered (super::request_span).
-        let carried = super::request_span::carried_id().and_then(|id| ctx.span(&id));
-        let scope: Vec<_> = ctx
-            .event_scope(event)
-            .map(|scope| scope.from_root().collect())
-            .unwrap_or_default();
-        let carried = carried.filter(|c| !scope.iter().any(|s| s.id() == c.id()));
-        if carried.is_some() || !scope.is_empty() {
+        // The request's fields when the task carries them (super::request_span), then those
+        // of the spans the event is in.
+        let mut open = false;
+        super::request_span::with_record(|record| {
             out.push_str(",\"span\":{");
-            let mut leaf = None;
-            for span in carried.into_iter().chain(scope) {
+            write_record(out, record);
+            open = true;
+        });
+        let mut leaf = None;
+        if let Some(scope) = ctx.event_scope(event) {
+            for span in scope.from_root() {
+                if !std::mem::replace(&mut open, true) {
+                    out.push_str(",\"span\":{");
+                }
                 let extensions = span.extensions();
                 if let Some(fields) = extensions.get::<SpanFields>() {
                     for field in fields.0.iter().flatten() {
@@ -214,11 +217,39 @@ impl JsonLayer {
                 }
                 leaf = Some(span.name());
             }
+        }
+        if open {
             out.push_str("\"name\":");
-            write_string(out, leaf.unwrap_or_default());
+            write_string(out, leaf.unwrap_or("request"));
             out.push('}');
         }
         out.push_str("}\n");
+    }
+}
+
+/// A request's fields (its [`RequestRecord`]), in its span's order, each followed by a comma.
+fn write_record(out: &mut String, record: &RequestRecord) {
+    out.push_str("\"request_id\":");
+    write_string(out, record.request_id());
+    out.push_str(",\"method\":");
+    write_string(out, record.method.as_str());
+    out.push_str(",\"route\":");
+    write_string(out, record.route());
+    out.push(',');
+    if let Some(user_id) = record.user_id.get() {
+        write_key(out, "user_id");
+        write_i64(out, user_id);
+        out.push(',');
+    }
+    if let Some(agent_id) = record.agent_id.get() {
+        write_key(out, "agent_id");
+        write_i64(out, agent_id);
+        out.push(',');
+    }
+    if let Some(environment) = record.environment.borrow().as_deref() {
+        write_key(out, "environment");
+        write_string(out, environment);
+        out.push(',');
     }
 }
 
@@ -227,13 +258,26 @@ fn write_key(out: &mut String, name: &str) {
     out.push(':');
 }
 
-/// A JSON number; NaN and the infinities, which JSON lacks, as null.
+fn write_i64(out: &mut String, value: i64) {
+    out.push_str(itoa::Buffer::new().format(value));
+}
+
+fn write_u64(out: &mut String, value: u64) {
+    out.push_str(itoa::Buffer::new().format(value));
+}
+
+/// A JSON number (the shortest that reads back the same, as serde_json writes it); NaN and the
+/// infinities, which JSON lacks, as null.
 fn write_f64(out: &mut String, value: f64) {
     if value.is_finite() {
-        let _ = write!(out, "{value}");
+        out.push_str(ryu::Buffer::new().format_finite(value));
     } else {
         out.push_str("null");
     }
+}
+
+fn write_bool(out: &mut String, value: bool) {
+    out.push_str(if value { "true" } else { "false" });
 }
 
 /// A JSON string with what must be escaped escaped.
@@ -254,6 +298,11 @@ struct Escaped<'a>(&'a mut String);
 
 impl Escaped<'_> {
     fn push(&mut self, s: &str) {
+        // Most text (ids, routes, targets, messages) has nothing to escape: copied whole.
+        if !s.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
+            self.0.push_str(s);
+            return;
+        }
         let mut start = 0;
         for (i, b) in s.bytes().enumerate() {
             let escape = match b {
@@ -290,14 +339,24 @@ fn write_timestamp(out: &mut String, now: SystemTime) {
     let secs = since.as_secs();
     let (days, rest) = (secs / 86_400, secs % 86_400);
     let (year, month, day) = civil_from_days(days as i64);
-    let _ = write!(
-        out,
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
-        rest / 3600,
-        rest / 60 % 60,
-        rest % 60,
-        since.subsec_micros()
-    );
+    // Digits put in place: `write!` with six padded numbers cost more than the rest of a line.
+    let mut text = *b"0000-00-00T00:00:00.000000Z";
+    digits(&mut text[0..4], year.clamp(0, 9999) as u32);
+    digits(&mut text[5..7], month);
+    digits(&mut text[8..10], day);
+    digits(&mut text[11..13], (rest / 3600) as u32);
+    digits(&mut text[14..16], (rest / 60 % 60) as u32);
+    digits(&mut text[17..19], (rest % 60) as u32);
+    digits(&mut text[20..26], since.subsec_micros());
+    out.push_str(std::str::from_utf8(&text).unwrap_or_default());
+}
+
+/// `n`'s last `out.len()` decimal digits, zero-padded.
+fn digits(out: &mut [u8], mut n: u32) {
+    for c in out.iter_mut().rev() {
+        *c = b'0' + (n % 10) as u8;
+        n /= 10;
+    }
 }
 
 /// The proleptic Gregorian date of a count of days since 1970-01-01 (Howard Hinnant's
@@ -376,20 +435,21 @@ mod tests {
     }
 
     #[test]
-    fn a_carried_request_span_is_found_without_being_entered() {
+    fn a_carried_request_record_is_found_without_a_span() {
+        use axum::http::{HeaderValue, Method};
+
+        use super::super::request_span::{carry, Record};
+
         let runtime = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
         let lines = lines_of(|| {
-            let request = tracing::info_span!(
-                "request",
-                request_id = "r-2",
-                user_id = tracing::field::Empty
-            );
-            runtime.block_on(super::super::request_span::carry(request, async {
+            let record = Record::new(HeaderValue::from_static("r-2"), Method::GET, None);
+            runtime.block_on(carry(record, async {
                 super::super::record_user(9);
                 tokio::task::yield_now().await;
                 tracing::info!(status = 200, "request");
+                super::super::record_agent(4, Some("prod \"eu\""));
                 // A span opened inside: its fields, after the request's.
                 tracing::info_span!("inner", step = 1).in_scope(|| tracing::info!("deeper"));
             }));
@@ -398,11 +458,13 @@ mod tests {
         assert_eq!(lines.len(), 3, "{lines:?}");
         assert_eq!(
             lines[0]["span"],
-            json!({"request_id": "r-2", "user_id": 9, "name": "request"})
+            json!({"request_id": "r-2", "method": "GET", "route": "unmatched", "user_id": 9,
+                   "name": "request"})
         );
         assert_eq!(
             lines[1]["span"],
-            json!({"request_id": "r-2", "user_id": 9, "step": 1, "name": "inner"})
+            json!({"request_id": "r-2", "method": "GET", "route": "unmatched", "user_id": 9,
+                   "agent_id": 4, "environment": "prod \"eu\"", "step": 1, "name": "inner"})
         );
         assert!(lines[2].get("span").is_none());
     }
@@ -415,6 +477,11 @@ mod tests {
         let mut out = String::new();
         write_f64(&mut out, f64::NAN);
         assert_eq!(out, "null");
+        for (value, text) in [(12.345, "12.345"), (0.5, "0.5"), (3.0, "3.0")] {
+            let mut out = String::new();
+            write_f64(&mut out, value);
+            assert_eq!(out, text);
+        }
     }
 
     #[test]

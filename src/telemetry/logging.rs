@@ -5,8 +5,9 @@
 //! What a request pays for its span and line is kept small (issue 23: at most 3% of its
 //! throughput): the filter is a static one when `ENVLENS_LOG` allows (EnvFilter takes a lock
 //! and a hash lookup on every poll of every span, for directives on span fields we rarely use),
-//! JSON lines are built in one pass ([`super::json_log`]), and lines are written by a thread
-//! of their own ([`super::log_writer`]).
+//! JSON lines are built in one pass ([`super::json_log`]) with the request's fields from a
+//! plain record rather than a span when nothing else needs one ([`super::request_span`]), and
+//! lines are written by a thread of their own ([`super::log_writer`]).
 
 use tracing::Subscriber;
 use tracing_subscriber::filter::Targets;
@@ -30,8 +31,9 @@ pub fn init_logging(format: LogFormat, otlp_endpoint: Option<&str>) -> anyhow::R
     let directives = std::env::var("ENVLENS_LOG").unwrap_or_else(|_| DEFAULT_FILTER.into());
     let (targets, env_filter) = filter(&directives);
     let (writer, flusher) = LogWriter::start();
-    // Only our JSON layer finds a request's span without it being entered.
-    let enter = format == LogFormat::Text || otlp_endpoint.is_some();
+    // Only our JSON layer finds a request's fields without a span, and only EnvFilter's
+    // span-field directives need to see the request's span.
+    let records = format == LogFormat::Json && otlp_endpoint.is_none() && env_filter.is_none();
     let (traces, provider) = match otlp_endpoint {
         Some(endpoint) => {
             let (layer, provider) = super::otlp::layer(endpoint)?;
@@ -48,7 +50,7 @@ pub fn init_logging(format: LogFormat, otlp_endpoint: Option<&str>) -> anyhow::R
         .try_init()
         .is_ok();
     if installed {
-        super::request_span::enter_spans(enter);
+        super::request_span::use_records(records);
     }
     Ok(Guard {
         provider,

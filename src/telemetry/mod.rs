@@ -17,14 +17,10 @@ pub use request_id::RequestId;
 
 /// Records who is asking into the request's span, once authentication knows.
 pub fn record_user(user_id: i64) {
-    request_span::current().record("user_id", user_id);
+    request_span::record_user(user_id);
 }
 
 /// Records the agent (and environment) a request is about into its span.
 pub fn record_agent(agent_id: i64, environment: Option<&str>) {
-    let span = request_span::current();
-    span.record("agent_id", agent_id);
-    if let Some(environment) = environment {
-        span.record("environment", environment);
-    }
+    request_span::record_agent(agent_id, environment);
 }

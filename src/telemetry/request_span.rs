@@ -1,53 +1,157 @@
-//! The request's span, carried through the request's task without entering it on every poll.
+//! The request's span: its id, method and route, and the user, agent and environment once
+//! known, carried by every line logged inside the request.
 //!
-//! An entered span costs the registry a push, a reference count and a close check through
-//! every layer on each poll of the request's future, and a deployment creation is polled some
-//! fifty times (once per database answer): that was most of what its JSON line cost. The JSON
-//! layer is ours and finds the request's span in a task-local instead; the span is still
-//! entered when something else must find it as the current span: the text formatter, and the
-//! OTLP exporter (parents, the `traceparent` sent on).
+//! Two shapes of the same thing, chosen once at start-up by what the log layers need:
+//! - a tracing span, entered on each poll of the request's future, when something must find it
+//!   as tracing's current span: the text formatter, the OTLP exporter (parents, the
+//!   `traceparent` sent on), and EnvFilter's span-field directives;
+//! - otherwise (JSON lines with a per-target filter, the operators' set-up) a [`Record`] of the
+//!   same fields in a task-local, which the JSON layer reads when it writes a line. A tracing
+//!   span costs the registry a slot, the layers' visitors a string per field, and an entered
+//!   one a push, a reference count and a close check on every poll (a deployment creation is
+//!   polled some fifty times); the record is six plain fields set by the request itself
+//!   (issue 23: the logs may cost a request at most 3%).
 
+use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use axum::extract::MatchedPath;
+use axum::http::{HeaderMap, HeaderValue, Method};
+use opentelemetry::propagation::TextMapPropagator;
+use opentelemetry_http::HeaderExtractor;
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use tracing::level_filters::LevelFilter;
 use tracing::{Instrument, Span};
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+use super::RequestId;
 
 tokio::task_local! {
-    static REQUEST: Span;
+    static REQUEST: Record;
 }
 
-/// Whether request spans are entered (the default) or only carried.
-static ENTER: AtomicBool = AtomicBool::new(true);
+/// Whether requests carry a [`Record`] rather than an entered span.
+static RECORD: AtomicBool = AtomicBool::new(false);
 
 /// Set once, by the subscriber's set-up, to what its layers need.
-pub(super) fn enter_spans(enter: bool) {
-    ENTER.store(enter, Ordering::Relaxed);
+pub(super) fn use_records(record: bool) {
+    RECORD.store(record, Ordering::Relaxed);
 }
 
-/// Runs `future`, a request's handling, inside `span`.
-pub async fn run<F: Future>(span: Span, future: F) -> F::Output {
-    if ENTER.load(Ordering::Relaxed) {
-        future.instrument(span).await
-    } else {
-        carry(span, future).await
+/// A request's fields, as its span would hold them.
+pub(super) struct Record {
+    pub(super) request_id: HeaderValue,
+    pub(super) method: Method,
+    pub(super) route: Option<MatchedPath>,
+    pub(super) user_id: Cell<Option<i64>>,
+    pub(super) agent_id: Cell<Option<i64>>,
+    pub(super) environment: RefCell<Option<Box<str>>>,
+}
+
+impl Record {
+    pub(super) fn new(request_id: HeaderValue, method: Method, route: Option<MatchedPath>) -> Self {
+        Record {
+            request_id,
+            method,
+            route,
+            user_id: Cell::new(None),
+            agent_id: Cell::new(None),
+            environment: RefCell::new(None),
+        }
+    }
+
+    /// The request id: checked ASCII (`RequestId`).
+    pub(super) fn request_id(&self) -> &str {
+        self.request_id.to_str().unwrap_or_default()
+    }
+
+    pub(super) fn route(&self) -> &str {
+        self.route.as_ref().map_or(UNMATCHED, MatchedPath::as_str)
     }
 }
 
-/// Runs `future` with `span` as the request's span, not entered.
-pub(super) async fn carry<F: Future>(span: Span, future: F) -> F::Output {
-    REQUEST.scope(span, future).await
+const UNMATCHED: &str = "unmatched";
+
+/// The request's span, opened; [`RequestSpan::run`] runs the request's handling inside.
+pub struct RequestSpan(Shape);
+
+enum Shape {
+    Span(Span),
+    Record(Record),
 }
 
-/// The current request's span: the carried one, else the entered one.
-pub(super) fn current() -> Span {
-    REQUEST
-        .try_with(Span::clone)
-        .unwrap_or_else(|_| Span::current())
+impl RequestSpan {
+    /// Opens the span of a request with this id, method and route (the caller's
+    /// `traceparent` its parent when traces are exported).
+    pub fn open(
+        id: &RequestId,
+        method: &Method,
+        route: Option<&MatchedPath>,
+        headers: &HeaderMap,
+    ) -> Self {
+        // Nothing is written when logs are off: no record to fill either.
+        if RECORD.load(Ordering::Relaxed) && LevelFilter::current() != LevelFilter::OFF {
+            let record = Record::new(id.header_value(), method.clone(), route.cloned());
+            return RequestSpan(Shape::Record(record));
+        }
+        let span = tracing::info_span!(
+            "request",
+            request_id = id.as_str(),
+            method = method.as_str(),
+            route = route.map_or(UNMATCHED, MatchedPath::as_str),
+            user_id = tracing::field::Empty,
+            agent_id = tracing::field::Empty,
+            environment = tracing::field::Empty,
+        );
+        if id.traceparent().is_some() && !span.is_disabled() {
+            let parent = TraceContextPropagator::new().extract(&HeaderExtractor(headers));
+            let _ = span.set_parent(parent);
+        }
+        RequestSpan(Shape::Span(span))
+    }
+
+    /// Runs `future`, the request's handling, inside the span.
+    pub async fn run<F: Future>(self, future: F) -> F::Output {
+        match self.0 {
+            Shape::Span(span) => future.instrument(span).await,
+            Shape::Record(record) => carry(record, future).await,
+        }
+    }
 }
 
-/// The id of the span carried by the current task, if any.
-pub(super) fn carried_id() -> Option<tracing::Id> {
-    REQUEST.try_with(Span::id).ok().flatten()
+/// Runs `future` with `record` as the request's fields.
+pub(super) async fn carry<F: Future>(record: Record, future: F) -> F::Output {
+    REQUEST.scope(record, future).await
+}
+
+/// `f` of the current request's record, if the task carries one.
+pub(super) fn with_record<R>(f: impl FnOnce(&Record) -> R) -> Option<R> {
+    REQUEST.try_with(f).ok()
+}
+
+/// Records who is asking, once authentication knows.
+pub(super) fn record_user(user_id: i64) {
+    if with_record(|r| r.user_id.set(Some(user_id))).is_none() {
+        Span::current().record("user_id", user_id);
+    }
+}
+
+/// Records the agent (and environment) the request is about.
+pub(super) fn record_agent(agent_id: i64, environment: Option<&str>) {
+    let recorded = with_record(|r| {
+        r.agent_id.set(Some(agent_id));
+        if let Some(environment) = environment {
+            *r.environment.borrow_mut() = Some(environment.into());
+        }
+    });
+    if recorded.is_none() {
+        let span = Span::current();
+        span.record("agent_id", agent_id);
+        if let Some(environment) = environment {
+            span.record("environment", environment);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -55,15 +159,33 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn a_carried_span_is_the_requests_span_inside_only() {
-        let subscriber = tracing_subscriber::registry();
-        let _default = tracing::subscriber::set_default(subscriber);
-        let span = tracing::info_span!("request");
-        let id = span.id();
-        assert!(id.is_some());
-        let inside = carry(span, async { (carried_id(), current().id()) }).await;
-        assert_eq!(inside, (id.clone(), id));
-        assert_eq!(carried_id(), None);
-        assert_eq!(current().id(), None);
+    async fn a_carried_record_is_the_requests_inside_only() {
+        let id = RequestId::from_headers(&HeaderMap::new());
+        let record = Record::new(id.header_value(), Method::POST, None);
+        let inside = carry(record, async {
+            record_user(7);
+            record_agent(3, Some("production"));
+            with_record(|r| {
+                (
+                    r.request_id().to_owned(),
+                    r.route().to_owned(),
+                    r.user_id.get(),
+                    r.agent_id.get(),
+                    r.environment.borrow().clone(),
+                )
+            })
+        })
+        .await;
+        assert_eq!(
+            inside,
+            Some((
+                id.to_string(),
+                "unmatched".into(),
+                Some(7),
+                Some(3),
+                Some("production".into())
+            ))
+        );
+        assert!(with_record(|_| ()).is_none());
     }
 }
