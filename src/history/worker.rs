@@ -27,7 +27,7 @@ use crate::db::history::{self as db, Job, Target};
 use crate::error::Result;
 use crate::k8s::clusters::Clusters;
 use crate::k8s::fetch::FetchOptions;
-use crate::resources::group::{self, label_selector};
+use crate::resources::group::label_selector;
 use crate::resources::health::{Customizations, HealthStatus};
 use crate::resources::listing::ListError;
 
@@ -262,18 +262,19 @@ impl Worker {
             agent: Some(target.agent_id),
             ..FetchOptions::default()
         };
-        let listing = cluster
+        let group = cluster
             .watch
-            .list_resource_group(
+            .resource_group(
                 &cluster.discovery,
                 &HeaderMap::new(),
                 &target.namespace,
                 &label_selector(target.project_id, slug),
                 &options,
+                &self.health,
             )
             .await
             .map_err(|e| e.to_string())?;
-        let unreadable: Vec<String> = listing
+        let unreadable: Vec<String> = group
             .errors
             .iter()
             .filter(|e| e.code != Some(403))
@@ -290,10 +291,6 @@ impl Worker {
                 unreadable[..unreadable.len().min(3)].join("; ")
             ));
         }
-        let custom = self.health.clone();
-        let group = tokio::task::spawn_blocking(move || group::assemble(listing, &custom))
-            .await
-            .map_err(|e| e.to_string())?;
         let errors = group.errors.clone();
         let snap = tokio::task::spawn_blocking(move || snapshot::take(&group))
             .await

@@ -5,7 +5,7 @@
 //! 30 s) and resumes, relisting if the watch cannot be resumed.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
@@ -17,7 +17,9 @@ use tokio::sync::{broadcast, watch};
 
 use crate::k8s::discovery::{self, ApiKind, Failure};
 use crate::k8s::fetch::encode;
-use crate::resources::object::Object;
+use crate::resources::object::{Kept, Object};
+use crate::resources::page;
+use crate::resources::tree::Tree;
 use crate::telemetry::Metrics;
 
 /// How far a kind's cache has come.
@@ -57,6 +59,10 @@ pub(crate) struct KindWatch {
     pub phase: watch::Sender<Phase>,
     /// The namespace's change feed; an object is cloned into it only while somebody listens.
     changes: broadcast::Sender<KindChange>,
+    /// The namespace's generation, moved on after every change to what a view reads here (the
+    /// objects, the phase, the staleness), so that a group assembled at one generation is
+    /// known to be current while it stays.
+    generation: Arc<AtomicU64>,
     /// Since when the watch has been failing, and its last error: the objects are as of then.
     stale: Mutex<Option<(chrono::DateTime<chrono::Utc>, Failure)>>,
     task: OnceLock<tokio::task::AbortHandle>,
@@ -91,6 +97,7 @@ impl KindWatch {
         namespace: &str,
         page_size: usize,
         changes: broadcast::Sender<KindChange>,
+        generation: Arc<AtomicU64>,
         total: Arc<AtomicUsize>,
         metrics: Arc<Metrics>,
     ) -> Arc<KindWatch> {
@@ -99,6 +106,7 @@ impl KindWatch {
             objects: Mutex::new(BTreeMap::new()),
             phase: watch::Sender::new(Phase::Pending),
             changes,
+            generation,
             stale: Mutex::new(None),
             task: OnceLock::new(),
             total,
@@ -124,17 +132,22 @@ impl KindWatch {
     fn set_stale(&self, failure: Option<Failure>) {
         let mut stale = self.stale.lock().unwrap_or_else(|e| e.into_inner());
         let was = stale.is_some();
-        match failure {
-            None => *stale = None,
+        let moved = match failure {
+            None => stale.take().is_some(),
             Some(failure) => {
                 let since = stale
                     .as_ref()
                     .map_or_else(chrono::Utc::now, |(since, _)| *since);
+                let moved = stale.as_ref().map(|(_, f)| f) != Some(&failure);
                 *stale = Some((since, failure));
+                moved
             }
-        }
+        };
         let now = stale.is_some();
         drop(stale);
+        if moved {
+            self.moved();
+        }
         if was != now {
             self.publish(|| Change::Reset);
         }
@@ -143,7 +156,15 @@ impl KindWatch {
     /// Sets the phase and tells the listeners to read the kind again.
     fn set_phase(&self, phase: Phase) {
         self.phase.send_replace(phase);
+        self.moved();
         self.publish(|| Change::Reset);
+    }
+
+    /// Moves the namespace's generation on, after a change is in place: a reader that reads
+    /// the generation first and the objects second never pairs a generation with objects
+    /// older than it.
+    fn moved(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Sends a change to the namespace's listeners, built only if there are any.
@@ -170,6 +191,7 @@ impl KindWatch {
         let (before, after) = (objects.len(), fresh.len());
         *objects = fresh;
         drop(objects);
+        self.moved();
         self.count(after as i64 - before as i64);
     }
 
@@ -179,6 +201,7 @@ impl KindWatch {
         if self.lock().insert(name, Arc::new(object)).is_none() {
             self.count(1);
         }
+        self.moved();
         if let Some(object) = copy {
             self.publish(|| Change::Applied(object));
         }
@@ -187,6 +210,7 @@ impl KindWatch {
     fn remove(&self, name: &str) {
         let removed = self.lock().remove(name);
         if let Some(object) = removed {
+            self.moved();
             self.count(-1);
             self.publish(|| Change::Deleted(Arc::unwrap_or_clone(object)));
         }
@@ -200,22 +224,6 @@ impl KindWatch {
         }
         self.metrics.watch_cache_objects.inc_by(delta);
     }
-}
-
-#[derive(Deserialize)]
-struct ListHead<'a> {
-    #[serde(default)]
-    metadata: ListMeta,
-    #[serde(borrow, default)]
-    items: Option<Vec<&'a RawValue>>,
-}
-
-#[derive(Deserialize, Default)]
-struct ListMeta {
-    #[serde(default, rename = "resourceVersion")]
-    resource_version: String,
-    #[serde(default, rename = "continue")]
-    continue_token: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -335,15 +343,22 @@ async fn list(
             Duration::from_secs(60),
         )
         .await?;
-        let page: ListHead = serde_json::from_slice(&body).map_err(Failure::bad_body)?;
-        for text in page.items.into_iter().flatten() {
-            let head: ObjectMeta = serde_json::from_str(text.get()).map_err(Failure::bad_body)?;
-            let object =
-                Object::parse(text, &api_version, &watch.kind.kind).map_err(Failure::bad_body)?;
-            fresh.insert(head.metadata.name, Arc::new(object));
+        // One pass over the page: each item's kept fields and its text from the same scan, its
+        // name read from the kept fields (`page::read`, as a fresh list reads its pages).
+        let page = page::read::<Kept>(&body).map_err(Failure::bad_body)?;
+        for (kept, text) in page.items {
+            let object = Object::from_kept(kept, text, &api_version, &watch.kind.kind);
+            let name = object
+                .view
+                .get("metadata")
+                .and_then(|m| m.get("name"))
+                .and_then(Tree::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            fresh.insert(name, Arc::new(object));
         }
-        version.get_or_insert(page.metadata.resource_version);
-        match page.metadata.continue_token.filter(|t| !t.is_empty()) {
+        version.get_or_insert(page.resource_version);
+        match page.continue_token.filter(|t| !t.is_empty()) {
             Some(next) => token = Some(next),
             None => break,
         }

@@ -22,14 +22,16 @@ mod access;
 mod kind;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use axum::http::HeaderMap;
 
-use crate::k8s::discovery::{ApiKind, DiscoveryCache, Failure};
+use crate::k8s::discovery::{ApiKind, Discovered, DiscoveryCache, Failure};
 use crate::k8s::fetch::{self, FetchError, FetchOptions, Job, Listed, Purpose};
+use crate::resources::group::{self, ResourceGroup};
+use crate::resources::health::Customizations;
 use crate::resources::listing::{ListError, Listing};
 use crate::resources::object::Object;
 use crate::resources::tree::Tree;
@@ -71,7 +73,53 @@ struct Namespace {
     last_read: Mutex<Instant>,
     /// Every change to the namespace's kinds, for [`WatchCache::changes`].
     changes: tokio::sync::broadcast::Sender<KindChange>,
+    /// Moves on after every change to what a view of the namespace reads ([`KindWatch`]).
+    generation: Arc<AtomicU64>,
+    /// Groups assembled lately, each with the generation it was read at ([`Memo`]).
+    groups: Mutex<Vec<Memo>>,
+    /// One assembly at a time: viewers that arrive together after a change wait for the first
+    /// one's group instead of each assembling the same.
+    assembling: tokio::sync::Mutex<()>,
 }
+
+/// An assembled group, and what it was assembled from besides the namespace's objects.
+struct Memo {
+    key: GroupKey,
+    generation: u64,
+    group: Arc<ResourceGroup>,
+}
+
+/// What a group depends on beyond the cached objects: two views with equal keys at the same
+/// generation get the same answer. The identity is not in it, only what it may see: the
+/// access decision of every kind (refusals carry their message), so users with the same
+/// rights share a group and users with different rights never do.
+struct GroupKey {
+    label_selector: String,
+    /// Which discovery the kinds, their order and the unavailable APIs come from.
+    discovery: u64,
+    kinds: Arc<[ApiKind]>,
+    /// Per watched kind (the discovered watchable ones, then the Events): its refusal, if
+    /// refused.
+    refusals: Vec<Option<Failure>>,
+    events_per_resource: usize,
+    /// The user's health scripts, compared by identity (they do not change while loaded).
+    custom: Arc<Customizations>,
+}
+
+impl PartialEq for GroupKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.label_selector == other.label_selector
+            && self.discovery == other.discovery
+            && self.events_per_resource == other.events_per_resource
+            && Arc::ptr_eq(&self.custom, &other.custom)
+            && (Arc::ptr_eq(&self.kinds, &other.kinds) || self.kinds == other.kinds)
+            && self.refusals == other.refusals
+    }
+}
+
+/// Groups kept per namespace: one per selector and set of rights in use, the rest dropped
+/// oldest first.
+const GROUPS_KEPT: usize = 16;
 
 /// Changes a listener may fall behind by before it is told it lagged (and reads again).
 const CHANGE_BACKLOG: usize = 4096;
@@ -82,7 +130,32 @@ impl Namespace {
             kinds: Mutex::new(HashMap::new()),
             last_read: Mutex::new(Instant::now()),
             changes: tokio::sync::broadcast::channel(CHANGE_BACKLOG).0,
+            generation: Arc::new(AtomicU64::new(0)),
+            groups: Mutex::new(Vec::new()),
+            assembling: tokio::sync::Mutex::new(()),
         })
+    }
+
+    /// The group of `key` assembled at `generation`, if kept.
+    fn group(&self, key: &GroupKey, generation: u64) -> Option<Arc<ResourceGroup>> {
+        lock(&self.groups)
+            .iter()
+            .find(|m| m.generation == generation && m.key == *key)
+            .map(|m| m.group.clone())
+    }
+
+    /// Keeps `group`, read at `generation`; groups read earlier are out of date and go.
+    fn keep(&self, key: GroupKey, generation: u64, group: Arc<ResourceGroup>) {
+        let mut groups = lock(&self.groups);
+        groups.retain(|m| m.generation >= generation && m.key != key);
+        if groups.len() >= GROUPS_KEPT {
+            groups.remove(0);
+        }
+        groups.push(Memo {
+            key,
+            generation,
+            group,
+        });
     }
 
     /// A namespace somebody listens to is in use even when nobody reads it.
@@ -168,12 +241,57 @@ impl WatchCache {
         label_selector: &str,
         options: &FetchOptions,
     ) -> Result<Listing, FetchError> {
-        if namespace.is_empty() {
-            return Err(FetchError::NoNamespace);
+        match self
+            .prepare(discovery, headers, namespace, label_selector, options)
+            .await?
+        {
+            None => {
+                fetch::list_resource_group(
+                    &self.inner.client,
+                    discovery,
+                    headers,
+                    namespace,
+                    label_selector,
+                    options,
+                )
+                .await
+            }
+            Some(view) => {
+                self.listing(
+                    &view,
+                    discovery,
+                    headers,
+                    namespace,
+                    label_selector,
+                    options,
+                )
+                .await
+            }
         }
-        let terms = fetch::equality_terms(label_selector).filter(|_| self.enabled());
-        let Some(terms) = terms else {
-            return fetch::list_resource_group(
+    }
+
+    /// The assembled group ([`group::assemble`]) of what [`Self::list_resource_group`] lists,
+    /// shared: a view of a namespace where nothing changed since an earlier view with the same
+    /// selector and the same rights is answered with that view's group, neither listed nor
+    /// assembled again. Any change the cache applies to the namespace (an object, a kind's
+    /// list, a watch failing or recovering), a new discovery or other access decisions make
+    /// the next view assemble afresh. Views that the cache does not answer whole (a selector
+    /// it cannot evaluate, the cache off, kinds that cannot be watched and are listed as the
+    /// user each time) are assembled every time.
+    pub async fn resource_group(
+        &self,
+        discovery: &DiscoveryCache,
+        headers: &HeaderMap,
+        namespace: &str,
+        label_selector: &str,
+        options: &FetchOptions,
+        custom: &Arc<Customizations>,
+    ) -> Result<Arc<ResourceGroup>, FetchError> {
+        let Some(view) = self
+            .prepare(discovery, headers, namespace, label_selector, options)
+            .await?
+        else {
+            let listing = fetch::list_resource_group(
                 &self.inner.client,
                 discovery,
                 headers,
@@ -181,7 +299,77 @@ impl WatchCache {
                 label_selector,
                 options,
             )
-            .await;
+            .await?;
+            return Ok(assemble(listing, custom).await);
+        };
+        if view.unwatched {
+            let listing = self
+                .listing(
+                    &view,
+                    discovery,
+                    headers,
+                    namespace,
+                    label_selector,
+                    options,
+                )
+                .await?;
+            return Ok(assemble(listing, custom).await);
+        }
+        let key = GroupKey {
+            label_selector: label_selector.to_owned(),
+            discovery: view.discovered.generation,
+            kinds: view.discovered.kinds.clone(),
+            refusals: view.refusals.clone(),
+            events_per_resource: options.events_per_resource,
+            custom: custom.clone(),
+        };
+        let ns = view.namespace.clone();
+        // The generation is read before the objects: a change after this read moves it on,
+        // and the group kept below is then never reused.
+        if let Some(group) = ns.group(&key, ns.generation.load(Ordering::Acquire)) {
+            return Ok(group);
+        }
+        let _assembling = ns.assembling.lock().await;
+        let generation = ns.generation.load(Ordering::Acquire);
+        if let Some(group) = ns.group(&key, generation) {
+            return Ok(group);
+        }
+        let listing = self
+            .listing(
+                &view,
+                discovery,
+                headers,
+                namespace,
+                label_selector,
+                options,
+            )
+            .await?;
+        // A kind that answered 404 made discovery start over: the next view is asked anew.
+        let kind_gone = listing.errors.iter().any(|e| e.code == Some(404));
+        let group = assemble(listing, custom).await;
+        if !kind_gone {
+            ns.keep(key, generation, group.clone());
+        }
+        Ok(group)
+    }
+
+    /// Everything a view from the cache reads but the objects: discovery, the namespace's
+    /// watches of every discovered kind (started where missing, waited for until synced) and
+    /// the identity's access to each. `None` when the cache does not answer this view.
+    async fn prepare(
+        &self,
+        discovery: &DiscoveryCache,
+        headers: &HeaderMap,
+        namespace: &str,
+        label_selector: &str,
+        options: &FetchOptions,
+    ) -> Result<Option<Prepared>, FetchError> {
+        if namespace.is_empty() {
+            return Err(FetchError::NoNamespace);
+        }
+        let terms = fetch::equality_terms(label_selector).filter(|_| self.enabled());
+        let Some(terms) = terms else {
+            return Ok(None);
         };
         let discovered = discovery.kinds().await?;
         let mut kinds: Vec<ApiKind> = discovered
@@ -193,7 +381,7 @@ impl WatchCache {
         if !kinds.contains(&events_kind()) {
             kinds.push(events_kind());
         }
-        let watches = self.watch(namespace, &kinds, options.page_size.max(1));
+        let (ns, watches) = self.watch(namespace, &kinds, options.page_size.max(1));
         self.bound(namespace);
         wait_synced(&watches, options.request_timeout).await;
 
@@ -213,12 +401,46 @@ impl WatchCache {
             }
             None => vec![None; kinds.len()],
         };
-        let by_type: HashMap<(String, String), (Arc<KindWatch>, Option<Failure>)> = watches
-            .into_iter()
+        let unwatched = discovered.kinds.iter().any(|k| !k.watchable);
+        Ok(Some(Prepared {
+            namespace: ns,
+            discovered,
+            terms,
+            watches,
+            refusals,
+            unwatched,
+        }))
+    }
+
+    /// The listing of a prepared view: the cached objects of each job, the unwatched kinds
+    /// listed fresh, the failing watches reported.
+    async fn listing(
+        &self,
+        view: &Prepared,
+        discovery: &DiscoveryCache,
+        headers: &HeaderMap,
+        namespace: &str,
+        label_selector: &str,
+        options: &FetchOptions,
+    ) -> Result<Listing, FetchError> {
+        let Prepared {
+            discovered,
+            terms,
+            watches,
+            refusals,
+            ..
+        } = view;
+        let by_type: HashMap<(String, String), (&Arc<KindWatch>, &Option<Failure>)> = watches
+            .iter()
             .zip(refusals)
             .map(|(w, refused)| ((w.kind.api_version(), w.kind.kind.clone()), (w, refused)))
             .collect();
-        let jobs = fetch::plan(&discovered.kinds, namespace, label_selector, Some(terms));
+        let jobs = fetch::plan(
+            &discovered.kinds,
+            namespace,
+            label_selector,
+            Some(terms.clone()),
+        );
         // Kinds that cannot be watched are listed fresh, as the user, for every view.
         let unwatched: Vec<Job> = jobs
             .iter()
@@ -247,7 +469,7 @@ impl WatchCache {
         let mut listing = fetch::into_listing(
             &jobs,
             outcomes,
-            &discovered,
+            discovered,
             discovery,
             namespace,
             label_selector,
@@ -285,9 +507,14 @@ impl WatchCache {
         Ok(listing)
     }
 
-    /// The namespace's watches of `kinds`, in that order: started where missing, the namespace
-    /// marked read now, watches of kinds no longer discovered stopped.
-    fn watch(&self, namespace: &str, kinds: &[ApiKind], page_size: usize) -> Vec<Arc<KindWatch>> {
+    /// The namespace and its watches of `kinds`, in that order: started where missing, the
+    /// namespace marked read now, watches of kinds no longer discovered stopped.
+    fn watch(
+        &self,
+        namespace: &str,
+        kinds: &[ApiKind],
+        page_size: usize,
+    ) -> (Arc<Namespace>, Vec<Arc<KindWatch>>) {
         self.start_sweeper();
         let ns = lock(&self.inner.namespaces)
             .entry(namespace.to_owned())
@@ -296,7 +523,7 @@ impl WatchCache {
         *lock(&ns.last_read) = Instant::now();
         let mut watched = lock(&ns.kinds);
         watched.retain(|k, _| kinds.contains(k));
-        kinds
+        let watches = kinds
             .iter()
             .map(|kind| {
                 watched
@@ -308,13 +535,16 @@ impl WatchCache {
                             namespace,
                             page_size,
                             ns.changes.clone(),
+                            ns.generation.clone(),
                             self.inner.total.clone(),
                             self.inner.metrics.clone(),
                         )
                     })
                     .clone()
             })
-            .collect()
+            .collect();
+        drop(watched);
+        (ns, watches)
     }
 
     /// Drops the namespaces read least recently (never `reading`, never one listened to) while
@@ -438,6 +668,7 @@ impl WatchCache {
                     namespace,
                     page_size.max(1),
                     ns.changes.clone(),
+                    ns.generation.clone(),
                     self.inner.total.clone(),
                     self.inner.metrics.clone(),
                 )
@@ -446,6 +677,28 @@ impl WatchCache {
         self.bound(namespace);
         Ok(KindView { watch })
     }
+}
+
+/// A view the cache answers, read up to its objects ([`WatchCache::resource_group`]).
+struct Prepared {
+    namespace: Arc<Namespace>,
+    discovered: Discovered,
+    /// The selector's terms.
+    terms: Vec<(String, String)>,
+    /// The watches of the discovered watchable kinds, then the Events.
+    watches: Vec<Arc<KindWatch>>,
+    /// Per watch: whether the identity is refused its kind, and why.
+    refusals: Vec<Option<Failure>>,
+    /// Whether some discovered kind cannot be watched, and is listed fresh, as the user.
+    unwatched: bool,
+}
+
+/// Assembles `listing` off the runtime's threads.
+async fn assemble(listing: Listing, custom: &Arc<Customizations>) -> Arc<ResourceGroup> {
+    let custom = custom.clone();
+    tokio::task::spawn_blocking(move || Arc::new(group::assemble(listing, &custom)))
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
 }
 
 /// Waits until every watch has listed once (or failed), at most `timeout`.
