@@ -90,7 +90,9 @@ const BACKOFF_MAX: Duration = Duration::from_secs(30);
 
 impl KindWatch {
     /// Starts the watch of `kind` in `namespace`. The task holds only a weak reference: it
-    /// ends when the cache drops the kind.
+    /// ends when the cache drops the kind. `changes` and `generation` are the namespace's,
+    /// `total` and `metrics` the cache's.
+    #[allow(clippy::too_many_arguments)]
     pub fn start(
         client: kube::Client,
         kind: ApiKind,

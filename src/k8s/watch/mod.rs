@@ -430,7 +430,7 @@ impl WatchCache {
             refusals,
             ..
         } = view;
-        let by_type: HashMap<(String, String), (&Arc<KindWatch>, &Option<Failure>)> = watches
+        let by_type: HashMap<(String, String), WatchAccess<'_>> = watches
             .iter()
             .zip(refusals)
             .map(|(w, refused)| ((w.kind.api_version(), w.kind.kind.clone()), (w, refused)))
@@ -678,6 +678,9 @@ impl WatchCache {
         Ok(KindView { watch })
     }
 }
+
+/// A kind's watch and the identity's refusal of it, if refused.
+type WatchAccess<'a> = (&'a Arc<KindWatch>, &'a Option<Failure>);
 
 /// A view the cache answers, read up to its objects ([`WatchCache::resource_group`]).
 struct Prepared {
