@@ -41,6 +41,14 @@
 //! (SPEC 8.1) against (a) without the cache (`kubernetes.cache_max_objects: 0`), interleaved;
 //! times are the router's (server time: no socket), p50 and p90.
 //!
+//! `valgrind --tool=callgrind --callgrind-out-file=cg.out target/release/deps/resource_group-* --count 3`
+//!
+//! With `--count R`, instead: instructions per view, which do not depend on the machine's
+//! speed or load: each of (w) the warm GraphQL view, (a) the GraphQL view without the cache,
+//! (a-cold), (a') and (c) is run R times between callgrind's zero and a dump named after it
+//! (`cg.out.1` … `cg.out.5`; `summary:` is the total, `callgrind_annotate` the breakdown). The
+//! whole process is counted, the test server's serializing included: (c) is that part alone.
+//!
 //! The database is a private PostgreSQL started from the machine's binaries, as the tests do.
 
 /// The service's allocator (src/main.rs), so that the figures are the service's; counted, so
@@ -136,6 +144,8 @@ struct Args {
     memory: bool,
     /// `--page-size N`: the lists' page size for `--memory` (default the service's, 500).
     page_size: usize,
+    /// `--count R`: each view R times between callgrind's zero and dump.
+    count: usize,
 }
 
 fn args() -> Args {
@@ -148,6 +158,7 @@ fn args() -> Args {
         compress: 10,
         memory: false,
         page_size: FetchOptions::default().page_size,
+        count: 0,
     };
     let mut it = std::env::args().skip(1).filter(|a| a != "--bench");
     while let Some(flag) = it.next() {
@@ -174,6 +185,7 @@ fn args() -> Args {
             "--viewers" => a.viewers = value(),
             "--compress" => a.compress = value() as u32,
             "--page-size" => a.page_size = value(),
+            "--count" => a.count = value(),
             other => panic!("unknown argument {other}"),
         }
     }
@@ -422,6 +434,9 @@ async fn run(a: Args) {
     if a.memory {
         return run_memory(&b, a.page_size).await;
     }
+    if a.count > 0 {
+        return run_count(&a, &b, query).await;
+    }
 
     // The requests (a) sends, recorded from one view: the floor replays exactly those.
     b.api.clear_requests();
@@ -551,6 +566,85 @@ async fn run(a: Args) {
             if ratio >= 5.0 { "met" } else { "NOT met" }
         );
     }
+}
+
+/// Callgrind's client requests (valgrind.h's protocol on x86-64): a no-op sequence natively,
+/// a request under valgrind. `request` is one of [`ZERO_STATS`], [`DUMP_STATS_AT`].
+#[cfg(target_arch = "x86_64")]
+fn callgrind(request: usize, arg: usize) {
+    let args: [usize; 6] = [request, arg, 0, 0, 0, 0];
+    // SAFETY: the rotations of rdi add up to 128 bits (rdi is as before) and `xchg rbx, rbx`
+    // changes nothing; valgrind reads `args` through rax and answers in rdx.
+    unsafe {
+        std::arch::asm!(
+            "rol rdi, 3", "rol rdi, 13", "rol rdi, 61", "rol rdi, 51", "xchg rbx, rbx",
+            in("rax") args.as_ptr(),
+            inout("rdx") 0usize => _,
+            inout("rdi") 0usize => _,
+        );
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn callgrind(_: usize, _: usize) {}
+
+/// `VG_USERREQ_TOOL_BASE('C', 'T')`: callgrind's requests.
+const CALLGRIND: usize = (b'C' as usize) << 24 | (b'T' as usize) << 16;
+const ZERO_STATS: usize = CALLGRIND + 1;
+const DUMP_STATS_AT: usize = CALLGRIND + 3;
+
+/// Runs `view` `times` times between a zero and a dump named `name`.
+async fn counted<F: std::future::Future>(name: &str, times: usize, mut view: impl FnMut() -> F) {
+    let label = std::ffi::CString::new(name).expect("name");
+    callgrind(ZERO_STATS, 0);
+    for _ in 0..times {
+        drop(view().await);
+    }
+    callgrind(DUMP_STATS_AT, label.as_ptr() as usize);
+    println!("{name}: {times} views counted");
+}
+
+/// `--count R`: instructions per view under callgrind (see the module's documentation).
+async fn run_count(a: &Args, b: &Bench, query: &str) {
+    let cold_app = environment::gitlab_with(&b.served, "  cache_max_objects: 0\n").await;
+    assert_eq!(
+        graphql_resources(&measure_graphql(b, query).await),
+        RESOURCES
+    );
+    assert_eq!(
+        graphql_resources(&measure_graphql_on(&cold_app, &b.token, query).await),
+        RESOURCES
+    );
+    b.api.clear_requests();
+    b.api.set_recording(true);
+    drop(measure_envlens(b).await);
+    b.api.set_recording(false);
+    let uris: Vec<String> = b
+        .api
+        .requests()
+        .iter()
+        .map(|r| match r.query.as_str() {
+            "" => r.path.clone(),
+            q => format!("{}?{q}", r.path),
+        })
+        .collect();
+    let authority = b.served.addr.to_string();
+    let mut conns = connect(&authority, uris.len()).await;
+    measure_floor(&authority, &mut conns, &uris).await;
+    let r = a.count;
+    counted("w-warm-graphql", r * 10, || measure_graphql(b, query)).await;
+    counted("a-uncached-graphql", r, || {
+        measure_graphql_on(&cold_app, &b.token, query)
+    })
+    .await;
+    counted("a-cold-through-cache", r, || measure_cold(b)).await;
+    counted("a-prime-uncached-library", r, || measure_envlens(b)).await;
+    let conns = std::sync::Arc::new(tokio::sync::Mutex::new(conns));
+    counted("c-floor", r, || {
+        let (conns, authority, uris) = (conns.clone(), authority.clone(), uris.clone());
+        async move { measure_floor(&authority, &mut *conns.lock().await, &uris).await }
+    })
+    .await;
 }
 
 fn percentile(mut samples: Vec<Duration>, p: f64) -> Duration {

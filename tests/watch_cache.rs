@@ -10,6 +10,7 @@ use envlens::k8s::discovery::DiscoveryCache;
 use envlens::k8s::fetch::{list_resource_group, FetchOptions};
 use envlens::k8s::watch::{WatchCache, WatchSettings};
 use envlens::resources::group::{self, label_selector, ResourceGroup};
+use envlens::resources::health::Customizations;
 use envlens::telemetry::Metrics;
 use serde_json::json;
 
@@ -24,6 +25,8 @@ struct Setup {
     discovery: DiscoveryCache,
     cache: WatchCache,
     metrics: Arc<Metrics>,
+    /// The health scripts the shared groups are assembled with (none).
+    custom: Arc<Customizations>,
 }
 
 async fn setup(max_objects: usize) -> Setup {
@@ -56,6 +59,7 @@ async fn setup_with(max_objects: usize, access_ttl: Duration) -> Setup {
         _served: served,
         _dir: dir,
         metrics,
+        custom: Arc::default(),
     }
 }
 
@@ -81,6 +85,7 @@ impl Setup {
         group::assemble(listing, &Default::default())
     }
 
+    /// The cached listing, assembled here.
     async fn cached(&self, headers: &HeaderMap) -> ResourceGroup {
         let listing = self
             .cache
@@ -96,14 +101,31 @@ impl Setup {
         group::assemble(listing, &Default::default())
     }
 
+    /// The group as views get it: assembled by the cache, shared until the namespace changes.
+    async fn shared(&self, headers: &HeaderMap) -> Arc<ResourceGroup> {
+        self.cache
+            .resource_group(
+                &self.discovery,
+                headers,
+                NS,
+                &label_selector(PROJECT, SLUG),
+                &options(),
+                &self.custom,
+            )
+            .await
+            .unwrap()
+    }
+
     /// The cache follows the cluster through its watches: it equals a fresh list once the
-    /// events have arrived (within 5 s; in practice a few milliseconds).
+    /// events have arrived (within 5 s; in practice a few milliseconds). Both the shared group
+    /// and the listing assembled here must equal it.
     async fn converges(&self, headers: &HeaderMap, what: &str) -> ResourceGroup {
         let fresh = self.fresh(headers).await;
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
+            let shared = self.shared(headers).await;
             let cached = self.cached(headers).await;
-            if cached == fresh {
+            if *shared == fresh && cached == fresh {
                 return cached;
             }
             assert!(
@@ -186,6 +208,61 @@ async fn the_cached_group_equals_a_fresh_list_through_changes() {
     }
 }
 
+/// A view with no change since the last one gets the last one's group (the same, not a copy);
+/// a change, however small, makes the next view assemble anew.
+#[tokio::test]
+async fn a_view_with_no_change_reuses_the_group_and_a_change_replaces_it() {
+    let s = setup(200_000).await;
+    let none = HeaderMap::new();
+    s.converges(&none, "first view").await;
+    let first = s.shared(&none).await;
+    let again = s.shared(&none).await;
+    assert!(
+        Arc::ptr_eq(&first, &again),
+        "nothing changed: the same group"
+    );
+
+    // An Event about a resource of the group: the group is assembled again, with it.
+    let dep = first
+        .resources
+        .iter()
+        .find(|r| r.kind == "Deployment")
+        .expect("a Deployment");
+    s.api.insert(json!({"apiVersion": "v1", "kind": "Event",
+        "metadata": {"name": "ev-reuse", "namespace": NS},
+        "involvedObject": {"uid": dep.uid},
+        "type": "Warning", "reason": "Reused", "message": "m",
+        "count": 1, "lastTimestamp": "2026-01-01T00:00:00Z"}));
+    let after = s.converges(&none, "after an Event").await;
+    let shared = s.shared(&none).await;
+    assert!(!Arc::ptr_eq(&first, &shared), "a change replaces the group");
+    assert_eq!(*shared, after);
+    assert!(shared
+        .resources
+        .iter()
+        .any(|r| r.events.iter().any(|e| e.reason == "Reused")));
+
+    // A change to an object outside the group moves the namespace on too: the next view
+    // assembles again, and equals the last.
+    let before = s.shared(&none).await;
+    let mut other = labelled_pod("elsewhere");
+    other["metadata"]["labels"]["app.gitlab.com/environment_slug"] = json!("staging");
+    s.api.insert(other);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let next = loop {
+        let next = s.shared(&none).await;
+        if !Arc::ptr_eq(&before, &next) {
+            break next;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the change never reached the cache"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(*next, *before);
+}
+
 #[tokio::test]
 async fn a_second_view_asks_nothing_of_the_cluster() {
     let s = setup(200_000).await;
@@ -259,11 +336,28 @@ async fn rbac_decides_which_kinds_a_user_sees() {
     assert_eq!(refused.code, Some(403));
     assert_eq!(refused.message, format!("services is forbidden: User \"gitlab:user:dev\" cannot list resource \"services\" in API group \"\" in the namespace \"{NS}\""));
 
-    // Someone with no binding sees nothing, each kind refused.
+    // Someone with no binding sees nothing, each kind refused, though the developer's group
+    // was assembled a moment ago from the same cached objects.
     let stranger = user("gitlab:user:eve", "others");
     let g = s.converges(&stranger, "as a stranger").await;
     assert!(g.resources.is_empty());
     assert!(g.errors.iter().all(|e| e.code == Some(403)));
+    let (dev_group, eve_group) = (s.shared(&dev).await, s.shared(&stranger).await);
+    assert!(!Arc::ptr_eq(&dev_group, &eve_group));
+    assert!(eve_group.resources.is_empty());
+    assert!(!dev_group.resources.is_empty());
+
+    // The same rights, another name: a refusal names the user, so each has a group of their
+    // own, and each is what a fresh list as them answers.
+    let other_dev = user("gitlab:user:ann", "devs");
+    let ann = s.converges(&other_dev, "as another developer").await;
+    let ann_group = s.shared(&other_dev).await;
+    assert_eq!(*ann_group, ann);
+    assert!(!Arc::ptr_eq(&ann_group, &dev_group));
+    assert!(ann
+        .errors
+        .iter()
+        .all(|e| e.message.is_empty() || !e.message.contains("gitlab:user:dev\"")));
 }
 
 /// A Role that lets the group `devs` list and watch a few kinds, and only list Services.

@@ -57,7 +57,7 @@ impl<T: OutputType + Plain> OutputType for PlainList<T> {
 
 /// Fields only, each without directives and under a response key of its own (async-graphql
 /// merges the selections of a key given twice), and so on all the way down.
-fn is_plain(selection: &SelectionSet) -> bool {
+pub fn is_plain(selection: &SelectionSet) -> bool {
     let mut keys: Vec<&str> = Vec::with_capacity(selection.items.len());
     selection.items.iter().all(|item| match &item.node {
         Selection::Field(field) => {

@@ -4,18 +4,24 @@
 
 use std::sync::Arc;
 
-use async_graphql::parser::types::SelectionSet;
-use async_graphql::resolver_utils::enum_value;
-use async_graphql::{ComplexObject, Context, Enum, Json, ScalarType, SimpleObject, Value, ID};
+use std::borrow::Cow;
 
-use super::plain::{self, optional, string, Plain, PlainList};
+use async_graphql::parser::types::{Field, SelectionSet};
+use async_graphql::registry::Registry;
+use async_graphql::resolver_utils::enum_value;
+use async_graphql::{
+    ComplexObject, Context, ContextSelectionSet, Enum, Json, OutputType, Positioned, ScalarType,
+    ServerResult, SimpleObject, Value, ID,
+};
+
+use super::plain::{self, optional, string, Plain};
 use super::types::{conn, project, DeploymentAgent, Gql, Result, Time};
 use crate::db::read::{AgentRow, EnvironmentRow};
 use crate::error::Error;
 use crate::k8s::clusters::Clusters;
 use crate::k8s::fetch::FetchOptions;
 use crate::k8s::grants::{AccessType, Grant};
-use crate::resources::graph::EdgeType;
+use crate::resources::graph::{Edge, EdgeType};
 use crate::resources::group::{self, label_selector};
 use crate::resources::health::{self, Customizations, Health};
 use crate::resources::listing::{ListError, ResourceEvent};
@@ -63,22 +69,22 @@ pub async fn load(
     if let Some(id) = ctx.data_opt::<RequestId>() {
         id.outgoing_headers(&mut headers);
     }
-    // From the watch cache (SPEC 8.1): the same answer as a fresh list, from memory.
-    let listing = cluster
+    // From the watch cache (SPEC 8.1): the same answer as a fresh list, from memory, and
+    // the same group as the last view's while nothing changed (assembled off the runtime's
+    // threads when something did).
+    let custom: &Arc<Customizations> = ctx.data_unchecked();
+    let assembled = cluster
         .watch
-        .list_resource_group(
+        .resource_group(
             &cluster.discovery,
             &headers,
             &namespace,
             &label_selector(environment.project_id, &environment.slug),
             &options,
+            custom,
         )
         .await
         .map_err(|e| unreachable(&e))?;
-    let custom: Arc<Customizations> = ctx.data_unchecked::<Arc<Customizations>>().clone();
-    let assembled = tokio::task::spawn_blocking(move || group::assemble(listing, &custom))
-        .await
-        .map_err(|e| Error::Internal(e.into()).to_graphql())?;
     Ok(ResourceGroup::new(
         DeploymentAgent { agent, namespace },
         assembled,
@@ -117,36 +123,133 @@ pub struct ResourceGroup {
     /// Names up to three resources that cause `health`.
     health_message: Option<String>,
     /// Ordered by apiVersion, kind, namespace and name.
-    resources: PlainList<KubernetesResource>,
+    resources: Resources,
     /// Parent to child.
-    edges: PlainList<ResourceEdge>,
+    edges: Edges,
     warnings: Vec<String>,
     /// Kinds that could not be listed; the rest is still shown.
     errors: Vec<ResourceListError>,
 }
 
 impl ResourceGroup {
-    fn new(agent: DeploymentAgent, group: group::ResourceGroup) -> Self {
+    fn new(agent: DeploymentAgent, group: Arc<group::ResourceGroup>) -> Self {
         ResourceGroup {
             agent,
-            namespace: group.namespace,
-            label_selector: group.label_selector,
+            namespace: group.namespace.clone(),
+            label_selector: group.label_selector.clone(),
             health: group.health.status.into(),
-            health_message: group.health.message,
-            edges: PlainList(
-                group
+            health_message: group.health.message.clone(),
+            warnings: group.warnings.clone(),
+            errors: group.errors.iter().cloned().map(Into::into).collect(),
+            resources: Resources(group.clone()),
+            edges: Edges(group),
+        }
+    }
+}
+
+/// `resources` of a group shared with the watch cache (and with other viewers): a plain
+/// selection ([`plain`]) is written straight from the shared resources; any other goes through
+/// async-graphql, from copies made for this answer.
+pub struct Resources(Arc<group::ResourceGroup>);
+
+impl OutputType for Resources {
+    fn type_name() -> Cow<'static, str> {
+        Vec::<KubernetesResource>::type_name()
+    }
+
+    fn qualified_type_name() -> String {
+        Vec::<KubernetesResource>::qualified_type_name()
+    }
+
+    fn create_type_info(registry: &mut Registry) -> String {
+        Vec::<KubernetesResource>::create_type_info(registry)
+    }
+
+    async fn resolve(
+        &self,
+        ctx: &ContextSelectionSet<'_>,
+        field: &Positioned<Field>,
+    ) -> ServerResult<Value> {
+        let selection = &ctx.item.node;
+        if plain::is_plain(selection) {
+            return Ok(plain::list(&self.0.resources, selection));
+        }
+        let resources: Vec<KubernetesResource> =
+            self.0.resources.iter().cloned().map(Into::into).collect();
+        OutputType::resolve(&resources, ctx, field).await
+    }
+}
+
+/// `edges` of a shared group, as [`Resources`].
+pub struct Edges(Arc<group::ResourceGroup>);
+
+impl Edges {
+    fn edge(&self, e: &Edge) -> ResourceEdge {
+        ResourceEdge {
+            from: ID(self.0.resources[e.from as usize].uid.clone()),
+            to: ID(self.0.resources[e.to as usize].uid.clone()),
+            kind: e.kind.into(),
+        }
+    }
+}
+
+impl OutputType for Edges {
+    fn type_name() -> Cow<'static, str> {
+        Vec::<ResourceEdge>::type_name()
+    }
+
+    fn qualified_type_name() -> String {
+        Vec::<ResourceEdge>::qualified_type_name()
+    }
+
+    fn create_type_info(registry: &mut Registry) -> String {
+        Vec::<ResourceEdge>::create_type_info(registry)
+    }
+
+    async fn resolve(
+        &self,
+        ctx: &ContextSelectionSet<'_>,
+        field: &Positioned<Field>,
+    ) -> ServerResult<Value> {
+        let selection = &ctx.item.node;
+        if plain::is_plain(selection) {
+            let resources = &self.0.resources;
+            return Ok(Value::List(
+                self.0
                     .edges
                     .iter()
-                    .map(|e| ResourceEdge {
-                        from: ID(group.resources[e.from as usize].uid.clone()),
-                        to: ID(group.resources[e.to as usize].uid.clone()),
-                        kind: e.kind.into(),
+                    .map(|e| {
+                        plain::object(
+                            &EdgeOf {
+                                from: &resources[e.from as usize].uid,
+                                to: &resources[e.to as usize].uid,
+                                kind: e.kind,
+                            },
+                            selection,
+                        )
                     })
                     .collect(),
-            ),
-            resources: PlainList(group.resources.into_iter().map(Into::into).collect()),
-            warnings: group.warnings,
-            errors: group.errors.into_iter().map(Into::into).collect(),
+            ));
+        }
+        let edges: Vec<ResourceEdge> = self.0.edges.iter().map(|e| self.edge(e)).collect();
+        OutputType::resolve(&edges, ctx, field).await
+    }
+}
+
+/// An edge of a shared group, named by the uids of its ends.
+struct EdgeOf<'a> {
+    from: &'a str,
+    to: &'a str,
+    kind: EdgeType,
+}
+
+impl Plain for EdgeOf<'_> {
+    fn field(&self, name: &str, _: &SelectionSet) -> Value {
+        match name {
+            "from" => string(self.from),
+            "to" => string(self.to),
+            "type" => enum_value(ResourceEdgeType::from(self.kind)),
+            _ => Value::Null,
         }
     }
 }
@@ -192,7 +295,7 @@ pub struct KubernetesResource {
     /// The resource's recent Events, most recent first.
     events: Vec<KubernetesEvent>,
     #[graphql(skip)]
-    object: Object,
+    object: Arc<Object>,
 }
 
 #[ComplexObject]
@@ -254,7 +357,7 @@ impl KubernetesResource {
                 message: entry.health_message.clone(),
             }),
             events: Vec::new(),
-            object,
+            object: Arc::new(object),
         }
     }
 }
@@ -344,9 +447,70 @@ impl Plain for KubernetesResource {
     }
 }
 
-/// A `JSON` field, as async-graphql's `Json` answers it.
+impl Plain for group::Resource {
+    fn field(&self, name: &str, selection: &SelectionSet) -> Value {
+        match name {
+            "uid" => string(&self.uid),
+            "apiVersion" => string(&self.api_version),
+            "kind" => string(&self.kind),
+            "namespace" => optional(self.namespace.as_ref(), |ns| string(ns)),
+            "name" => string(&self.name),
+            "labels" => json(&self.labels),
+            "createdAt" => optional(self.created_at.as_ref(), |t| Time(*t).to_value()),
+            "health" => optional(self.health.as_ref(), |h| plain::object(h, selection)),
+            "manifest" => json(&self.object.manifest()),
+            "events" => plain::list(&self.events, selection),
+            _ => Value::Null,
+        }
+    }
+}
+
+impl Plain for Health {
+    fn field(&self, name: &str, _: &SelectionSet) -> Value {
+        match name {
+            "status" => enum_value(HealthStatus::from(self.status)),
+            "message" => optional(self.message.as_ref(), |m| string(m)),
+            _ => Value::Null,
+        }
+    }
+}
+
+impl Plain for ResourceEvent {
+    fn field(&self, name: &str, _: &SelectionSet) -> Value {
+        match name {
+            "type" => string(&self.event_type),
+            "reason" => string(&self.reason),
+            "message" => string(&self.message),
+            "count" => Value::from(event_count(self.count)),
+            "firstSeen" => optional(self.first_seen.as_ref(), |t| Time(*t).to_value()),
+            "lastSeen" => optional(self.last_seen.as_ref(), |t| Time(*t).to_value()),
+            "source" => optional(self.source.as_ref(), |s| string(s)),
+            _ => Value::Null,
+        }
+    }
+}
+
+/// An Event's count as GraphQL's `Int` holds it.
+fn event_count(count: u32) -> i32 {
+    i32::try_from(count).unwrap_or(i32::MAX)
+}
+
+/// A `JSON` field, as async-graphql's `Json` answers it (`to_value`), converted directly rather
+/// than through serde: a group's labels are some ten thousand values per view.
 fn json(value: &serde_json::Value) -> Value {
-    async_graphql::to_value(value).unwrap_or_default()
+    match value {
+        serde_json::Value::Null => Value::Null,
+        serde_json::Value::Bool(b) => Value::Boolean(*b),
+        serde_json::Value::Number(n) => Value::Number(n.clone()),
+        serde_json::Value::String(s) => Value::String(s.clone()),
+        serde_json::Value::Array(items) => Value::List(items.iter().map(json).collect()),
+        serde_json::Value::Object(fields) => Value::Object(
+            fields
+                .iter()
+                .map(|(k, v)| (async_graphql::Name::new(k), json(v)))
+                .collect(),
+        ),
+    }
 }
 
 impl Plain for ResourceHealth {
@@ -427,10 +591,30 @@ impl From<ResourceEvent> for KubernetesEvent {
             event_type: e.event_type,
             reason: e.reason,
             message: e.message,
-            count: i32::try_from(e.count).unwrap_or(i32::MAX),
+            count: event_count(e.count),
             first_seen: e.first_seen.map(Time),
             last_seen: e.last_seen.map(Time),
             source: e.source,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_fields_convert_as_async_graphql_serializes_them() {
+        let values = serde_json::json!([
+            null, true, 0, -7, 18446744073709551615u64, 1.5, "text", [],
+            {"b": {"nested": [1, "two", null]}, "a": "", "app.kubernetes.io/name": "web"},
+        ]);
+        for value in values.as_array().unwrap().iter().chain([&values]) {
+            assert_eq!(
+                json(value),
+                async_graphql::to_value(value).unwrap(),
+                "{value}"
+            );
         }
     }
 }

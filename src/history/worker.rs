@@ -29,7 +29,7 @@ use crate::db::history::{self as db, Job, Target};
 use crate::error::Result;
 use crate::k8s::clusters::Clusters;
 use crate::k8s::fetch::FetchOptions;
-use crate::resources::group::{self, label_selector};
+use crate::resources::group::label_selector;
 use crate::resources::health::{Customizations, HealthStatus};
 use crate::resources::listing::ListError;
 
@@ -271,16 +271,17 @@ impl Worker {
             ..FetchOptions::default()
         };
         let (namespace, selector) = (&target.namespace, label_selector(target.project_id, slug));
-        let listing = match how {
+        let group = match how {
             Read::Consistent => {
                 cluster
                     .watch
-                    .list_resource_group_consistent(
+                    .resource_group_consistent(
                         &cluster.discovery,
                         &HeaderMap::new(),
                         namespace,
                         &selector,
                         &options,
+                        &self.health,
                         CATCH_UP,
                     )
                     .await
@@ -288,18 +289,19 @@ impl Worker {
             Read::Cached => {
                 cluster
                     .watch
-                    .list_resource_group(
+                    .resource_group(
                         &cluster.discovery,
                         &HeaderMap::new(),
                         namespace,
                         &selector,
                         &options,
+                        &self.health,
                     )
                     .await
             }
         }
         .map_err(|e| e.to_string())?;
-        let unreadable: Vec<String> = listing
+        let unreadable: Vec<String> = group
             .errors
             .iter()
             .filter(|e| e.code != Some(403))
@@ -316,10 +318,6 @@ impl Worker {
                 unreadable[..unreadable.len().min(3)].join("; ")
             ));
         }
-        let custom = self.health.clone();
-        let group = tokio::task::spawn_blocking(move || group::assemble(listing, &custom))
-            .await
-            .map_err(|e| e.to_string())?;
         let errors = group.errors.clone();
         let snap = tokio::task::spawn_blocking(move || snapshot::take(&group))
             .await

@@ -214,9 +214,8 @@ pub(crate) async fn into_listing(
     let (selected, owned) = tokio::task::spawn_blocking(move || {
         let selected = unique_by_uid(selected, &HashSet::new());
         let owned = parse_candidates(owned_candidates(&selected, candidates));
-        // Objects shared with the watch cache are copied here, for the listing to own; only
-        // those of the group (not the rest of the namespace the walk went through).
-        let selected: Vec<Object> = selected.into_iter().map(Arc::unwrap_or_clone).collect();
+        // Objects from the watch cache stay shared with it: the listing and the group hold
+        // them, nothing copies them.
         (selected, owned)
     })
     .await
@@ -268,7 +267,7 @@ fn owned_candidates(selected: &[Arc<Object>], candidates: Vec<Candidate>) -> Vec
 const PARSE_PARALLEL_FROM: usize = 128;
 
 /// Parses kept candidates as [`Object`]s, in order.
-fn parse_candidates(mut kept: Vec<Candidate>) -> Vec<Object> {
+fn parse_candidates(mut kept: Vec<Candidate>) -> Vec<Arc<Object>> {
     let second = kept.split_off(kept.len() / 2);
     let parallel = kept.len() + second.len() >= PARSE_PARALLEL_FROM;
     // The second half on the other thread; the first here.
@@ -278,15 +277,15 @@ fn parse_candidates(mut kept: Vec<Candidate>) -> Vec<Object> {
     objects
 }
 
-fn parse_in_order(kept: Vec<Candidate>) -> Vec<Object> {
+fn parse_in_order(kept: Vec<Candidate>) -> Vec<Arc<Object>> {
     kept.into_iter()
         .filter_map(|candidate| {
             let (head, text) = match candidate {
-                Candidate::Built(object) => return Some(Arc::unwrap_or_clone(object)),
+                Candidate::Built(object) => return Some(object),
                 Candidate::Text { head, text } => (head, text),
             };
             match Object::parse_text(text, str_of(&head, "apiVersion"), str_of(&head, "kind")) {
-                Ok(object) => Some(object),
+                Ok(object) => Some(Arc::new(object)),
                 // Unreachable: the text already parsed as an object for its head.
                 Err(error) => {
                     tracing::warn!(%error, "an owned object does not parse");

@@ -217,7 +217,7 @@ mod tests {
             Listing {
                 namespace: "ns".into(),
                 label_selector: "a=b".into(),
-                selected: objects,
+                selected: objects.into_iter().map(std::sync::Arc::new).collect(),
                 errors,
                 ..Listing::default()
             },

@@ -2,6 +2,7 @@
 //! assembly of what [`fetch`](super::fetch) listed, with health and edges, tested without I/O.
 
 use std::borrow::Borrow;
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
@@ -37,9 +38,9 @@ pub struct Resource {
     pub created_at: Option<DateTime<Utc>>,
     /// `None` when no health rule applies to the kind (which is not `Unknown`).
     pub health: Option<Health>,
-    /// The object as listed; [`Object::manifest`] is what a reader sees of it, built only when
-    /// asked for.
-    pub object: Object,
+    /// The object as listed (shared with the watch cache when it comes from there);
+    /// [`Object::manifest`] is what a reader sees of it, built only when asked for.
+    pub object: Arc<Object>,
     /// Most recent first.
     pub events: Vec<ResourceEvent>,
 }
@@ -115,7 +116,7 @@ pub fn assemble(listing: Listing, custom: &Customizations) -> ResourceGroup {
         warnings: said,
     } = listing;
 
-    let objects: Vec<Object> = selected.into_iter().chain(owned).collect();
+    let objects: Vec<Arc<Object>> = selected.into_iter().chain(owned).collect();
     // Sort keys read once per object: reading them in the comparator cost more than the rest of
     // the assembly. Edges and health do not depend on the order, so they are computed on the
     // objects as listed and permuted with them.
@@ -141,9 +142,9 @@ pub fn assemble(listing: Listing, custom: &Customizations) -> ResourceGroup {
             kind: e.kind,
         })
         .collect();
-    let mut slots: Vec<Option<(Object, Option<Health>)>> =
+    let mut slots: Vec<Option<(Arc<Object>, Option<Health>)>> =
         objects.into_iter().zip(healths).map(Some).collect();
-    let (objects, healths): (Vec<Object>, Vec<Option<Health>>) =
+    let (objects, healths): (Vec<Arc<Object>>, Vec<Option<Health>>) =
         order.into_iter().filter_map(|i| slots[i].take()).unzip();
     let group_health = health::aggregate(healths.iter().map(Option::as_ref), |i| {
         let object = &objects[i].view;
@@ -221,12 +222,12 @@ mod tests {
     use serde_json::value::RawValue;
 
     /// A listed object, as the cluster's answer becomes one.
-    fn listed(value: Value) -> Object {
+    fn listed(value: Value) -> Arc<Object> {
         let text = RawValue::from_string(value.to_string()).unwrap();
-        Object::parse(&text, "", "").unwrap()
+        Arc::new(Object::parse(&text, "", "").unwrap())
     }
 
-    fn deployment(name: &str, uid: &str, ready: bool) -> Object {
+    fn deployment(name: &str, uid: &str, ready: bool) -> Arc<Object> {
         let available = if ready { 1 } else { 0 };
         listed(json!({
             "apiVersion": "apps/v1", "kind": "Deployment",
@@ -242,7 +243,7 @@ mod tests {
         }))
     }
 
-    fn owned(api_version: &str, kind: &str, name: &str, uid: &str, owner: &str) -> Object {
+    fn owned(api_version: &str, kind: &str, name: &str, uid: &str, owner: &str) -> Arc<Object> {
         listed(json!({
             "apiVersion": api_version, "kind": kind,
             "metadata": {"name": name, "namespace": "prod", "uid": uid,
@@ -250,7 +251,7 @@ mod tests {
         }))
     }
 
-    fn config_map(name: &str, uid: &str) -> Object {
+    fn config_map(name: &str, uid: &str) -> Arc<Object> {
         listed(json!({"apiVersion": "v1", "kind": "ConfigMap",
                       "metadata": {"name": name, "namespace": "prod", "uid": uid}}))
     }

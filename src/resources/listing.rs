@@ -54,11 +54,12 @@ pub struct ResourceEvent {
 pub struct Listing {
     pub namespace: String,
     pub label_selector: String,
-    /// The label-selected objects, one per uid, `apiVersion` and `kind` filled in.
-    pub selected: Vec<Object>,
+    /// The label-selected objects, one per uid, `apiVersion` and `kind` filled in. Shared, not
+    /// copied, with the watch cache when they come from it.
+    pub selected: Vec<Arc<Object>>,
     /// The objects whose ownership chain leads to a selected one (and the Endpoints and
     /// EndpointSlices of selected Services), one per uid, none of them selected.
-    pub owned: Vec<Object>,
+    pub owned: Vec<Arc<Object>>,
     /// Events by the uid of the object they are about (only objects above), most recent first.
     pub events: HashMap<String, Vec<ResourceEvent>>,
     /// Kinds that failed to list (the Events included, as `v1 Event`), by apiVersion and kind.

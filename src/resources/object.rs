@@ -39,6 +39,14 @@ impl std::borrow::Borrow<Tree> for Object {
     }
 }
 
+/// Objects are shared between the watch cache, listings and groups: the passes read them
+/// through the `Arc` as they read an owned one.
+impl std::borrow::Borrow<Tree> for std::sync::Arc<Object> {
+    fn borrow(&self) -> &Tree {
+        &self.view
+    }
+}
+
 impl Object {
     /// Parses one list item of the given type.
     pub fn parse(text: &RawValue, api_version: &str, kind: &str) -> serde_json::Result<Object> {

@@ -19,12 +19,16 @@ pub struct Page<'a, T> {
     pub items: Vec<(T, &'a str)>,
     /// `metadata.continue`: where the next page starts, when there is one.
     pub continue_token: Option<String>,
+    /// `metadata.resourceVersion`: the version a watch of the list starts from.
+    pub resource_version: String,
 }
 
 #[derive(Deserialize, Default)]
 struct ListMeta {
     #[serde(default, rename = "continue")]
     continue_token: Option<String>,
+    #[serde(default, rename = "resourceVersion")]
+    resource_version: String,
 }
 
 /// Reads `body`, a list (`{"metadata": {...}, "items": [...], ...}`, keys in any order), each
@@ -39,6 +43,7 @@ pub fn read<'a, T: Deserialize<'a>>(body: &'a [u8]) -> serde_json::Result<Page<'
     let mut page = Page {
         items: Vec::new(),
         continue_token: None,
+        resource_version: String::new(),
     };
     let mut at = 0;
     expect(body, &mut at, b'{')?;
@@ -52,7 +57,9 @@ pub fn read<'a, T: Deserialize<'a>>(body: &'a [u8]) -> serde_json::Result<Page<'
                 "items" => items(body, &mut at, &mut page.items)?,
                 "metadata" => {
                     let (meta, _) = value::<Option<ListMeta>>(body, &mut at)?;
-                    page.continue_token = meta.unwrap_or_default().continue_token;
+                    let meta = meta.unwrap_or_default();
+                    page.continue_token = meta.continue_token;
+                    page.resource_version = meta.resource_version;
                 }
                 _ => {
                     value::<IgnoredAny>(body, &mut at)?;

@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use crate::k8s::clusters::Cluster;
 use crate::k8s::fetch::FetchOptions;
 use crate::resources::delta::{self, GroupDelta};
-use crate::resources::group::{self, ResourceGroup};
+use crate::resources::group::ResourceGroup;
 use crate::resources::health::Customizations;
 
 /// Changes within this long of the last message are sent together.
@@ -154,7 +154,7 @@ impl Feeds {
 async fn run(running: Running, key: FeedKey, feed: Arc<Feed>, source: Source) {
     let mut changes = source.cluster.watch.changes(&key.namespace);
     let mut current = match assemble(&source, &key).await {
-        Ok(group) => Arc::new(group),
+        Ok(group) => group,
         Err(message) => {
             leave(&running, &key, &feed);
             let _ = lock(&feed.state).tx.send(Err(message.into()));
@@ -195,7 +195,7 @@ async fn run(running: Running, key: FeedKey, feed: Arc<Feed>, source: Source) {
             Ok(next) => {
                 let delta = delta::diff(&current, &next);
                 if delta::changed(&current, &delta) {
-                    current = Arc::new(next);
+                    current = next;
                     publish(&feed, current.clone(), Arc::new(delta));
                     last_sent = Instant::now();
                 }
@@ -236,22 +236,20 @@ fn leave(running: &Running, key: &FeedKey, feed: &Arc<Feed>) {
     }
 }
 
-/// The group from the watch cache, assembled off the runtime's threads.
-async fn assemble(source: &Source, key: &FeedKey) -> Result<ResourceGroup, String> {
-    let listing = source
+/// The group from the watch cache (assembled off the runtime's threads, shared with the
+/// views of the same group at the same generation).
+async fn assemble(source: &Source, key: &FeedKey) -> Result<Arc<ResourceGroup>, String> {
+    source
         .cluster
         .watch
-        .list_resource_group(
+        .resource_group(
             &source.cluster.discovery,
             &source.headers,
             &key.namespace,
             &key.selector,
             &source.options,
+            &source.health,
         )
-        .await
-        .map_err(|e| e.to_string())?;
-    let health = source.health.clone();
-    tokio::task::spawn_blocking(move || group::assemble(listing, &health))
         .await
         .map_err(|e| e.to_string())
 }

@@ -13,6 +13,7 @@ use super::Live;
 use crate::db::read;
 use crate::error::Error;
 use crate::graphql::loaders::Db;
+use crate::graphql::plain::PlainList;
 use crate::graphql::resource_group::{
     HealthStatus, KubernetesResource, ResourceEdge, ResourceListError, FORBIDDEN_MESSAGE,
 };
@@ -31,11 +32,11 @@ pub struct ResourceGroupUpdate {
     health: HealthStatus,
     health_message: Option<String>,
     /// Added or changed resources (all of them when `complete`).
-    upserted: Vec<KubernetesResource>,
+    upserted: PlainList<KubernetesResource>,
     /// The uids of resources gone.
     removed: Vec<ID>,
-    edges_added: Vec<ResourceEdge>,
-    edges_removed: Vec<ResourceEdge>,
+    edges_added: PlainList<ResourceEdge>,
+    edges_removed: PlainList<ResourceEdge>,
     /// The group's warnings now.
     warnings: Vec<String>,
     /// The kinds that cannot be listed now.
@@ -49,14 +50,15 @@ impl From<&GroupDelta> for ResourceGroupUpdate {
         ResourceGroupUpdate {
             health: d.health.status.into(),
             health_message: d.health.message.clone(),
-            upserted: d.upserted.iter().cloned().map(Into::into).collect(),
+            upserted: PlainList(d.upserted.iter().cloned().map(Into::into).collect()),
             removed: d.removed.iter().cloned().map(ID).collect(),
-            edges_added: d.edges_added.iter().map(ResourceEdge::from_uids).collect(),
-            edges_removed: d
-                .edges_removed
-                .iter()
-                .map(ResourceEdge::from_uids)
-                .collect(),
+            edges_added: PlainList(d.edges_added.iter().map(ResourceEdge::from_uids).collect()),
+            edges_removed: PlainList(
+                d.edges_removed
+                    .iter()
+                    .map(ResourceEdge::from_uids)
+                    .collect(),
+            ),
             warnings: d.warnings.clone(),
             errors: d.errors.iter().cloned().map(Into::into).collect(),
             complete: d.complete,

@@ -62,6 +62,13 @@ pub(crate) fn caught_up(server: &ServerVersions, cached: &HashMap<String, String
     listed_held && nothing_stale
 }
 
+/// The name and `resourceVersion` of a held object, read from its text when a consistent read
+/// asks (the cache keeps no version per object for this rare question).
+pub(crate) fn held_version(text: &str) -> Option<(String, String)> {
+    let item: MetaItem = serde_json::from_str(text).ok()?;
+    Some((item.metadata.name, item.metadata.resource_version))
+}
+
 #[derive(Deserialize)]
 struct MetaList {
     #[serde(default)]

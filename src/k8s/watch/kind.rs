@@ -4,8 +4,8 @@
 //! version left the server's history) relists; any other failure backs off (250 ms doubling to
 //! 30 s) and resumes, relisting if the watch cannot be resumed.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
@@ -17,7 +17,9 @@ use tokio::sync::{broadcast, watch};
 
 use crate::k8s::discovery::{self, ApiKind, Failure};
 use crate::k8s::fetch::encode;
-use crate::resources::object::Object;
+use crate::resources::object::{Kept, Object};
+use crate::resources::page;
+use crate::resources::tree::Tree;
 use crate::telemetry::Metrics;
 
 /// How far a kind's cache has come.
@@ -54,12 +56,13 @@ pub(crate) struct KindWatch {
     pub kind: ApiKind,
     /// Shared with the views that read them: a view takes the objects without copying them.
     objects: Mutex<BTreeMap<String, Arc<Object>>>,
-    /// Each object's `resourceVersion`, by name: how far the cache has seen it
-    /// (`WatchCache::list_resource_group_consistent` compares them with the server's).
-    versions: Mutex<HashMap<String, String>>,
     pub phase: watch::Sender<Phase>,
     /// The namespace's change feed; an object is cloned into it only while somebody listens.
     changes: broadcast::Sender<KindChange>,
+    /// The namespace's generation, moved on after every change to what a view reads here (the
+    /// objects, the phase, the staleness), so that a group assembled at one generation is
+    /// known to be current while it stays.
+    generation: Arc<AtomicU64>,
     /// Since when the watch has been failing, and its last error: the objects are as of then.
     stale: Mutex<Option<(chrono::DateTime<chrono::Utc>, Failure)>>,
     task: OnceLock<tokio::task::AbortHandle>,
@@ -87,22 +90,25 @@ const BACKOFF_MAX: Duration = Duration::from_secs(30);
 
 impl KindWatch {
     /// Starts the watch of `kind` in `namespace`. The task holds only a weak reference: it
-    /// ends when the cache drops the kind.
+    /// ends when the cache drops the kind. `changes` and `generation` are the namespace's,
+    /// `total` and `metrics` the cache's.
+    #[allow(clippy::too_many_arguments)]
     pub fn start(
         client: kube::Client,
         kind: ApiKind,
         namespace: &str,
         page_size: usize,
         changes: broadcast::Sender<KindChange>,
+        generation: Arc<AtomicU64>,
         total: Arc<AtomicUsize>,
         metrics: Arc<Metrics>,
     ) -> Arc<KindWatch> {
         let watch = Arc::new(KindWatch {
             kind,
             objects: Mutex::new(BTreeMap::new()),
-            versions: Mutex::new(HashMap::new()),
             phase: watch::Sender::new(Phase::Pending),
             changes,
+            generation,
             stale: Mutex::new(None),
             task: OnceLock::new(),
             total,
@@ -128,17 +134,22 @@ impl KindWatch {
     fn set_stale(&self, failure: Option<Failure>) {
         let mut stale = self.stale.lock().unwrap_or_else(|e| e.into_inner());
         let was = stale.is_some();
-        match failure {
-            None => *stale = None,
+        let moved = match failure {
+            None => stale.take().is_some(),
             Some(failure) => {
                 let since = stale
                     .as_ref()
                     .map_or_else(chrono::Utc::now, |(since, _)| *since);
+                let moved = stale.as_ref().map(|(_, f)| f) != Some(&failure);
                 *stale = Some((since, failure));
+                moved
             }
-        }
+        };
         let now = stale.is_some();
         drop(stale);
+        if moved {
+            self.moved();
+        }
         if was != now {
             self.publish(|| Change::Reset);
         }
@@ -147,7 +158,15 @@ impl KindWatch {
     /// Sets the phase and tells the listeners to read the kind again.
     fn set_phase(&self, phase: Phase) {
         self.phase.send_replace(phase);
+        self.moved();
         self.publish(|| Change::Reset);
+    }
+
+    /// Moves the namespace's generation on, after a change is in place: a reader that reads
+    /// the generation first and the objects second never pairs a generation with objects
+    /// older than it.
+    fn moved(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Sends a change to the namespace's listeners, built only if there are any.
@@ -169,47 +188,31 @@ impl KindWatch {
         self.lock().values().cloned().collect()
     }
 
-    /// The `resourceVersion` of every object held, by name.
-    pub fn versions(&self) -> HashMap<String, String> {
-        self.versions
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-
-    fn set_versions(&self, change: impl FnOnce(&mut HashMap<String, String>)) {
-        change(&mut self.versions.lock().unwrap_or_else(|e| e.into_inner()));
-    }
-
-    fn replace(&self, fresh: BTreeMap<String, Arc<Object>>, versions: HashMap<String, String>) {
-        self.set_versions(|v| *v = versions);
+    fn replace(&self, fresh: BTreeMap<String, Arc<Object>>) {
         let mut objects = self.lock();
         let (before, after) = (objects.len(), fresh.len());
         *objects = fresh;
         drop(objects);
+        self.moved();
         self.count(after as i64 - before as i64);
     }
 
-    fn put(&self, name: String, object: Object, version: String) {
-        self.set_versions(|v| {
-            v.insert(name.clone(), version);
-        });
+    fn put(&self, name: String, object: Object) {
         let listened = self.changes.receiver_count() > 0;
         let copy = listened.then(|| object.clone());
         if self.lock().insert(name, Arc::new(object)).is_none() {
             self.count(1);
         }
+        self.moved();
         if let Some(object) = copy {
             self.publish(|| Change::Applied(object));
         }
     }
 
     fn remove(&self, name: &str) {
-        self.set_versions(|v| {
-            v.remove(name);
-        });
         let removed = self.lock().remove(name);
         if let Some(object) = removed {
+            self.moved();
             self.count(-1);
             self.publish(|| Change::Deleted(Arc::unwrap_or_clone(object)));
         }
@@ -223,22 +226,6 @@ impl KindWatch {
         }
         self.metrics.watch_cache_objects.inc_by(delta);
     }
-}
-
-#[derive(Deserialize)]
-struct ListHead<'a> {
-    #[serde(default)]
-    metadata: ListMeta,
-    #[serde(borrow, default)]
-    items: Option<Vec<&'a RawValue>>,
-}
-
-#[derive(Deserialize, Default)]
-struct ListMeta {
-    #[serde(default, rename = "resourceVersion")]
-    resource_version: String,
-    #[serde(default, rename = "continue")]
-    continue_token: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -342,7 +329,6 @@ async fn list(
     page_size: usize,
 ) -> Result<String, Failure> {
     let mut fresh = BTreeMap::new();
-    let mut versions = HashMap::new();
     let mut token: Option<String> = None;
     let mut version = None;
     let api_version = watch.kind.api_version();
@@ -359,21 +345,27 @@ async fn list(
             Duration::from_secs(60),
         )
         .await?;
-        let page: ListHead = serde_json::from_slice(&body).map_err(Failure::bad_body)?;
-        for text in page.items.into_iter().flatten() {
-            let head: ObjectMeta = serde_json::from_str(text.get()).map_err(Failure::bad_body)?;
-            let object =
-                Object::parse(text, &api_version, &watch.kind.kind).map_err(Failure::bad_body)?;
-            versions.insert(head.metadata.name.clone(), head.metadata.resource_version);
-            fresh.insert(head.metadata.name, Arc::new(object));
+        // One pass over the page: each item's kept fields and its text from the same scan, its
+        // name read from the kept fields (`page::read`, as a fresh list reads its pages).
+        let page = page::read::<Kept>(&body).map_err(Failure::bad_body)?;
+        for (kept, text) in page.items {
+            let object = Object::from_kept(kept, text, &api_version, &watch.kind.kind);
+            let name = object
+                .view
+                .get("metadata")
+                .and_then(|m| m.get("name"))
+                .and_then(Tree::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            fresh.insert(name, Arc::new(object));
         }
-        version.get_or_insert(page.metadata.resource_version);
-        match page.metadata.continue_token.filter(|t| !t.is_empty()) {
+        version.get_or_insert(page.resource_version);
+        match page.continue_token.filter(|t| !t.is_empty()) {
             Some(next) => token = Some(next),
             None => break,
         }
     }
-    watch.replace(fresh, versions);
+    watch.replace(fresh);
     Ok(version.unwrap_or_default())
 }
 
@@ -496,11 +488,7 @@ fn apply(watch: &KindWatch, line: &[u8], version: &mut Option<String>) -> Result
         "ADDED" | "MODIFIED" => {
             let object = Object::parse(event.object, &watch.kind.api_version(), &watch.kind.kind)
                 .map_err(bad)?;
-            watch.put(
-                head.metadata.name,
-                object,
-                head.metadata.resource_version.clone(),
-            );
+            watch.put(head.metadata.name, object);
         }
         "DELETED" => watch.remove(&head.metadata.name),
         _ => {}

@@ -23,14 +23,16 @@ mod consistent;
 mod kind;
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use axum::http::HeaderMap;
 
-use crate::k8s::discovery::{ApiKind, DiscoveryCache, Failure};
+use crate::k8s::discovery::{ApiKind, Discovered, DiscoveryCache, Failure};
 use crate::k8s::fetch::{self, FetchError, FetchOptions, Job, Listed, Purpose};
+use crate::resources::group::{self, ResourceGroup};
+use crate::resources::health::Customizations;
 use crate::resources::listing::{ListError, Listing};
 use crate::resources::object::Object;
 use crate::resources::tree::Tree;
@@ -72,7 +74,53 @@ struct Namespace {
     last_read: Mutex<Instant>,
     /// Every change to the namespace's kinds, for [`WatchCache::changes`].
     changes: tokio::sync::broadcast::Sender<KindChange>,
+    /// Moves on after every change to what a view of the namespace reads ([`KindWatch`]).
+    generation: Arc<AtomicU64>,
+    /// Groups assembled lately, each with the generation it was read at ([`Memo`]).
+    groups: Mutex<Vec<Memo>>,
+    /// One assembly at a time: viewers that arrive together after a change wait for the first
+    /// one's group instead of each assembling the same.
+    assembling: tokio::sync::Mutex<()>,
 }
+
+/// An assembled group, and what it was assembled from besides the namespace's objects.
+struct Memo {
+    key: GroupKey,
+    generation: u64,
+    group: Arc<ResourceGroup>,
+}
+
+/// What a group depends on beyond the cached objects: two views with equal keys at the same
+/// generation get the same answer. The identity is not in it, only what it may see: the
+/// access decision of every kind (refusals carry their message), so users with the same
+/// rights share a group and users with different rights never do.
+struct GroupKey {
+    label_selector: String,
+    /// Which discovery the kinds, their order and the unavailable APIs come from.
+    discovery: u64,
+    kinds: Arc<[ApiKind]>,
+    /// Per watched kind (the discovered watchable ones, then the Events): its refusal, if
+    /// refused.
+    refusals: Vec<Option<Failure>>,
+    events_per_resource: usize,
+    /// The user's health scripts, compared by identity (they do not change while loaded).
+    custom: Arc<Customizations>,
+}
+
+impl PartialEq for GroupKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.label_selector == other.label_selector
+            && self.discovery == other.discovery
+            && self.events_per_resource == other.events_per_resource
+            && Arc::ptr_eq(&self.custom, &other.custom)
+            && (Arc::ptr_eq(&self.kinds, &other.kinds) || self.kinds == other.kinds)
+            && self.refusals == other.refusals
+    }
+}
+
+/// Groups kept per namespace: one per selector and set of rights in use, the rest dropped
+/// oldest first.
+const GROUPS_KEPT: usize = 16;
 
 /// Changes a listener may fall behind by before it is told it lagged (and reads again).
 const CHANGE_BACKLOG: usize = 4096;
@@ -83,7 +131,32 @@ impl Namespace {
             kinds: Mutex::new(HashMap::new()),
             last_read: Mutex::new(Instant::now()),
             changes: tokio::sync::broadcast::channel(CHANGE_BACKLOG).0,
+            generation: Arc::new(AtomicU64::new(0)),
+            groups: Mutex::new(Vec::new()),
+            assembling: tokio::sync::Mutex::new(()),
         })
+    }
+
+    /// The group of `key` assembled at `generation`, if kept.
+    fn group(&self, key: &GroupKey, generation: u64) -> Option<Arc<ResourceGroup>> {
+        lock(&self.groups)
+            .iter()
+            .find(|m| m.generation == generation && m.key == *key)
+            .map(|m| m.group.clone())
+    }
+
+    /// Keeps `group`, read at `generation`; groups read earlier are out of date and go.
+    fn keep(&self, key: GroupKey, generation: u64, group: Arc<ResourceGroup>) {
+        let mut groups = lock(&self.groups);
+        groups.retain(|m| m.generation >= generation && m.key != key);
+        if groups.len() >= GROUPS_KEPT {
+            groups.remove(0);
+        }
+        groups.push(Memo {
+            key,
+            generation,
+            group,
+        });
     }
 
     /// A namespace somebody listens to is in use even when nobody reads it.
@@ -169,12 +242,57 @@ impl WatchCache {
         label_selector: &str,
         options: &FetchOptions,
     ) -> Result<Listing, FetchError> {
-        if namespace.is_empty() {
-            return Err(FetchError::NoNamespace);
+        match self
+            .prepare(discovery, headers, namespace, label_selector, options)
+            .await?
+        {
+            None => {
+                fetch::list_resource_group(
+                    &self.inner.client,
+                    discovery,
+                    headers,
+                    namespace,
+                    label_selector,
+                    options,
+                )
+                .await
+            }
+            Some(view) => {
+                self.listing(
+                    &view,
+                    discovery,
+                    headers,
+                    namespace,
+                    label_selector,
+                    options,
+                )
+                .await
+            }
         }
-        let terms = fetch::equality_terms(label_selector).filter(|_| self.enabled());
-        let Some(terms) = terms else {
-            return fetch::list_resource_group(
+    }
+
+    /// The assembled group ([`group::assemble`]) of what [`Self::list_resource_group`] lists,
+    /// shared: a view of a namespace where nothing changed since an earlier view with the same
+    /// selector and the same rights is answered with that view's group, neither listed nor
+    /// assembled again. Any change the cache applies to the namespace (an object, a kind's
+    /// list, a watch failing or recovering), a new discovery or other access decisions make
+    /// the next view assemble afresh. Views that the cache does not answer whole (a selector
+    /// it cannot evaluate, the cache off, kinds that cannot be watched and are listed as the
+    /// user each time) are assembled every time.
+    pub async fn resource_group(
+        &self,
+        discovery: &DiscoveryCache,
+        headers: &HeaderMap,
+        namespace: &str,
+        label_selector: &str,
+        options: &FetchOptions,
+        custom: &Arc<Customizations>,
+    ) -> Result<Arc<ResourceGroup>, FetchError> {
+        let Some(view) = self
+            .prepare(discovery, headers, namespace, label_selector, options)
+            .await?
+        else {
+            let listing = fetch::list_resource_group(
                 &self.inner.client,
                 discovery,
                 headers,
@@ -182,57 +300,100 @@ impl WatchCache {
                 label_selector,
                 options,
             )
-            .await;
+            .await?;
+            return Ok(assemble(listing, custom).await);
         };
-        let discovered = discovery.kinds().await?;
-        let (kinds, watches) = self.synced(&discovered, namespace, options).await;
-        self.answer(
-            discovery,
-            &discovered,
-            (kinds, watches),
-            headers,
-            namespace,
-            (label_selector, terms),
-            options,
-            &HashSet::new(),
-        )
-        .await
+        if view.unwatched {
+            let listing = self
+                .listing(
+                    &view,
+                    discovery,
+                    headers,
+                    namespace,
+                    label_selector,
+                    options,
+                )
+                .await?;
+            return Ok(assemble(listing, custom).await);
+        }
+        let key = GroupKey {
+            label_selector: label_selector.to_owned(),
+            discovery: view.discovered.generation,
+            kinds: view.discovered.kinds.clone(),
+            refusals: view.refusals.clone(),
+            events_per_resource: options.events_per_resource,
+            custom: custom.clone(),
+        };
+        let ns = view.namespace.clone();
+        // The generation is read before the objects: a change after this read moves it on,
+        // and the group kept below is then never reused.
+        if let Some(group) = ns.group(&key, ns.generation.load(Ordering::Acquire)) {
+            return Ok(group);
+        }
+        let _assembling = ns.assembling.lock().await;
+        let generation = ns.generation.load(Ordering::Acquire);
+        if let Some(group) = ns.group(&key, generation) {
+            return Ok(group);
+        }
+        let listing = self
+            .listing(
+                &view,
+                discovery,
+                headers,
+                namespace,
+                label_selector,
+                options,
+            )
+            .await?;
+        // A kind that answered 404 made discovery start over: the next view is asked anew.
+        let kind_gone = listing.errors.iter().any(|e| e.code == Some(404));
+        let group = assemble(listing, custom).await;
+        if !kind_gone {
+            ns.keep(key, generation, group.clone());
+        }
+        Ok(group)
     }
 
-    /// [`Self::list_resource_group`] as a consistent read: at least as new as the cluster when
-    /// it is called, as a fresh list would be (see [`consistent`]). For each list the group
-    /// needs, the server's names and versions of its selection (metadata only) are compared
-    /// with the cache's; the read waits, at most `within`, for the cache to hold them, and
-    /// lists fresh the kinds still behind. Costs a metadata list per kind over the cached read.
-    pub async fn list_resource_group_consistent(
+    /// [`Self::resource_group`] as a consistent read: at least as new as the cluster when it
+    /// is called, as a fresh list would be (see [`consistent`]). For each list the group needs,
+    /// the server's names and versions of its selection (metadata only) are compared with the
+    /// cache's; the read waits, at most `within`, for the cache to hold them, and lists fresh
+    /// the kinds still behind. Costs a metadata list per kind over the cached read; the
+    /// deployment history reads so at a success hook, where the deployment's own writes must
+    /// be in what it keeps.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn resource_group_consistent(
         &self,
         discovery: &DiscoveryCache,
         headers: &HeaderMap,
         namespace: &str,
         label_selector: &str,
         options: &FetchOptions,
+        custom: &Arc<Customizations>,
         within: Duration,
-    ) -> Result<Listing, FetchError> {
-        let terms = fetch::equality_terms(label_selector).filter(|_| self.enabled());
-        let (Some(terms), false) = (terms, namespace.is_empty()) else {
-            // Listed fresh anyway (or refused for want of a namespace).
+    ) -> Result<Arc<ResourceGroup>, FetchError> {
+        // Subscribed before the watches are read: no change falls between.
+        let mut changes = self.changes(namespace);
+        let Some(mut view) = self
+            .prepare(discovery, headers, namespace, label_selector, options)
+            .await?
+        else {
+            // Listed fresh anyway.
             return self
-                .list_resource_group(discovery, headers, namespace, label_selector, options)
+                .resource_group(discovery, headers, namespace, label_selector, options, custom)
                 .await;
         };
-        let discovered = discovery.kinds().await?;
-        let mut changes = self.changes(namespace);
-        let (kinds, watches) = self.synced(&discovered, namespace, options).await;
-        let by_type: HashMap<(String, String), &Arc<KindWatch>> = watches
+        let by_type: HashMap<(String, String), &Arc<KindWatch>> = view
+            .watches
             .iter()
             .filter(|w| matches!(*w.phase.borrow(), Phase::Synced))
             .map(|w| ((w.kind.api_version(), w.kind.kind.clone()), w))
             .collect();
         let jobs = fetch::plan(
-            &discovered.kinds,
+            &view.discovered.kinds,
             namespace,
             label_selector,
-            Some(terms.clone()),
+            Some(view.terms.clone()),
         );
         let checked: Vec<(&Job, &Arc<KindWatch>)> = jobs
             .iter()
@@ -297,38 +458,52 @@ impl WatchCache {
             }
         }
         drop(changes);
-        let fresh: HashSet<(String, String)> = behind
+        view.fresh = behind
             .iter()
             .map(|(job, _, _)| (job.api_version.clone(), job.kind.clone()))
             .collect();
-        if !fresh.is_empty() {
-            tracing::debug!(
-                namespace,
-                kinds = fresh.len(),
-                "watch cache: behind the cluster after the wait; those kinds are listed fresh"
-            );
+        if view.fresh.is_empty() {
+            return self
+                .resource_group(discovery, headers, namespace, label_selector, options, custom)
+                .await;
         }
-        self.answer(
-            discovery,
-            &discovered,
-            (kinds, watches),
-            headers,
+        tracing::debug!(
             namespace,
-            (label_selector, terms),
-            options,
-            &fresh,
-        )
-        .await
+            kinds = view.fresh.len(),
+            "watch cache: behind the cluster after the wait; those kinds are listed fresh"
+        );
+        let listing = self
+            .listing(
+                &view,
+                discovery,
+                headers,
+                namespace,
+                label_selector,
+                options,
+            )
+            .await?;
+        Ok(assemble(listing, custom).await)
     }
 
-    /// The namespace's watches of every watchable discovered kind and the Events, after their
-    /// first lists (at most `options.request_timeout`).
-    async fn synced(
+    /// Everything a view from the cache reads but the objects: discovery, the namespace's
+    /// watches of every discovered kind (started where missing, waited for until synced) and
+    /// the identity's access to each. `None` when the cache does not answer this view.
+    async fn prepare(
         &self,
-        discovered: &crate::k8s::discovery::Discovered,
+        discovery: &DiscoveryCache,
+        headers: &HeaderMap,
         namespace: &str,
+        label_selector: &str,
         options: &FetchOptions,
-    ) -> (Vec<ApiKind>, Vec<Arc<KindWatch>>) {
+    ) -> Result<Option<Prepared>, FetchError> {
+        if namespace.is_empty() {
+            return Err(FetchError::NoNamespace);
+        }
+        let terms = fetch::equality_terms(label_selector).filter(|_| self.enabled());
+        let Some(terms) = terms else {
+            return Ok(None);
+        };
+        let discovered = discovery.kinds().await?;
         let mut kinds: Vec<ApiKind> = discovered
             .kinds
             .iter()
@@ -338,26 +513,10 @@ impl WatchCache {
         if !kinds.contains(&events_kind()) {
             kinds.push(events_kind());
         }
-        let watches = self.watch(namespace, &kinds, options.page_size.max(1));
+        let (ns, watches) = self.watch(namespace, &kinds, options.page_size.max(1));
         self.bound(namespace);
         wait_synced(&watches, options.request_timeout).await;
-        (kinds, watches)
-    }
 
-    /// The group from the cached `watches` of `kinds`, but for the kinds in `fresh` (by
-    /// apiVersion and kind), which are listed from the cluster.
-    #[allow(clippy::too_many_arguments)]
-    async fn answer(
-        &self,
-        discovery: &DiscoveryCache,
-        discovered: &crate::k8s::discovery::Discovered,
-        (kinds, watches): (Vec<ApiKind>, Vec<Arc<KindWatch>>),
-        headers: &HeaderMap,
-        namespace: &str,
-        (label_selector, terms): (&str, Vec<(String, String)>),
-        options: &FetchOptions,
-        fresh: &HashSet<(String, String)>,
-    ) -> Result<Listing, FetchError> {
         let refusals = match access::Identity::from_headers(headers) {
             Some(who) => {
                 self.inner
@@ -374,13 +533,49 @@ impl WatchCache {
             }
             None => vec![None; kinds.len()],
         };
-        let by_type: HashMap<(String, String), (Arc<KindWatch>, Option<Failure>)> = watches
-            .into_iter()
+        let unwatched = discovered.kinds.iter().any(|k| !k.watchable);
+        Ok(Some(Prepared {
+            namespace: ns,
+            discovered,
+            terms,
+            watches,
+            refusals,
+            unwatched,
+            fresh: HashSet::new(),
+        }))
+    }
+
+    /// The listing of a prepared view: the cached objects of each job, the unwatched kinds
+    /// listed fresh, the failing watches reported.
+    async fn listing(
+        &self,
+        view: &Prepared,
+        discovery: &DiscoveryCache,
+        headers: &HeaderMap,
+        namespace: &str,
+        label_selector: &str,
+        options: &FetchOptions,
+    ) -> Result<Listing, FetchError> {
+        let Prepared {
+            discovered,
+            terms,
+            watches,
+            refusals,
+            fresh,
+            ..
+        } = view;
+        let by_type: HashMap<(String, String), WatchAccess<'_>> = watches
+            .iter()
             .zip(refusals)
             .map(|(w, refused)| ((w.kind.api_version(), w.kind.kind.clone()), (w, refused)))
             .filter(|(key, _)| !fresh.contains(key))
             .collect();
-        let jobs = fetch::plan(&discovered.kinds, namespace, label_selector, Some(terms));
+        let jobs = fetch::plan(
+            &discovered.kinds,
+            namespace,
+            label_selector,
+            Some(terms.clone()),
+        );
         // Kinds that cannot be watched are listed fresh, as the user, for every view.
         let unwatched: Vec<Job> = jobs
             .iter()
@@ -447,9 +642,14 @@ impl WatchCache {
         Ok(listing)
     }
 
-    /// The namespace's watches of `kinds`, in that order: started where missing, the namespace
-    /// marked read now, watches of kinds no longer discovered stopped.
-    fn watch(&self, namespace: &str, kinds: &[ApiKind], page_size: usize) -> Vec<Arc<KindWatch>> {
+    /// The namespace and its watches of `kinds`, in that order: started where missing, the
+    /// namespace marked read now, watches of kinds no longer discovered stopped.
+    fn watch(
+        &self,
+        namespace: &str,
+        kinds: &[ApiKind],
+        page_size: usize,
+    ) -> (Arc<Namespace>, Vec<Arc<KindWatch>>) {
         self.start_sweeper();
         let ns = lock(&self.inner.namespaces)
             .entry(namespace.to_owned())
@@ -458,7 +658,7 @@ impl WatchCache {
         *lock(&ns.last_read) = Instant::now();
         let mut watched = lock(&ns.kinds);
         watched.retain(|k, _| kinds.contains(k));
-        kinds
+        let watches = kinds
             .iter()
             .map(|kind| {
                 watched
@@ -470,13 +670,16 @@ impl WatchCache {
                             namespace,
                             page_size,
                             ns.changes.clone(),
+                            ns.generation.clone(),
                             self.inner.total.clone(),
                             self.inner.metrics.clone(),
                         )
                     })
                     .clone()
             })
-            .collect()
+            .collect();
+        drop(watched);
+        (ns, watches)
     }
 
     /// Drops the namespaces read least recently (never `reading`, never one listened to) while
@@ -600,6 +803,7 @@ impl WatchCache {
                     namespace,
                     page_size.max(1),
                     ns.changes.clone(),
+                    ns.generation.clone(),
                     self.inner.total.clone(),
                     self.inner.metrics.clone(),
                 )
@@ -608,6 +812,34 @@ impl WatchCache {
         self.bound(namespace);
         Ok(KindView { watch })
     }
+}
+
+/// A kind's watch and the identity's refusal of it, if refused.
+type WatchAccess<'a> = (&'a Arc<KindWatch>, &'a Option<Failure>);
+
+/// A view the cache answers, read up to its objects ([`WatchCache::resource_group`]).
+struct Prepared {
+    namespace: Arc<Namespace>,
+    discovered: Discovered,
+    /// The selector's terms.
+    terms: Vec<(String, String)>,
+    /// The watches of the discovered watchable kinds, then the Events.
+    watches: Vec<Arc<KindWatch>>,
+    /// Per watch: whether the identity is refused its kind, and why.
+    refusals: Vec<Option<Failure>>,
+    /// Whether some discovered kind cannot be watched, and is listed fresh, as the user.
+    unwatched: bool,
+    /// Kinds (apiVersion, kind) listed fresh although watched: a consistent read found the
+    /// cache behind the cluster for them.
+    fresh: HashSet<(String, String)>,
+}
+
+/// Assembles `listing` off the runtime's threads.
+async fn assemble(listing: Listing, custom: &Arc<Customizations>) -> Arc<ResourceGroup> {
+    let custom = custom.clone();
+    tokio::task::spawn_blocking(move || Arc::new(group::assemble(listing, &custom)))
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
 }
 
 /// Waits until every watch has listed once (or failed), at most `timeout`.
@@ -619,33 +851,6 @@ async fn wait_synced(watches: &[Arc<KindWatch>], timeout: Duration) {
         }
     };
     let _ = tokio::time::timeout(timeout, all).await;
-}
-
-/// The cache's names and versions of `job`'s selection: what its list would answer.
-fn cached_versions(job: &Job, watch: &KindWatch) -> HashMap<String, String> {
-    let versions = watch.versions();
-    let terms = match job.purpose {
-        Purpose::Selected => {
-            fetch::equality_terms(job.label_selector.as_deref().unwrap_or("")).unwrap_or_default()
-        }
-        Purpose::Unselected | Purpose::Events => Vec::new(),
-    };
-    watch
-        .objects()
-        .iter()
-        .filter(|o| {
-            let labels = o
-                .view
-                .get("metadata")
-                .and_then(|m| m.get("labels"))
-                .and_then(Tree::as_object);
-            fetch::labels_match(&terms, labels)
-        })
-        .filter_map(|o| {
-            let name = o.view.get("metadata")?.get("name")?.as_str()?;
-            Some((name.to_owned(), versions.get(name)?.clone()))
-        })
-        .collect()
 }
 
 /// What a job's list would have answered, from the cached objects.
@@ -708,4 +913,27 @@ fn outcome(job: &Job, watch: &KindWatch) -> Result<Listed, Failure> {
                 .collect(),
         ),
     })
+}
+
+/// The cache's names and versions of `job`'s selection: what its list would answer.
+fn cached_versions(job: &Job, watch: &KindWatch) -> HashMap<String, String> {
+    let terms = match job.purpose {
+        Purpose::Selected => {
+            fetch::equality_terms(job.label_selector.as_deref().unwrap_or("")).unwrap_or_default()
+        }
+        Purpose::Unselected | Purpose::Events => Vec::new(),
+    };
+    watch
+        .objects()
+        .iter()
+        .filter(|o| {
+            let labels = o
+                .view
+                .get("metadata")
+                .and_then(|m| m.get("labels"))
+                .and_then(Tree::as_object);
+            fetch::labels_match(&terms, labels)
+        })
+        .filter_map(|o| consistent::held_version(&o.text))
+        .collect()
 }
