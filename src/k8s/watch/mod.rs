@@ -380,7 +380,14 @@ impl WatchCache {
         else {
             // Listed fresh anyway.
             return self
-                .resource_group(discovery, headers, namespace, label_selector, options, custom)
+                .resource_group(
+                    discovery,
+                    headers,
+                    namespace,
+                    label_selector,
+                    options,
+                    custom,
+                )
                 .await;
         };
         let by_type: HashMap<(String, String), &Arc<KindWatch>> = view
@@ -464,7 +471,14 @@ impl WatchCache {
             .collect();
         if view.fresh.is_empty() {
             return self
-                .resource_group(discovery, headers, namespace, label_selector, options, custom)
+                .resource_group(
+                    discovery,
+                    headers,
+                    namespace,
+                    label_selector,
+                    options,
+                    custom,
+                )
                 .await;
         }
         tracing::debug!(
