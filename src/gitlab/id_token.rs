@@ -124,7 +124,11 @@ impl VerifyingKey {
     fn verifies(&self, message: &[u8], signature: &[u8]) -> bool {
         match &self.key {
             PublicKey::Rsa(key) => key
-                .verify(&ring_signature::RSA_PKCS1_2048_8192_SHA256, message, signature)
+                .verify(
+                    &ring_signature::RSA_PKCS1_2048_8192_SHA256,
+                    message,
+                    signature,
+                )
                 .is_ok(),
             PublicKey::P256(key) => key.verify(message, signature).is_ok(),
         }
@@ -346,7 +350,8 @@ mod tests {
     fn gitlabs_claims_for_this_audience_in_their_time_pass() {
         let now = 1_800_000_000;
         for aud in [serde_json::json!(AUD), serde_json::json!(["other", AUD])] {
-            let c = claims(serde_json::json!({"iss": ISS, "aud": aud, "exp": now + 60, "nbf": now}));
+            let c =
+                claims(serde_json::json!({"iss": ISS, "aud": aud, "exp": now + 60, "nbf": now}));
             assert!(check(&c, ISS, AUD, now).is_ok());
         }
         // Within the leeway on both ends; `nbf` may be absent.
@@ -363,13 +368,28 @@ mod tests {
             let err = check(&claims(v), ISS, AUD, now).unwrap_err().to_string();
             assert!(err.contains(why), "{err}");
         };
-        refused(serde_json::json!({"iss": "https://gitlab.evil.example", "aud": AUD, "exp": now + 60}), "`iss`");
+        refused(
+            serde_json::json!({"iss": "https://gitlab.evil.example", "aud": AUD, "exp": now + 60}),
+            "`iss`",
+        );
         refused(serde_json::json!({"aud": AUD, "exp": now + 60}), "`iss`");
-        refused(serde_json::json!({"iss": ISS, "aud": "https://elsewhere.example", "exp": now + 60}), "`aud`");
-        refused(serde_json::json!({"iss": ISS, "aud": [], "exp": now + 60}), "`aud`");
+        refused(
+            serde_json::json!({"iss": ISS, "aud": "https://elsewhere.example", "exp": now + 60}),
+            "`aud`",
+        );
+        refused(
+            serde_json::json!({"iss": ISS, "aud": [], "exp": now + 60}),
+            "`aud`",
+        );
         refused(serde_json::json!({"iss": ISS, "exp": now + 60}), "`aud`");
         refused(serde_json::json!({"iss": ISS, "aud": AUD}), "no expiry");
-        refused(serde_json::json!({"iss": ISS, "aud": AUD, "exp": now - 6}), "expired");
-        refused(serde_json::json!({"iss": ISS, "aud": AUD, "exp": now + 60, "nbf": now + 6}), "not valid yet");
+        refused(
+            serde_json::json!({"iss": ISS, "aud": AUD, "exp": now - 6}),
+            "expired",
+        );
+        refused(
+            serde_json::json!({"iss": ISS, "aud": AUD, "exp": now + 60, "nbf": now + 6}),
+            "not valid yet",
+        );
     }
 }
