@@ -4,15 +4,22 @@
 # shared crates) and that of the binary differ, and each change cost two builds of it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-load=$(cargo build --release --bin envlens --bench load --message-format=json 2>/dev/null |
-  python3 -c 'import json,sys; print([m["executable"] for m in map(json.loads, sys.stdin) if m.get("executable") and m["target"]["name"] == "load"][-1])')
+# ENVLENS_BIN and LOAD_BIN, both set, run binaries built before (another commit's, kept aside)
+# instead of building.
+if [ -n "${ENVLENS_BIN:-}" ] && [ -n "${LOAD_BIN:-}" ]; then
+  envlens_bin=$ENVLENS_BIN load=$LOAD_BIN
+else
+  envlens_bin=target/release/envlens
+  load=$(cargo build --release --bin envlens --bench load --message-format=json 2>/dev/null |
+    python3 -c 'import json,sys; print([m["executable"] for m in map(json.loads, sys.stdin) if m.get("executable") and m["target"]["name"] == "load"][-1])')
+fi
 bindir=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
 as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
 
 # start_envlens DIR PORT [serve flags...]: serves in the background, waits for readiness.
 start_envlens() {
   local dir=$1 port=$2; shift 2
-  ENVLENS_LOG=${ENVLENS_LOG:-warn} target/release/envlens serve --listen "127.0.0.1:$port" --data-dir "$dir" "$@" >"$dir.out" 2>"$dir.err" &
+  ENVLENS_LOG=${ENVLENS_LOG:-warn} "$envlens_bin" serve --listen "127.0.0.1:$port" --data-dir "$dir" "$@" >"$dir.out" 2>"$dir.err" &
   envlens_pid=$!
   trap stop_envlens EXIT
   until curl -sf "http://127.0.0.1:$port/-/readiness" >/dev/null; do

@@ -96,8 +96,13 @@ async fn setup(last: i64) -> (TestGitLab, TestApp) {
     (gitlab, app)
 }
 
-/// GitLab's Deployment Hook (its documented shape) for deployment `id`, no job's call before.
+/// GitLab's Deployment Hook (its documented shape) for deployment `id` of `main`, no job's call
+/// before.
 async fn success_hook(app: &TestApp, id: i64) -> Value {
+    success_hook_of(app, id, "main").await
+}
+
+async fn success_hook_of(app: &TestApp, id: i64, git_ref: &str) -> Value {
     let body = json!({
         "object_kind": "deployment", "status": "success", "status_changed_at": "2026-11-24 10:00:00 +0100",
         "deployment_id": id, "deployable_id": 302, "deployable_url": "https://gitlab.example.com/acme/apps/web/-/jobs/302",
@@ -106,7 +111,7 @@ async fn success_hook(app: &TestApp, id: i64) -> Value {
         "project": {"id": 42, "name": "web", "path_with_namespace": "acme/apps/web", "visibility_level": 0,
                     "default_branch": "main"},
         "short_sha": "714a629c", "user": {"id": 2, "username": "dev"}, "user_url": "https://gitlab.example.com/dev",
-        "commit_url": "https://gitlab.example.com/c", "commit_title": "Deploy", "ref": "main"
+        "commit_url": "https://gitlab.example.com/c", "commit_title": "Deploy", "ref": git_ref
     });
     let res = app.hook("Deployment Hook", body.to_string(), None).await;
     assert_eq!(res.status, 200, "{}", res.text());
@@ -231,4 +236,51 @@ async fn a_protected_branches_only_entry_asks_gitlab_whether_the_ref_is_protecte
     assert_eq!(agent_row(&app, 9101).await, None);
     let (_, outcome, _) = followup(&app, 9101).await;
     assert!(outcome.unwrap().contains("protected_branches_only"));
+}
+
+/// Deployment 9101 of tag `v1.2.0` under an agent whose entry has `protected_branches_only`:
+/// GitLab's environment says its last deployment's job ran for a tag (`deployable.tag`).
+async fn tag_deploy(protected: Option<bool>) -> (TestGitLab, TestApp) {
+    let (gitlab, app) = setup(9101).await;
+    gitlab.rest.with(|d| {
+        d.files.insert(
+            (10, ".gitlab/agents/prod/config.yaml".into(), "main".into()),
+            "ci_access:\n  groups:\n    - id: acme/apps\n      protected_branches_only: true\n"
+                .into(),
+        );
+        let env = &mut d.environments.get_mut(&42).unwrap()[0]["last_deployment"];
+        env["ref"] = json!("v1.2.0");
+        env["deployable"]["ref"] = json!("v1.2.0");
+        env["deployable"]["tag"] = json!(true);
+        if let Some(protected) = protected {
+            d.tags.insert((42, "v1.2.0".into()), protected);
+        }
+    });
+    success_hook_of(&app, 9101, "v1.2.0").await;
+    (gitlab, app)
+}
+
+#[tokio::test]
+async fn a_protected_tag_passes_a_protected_branches_only_entry() {
+    let (gitlab, app) = tag_deploy(Some(true)).await;
+    assert_eq!(agent_row(&app, 9101).await, Some((7, "shop".to_owned())));
+    let calls = gitlab.rest.calls();
+    assert!(
+        calls.contains(&"/api/v4/projects/42/repository/tags/v1.2.0".to_owned()),
+        "{calls:?}"
+    );
+    // A tag is not looked up among the branches.
+    assert!(!calls.iter().any(|c| c.contains("/repository/branches/")));
+}
+
+#[tokio::test]
+async fn an_unprotected_tag_is_refused_by_a_protected_branches_only_entry() {
+    for protected in [Some(false), None] {
+        let (_gitlab, app) = tag_deploy(protected).await;
+        assert_eq!(agent_row(&app, 9101).await, None, "{protected:?}");
+        let (_, outcome, _) = followup(&app, 9101).await;
+        let outcome = outcome.unwrap();
+        assert!(outcome.contains("protected_branches_only"), "{outcome}");
+        assert!(outcome.contains("\"v1.2.0\" is not protected"), "{outcome}");
+    }
 }

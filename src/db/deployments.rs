@@ -335,15 +335,27 @@ pub struct CiRequest {
     pub kubernetes: sqlx::types::Json<serde_json::Value>,
 }
 
-/// Keeps `request`; the request already kept for that job when there is one (unchanged).
-pub async fn put_ci_request(
-    conn: &mut PgConnection,
-    request: &CiRequest,
-) -> Result<Option<CiRequest>> {
-    let inserted = sqlx::query(
-        "INSERT INTO ci_deployment_requests (job_id, project_id, environment, ref_protected, git_ref, kubernetes)
-         VALUES ($1, $2, $3, $4, $5, $6)
-         ON CONFLICT (job_id) DO NOTHING",
+/// What keeping a job's request found.
+#[derive(Debug)]
+pub struct KeptRequest {
+    /// The request already kept for that job (then left unchanged); `None` when this one was.
+    pub earlier: Option<CiRequest>,
+    /// The job's deployment, once GitLab's hook has named it.
+    pub deployment_id: Option<i64>,
+}
+
+/// Keeps `request` and finds the job's deployment in one round trip: the job's lock
+/// ([`lock_job`]) is held, so the hook that names the deployment is either already committed
+/// (and seen here) or waits for this transaction.
+pub async fn put_ci_request(conn: &mut PgConnection, request: &CiRequest) -> Result<KeptRequest> {
+    let (inserted, deployment_id): (bool, Option<i64>) = sqlx::query_as(
+        "WITH kept AS (
+             INSERT INTO ci_deployment_requests (job_id, project_id, environment, ref_protected, git_ref, kubernetes)
+             VALUES ($1, $2, $3, $4, $5, $6)
+             ON CONFLICT (job_id) DO NOTHING
+             RETURNING 1)
+         SELECT EXISTS (SELECT 1 FROM kept),
+                (SELECT id FROM deployments WHERE job_id = $1 AND project_id = $2 ORDER BY id DESC LIMIT 1)",
     )
     .bind(request.job_id)
     .bind(request.project_id)
@@ -351,13 +363,17 @@ pub async fn put_ci_request(
     .bind(request.ref_protected)
     .bind(&request.git_ref)
     .bind(&request.kubernetes)
-    .execute(&mut *conn)
-    .await?
-    .rows_affected();
-    if inserted == 1 {
-        return Ok(None);
-    }
-    ci_request(conn, request.job_id).await
+    .fetch_one(&mut *conn)
+    .await?;
+    let earlier = if inserted {
+        None
+    } else {
+        ci_request(conn, request.job_id).await?
+    };
+    Ok(KeptRequest {
+        earlier,
+        deployment_id,
+    })
 }
 
 pub async fn ci_request(conn: &mut PgConnection, job_id: i64) -> Result<Option<CiRequest>> {
@@ -366,21 +382,6 @@ pub async fn ci_request(conn: &mut PgConnection, job_id: i64) -> Result<Option<C
          FROM ci_deployment_requests WHERE job_id = $1",
     )
     .bind(job_id)
-    .fetch_optional(conn)
-    .await?)
-}
-
-/// The deployment of a job in a project, once GitLab's hook has named it.
-pub async fn deployment_of_job(
-    conn: &mut PgConnection,
-    project_id: i64,
-    job_id: i64,
-) -> Result<Option<i64>> {
-    Ok(sqlx::query_scalar(
-        "SELECT id FROM deployments WHERE job_id = $1 AND project_id = $2 ORDER BY id DESC LIMIT 1",
-    )
-    .bind(job_id)
-    .bind(project_id)
     .fetch_optional(conn)
     .await?)
 }

@@ -1,7 +1,8 @@
 //! GitLab's REST answers as its API documentation shows them (`doc/api/groups.md`,
-//! `projects.md`, `members.md`, `users.md`, `cluster_agents.md`, `environments.md`), reduced to
-//! the keys envlens reads; every other key is ignored. And the one decision made over them here:
-//! whether an environment's agent and namespace are a given deployment's (SPEC 12.2).
+//! `projects.md`, `members.md`, `users.md`, `cluster_agents.md`, `environments.md`,
+//! `branches.md`, `tags.md`), reduced to the keys envlens reads; every other key is ignored. And
+//! the one decision made over them here: whether an environment's agent and namespace are a
+//! given deployment's (SPEC 12.2).
 
 use serde::Deserialize;
 
@@ -95,6 +96,16 @@ pub struct Deployable {
 /// `GET /projects/:id/repository/branches/:branch`.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Branch {
+    #[serde(default)]
+    pub protected: bool,
+}
+
+/// `GET /projects/:id/repository/tags/:tag_name` (`doc/api/tags.md`): `protected` is GitLab's
+/// own answer for the tag, its protected tags' wildcards (`v*`) matched by GitLab. Read rather
+/// than `/projects/:id/protected_tags/:name`, which needs the Maintainer role and finds a
+/// protection by its exact name only, so that a tag protected by `v*` would read unprotected.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Tag {
     #[serde(default)]
     pub protected: bool,
 }

@@ -72,7 +72,8 @@ pub async fn create(
     let mut tx = state.db.begin().await?;
     db::lock_job(&mut tx, job_id).await?;
     identity::upsert_project(&mut tx, project_id, &job.project_path, None).await?;
-    if let Some(earlier) = db::put_ci_request(&mut tx, &request).await? {
+    let kept = db::put_ci_request(&mut tx, &request).await?;
+    if let Some(earlier) = kept.earlier {
         if earlier != request {
             return Err(Error::Conflict(format!(
                 "job {job_id} already asked for {}",
@@ -80,7 +81,7 @@ pub async fn create(
             )));
         }
     }
-    let answer = match db::deployment_of_job(&mut tx, project_id, job_id).await? {
+    let answer = match kept.deployment_id {
         Some(deployment_id) => {
             let job = Job {
                 project_path: &job.project_path,

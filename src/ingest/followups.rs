@@ -219,22 +219,9 @@ impl Worker {
         if db_agents::find(&self.db, taken.agent_id).await?.is_none() {
             agents::refresh_project(&self.db, api, taken.config_project_id).await?;
         }
-        let protected_ref = match (&f.git_ref, taken.tag) {
-            (Some(branch), false) => {
-                let branch: Option<rest::Branch> = api
-                    .get_optional(
-                        "/projects/:id/repository/branches/:branch",
-                        &format!(
-                            "/api/v4/projects/{project_id}/repository/branches/{}",
-                            encode(branch)
-                        ),
-                        None,
-                    )
-                    .await?;
-                branch.is_some_and(|b| b.protected)
-            }
-            // A tag's protection is not read: an entry with `protected_branches_only` refuses it.
-            _ => false,
+        let protected_ref = match f.git_ref.as_deref() {
+            Some(git_ref) => ref_protected(api, project_id, git_ref, taken.tag).await?,
+            None => false,
         };
 
         let mut kubernetes = json!({"agent": taken.reference});
@@ -311,6 +298,42 @@ impl Worker {
             )
         })
     }
+}
+
+/// Whether GitLab protects the deployment's ref, as `protected_branches_only` asks: a tag's
+/// protection is GitLab's protected tags (wildcards included), a branch's its protected
+/// branches. A ref GitLab no longer has (404) is not protected.
+async fn ref_protected(
+    api: &GitLab,
+    project_id: i64,
+    git_ref: &str,
+    tag: bool,
+) -> std::result::Result<bool, Failed> {
+    Ok(if tag {
+        let tag: Option<rest::Tag> = api
+            .get_optional(
+                "/projects/:id/repository/tags/:tag_name",
+                &format!(
+                    "/api/v4/projects/{project_id}/repository/tags/{}",
+                    encode(git_ref)
+                ),
+                None,
+            )
+            .await?;
+        tag.is_some_and(|t| t.protected)
+    } else {
+        let branch: Option<rest::Branch> = api
+            .get_optional(
+                "/projects/:id/repository/branches/:branch",
+                &format!(
+                    "/api/v4/projects/{project_id}/repository/branches/{}",
+                    encode(git_ref)
+                ),
+                None,
+            )
+            .await?;
+        branch.is_some_and(|b| b.protected)
+    })
 }
 
 const TIERS: [&str; 5] = ["production", "staging", "testing", "development", "other"];

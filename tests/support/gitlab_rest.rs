@@ -1,5 +1,5 @@
 //! The REST side of the in-process GitLab (`doc/api/*.md`): groups, projects, users, members,
-//! cluster agents, repository files, branches and environments, answered in GitLab's shapes
+//! cluster agents, repository files, branches, tags and environments, answered in GitLab's shapes
 //! with its pagination headers (`X-Page`, `X-Per-Page`, `X-Total`, `X-Total-Pages`,
 //! `X-Next-Page`, `X-Prev-Page`, `Link`; keyset `Link` for `/projects?pagination=keyset`), its
 //! `RateLimit-*` headers, 401 for a missing or wrong token, 404 as `{"message": "404 ... Not
@@ -36,6 +36,9 @@ pub struct Data {
     pub environments: HashMap<i64, Vec<Value>>,
     /// `(project, branch)` → protected.
     pub branches: HashMap<(i64, String), bool>,
+    /// `(project, tag)` → protected, as GitLab computes it from its protected tags (wildcards
+    /// included) for `GET /projects/:id/repository/tags/:tag_name`.
+    pub tags: HashMap<(i64, String), bool>,
 }
 
 /// A fault to answer the next REST call with.
@@ -429,6 +432,15 @@ fn route(rest: &Rest, uri: &Uri, query: &HashMap<String, String>) -> Response {
                         "can_push": true, "web_url": "https://gitlab.example.com",
                         "commit": {"id": "714a629c0b401fdce83e847fc9589983fc6f46bc"}})).into_response(),
                     None => not_found("Branch"),
+                },
+                ["repository", "tags", tag] => match data.tags.get(&(id, tag.to_string())) {
+                    Some(protected) => axum::Json(json!({"name": tag, "message": null,
+                        "target": "714a629c0b401fdce83e847fc9589983fc6f46bc",
+                        "commit": {"id": "714a629c0b401fdce83e847fc9589983fc6f46bc", "short_id": "714a629c",
+                                   "title": "Release", "created_at": "2026-01-01T00:00:00.000+00:00",
+                                   "parent_ids": [], "message": "Release\n"},
+                        "release": null, "protected": protected, "created_at": null})).into_response(),
+                    None => not_found("Tag"),
                 },
                 _ => not_found("Path"),
             }
