@@ -110,9 +110,10 @@ pub fn is_unavailable(e: &sqlx::Error) -> bool {
 }
 
 /// SQLSTATE classes that mean "the server is going away or not accepting work", not a bug:
-/// 08 connection exception, 57P01..57P03 admin shutdown / crash shutdown / cannot connect now.
+/// 08 connection exception, 53 insufficient resources (too many connections, out of memory,
+/// disk full), 57P01..57P03 admin shutdown / crash shutdown / cannot connect now.
 fn is_unavailable_code(code: Option<&str>) -> bool {
-    matches!(code, Some(c) if c.starts_with("08") || c.starts_with("57P"))
+    matches!(code, Some(c) if c.starts_with("08") || c.starts_with("53") || c.starts_with("57P"))
 }
 
 impl Error {
@@ -207,4 +208,20 @@ pub fn kubernetes_status(code: StatusCode, message: &str) -> Response {
         body.to_string(),
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_server_that_cannot_take_the_work_is_unavailable_and_a_bug_is_not() {
+        for code in ["08006", "53300", "53100", "57P01", "57P03"] {
+            assert!(is_unavailable_code(Some(code)), "{code}");
+        }
+        for code in ["23505", "42P01", "40001", "22P02"] {
+            assert!(!is_unavailable_code(Some(code)), "{code}");
+        }
+        assert!(!is_unavailable_code(None));
+    }
 }
