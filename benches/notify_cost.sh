@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# What the NOTIFY triggers of migration 0030 cost a deployment creation: the same binary and
-# database with the triggers enabled and disabled, alternating in rounds (the machine's load
+# What the environment triggers (migrations 0030, 0031: each write queues its environment for
+# the relay's NOTIFY) cost a deployment creation: the same binary and database with the
+# triggers enabled and disabled, alternating in rounds (the machine's load
 # drifts), each round pgbench of benches/deployments.pgbench (the SQL alone) and then envlens'
 # POST /api/v4/internal/deployments (32 connections) for the same seconds. Prints each round
 # and the medians of the ratios off/on.
