@@ -303,7 +303,33 @@ impl WatchCache {
             .await?;
             return Ok(assemble(listing, custom).await);
         };
-        if view.unwatched {
+        self.group_of(
+            view,
+            discovery,
+            headers,
+            namespace,
+            label_selector,
+            options,
+            custom,
+        )
+        .await
+    }
+
+    /// The group of a prepared view: the memoised one while nothing changed, else assembled
+    /// (and kept). A view with kinds listed fresh (unwatchable, or behind the cluster at a
+    /// consistent read) is assembled every time.
+    #[allow(clippy::too_many_arguments)]
+    async fn group_of(
+        &self,
+        view: Prepared,
+        discovery: &DiscoveryCache,
+        headers: &HeaderMap,
+        namespace: &str,
+        label_selector: &str,
+        options: &FetchOptions,
+        custom: &Arc<Customizations>,
+    ) -> Result<Arc<ResourceGroup>, FetchError> {
+        if view.unwatched || !view.fresh.is_empty() {
             let listing = self
                 .listing(
                     &view,
@@ -469,34 +495,23 @@ impl WatchCache {
             .iter()
             .map(|(job, _, _)| (job.api_version.clone(), job.kind.clone()))
             .collect();
-        if view.fresh.is_empty() {
-            return self
-                .resource_group(
-                    discovery,
-                    headers,
-                    namespace,
-                    label_selector,
-                    options,
-                    custom,
-                )
-                .await;
-        }
-        tracing::debug!(
-            namespace,
-            kinds = view.fresh.len(),
-            "watch cache: behind the cluster after the wait; those kinds are listed fresh"
-        );
-        let listing = self
-            .listing(
-                &view,
-                discovery,
-                headers,
+        if !view.fresh.is_empty() {
+            tracing::debug!(
                 namespace,
-                label_selector,
-                options,
-            )
-            .await?;
-        Ok(assemble(listing, custom).await)
+                kinds = view.fresh.len(),
+                "watch cache: behind the cluster after the wait; those kinds are listed fresh"
+            );
+        }
+        self.group_of(
+            view,
+            discovery,
+            headers,
+            namespace,
+            label_selector,
+            options,
+            custom,
+        )
+        .await
     }
 
     /// Everything a view from the cache reads but the objects: discovery, the namespace's
