@@ -26,14 +26,14 @@
 //! # Parsing
 //!
 //! JSON trees are what a view costs beyond the wire, so only what is read becomes one. Each item
-//! of a selected list becomes an [`Object`]: the fields the graph, health and assembly read, and
-//! its text for `manifest`. Unselected lists parse each item's head only
-//! ([`object::HEAD`]: type, name, uid, labels, owner references) and keep its text; the
-//! ownership walk runs over the heads, and only the objects it keeps are parsed further: other
-//! environments' Pods and ReplicaSets in the namespace are never built. Events parse into a typed
-//! struct. Each page is read in one pass ([`page::read`]): an item's fields and its text come
-//! from the same scan. Pages are parsed in the task that fetched them, on any core, while other
-//! requests are still in flight.
+//! becomes an [`Object`]: the fields the graph, health and assembly read, and its text for
+//! `manifest`, from one pass over the page ([`page::Item`]): the fields, the text and where its
+//! `metadata.managedFields` lie (left out of the text) come from the same scan. Items of the
+//! owned kinds, listed unselected, are built the same way before the ownership walk reads them:
+//! reading only their heads and parsing the kept ones again scanned each kept object twice,
+//! which cost more than building the other environments' trees. Events parse into a typed
+//! struct. Pages are parsed in the task that fetched them, on any core, while other requests
+//! are still in flight.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -50,8 +50,8 @@ use super::discovery::{self, ApiKind, DiscoveryCache, DiscoveryError, Failure};
 use crate::k8s::observe::ForAgent;
 use crate::resources::graph;
 use crate::resources::listing::{ListError, Listing, ResourceEvent};
-use crate::resources::object::{self, Head, Kept, Object};
-use crate::resources::{self, page};
+use crate::resources::object::Object;
+use crate::resources::page;
 
 /// `(group, kind)` of the kinds listed without the selector, because Kubernetes' controllers
 /// create them for a parent without copying its labels:
@@ -213,7 +213,7 @@ pub(crate) async fn into_listing(
     // CPU work over what may be 100,000 objects: off the async runtime's threads.
     let (selected, owned) = tokio::task::spawn_blocking(move || {
         let selected = unique_by_uid(selected, &HashSet::new());
-        let owned = parse_candidates(owned_candidates(&selected, candidates));
+        let owned = owned_candidates(&selected, candidates);
         // Objects from the watch cache stay shared with it: the listing and the group hold
         // them, nothing copies them.
         (selected, owned)
@@ -242,11 +242,11 @@ pub(crate) async fn into_listing(
 }
 
 /// The candidates whose ownership chain leads to `selected`, one per uid and none selected.
-fn owned_candidates(selected: &[Arc<Object>], candidates: Vec<Candidate>) -> Vec<Candidate> {
+fn owned_candidates(selected: &[Arc<Object>], candidates: Vec<Arc<Object>>) -> Vec<Arc<Object>> {
     let mut keep = vec![false; candidates.len()];
     {
         let roots: Vec<&Tree> = selected.iter().map(|o| &o.view).collect();
-        let heads: Vec<&Tree> = candidates.iter().map(Candidate::head).collect();
+        let heads: Vec<&Tree> = candidates.iter().map(|o| &o.view).collect();
         let selected_uids: HashSet<&str> = roots.iter().filter_map(|o| uid(o)).collect();
         let mut seen: HashSet<&str> = HashSet::new();
         for i in graph::owned_closure(&roots, &heads) {
@@ -259,45 +259,6 @@ fn owned_candidates(selected: &[Arc<Object>], candidates: Vec<Candidate>) -> Vec
         .filter(|(_, keep)| *keep)
         .map(|(candidate, _)| candidate)
         .collect()
-}
-
-/// Kept candidates from this many on are parsed on two threads, half each: parsing an object
-/// costs some 5 µs (its whole text is scanned again), a thread tens of microseconds, and the
-/// parse comes after every list has answered, when the other core has nothing else to do.
-const PARSE_PARALLEL_FROM: usize = 128;
-
-/// Parses kept candidates as [`Object`]s, in order.
-fn parse_candidates(mut kept: Vec<Candidate>) -> Vec<Arc<Object>> {
-    let second = kept.split_off(kept.len() / 2);
-    let parallel = kept.len() + second.len() >= PARSE_PARALLEL_FROM;
-    // The second half on the other thread; the first here.
-    let (mut rest, mut objects) =
-        resources::join(parallel, || parse_in_order(second), || parse_in_order(kept));
-    objects.append(&mut rest);
-    objects
-}
-
-fn parse_in_order(kept: Vec<Candidate>) -> Vec<Arc<Object>> {
-    kept.into_iter()
-        .filter_map(|candidate| {
-            let (head, text) = match candidate {
-                Candidate::Built(object) => return Some(object),
-                Candidate::Text { head, text } => (head, text),
-            };
-            match Object::parse_text(text, str_of(&head, "apiVersion"), str_of(&head, "kind")) {
-                Ok(object) => Some(Arc::new(object)),
-                // Unreachable: the text already parsed as an object for its head.
-                Err(error) => {
-                    tracing::warn!(%error, "an owned object does not parse");
-                    None
-                }
-            }
-        })
-        .collect()
-}
-
-fn str_of<'a>(object: &'a Tree, field: &str) -> &'a str {
-    object.get(field).and_then(Tree::as_str).unwrap_or("")
 }
 
 // ---- the round of requests ----
@@ -386,28 +347,10 @@ pub(crate) enum Listed {
     /// and the others as candidates for the ownership walk.
     Unselected {
         selected: Vec<Arc<Object>>,
-        candidates: Vec<Candidate>,
+        /// What the selector did not pick, for the ownership walk.
+        candidates: Vec<Arc<Object>>,
     },
     Events(Vec<EventDoc>),
-}
-
-/// An object of an owned kind that the selector did not pick. Only its [`object::HEAD`] is
-/// parsed; the text waits until the ownership walk keeps it, so the rest of the namespace
-/// (other environments' Pods and ReplicaSets) is never built into JSON trees.
-pub(crate) enum Candidate {
-    /// From a list page: the head, and the text to parse if the walk keeps it.
-    Text { head: Tree, text: Box<str> },
-    /// From the watch cache: already parsed, shared with the cache.
-    Built(Arc<Object>),
-}
-
-impl Candidate {
-    fn head(&self) -> &Tree {
-        match self {
-            Candidate::Text { head, .. } => head,
-            Candidate::Built(object) => &object.view,
-        }
-    }
 }
 
 /// Runs every job concurrently (each one a task, so that pages are parsed on every core),
@@ -514,9 +457,9 @@ impl Pages {
         let (api_version, kind) = (self.job.api_version.as_str(), self.job.kind.as_str());
         match listed {
             Listed::Objects(objects) => {
-                let page = page::read::<Kept>(body)?;
-                for (kept, text) in page.items {
-                    objects.push(Arc::new(Object::from_kept(kept, text, api_version, kind)));
+                let page = page::read::<page::Item>(body)?;
+                for (item, text) in page.items {
+                    objects.push(Arc::new(item.into_object(text, api_version, kind)));
                 }
                 Ok(page.continue_token)
             }
@@ -524,10 +467,11 @@ impl Pages {
                 selected,
                 candidates,
             } => {
-                let page = page::read::<Head>(body)?;
-                for (Head(head), text) in page.items {
-                    let head = object::typed(head, api_version, kind);
-                    let labels = head
+                let page = page::read::<page::Item>(body)?;
+                for (item, text) in page.items {
+                    let object = Arc::new(item.into_object(text, api_version, kind));
+                    let labels = object
+                        .view
                         .get("metadata")
                         .and_then(|m| m.get("labels"))
                         .and_then(Tree::as_object);
@@ -537,16 +481,9 @@ impl Pages {
                         .as_ref()
                         .is_some_and(|terms| labels_match(terms, labels));
                     if picked {
-                        selected.push(Arc::new(Object::parse_text(
-                            text.into(),
-                            api_version,
-                            kind,
-                        )?));
+                        selected.push(object);
                     } else {
-                        candidates.push(Candidate::Text {
-                            head,
-                            text: text.into(),
-                        });
+                        candidates.push(object);
                     }
                 }
                 Ok(page.continue_token)
@@ -852,49 +789,34 @@ mod tests {
         Object::parse_text(value.to_string().into(), api_version, kind).unwrap()
     }
 
-    fn candidate(text: &str) -> Candidate {
-        Candidate::Text {
-            head: object::parse_typed(object::HEAD, text, "apps/v1", "ReplicaSet").unwrap(),
-            text: text.into(),
-        }
+    fn candidate(text: &str) -> Arc<Object> {
+        Arc::new(Object::parse_text(text.into(), "apps/v1", "ReplicaSet").unwrap())
     }
 
     #[test]
-    fn many_candidates_are_parsed_in_order_on_two_threads() {
-        for n in [0, 1, PARSE_PARALLEL_FROM - 1, PARSE_PARALLEL_FROM * 2 + 1] {
-            let text = |i| format!(r#"{{"metadata": {{"name": "r{i}", "uid": "u{i}"}}}}"#);
-            let kept = (0..n).map(|i| candidate(&text(i))).collect();
-            let names: Vec<String> = parse_candidates(kept)
-                .iter()
-                .map(|o| str_of(o.view.get("metadata").unwrap(), "name").to_owned())
-                .collect();
-            let expected: Vec<String> = (0..n).map(|i| format!("r{i}")).collect();
-            assert_eq!(names, expected, "{n} candidates");
-        }
-    }
-
-    #[test]
-    fn only_owned_candidates_are_parsed_and_kept_once() {
+    fn only_owned_candidates_are_kept_once() {
         let selected = vec![Arc::new(listed(
             json!({"metadata": {"name": "web", "namespace": "ns", "uid": "d1"}}),
             "apps/v1",
             "Deployment",
         ))];
-        let kept = owned_candidates(
+        let first = candidate(
+            r#"{"metadata": {"name": "web-1", "namespace": "ns", "uid": "r1", "ownerReferences": [{"uid": "d1"}], "managedFields": []}, "spec": {"replicas": 2}}"#,
+        );
+        let owned = owned_candidates(
             &selected,
             vec![
-                candidate(
-                    r#"{"metadata": {"name": "web-1", "namespace": "ns", "uid": "r1", "ownerReferences": [{"uid": "d1"}], "managedFields": []}, "spec": {"replicas": 2}}"#,
-                ),
+                first.clone(),
                 candidate(
                     r#"{"metadata": {"name": "other", "namespace": "ns", "uid": "r2", "ownerReferences": [{"uid": "d9"}]}}"#,
                 ),
                 candidate(
                     r#"{"metadata": {"name": "web-1", "namespace": "ns", "uid": "r1", "ownerReferences": [{"uid": "d1"}]}}"#,
                 ),
+                // A selected object is not owned besides.
+                selected[0].clone(),
             ],
         );
-        let owned = parse_candidates(kept);
         let views: Vec<Value> = owned.iter().map(|o| Value::from(&o.view)).collect();
         assert_eq!(
             views,
@@ -902,36 +824,8 @@ mod tests {
                      "metadata": {"name": "web-1", "namespace": "ns", "uid": "r1", "ownerReferences": [{"uid": "d1"}]},
                      "spec": {"replicas": 2}})]
         );
-        // The first of the two texts of r1, as the cluster sent it.
-        assert!(owned[0].text.contains("replicas"));
-
-        // Candidates the watch cache built already are walked the same way, not parsed again.
-        let built = |text: &str| {
-            Candidate::Built(Arc::new(
-                Object::parse_text(text.into(), "apps/v1", "ReplicaSet").unwrap(),
-            ))
-        };
-        let kept = owned_candidates(
-            &selected,
-            vec![
-                built(
-                    r#"{"metadata": {"name": "web-2", "uid": "r3", "ownerReferences": [{"uid": "d1"}]}}"#,
-                ),
-                built(
-                    r#"{"metadata": {"name": "else", "uid": "r4", "ownerReferences": [{"uid": "d9"}]}}"#,
-                ),
-            ],
-        );
-        assert!(matches!(kept.as_slice(), [Candidate::Built(o)] if o.text.contains("web-2")));
-        assert_eq!(
-            parse_candidates(kept)[0]
-                .view
-                .get("metadata")
-                .unwrap()
-                .get("uid")
-                .and_then(Tree::as_str),
-            Some("r3")
-        );
+        // The first of the two objects of r1, shared, not copied.
+        assert!(Arc::ptr_eq(&owned[0], &first));
     }
 
     #[test]

@@ -68,6 +68,26 @@ impl Object {
         Ok(Object { view, text })
     }
 
+    /// A list item whose kept fields (`view`) and `metadata.managedFields` member (`cut`, the
+    /// bytes of `text` to leave out, from [`managed_fields_member`]) were found by the one
+    /// parse that read the page ([`super::page::Item`]): its text is not scanned again.
+    pub fn from_listed(
+        view: Tree,
+        text: &str,
+        cut: Option<(usize, usize)>,
+        api_version: &str,
+        kind: &str,
+    ) -> Object {
+        let text: Box<str> = match cut {
+            Some((start, end)) => [&text[..start], &text[end..]].concat().into(),
+            None => text.into(),
+        };
+        Object {
+            view: typed(view, api_version, kind),
+            text,
+        }
+    }
+
     /// An item read with [`Kept`] from a list page, with its text.
     pub fn from_kept(kept: Kept, text: &str, api_version: &str, kind: &str) -> Object {
         Object {
@@ -143,10 +163,17 @@ fn managed_fields_span(text: &str) -> Option<(usize, usize)> {
     let metadata = top.metadata?.get();
     metadata.starts_with('{').then_some(())?;
     let metadata: Metadata = serde_json::from_str(metadata).ok()?;
-    let value = metadata.managed_fields?.get();
+    managed_fields_member(text, metadata.managed_fields?.get())
+}
+
+/// The bytes of `text` to cut to remove the member whose value is `value` (a slice of `text`,
+/// the value of `metadata.managedFields`), with one comma beside it; `None` when the key before
+/// it is not written `"managedFields"` as is (escaped), or `value` is not in `text`.
+pub fn managed_fields_member(text: &str, value: &str) -> Option<(usize, usize)> {
     // The raw values borrow `text`: their place in it is their distance from its start.
     let value_start = (value.as_ptr() as usize).checked_sub(text.as_ptr() as usize)?;
     let value_end = value_start + value.len();
+    (value_end <= text.len()).then_some(())?;
     let bytes = text.as_bytes();
     let skip_back = |mut i: usize| {
         while i > 0 && bytes[i - 1].is_ascii_whitespace() {

@@ -17,7 +17,7 @@ use tokio::sync::{broadcast, watch};
 
 use crate::k8s::discovery::{self, ApiKind, Failure};
 use crate::k8s::fetch::encode;
-use crate::resources::object::{Kept, Object};
+use crate::resources::object::Object;
 use crate::resources::page;
 use crate::resources::tree::Tree;
 use crate::telemetry::Metrics;
@@ -347,9 +347,9 @@ async fn list(
         .await?;
         // One pass over the page: each item's kept fields and its text from the same scan, its
         // name read from the kept fields (`page::read`, as a fresh list reads its pages).
-        let page = page::read::<Kept>(&body).map_err(Failure::bad_body)?;
-        for (kept, text) in page.items {
-            let object = Object::from_kept(kept, text, &api_version, &watch.kind.kind);
+        let page = page::read::<page::Item>(&body).map_err(Failure::bad_body)?;
+        for (item, text) in page.items {
+            let object = item.into_object(text, &api_version, &watch.kind.kind);
             let name = object
                 .view
                 .get("metadata")

@@ -932,7 +932,7 @@ fn outcome(job: &Job, watch: &KindWatch) -> Result<Listed, Failure> {
                 .partition(|o| job.local_terms.is_some() && picked(o));
             Listed::Unselected {
                 selected,
-                candidates: rest.into_iter().map(fetch::Candidate::Built).collect(),
+                candidates: rest,
             }
         }
         Purpose::Events => Listed::Events(
