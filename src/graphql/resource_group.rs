@@ -280,6 +280,29 @@ impl Plain for EdgeOf<'_> {
     }
 }
 
+impl Plain for crate::resources::delta::UidEdge {
+    fn field(&self, name: &str, _: &SelectionSet) -> Value {
+        match name {
+            "from" => string(&self.from),
+            "to" => string(&self.to),
+            "type" => enum_value(ResourceEdgeType::from(self.kind)),
+            _ => Value::Null,
+        }
+    }
+}
+
+impl Plain for ListError {
+    fn field(&self, name: &str, _: &SelectionSet) -> Value {
+        match name {
+            "apiVersion" => string(&self.api_version),
+            "kind" => string(&self.kind),
+            "code" => optional(self.code.as_ref(), |c| Value::from(i32::from(*c))),
+            "message" => string(&self.message),
+            _ => Value::Null,
+        }
+    }
+}
+
 /// Argo CD's health statuses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Enum)]
 pub enum HealthStatus {

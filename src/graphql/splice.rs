@@ -261,7 +261,7 @@ mod tests {
         assert_eq!(
             answer(&splices, text),
             format!(
-                r#"{{"a":[1,2],"lookalike":"{}7","b":{{"x":"y"}}}}"#,
+                r#"{{"a":[1,2],"b":{{"x":"y"}},"lookalike":"{}7"}}"#,
                 splices.token
             )
         );
