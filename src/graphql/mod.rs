@@ -237,7 +237,8 @@ fn spliced(response: &async_graphql::Response, splices: &splice::Splices) -> Res
     }
     match serde_json::to_vec(response) {
         Ok(text) => {
-            let body = splice::concat(&splices.splice(bytes::Bytes::from(text)));
+            let body = splice::Body::new(splices.splice(bytes::Bytes::from(text)));
+            let body = axum::body::Body::new(body);
             ([(CONTENT_TYPE, "application/json")], body).into_response()
         }
         Err(e) => error_response(&Error::Internal(e.into())),

@@ -136,6 +136,48 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     None
 }
 
+/// The pieces of [`Splices::splice`] as an HTTP body: sent as they are, the shared texts not
+/// copied; its length is known, so the answer has its `Content-Length`.
+pub struct Body {
+    pieces: VecDeque<Bytes>,
+    left: u64,
+}
+
+impl Body {
+    pub fn new(pieces: Vec<Bytes>) -> Self {
+        let left = pieces.iter().map(|p| p.len() as u64).sum();
+        Body {
+            pieces: pieces.into(),
+            left,
+        }
+    }
+}
+
+impl http_body::Body for Body {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        let body = self.get_mut();
+        let piece = body.pieces.pop_front();
+        if let Some(piece) = &piece {
+            body.left -= piece.len() as u64;
+        }
+        std::task::Poll::Ready(piece.map(|p| Ok(http_body::Frame::data(p))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.pieces.is_empty()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::SizeHint::with_exact(self.left)
+    }
+}
+
 /// The pieces of [`Splices::splice`] as one buffer.
 pub fn concat(pieces: &[Bytes]) -> Vec<u8> {
     let mut out = Vec::with_capacity(pieces.iter().map(Bytes::len).sum());
@@ -284,6 +326,21 @@ mod tests {
             Vec::<u8>::new(),
             "empty"
         );
+    }
+
+    #[tokio::test]
+    async fn a_body_of_pieces_is_their_concatenation_of_known_length() {
+        use http_body::Body as _;
+        use http_body_util::BodyExt;
+        let pieces = vec![
+            Bytes::from_static(b"{\"a\":"),
+            Bytes::from_static(b"[1,2]"),
+            Bytes::from_static(b"}"),
+        ];
+        let body = Body::new(pieces.clone());
+        assert_eq!(body.size_hint().exact(), Some(11));
+        let collected = body.collect().await.unwrap().to_bytes();
+        assert_eq!(&collected[..], &concat(&pieces)[..]);
     }
 
     #[test]
