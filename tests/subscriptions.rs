@@ -1171,10 +1171,10 @@ async fn shared_messages_are_the_resolved_ones_byte_for_byte() {
     let (api, served, _dir) = cluster().await;
     let server = start(&served).await;
     let plain = group_subscription();
-    let aliased = format!(
-        "subscription($id: ID!) {{ resourceGroupUpdated(environmentId: $id) {{ c: complete health
-            upserted {{ id: uid name manifest }} edgesAdded {{ type from }} errors {{ kind code }} }} }}"
-    );
+    let aliased =
+        "subscription($id: ID!) { resourceGroupUpdated(environmentId: $id) { c: complete health
+            upserted { id: uid name manifest } edgesAdded { type from } errors { kind code } } }"
+            .to_owned();
     let mut step = 0;
     for protocol in ["graphql-transport-ws", "graphql-ws"] {
         for query in [&plain, &aliased] {

@@ -27,6 +27,8 @@ pub struct Splices {
     /// `envlens.splice.<128 random bits in hex>.`; a placeholder adds its number.
     token: String,
     pending: Mutex<Pending>,
+    /// Texts kept waiting at most, the oldest given up past it (see [`Splices::for_socket`]).
+    limit: usize,
 }
 
 #[derive(Default)]
@@ -36,7 +38,8 @@ struct Pending {
 }
 
 /// A socket keeps no more texts than this waiting: each is spliced into the message that
-/// follows its resolution, so more waiting can only be texts nobody will ask for.
+/// follows its resolution (a connection has at most 20 subscriptions), so more waiting can
+/// only be texts of fields nulled by an error, which nobody will ask for.
 const MAX_PENDING: usize = 64;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -50,11 +53,22 @@ impl Default for Splices {
 }
 
 impl Splices {
+    /// A request's: it lives as long as the request, and keeps every text until the answer is
+    /// serialized.
     pub fn new() -> Self {
         let bits: u128 = rand::random();
         Splices {
             token: format!("envlens.splice.{bits:032x}."),
             pending: Mutex::default(),
+            limit: usize::MAX,
+        }
+    }
+
+    /// A connection's: it lives as long as the socket, so it keeps at most [`MAX_PENDING`].
+    pub fn for_socket() -> Self {
+        Splices {
+            limit: MAX_PENDING,
+            ..Self::new()
         }
     }
 
@@ -63,7 +77,7 @@ impl Splices {
         let mut pending = lock(&self.pending);
         let n = pending.next;
         pending.next += 1;
-        if pending.texts.len() >= MAX_PENDING {
+        if pending.texts.len() >= self.limit {
             pending.texts.pop_front();
         }
         pending.texts.push_back((n, json));
@@ -218,6 +232,14 @@ pub struct PerSelection {
 const MAX_SELECTIONS: usize = 8;
 
 impl PerSelection {
+    /// The bytes of the texts kept.
+    fn bytes(&self) -> usize {
+        lock(&self.texts)
+            .iter()
+            .map(|(k, t)| k.len() + t.len())
+            .sum()
+    }
+
     /// The text for `key` (a [`fingerprint`]), rendered by `render` when not yet kept.
     pub fn get_or_render(&self, key: &str, render: impl FnOnce() -> Value) -> Bytes {
         if let Some((_, json)) = lock(&self.texts).iter().find(|(k, _)| k == key) {
@@ -249,8 +271,10 @@ pub struct Rendered<T> {
     entries: Mutex<VecDeque<(Weak<T>, Arc<PerSelection>)>>,
 }
 
-/// Shared values whose texts are kept at most (the most recently used).
+/// Shared values whose texts are kept at most (the most recently used), and their bytes: a
+/// group of 1,000 resources is some 0.7 MB of text without manifests, a few with them.
 const MAX_VALUES: usize = 16;
+const MAX_BYTES: usize = 64 << 20;
 
 impl<T> Default for Rendered<T> {
     fn default() -> Self {
@@ -265,6 +289,12 @@ impl<T> Rendered<T> {
     pub fn of(&self, value: &Arc<T>) -> Arc<PerSelection> {
         let mut entries = lock(&self.entries);
         entries.retain(|(weak, _)| weak.strong_count() > 0);
+        let mut bytes: usize = entries.iter().map(|(_, texts)| texts.bytes()).sum();
+        while bytes > MAX_BYTES && entries.len() > 1 {
+            if let Some((_, oldest)) = entries.pop_front() {
+                bytes = bytes.saturating_sub(oldest.bytes());
+            }
+        }
         let ptr = Arc::as_ptr(value);
         if let Some(i) = entries.iter().position(|(weak, _)| weak.as_ptr() == ptr) {
             let entry = entries.remove(i).expect("the index is in range");
@@ -345,7 +375,7 @@ mod tests {
 
     #[test]
     fn a_socket_keeps_a_bounded_number_of_texts_waiting() {
-        let splices = Splices::new();
+        let splices = Splices::for_socket();
         for _ in 0..MAX_PENDING * 2 {
             splices.placeholder(Bytes::from_static(b"1"));
         }

@@ -259,7 +259,11 @@ fn publish(feed: &Feed, group: Arc<ResourceGroup>, delta: Option<GroupDelta>) {
     let mut state = lock(&feed.state);
     state.current = Some(group.clone());
     let update = match delta {
-        Some(delta) => Update::new(delta),
+        Some(delta) => {
+            // The whole of the group before is nobody's first message any more.
+            state.complete = None;
+            Update::new(delta)
+        }
         None => state.complete(&group),
     };
     let _ = state.tx.send(Ok(update));

@@ -214,7 +214,7 @@ pub async fn upgrade(
         gitlab,
         live: live.clone(),
         engine: engine.clone(),
-        splices: Arc::new(Splices::new()),
+        splices: Arc::new(Splices::for_socket()),
     };
     let config = WebSocketConfig::default()
         .max_message_size(Some(limits.max_message_bytes))
