@@ -46,7 +46,8 @@
 //! With `--count R`, instead: instructions per view, which do not depend on the machine's
 //! speed or load: each of (w) the warm GraphQL view, (a) the GraphQL view without the cache,
 //! (a-cold), (a') and (c) is run R times between callgrind's zero and a dump named after it
-//! (`cg.out.1` … `cg.out.5`; `summary:` is the total, `callgrind_annotate` the breakdown). The
+//! (`cg.out.1` … `cg.out.5`; `totals:` is the total (the first dump's `summary:` also counts
+//! what threads started before the zero did), `callgrind_annotate` the breakdown). The
 //! whole process is counted, the test server's serializing included: (c) is that part alone.
 //!
 //! The database is a private PostgreSQL started from the machine's binaries, as the tests do.
