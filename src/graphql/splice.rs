@@ -296,8 +296,8 @@ impl<T> Rendered<T> {
             }
         }
         let ptr = Arc::as_ptr(value);
-        if let Some(i) = entries.iter().position(|(weak, _)| weak.as_ptr() == ptr) {
-            let entry = entries.remove(i).expect("the index is in range");
+        let found = entries.iter().position(|(weak, _)| weak.as_ptr() == ptr);
+        if let Some(entry) = found.and_then(|i| entries.remove(i)) {
             let texts = entry.1.clone();
             entries.push_back(entry);
             return texts;
