@@ -50,9 +50,10 @@
 //! With `--count R`, instead: instructions per view, which do not depend on the machine's
 //! speed or load: each of (w) the warm GraphQL view, (a) the GraphQL view without the cache,
 //! (a-cold), (a'), (c) and (c-cold) is run R times between callgrind's zero and a dump named
-//! after it (`cg.out.1` … `cg.out.6`; `summary:` is the total, `callgrind_annotate` the
-//! breakdown). The whole process is counted, the test server's serializing included: (c) and
-//! (c-cold) are that part alone. The views are freed after the dump: freeing is not answering.
+//! after it (`cg.out.1` … `cg.out.6`; `totals:` is the total (the first dump's `summary:` also
+//! counts what threads started before the zero did), `callgrind_annotate` the breakdown). The
+//! whole process is counted, the test server's serializing included: (c) and (c-cold) are that
+//! part alone. The views are freed after the dump: freeing is not answering.
 //!
 //! The database is a private PostgreSQL started from the machine's binaries, as the tests do.
 

@@ -653,3 +653,117 @@ fn a_bad_health_script_is_refused_at_start_up() {
     let err = envlens::config::file::Settings::parse("health:\n  script: {}\n").unwrap_err();
     assert!(format!("{err:#}").contains("script"), "{err:#}");
 }
+
+/// The raw answer to `query`, sent as `user`.
+async fn graphql_text(app: &TestApp, user: (i64, &str), query: &str) -> String {
+    let (token, _) = mint_session(SESSION_KEY, user.0, user.1, Duration::from_secs(600)).unwrap();
+    let req = Request::post("/api/graphql")
+        .header(header::AUTHORIZATION, format!("Bearer {token}"))
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(json!({ "query": query }).to_string()))
+        .unwrap();
+    let res = app.send(req).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    assert_eq!(res.headers[header::CONTENT_TYPE], "application/json");
+    let text = res.text();
+    assert!(
+        !text.contains("envlens.splice."),
+        "a placeholder leaked: {text}"
+    );
+    text
+}
+
+/// `POST /api/graphql` writes the text of a plain `resources` or `edges` selection rendered
+/// once per shared group and selection (`graphql::splice`). Byte for byte, that answer is the
+/// one async-graphql resolves (the same selection inside an inline fragment, which no memo
+/// serves), the first view and the memoised ones alike, whatever the selection, aliases
+/// included, with `errors` entries of the group and of the answer; and one identity's text is
+/// never another's.
+#[tokio::test]
+async fn memoised_answers_are_the_resolved_ones_byte_for_byte() {
+    let (api, served, _dir) = cluster().await;
+    api.deny(|r| r.resource == "configmaps" && r.user == "gitlab:user:dev");
+    let app = environment::gitlab(&served).await;
+    let query = |group: &str, resolved: bool| {
+        let group = if resolved {
+            group
+                .replace("resources {", "resources { ... on KubernetesResource {")
+                .replace("edges {", "edges { ... on ResourceEdge {")
+                .replace('$', "} }")
+        } else {
+            group.replace('$', "}")
+        };
+        format!(
+            r#"{{ project(fullPath: "acme/apps/web") {{ environment(name: "{SLUG}") {{
+                name resourceGroup {{ {group} }} }} }} }}"#
+        )
+    };
+    // `$` ends each of `resources` and `edges`, so that the resolved form can close its
+    // fragment there.
+    let selections = [
+        "namespace errors { apiVersion kind code message }
+         resources { uid apiVersion kind namespace name labels createdAt health { status message }
+                     events { type reason message count firstSeen lastSeen source } $
+         edges { from to type $ warnings",
+        "resources { uid $ errors { kind }",
+        "resources { id: uid k: kind health { s: status } manifest $ edges { a: from b: to $",
+        "edges { type from $ resources { name labels $ health",
+        "r: resources { uid $ resources { kind $ e: edges { to $",
+    ];
+    for selection in selections {
+        let resolved = graphql_text(&app, DEV, &query(selection, true)).await;
+        let first = graphql_text(&app, DEV, &query(selection, false)).await;
+        let again = graphql_text(&app, DEV, &query(selection, false)).await;
+        assert_eq!(first, resolved, "{selection}");
+        assert_eq!(again, resolved, "{selection}");
+        let body: Value = serde_json::from_str(&first).unwrap();
+        let group = group_of(&body);
+        if group.get("errors").is_some() {
+            assert_eq!(group["errors"][0]["kind"], "ConfigMap", "{group}");
+        }
+        let resources = group["resources"].as_array().or(group["r"].as_array());
+        assert!(resources.unwrap().len() > 10, "{group}");
+    }
+
+    // The same group twice in one answer, and an error beside it: each placeholder is its own.
+    let twice = format!(
+        r#"{{ a: project(fullPath: "acme/apps/web") {{ environment(name: "{SLUG}") {{
+              resourceGroup {{ resources {{ uid }} edges {{ from }} }} }} }}
+            b: project(fullPath: "acme/apps/web") {{ environment(name: "{SLUG}") {{
+              resourceGroup {{ resources {{ kind }} }} }} }}
+            c: project(fullPath: "acme/apps/web") {{ environment(name: "{SLUG}") {{
+              deployments(first: -1) {{ nodes {{ id }} }} }} }} }}"#
+    );
+    let text = graphql_text(&app, DEV, &twice).await;
+    let body: Value = serde_json::from_str(&text).unwrap();
+    assert!(
+        body["errors"].as_array().is_some_and(|e| !e.is_empty()),
+        "{body}"
+    );
+    let a = &body["data"]["a"]["environment"]["resourceGroup"];
+    let b = &body["data"]["b"]["environment"]["resourceGroup"];
+    assert_eq!(
+        a["resources"].as_array().unwrap().len(),
+        b["resources"].as_array().unwrap().len()
+    );
+    assert!(a["resources"][0]["uid"].is_string() && b["resources"][0]["kind"].is_string());
+    assert!(a["edges"][0]["from"].is_string());
+
+    // Another identity is allowed ConfigMaps: its group (and text) is its own.
+    let root = graphql_text(&app, ROOT, &query(selections[0], false)).await;
+    let dev = graphql_text(&app, DEV, &query(selections[0], false)).await;
+    let (root, dev): (Value, Value) = (
+        serde_json::from_str(&root).unwrap(),
+        serde_json::from_str(&dev).unwrap(),
+    );
+    let has_config_maps = |body: &Value| {
+        group_of(body)["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["kind"] == "ConfigMap")
+    };
+    assert!(has_config_maps(&root), "{root}");
+    assert!(!has_config_maps(&dev));
+    assert_eq!(group_of(&root)["errors"], json!([]));
+}

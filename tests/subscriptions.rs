@@ -1144,3 +1144,81 @@ async fn environments_updated_catches_up_after_the_listener_reconnects() {
     let payload = web.next_payload("w").await;
     assert_eq!(payload["data"]["environmentsUpdated"]["id"], PRODUCTION);
 }
+
+impl Client {
+    /// The raw text of the next message, pings skipped.
+    async fn text(&mut self) -> String {
+        loop {
+            let frame = tokio::time::timeout(Duration::from_secs(10), self.ws.next())
+                .await
+                .expect("a message within 10 s");
+            if let Some(Ok(Message::Text(text))) = frame {
+                if !text.contains(r#""type":"ping""#) && !text.contains(r#""type":"ka""#) {
+                    return text.to_string();
+                }
+            }
+        }
+    }
+}
+
+/// A plain selection's messages are rendered once per feed message and selection and shared
+/// by the subscribers (`graphql::splice`); byte for byte they are what async-graphql resolves
+/// for the same selection inside an inline fragment (which no shared text serves), in both
+/// protocols, the whole group and a change alike (frames cut from shared bytes: the unit tests
+/// of `socket::frames`).
+#[tokio::test]
+async fn shared_messages_are_the_resolved_ones_byte_for_byte() {
+    let (api, served, _dir) = cluster().await;
+    let server = start(&served).await;
+    let plain = group_subscription();
+    let aliased =
+        "subscription($id: ID!) { resourceGroupUpdated(environmentId: $id) { c: complete health
+            upserted { id: uid name manifest } edgesAdded { type from } errors { kind code } } }"
+            .to_owned();
+    let mut step = 0;
+    for protocol in ["graphql-transport-ws", "graphql-ws"] {
+        for query in [&plain, &aliased] {
+            let resolved = query
+                .replacen(
+                    "(environmentId: $id) {",
+                    "(environmentId: $id) { ... on ResourceGroupUpdate {",
+                    1,
+                )
+                .replacen("} } }", "} } } }", 1);
+            assert_ne!(&resolved, query);
+            let mut clients = Vec::new();
+            for q in [query, query, &resolved] {
+                let mut client = Client::connect(server.addr, protocol, DEV).await;
+                client.subscribe("1", q, json!({"id": PRODUCTION})).await;
+                clients.push(client);
+            }
+            let mut firsts = Vec::new();
+            for client in &mut clients {
+                firsts.push(client.text().await);
+            }
+            assert!(
+                firsts[0].contains(r#""resourceGroupUpdated":{"#),
+                "{}",
+                &firsts[0][..200]
+            );
+            assert!(!firsts[0].contains("envlens.splice."));
+            assert_eq!(firsts[0], firsts[1], "{protocol}");
+            assert_eq!(firsts[0], firsts[2], "{protocol}: the resolved message");
+
+            step += 1;
+            pod_with_phase(
+                &api,
+                "web-new222-b",
+                ["Pending", "Failed", "Running"][step % 3],
+            );
+            let mut changes = Vec::new();
+            for client in &mut clients {
+                changes.push(client.text().await);
+            }
+            assert!(changes[0].contains("web-new222-b"), "{}", changes[0]);
+            assert!(!changes[0].contains("envlens.splice."));
+            assert_eq!(changes[0], changes[1], "{protocol}");
+            assert_eq!(changes[0], changes[2], "{protocol}: the resolved change");
+        }
+    }
+}

@@ -9,6 +9,7 @@ mod inputs;
 mod loaders;
 mod plain;
 mod resource_group;
+mod splice;
 mod subscriptions;
 mod types;
 
@@ -61,6 +62,9 @@ fn schema(mode: ValidationMode) -> EnvlensSchema {
 pub struct Schemas {
     pub(crate) strict: EnvlensSchema,
     fast: EnvlensSchema,
+    /// The JSON of the watch cache's shared groups as `POST /api/graphql` answered them
+    /// (`splice`): a warm view writes its answer without building it again.
+    rendered: Arc<splice::Rendered<crate::resources::group::ResourceGroup>>,
 }
 
 impl Schemas {
@@ -68,6 +72,7 @@ impl Schemas {
         Schemas {
             strict: schema(ValidationMode::Strict),
             fast: schema(ValidationMode::Fast),
+            rendered: Arc::default(),
         }
     }
 }
@@ -193,7 +198,15 @@ pub async fn execute(
     if let Err(e) = db.loader().conn().await {
         return error_response(&e);
     }
-    let mut request = request.data(db.clone()).data(clusters).data(health);
+    // Resource groups answer pre-rendered text through `splices` (see `splice`), spliced
+    // into the serialized answer below.
+    let splices = Arc::new(splice::Splices::new());
+    let mut request = request
+        .data(db.clone())
+        .data(clusters)
+        .data(health)
+        .data(splices.clone())
+        .data(schemas.rendered.clone());
     if let Some(id) = request_id {
         request = request.data(id);
     }
@@ -214,7 +227,22 @@ pub async fn execute(
     }
     // A query that read nothing (`{ __typename }`, or one refused by validation) has not
     // read the user yet.
-    unless_unknown(&db, Json(response).into_response()).await
+    unless_unknown(&db, spliced(&response, &splices)).await
+}
+
+/// `response` serialized as `Json` would, each placeholder of `splices` replaced by its text.
+fn spliced(response: &async_graphql::Response, splices: &splice::Splices) -> Response {
+    if splices.is_empty() {
+        return Json(response).into_response();
+    }
+    match serde_json::to_vec(response) {
+        Ok(text) => {
+            let body = splice::Body::new(splices.splice(bytes::Bytes::from(text)));
+            let body = axum::body::Body::new(body);
+            ([(CONTENT_TYPE, "application/json")], body).into_response()
+        }
+        Err(e) => error_response(&Error::Internal(e.into())),
+    }
 }
 
 /// A GraphQL request as POSTed: `query` is required (a body without it is 400, not an empty

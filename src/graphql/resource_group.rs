@@ -15,6 +15,7 @@ use async_graphql::{
 };
 
 use super::plain::{self, optional, string, Plain};
+use super::splice::{self, Rendered, Splices};
 use super::types::{conn, project, DeploymentAgent, Gql, Result, Time};
 use crate::db::read::{AgentRow, EnvironmentRow};
 use crate::error::Error;
@@ -172,12 +173,34 @@ impl OutputType for Resources {
     ) -> ServerResult<Value> {
         let selection = &ctx.item.node;
         if plain::is_plain(selection) {
-            return Ok(plain::list(&self.0.resources, selection));
+            let render = || plain::list(&self.0.resources, selection);
+            return Ok(spliced(ctx, &self.0, "resources", selection, render).unwrap_or_else(render));
         }
         let resources: Vec<KubernetesResource> =
             self.0.resources.iter().cloned().map(Into::into).collect();
         OutputType::resolve(&resources, ctx, field).await
     }
+}
+
+/// The placeholder of `field`'s text for a plain `selection` of the shared `group`, rendered
+/// once per group and selection (`splice`): only when whoever executes the request splices
+/// answers (the HTTP handler puts [`Splices`] in the request's data). The group is the watch
+/// cache's, memoised per access decisions, so whoever is handed the same `Arc` may read all of
+/// it; the text is the group's alone (no field of it depends on who asks).
+fn spliced(
+    ctx: &ContextSelectionSet<'_>,
+    group: &Arc<group::ResourceGroup>,
+    field: &str,
+    selection: &SelectionSet,
+    render: impl FnOnce() -> Value,
+) -> Option<Value> {
+    let splices = ctx.data_opt::<Arc<Splices>>()?;
+    let rendered = ctx.data_opt::<Arc<Rendered<group::ResourceGroup>>>()?;
+    let mut key = String::with_capacity(256);
+    key.push_str(field);
+    splice::fingerprint(selection, &mut key);
+    let json = rendered.of(group).get_or_render(&key, render);
+    Some(splices.placeholder(json))
 }
 
 /// `edges` of a shared group, as [`Resources`].
@@ -214,22 +237,25 @@ impl OutputType for Edges {
         let selection = &ctx.item.node;
         if plain::is_plain(selection) {
             let resources = &self.0.resources;
-            return Ok(Value::List(
-                self.0
-                    .edges
-                    .iter()
-                    .map(|e| {
-                        plain::object(
-                            &EdgeOf {
-                                from: &resources[e.from as usize].uid,
-                                to: &resources[e.to as usize].uid,
-                                kind: e.kind,
-                            },
-                            selection,
-                        )
-                    })
-                    .collect(),
-            ));
+            let render = || {
+                Value::List(
+                    self.0
+                        .edges
+                        .iter()
+                        .map(|e| {
+                            plain::object(
+                                &EdgeOf {
+                                    from: &resources[e.from as usize].uid,
+                                    to: &resources[e.to as usize].uid,
+                                    kind: e.kind,
+                                },
+                                selection,
+                            )
+                        })
+                        .collect(),
+                )
+            };
+            return Ok(spliced(ctx, &self.0, "edges", selection, render).unwrap_or_else(render));
         }
         let edges: Vec<ResourceEdge> = self.0.edges.iter().map(|e| self.edge(e)).collect();
         OutputType::resolve(&edges, ctx, field).await
@@ -249,6 +275,29 @@ impl Plain for EdgeOf<'_> {
             "from" => string(self.from),
             "to" => string(self.to),
             "type" => enum_value(ResourceEdgeType::from(self.kind)),
+            _ => Value::Null,
+        }
+    }
+}
+
+impl Plain for crate::resources::delta::UidEdge {
+    fn field(&self, name: &str, _: &SelectionSet) -> Value {
+        match name {
+            "from" => string(&self.from),
+            "to" => string(&self.to),
+            "type" => enum_value(ResourceEdgeType::from(self.kind)),
+            _ => Value::Null,
+        }
+    }
+}
+
+impl Plain for ListError {
+    fn field(&self, name: &str, _: &SelectionSet) -> Value {
+        match name {
+            "apiVersion" => string(&self.api_version),
+            "kind" => string(&self.kind),
+            "code" => optional(self.code.as_ref(), |c| Value::from(i32::from(*c))),
+            "message" => string(&self.message),
             _ => Value::Null,
         }
     }

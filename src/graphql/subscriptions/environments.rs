@@ -239,8 +239,8 @@ impl Health {
 /// Sends `environment` whenever its group's health changes.
 async fn health_changes(mut feed: Subscriber, environment: i64, tx: mpsc::UnboundedSender<i64>) {
     let mut last: Option<HealthStatus> = None;
-    while let Some(Ok(delta)) = feed.next().await {
-        let now = delta.health.status;
+    while let Some(Ok(update)) = feed.next().await {
+        let now = update.delta.health.status;
         if last.is_some_and(|l| l != now) && tx.send(environment).is_err() {
             return;
         }

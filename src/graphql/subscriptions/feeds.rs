@@ -7,6 +7,11 @@
 //! Coalescing: a change after a quiet spell is assembled at once; changes within
 //! [`WINDOW`] of the last message wait for the window's end and go out as one message. A
 //! subscriber that falls behind the broadcast gets the whole group again (`complete`).
+//!
+//! A message is rendered once per distinct selection, not once per subscriber: it carries its
+//! texts ([`Update::rendered`]), which the first subscriber with a selection renders and the
+//! others share; the whole group that joining subscribers get first is one shared message
+//! too, while the group stays the same.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -16,6 +21,7 @@ use axum::http::HeaderMap;
 use tokio::sync::broadcast::{self, error::RecvError};
 use tokio::time::Instant;
 
+use crate::graphql::splice::PerSelection;
 use crate::k8s::clusters::Cluster;
 use crate::k8s::fetch::FetchOptions;
 use crate::resources::delta::{self, GroupDelta};
@@ -55,7 +61,22 @@ impl FeedKey {
 }
 
 /// A message of a feed: a change, or why the group could not be read at all.
-pub type Message = Result<Arc<GroupDelta>, Arc<str>>;
+pub type Message = Result<Arc<Update>, Arc<str>>;
+
+/// A change as every subscriber of the feed receives it, with its JSON per selection.
+pub struct Update {
+    pub delta: GroupDelta,
+    pub rendered: PerSelection,
+}
+
+impl Update {
+    fn new(delta: GroupDelta) -> Arc<Self> {
+        Arc::new(Update {
+            delta,
+            rendered: PerSelection::default(),
+        })
+    }
+}
 
 /// The feeds running now.
 #[derive(Default)]
@@ -72,7 +93,30 @@ struct Feed {
 struct State {
     /// The group as last sent; `None` until the first assembly.
     current: Option<Arc<ResourceGroup>>,
+    /// The whole of a group as a message, for those who join (or fall behind) while it is
+    /// the group: shared, so rendered once per selection.
+    complete: Option<(Arc<ResourceGroup>, Arc<Update>)>,
     tx: broadcast::Sender<Message>,
+}
+
+impl State {
+    /// All of `group` as a message.
+    fn complete(&mut self, group: &Arc<ResourceGroup>) -> Arc<Update> {
+        if let Some((kept, update)) = &self.complete {
+            if Arc::ptr_eq(kept, group) {
+                return update.clone();
+            }
+        }
+        let update = Update::new(GroupDelta::complete(group));
+        if self
+            .current
+            .as_ref()
+            .is_some_and(|current| Arc::ptr_eq(current, group))
+        {
+            self.complete = Some((group.clone(), update.clone()));
+        }
+        update
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -103,16 +147,16 @@ impl Subscriber {
     /// the feed stopped.
     pub async fn next(&mut self) -> Option<Message> {
         if let Some(first) = self.first.take() {
-            return Some(Ok(Arc::new(GroupDelta::complete(&first))));
+            return Some(Ok(lock(&self.feed.state).complete(&first)));
         }
         match self.rx.recv().await {
             Ok(message) => Some(message),
             Err(RecvError::Closed) => None,
             Err(RecvError::Lagged(_)) => {
-                let state = lock(&self.feed.state);
+                let mut state = lock(&self.feed.state);
                 self.rx = state.tx.subscribe();
                 let current = state.current.clone()?;
-                Some(Ok(Arc::new(GroupDelta::complete(&current))))
+                Some(Ok(state.complete(&current)))
             }
         }
     }
@@ -132,7 +176,11 @@ impl Feeds {
         }
         let (tx, rx) = broadcast::channel(BACKLOG);
         let feed = Arc::new(Feed {
-            state: Mutex::new(State { current: None, tx }),
+            state: Mutex::new(State {
+                current: None,
+                complete: None,
+                tx,
+            }),
         });
         running.insert(key.clone(), feed.clone());
         tokio::spawn(run(self.running.clone(), key, feed.clone(), source()));
@@ -161,11 +209,7 @@ async fn run(running: Running, key: FeedKey, feed: Arc<Feed>, source: Source) {
             return;
         }
     };
-    publish(
-        &feed,
-        current.clone(),
-        Arc::new(GroupDelta::complete(&current)),
-    );
+    publish(&feed, current.clone(), None);
     let mut last_sent = Instant::now();
     let impersonated = !source.headers.is_empty();
     let mut recheck = tokio::time::interval_at(Instant::now() + source.recheck, source.recheck);
@@ -196,7 +240,7 @@ async fn run(running: Running, key: FeedKey, feed: Arc<Feed>, source: Source) {
                 let delta = delta::diff(&current, &next);
                 if delta::changed(&current, &delta) {
                     current = next;
-                    publish(&feed, current.clone(), Arc::new(delta));
+                    publish(&feed, current.clone(), Some(delta));
                     last_sent = Instant::now();
                 }
             }
@@ -208,12 +252,21 @@ async fn run(running: Running, key: FeedKey, feed: Arc<Feed>, source: Source) {
     tracing::debug!(namespace = %key.namespace, "resource group feed: no subscriber left");
 }
 
-/// Sets the feed's group and sends the change, under one lock: a subscriber joining takes
-/// either the old group and this change, or the new group.
-fn publish(feed: &Feed, group: Arc<ResourceGroup>, delta: Arc<GroupDelta>) {
+/// Sets the feed's group and sends the change (the whole group when `delta` is `None`),
+/// under one lock: a subscriber joining takes either the old group and this change, or the
+/// new group.
+fn publish(feed: &Feed, group: Arc<ResourceGroup>, delta: Option<GroupDelta>) {
     let mut state = lock(&feed.state);
-    state.current = Some(group);
-    let _ = state.tx.send(Ok(delta));
+    state.current = Some(group.clone());
+    let update = match delta {
+        Some(delta) => {
+            // The whole of the group before is nobody's first message any more.
+            state.complete = None;
+            Update::new(delta)
+        }
+        None => state.complete(&group),
+    };
+    let _ = state.tx.send(Ok(update));
 }
 
 /// Whether nobody subscribes any more; the feed then leaves the registry, under its lock so

@@ -15,7 +15,7 @@ use async_graphql::{Context, Subscription as SubscriptionObject, ID};
 use tokio::sync::{watch, Semaphore};
 
 use crate::db::pool::Pool;
-use resource_group::ResourceGroupUpdate;
+use resource_group::UpdateMessage;
 pub use socket::{Origins, SocketLimits};
 
 use super::types::{DeploymentTier, Environment, Result};
@@ -89,7 +89,7 @@ impl Subscription {
         &self,
         ctx: &Context<'_>,
         environment_id: ID,
-    ) -> Result<impl Stream<Item = Result<ResourceGroupUpdate>>> {
+    ) -> Result<impl Stream<Item = Result<UpdateMessage>>> {
         resource_group::subscribe(ctx, &environment_id).await
     }
 

@@ -2,21 +2,28 @@
 //! changes ([`feeds`](super::feeds)), with the user's right to see it checked again every
 //! `kubernetes.access_cache`.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use async_graphql::dataloader::{DataLoader, HashMapCache};
 use async_graphql::futures_util::{stream, Stream};
-use async_graphql::{Context, SimpleObject, ID};
+use async_graphql::parser::types::{Field, SelectionSet};
+use async_graphql::registry::Registry;
+use async_graphql::resolver_utils::enum_value;
+use async_graphql::{
+    Context, ContextSelectionSet, OutputType, Positioned, ServerResult, SimpleObject, Value, ID,
+};
 
-use super::feeds::{FeedKey, Source, Subscriber};
+use super::feeds::{FeedKey, Source, Subscriber, Update};
 use super::Live;
 use crate::db::read;
 use crate::error::Error;
 use crate::graphql::loaders::Db;
-use crate::graphql::plain::PlainList;
+use crate::graphql::plain::{self, optional, string, Plain, PlainList};
 use crate::graphql::resource_group::{
     HealthStatus, KubernetesResource, ResourceEdge, ResourceListError, FORBIDDEN_MESSAGE,
 };
+use crate::graphql::splice::{self, Splices};
 use crate::graphql::types::{Gql, Result};
 use crate::k8s::clusters::Clusters;
 use crate::k8s::fetch::FetchOptions;
@@ -66,6 +73,70 @@ impl From<&GroupDelta> for ResourceGroupUpdate {
     }
 }
 
+/// A message of a feed as a subscriber's stream yields it: [`ResourceGroupUpdate`] to the
+/// schema. On the socket (which splices, see `graphql::splice`) a plain selection answers the
+/// text the feed's message keeps for it, rendered by the first subscriber who selects so and
+/// shared by the others; any other selection, or another executor, resolves a
+/// [`ResourceGroupUpdate`] as usual.
+pub struct UpdateMessage(Arc<Update>);
+
+impl OutputType for UpdateMessage {
+    fn type_name() -> Cow<'static, str> {
+        ResourceGroupUpdate::type_name()
+    }
+
+    fn qualified_type_name() -> String {
+        ResourceGroupUpdate::qualified_type_name()
+    }
+
+    fn create_type_info(registry: &mut Registry) -> String {
+        ResourceGroupUpdate::create_type_info(registry)
+    }
+
+    async fn resolve(
+        &self,
+        ctx: &ContextSelectionSet<'_>,
+        field: &Positioned<Field>,
+    ) -> ServerResult<Value> {
+        let selection = &ctx.item.node;
+        if let Some(splices) = ctx.data_opt::<Arc<Splices>>() {
+            if plain::is_plain(selection) {
+                let mut key = String::with_capacity(256);
+                splice::fingerprint(selection, &mut key);
+                let delta = &self.0.delta;
+                let json = self
+                    .0
+                    .rendered
+                    .get_or_render(&key, || plain::object(&Delta(delta), selection));
+                return Ok(splices.placeholder(json));
+            }
+        }
+        OutputType::resolve(&ResourceGroupUpdate::from(&self.0.delta), ctx, field).await
+    }
+}
+
+/// A feed's change read as plain fields of `ResourceGroupUpdate`.
+struct Delta<'a>(&'a GroupDelta);
+
+impl Plain for Delta<'_> {
+    fn field(&self, name: &str, selection: &SelectionSet) -> Value {
+        let d = self.0;
+        let strings = |items: &[String]| Value::List(items.iter().map(|s| string(s)).collect());
+        match name {
+            "health" => enum_value(HealthStatus::from(d.health.status)),
+            "healthMessage" => optional(d.health.message.as_ref(), |m| string(m)),
+            "upserted" => plain::list(&d.upserted, selection),
+            "removed" => strings(&d.removed),
+            "edgesAdded" => plain::list(&d.edges_added, selection),
+            "edgesRemoved" => plain::list(&d.edges_removed, selection),
+            "warnings" => strings(&d.warnings),
+            "errors" => plain::list(&d.errors, selection),
+            "complete" => Value::Boolean(d.complete),
+            _ => Value::Null,
+        }
+    }
+}
+
 /// The environment id of a global id `gid://gitlab/Environment/<n>`.
 pub(super) fn environment_id(id: &ID) -> Result<i64> {
     id.strip_prefix("gid://gitlab/Environment/")
@@ -103,7 +174,7 @@ struct Running {
 pub(super) async fn subscribe(
     ctx: &Context<'_>,
     environment: &ID,
-) -> Result<impl Stream<Item = Result<ResourceGroupUpdate>>> {
+) -> Result<impl Stream<Item = Result<UpdateMessage>>> {
     let environment = environment_id(environment)?;
     let db: Loader = ctx.data::<Loader>()?.clone();
     let clusters: Arc<Clusters> = ctx.data::<Arc<Clusters>>()?.clone();
@@ -136,7 +207,7 @@ pub(super) async fn subscribe(
 }
 
 impl Running {
-    async fn next(&mut self) -> Option<Result<ResourceGroupUpdate>> {
+    async fn next(&mut self) -> Option<Result<UpdateMessage>> {
         if self.done {
             return None;
         }
@@ -144,7 +215,7 @@ impl Running {
             tokio::select! {
                 message = self.subscriber.next() => {
                     return match message {
-                        Some(Ok(delta)) => Some(Ok(ResourceGroupUpdate::from(&*delta))),
+                        Some(Ok(update)) => Some(Ok(UpdateMessage(update))),
                         Some(Err(message)) => {
                             self.done = true;
                             Some(Err(Error::BadGateway(message.to_string()).to_graphql()))

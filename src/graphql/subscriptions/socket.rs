@@ -19,6 +19,10 @@
 //!   manifest is some 150 KB: so a message longer than [`FRAME_BYTES`] goes out in fragments
 //!   of that size, and neither end's frame buffer grows past it. axum's WebSocket cannot send
 //!   fragments, so the upgrade is answered here and the socket is tokio-tungstenite's own.
+//! - Fan-out: a connection splices (`graphql::splice`): a `resourceGroupUpdated` message's
+//!   payload is rendered once per feed message and selection and shared by every subscriber;
+//!   each socket writes its own envelope (its protocol's, with its subscription's id) around
+//!   the shared bytes, which go out as frames that are slices of them.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -54,6 +58,7 @@ use crate::auth::{authenticate, CurrentUser, Keys, CSRF_HEADER};
 use crate::error::Error;
 use crate::gitlab::Instance;
 use crate::graphql::loaders::{self, SessionUser};
+use crate::graphql::splice::Splices;
 use crate::graphql::Engine;
 
 /// What one connection, and all of them together, may take.
@@ -209,6 +214,7 @@ pub async fn upgrade(
         gitlab,
         live: live.clone(),
         engine: engine.clone(),
+        splices: Arc::new(Splices::for_socket()),
     };
     let config = WebSocketConfig::default()
         .max_message_size(Some(limits.max_message_bytes))
@@ -246,30 +252,50 @@ pub const FRAME_BYTES: usize = 8 * 1024;
 
 /// `text` as the frames that carry it: one text message when short, else a text frame and
 /// continuations of at most [`FRAME_BYTES`], cut between characters (RFC 6455 5.4).
+#[cfg(test)]
 fn fragments(text: String) -> Vec<Message> {
-    if text.len() <= FRAME_BYTES {
-        return vec![Message::Text(text.into())];
-    }
-    let bytes = Bytes::from(text);
-    let mut frames = Vec::with_capacity(bytes.len().div_ceil(FRAME_BYTES - 3));
-    let mut start = 0;
-    while start < bytes.len() {
-        let mut end = (start + FRAME_BYTES).min(bytes.len());
-        // Back to the start of a character (a UTF-8 continuation byte is 0b10xxxxxx).
-        while end < bytes.len() && bytes[end] & 0xC0 == 0x80 {
-            end -= 1;
-        }
-        let opcode = if start == 0 {
-            OpData::Text
-        } else {
-            OpData::Continue
+    frames(vec![Bytes::from(text)])
+}
+
+/// The text message made of `pieces` (UTF-8 each, as [`Splices::splice`] cuts a text only
+/// beside a quote) as the frames that carry it: one text message when short; else a text
+/// frame and continuations of at most [`FRAME_BYTES`], each a slice of one piece (shared
+/// bytes are not copied), cut between characters (RFC 6455 5.4).
+fn frames(pieces: Vec<Bytes>) -> Vec<Message> {
+    let total: usize = pieces.iter().map(Bytes::len).sum();
+    if total <= FRAME_BYTES {
+        let text = match <[Bytes; 1]>::try_from(pieces) {
+            Ok([one]) => one,
+            Err(pieces) => Bytes::from(crate::graphql::splice::concat(&pieces)),
         };
-        frames.push(Message::Frame(Frame::message(
-            bytes.slice(start..end),
-            OpCode::Data(opcode),
-            end == bytes.len(),
-        )));
-        start = end;
+        return match tokio_tungstenite::tungstenite::Utf8Bytes::try_from(text) {
+            Ok(text) => vec![Message::Text(text)],
+            Err(_) => Vec::new(),
+        };
+    }
+    let mut frames = Vec::with_capacity(total.div_ceil(FRAME_BYTES - 3) + pieces.len());
+    let mut sent = 0;
+    for bytes in pieces {
+        let mut start = 0;
+        while start < bytes.len() {
+            let mut end = (start + FRAME_BYTES).min(bytes.len());
+            // Back to the start of a character (a UTF-8 continuation byte is 0b10xxxxxx).
+            while end < bytes.len() && bytes[end] & 0xC0 == 0x80 {
+                end -= 1;
+            }
+            let opcode = if sent == 0 {
+                OpData::Text
+            } else {
+                OpData::Continue
+            };
+            sent += end - start;
+            frames.push(Message::Frame(Frame::message(
+                bytes.slice(start..end),
+                OpCode::Data(opcode),
+                sent == total,
+            )));
+            start = end;
+        }
     }
     frames
 }
@@ -288,6 +314,8 @@ struct Authenticator {
     gitlab: Option<Arc<Instance>>,
     live: Live,
     engine: Engine,
+    /// The connection's placeholders (see `graphql::splice`): its answers are spliced.
+    splices: Arc<Splices>,
 }
 
 /// Why a `connection_init` was refused, as the close reason says it.
@@ -318,6 +346,7 @@ impl Authenticator {
         data.insert(self.engine.clusters.clone());
         data.insert(self.engine.health.clone());
         data.insert(self.live.clone());
+        data.insert(self.splices.clone());
         data.insert(session);
         Ok(data)
     }
@@ -375,6 +404,7 @@ async fn serve(
     });
     let schema = engine.schemas.strict.clone();
     let mut closing = auth.live.closing.subscribe();
+    let splices = auth.splices.clone();
     let mut graphql = Box::pin(
         GraphQLSocket::new(Subscriptions(schema), input, protocol)
             .on_connection_init(move |payload| auth.init(payload)),
@@ -440,7 +470,11 @@ async fn serve(
                         } else if let Some(id) = ended(&text) {
                             active.remove(&id);
                         }
-                        fragments(text)
+                        if splices.is_empty() {
+                            frames(vec![Bytes::from(text)])
+                        } else {
+                            frames(splices.splice(Bytes::from(text)))
+                        }
                     }
                     Some(WsMessage::Close(code, reason)) => {
                         // A refused `connection_init` is 4403 Forbidden in graphql-transport-ws.
@@ -659,5 +693,38 @@ mod tests {
         }
         assert!(frames.len() > 3);
         assert_eq!(String::from_utf8(joined).unwrap(), long);
+    }
+
+    #[test]
+    fn spliced_pieces_go_out_as_one_message_or_as_slices_of_each() {
+        let envelope = Bytes::from_static(br#"{"id":"1","payload":{"data":{"x":"#);
+        let end = Bytes::from_static(b"}}}");
+        let small = Bytes::from(r#"["é"]"#);
+        let frames_of =
+            |shared: &Bytes| frames(vec![envelope.clone(), shared.clone(), end.clone()]);
+        let expected = [&envelope[..], &small[..], &end[..]].concat();
+        assert!(matches!(&frames_of(&small)[..], [Message::Text(t)] if t.as_bytes() == expected));
+        let large = Bytes::from(format!("\"{}\"", "é".repeat(2 * FRAME_BYTES)));
+        let frames = frames_of(&large);
+        let mut joined = Vec::new();
+        for (i, frame) in frames.iter().enumerate() {
+            let Message::Frame(frame) = frame else {
+                panic!("a frame: {frame:?}")
+            };
+            let header = frame.header();
+            let data = if i == 0 {
+                OpData::Text
+            } else {
+                OpData::Continue
+            };
+            assert_eq!(header.opcode, OpCode::Data(data));
+            assert_eq!(header.is_final, i == frames.len() - 1);
+            assert!(frame.payload().len() <= FRAME_BYTES);
+            assert!(std::str::from_utf8(frame.payload()).is_ok());
+            joined.extend_from_slice(frame.payload());
+        }
+        assert_eq!(joined, [&envelope[..], &large[..], &end[..]].concat());
+        // The envelope, the shared text in slices, the end.
+        assert_eq!(frames.len(), 1 + large.len().div_ceil(FRAME_BYTES - 1) + 1);
     }
 }
