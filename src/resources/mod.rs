@@ -5,6 +5,7 @@ pub mod delta;
 pub mod graph;
 pub mod group;
 pub mod health;
+pub mod keys;
 pub mod listing;
 pub mod manifests;
 pub mod masking;
