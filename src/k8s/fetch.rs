@@ -903,7 +903,7 @@ mod tests {
                      "spec": {"replicas": 2}})]
         );
         // The first of the two texts of r1, as the cluster sent it.
-        assert!(owned[0].text.contains("replicas"));
+        assert!(owned[0].text().contains("replicas"));
 
         // Candidates the watch cache built already are walked the same way, not parsed again.
         let built = |text: &str| {
@@ -922,7 +922,7 @@ mod tests {
                 ),
             ],
         );
-        assert!(matches!(kept.as_slice(), [Candidate::Built(o)] if o.text.contains("web-2")));
+        assert!(matches!(kept.as_slice(), [Candidate::Built(o)] if o.text().contains("web-2")));
         assert_eq!(
             parse_candidates(kept)[0]
                 .view

@@ -10,6 +10,7 @@ pub mod listing;
 pub mod manifests;
 pub mod masking;
 pub mod object;
+pub mod packed;
 pub mod page;
 pub mod tree;
 
