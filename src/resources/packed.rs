@@ -32,68 +32,71 @@ fn is_mark(b: u8) -> bool {
 /// `text` packed. Lossless for any text: [`unpack`] gives it back.
 pub fn pack(text: &str) -> Box<str> {
     let bytes = text.as_bytes();
-    if bytes.iter().any(|&b| is_mark(b)) {
-        let mut whole = String::with_capacity(text.len() + 1);
-        whole.push(WHOLE as char);
-        whole.push_str(text);
-        return whole.into_boxed_str();
-    }
     let mut out = String::with_capacity(text.len());
     let mut copied = 0;
+    // Where the string being read opened, if in one. Outside strings (as at the start) a quote
+    // opens one; inside, a backslash escapes the byte after it. Every byte is looked at once,
+    // by the scan or as an escaped byte: a byte that could be taken for a mark sends the text
+    // whole.
+    let mut open: Option<usize> = None;
     let mut i = 0;
-    // Outside strings (as at the start) the next quote opens one; inside, a backslash escapes
-    // the byte after it.
-    while let Some(open) = next_special(bytes, i) {
-        if bytes[open] != b'"' {
-            i = open + 1;
+    while i < bytes.len() {
+        let b = bytes[i];
+        if !SPECIAL[usize::from(b)] {
+            i += 1;
             continue;
         }
-        let mut from = open + 1;
-        let close = loop {
-            match next_special(bytes, from) {
-                Some(p) if bytes[p] == b'\\' => from = p + 2,
-                other => break other,
+        if is_mark(b) {
+            return whole(text);
+        }
+        match (b, open) {
+            (b'"', None) => open = Some(i),
+            (b'"', Some(start)) => {
+                open = None;
+                if bytes.get(i + 1) == Some(&b':') {
+                    // A key with escapes is not a name of the table: its text is kept.
+                    if let Some(id) = keys::lookup(&text[start + 1..i]) {
+                        // Quotes are ASCII: the cuts fall between characters.
+                        out.push_str(&text[copied..start]);
+                        out.push(char::from(FIRST_MARK + (id / PER_MARK) as u8));
+                        out.push(char::from((id % PER_MARK) as u8));
+                        copied = i + 2;
+                        i = copied;
+                        continue;
+                    }
+                }
             }
-        };
-        let Some(close) = close else { break };
-        i = close + 1;
-        if bytes.get(close + 1) != Some(&b':') {
-            continue;
+            (b'\\', Some(_)) => {
+                if bytes.get(i + 1).is_some_and(|&b| is_mark(b)) {
+                    return whole(text);
+                }
+                i += 1;
+            }
+            _ => {}
         }
-        // A key with escapes is not a name of the table: its text is kept.
-        if let Some(id) = keys::lookup(&text[open + 1..close]) {
-            // Quotes are ASCII: the cuts fall between characters.
-            out.push_str(&text[copied..open]);
-            out.push(char::from(FIRST_MARK + (id / PER_MARK) as u8));
-            out.push(char::from((id % PER_MARK) as u8));
-            copied = close + 2;
-            i = copied;
-        }
+        i += 1;
     }
     out.push_str(&text[copied..]);
     out.into_boxed_str()
 }
 
-/// The place of the next `"` or `\\` from `from`, eight bytes at a time: the scan is most of
-/// what packing costs, and the bytes between two quotes are a dozen on average.
-fn next_special(bytes: &[u8], mut from: usize) -> Option<usize> {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGHS: u64 = 0x8080_8080_8080_8080;
-    while from + 8 <= bytes.len() {
-        let word = u64::from_le_bytes(bytes[from..from + 8].try_into().unwrap_or([0; 8]));
-        // A byte of `x` is zero where the byte of `word` is the one looked for.
-        let zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGHS;
-        let found = zero(word ^ (ONES * u64::from(b'"'))) | zero(word ^ (ONES * u64::from(b'\\')));
-        if found != 0 {
-            return Some(from + (found.trailing_zeros() / 8) as usize);
-        }
-        from += 8;
+/// The bytes [`pack`] stops at: quotes, backslashes and those that could be taken for a mark.
+static SPECIAL: [bool; 256] = {
+    let mut special = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        special[b] = b == b'"' as usize || b == b'\\' as usize || b < (FIRST_MARK as usize + MARKS);
+        b += 1;
     }
-    bytes
-        .get(from..)?
-        .iter()
-        .position(|&b| b == b'"' || b == b'\\')
-        .map(|p| from + p)
+    special
+};
+
+/// `text` kept whole, behind [`WHOLE`].
+fn whole(text: &str) -> Box<str> {
+    let mut whole = String::with_capacity(text.len() + 1);
+    whole.push(char::from(WHOLE));
+    whole.push_str(text);
+    whole.into_boxed_str()
 }
 
 /// The text that `packed` was packed from ([`pack`]).
@@ -115,7 +118,7 @@ pub fn unpack(packed: &str) -> Cow<'_, str> {
             let id = usize::from(b - FIRST_MARK) * PER_MARK
                 + usize::from(bytes.get(i + 1).copied().unwrap_or(0));
             out.push('"');
-            out.push_str(keys::KEYS.get(id).map_or("", |k| k.as_str()));
+            out.push_str(keys::NAMES.get(id).copied().unwrap_or_default());
             out.push_str("\":");
             i += 2;
         } else {
@@ -147,12 +150,16 @@ mod tests {
             "{\"metadata\":",
             "{\"a\u{1}b\":\"name\":}",
             "\u{0}{\"name\":1}",
+            "{\"name\":\"\\\u{1}\"}",
+            "{\"name\":1}\u{8}",
+            "{\"kind\":\"a\",\"\u{2}\":1}",
             "{\"é\":\"ü\",\"name\":\"ß\"}",
         ] {
             let packed = pack(text);
             assert_eq!(unpack(&packed), text, "{text:?} packed as {packed:?}");
         }
-        let text = r#"{"metadata":{"name":"web","labels":{"app":"web"}},"status":{"phase":"Running"}}"#;
+        let text =
+            r#"{"metadata":{"name":"web","labels":{"app":"web"}},"status":{"phase":"Running"}}"#;
         let keys = ["metadata", "name", "labels", "app", "status", "phase"];
         // Each `"key":` in two bytes.
         let saved: usize = keys.iter().map(|k| k.len() + 3 - 2).sum();
@@ -161,19 +168,38 @@ mod tests {
     }
 
     #[test]
-    fn the_word_scan_finds_what_a_byte_scan_finds() {
-        let text = br#"{"a":"b\"c","metadata":{"name":"x\\"},"d":[1,2,"\u0022"]}  "e"#;
-        for start in 0..text.len() {
-            for end in start..=text.len() {
-                let bytes = &text[start..end];
-                for from in 0..=bytes.len() + 1 {
-                    let naive = bytes
-                        .get(from..)
-                        .and_then(|b| b.iter().position(|&b| b == b'"' || b == b'\\'))
-                        .map(|p| from + p);
-                    assert_eq!(next_special(bytes, from), naive);
-                }
+    fn any_text_made_of_the_bytes_that_matter_comes_back() {
+        // Texts drawn from quotes, backslashes, colons, marks, names of the table and others.
+        let parts = [
+            "\"",
+            "\\",
+            ":",
+            "{",
+            ",",
+            "\u{1}",
+            "\u{8}",
+            "\u{0}",
+            "\t",
+            "name",
+            "metadata",
+            "x",
+            "é",
+            "\"name\":",
+            "\"status\":",
+        ];
+        let mut seed: u64 = 7;
+        for _ in 0..20_000 {
+            let mut text = String::new();
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            for _ in 0..(seed >> 60) + 1 {
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                text.push_str(parts[(seed >> 33) as usize % parts.len()]);
             }
+            assert_eq!(unpack(&pack(&text)), text, "{text:?}");
         }
     }
 }
