@@ -943,27 +943,47 @@ async fn run_memory(b: &Bench, page_size: usize) {
     let tree_bytes = objects_bytes - text_bytes as f64;
     let shape = Shape::of(parsed.iter().map(|o| &o.view));
 
-    // The same objects held as the cache holds them: an `Arc` each, in a map by name per kind.
+    // The same objects held as the cache holds them: an `Arc` each, in a set per kind ordered
+    // by the name each object holds (`k8s::watch::kind::Named`).
+    struct ByName(std::sync::Arc<Object>);
+    impl ByName {
+        fn name(&self) -> &str {
+            self.0
+                .view
+                .get("metadata")
+                .and_then(|m| m.get("name"))
+                .and_then(|n| n.as_str())
+                .unwrap_or_default()
+        }
+    }
+    impl PartialEq for ByName {
+        fn eq(&self, other: &Self) -> bool {
+            self.name() == other.name()
+        }
+    }
+    impl Eq for ByName {}
+    impl PartialOrd for ByName {
+        fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+            Some(self.cmp(other))
+        }
+    }
+    impl Ord for ByName {
+        fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+            self.name().cmp(other.name())
+        }
+    }
+    // The parsed objects move into their `Arc`s: their vector's buffer is freed on the way.
+    let moved = (parsed.capacity() * std::mem::size_of::<Object>()) as f64;
     let before = live();
-    let mut held_as_cache: Vec<std::collections::BTreeMap<String, std::sync::Arc<Object>>> =
+    let mut held_as_cache: Vec<std::collections::BTreeSet<ByName>> =
         (0..resources.len()).map(|_| Default::default()).collect();
     for ((i, _), object) in sent.iter().zip(parsed) {
-        let name = object
-            .view
-            .get("metadata")
-            .and_then(|m| m.get("name"))
-            .and_then(|n| n.as_str())
-            .unwrap_or_default()
-            .to_owned();
-        held_as_cache[*i].insert(name, std::sync::Arc::new(object));
+        held_as_cache[*i].replace(ByName(std::sync::Arc::new(object)));
     }
-    let index_bytes = (live() - before) as f64;
-    let names: usize = held_as_cache
-        .iter()
-        .flat_map(|m| m.keys())
-        .map(String::len)
-        .sum();
+    let index_bytes = (live() - before) as f64 + moved;
     drop(held_as_cache);
+    // Allocations of 8 KiB and more: no object's; the open connections' buffers.
+    let large: isize = by_size[14..].iter().sum();
 
     println!(
         "the namespace: {held} objects over {} kinds, {:.2} MiB of JSON as the test server sends them ({json_per_object:.0} B each; {with_managed} with managedFields)",
@@ -991,14 +1011,19 @@ async fn run_memory(b: &Bench, page_size: usize) {
     let n = held as f64;
     let arc = 2 * std::mem::size_of::<usize>() + std::mem::size_of::<Object>();
     println!(
-        "of which, parsed alone: text kept {:.0} B (packed; {:.0} B unpacked), compact tree {:.0} B; held as the cache holds them (an Arc<Object> each, {arc} B, in a BTreeMap by name): {:.0} B more (names {:.0} B, map nodes {:.0} B); the rest, outside the objects and their index, {:.0} B",
+        "of which, parsed alone: text kept {:.0} B (packed; {:.0} B unpacked), compact tree {:.0} B; held as the cache holds them (an Arc<Object> each, {arc} B, in a set by name): {:.0} B more (the set's nodes {:.0} B); the rest, outside the objects and their index, {:.0} B, of which {:.0} B in allocations of 8 KiB and more (the open watch connections' read buffers, grown by the list pages)",
         text_bytes as f64 / n,
         unpacked_bytes as f64 / n,
         tree_bytes / n,
         index_bytes / n,
-        names as f64 / n,
-        (index_bytes - names as f64) / n - arc as f64,
+        index_bytes / n - arc as f64,
         per_object - objects_bytes / n - index_bytes / n,
+        large as f64 / n,
+    );
+    println!(
+        "the objects and their index alone: {:.0} B = {:.2}x their JSON",
+        (objects_bytes + index_bytes) / n,
+        (objects_bytes + index_bytes) / n / json_per_object
     );
     shape.print(n);
     let sizes: Vec<String> = by_size
@@ -1049,7 +1074,7 @@ struct Shape {
     entries: usize,
     arrays: usize,
     items: usize,
-    /// Strings and keys longer than their inline 24 bytes, and their bytes.
+    /// Strings longer than their inline 24 bytes, and their bytes.
     long_strings: usize,
     long_bytes: usize,
     /// Bytes of every string value.
@@ -1087,10 +1112,6 @@ impl Shape {
                 self.maps += usize::from(!map.is_empty());
                 self.entries += map.len();
                 for (key, value) in map {
-                    if key.len() > 24 {
-                        self.long_strings += 1;
-                        self.long_bytes += key.len();
-                    }
                     *self.keys.entry(key.to_owned()).or_default() += 1;
                     self.walk(value);
                 }
@@ -1104,7 +1125,7 @@ impl Shape {
         let entry = envlens::resources::tree::ENTRY_BYTES;
         let node = std::mem::size_of::<Tree>();
         println!(
-            "the trees, per object: {:.1} maps of {:.1} entries ({entry} B each: {:.0} B), {:.1} arrays of {:.1} items ({node} B each: {:.0} B), the root {node} B, {:.1} strings and keys beyond 24 B ({:.0} B on the heap); {:.1} string values of {:.0} B in all",
+            "the trees, per object: {:.1} maps of {:.1} entries ({entry} B each: {:.0} B), {:.1} arrays of {:.1} items ({node} B each: {:.0} B), the root {node} B, {:.1} strings beyond 24 B ({:.0} B on the heap); {:.1} string values of {:.0} B in all",
             self.maps as f64 / n,
             self.entries as f64 / self.maps.max(1) as f64,
             (self.entries * entry) as f64 / n,

@@ -339,7 +339,10 @@ impl<'de> Visitor<'de> for Keep {
             };
             let value = map.next_value_seed(keep)?;
             // A repeated key keeps its last value, in the place of its first (as `FromIterator`).
-            match entries.iter_mut().find(|(k, _): &&mut Entry| k.as_str() == key) {
+            match entries
+                .iter_mut()
+                .find(|(k, _): &&mut Entry| k.as_str() == key)
+            {
                 Some(entry) => entry.1 = value,
                 None => entries.push((Key::new(&key), value)),
             }
