@@ -1058,7 +1058,7 @@ async fn run_memory(b: &Bench, page_size: usize) {
             walk(&serde_json::from_str(text).expect("JSON"), &mut keys);
         }
         let mut keys: Vec<_> = keys.into_iter().collect();
-        keys.sort_by(|a, b| b.1.cmp(&a.1));
+        keys.sort_by_key(|k| std::cmp::Reverse(k.1));
         for (key, bytes) in keys {
             println!("text key {bytes} {key:?}");
         }
