@@ -66,6 +66,18 @@ static GLOBAL: Counting = Counting(mimalloc::MiMalloc);
 /// Bytes allocated and not yet freed, as asked for (the allocator's rounding up not counted).
 static LIVE: std::sync::atomic::AtomicIsize = std::sync::atomic::AtomicIsize::new(0);
 
+/// [`LIVE`] by the size of the allocations: bucket `i` counts those of `2^(i-1)` to `2^i - 1`
+/// bytes, so that `--memory` can tell objects' small allocations from large buffers.
+static LIVE_BY_SIZE: [std::sync::atomic::AtomicIsize; 40] =
+    [const { std::sync::atomic::AtomicIsize::new(0) }; 40];
+
+fn count(size: usize, sign: isize) {
+    use std::sync::atomic::Ordering::Relaxed;
+    LIVE.fetch_add(sign * size as isize, Relaxed);
+    let bucket = (usize::BITS - size.leading_zeros()) as usize;
+    LIVE_BY_SIZE[bucket.min(39)].fetch_add(sign * size as isize, Relaxed);
+}
+
 /// Counts the live bytes of every allocation around the allocator it wraps.
 struct Counting(mimalloc::MiMalloc);
 
@@ -74,7 +86,7 @@ unsafe impl std::alloc::GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
         let p = self.0.alloc(layout);
         if !p.is_null() {
-            LIVE.fetch_add(layout.size() as isize, std::sync::atomic::Ordering::Relaxed);
+            count(layout.size(), 1);
         }
         p
     }
@@ -82,23 +94,21 @@ unsafe impl std::alloc::GlobalAlloc for Counting {
     unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
         let p = self.0.alloc_zeroed(layout);
         if !p.is_null() {
-            LIVE.fetch_add(layout.size() as isize, std::sync::atomic::Ordering::Relaxed);
+            count(layout.size(), 1);
         }
         p
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
         self.0.dealloc(ptr, layout);
-        LIVE.fetch_sub(layout.size() as isize, std::sync::atomic::Ordering::Relaxed);
+        count(layout.size(), -1);
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new: usize) -> *mut u8 {
         let p = self.0.realloc(ptr, layout, new);
         if !p.is_null() {
-            LIVE.fetch_add(
-                new as isize - layout.size() as isize,
-                std::sync::atomic::Ordering::Relaxed,
-            );
+            count(layout.size(), -1);
+            count(new, 1);
         }
         p
     }
@@ -107,6 +117,11 @@ unsafe impl std::alloc::GlobalAlloc for Counting {
 /// Bytes live now ([`Counting`]).
 fn live() -> isize {
     LIVE.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Bytes live now by size of allocation ([`LIVE_BY_SIZE`]).
+fn live_by_size() -> [isize; 40] {
+    std::array::from_fn(|i| LIVE_BY_SIZE[i].load(std::sync::atomic::Ordering::Relaxed))
 }
 
 #[path = "fixtures/stats.rs"]
@@ -871,7 +886,7 @@ async fn synced_cache_bytes(
     b: &Bench,
     namespace: &str,
     page_size: usize,
-) -> (isize, usize, WatchCache) {
+) -> (isize, [isize; 40], usize, WatchCache) {
     let cache = WatchCache::new(
         b.client.clone(),
         WatchSettings {
@@ -882,6 +897,7 @@ async fn synced_cache_bytes(
         Default::default(),
     );
     let before = live();
+    let before_by_size = live_by_size();
     let listing = cache
         .list_resource_group(
             &b.discovery,
@@ -899,7 +915,13 @@ async fn synced_cache_bytes(
     // The watch streams are open and idle; what a list page or a request left behind is freed.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let held = cache.objects();
-    (live() - before, held, cache)
+    let by_size = live_by_size();
+    (
+        live() - before,
+        std::array::from_fn(|i| by_size[i] - before_by_size[i]),
+        held,
+        cache,
+    )
 }
 
 /// `--memory`: the bytes the synced cache holds per cached object, against the size of the
@@ -932,14 +954,18 @@ async fn run_memory(b: &Bench, page_size: usize) {
 
     // Rounds, alternating the empty namespace and the full one; the median of each.
     let (mut empty, mut full, mut freed) = (Vec::new(), Vec::new(), Vec::new());
+    let mut by_size = [0isize; 40];
     let mut held = 0;
     for _ in 0..5 {
-        let (bytes, n, cache) = synced_cache_bytes(b, "nothing-here", page_size).await;
+        let (bytes, empty_by_size, n, cache) =
+            synced_cache_bytes(b, "nothing-here", page_size).await;
         assert_eq!(n, 0);
         drop(cache);
         tokio::time::sleep(Duration::from_millis(200)).await;
         empty.push(bytes);
-        let (bytes, n, cache) = synced_cache_bytes(b, NS, page_size).await;
+        let (bytes, full_by_size, n, cache) = synced_cache_bytes(b, NS, page_size).await;
+        // The last round's, by size of allocation.
+        by_size = std::array::from_fn(|i| full_by_size[i] - empty_by_size[i]);
         held = n;
         let before_drop = live();
         drop(cache);
@@ -972,9 +998,52 @@ async fn run_memory(b: &Bench, page_size: usize) {
         .collect();
     let objects_bytes =
         (live() - before) as f64 - (parsed.capacity() * std::mem::size_of::<Object>()) as f64;
-    let text_bytes: usize = parsed.iter().map(|o| o.text.len()).sum();
+    let text_bytes: usize = parsed.iter().map(|o| o.kept_text_bytes()).sum();
+    let unpacked_bytes: usize = parsed.iter().map(|o| o.text().len()).sum();
     let tree_bytes = objects_bytes - text_bytes as f64;
-    drop(parsed);
+    let shape = Shape::of(parsed.iter().map(|o| &o.view));
+
+    // The same objects held as the cache holds them: an `Arc` each, in a set per kind ordered
+    // by the name each object holds (`k8s::watch::kind::Named`).
+    struct ByName(std::sync::Arc<Object>);
+    impl ByName {
+        fn name(&self) -> &str {
+            self.0
+                .view
+                .get("metadata")
+                .and_then(|m| m.get("name"))
+                .and_then(|n| n.as_str())
+                .unwrap_or_default()
+        }
+    }
+    impl PartialEq for ByName {
+        fn eq(&self, other: &Self) -> bool {
+            self.name() == other.name()
+        }
+    }
+    impl Eq for ByName {}
+    impl PartialOrd for ByName {
+        fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+            Some(self.cmp(other))
+        }
+    }
+    impl Ord for ByName {
+        fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+            self.name().cmp(other.name())
+        }
+    }
+    // The parsed objects move into their `Arc`s: their vector's buffer is freed on the way.
+    let moved = (parsed.capacity() * std::mem::size_of::<Object>()) as f64;
+    let before = live();
+    let mut held_as_cache: Vec<std::collections::BTreeSet<ByName>> =
+        (0..resources.len()).map(|_| Default::default()).collect();
+    for ((i, _), object) in sent.iter().zip(parsed) {
+        held_as_cache[*i].replace(ByName(std::sync::Arc::new(object)));
+    }
+    let index_bytes = (live() - before) as f64 + moved;
+    drop(held_as_cache);
+    // Allocations of 8 KiB and more: no object's; the open connections' buffers.
+    let large: isize = by_size[14..].iter().sum();
 
     println!(
         "the namespace: {held} objects over {} kinds, {:.2} MiB of JSON as the test server sends them ({json_per_object:.0} B each; {with_managed} with managedFields)",
@@ -1000,11 +1069,149 @@ async fn run_memory(b: &Bench, page_size: usize) {
         }
     );
     let n = held as f64;
+    let arc = 2 * std::mem::size_of::<usize>() + std::mem::size_of::<Object>();
     println!(
-        "of which, parsed alone: text kept {:.0} B, compact tree {:.0} B, the Object itself {} B; the cache's maps and counts the rest, {:.0} B",
+        "of which, parsed alone: text kept {:.0} B (packed; {:.0} B unpacked), compact tree {:.0} B; held as the cache holds them (an Arc<Object> each, {arc} B, in a set by name): {:.0} B more (the set's nodes {:.0} B); the rest, outside the objects and their index, {:.0} B, of which {:.0} B in allocations of 8 KiB and more (the open watch connections' read buffers, grown by the list pages)",
         text_bytes as f64 / n,
+        unpacked_bytes as f64 / n,
         tree_bytes / n,
-        std::mem::size_of::<Object>(),
-        per_object - objects_bytes / n - std::mem::size_of::<Object>() as f64
+        index_bytes / n,
+        index_bytes / n - arc as f64,
+        per_object - objects_bytes / n - index_bytes / n,
+        large as f64 / n,
     );
+    println!(
+        "the objects and their index alone: {:.0} B = {:.2}x their JSON",
+        (objects_bytes + index_bytes) / n,
+        (objects_bytes + index_bytes) / n / json_per_object
+    );
+    shape.print(n);
+    let sizes: Vec<String> = by_size
+        .iter()
+        .enumerate()
+        .filter(|(_, bytes)| bytes.abs() as f64 / n >= 1.0)
+        .map(|(i, bytes)| {
+            let low = if i == 0 { 0 } else { 1usize << (i - 1) };
+            format!("{low}..{} B: {:.0}", (1usize << i) - 1, *bytes as f64 / n)
+        })
+        .collect();
+    println!(
+        "per object, by size of allocation (full minus empty, last round): {}",
+        sizes.join(", ")
+    );
+    if std::env::var_os("MEMORY_KEYS").is_some() {
+        // The keys of the whole texts, for the table of interned names.
+        let mut keys = std::collections::HashMap::<String, usize>::new();
+        fn walk(value: &Value, keys: &mut std::collections::HashMap<String, usize>) {
+            match value {
+                Value::Object(map) => {
+                    for (k, v) in map {
+                        *keys.entry(k.clone()).or_default() += k.len() + 3;
+                        walk(v, keys);
+                    }
+                }
+                Value::Array(items) => items.iter().for_each(|v| walk(v, keys)),
+                _ => {}
+            }
+        }
+        for (_, text) in &sent {
+            walk(&serde_json::from_str(text).expect("JSON"), &mut keys);
+        }
+        let mut keys: Vec<_> = keys.into_iter().collect();
+        keys.sort_by_key(|k| std::cmp::Reverse(k.1));
+        for (key, bytes) in keys {
+            println!("text key {bytes} {key:?}");
+        }
+    }
+}
+
+/// What the compact trees are made of, counted by walking them: map entries, array items,
+/// strings and keys too long to sit inline, and which keys recur.
+#[derive(Default)]
+struct Shape {
+    /// Boxed slices of map entries and of array items (one allocation each when not empty).
+    maps: usize,
+    entries: usize,
+    arrays: usize,
+    items: usize,
+    /// Strings longer than their inline 24 bytes, and their bytes.
+    long_strings: usize,
+    long_bytes: usize,
+    /// Bytes of every string value.
+    string_bytes: usize,
+    strings: usize,
+    keys: std::collections::HashMap<String, usize>,
+}
+
+impl Shape {
+    fn of<'a>(trees: impl Iterator<Item = &'a envlens::resources::tree::Tree>) -> Shape {
+        let mut shape = Shape::default();
+        for tree in trees {
+            shape.walk(tree);
+        }
+        shape
+    }
+
+    fn walk(&mut self, tree: &envlens::resources::tree::Tree) {
+        use envlens::resources::tree::Tree;
+        match tree {
+            Tree::String(s) => {
+                self.strings += 1;
+                self.string_bytes += s.len();
+                if s.len() > 24 {
+                    self.long_strings += 1;
+                    self.long_bytes += s.len();
+                }
+            }
+            Tree::Array(items) => {
+                self.arrays += usize::from(!items.is_empty());
+                self.items += items.len();
+                items.iter().for_each(|item| self.walk(item));
+            }
+            Tree::Object(map) => {
+                self.maps += usize::from(!map.is_empty());
+                self.entries += map.len();
+                for (key, value) in map {
+                    *self.keys.entry(key.to_owned()).or_default() += 1;
+                    self.walk(value);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn print(&self, n: f64) {
+        use envlens::resources::tree::Tree;
+        let entry = envlens::resources::tree::ENTRY_BYTES;
+        let node = std::mem::size_of::<Tree>();
+        println!(
+            "the trees, per object: {:.1} maps of {:.1} entries ({entry} B each: {:.0} B), {:.1} arrays of {:.1} items ({node} B each: {:.0} B), the root {node} B, {:.1} strings beyond 24 B ({:.0} B on the heap); {:.1} string values of {:.0} B in all",
+            self.maps as f64 / n,
+            self.entries as f64 / self.maps.max(1) as f64,
+            (self.entries * entry) as f64 / n,
+            self.arrays as f64 / n,
+            self.items as f64 / self.arrays.max(1) as f64,
+            (self.items * node) as f64 / n,
+            self.long_strings as f64 / n,
+            self.long_bytes as f64 / n,
+            self.strings as f64 / n,
+            self.string_bytes as f64 / n,
+        );
+        let mut keys: Vec<(&String, &usize)> = self.keys.iter().collect();
+        keys.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        let top = |k: usize| keys.iter().take(k).map(|(_, c)| **c).sum::<usize>();
+        println!(
+            "keys: {} distinct over {} entries; the 64 most used are {:.1}% of entries, the 128 most used {:.1}%, the 255 most used {:.1}%",
+            keys.len(),
+            self.entries,
+            100.0 * top(64) as f64 / self.entries as f64,
+            100.0 * top(128) as f64 / self.entries as f64,
+            100.0 * top(255) as f64 / self.entries as f64,
+        );
+        if std::env::var_os("MEMORY_KEYS").is_some() {
+            for (key, count) in &keys {
+                println!("key {count} {key:?}");
+            }
+        }
+    }
 }

@@ -5,10 +5,12 @@ pub mod delta;
 pub mod graph;
 pub mod group;
 pub mod health;
+pub mod keys;
 pub mod listing;
 pub mod manifests;
 pub mod masking;
 pub mod object;
+pub mod packed;
 pub mod page;
 pub mod tree;
 

@@ -5,8 +5,9 @@
 //! The tree is built in the same parse that skips the rest unbuilt (a container list, an
 //! Endpoints' addresses, a ConfigMap's data, `managedFields`), so a group's passes (ownership,
 //! edges, health) walk a fraction of each object. The text is kept as it came, but for
-//! `metadata.managedFields` ([`without_managed_fields`]), and parsed again only when a query
-//! asks for the `manifest` of a resource.
+//! `metadata.managedFields` ([`without_managed_fields`]), packed ([`super::packed`]: its known
+//! keys in two bytes each), and unpacked and parsed again only when a query asks for the
+//! `manifest` of a resource (or GitLab's watch API, the history, the Events read it).
 //!
 //! [`KEPT`] names the fields. The health and graph tests run every fixture both whole and
 //! through [`parse`], so a rule that reads a field not kept here fails its tests.
@@ -21,6 +22,7 @@ use super::health::{
     HELM_HOOK_ANNOTATION, HOOK_ANNOTATION, HPA_CONDITIONS_ANNOTATION,
     IGNORE_RESTART_POLICY_ANNOTATION,
 };
+use super::packed::{pack, unpack};
 use super::tree::{Keep, Tree};
 
 /// One listed object.
@@ -28,9 +30,9 @@ use super::tree::{Keep, Tree};
 pub struct Object {
     /// The kept fields; `apiVersion` and `kind` are always there (list items often lack them).
     pub view: Tree,
-    /// The object as the cluster sent it, without `metadata.managedFields`: the JSON text of one
-    /// object ([`without_managed_fields`]).
-    pub text: Box<str>,
+    /// The object as the cluster sent it, without `metadata.managedFields`
+    /// ([`without_managed_fields`]), packed ([`super::packed::pack`]); read with [`Self::text`].
+    packed: Box<str>,
 }
 
 impl std::borrow::Borrow<Tree> for Object {
@@ -53,7 +55,7 @@ impl Object {
         let text = text.get();
         Ok(Object {
             view: parse_typed(KEPT, text, api_version, kind)?,
-            text: without_managed_fields(text).into(),
+            packed: pack(&without_managed_fields(text)),
         })
     }
 
@@ -61,11 +63,8 @@ impl Object {
     /// `metadata.managedFields`).
     pub fn parse_text(text: Box<str>, api_version: &str, kind: &str) -> serde_json::Result<Object> {
         let view = parse_typed(KEPT, &text, api_version, kind)?;
-        let text = match without_managed_fields(&text) {
-            Cow::Borrowed(_) => text,
-            Cow::Owned(shorter) => shorter.into(),
-        };
-        Ok(Object { view, text })
+        let packed = pack(&without_managed_fields(&text));
+        Ok(Object { view, packed })
     }
 
     /// A list item whose kept fields (`view`) and `metadata.managedFields` member (`cut`, the
@@ -78,13 +77,13 @@ impl Object {
         api_version: &str,
         kind: &str,
     ) -> Object {
-        let text: Box<str> = match cut {
-            Some((start, end)) => [&text[..start], &text[end..]].concat().into(),
-            None => text.into(),
+        let packed = match cut {
+            Some((start, end)) => pack(&[&text[..start], &text[end..]].concat()),
+            None => pack(text),
         };
         Object {
             view: typed(view, api_version, kind),
-            text,
+            packed,
         }
     }
 
@@ -92,8 +91,23 @@ impl Object {
     pub fn from_kept(kept: Kept, text: &str, api_version: &str, kind: &str) -> Object {
         Object {
             view: typed(kept.0, api_version, kind),
-            text: without_managed_fields(text).into(),
+            packed: pack(&without_managed_fields(text)),
         }
+    }
+
+    /// The object's JSON text as the cluster sent it, without `metadata.managedFields`.
+    pub fn text(&self) -> Cow<'_, str> {
+        unpack(&self.packed)
+    }
+
+    /// Whether the two objects' texts are the same (without unpacking them).
+    pub fn same_text(&self, other: &Object) -> bool {
+        self.packed == other.packed
+    }
+
+    /// The bytes the text takes as kept (packed).
+    pub fn kept_text_bytes(&self) -> usize {
+        self.packed.len()
     }
 
     /// The whole object as a reader may see it: without `metadata.managedFields` (server-side
@@ -101,7 +115,7 @@ impl Object {
     /// too), and a Secret's values masked ([`super::masking`]). Every answer that shows a
     /// manifest takes it from here.
     pub fn manifest(&self) -> Value {
-        let mut manifest: Value = serde_json::from_str(&self.text).unwrap_or(Value::Null);
+        let mut manifest: Value = serde_json::from_str(&self.text()).unwrap_or(Value::Null);
         if let Value::Object(object) = &mut manifest {
             for field in ["apiVersion", "kind"] {
                 if let Some(value) = self.view.get(field) {
@@ -212,7 +226,7 @@ pub fn managed_fields_member(text: &str, value: &str) -> Option<(usize, usize)> 
 
 impl PartialEq for Object {
     fn eq(&self, other: &Self) -> bool {
-        self.view == other.view && self.text == other.text
+        self.view == other.view && self.packed == other.packed
     }
 }
 
@@ -451,7 +465,7 @@ mod tests {
             "Pod",
         )
         .unwrap();
-        assert_eq!(&*object.text, r#"{"metadata":{"name":"a"}}"#);
+        assert_eq!(object.text(), r#"{"metadata":{"name":"a"}}"#);
     }
 
     #[test]

@@ -10,7 +10,6 @@
 
 use std::borrow::Cow;
 
-use compact_str::CompactString;
 use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::de::{Deserializer, StrRead};
@@ -257,7 +256,7 @@ impl<'de> Visitor<'de> for Spy<'_, 'de> {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Tree, A::Error> {
-        let mut entries: Vec<(CompactString, Tree)> = Vec::new();
+        let mut entries: Vec<(Cow<'de, str>, Tree)> = Vec::new();
         while let Some(Key(key)) = map.next_key()? {
             let rule = match self.keep {
                 Keep::All => Some(Keep::All),
@@ -290,11 +289,16 @@ impl<'de> Visitor<'de> for Spy<'_, 'de> {
                 }
             };
             if let Some(value) = value {
-                entries.push((CompactString::from(key), value));
+                entries.push((key, value));
             }
         }
         // A repeated key keeps its last value in the place of its first, as [`Keep`] reads.
-        Ok(Tree::Object(entries.into_iter().collect()))
+        Ok(Tree::Object(
+            entries
+                .iter_mut()
+                .map(|(key, value)| (&**key, std::mem::take(value)))
+                .collect(),
+        ))
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Tree, A::Error> {

@@ -3,9 +3,10 @@
 //! `serde_json::Value` keeps every map key and every string in an allocation of its own, and
 //! its maps in B-tree nodes. Reading one field of an object not in cache (a large resource
 //! group is never in cache) then costs a cache miss per key compared on the way. Here a map is
-//! one slice of entries, and a key or a string of up to 24 bytes (nearly every key and name of
-//! a Kubernetes object) sits inline in its entry, so that finding `metadata.uid` reads a few
-//! contiguous lines. Entries keep the order of the text; a key given twice keeps its last value,
+//! one slice of entries, a string of up to 24 bytes (nearly every name of a Kubernetes object)
+//! sits inline in its entry, and a key is a pointer to one of the names Kubernetes' types use
+//! ([`super::keys`]; 8 bytes of the entry's 32), so that finding `metadata.uid` reads a few
+//! contiguous lines and a small table that stays in cache. Entries keep the order of the text; a key given twice keeps its last value,
 //! as `serde_json` does.
 //!
 //! [`Keep`] parses only chosen fields, in the same pass, skipping the rest unbuilt.
@@ -15,6 +16,8 @@ use std::borrow::{Borrow, Cow};
 use compact_str::CompactString;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
+
+use super::keys::Key;
 
 /// A JSON value.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -33,24 +36,28 @@ pub enum Tree {
 
 /// A JSON object: its entries in the order of the text.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct Map(Box<[(CompactString, Tree)]>);
+pub struct Map(Box<[(Key, Tree)]>);
+
+/// The bytes of one entry of a [`Map`]: its key and its value.
+pub const ENTRY_BYTES: usize = std::mem::size_of::<(Key, Tree)>();
 
 impl Map {
-    /// The value of `key`. Lengths are compared before text, and both sit in the entry.
+    /// The value of `key`. Lengths are compared before text; an interned key's text is in a
+    /// table small enough to stay in cache ([`super::keys`]).
     pub fn get(&self, key: &str) -> Option<&Tree> {
         self.0
             .iter()
-            .find_map(|(k, v)| (k.len() == key.len() && k == key).then_some(v))
+            .find_map(|(k, v)| (k.len() == key.len() && k.as_str() == key).then_some(v))
     }
 
     /// Sets `key`: in its place when it is there, else last.
     pub fn set(&mut self, key: &str, value: Tree) {
-        if let Some(entry) = self.0.iter_mut().find(|(k, _)| k == key) {
+        if let Some(entry) = self.0.iter_mut().find(|(k, _)| k.as_str() == key) {
             entry.1 = value;
             return;
         }
         let mut entries = std::mem::take(&mut self.0).into_vec();
-        entries.push((key.into(), value));
+        entries.push((Key::new(key), value));
         self.0 = entries.into_boxed_slice();
     }
 
@@ -71,7 +78,7 @@ impl Map {
     }
 }
 
-type Entry = (CompactString, Tree);
+type Entry = (Key, Tree);
 
 impl<'a> IntoIterator for &'a Map {
     type Item = (&'a str, &'a Tree);
@@ -82,14 +89,14 @@ impl<'a> IntoIterator for &'a Map {
     }
 }
 
-impl FromIterator<(CompactString, Tree)> for Map {
+impl<'a> FromIterator<(&'a str, Tree)> for Map {
     /// A repeated key keeps its last value, in the place of its first.
-    fn from_iter<I: IntoIterator<Item = (CompactString, Tree)>>(entries: I) -> Self {
-        let mut map: Vec<(CompactString, Tree)> = Vec::new();
+    fn from_iter<I: IntoIterator<Item = (&'a str, Tree)>>(entries: I) -> Self {
+        let mut map: Vec<Entry> = Vec::new();
         for (key, value) in entries {
-            match map.iter_mut().find(|(k, _)| *k == key) {
+            match map.iter_mut().find(|(k, _)| k.as_str() == key) {
                 Some(entry) => entry.1 = value,
-                None => map.push((key, value)),
+                None => map.push((Key::new(key), value)),
             }
         }
         Map(map.into_boxed_slice())
@@ -220,7 +227,7 @@ impl From<&serde_json::Value> for Tree {
             Value::Array(items) => Tree::Array(items.iter().map(Tree::from).collect()),
             Value::Object(map) => Tree::Object(
                 map.iter()
-                    .map(|(k, v)| (CompactString::from(k.as_str()), Tree::from(v)))
+                    .map(|(k, v)| (k.as_str(), Tree::from(v)))
                     .collect(),
             ),
         }
@@ -282,10 +289,10 @@ impl<'de> DeserializeSeed<'de> for Keep {
 /// A map key as the text has it: borrowed, unless escapes had to be undone. A `Cow<str>` would
 /// not do: serde reads a `Cow` through its owned form, a `String` for every key of every object,
 /// skipped ones included, and those allocations were a tenth of a list's parse.
-struct Key<'de>(Cow<'de, str>);
+struct TextKey<'de>(Cow<'de, str>);
 
-impl<'de> Deserialize<'de> for Key<'de> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Key<'de>, D::Error> {
+impl<'de> Deserialize<'de> for TextKey<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<TextKey<'de>, D::Error> {
         deserializer.deserialize_str(KeyVisitor)
     }
 }
@@ -293,22 +300,22 @@ impl<'de> Deserialize<'de> for Key<'de> {
 struct KeyVisitor;
 
 impl<'de> Visitor<'de> for KeyVisitor {
-    type Value = Key<'de>;
+    type Value = TextKey<'de>;
 
     fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         f.write_str("a map key")
     }
 
-    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {
-        Ok(Key(Cow::Borrowed(v)))
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<TextKey<'de>, E> {
+        Ok(TextKey(Cow::Borrowed(v)))
     }
 
-    fn visit_str<E>(self, v: &str) -> Result<Key<'de>, E> {
-        Ok(Key(Cow::Owned(v.to_owned())))
+    fn visit_str<E>(self, v: &str) -> Result<TextKey<'de>, E> {
+        Ok(TextKey(Cow::Owned(v.to_owned())))
     }
 
-    fn visit_string<E>(self, v: String) -> Result<Key<'de>, E> {
-        Ok(Key(Cow::Owned(v)))
+    fn visit_string<E>(self, v: String) -> Result<TextKey<'de>, E> {
+        Ok(TextKey(Cow::Owned(v)))
     }
 }
 
@@ -321,7 +328,7 @@ impl<'de> Visitor<'de> for Keep {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Tree, A::Error> {
         let mut entries: Vec<Entry> = Vec::new();
-        while let Some(Key(key)) = map.next_key()? {
+        while let Some(TextKey(key)) = map.next_key()? {
             let keep = match self {
                 Keep::All => Some(Keep::All),
                 Keep::Fields(fields) => fields.iter().find(|(name, _)| *name == key).map(|f| f.1),
@@ -332,9 +339,12 @@ impl<'de> Visitor<'de> for Keep {
             };
             let value = map.next_value_seed(keep)?;
             // A repeated key keeps its last value, in the place of its first (as `FromIterator`).
-            match entries.iter_mut().find(|(k, _): &&mut Entry| *k == *key) {
+            match entries
+                .iter_mut()
+                .find(|(k, _): &&mut Entry| k.as_str() == key)
+            {
                 Some(entry) => entry.1 = value,
-                None => entries.push((CompactString::from(key), value)),
+                None => entries.push((Key::new(&key), value)),
             }
         }
         Ok(Tree::Object(Map(entries.into_boxed_slice())))

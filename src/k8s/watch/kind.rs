@@ -4,7 +4,7 @@
 //! version left the server's history) relists; any other failure backs off (250 ms doubling to
 //! 30 s) and resumes, relisting if the watch cannot be resumed.
 
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
@@ -55,7 +55,8 @@ pub struct KindChange {
 pub(crate) struct KindWatch {
     pub kind: ApiKind,
     /// Shared with the views that read them: a view takes the objects without copying them.
-    objects: Mutex<BTreeMap<String, Arc<Object>>>,
+    /// Ordered by the name each object holds ([`Named`]), so that no name is kept twice.
+    objects: Mutex<BTreeSet<Named>>,
     pub phase: watch::Sender<Phase>,
     /// The namespace's change feed; an object is cloned into it only while somebody listens.
     changes: broadcast::Sender<KindChange>,
@@ -69,6 +70,48 @@ pub(crate) struct KindWatch {
     /// The cache's count of objects, for its bound.
     total: Arc<AtomicUsize>,
     metrics: Arc<Metrics>,
+}
+
+/// A cached object, ordered and found by its `metadata.name` (read from its kept fields): the
+/// index of a kind holds each name once, in the object, rather than a copy of it beside it.
+pub(crate) struct Named(pub Arc<Object>);
+
+impl Named {
+    fn name(&self) -> &str {
+        self.0
+            .view
+            .get("metadata")
+            .and_then(|m| m.get("name"))
+            .and_then(Tree::as_str)
+            .unwrap_or_default()
+    }
+}
+
+impl std::borrow::Borrow<str> for Named {
+    fn borrow(&self) -> &str {
+        self.name()
+    }
+}
+
+impl PartialEq for Named {
+    fn eq(&self, other: &Self) -> bool {
+        self.name() == other.name()
+    }
+}
+
+impl Eq for Named {}
+
+/// As the names compare (`Borrow<str>` requires it).
+impl Ord for Named {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.name().cmp(other.name())
+    }
+}
+
+impl PartialOrd for Named {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
 }
 
 impl Drop for KindWatch {
@@ -105,7 +148,7 @@ impl KindWatch {
     ) -> Arc<KindWatch> {
         let watch = Arc::new(KindWatch {
             kind,
-            objects: Mutex::new(BTreeMap::new()),
+            objects: Mutex::new(BTreeSet::new()),
             phase: watch::Sender::new(Phase::Pending),
             changes,
             generation,
@@ -179,16 +222,16 @@ impl KindWatch {
         }
     }
 
-    pub fn lock(&self) -> MutexGuard<'_, BTreeMap<String, Arc<Object>>> {
+    fn lock(&self) -> MutexGuard<'_, BTreeSet<Named>> {
         self.objects.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The objects now, in name order (shared, not copied).
     pub fn objects(&self) -> Vec<Arc<Object>> {
-        self.lock().values().cloned().collect()
+        self.lock().iter().map(|named| named.0.clone()).collect()
     }
 
-    fn replace(&self, fresh: BTreeMap<String, Arc<Object>>) {
+    fn replace(&self, fresh: BTreeSet<Named>) {
         let mut objects = self.lock();
         let (before, after) = (objects.len(), fresh.len());
         *objects = fresh;
@@ -197,10 +240,12 @@ impl KindWatch {
         self.count(after as i64 - before as i64);
     }
 
-    fn put(&self, name: String, object: Object) {
+    /// Adds `object`, or puts it in the place of the one of its name ([`Named`]: the name of
+    /// its kept fields, the event's `metadata.name`).
+    fn put(&self, object: Object) {
         let listened = self.changes.receiver_count() > 0;
         let copy = listened.then(|| object.clone());
-        if self.lock().insert(name, Arc::new(object)).is_none() {
+        if self.lock().replace(Named(Arc::new(object))).is_none() {
             self.count(1);
         }
         self.moved();
@@ -210,8 +255,8 @@ impl KindWatch {
     }
 
     fn remove(&self, name: &str) {
-        let removed = self.lock().remove(name);
-        if let Some(object) = removed {
+        let removed = self.lock().take(name);
+        if let Some(Named(object)) = removed {
             self.moved();
             self.count(-1);
             self.publish(|| Change::Deleted(Arc::unwrap_or_clone(object)));
@@ -328,7 +373,7 @@ async fn list(
     path: &str,
     page_size: usize,
 ) -> Result<String, Failure> {
-    let mut fresh = BTreeMap::new();
+    let mut fresh = BTreeSet::new();
     let mut token: Option<String> = None;
     let mut version = None;
     let api_version = watch.kind.api_version();
@@ -350,14 +395,7 @@ async fn list(
         let page = page::read::<page::Item>(&body).map_err(Failure::bad_body)?;
         for (item, text) in page.items {
             let object = item.into_object(text, &api_version, &watch.kind.kind);
-            let name = object
-                .view
-                .get("metadata")
-                .and_then(|m| m.get("name"))
-                .and_then(Tree::as_str)
-                .unwrap_or_default()
-                .to_owned();
-            fresh.insert(name, Arc::new(object));
+            fresh.replace(Named(Arc::new(object)));
         }
         version.get_or_insert(page.resource_version);
         match page.continue_token.filter(|t| !t.is_empty()) {
@@ -488,7 +526,7 @@ fn apply(watch: &KindWatch, line: &[u8], version: &mut Option<String>) -> Result
         "ADDED" | "MODIFIED" => {
             let object = Object::parse(event.object, &watch.kind.api_version(), &watch.kind.kind)
                 .map_err(bad)?;
-            watch.put(head.metadata.name, object);
+            watch.put(object);
         }
         "DELETED" => watch.remove(&head.metadata.name),
         _ => {}

@@ -938,7 +938,7 @@ fn outcome(job: &Job, watch: &KindWatch) -> Result<Listed, Failure> {
         Purpose::Events => Listed::Events(
             objects
                 .iter()
-                .filter_map(|o| serde_json::from_str(&o.text).ok())
+                .filter_map(|o| serde_json::from_str(&o.text()).ok())
                 .collect(),
         ),
     })
@@ -963,6 +963,6 @@ fn cached_versions(job: &Job, watch: &KindWatch) -> HashMap<String, String> {
                 .and_then(Tree::as_object);
             fetch::labels_match(&terms, labels)
         })
-        .filter_map(|o| consistent::held_version(&o.text))
+        .filter_map(|o| consistent::held_version(&o.text()))
         .collect()
 }

@@ -236,7 +236,7 @@ impl Sent {
     }
 
     fn step(&self, old: &Arc<Object>, new: Arc<Object>) -> Vec<(EventType, Arc<Object>)> {
-        if Arc::ptr_eq(old, &new) || old.text == new.text {
+        if Arc::ptr_eq(old, &new) || old.same_text(&new) {
             Vec::new()
         } else if uid_of(old) != uid_of(&new) {
             vec![(EventType::Deleted, old.clone()), (EventType::Added, new)]
@@ -257,7 +257,8 @@ pub fn data(watch_id: &str, event: EventType, object: &Object, kind: &ApiKind) -
         #[serde(default, borrow)]
         kind: Option<&'a serde_json::value::RawValue>,
     }
-    let text = object.text.trim_start();
+    let text = object.text();
+    let text = text.trim_start();
     let typed = serde_json::from_str::<Head>(text)
         .map(|h| h.api_version.is_some() && h.kind.is_some())
         .unwrap_or(true);

@@ -1,0 +1,563 @@
+//! The keys of a compact tree's maps ([`super::tree::Map`]), interned.
+//!
+//! Nearly every key of the fields a cached object keeps is one of a few hundred names that
+//! Kubernetes' own types (and the labels its controllers set) use: `metadata`, `name`, `uid`,
+//! `status`, `conditions`, `lastTransitionTime`, `pod-template-hash`... A [`Key`] is then a
+//! pointer to that name's place in [`KEYS`]: 8 bytes and no allocation, where a `CompactString`
+//! took 24 bytes in every entry of every map of every object (a third of an entry). Any other
+//! key is a pointer to a `CompactString` of its own on the heap, 24 bytes more. Which keys are
+//! in the table changes only the size of a tree, never what it reads.
+
+use std::ptr::NonNull;
+use std::sync::OnceLock;
+
+use compact_str::CompactString;
+
+/// A map key: a name of [`KEYS`], or any other text.
+pub struct Key(NonNull<CompactString>);
+
+// SAFETY: a `Key` is either a shared reference to a `static` (`KEYS`) or the sole owner of a
+// boxed `CompactString` (which is `Send` and `Sync`), never written through once made.
+unsafe impl Send for Key {}
+unsafe impl Sync for Key {}
+
+impl Key {
+    /// `name`, interned when it is one of [`KEYS`].
+    pub fn new(name: &str) -> Key {
+        match lookup(name) {
+            Some(i) => Key(NonNull::from(&KEYS[i])),
+            None => Key(NonNull::from(Box::leak(Box::new(CompactString::from(
+                name,
+            ))))),
+        }
+    }
+
+    /// Whether the key points into [`KEYS`] (else it owns its box).
+    fn is_interned(&self) -> bool {
+        let range = KEYS.as_ptr_range();
+        let p = self.0.as_ptr().cast_const();
+        range.start <= p && p < range.end
+    }
+
+    pub fn as_str(&self) -> &str {
+        // SAFETY: the pointer is to a `static` or to the box this key owns (see `new`).
+        unsafe { self.0.as_ref() }.as_str()
+    }
+
+    pub fn len(&self) -> usize {
+        self.as_str().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.as_str().is_empty()
+    }
+}
+
+impl Drop for Key {
+    fn drop(&mut self) {
+        if !self.is_interned() {
+            // SAFETY: not in `KEYS`: the pointer is the one `Box::leak` gave in `new` or
+            // `clone`, owned by this key alone and dropped only here.
+            drop(unsafe { Box::from_raw(self.0.as_ptr()) });
+        }
+    }
+}
+
+impl Clone for Key {
+    fn clone(&self) -> Key {
+        if self.is_interned() {
+            Key(self.0)
+        } else {
+            Key(NonNull::from(Box::leak(Box::new(CompactString::from(
+                self.as_str(),
+            )))))
+        }
+    }
+}
+
+impl PartialEq for Key {
+    fn eq(&self, other: &Key) -> bool {
+        self.0 == other.0 || self.as_str() == other.as_str()
+    }
+}
+
+impl std::fmt::Debug for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.as_str().fmt(f)
+    }
+}
+
+/// The place of `name` in [`KEYS`], by an open-addressed table of their hashes built once.
+pub(crate) fn lookup(name: &str) -> Option<usize> {
+    static INDEX: OnceLock<Box<[u16]>> = OnceLock::new();
+    let index = INDEX.get_or_init(|| {
+        let mut index = vec![EMPTY; SLOTS].into_boxed_slice();
+        for (i, key) in NAMES.iter().enumerate() {
+            let mut slot = hash(key) & (SLOTS - 1);
+            while index[slot] != EMPTY {
+                slot = (slot + 1) & (SLOTS - 1);
+            }
+            index[slot] = i as u16;
+        }
+        index
+    });
+    let mut slot = hash(name) & (SLOTS - 1);
+    loop {
+        let i = index[slot];
+        if i == EMPTY {
+            return None;
+        }
+        if NAMES[i as usize] == name {
+            return Some(i as usize);
+        }
+        slot = (slot + 1) & (SLOTS - 1);
+    }
+}
+
+const EMPTY: u16 = u16::MAX;
+/// A power of two, at least four times the keys: probes stay short.
+const SLOTS: usize = 2048;
+const _: () = assert!(KEYS.len() * 4 <= SLOTS && SLOTS.is_power_of_two());
+
+/// The first and last eight bytes and the length, mixed: two loads and two multiplications
+/// whatever the length (a byte-at-a-time hash cost more than the rest of packing a text).
+fn hash(name: &str) -> usize {
+    let b = name.as_bytes();
+    let word = |part: &[u8]| {
+        let mut w = [0u8; 8];
+        w[..part.len()].copy_from_slice(part);
+        u64::from_le_bytes(w)
+    };
+    let (head, tail) = if b.len() >= 8 {
+        (word(&b[..8]), word(&b[b.len() - 8..]))
+    } else {
+        (word(b), 0)
+    };
+    let h = (head ^ (b.len() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15))
+        .wrapping_mul(0xff51_afd7_ed55_8ccd)
+        ^ tail.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    (h ^ (h >> 32)) as usize
+}
+
+macro_rules! keys {
+    ($($name:literal),* $(,)?) => {
+        /// The names Kubernetes objects' kept fields are made of: the fields of `metadata`,
+        /// the `spec` fields the rules read, the `status` of the built-in kinds and of common
+        /// custom resources, and the labels Kubernetes' controllers and Helm set.
+        pub static KEYS: [CompactString; [$($name),*].len()] = [$(CompactString::const_new($name)),*];
+        /// [`KEYS`] as plain strings, for the lookups and the packed texts.
+        pub static NAMES: [&str; [$($name),*].len()] = [$($name),*];
+    };
+}
+
+keys![
+    // Objects and metadata.
+    "apiVersion",
+    "kind",
+    "metadata",
+    "spec",
+    "status",
+    "name",
+    "namespace",
+    "uid",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "finalizers",
+    "labels",
+    "annotations",
+    "ownerReferences",
+    "controller",
+    "blockOwnerDeletion",
+    "resourceVersion",
+    "generateName",
+    // Spec fields the rules read, and what they hold.
+    "paused",
+    "replicas",
+    "updateStrategy",
+    "rollingUpdate",
+    "maxSurge",
+    "maxUnavailable",
+    "partition",
+    "restartPolicy",
+    "suspend",
+    "type",
+    "selector",
+    "matchLabels",
+    "matchExpressions",
+    "key",
+    "operator",
+    "values",
+    "template",
+    "rules",
+    "host",
+    "http",
+    "paths",
+    "path",
+    "pathType",
+    "backend",
+    "service",
+    "port",
+    "number",
+    "resource",
+    "defaultBackend",
+    "serviceName",
+    "servicePort",
+    "scaleTargetRef",
+    "volumes",
+    "persistentVolumeClaim",
+    "claimName",
+    "readOnly",
+    // Status: conditions.
+    "conditions",
+    "lastTransitionTime",
+    "lastUpdateTime",
+    "lastProbeTime",
+    "lastHeartbeatTime",
+    "reason",
+    "message",
+    "observedGeneration",
+    // Workloads.
+    "availableReplicas",
+    "readyReplicas",
+    "updatedReplicas",
+    "currentReplicas",
+    "unavailableReplicas",
+    "fullyLabeledReplicas",
+    "terminatingReplicas",
+    "collisionCount",
+    "currentRevision",
+    "updateRevision",
+    "currentNumberScheduled",
+    "desiredNumberScheduled",
+    "numberAvailable",
+    "numberMisscheduled",
+    "numberReady",
+    "numberUnavailable",
+    "updatedNumberScheduled",
+    "active",
+    "succeeded",
+    "failed",
+    "ready",
+    "terminating",
+    "startTime",
+    "completionTime",
+    "completedIndexes",
+    "failedIndexes",
+    "uncountedTerminatedPods",
+    "lastScheduleTime",
+    "lastSuccessfulTime",
+    // Pods.
+    "phase",
+    "hostIP",
+    "hostIPs",
+    "podIP",
+    "podIPs",
+    "ip",
+    "qosClass",
+    "nominatedNodeName",
+    "containerStatuses",
+    "initContainerStatuses",
+    "ephemeralContainerStatuses",
+    "image",
+    "imageID",
+    "containerID",
+    "restartCount",
+    "started",
+    "state",
+    "lastState",
+    "running",
+    "waiting",
+    "terminated",
+    "startedAt",
+    "finishedAt",
+    "exitCode",
+    "signal",
+    "allocatedResources",
+    "resources",
+    "limits",
+    "requests",
+    "cpu",
+    "memory",
+    "volumeMounts",
+    "mountPath",
+    "recursiveReadOnly",
+    "user",
+    "linux",
+    "gid",
+    "supplementalGroups",
+    "resize",
+    "resourceClaimStatuses",
+    "stop",
+    "stopSignal",
+    // Services, endpoints, ingresses.
+    "loadBalancer",
+    "ingress",
+    "ipMode",
+    "hostname",
+    "ports",
+    "protocol",
+    "error",
+    // Volumes and claims.
+    "accessModes",
+    "capacity",
+    "storage",
+    "allocatedResourceStatuses",
+    "currentVolumeAttributesClassName",
+    "modifyVolumeStatus",
+    // Autoscalers.
+    "currentMetrics",
+    "desiredReplicas",
+    "lastScaleTime",
+    "currentCPUUtilizationPercentage",
+    "current",
+    "averageUtilization",
+    "averageValue",
+    "value",
+    "target",
+    "metric",
+    "pods",
+    "object",
+    "external",
+    "containerResource",
+    "container",
+    // cert-manager, Flux, Argo and other common custom resources.
+    "notAfter",
+    "notBefore",
+    "renewalTime",
+    "revision",
+    "nextPrivateKeySecretName",
+    "lastAttemptedRevision",
+    "lastAppliedRevision",
+    "lastHandledReconcileAt",
+    "history",
+    "inventory",
+    "entries",
+    "artifact",
+    "digest",
+    "url",
+    "size",
+    "health",
+    "sync",
+    "operationState",
+    "summary",
+    "version",
+    "id",
+    "v",
+    // Labels Kubernetes' controllers, Helm and common charts set.
+    "app",
+    "component",
+    "tier",
+    "release",
+    "chart",
+    "heritage",
+    "environment",
+    "pod-template-hash",
+    "controller-revision-hash",
+    "pod-template-generation",
+    "controller-uid",
+    "job-name",
+    "batch.kubernetes.io/controller-uid",
+    "batch.kubernetes.io/job-name",
+    "statefulset.kubernetes.io/pod-name",
+    "apps.kubernetes.io/pod-index",
+    "endpointslice.kubernetes.io/managed-by",
+    "kubernetes.io/service-name",
+    "service.kubernetes.io/headless",
+    "app.kubernetes.io/name",
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/version",
+    "app.kubernetes.io/component",
+    "app.kubernetes.io/part-of",
+    "app.kubernetes.io/managed-by",
+    "helm.sh/chart",
+    "app.gitlab.com/app",
+    "app.gitlab.com/env",
+    "app.gitlab.com/env.name",
+    // The labels of envlens' default selector (SPEC 5.2).
+    "app.gitlab.com/project_id",
+    "app.gitlab.com/environment_slug",
+    // Common annotations.
+    "kubectl.kubernetes.io/last-applied-configuration",
+    "kubectl.kubernetes.io/restartedAt",
+    "deployment.kubernetes.io/revision",
+    "deployment.kubernetes.io/desired-replicas",
+    "deployment.kubernetes.io/max-replicas",
+    "meta.helm.sh/release-name",
+    "meta.helm.sh/release-namespace",
+    "endpoints.kubernetes.io/last-change-trigger-time",
+    // The rest of the objects' texts (`super::packed` writes these keys in two bytes): pod
+    // specs and templates.
+    "containers",
+    "initContainers",
+    "args",
+    "command",
+    "env",
+    "envFrom",
+    "valueFrom",
+    "secretKeyRef",
+    "configMapKeyRef",
+    "fieldRef",
+    "fieldPath",
+    "imagePullPolicy",
+    "imagePullSecrets",
+    "terminationMessagePath",
+    "terminationMessagePolicy",
+    "readinessProbe",
+    "livenessProbe",
+    "startupProbe",
+    "httpGet",
+    "tcpSocket",
+    "exec",
+    "scheme",
+    "periodSeconds",
+    "timeoutSeconds",
+    "successThreshold",
+    "failureThreshold",
+    "initialDelaySeconds",
+    "containerPort",
+    "targetPort",
+    "nodePort",
+    "securityContext",
+    "runAsUser",
+    "runAsNonRoot",
+    "fsGroup",
+    "dnsPolicy",
+    "schedulerName",
+    "serviceAccount",
+    "serviceAccountName",
+    "nodeName",
+    "nodeSelector",
+    "affinity",
+    "tolerations",
+    "effect",
+    "tolerationSeconds",
+    "terminationGracePeriodSeconds",
+    "enableServiceLinks",
+    "preemptionPolicy",
+    "priority",
+    "configMap",
+    "secret",
+    "secretName",
+    "items",
+    "defaultMode",
+    "emptyDir",
+    "projected",
+    "sources",
+    "serviceAccountToken",
+    "expirationSeconds",
+    "downwardAPI",
+    "optional",
+    // Workload, service and other specs.
+    "strategy",
+    "progressDeadlineSeconds",
+    "revisionHistoryLimit",
+    "minReadySeconds",
+    "podManagementPolicy",
+    "volumeClaimTemplates",
+    "persistentVolumeClaimRetentionPolicy",
+    "whenDeleted",
+    "whenScaled",
+    "schedule",
+    "jobTemplate",
+    "concurrencyPolicy",
+    "successfulJobsHistoryLimit",
+    "failedJobsHistoryLimit",
+    "backoffLimit",
+    "completions",
+    "parallelism",
+    "completionMode",
+    "podReplacementPolicy",
+    "manualSelector",
+    "ttlSecondsAfterFinished",
+    "clusterIP",
+    "clusterIPs",
+    "ipFamilies",
+    "ipFamilyPolicy",
+    "internalTrafficPolicy",
+    "sessionAffinity",
+    "storageClassName",
+    "volumeMode",
+    "volumeName",
+    "minReplicas",
+    "maxReplicas",
+    "metrics",
+    "behavior",
+    "ingressClassName",
+    "tls",
+    "hosts",
+    "data",
+    "binaryData",
+    "stringData",
+    "immutable",
+    // Endpoints, EndpointSlices and Events.
+    "subsets",
+    "addresses",
+    "notReadyAddresses",
+    "addressType",
+    "endpoints",
+    "serving",
+    "targetRef",
+    "involvedObject",
+    "firstTimestamp",
+    "lastTimestamp",
+    "eventTime",
+    "count",
+    "source",
+    "reportingComponent",
+    "reportingInstance",
+    "action",
+    "related",
+    "series",
+    "fieldsType",
+    "fieldsV1",
+    "manager",
+    "operation",
+    "time",
+    "subresource",
+    "managedFields",
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_key_reads_as_its_name_interned_or_not() {
+        for name in [
+            "metadata",
+            "pod-template-hash",
+            "",
+            "not-a-kubernetes-key",
+            "x".repeat(40).as_str(),
+            "ké",
+        ] {
+            let key = Key::new(name);
+            assert_eq!(key.as_str(), name);
+            assert_eq!(key.len(), name.len());
+            let copy = key.clone();
+            assert_eq!(copy, key);
+            assert_eq!(copy.as_str(), name);
+            drop(key);
+            assert_eq!(copy.as_str(), name, "a copy outlives its original");
+        }
+        assert!(Key::new("metadata").is_interned());
+        assert!(!Key::new("not-a-kubernetes-key").is_interned());
+        assert_ne!(Key::new("uid"), Key::new("name"));
+        assert_eq!(std::mem::size_of::<Key>(), 8);
+    }
+
+    #[test]
+    fn every_name_of_the_table_is_found_and_found_once() {
+        for (i, key) in KEYS.iter().enumerate() {
+            assert_eq!(lookup(key.as_str()), Some(i), "{key}");
+        }
+        let mut names: Vec<&str> = KEYS.iter().map(CompactString::as_str).collect();
+        names.sort();
+        let before = names.len();
+        names.dedup();
+        assert_eq!(names.len(), before, "no name twice");
+        assert_eq!(lookup("Metadata"), None);
+        assert_eq!(lookup("metadat"), None);
+    }
+}
