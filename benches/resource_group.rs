@@ -999,7 +999,6 @@ async fn run_memory(b: &Bench, page_size: usize) {
     let objects_bytes =
         (live() - before) as f64 - (parsed.capacity() * std::mem::size_of::<Object>()) as f64;
     let text_bytes: usize = parsed.iter().map(|o| o.kept_text_bytes()).sum();
-    let unpacked_bytes: usize = parsed.iter().map(|o| o.text().len()).sum();
     let tree_bytes = objects_bytes - text_bytes as f64;
     let shape = Shape::of(parsed.iter().map(|o| &o.view));
 
@@ -1071,9 +1070,8 @@ async fn run_memory(b: &Bench, page_size: usize) {
     let n = held as f64;
     let arc = 2 * std::mem::size_of::<usize>() + std::mem::size_of::<Object>();
     println!(
-        "of which, parsed alone: text kept {:.0} B (packed; {:.0} B unpacked), compact tree {:.0} B; held as the cache holds them (an Arc<Object> each, {arc} B, in a set by name): {:.0} B more (the set's nodes {:.0} B); the rest, outside the objects and their index, {:.0} B, of which {:.0} B in allocations of 8 KiB and more (the open watch connections' read buffers, grown by the list pages)",
+        "of which, parsed alone: text kept {:.0} B, compact tree {:.0} B; held as the cache holds them (an Arc<Object> each, {arc} B, in a set by name): {:.0} B more (the set's nodes {:.0} B); the rest, outside the objects and their index, {:.0} B, of which {:.0} B in allocations of 8 KiB and more (the open watch connections' read buffers, grown by the list pages)",
         text_bytes as f64 / n,
-        unpacked_bytes as f64 / n,
         tree_bytes / n,
         index_bytes / n,
         index_bytes / n - arc as f64,

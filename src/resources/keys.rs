@@ -145,7 +145,7 @@ macro_rules! keys {
         /// the `spec` fields the rules read, the `status` of the built-in kinds and of common
         /// custom resources, and the labels Kubernetes' controllers and Helm set.
         pub static KEYS: [CompactString; [$($name),*].len()] = [$(CompactString::const_new($name)),*];
-        /// [`KEYS`] as plain strings, for the lookups and the packed texts.
+        /// [`KEYS`] as plain strings, for the lookups.
         pub static NAMES: [&str; [$($name),*].len()] = [$($name),*];
     };
 }
@@ -386,7 +386,7 @@ keys![
     "meta.helm.sh/release-name",
     "meta.helm.sh/release-namespace",
     "endpoints.kubernetes.io/last-change-trigger-time",
-    // The rest of the objects' texts (`super::packed` writes these keys in two bytes): pod
+    // Keys of whole objects (kept whole under some fields, or read by GitLab's watch API): pod
     // specs and templates.
     "containers",
     "initContainers",

@@ -10,7 +10,6 @@ pub mod listing;
 pub mod manifests;
 pub mod masking;
 pub mod object;
-pub mod packed;
 pub mod page;
 pub mod tree;
 
