@@ -16,7 +16,7 @@ use serde_json::de::{Deserializer, StrRead};
 use serde_json::value::RawValue;
 
 use super::object::{self, Object, KEPT};
-use super::tree::{Keep, Tree};
+use super::tree::{Keep, TextKey, Tree};
 
 /// What one page of a list holds.
 #[derive(Debug)]
@@ -225,29 +225,6 @@ impl<'de> DeserializeSeed<'de> for Spy<'_, 'de> {
     }
 }
 
-/// A map key as the text has it: borrowed unless escapes had to be undone (serde reads a
-/// `Cow<str>` through a `String`, an allocation per key).
-struct Key<'de>(Cow<'de, str>);
-
-impl<'de> Deserialize<'de> for Key<'de> {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Key<'de>, D::Error> {
-        struct KeyVisitor;
-        impl<'de> Visitor<'de> for KeyVisitor {
-            type Value = Key<'de>;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a map key")
-            }
-            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {
-                Ok(Key(Cow::Borrowed(v)))
-            }
-            fn visit_str<E>(self, v: &str) -> Result<Key<'de>, E> {
-                Ok(Key(Cow::Owned(v.to_owned())))
-            }
-        }
-        deserializer.deserialize_str(KeyVisitor)
-    }
-}
-
 impl<'de> Visitor<'de> for Spy<'_, 'de> {
     type Value = Tree;
 
@@ -257,7 +234,7 @@ impl<'de> Visitor<'de> for Spy<'_, 'de> {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Tree, A::Error> {
         let mut entries: Vec<(Cow<'de, str>, Tree)> = Vec::new();
-        while let Some(Key(key)) = map.next_key()? {
+        while let Some(TextKey(key)) = map.next_key()? {
             let rule = match self.keep {
                 Keep::All => Some(Keep::All),
                 Keep::Fields(fields) => fields.iter().find(|(name, _)| *name == key).map(|f| f.1),

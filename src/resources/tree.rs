@@ -289,7 +289,7 @@ impl<'de> DeserializeSeed<'de> for Keep {
 /// A map key as the text has it: borrowed, unless escapes had to be undone. A `Cow<str>` would
 /// not do: serde reads a `Cow` through its owned form, a `String` for every key of every object,
 /// skipped ones included, and those allocations were a tenth of a list's parse.
-struct TextKey<'de>(Cow<'de, str>);
+pub(crate) struct TextKey<'de>(pub(crate) Cow<'de, str>);
 
 impl<'de> Deserialize<'de> for TextKey<'de> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<TextKey<'de>, D::Error> {
