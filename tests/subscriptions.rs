@@ -1081,6 +1081,11 @@ async fn environments_updated_catches_up_after_the_listener_reconnects() {
             .await
             .unwrap();
     let allow = |yes: bool| format!("ALTER DATABASE \"{database}\" WITH ALLOW_CONNECTIONS {yes}");
+    // Idle pooled connections enough for the listener to take one back and the write below
+    // another: the database opens none while it is closed (else the write is refused, 500).
+    let db = &server.app.db;
+    let held = tokio::join!(db.acquire(), db.acquire(), db.acquire());
+    drop((held.0.unwrap(), held.1.unwrap(), held.2.unwrap()));
     sqlx::query(&allow(false))
         .execute(&mut admin)
         .await
