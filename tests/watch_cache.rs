@@ -197,6 +197,20 @@ async fn the_cached_group_equals_a_fresh_list_through_changes() {
         assert!(Instant::now() < deadline, "no relist after 410");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // Once packed (`PACK_AFTER` a list; an event's object at once), the cached objects still
+    // equal a fresh list's, their texts included; most of them now take a fraction of it.
+    tokio::time::sleep(envlens::k8s::watch::PACK_AFTER + Duration::from_millis(300)).await;
+    let packed = s.converges(&none, "packed").await;
+    let smaller = packed
+        .resources
+        .iter()
+        .filter(|r| r.object.kept_text_bytes() * 2 < r.object.text().len())
+        .count();
+    assert!(
+        smaller * 2 > packed.resources.len(),
+        "{smaller} of {} packed",
+        packed.resources.len()
+    );
     let rendered = s.metrics.render(None);
     for family in [
         "envlens_watch_cache_objects",

@@ -19,6 +19,7 @@ use crate::k8s::discovery::{self, ApiKind, Failure};
 use crate::k8s::fetch::encode;
 use crate::resources::object::Object;
 use crate::resources::page;
+use crate::resources::text::Dictionary;
 use crate::resources::tree::Tree;
 use crate::telemetry::Metrics;
 
@@ -70,6 +71,9 @@ pub(crate) struct KindWatch {
     /// The cache's count of objects, for its bound.
     total: Arc<AtomicUsize>,
     metrics: Arc<Metrics>,
+    /// The text the kind's objects are packed against ([`crate::resources::text`]): the first
+    /// object of the last list, or the first one to arrive after an empty list.
+    dictionary: Mutex<Option<Arc<Dictionary>>>,
 }
 
 /// A cached object, ordered and found by its `metadata.name` (read from its kept fields): the
@@ -156,6 +160,7 @@ impl KindWatch {
             task: OnceLock::new(),
             total,
             metrics,
+            dictionary: Mutex::new(None),
         });
         let path = format!(
             "{}/namespaces/{}/{}",
@@ -241,16 +246,41 @@ impl KindWatch {
     }
 
     /// Adds `object`, or puts it in the place of the one of its name ([`Named`]: the name of
-    /// its kept fields, the event's `metadata.name`).
+    /// its kept fields, the event's `metadata.name`). Its text is packed once the change is
+    /// out: the listeners' copy is read as it came.
     fn put(&self, object: Object) {
         let listened = self.changes.receiver_count() > 0;
         let copy = listened.then(|| object.clone());
-        if self.lock().replace(Named(Arc::new(object))).is_none() {
+        let object = Arc::new(object);
+        if self.lock().replace(Named(object.clone())).is_none() {
             self.count(1);
         }
         self.moved();
-        if let Some(object) = copy {
-            self.publish(|| Change::Applied(object));
+        if let Some(copy) = copy {
+            self.publish(|| Change::Applied(copy));
+        }
+        let dictionary = self
+            .dictionary_lock()
+            .get_or_insert_with(|| object.dictionary())
+            .clone();
+        object.pack(&dictionary);
+    }
+
+    fn dictionary_lock(&self) -> MutexGuard<'_, Option<Arc<Dictionary>>> {
+        self.dictionary.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Packs the texts of the objects held now against the kind's dictionary, some at a time:
+    /// a large kind does not keep a worker of the runtime from others.
+    async fn pack(&self) {
+        let Some(dictionary) = self.dictionary_lock().clone() else {
+            return;
+        };
+        for some in self.objects().chunks(64) {
+            for object in some {
+                object.pack(&dictionary);
+            }
+            tokio::task::yield_now().await;
         }
     }
 
@@ -329,6 +359,7 @@ async fn run(
                 Ok(rv) => {
                     version = Some(rv);
                     this.set_phase(Phase::Synced);
+                    tokio::spawn(pack_later(Arc::downgrade(&this)));
                 }
                 Err(failure) => {
                     tracing::debug!(path, code = ?failure.code, message = %failure.message, "watch cache: list failed");
@@ -403,8 +434,22 @@ async fn list(
             None => break,
         }
     }
+    *watch.dictionary_lock() = fresh.first().map(|first| first.0.dictionary());
     watch.replace(fresh);
     Ok(version.unwrap_or_default())
+}
+
+/// How long after a list its objects' texts are packed ([`crate::resources::text`]): the view
+/// that waited for the list is answered first. An object a watch event brings is packed at
+/// once, after its change is out.
+pub const PACK_AFTER: Duration = Duration::from_secs(1);
+
+/// Packs a listed kind's texts [`PACK_AFTER`] its list, unless the kind has been dropped.
+async fn pack_later(watch: std::sync::Weak<KindWatch>) {
+    tokio::time::sleep(PACK_AFTER).await;
+    if let Some(watch) = watch.upgrade() {
+        watch.pack().await;
+    }
 }
 
 /// One watch request, applied until it ends.

@@ -40,7 +40,7 @@ use crate::telemetry::Metrics;
 
 use kind::KindWatch;
 pub(crate) use kind::Phase;
-pub use kind::{Change, KindChange};
+pub use kind::{Change, KindChange, PACK_AFTER};
 
 /// Limits of one cluster connection's cache.
 #[derive(Debug, Clone)]
