@@ -225,6 +225,8 @@ struct Bench {
     api: KubeApi,
     served: Served,
     client: kube::Client,
+    /// The watch cache's streams' client (`WatchCache::new`).
+    streams: kube::Client,
     discovery: DiscoveryCache,
     selector: String,
     /// `plural.group` of every discovered kind, as kubectl takes them.
@@ -244,7 +246,8 @@ async fn setup() -> (Bench, usize) {
         .await
         .expect("config");
     config.default_retry = false;
-    let client = kube::Client::try_from(config).expect("client");
+    let client = kube::Client::try_from(config.clone()).expect("client");
+    let streams = kube::Client::try_from(config).expect("client");
     let discovery = DiscoveryCache::new(client.clone(), Duration::from_secs(300));
     let kinds = discovery.kinds().await.expect("discovery").kinds;
     assert_eq!(kinds.len(), 40, "namespaced listable kinds");
@@ -265,6 +268,7 @@ async fn setup() -> (Bench, usize) {
         api,
         served,
         client,
+        streams,
         discovery,
         selector: group::label_selector(PROJECT, SLUG),
         kubectl_kinds,
@@ -337,10 +341,16 @@ async fn measure_envlens(b: &Bench) -> group::ResourceGroup {
 async fn measure_cold(b: &Bench) -> (group::ResourceGroup, WatchCache) {
     let settings = WatchSettings {
         idle: Duration::from_secs(600),
+        handover: envlens::k8s::watch::HANDOVER,
         max_objects: 1_000_000,
         access_ttl: Duration::from_secs(60),
     };
-    let cache = WatchCache::new(b.client.clone(), settings, Default::default());
+    let cache = WatchCache::new(
+        b.client.clone(),
+        b.streams.clone(),
+        settings,
+        Default::default(),
+    );
     let listing = cache
         .list_resource_group(
             &b.discovery,
@@ -889,8 +899,10 @@ async fn synced_cache_bytes(
 ) -> (isize, isize, [isize; 40], usize, WatchCache) {
     let cache = WatchCache::new(
         b.client.clone(),
+        b.streams.clone(),
         WatchSettings {
             idle: Duration::from_secs(600),
+            handover: envlens::k8s::watch::HANDOVER,
             max_objects: 1_000_000,
             access_ttl: Duration::from_secs(5),
         },
@@ -915,8 +927,10 @@ async fn synced_cache_bytes(
     // The watch streams are open and idle; what a list page or a request left behind is freed.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let at_sync = live() - before;
-    // The texts are packed a moment after the list (`PACK_AFTER`): the cache at rest.
-    tokio::time::sleep(envlens::k8s::watch::PACK_AFTER + Duration::from_millis(500)).await;
+    // At rest: the texts packed a moment after the list (`PACK_AFTER`), the watches moved off
+    // the lists' connections (`HANDOVER`).
+    use envlens::k8s::watch::{HANDOVER, PACK_AFTER};
+    tokio::time::sleep(PACK_AFTER.max(HANDOVER) + Duration::from_millis(500)).await;
     let held = cache.objects();
     let by_size = live_by_size();
     (

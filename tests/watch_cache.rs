@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use envlens::k8s::discovery::DiscoveryCache;
 use envlens::k8s::fetch::{list_resource_group, FetchOptions};
-use envlens::k8s::watch::{WatchCache, WatchSettings};
+use envlens::k8s::watch::{WatchCache, WatchSettings, HANDOVER};
 use envlens::resources::group::{self, label_selector, ResourceGroup};
 use envlens::resources::health::Customizations;
 use envlens::telemetry::Metrics;
@@ -30,10 +30,10 @@ struct Setup {
 }
 
 async fn setup(max_objects: usize) -> Setup {
-    setup_with(max_objects, Duration::from_secs(5)).await
+    setup_with(max_objects, Duration::from_secs(5), HANDOVER).await
 }
 
-async fn setup_with(max_objects: usize, access_ttl: Duration) -> Setup {
+async fn setup_with(max_objects: usize, access_ttl: Duration, handover: Duration) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let api = KubeApi::new();
     environment(&api);
@@ -44,16 +44,18 @@ async fn setup_with(max_objects: usize, access_ttl: Duration) -> Setup {
         .unwrap();
     config.default_retry = false;
     config.read_timeout = None;
-    let client = kube::Client::try_from(config).unwrap();
+    let client = kube::Client::try_from(config.clone()).unwrap();
+    let streams = kube::Client::try_from(config).unwrap();
     let metrics = Arc::new(Metrics::default());
     let settings = WatchSettings {
         idle: Duration::from_secs(600),
+        handover,
         max_objects,
         access_ttl,
     };
     Setup {
         discovery: DiscoveryCache::new(client.clone(), Duration::from_secs(600)),
-        cache: WatchCache::new(client.clone(), settings, metrics.clone()),
+        cache: WatchCache::new(client.clone(), streams, settings, metrics.clone()),
         client,
         api,
         _served: served,
@@ -220,6 +222,40 @@ async fn the_cached_group_equals_a_fresh_list_through_changes() {
     ] {
         assert!(rendered.contains(family), "{family} missing");
     }
+}
+
+/// The watch that follows a list leaves the list's connection after the handover and resumes
+/// on the streams' own client: every kind is watched a second time, and nothing that changed
+/// around the move is missed.
+#[tokio::test]
+async fn watches_move_off_the_lists_connections_and_miss_nothing() {
+    let s = setup_with(200_000, Duration::from_secs(5), Duration::from_millis(300)).await;
+    let none = HeaderMap::new();
+    s.converges(&none, "first view").await;
+    let watches = || s.api.request_count("watch", "pods");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while watches() == 0 {
+        assert!(Instant::now() < deadline, "never watched");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Changes before, across and after the move.
+    let started = Instant::now();
+    let mut n = 0;
+    while started.elapsed() < Duration::from_millis(700) {
+        s.api.insert(labelled_pod(&format!("moving-{n}")));
+        n += 1;
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let g = s.converges(&none, "after the move").await;
+    assert!(
+        (0..n).all(|i| g.resources.iter().any(|r| r.name == format!("moving-{i}"))),
+        "{:?}",
+        names(&g)
+    );
+    // One watch more for the kind, and no list: it resumed from its version (the other lists
+    // are the two fresh ones the views were compared with).
+    assert_eq!(watches(), 2);
+    assert_eq!(s.api.request_count("list", "pods"), 3);
 }
 
 /// A view with no change since the last one gets the last one's group (the same, not a copy);
@@ -427,7 +463,7 @@ fn reviews_of(api: &KubeApi, user: &str) -> std::collections::BTreeMap<(String, 
 async fn concurrent_views_of_one_identity_share_their_access_reviews() {
     const VIEWS: usize = 40;
     let ttl = Duration::from_secs(3);
-    let s = setup_with(200_000, ttl).await;
+    let s = setup_with(200_000, ttl, HANDOVER).await;
     grant_devs(&s.api);
     // The watches list first (as the agent), so that the views below meet at the reviews.
     s.cached(&HeaderMap::new()).await;
@@ -670,14 +706,16 @@ async fn a_kind_installed_later_is_watched_and_idle_namespaces_stop() {
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
         .await
         .unwrap();
-    let client = kube::Client::try_from(config).unwrap();
+    let client = kube::Client::try_from(config.clone()).unwrap();
+    let streams = kube::Client::try_from(config).unwrap();
     let discovery = DiscoveryCache::new(client.clone(), Duration::from_secs(600));
     let settings = WatchSettings {
         idle: Duration::from_millis(300),
+        handover: HANDOVER,
         max_objects: 200_000,
         access_ttl: Duration::from_secs(5),
     };
-    let cache = WatchCache::new(client, settings, Arc::new(Metrics::default()));
+    let cache = WatchCache::new(client, streams, settings, Arc::new(Metrics::default()));
     let (none, selector, opts) = (HeaderMap::new(), label_selector(PROJECT, SLUG), options());
     let read = || cache.list_resource_group(&discovery, &none, NS, &selector, &opts);
     let before = read().await.unwrap();

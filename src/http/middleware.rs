@@ -42,10 +42,12 @@ pub async fn observe(
         let route = matched.as_ref().map_or("unmatched", MatchedPath::as_str);
         metrics.record(method.as_str(), route, status, elapsed);
         response.headers_mut().insert(REQUEST_ID_HEADER, header);
+        // The message as a plain `&str` field (where `info!(..., "request")` would format
+        // `format_args!` through `Debug` on every request), first as the macro puts it.
         tracing::info!(
+            message = "request",
             status,
             duration_ms = elapsed.as_secs_f64() * 1000.0,
-            "request"
         );
         response
     };

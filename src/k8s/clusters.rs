@@ -141,6 +141,7 @@ impl Clusters {
 fn watch_settings(settings: &KubernetesSettings) -> WatchSettings {
     WatchSettings {
         idle: settings.cache_idle,
+        handover: crate::k8s::watch::HANDOVER,
         max_objects: settings.cache_max_objects,
         access_ttl: settings.access_cache,
     }
@@ -190,15 +191,20 @@ async fn connect(
     // The cluster's own 429 and 503 answers belong to the caller (the proxy passes them on, a
     // resource group reports them); kube would otherwise retry them for seconds.
     config.default_retry = false;
-    let client = kube::client::ClientBuilder::try_from(config)
-        .context("cannot build the Kubernetes client")?
-        .with_layer(&ObserveLayer {
-            metrics: metrics.clone(),
-        })
-        .build();
+    let build = |config: kube::Config| -> anyhow::Result<kube::Client> {
+        Ok(kube::client::ClientBuilder::try_from(config)
+            .context("cannot build the Kubernetes client")?
+            .with_layer(&ObserveLayer {
+                metrics: metrics.clone(),
+            })
+            .build())
+    };
+    // The watch cache's streams get a client, so a connection pool, of their own.
+    let streams = build(config.clone())?;
+    let client = build(config)?;
     Ok(Cluster {
         discovery: DiscoveryCache::new(client.clone(), DiscoveryCache::DEFAULT_TTL),
-        watch: WatchCache::new(client.clone(), watch.clone(), metrics.clone()),
+        watch: WatchCache::new(client.clone(), streams, watch.clone(), metrics.clone()),
         client,
         source,
     })

@@ -141,7 +141,7 @@ impl KindWatch {
     /// `total` and `metrics` the cache's.
     #[allow(clippy::too_many_arguments)]
     pub fn start(
-        client: kube::Client,
+        route: Route,
         kind: ApiKind,
         namespace: &str,
         page_size: usize,
@@ -169,7 +169,7 @@ impl KindWatch {
             encode(&watch.kind.plural)
         );
         let weak = Arc::downgrade(&watch);
-        let task = tokio::spawn(run(client, weak, path, page_size));
+        let task = tokio::spawn(run(route, weak, path, page_size));
         let _ = watch.task.set(task.abort_handle());
         watch
     }
@@ -343,21 +343,26 @@ enum Ended {
     Failed(Failure),
 }
 
-async fn run(
-    client: kube::Client,
-    watch: std::sync::Weak<KindWatch>,
-    path: String,
-    page_size: usize,
-) {
+/// How a kind's watch reaches the cluster: lists through `client`, and watches through it only
+/// for the `handover` after a list, then through `streams` ([`super::WatchCache::new`]).
+pub(crate) struct Route {
+    pub client: kube::Client,
+    pub streams: kube::Client,
+    pub handover: Duration,
+}
+
+async fn run(route: Route, watch: std::sync::Weak<KindWatch>, path: String, page_size: usize) {
     let mut version: Option<String> = None;
     let mut backoff = BACKOFF_START;
+    let mut after_list = false;
     loop {
         let Some(this) = watch.upgrade() else { return };
         if version.is_none() {
             this.metrics.watch_relists.inc();
-            match list(&client, &this, &path, page_size).await {
+            match list(&route.client, &this, &path, page_size).await {
                 Ok(rv) => {
                     version = Some(rv);
+                    after_list = true;
                     this.set_phase(Phase::Synced);
                     tokio::spawn(pack_later(Arc::downgrade(&this)));
                 }
@@ -373,7 +378,15 @@ async fn run(
         }
         let from = version.clone().unwrap_or_default();
         drop(this);
-        match stream(&client, &watch, &path, &mut version, &from).await {
+        let (via, until) = if std::mem::take(&mut after_list) {
+            (
+                &route.client,
+                Some(tokio::time::Instant::now() + route.handover),
+            )
+        } else {
+            (&route.streams, None)
+        };
+        match stream(via, &watch, &path, &mut version, &from, until).await {
             // The backoff starts over only once a watch has worked: a cluster whose lists
             // answer but whose watches fail is not asked in a tight loop.
             Ended::Closed => backoff = BACKOFF_START,
@@ -452,13 +465,20 @@ async fn pack_later(watch: std::sync::Weak<KindWatch>) {
     }
 }
 
-/// One watch request, applied until it ends.
+/// How long the watch that follows a list runs on the list's connection before it is closed
+/// and the watch resumes on the streams' own pool ([`super::WatchCache::new`]): the default of
+/// [`super::WatchSettings::handover`].
+pub const HANDOVER: Duration = Duration::from_secs(10);
+
+/// One watch request, applied until it ends, or until `until`: then its connection is closed
+/// (a body left unread is never pooled) and the watch resumes from the last version applied.
 async fn stream(
     client: &kube::Client,
     watch: &std::sync::Weak<KindWatch>,
     path: &str,
     version: &mut Option<String>,
     from: &str,
+    until: Option<tokio::time::Instant>,
 ) -> Ended {
     let uri = format!(
         "{path}?watch=true&allowWatchBookmarks=true&resourceVersion={}&timeoutSeconds={WATCH_SECONDS}",
@@ -515,7 +535,15 @@ async fn stream(
     let _open = Open(metrics.clone());
     let mut buffer: Vec<u8> = Vec::new();
     loop {
-        let frame = match body.frame().await {
+        let next = body.frame();
+        let next = match until {
+            Some(until) => match tokio::time::timeout_at(until, next).await {
+                Ok(next) => next,
+                Err(_) => return Ended::Closed,
+            },
+            None => next.await,
+        };
+        let frame = match next {
             None => return Ended::Closed,
             Some(Err(_)) => return Ended::Closed,
             Some(Ok(frame)) => frame,
