@@ -11,7 +11,7 @@
 //! `span` holds the fields of every span the event is in, the request's outermost, and the name
 //! of the innermost.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::fmt::{self, Write as _};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -360,18 +360,27 @@ impl fmt::Write for Escaped<'_> {
 
 /// RFC 3339 in UTC with microseconds, e.g. `2026-11-24T11:25:22.123456Z`.
 fn write_timestamp(out: &mut String, now: SystemTime) {
+    thread_local! {
+        /// The last second written and its text: the date and time change once a second, the
+        /// lines come by the thousand (the calendar's divisions were half of the timestamp).
+        static SECOND: Cell<(u64, [u8; 27])> = const { Cell::new((u64::MAX, [0; 27])) };
+    }
     let since = now.duration_since(UNIX_EPOCH).unwrap_or_default();
     let secs = since.as_secs();
-    let (days, rest) = (secs / 86_400, secs % 86_400);
-    let (year, month, day) = civil_from_days(days as i64);
-    // Digits put in place: `write!` with six padded numbers cost more than the rest of a line.
-    let mut text = *b"0000-00-00T00:00:00.000000Z";
-    digits(&mut text[0..4], year.clamp(0, 9999) as u32);
-    digits(&mut text[5..7], month);
-    digits(&mut text[8..10], day);
-    digits(&mut text[11..13], (rest / 3600) as u32);
-    digits(&mut text[14..16], (rest / 60 % 60) as u32);
-    digits(&mut text[17..19], (rest % 60) as u32);
+    let (last, mut text) = SECOND.get();
+    if last != secs {
+        let (days, rest) = (secs / 86_400, secs % 86_400);
+        let (year, month, day) = civil_from_days(days as i64);
+        // Digits put in place: `write!` with six padded numbers cost more than a whole line.
+        text = *b"0000-00-00T00:00:00.000000Z";
+        digits(&mut text[0..4], year.clamp(0, 9999) as u32);
+        digits(&mut text[5..7], month);
+        digits(&mut text[8..10], day);
+        digits(&mut text[11..13], (rest / 3600) as u32);
+        digits(&mut text[14..16], (rest / 60 % 60) as u32);
+        digits(&mut text[17..19], (rest % 60) as u32);
+        SECOND.set((secs, text));
+    }
     digits(&mut text[20..26], since.subsec_micros());
     out.push_str(std::str::from_utf8(&text).unwrap_or_default());
 }
@@ -542,5 +551,16 @@ mod tests {
         let mut out = String::new();
         write_timestamp(&mut out, UNIX_EPOCH + Duration::from_secs(951_782_400));
         assert_eq!(out, "2000-02-29T00:00:00.000000Z");
+        // The second's text is kept between lines: the same second again, then the next, then
+        // the one before.
+        for (micros, text) in [
+            (951_782_400_000_007, "2000-02-29T00:00:00.000007Z"),
+            (951_782_401_999_999, "2000-02-29T00:00:01.999999Z"),
+            (951_782_399_500_000, "2000-02-28T23:59:59.500000Z"),
+        ] {
+            let mut out = String::new();
+            write_timestamp(&mut out, UNIX_EPOCH + Duration::from_micros(micros));
+            assert_eq!(out, text);
+        }
     }
 }
