@@ -102,7 +102,10 @@ impl Text {
         if std::ptr::eq(self, other) {
             return true;
         }
-        let (a, b) = (self.lock().clone(), other.lock().clone());
+        // Each read under its own lock, never both held: two comparisons of the same pair in
+        // opposite orders would wait on each other.
+        let a = self.lock().clone();
+        let b = other.lock().clone();
         match (&a, &b) {
             (Body::Plain(a), Body::Plain(b)) => a == b,
             (

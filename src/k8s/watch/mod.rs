@@ -204,9 +204,9 @@ impl WatchCache {
     /// shrunk. A watch on a pooled connection that carried a list page would keep that page's
     /// buffer for as long as it runs: 41 watches a namespace, ~1.6 MiB held for nothing
     /// (BENCHMARKS.md). So the watch that follows a list runs on the list's connection only for
-    /// a moment ([`WatchSettings::handover`], [`HANDOVER`]: nothing to connect while a first view waits), then the
-    /// connection is closed, its buffer with it, and the watch resumes on the streams' pool,
-    /// whose connections only ever carry events.
+    /// a moment ([`WatchSettings::handover`]: nothing to connect while a first view waits),
+    /// then the connection is closed, its buffer with it, and the watch resumes on the streams'
+    /// pool, whose connections only ever carry events.
     pub fn new(
         client: kube::Client,
         streams: kube::Client,
