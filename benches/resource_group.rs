@@ -39,7 +39,9 @@
 //! requests counted per verb at the test server. Time runs `--compress` times faster (the
 //! interval and `kubernetes.access_cache` both divided by it), so the counts are a minute's.
 //! With `--memory`: the bytes the synced cache holds per cached object (counted by the global
-//! allocator), against the size of the objects' JSON as the test server sends them.
+//! allocator), against the size of the objects' JSON as the test server sends them: at the
+//! list's end, and at rest (the texts packed, `PACK_AFTER`, and the watches moved off the
+//! lists' connections, `HANDOVER`: some 11 s a round).
 //!
 //! With `--warm`, instead: (w) the same GraphQL query answered from the synced watch cache
 //! (SPEC 8.1) against (a) without the cache (`kubernetes.cache_max_objects: 0`), interleaved;
