@@ -28,7 +28,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_graphql::futures_util::{SinkExt, StreamExt};
+use async_graphql::futures_util::{SinkExt, Stream, StreamExt};
 use async_graphql::http::{WebSocket as GraphQLSocket, WsMessage};
 use async_graphql::{Data, Executor};
 use axum::body::Body;
@@ -530,6 +530,28 @@ async fn serve(
             }
         }
     }
+    finish_close(source).await;
+}
+
+/// How long a closed socket waits for the client's own Close before the connection is dropped.
+const CLOSE_WAIT: Duration = Duration::from_secs(2);
+
+/// RFC 6455 7.1.1: after its Close frame the server reads until the client's Close (or the end),
+/// and only then drops the TCP connection. Dropped at once, with the client's Pong or Close
+/// still unread, the kernel answers with a reset, which can discard the Close frame before the
+/// client reads it: the client then sees 1006 instead of the code it was sent.
+async fn finish_close<S>(mut source: S)
+where
+    S: Stream<Item = Result<Message, tokio_tungstenite::tungstenite::Error>> + Unpin,
+{
+    let _ = tokio::time::timeout(CLOSE_WAIT, async {
+        while let Some(Ok(message)) = source.next().await {
+            if matches!(message, Message::Close(_)) {
+                break;
+            }
+        }
+    })
+    .await;
 }
 
 async fn sleep_until_some(deadline: Option<Instant>) {

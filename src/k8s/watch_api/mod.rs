@@ -58,6 +58,8 @@ pub const RECHECK: Duration = Duration::from_secs(30);
 /// Messages queued for a slow socket before its watches wait (and the cache's feed, if they
 /// fall too far behind, makes them read their kinds again).
 const OUTBOX: usize = 1024;
+/// How long a closed socket waits for the browser's own Close before it is dropped.
+const CLOSE_WAIT: Duration = Duration::from_secs(2);
 
 /// What the watch API keeps between requests: the tokens waiting, and the socket bound.
 pub struct Shared {
@@ -150,7 +152,7 @@ pub async fn watch(
         .await
     {
         Ok(cluster) => cluster,
-        Err(e) => return Error::BadGateway(e.to_string()).to_kubernetes_status(),
+        Err(none) => return Error::from(none).to_kubernetes_status(),
     };
     let Ok(permit) = clusters.watch_api.sockets.clone().try_acquire_owned() else {
         return kubernetes_status(
@@ -267,7 +269,18 @@ impl Socket {
         };
         drop(watches);
         if let Some(frame) = closing {
-            let _ = ws.send(Message::Close(Some(frame))).await;
+            if ws.send(Message::Close(Some(frame))).await.is_ok() {
+                // As the GraphQL sockets do (RFC 6455 7.1.1): read until the browser's own Close,
+                // so that the connection ends without a reset that could eat the frame.
+                let _ = tokio::time::timeout(CLOSE_WAIT, async {
+                    while let Some(Ok(message)) = ws.recv().await {
+                        if matches!(message, Message::Close(_)) {
+                            break;
+                        }
+                    }
+                })
+                .await;
+            }
         }
     }
 
