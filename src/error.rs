@@ -36,6 +36,9 @@ pub enum Error {
     /// GitLab, which must vouch for the request, cannot be asked now: retry later.
     #[error("{0}")]
     GitLabUnavailable(String),
+    /// The agent has no cluster connection (SPEC 6): nothing was sent anywhere.
+    #[error("{0}")]
+    NoConnection(String),
     #[error(transparent)]
     Internal(#[from] anyhow::Error),
 }
@@ -61,7 +64,7 @@ impl Error {
             Error::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             Error::Unavailable(_) | Error::Timeout(_) => StatusCode::SERVICE_UNAVAILABLE,
             Error::BadGateway(_) => StatusCode::BAD_GATEWAY,
-            Error::GitLabUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Error::GitLabUnavailable(_) | Error::NoConnection(_) => StatusCode::SERVICE_UNAVAILABLE,
             Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -79,6 +82,7 @@ impl Error {
             Error::Unavailable(_) | Error::Timeout(_) | Error::GitLabUnavailable(_) => {
                 "unavailable"
             }
+            Error::NoConnection(_) => "no_connection",
             Error::BadGateway(_) => "bad_gateway",
             Error::Internal(_) => "internal",
         }
@@ -128,9 +132,10 @@ impl Error {
                 "BAD_USER_INPUT"
             }
             Error::Conflict(_) => "CONFLICT",
-            Error::Unavailable(_) | Error::Timeout(_) | Error::GitLabUnavailable(_) => {
-                "SERVICE_UNAVAILABLE"
-            }
+            Error::Unavailable(_)
+            | Error::Timeout(_)
+            | Error::GitLabUnavailable(_)
+            | Error::NoConnection(_) => "SERVICE_UNAVAILABLE",
             Error::BadGateway(_) => "BAD_GATEWAY",
             Error::Internal(_) => "INTERNAL_SERVER_ERROR",
         };

@@ -51,7 +51,7 @@ impl AppState {
             metrics: metrics.clone(),
             limits,
             schemas: Schemas::new(),
-            clusters: Arc::new(Clusters::fallback_only(
+            clusters: Arc::new(Clusters::none(
                 &KubernetesSettings::default(),
                 metrics,
             )),

@@ -349,7 +349,7 @@ async fn proxy_paths_and_headers_never_leave_the_prefix() {
     )
     .unwrap();
     let app = TestApp::with_config(&format!(
-        "kubernetes:\n  kubeconfig: {}\n",
+        "kubernetes:\n  kubeconfig: {}\n  agents:\n  - agent: 7\n    context: c\n",
         kubeconfig.display()
     ))
     .await;

@@ -73,8 +73,8 @@ async fn gitlab(served: &Served, history: &str) -> (TestApp, Worker) {
 
 async fn worker(app: &TestApp, served: &Served, history: &str) -> Worker {
     let settings = Settings::parse(&format!(
-        "kubernetes:\n  kubeconfig: {}\n  response_timeout: 3s\n{history}",
-        served.kubeconfig.display()
+        "kubernetes:\n{}  response_timeout: 3s\n{history}",
+        served.connections(&["7"])
     ))
     .unwrap();
     let clusters = envlens::k8s::clusters::Clusters::load(&settings.kubernetes, Default::default())

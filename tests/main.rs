@@ -7,6 +7,7 @@ mod bad_input;
 mod chart;
 mod ci_deployments;
 mod cluster_client;
+mod cluster_reach;
 mod connections;
 mod dashboard;
 mod deployment_page;

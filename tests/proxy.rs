@@ -92,8 +92,8 @@ pub async fn cluster() -> (KubeApi, Served, TempDir) {
 
 pub fn config(served: &Served) -> String {
     format!(
-        "kubernetes:\n  kubeconfig: {}\n",
-        served.kubeconfig.display()
+        "kubernetes:\n{}  own_namespace: envlens\n",
+        served.connections(&["7", "8", "acme/agents:robot"])
     )
 }
 
@@ -571,8 +571,8 @@ async fn clusters_that_cannot_be_reached_are_502() {
     let yaml = format!(
         concat!(
             "kubernetes:\n  connect_timeout: 1s\n  response_timeout: 500ms\n  agents:\n",
-            "  - agent: 7\n    kubeconfig: {}\n",
-            "  - agent: acme/agents:robot\n    kubeconfig: {}\n"
+            "  - agent: 7\n    context: c\n    kubeconfig: {}\n",
+            "  - agent: acme/agents:robot\n    context: c\n    kubeconfig: {}\n"
         ),
         kubeconfig_for(&dir.path().join("a"), &format!("http://{closed_addr}")).display(),
         kubeconfig_for(&dir.path().join("b"), &format!("http://{silent_addr}")).display(),
@@ -750,7 +750,7 @@ async fn encoded_dot_segments_never_leave_the_prefix() {
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = kubeconfig_for(dir.path(), &format!("http://{addr}/prefix"));
     let app = setup(&format!(
-        "kubernetes:\n  kubeconfig: {}\n",
+        "kubernetes:\n  kubeconfig: {}\n  agents:\n  - agent: 7\n    context: c\n",
         kubeconfig.display()
     ))
     .await;

@@ -316,6 +316,48 @@ async fn watches_share_a_socket_and_follow_the_cluster_from_the_cache() {
     assert_eq!(live.api.request_count("list", "pods"), 1);
 }
 
+/// The proxy's refusals hold on the socket too (SPEC 13): envlens' own namespace's Secrets and
+/// every namespace's are an error message, whatever the cluster (here: allowing all) says.
+#[tokio::test]
+async fn secrets_of_envlens_namespace_are_refused_on_the_socket() {
+    let live = live().await;
+    let mut ws = live.socket(2, 9).await;
+    for (id, namespace) in [("own", "envlens"), ("all", "")] {
+        watch(
+            &mut ws,
+            id,
+            json!({"version": "v1", "resource": "secrets", "namespace": namespace}),
+        )
+        .await;
+        let m = next(&mut ws).await;
+        assert_eq!((&m["watchId"], &m["type"]), (&json!(id), &json!("error")), "{m}");
+        assert_eq!(m["error"]["object"]["code"], 403, "{m}");
+        assert!(
+            m["error"]["object"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("Secrets of"),
+            "{m}"
+        );
+    }
+    // Another namespace's Secrets are the cluster's to decide.
+    live.api.insert(json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "db", "namespace": "apps"}, "data": {"password": "aHVudGVyMg=="}}));
+    watch(
+        &mut ws,
+        "apps",
+        json!({"version": "v1", "resource": "secrets", "namespace": "apps"}),
+    )
+    .await;
+    let m = next(&mut ws).await;
+    assert_eq!(m["watchEvent"]["object"]["metadata"]["name"], "db", "{m}");
+    assert!(!live
+        .api
+        .requests()
+        .iter()
+        .any(|r| r.path.contains("namespaces/envlens") || r.path == "/api/v1/secrets"));
+}
+
 #[tokio::test]
 async fn a_kind_the_user_may_not_list_is_an_error_message() {
     let live = live().await;

@@ -177,6 +177,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         state = state.with_gitlab(instance);
     }
     let state = state.with_site(site);
+    report_unconnected_agents(&state).await;
     database.register_metrics(&state.metrics);
     state.live.relay_notices();
     let pruning = tokio::spawn(prune_deliveries(state.db.clone()));
@@ -211,6 +212,31 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     database.close().await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Logs the registered agents that have no cluster connection (SPEC 6), so that an operator
+/// who upgraded from the old default connection sees at once which entries to add.
+async fn report_unconnected_agents(state: &AppState) {
+    const SHOWN: usize = 20;
+    let agents = match crate::db::agents::all(state.db.pg(), 100_000).await {
+        Ok(agents) => agents,
+        Err(e) => return tracing::warn!(error = %e, "cannot list the agents to check their connections"),
+    };
+    let unconnected: Vec<String> = agents
+        .iter()
+        .filter(|a| !state.clusters.has_entry(a.id, &a.project_full_path, &a.name))
+        .map(|a| format!("{} ({}:{})", a.id, a.project_full_path, a.name))
+        .collect();
+    if !unconnected.is_empty() {
+        let more = unconnected.len().saturating_sub(SHOWN);
+        tracing::warn!(
+            count = unconnected.len(),
+            agents = %unconnected[..unconnected.len().min(SHOWN)].join(", "),
+            more,
+            "agents without a cluster connection: their views answer 503 until kubernetes.agents \
+             names them (a context, or in_cluster: true)"
+        );
+    }
 }
 
 /// "Sign in with GitLab", when `gitlab.client_id` names an OAuth application.

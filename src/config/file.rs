@@ -3,7 +3,7 @@
 //!
 //! ```yaml
 //! kubernetes:
-//!   kubeconfig: /etc/envlens/kubeconfig   # default: KUBECONFIG, ~/.kube/config, in-cluster
+//!   kubeconfig: /etc/envlens/kubeconfig   # of entries with a context and no kubeconfig; default: KUBECONFIG, ~/.kube/config
 //!   connect_timeout: 5s
 //!   response_timeout: 30s                 # until the cluster's first byte; streams then run free
 //!   access_cache: 5s                      # how long a user_access decision is reused
@@ -15,6 +15,10 @@
 //!     - agent: group/project:my-agent     # ... or `<configuration project path>:<agent name>`
 //!       context: staging
 //!       kubeconfig: /etc/envlens/staging  # this entry's own kubeconfig
+//!     - agent: 9
+//!       in_cluster: true                  # the pod's own service account
+//!   # An agent without an entry has no cluster connection: no default, no current context.
+//!   own_namespace: envlens               # whose Secrets are never proxied; default: POD_NAMESPACE
 //! cors:
 //!   allowed_origins: [https://gitlab.example.com]
 //! health:                                 # Lua health scripts in Argo CD's format (SPEC 11)
@@ -170,7 +174,7 @@ pub struct HealthSettings {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KubernetesSettings {
-    /// The kubeconfig of entries without their own, and of agents without an entry.
+    /// The kubeconfig of entries that name a `context` without a `kubeconfig` of their own.
     #[serde(default)]
     pub kubeconfig: Option<PathBuf>,
     /// How long connecting to a cluster may take before the proxy answers 502.
@@ -191,6 +195,10 @@ pub struct KubernetesSettings {
     pub cache_max_objects: usize,
     #[serde(default)]
     pub agents: Vec<AgentCluster>,
+    /// The namespace envlens runs in, whose Secrets the proxy never forwards (SPEC 13);
+    /// default: the `POD_NAMESPACE` environment variable (the chart sets it).
+    #[serde(default)]
+    pub own_namespace: Option<String>,
 }
 
 impl Default for KubernetesSettings {
@@ -203,20 +211,36 @@ impl Default for KubernetesSettings {
             cache_idle: default_cache_idle(),
             cache_max_objects: default_cache_max_objects(),
             agents: Vec::new(),
+            own_namespace: None,
         }
     }
 }
 
-/// Which kubeconfig context one agent's cluster is reached through.
+/// How one agent's cluster is reached: a context of a kubeconfig, or the pod's own service
+/// account. Exactly one of `context` and `in_cluster` (SPEC 6): a kubeconfig's current context
+/// is never used for an agent that does not name it.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AgentCluster {
     pub agent: AgentRef,
-    /// A context of the kubeconfig; its current context when absent.
+    /// A context of the entry's kubeconfig (else `kubernetes.kubeconfig`, else the default one).
     #[serde(default)]
     pub context: Option<String>,
     #[serde(default)]
     pub kubeconfig: Option<PathBuf>,
+    /// The pod's own service account (envlens runs in the agent's cluster).
+    #[serde(default)]
+    pub in_cluster: bool,
+}
+
+impl AgentCluster {
+    /// Where the entry leads, for messages.
+    pub fn target(&self) -> String {
+        match &self.context {
+            Some(context) => format!("context \"{context}\""),
+            None => "in_cluster".to_owned(),
+        }
+    }
 }
 
 /// An agent named by id, or by `<configuration project full path>:<agent name>`.
@@ -333,6 +357,23 @@ impl Settings {
                 "{} has more than one entry under kubernetes.agents",
                 entry.agent
             );
+            match (&entry.context, entry.in_cluster) {
+                (Some(_), false) => {}
+                (None, true) => anyhow::ensure!(
+                    entry.kubeconfig.is_none(),
+                    "kubernetes.agents: {} has both in_cluster and a kubeconfig",
+                    entry.agent
+                ),
+                (Some(_), true) => anyhow::bail!(
+                    "kubernetes.agents: {} has both a context and in_cluster: name one",
+                    entry.agent
+                ),
+                (None, false) => anyhow::bail!(
+                    "kubernetes.agents: {} names no cluster: give it a `context` of a kubeconfig, \
+                     or `in_cluster: true` for envlens' own service account",
+                    entry.agent
+                ),
+            }
         }
         anyhow::ensure!(
             self.history.keep_per_environment >= 1,
@@ -362,7 +403,7 @@ mod tests {
     #[test]
     fn reads_the_documented_example() {
         let s = Settings::parse(
-            "kubernetes:\n  connect_timeout: 2s\n  agents:\n    - agent: 7\n      context: prod\n    - agent: Group/Project:My-Agent\n      context: staging\n      kubeconfig: /tmp/k\n    - agent: \"8\"\ncors:\n  allowed_origins: [https://gitlab.example.com]\n",
+            "kubernetes:\n  connect_timeout: 2s\n  agents:\n    - agent: 7\n      context: prod\n    - agent: Group/Project:My-Agent\n      context: staging\n      kubeconfig: /tmp/k\n    - agent: \"8\"\n      in_cluster: true\ncors:\n  allowed_origins: [https://gitlab.example.com]\n",
         )
         .unwrap();
         let agents = &s.kubernetes.agents;
@@ -374,6 +415,7 @@ mod tests {
         );
         assert_eq!(agents[1].kubeconfig.as_deref(), Some(Path::new("/tmp/k")));
         assert_eq!(agents[2].agent, AgentRef::Id(8));
+        assert!(agents[2].in_cluster && !agents[0].in_cluster);
         assert_eq!(s.kubernetes.connect_timeout, Duration::from_secs(2));
         assert_eq!(s.kubernetes.response_timeout, Duration::from_secs(30));
         assert_eq!(s.cors.allowed_origins, ["https://gitlab.example.com"]);
@@ -396,8 +438,16 @@ mod tests {
         assert!(err("kubernetes:\n  agents:\n    - agent: -3\n").contains("positive"));
         assert!(err("kubernetes:\n  connect_timeout: soon\n").contains("soon"));
         assert!(
-            err("kubernetes:\n  agents:\n    - agent: 7\n    - agent: \"7\"\n")
+            err("kubernetes:\n  agents:\n    - agent: 7\n      context: a\n    - agent: \"7\"\n      context: b\n")
                 .contains("more than one entry")
+        );
+        // An entry must name its cluster: no entry falls back to a current context.
+        assert!(err("kubernetes:\n  agents:\n    - agent: 7\n").contains("names no cluster"));
+        assert!(err("kubernetes:\n  agents:\n    - agent: 7\n      kubeconfig: /k\n")
+            .contains("agent 7 names no cluster"));
+        assert!(
+            err("kubernetes:\n  agents:\n    - agent: 7\n      context: a\n      in_cluster: true\n")
+                .contains("both a context and in_cluster")
         );
         assert!(err("cors:\n  allowed_origins: ['*']\n").contains("not an origin"));
         assert!(err("history:\n  keep_per_environment: 0\n").contains("at least 1"));

@@ -26,6 +26,17 @@ pub async fn find(db: impl PgExecutor<'_>, id: i64) -> Result<Option<Agent>> {
     .await?)
 }
 
+/// Every registered agent, by id (at most `limit`).
+pub async fn all(db: impl PgExecutor<'_>, limit: i64) -> Result<Vec<Agent>> {
+    Ok(sqlx::query_as(
+        "SELECT a.id, a.project_id, a.name, p.full_path AS project_full_path
+         FROM cluster_agents a JOIN projects p ON p.id = a.project_id ORDER BY a.id LIMIT $1",
+    )
+    .bind(limit)
+    .fetch_all(db)
+    .await?)
+}
+
 pub async fn project_exists(db: impl PgExecutor<'_>, id: i64) -> Result<bool> {
     Ok(
         sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM projects WHERE id = $1)")

@@ -12,7 +12,7 @@ use tokio::net::TcpListener;
 
 use crate::auth::secrets::Secrets;
 use crate::auth::{mint_internal, Keys};
-use crate::config::file::KubernetesSettings;
+use crate::config::file::{AgentCluster, AgentRef, KubernetesSettings};
 use crate::config::{DatabaseArgs, DemoArgs, SecretArgs};
 use crate::db::Database;
 use crate::k8s::clusters::Clusters;
@@ -42,7 +42,7 @@ pub async fn run(
         .trim()
         .to_owned();
 
-    // The sample cluster, and a kubeconfig that leads every agent to it.
+    // The sample cluster, and a kubeconfig that leads the demo's agent to it.
     let demo_cluster = cluster::DemoCluster::default();
     let mut world = world::World::new(demo_cluster.clone());
     let cluster_addr = demo_cluster
@@ -52,7 +52,12 @@ pub async fn run(
     let kubeconfig = args.data_dir.join("demo-kubeconfig.yaml");
     std::fs::write(&kubeconfig, cluster::DemoCluster::kubeconfig(cluster_addr))?;
     let settings = KubernetesSettings {
-        kubeconfig: Some(kubeconfig),
+        agents: vec![AgentCluster {
+            agent: AgentRef::Path(world::AGENT.to_owned()),
+            context: Some("demo".to_owned()),
+            kubeconfig: Some(kubeconfig),
+            in_cluster: false,
+        }],
         ..KubernetesSettings::default()
     };
     let metrics = std::sync::Arc::new(crate::telemetry::Metrics::default());

@@ -57,10 +57,20 @@ pub async fn load(
     super::types::loader(ctx).loader().release().await;
 
     let unreachable = |e: &dyn std::fmt::Display| Error::BadGateway(e.to_string()).to_graphql();
-    let cluster = clusters
+    let selector = label_selector(environment.project_id, &environment.slug);
+    let cluster = match clusters
         .for_agent(agent.id, &agent_project.0.full_path, &agent.name)
         .await
-        .map_err(|e| unreachable(&e))?;
+    {
+        Ok(cluster) => cluster,
+        Err(none) => {
+            let group = group::ResourceGroup::unreadable(&namespace, &selector, 503, none.to_string());
+            return Ok(ResourceGroup::new(
+                DeploymentAgent { agent, namespace },
+                Arc::new(group),
+            ));
+        }
+    };
     let options = FetchOptions {
         request_timeout: clusters.response_timeout,
         agent: Some(agent.id),
@@ -80,7 +90,7 @@ pub async fn load(
             &cluster.discovery,
             &headers,
             &namespace,
-            &label_selector(environment.project_id, &environment.slug),
+            &selector,
             &options,
             custom,
         )

@@ -1,22 +1,24 @@
 //! Cluster connections (SPEC section 6): which Kubernetes client reaches which agent's cluster.
 //!
-//! Clients of the configuration file's entries are built once, at start-up, so that a context
-//! that does not exist stops `serve` with a message naming the agent and the context rather than
-//! failing a user's request later. Agents without an entry share one client of the default
-//! kubeconfig's current context (`KUBECONFIG`, `~/.kube/config`), or of the in-cluster service
-//! account; it is built on first use, and retried on the next use if that fails, so that envlens
-//! starts on a machine with no cluster at all.
+//! In GitLab an agent reaches exactly one cluster, the one its agentk runs in. envlens keeps
+//! that rule: an agent is reached only through an entry of the configuration file that names
+//! it (a kubeconfig context, or `in_cluster: true` for the pod's own service account). There is
+//! no catch-all: a kubeconfig's current context, or the pod's account, is never lent to an
+//! agent that does not name it, since any Maintainer can register an agent and would otherwise
+//! read whatever envlens' own identity can. An agent without an entry has no connection
+//! ([`NoConnection`]): its views say so (503), nothing is sent anywhere.
+//!
+//! Clients are built once, at start-up, so that a context that does not exist stops `serve`
+//! with a message naming the agent and the context rather than failing a user's request later.
 
 use std::collections::HashMap;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use tokio::sync::OnceCell;
 
-use crate::config::file::{AgentRef, KubernetesSettings};
+use crate::config::file::{AgentCluster, AgentRef, KubernetesSettings};
 use crate::k8s::discovery::DiscoveryCache;
 use crate::k8s::observe::ObserveLayer;
 use crate::k8s::watch::{WatchCache, WatchSettings};
@@ -29,6 +31,8 @@ pub struct Cluster {
     pub client: kube::Client,
     /// e.g. `context "prod" of /etc/envlens/kubeconfig`.
     pub source: String,
+    /// Reached with the pod's own service account (`in_cluster: true`).
+    pub in_cluster: bool,
     pub discovery: DiscoveryCache,
     /// The objects of the namespaces viewed, kept by watches (SPEC 8.1).
     pub watch: WatchCache,
@@ -36,10 +40,9 @@ pub struct Cluster {
 
 pub struct Clusters {
     configured: HashMap<AgentRef, Cluster>,
-    default: OnceCell<Cluster>,
-    default_kubeconfig: Option<std::path::PathBuf>,
-    connect_timeout: Duration,
-    watch: WatchSettings,
+    /// The namespace envlens runs in: the proxy never forwards its Secrets
+    /// ([`crate::k8s::request_info`]).
+    pub own_namespace: Option<String>,
     pub response_timeout: Duration,
     /// Recent `user_access` decisions.
     pub grants: crate::k8s::grants::GrantCache,
@@ -49,12 +52,17 @@ pub struct Clusters {
     pub watch_api: Arc<crate::k8s::watch_api::Shared>,
 }
 
-/// No client could be made for the agent: the proxy answers 502 with this message.
-#[derive(Debug, thiserror::Error)]
-#[error("no connection to the cluster of agent {agent}: {reason}")]
-pub struct Unconfigured {
+/// The agent has no cluster connection (SPEC 6): its views answer 503 with this message.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("No cluster connection is configured for agent {agent}")]
+pub struct NoConnection {
     pub agent: i64,
-    pub reason: String,
+}
+
+impl From<NoConnection> for crate::error::Error {
+    fn from(e: NoConnection) -> Self {
+        crate::error::Error::NoConnection(e.to_string())
+    }
 }
 
 impl Clusters {
@@ -65,38 +73,27 @@ impl Clusters {
     ) -> anyhow::Result<Self> {
         let mut configured = HashMap::new();
         for entry in &settings.agents {
-            let kubeconfig = entry.kubeconfig.as_ref().or(settings.kubeconfig.as_ref());
-            let cluster = connect(
-                kubeconfig.map(|p| p.as_path()),
-                entry.context.as_deref(),
-                settings.connect_timeout,
-                &watch_settings(settings),
-                &metrics,
-            )
-            .await
-            .with_context(|| {
-                let context = match &entry.context {
-                    Some(c) => format!("context \"{c}\""),
-                    None => "the current context".to_owned(),
-                };
-                format!("kubernetes.agents: {}, {context}", entry.agent)
-            })?;
+            let cluster = connect(entry, settings, &metrics)
+                .await
+                .with_context(|| format!("kubernetes.agents: {}, {}", entry.agent, entry.target()))?;
             configured.insert(entry.agent.clone(), cluster);
         }
         Ok(Clusters {
             configured,
-            ..Clusters::fallback_only(settings, metrics)
+            ..Clusters::none(settings, metrics)
         })
     }
 
-    /// Every agent through the default connection: no entries are built.
-    pub fn fallback_only(settings: &KubernetesSettings, metrics: Arc<Metrics>) -> Self {
+    /// No agent has a connection: no entries are built.
+    pub fn none(settings: &KubernetesSettings, metrics: Arc<Metrics>) -> Self {
+        let own_namespace = settings.own_namespace.clone().or_else(|| {
+            std::env::var("POD_NAMESPACE")
+                .ok()
+                .filter(|ns| !ns.is_empty())
+        });
         Clusters {
             configured: HashMap::new(),
-            default: OnceCell::new(),
-            default_kubeconfig: settings.kubeconfig.clone(),
-            connect_timeout: settings.connect_timeout,
-            watch: watch_settings(settings),
+            own_namespace,
             response_timeout: settings.response_timeout,
             grants: crate::k8s::grants::GrantCache::new(settings.access_cache),
             metrics,
@@ -104,37 +101,29 @@ impl Clusters {
         }
     }
 
-    /// The cluster of an agent: its entry by id, else by path, else the default connection.
+    /// The cluster of an agent: its entry by id, else by path; none without an entry.
     pub async fn for_agent(
         &self,
         id: i64,
         project_full_path: &str,
         name: &str,
-    ) -> Result<Cluster, Unconfigured> {
-        let by_path = AgentRef::path(project_full_path, name);
-        if let Some(cluster) = self
-            .configured
+    ) -> Result<Cluster, NoConnection> {
+        self.configured
             .get(&AgentRef::Id(id))
-            .or_else(|| self.configured.get(&by_path))
-        {
-            return Ok(cluster.clone());
-        }
-        self.default
-            .get_or_try_init(|| {
-                connect(
-                    self.default_kubeconfig.as_deref(),
-                    None,
-                    self.connect_timeout,
-                    &self.watch,
-                    &self.metrics,
-                )
+            .or_else(|| {
+                self.configured
+                    .get(&AgentRef::path(project_full_path, name))
             })
-            .await
             .cloned()
-            .map_err(|e| Unconfigured {
-                agent: id,
-                reason: format!("{e:#}"),
-            })
+            .ok_or(NoConnection { agent: id })
+    }
+
+    /// Whether the agent has an entry (for `serve`'s start-up report).
+    pub fn has_entry(&self, id: i64, project_full_path: &str, name: &str) -> bool {
+        self.configured.contains_key(&AgentRef::Id(id))
+            || self
+                .configured
+                .contains_key(&AgentRef::path(project_full_path, name))
     }
 }
 
@@ -147,44 +136,40 @@ fn watch_settings(settings: &KubernetesSettings) -> WatchSettings {
     }
 }
 
-/// A client for a context of a kubeconfig file, or, without a file, what kube infers:
-/// `KUBECONFIG` / `~/.kube/config`, then the in-cluster service account.
+/// The client of one entry: a context of a kubeconfig file (the entry's, else
+/// `kubernetes.kubeconfig`, else kube's default file), or the pod's own service account.
 async fn connect(
-    kubeconfig: Option<&Path>,
-    context: Option<&str>,
-    connect_timeout: Duration,
-    watch: &WatchSettings,
+    entry: &AgentCluster,
+    settings: &KubernetesSettings,
     metrics: &Arc<Metrics>,
 ) -> anyhow::Result<Cluster> {
-    let options = KubeConfigOptions {
-        context: context.map(str::to_owned),
-        ..Default::default()
-    };
-    let describe = |file: &str| match context {
-        Some(c) => format!("context \"{c}\" of {file}"),
-        None => format!("the current context of {file}"),
-    };
-    let (mut config, source) = match kubeconfig {
-        Some(path) => {
+    let kubeconfig = entry.kubeconfig.as_ref().or(settings.kubeconfig.as_ref());
+    let (mut config, source) = match (&entry.context, kubeconfig) {
+        (Some(context), Some(path)) => {
+            let options = KubeConfigOptions {
+                context: Some(context.clone()),
+                ..Default::default()
+            };
             let file = Kubeconfig::read_from(path)
                 .with_context(|| format!("cannot read kubeconfig {}", path.display()))?;
             let config = kube::Config::from_custom_kubeconfig(file, &options).await?;
-            (config, describe(&path.display().to_string()))
+            (config, format!("context \"{context}\" of {}", path.display()))
         }
-        None if context.is_some() => {
+        (Some(context), None) => {
+            let options = KubeConfigOptions {
+                context: Some(context.clone()),
+                ..Default::default()
+            };
             let config = kube::Config::from_kubeconfig(&options).await?;
-            (config, describe("the default kubeconfig"))
+            (config, format!("context \"{context}\" of the default kubeconfig"))
         }
-        None => {
-            let config = kube::Config::infer()
-                .await
-                .context("no kubeconfig (KUBECONFIG, ~/.kube/config) and not running in a pod")?;
-            (
-                config,
-                "the default kubeconfig or in-cluster account".to_owned(),
-            )
+        (None, _) => {
+            let config = kube::Config::incluster()
+                .context("in_cluster: envlens is not running in a pod with a service account")?;
+            (config, "the pod's service account".to_owned())
         }
     };
+    let connect_timeout = settings.connect_timeout;
     config.connect_timeout = Some(connect_timeout);
     // Watches and followed logs may stay quiet for as long as they like.
     config.read_timeout = None;
@@ -203,8 +188,14 @@ async fn connect(
     let streams = build(config.clone())?;
     let client = build(config)?;
     Ok(Cluster {
+        in_cluster: entry.context.is_none(),
         discovery: DiscoveryCache::new(client.clone(), DiscoveryCache::DEFAULT_TTL),
-        watch: WatchCache::new(client.clone(), streams, watch.clone(), metrics.clone()),
+        watch: WatchCache::new(
+            client.clone(),
+            streams,
+            watch_settings(settings),
+            metrics.clone(),
+        ),
         client,
         source,
     })

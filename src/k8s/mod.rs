@@ -8,5 +8,6 @@ pub mod fetch;
 pub mod grants;
 pub mod observe;
 pub mod proxy;
+pub mod request_info;
 pub mod watch;
 pub mod watch_api;

@@ -26,6 +26,7 @@ use crate::gitlab::Instance;
 use crate::k8s::clusters::Clusters;
 use crate::k8s::grants::{AccessType, Grant};
 use crate::k8s::observe::ForAgent;
+use crate::k8s::request_info::RequestInfo;
 use crate::telemetry::RequestId;
 
 pub const PREFIX: &str = "/k8s-proxy";
@@ -80,6 +81,11 @@ pub async fn forward(
             "the path must be a Kubernetes API path: no segment that decodes to `.` or `..`, no encoded `/`, `\\` or `%`, no NUL, no empty segment",
         );
     };
+    if let Some(refusal) = RequestInfo::parse(uri.path())
+        .and_then(|info| info.refusal(clusters.own_namespace.as_deref()))
+    {
+        return kubernetes_status(StatusCode::FORBIDDEN, &refusal);
+    }
     let body = match axum::body::to_bytes(body, limits.body_limit).await {
         Ok(body) => body,
         Err(_) => {
@@ -96,7 +102,7 @@ pub async fn forward(
         .await
     {
         Ok(cluster) => cluster,
-        Err(e) => return Error::BadGateway(e.to_string()).to_kubernetes_status(),
+        Err(none) => return Error::from(none).to_kubernetes_status(),
     };
 
     let mut upstream = axum::http::Request::new(kube::client::Body::from(body));

@@ -62,6 +62,30 @@ pub struct ResourceGroup {
     pub errors: Vec<ListError>,
 }
 
+impl ResourceGroup {
+    /// The group of an agent that cannot be read at all (no cluster connection, SPEC 6): no
+    /// resources, one error with no kind (`code` 503), and a health that cannot be known.
+    pub fn unreadable(namespace: &str, label_selector: &str, code: u16, message: String) -> Self {
+        ResourceGroup {
+            namespace: namespace.to_owned(),
+            label_selector: label_selector.to_owned(),
+            health: Health {
+                status: health::HealthStatus::Unknown,
+                message: Some(message.clone()),
+            },
+            resources: Vec::new(),
+            edges: Vec::new(),
+            warnings: Vec::new(),
+            errors: vec![ListError {
+                api_version: String::new(),
+                kind: String::new(),
+                code: Some(code),
+                message,
+            }],
+        }
+    }
+}
+
 /// A top-level string field, `""` when absent.
 fn field<'a>(object: &'a Tree, name: &str) -> &'a str {
     object.get(name).and_then(Tree::as_str).unwrap_or("")

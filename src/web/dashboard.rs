@@ -663,8 +663,7 @@ async fn pod_log(
     let cluster = engine
         .clusters
         .for_agent(agent_id, &agent_project, &agent.name)
-        .await
-        .map_err(|e| Error::BadGateway(e.to_string()))?;
+        .await?;
     let namespace = found.resource.namespace.as_deref().unwrap_or("default");
     let uri = format!(
         "/api/v1/namespaces/{}/pods/{}/log{}",

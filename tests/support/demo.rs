@@ -77,8 +77,9 @@ impl Demo {
         let kubeconfig = dir.path().join("kubeconfig");
         std::fs::write(&kubeconfig, DemoCluster::kubeconfig(addr)).unwrap();
         let settings = envlens::config::file::Settings::parse(&format!(
-            "kubernetes:\n  kubeconfig: {}\n",
-            kubeconfig.display()
+            "kubernetes:\n  kubeconfig: {}\n  agents:\n  - agent: \"{}\"\n    context: demo\n",
+            kubeconfig.display(),
+            envlens::demo::world::AGENT,
         ))
         .unwrap();
         let clusters =

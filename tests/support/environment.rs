@@ -227,8 +227,8 @@ pub async fn gitlab(served: &Served) -> TestApp {
 /// [`gitlab`], with more of the configuration file (`extra`, YAML at the top level).
 pub async fn gitlab_with(served: &Served, extra: &str) -> TestApp {
     let app = TestApp::with_config(&format!(
-        "kubernetes:\n  kubeconfig: {}\n  response_timeout: 3s\n{extra}",
-        served.kubeconfig.display()
+        "kubernetes:\n{}  response_timeout: 3s\n{extra}",
+        served.connections(&["7"])
     ))
     .await;
     seed(&app).await;

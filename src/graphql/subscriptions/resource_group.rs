@@ -301,7 +301,7 @@ pub(super) async fn target(
     let cluster = clusters
         .for_agent(agent.id, &project.full_path, &agent.name)
         .await
-        .map_err(|e| Error::BadGateway(e.to_string()).to_graphql())?;
+        .map_err(|none| Error::from(none).to_graphql())?;
     let headers = grant.impersonation(AccessType::from(user.via));
     let selector = label_selector(env.project_id, &env.slug);
     let key = FeedKey::new(agent.id, &row.kubernetes_namespace, &selector, &headers);

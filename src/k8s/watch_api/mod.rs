@@ -36,6 +36,7 @@ use crate::gitlab::Instance;
 use crate::k8s::clusters::{Cluster, Clusters};
 use crate::k8s::grants::AccessType;
 use crate::k8s::proxy::{admit, current_grant, unauthorized, Admitted};
+use crate::k8s::request_info::RequestInfo;
 use tokens::{Bound, Tokens};
 
 /// The subprotocol of GitLab's watch API.
@@ -93,11 +94,21 @@ pub async fn watch(
         .any(|pair| pair == TOKEN_REQUEST || pair == format!("{TOKEN_REQUEST}=true"));
     if token_request {
         let Admitted {
-            agent_id, session, ..
+            agent_id,
+            session,
+            grant,
         } = match admit(&parts, &keys, &db, &clusters, gitlab.as_deref()).await {
             Ok(admitted) => admitted,
             Err(refused) => return refused,
         };
+        // No token for a socket that could only be refused (SPEC 6: no connection).
+        let agent = &grant.agent;
+        if let Err(none) = clusters
+            .for_agent(agent.id, &agent.project_full_path, &agent.name)
+            .await
+        {
+            return Error::from(none).to_kubernetes_status();
+        }
         let token = clusters.watch_api.tokens.issue(Bound {
             agent_id,
             user_id: session.user_id,
@@ -324,6 +335,12 @@ impl Socket {
                         Some(429),
                         &format!("at most {MAX_WATCHES} watches per connection"),
                     ));
+                }
+                // The proxy's own refusals (SPEC 13), whatever the cluster's RBAC says.
+                let refusal = RequestInfo::parse(&incoming.watch_params.path())
+                    .and_then(|info| info.refusal(self.clusters.own_namespace.as_deref()));
+                if let Some(refusal) = refusal {
+                    return Some(protocol::error(Some(&id), Some(403), &refusal));
                 }
                 let task = tokio::spawn(watcher.clone().run(id.clone(), incoming.watch_params));
                 watches.insert(id, Running(task.abort_handle()));

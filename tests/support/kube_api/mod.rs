@@ -578,6 +578,17 @@ pub struct Served {
 }
 
 impl Served {
+    /// The `kubernetes` section's lines (indented two spaces) that lead `agents` (ids or
+    /// `<project path>:<name>`) to this server through its kubeconfig's `test` context. envlens
+    /// has no default connection (SPEC 6): every agent a test reads names its context.
+    pub fn connections(&self, agents: &[&str]) -> String {
+        let mut yaml = format!("  kubeconfig: {}\n  agents:\n", self.kubeconfig.display());
+        for agent in agents {
+            yaml.push_str(&format!("  - agent: \"{agent}\"\n    context: test\n"));
+        }
+        yaml
+    }
+
     /// `http://127.0.0.1:PORT`
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
