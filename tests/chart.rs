@@ -246,7 +246,7 @@ async fn an_upgrade_keeps_the_secrets_the_chart_generated() {
     );
 }
 
-// ---- the ClusterRole against what envlens really sends -----------------------------------
+// ---- the chart's RBAC against what envlens really sends ---------------------------------
 
 /// What Kubernetes' authorizer is asked for one request, as its request-info resolver and
 /// impersonation filter derive it.
@@ -260,6 +260,7 @@ enum Attributes {
         group: String,
         resource: String,
         verb: String,
+        namespace: Option<String>,
     },
 }
 
@@ -271,6 +272,7 @@ fn checks(request: &RecordedRequest) -> Vec<Attributes> {
         group: group.into(),
         resource,
         verb: "impersonate".into(),
+        namespace: None,
     };
     let mut checks = Vec::new();
     if request.impersonate_user.is_some() {
@@ -303,9 +305,11 @@ fn checks(request: &RecordedRequest) -> Vec<Attributes> {
             verb: request.method.to_lowercase(),
         }];
     }
-    let rest = match rest {
-        ["namespaces", _namespace, more @ ..] if !more.is_empty() => more,
-        other => other,
+    let (namespace, rest) = match rest {
+        ["namespaces", namespace, more @ ..] if !more.is_empty() => {
+            (Some(namespace.to_string()), more)
+        }
+        other => (None, other),
     };
     let watch = request
         .query
@@ -316,7 +320,8 @@ fn checks(request: &RecordedRequest) -> Vec<Attributes> {
         ([resource], "GET") => (resource.to_string(), "list"),
         ([resource, _name], "GET") => (resource.to_string(), "get"),
         ([resource, _name, sub], "GET") => (format!("{resource}/{sub}"), "get"),
-        // The watch cache's SubjectAccessReviews (SPEC 8.1).
+        // The watch cache's SubjectAccessReviews (SPEC 8.1), envlens' own
+        // SelfSubjectRulesReviews (SPEC 13).
         ([resource], "POST") => (resource.to_string(), "create"),
         _ => panic!("envlens sent a request this test cannot classify: {request:?}"),
     };
@@ -324,16 +329,19 @@ fn checks(request: &RecordedRequest) -> Vec<Attributes> {
         group: group.into(),
         resource,
         verb: verb.into(),
+        namespace,
     }]
 }
 
-/// Whether an RBAC rule allows `attributes`, as Kubernetes' RBAC authorizer decides it.
-fn allows(rule: &Value, attributes: &Attributes) -> bool {
+/// Whether an RBAC rule allows `attributes`, as Kubernetes' RBAC authorizer decides it; a
+/// Role's rule (`scope`: its namespace) only in its namespace.
+fn allows(rule: &Value, scope: Option<&str>, attributes: &Attributes) -> bool {
     let list = |key: &str| rule.get(key).map(strings).unwrap_or_default();
     let any = |values: &[String], wanted: &str| values.iter().any(|v| v == "*" || v == wanted);
     match attributes {
         Attributes::NonResource { path, verb } => {
-            any(&list("verbs"), verb)
+            scope.is_none()
+                && any(&list("verbs"), verb)
                 && list("nonResourceURLs").iter().any(|url| {
                     url == "*"
                         || url == path
@@ -346,41 +354,22 @@ fn allows(rule: &Value, attributes: &Attributes) -> bool {
             group,
             resource,
             verb,
+            namespace,
         } => {
-            any(&list("verbs"), verb)
+            scope.is_none_or(|scope| namespace.as_deref() == Some(scope))
+                && any(&list("verbs"), verb)
                 && any(&list("apiGroups"), group)
                 && any(&list("resources"), resource)
         }
     }
 }
 
-/// Every request envlens sends a cluster, through its service account: a resource group (as
-/// an impersonated user: discovery, lists of every kind, a custom resource included) and the
-/// proxy (impersonated, and with `access_as: {agent: {}}` as envlens itself: lists, a get,
-/// a watch, pod logs). Each is allowed by the chart's ClusterRole, and every rule of it is
-/// needed by one of them (`create` of SubjectAccessReviews by the watch cache's views).
-#[tokio::test]
-async fn the_cluster_role_allows_every_request_envlens_sends_and_no_more() {
-    let Some(pod) = chart_script(&["--pod"]) else {
-        return;
-    };
-    let rules = pod["cluster_role_rules"].as_array().unwrap().clone();
-    let dir = tempfile::tempdir().unwrap();
-    let api = KubeApi::new();
-    environment::environment(&api);
-    environment::widgets(&api);
-    api.insert(json!({"apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "web-1", "namespace": "apps", "labels": {"app": "web"}},
-        "spec": {"containers": [{"name": "app", "image": "nginx"}]}}));
-    api.set_pod_log("apps", "web-1", None, "started\n");
-    let served = api.serve(dir.path()).await;
-
-    // A resource group, as the developer `dev` (impersonated).
-    let app = environment::gitlab(&served).await;
+/// The resource group of `production` as `dev`: its resources' kinds and names, its warnings.
+async fn production_as_dev(app: &TestApp) -> Value {
     let (token, _) =
         envlens::auth::mint_session(SESSION_KEY, 2, "dev", Duration::from_secs(60)).unwrap();
     let query = r#"{ project(fullPath: "acme/apps/web") { environment(name: "production") {
-        resourceGroup { resources { kind name } errors { kind message } } } } }"#;
+        resourceGroup { resources { kind name } warnings errors { kind message } } } } }"#;
     let res = app
         .send(
             Request::post("/api/graphql")
@@ -391,20 +380,96 @@ async fn the_cluster_role_allows_every_request_envlens_sends_and_no_more() {
         )
         .await;
     let body = res.json();
-    let group = &body["data"]["project"]["environment"]["resourceGroup"];
+    let group = body["data"]["project"]["environment"]["resourceGroup"].clone();
     assert_eq!(group["errors"], json!([]), "{body}");
     assert!(group["resources"].to_string().contains("Widget"), "{body}");
+    group
+}
+
+/// Every request envlens sends a cluster through the chart's service account, to a cluster
+/// that authenticates its token and enforces the RBAC objects the chart renders (Secrets
+/// granted in `vault` only): a resource group as an impersonated user (discovery, the watch
+/// cache's lists and watches as envlens, the user's access reviews, the kinds envlens may not
+/// list listed as the user), the same group read as envlens itself (`access_as: {agent: {}}`:
+/// its SelfSubjectRulesReview, no Secret list), and the proxy (impersonated, and as envlens:
+/// lists, a get, a watch, pod logs, the Secrets of `vault`). The cluster refuses none of them,
+/// each is allowed by a rule the chart rendered, and every rule is needed by one of them.
+#[tokio::test]
+async fn the_chart_rbac_allows_every_request_envlens_sends_and_no_more() {
+    let values =
+        json!({"rbac": {"apiGroups": ["example.com"], "secrets": {"namespaces": ["vault"]}}});
+    let Some(pod) = chart_script(&["--pod", &values.to_string()]) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let api = KubeApi::new();
+    environment::environment(&api);
+    environment::widgets(&api);
+    api.insert(json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "web-1", "namespace": "apps", "labels": {"app": "web"}},
+        "spec": {"containers": [{"name": "app", "image": "nginx"}]}}));
+    api.set_pod_log("apps", "web-1", None, "started\n");
+    // A Secret of the environment (its namespace's Secrets are not granted), one in `vault`.
+    api.insert(json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+        "metadata": environment::meta(environment::NS, "db", "uid-db", environment::gitlab_labels(environment::SLUG, "db"))}));
+    api.insert(
+        json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+        "metadata": {"name": "token", "namespace": "vault"}}),
+    );
+    // envlens is the chart's service account: its token (the kubeconfig's), its RBAC objects.
+    api.add_token(
+        "test-token",
+        "system:serviceaccount:gitlab:envlens",
+        &["system:serviceaccounts", "system:serviceaccounts:gitlab"],
+    );
+    let objects = pod["rbac"].as_array().unwrap().clone();
+    for object in &objects {
+        api.insert(object.clone());
+    }
+    // GitLab's users, impersonated, read what the cluster's administrator granted them: all.
+    api.insert(
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "gitlab-users"},
+        "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["get", "list", "watch"]}]}),
+    );
+    api.insert(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "gitlab-users"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "gitlab-users"},
+        "subjects": [{"kind": "Group", "name": "gitlab:user"}]}));
+    api.enforce_rbac();
+    let served = api.serve(dir.path()).await;
+
+    // A resource group, as the developer `dev` (impersonated): the environment's Secret, which
+    // envlens may not watch, is listed as `dev`.
+    let app = environment::gitlab(&served).await;
+    let group = production_as_dev(&app).await;
+    assert!(group["resources"].to_string().contains("Secret"), "{group}");
+    assert_eq!(group["warnings"], json!([]), "{group}");
+    // The same group read as envlens itself: no Secret, and a warning that says why.
+    let app = environment::gitlab(&served).await;
+    crate::resource_group::as_the_agent(&app).await;
+    let group = production_as_dev(&app).await;
+    assert!(
+        !group["resources"].to_string().contains("Secret"),
+        "{group}"
+    );
+    assert_eq!(
+        group["warnings"],
+        json!(["envlens may not list secrets in namespace shop: not shown"])
+    );
 
     // The proxy: agent 7 impersonates, agent 9 is envlens itself; user 2 may use both.
     let app = crate::proxy::setup(&crate::proxy::config(&served)).await;
+    let paths = [
+        "/k8s-proxy/api/v1/namespaces/apps/pods",
+        "/k8s-proxy/api/v1/namespaces/apps/pods/web-1",
+        "/k8s-proxy/api/v1/namespaces/apps/pods/web-1/log",
+        "/k8s-proxy/apis/apps/v1/namespaces/shop/deployments?watch=true&timeoutSeconds=1",
+        "/k8s-proxy/apis/example.com/v1/namespaces/shop/widgets",
+        "/k8s-proxy/api/v1/namespaces/vault/secrets",
+    ];
     for agent in [7, 9] {
-        for path in [
-            "/k8s-proxy/api/v1/namespaces/apps/pods",
-            "/k8s-proxy/api/v1/namespaces/apps/pods/web-1",
-            "/k8s-proxy/api/v1/namespaces/apps/pods/web-1/log",
-            "/k8s-proxy/apis/apps/v1/namespaces/shop/deployments?watch=true&timeoutSeconds=1",
-            "/k8s-proxy/apis/example.com/v1/namespaces/shop/widgets",
-        ] {
+        for path in paths {
             let res = app
                 .send(
                     crate::proxy::bearer(2, agent, Method::GET, path)
@@ -416,17 +481,30 @@ async fn the_cluster_role_allows_every_request_envlens_sends_and_no_more() {
         }
     }
 
+    // Each rule of the chart's objects, with the namespace of its Role.
+    let mut rules: Vec<(Value, Option<String>)> = Vec::new();
+    for object in &objects {
+        let scope = match object["kind"].as_str() {
+            Some("ClusterRole") => None,
+            Some("Role") => Some(object["metadata"]["namespace"].as_str().unwrap().to_owned()),
+            _ => continue,
+        };
+        for rule in object["rules"].as_array().unwrap() {
+            rules.push((rule.clone(), scope.clone()));
+        }
+    }
+    assert_eq!(rules.iter().filter(|(_, scope)| scope.is_some()).count(), 1);
     let requests = api.requests();
     assert!(requests.len() > 20, "{} requests", requests.len());
     let mut used = vec![false; rules.len()];
     for request in &requests {
         for attributes in checks(request) {
             let allowing: Vec<usize> = (0..rules.len())
-                .filter(|&i| allows(&rules[i], &attributes))
+                .filter(|&i| allows(&rules[i].0, rules[i].1.as_deref(), &attributes))
                 .collect();
             assert!(
                 !allowing.is_empty(),
-                "the ClusterRole does not allow {attributes:?} ({} {}?{})",
+                "the chart's RBAC does not allow {attributes:?} ({} {}?{})",
                 request.method,
                 request.path,
                 request.query
@@ -436,19 +514,29 @@ async fn the_cluster_role_allows_every_request_envlens_sends_and_no_more() {
             }
         }
     }
-    // Every rule is needed by one of them (the SubjectAccessReviews: the watch cache's).
-    for (rule, used) in rules.iter().zip(used) {
-        assert!(used, "rule {rule} is used by no request envlens sent");
+    // Every rule is needed by one of them.
+    for ((rule, scope), used) in rules.iter().zip(used) {
+        assert!(
+            used,
+            "rule {rule} (in {scope:?}) is used by no request envlens sent"
+        );
     }
-    // The only write of the role is the SubjectAccessReview.
-    for rule in &rules {
+    // The only writes are the access reviews.
+    for (rule, _) in &rules {
         let verbs = strings(&rule["verbs"]);
         if verbs
             .iter()
             .any(|v| !["get", "list", "watch", "impersonate"].contains(&v.as_str()))
         {
             assert_eq!(verbs, ["create"], "{rule}");
-            assert_eq!(rule["resources"], json!(["subjectaccessreviews"]), "{rule}");
+            assert!(
+                [
+                    json!(["subjectaccessreviews"]),
+                    json!(["selfsubjectrulesreviews"])
+                ]
+                .contains(&rule["resources"]),
+                "{rule}"
+            );
         }
     }
 }

@@ -1745,6 +1745,127 @@ async fn enforced_rbac_refuses_what_the_bindings_do_not_grant() {
     );
 }
 
+/// `SelfSubjectRulesReview` answers, in Kubernetes' shape, the rules RBAC grants the caller in
+/// `spec.namespace`: each bound role's rules (cluster-wide and the namespace's own), the
+/// default `system:basic-user` and discovery rules, `incomplete` when a deny rule (an
+/// authorizer without rules) decides too; everything for `system:masters`.
+#[tokio::test]
+async fn self_subject_rules_reviews_list_what_rbac_grants() {
+    let api = KubeApi::new();
+    rbac_objects(&api);
+    api.enforce_rbac();
+    let rules = |ns: &'static str, headers: &'static [(&'static str, &'static str)]| {
+        let api = api.clone();
+        async move {
+            let body = json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectRulesReview",
+                "spec": {"namespace": ns}});
+            let r = send(
+                &api,
+                "POST",
+                "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews",
+                Some(body),
+                headers,
+            )
+            .await;
+            assert_eq!(r.status, StatusCode::CREATED, "{}", r.text());
+            let review = r.json();
+            assert_eq!(review["kind"], "SelfSubjectRulesReview");
+            assert_eq!(review["spec"]["namespace"], ns);
+            review["status"].clone()
+        }
+    };
+    let basic = json!({"verbs": ["create"], "apiGroups": ["authorization.k8s.io"],
+        "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"]});
+    let carol: &[(&str, &str)] = &[("impersonate-user", "carol"), ("impersonate-group", "devs")];
+    let status = rules("ns", carol).await;
+    assert_eq!(
+        status["resourceRules"],
+        json!([basic, {"verbs": ["get", "list", "watch"], "apiGroups": [""], "resources": ["pods", "pods/log"]}])
+    );
+    assert_eq!(status["incomplete"], false);
+    assert!(status["nonResourceRules"][0]["nonResourceURLs"]
+        .as_array()
+        .unwrap()
+        .contains(&json!("/apis/*")));
+    // A Role is one namespace's; a ClusterRole bound cluster-wide is every namespace's, its
+    // resourceNames kept.
+    assert_eq!(rules("other", carol).await["resourceRules"], json!([basic]));
+    let bob = rules("any", &[("impersonate-user", "bob")]).await;
+    assert_eq!(
+        bob["resourceRules"][1],
+        json!({"verbs": ["get"], "apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["settings"]})
+    );
+    let alice = rules("ns", &[("impersonate-user", "alice")]).await;
+    assert_eq!(
+        alice["resourceRules"][1],
+        json!({"verbs": ["*"], "apiGroups": ["apps"], "resources": ["*"]})
+    );
+    // The admin may do anything.
+    let admin = rules("ns", &[]).await;
+    assert_eq!(
+        admin["resourceRules"],
+        json!([{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}])
+    );
+    // A deny rule decides beyond the rules listed.
+    api.deny(|i| i.resource == "services");
+    assert_eq!(rules("ns", carol).await["incomplete"], true);
+}
+
+/// A token added to the server authenticates its user, who gets what RBAC grants: its own
+/// requests, and impersonation only of the users, groups and extras it may impersonate.
+#[tokio::test]
+async fn a_tokens_user_gets_what_its_bindings_grant_impersonation_included() {
+    let api = KubeApi::new();
+    rbac_objects(&api);
+    api.insert(pod("ns", "a", json!({})));
+    api.add_token(
+        "sa-token",
+        "system:serviceaccount:gitlab:envlens",
+        &["system:serviceaccounts"],
+    );
+    api.insert(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "impersonator"},
+        "rules": [{"apiGroups": [""], "resources": ["users"], "verbs": ["impersonate"], "resourceNames": ["carol"]},
+                  {"apiGroups": [""], "resources": ["groups"], "verbs": ["impersonate"]},
+                  {"apiGroups": ["authentication.k8s.io"], "resources": ["userextras/agent.gitlab.com/id"], "verbs": ["impersonate"]}]}));
+    api.insert(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "envlens-impersonates"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "impersonator"},
+        "subjects": [{"kind": "ServiceAccount", "name": "envlens", "namespace": "gitlab"}]}));
+    api.enforce_rbac();
+    let token = ("authorization", "Bearer sa-token");
+    let own = send(&api, "GET", "/api/v1/namespaces/ns/pods", None, &[token]).await;
+    assert_eq!(own.status, StatusCode::FORBIDDEN);
+    assert_eq!(own.json()["message"], "pods is forbidden: User \"system:serviceaccount:gitlab:envlens\" cannot list resource \"pods\" in API group \"\" in the namespace \"ns\"");
+    let as_carol = [
+        token,
+        ("impersonate-user", "carol"),
+        ("impersonate-group", "devs"),
+        ("impersonate-extra-agent.gitlab.com%2fid", "7"),
+    ];
+    let r = send(&api, "GET", "/api/v1/namespaces/ns/pods", None, &as_carol).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    for (refused, message) in [
+        (("impersonate-user", "alice"), "users \"alice\" is forbidden: User \"system:serviceaccount:gitlab:envlens\" cannot impersonate resource \"users\" in API group \"\" at the cluster scope"),
+        (("impersonate-extra-scopes", "all"), "userextras/scopes \"all\" is forbidden: User \"system:serviceaccount:gitlab:envlens\" cannot impersonate resource \"userextras/scopes\" in API group \"authentication.k8s.io\" at the cluster scope"),
+    ] {
+        let mut headers = as_carol.to_vec();
+        if refused.0 == "impersonate-user" {
+            headers[1] = refused;
+        } else {
+            headers.push(refused);
+        }
+        let r = send(&api, "GET", "/api", None, &headers).await;
+        assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.text());
+        assert_eq!(r.json()["message"], message);
+    }
+    // Without a token (kubectl over http) the caller is still the admin.
+    assert_eq!(
+        get(&api, "/api/v1/namespaces/ns/pods").await.status,
+        StatusCode::OK
+    );
+}
+
 #[tokio::test]
 async fn requests_are_counted_per_verb_and_resource() {
     let api = KubeApi::new();
@@ -1836,4 +1957,29 @@ async fn kubectl_watches_and_asks_can_i() {
     assert!(!ok);
     assert_eq!(out.trim(), "no");
     assert!(api.request_count("create", "selfsubjectaccessreviews.authorization.k8s.io") >= 2);
+    // `--list` sends a SelfSubjectRulesReview (protobuf) and prints its rules.
+    let (ok, out, err) = kubectl(
+        &served,
+        &[
+            "auth",
+            "can-i",
+            "--list",
+            "-n",
+            "ns",
+            "--as=carol",
+            "--as-group=devs",
+        ],
+    )
+    .await;
+    assert!(ok, "{out}{err}");
+    let pods = out
+        .lines()
+        .find(|l| l.starts_with("pods "))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(pods.contains("[get list watch]"), "{out}");
+    assert!(!out.contains("services"), "{out}");
+    assert_eq!(
+        api.request_count("create", "selfsubjectrulesreviews.authorization.k8s.io"),
+        1
+    );
 }

@@ -767,3 +767,120 @@ async fn memoised_answers_are_the_resolved_ones_byte_for_byte() {
     assert!(!has_config_maps(&dev));
     assert_eq!(group_of(&root)["errors"], json!([]));
 }
+
+/// The chart's service account (SPEC 13), as the test cluster authenticates envlens' token.
+pub const SERVICE_ACCOUNT: &str = "system:serviceaccount:gitlab:envlens";
+
+/// envlens as a narrowed service account, as the chart installs it: RBAC enforced, and a
+/// ClusterRole that names what it reads, Secrets left out.
+fn narrowed_service_account(api: &KubeApi) {
+    api.add_token(
+        "test-token",
+        SERVICE_ACCOUNT,
+        &["system:serviceaccounts", "system:serviceaccounts:gitlab"],
+    );
+    api.insert(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "envlens"},
+        "rules": [
+            {"apiGroups": [""], "resources": ["configmaps", "endpoints", "events", "persistentvolumeclaims",
+                "pods", "serviceaccounts", "services"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": ["apps", "autoscaling", "batch", "discovery.k8s.io", "networking.k8s.io",
+                "rbac.authorization.k8s.io"], "resources": ["*"], "verbs": ["get", "list", "watch"]}]}));
+    api.insert(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "envlens"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "envlens"},
+        "subjects": [{"kind": "ServiceAccount", "name": "envlens", "namespace": "gitlab"}]}));
+    api.enforce_rbac();
+}
+
+/// Agent 7 with `access_as: {agent: {}}`: its users read with envlens' own identity.
+pub async fn as_the_agent(app: &TestApp) {
+    let config = json!({"ci_access": {"groups": [{"id": "acme/apps"}]},
+        "user_access": {"access_as": {"agent": {}}, "projects": [{"id": "acme/apps/web"}]}});
+    let res = app
+        .internal(
+            axum::http::Method::POST,
+            "/api/v4/internal/kubernetes/agent_configuration",
+            &json!({"agent_id": 7, "agent_config": config}),
+        )
+        .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+}
+
+fn labelled_secret(api: &KubeApi) {
+    use crate::support::environment::{gitlab_labels, meta};
+    api.insert(json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "data": {"password": "aHVudGVyMg=="},
+        "metadata": meta(NS, "db", "uid-secret-db", gitlab_labels(SLUG, "db"))}));
+}
+
+/// SPEC 13: read as envlens' own identity, a resource group lists only the kinds that identity
+/// may list in the namespace (one SelfSubjectRulesReview, reused), names the others once in
+/// `warnings`, and never sends a list or watch the cluster would refuse.
+#[tokio::test]
+async fn as_itself_envlens_lists_only_what_it_may_and_names_the_rest() {
+    let (api, served, _dir) = cluster().await;
+    labelled_secret(&api);
+    narrowed_service_account(&api);
+    let app = environment::gitlab(&served).await;
+    as_the_agent(&app).await;
+    for _ in 0..2 {
+        let body = resource_group(&app, DEV, SLUG).await;
+        let group = group_of(&body);
+        assert_eq!(group["errors"], json!([]), "{group}");
+        assert_eq!(
+            group["warnings"],
+            json!(["envlens may not list secrets in namespace shop: not shown"]),
+            "{group}"
+        );
+        let kinds: BTreeSet<&str> = group["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["kind"].as_str().unwrap())
+            .collect();
+        assert!(!kinds.contains("Secret"), "{kinds:?}");
+        assert!(
+            kinds.contains("Deployment") && kinds.contains("Pod"),
+            "{kinds:?}"
+        );
+    }
+    for verb in ["list", "watch", "get"] {
+        assert_eq!(api.request_count(verb, "secrets"), 0, "{verb} of secrets");
+    }
+    // Asked once for the namespace, whoever read it (the views, the history's snapshot).
+    assert_eq!(
+        api.request_count("create", "selfsubjectrulesreviews.authorization.k8s.io"),
+        1
+    );
+}
+
+/// A cluster that does not serve SelfSubjectRulesReview: every kind is tried, and the refusal
+/// is reported for its kind, as before.
+#[tokio::test]
+async fn without_rules_reviews_every_kind_is_tried_and_refusals_reported() {
+    let (api, served, _dir) = cluster().await;
+    labelled_secret(&api);
+    narrowed_service_account(&api);
+    api.remove_kind("authorization.k8s.io", "v1", "selfsubjectrulesreviews");
+    let app = environment::gitlab(&served).await;
+    as_the_agent(&app).await;
+    let body = resource_group(&app, DEV, SLUG).await;
+    let group = group_of(&body);
+    let errors = group["errors"].as_array().unwrap();
+    assert_eq!(errors.len(), 1, "{group}");
+    assert_eq!(
+        (&errors[0]["kind"], &errors[0]["code"]),
+        (&json!("Secret"), &json!(403))
+    );
+    assert!(
+        errors[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains(SERVICE_ACCOUNT),
+        "{group}"
+    );
+    assert!(
+        !group["warnings"].to_string().contains("may not list"),
+        "{group}"
+    );
+}

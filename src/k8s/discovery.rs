@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 pub use crate::resources::listing::DiscoveryFailure;
 
 use crate::k8s::observe::ForAgent;
+use crate::k8s::own_rules::OwnRules;
 use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
@@ -67,6 +68,18 @@ impl ApiKind {
     }
 }
 
+/// The namespace's Events (core/v1), listed beside the discovered kinds of every view.
+pub fn events_kind() -> ApiKind {
+    ApiKind {
+        group: String::new(),
+        version: "v1".into(),
+        kind: "Event".into(),
+        plural: "events".into(),
+        namespaced: true,
+        watchable: true,
+    }
+}
+
 /// One discovery's outcome, shared by everyone reading the cache.
 #[derive(Debug, Clone)]
 pub struct Discovered {
@@ -98,6 +111,8 @@ pub struct DiscoveryCache {
 struct Inner {
     client: kube::Client,
     ttl: Duration,
+    /// Which of the kinds the connection's own identity may list, per namespace.
+    own: OwnRules,
     state: Mutex<State>,
     /// The number of the last refresh attempt that finished.
     finished: watch::Sender<u64>,
@@ -143,6 +158,7 @@ impl DiscoveryCache {
     pub fn new(client: kube::Client, ttl: Duration) -> Self {
         DiscoveryCache {
             inner: Arc::new(Inner {
+                own: OwnRules::new(client.clone(), ttl),
                 client,
                 ttl,
                 state: Mutex::new(State::default()),
@@ -174,6 +190,12 @@ impl DiscoveryCache {
             }
         };
         self.outcome_of(target).await
+    }
+
+    /// Which kinds the connection's own identity may list, per namespace, asked of the
+    /// cluster and kept as long as a discovery ([`OwnRules`]).
+    pub fn own_rules(&self) -> &OwnRules {
+        &self.inner.own
     }
 
     /// Drops the snapshot (e.g. a kind it names answered 404) and starts a refresh now; the next

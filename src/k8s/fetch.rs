@@ -5,7 +5,9 @@
 //! Requests are built by hand and sent with `kube::Client::send`, so that the caller's extra
 //! headers (Kubernetes impersonation: `Impersonate-User`, `Impersonate-Group`, …) go on every list.
 //! A kind that fails to list is reported and the rest still answers; only a cluster that cannot be
-//! discovered, or that answers none of the lists, is an error.
+//! discovered, or that answers none of the lists, is an error. Under the connection's own
+//! identity (no impersonation), only the kinds it may list in the namespace are listed; the
+//! others are named in a warning ([`own_rules`](crate::k8s::own_rules)).
 //!
 //! # Owned objects
 //!
@@ -48,6 +50,7 @@ use tokio::task::JoinSet;
 
 use super::discovery::{self, ApiKind, DiscoveryCache, DiscoveryError, Failure};
 use crate::k8s::observe::ForAgent;
+use crate::k8s::own_rules::{self, OwnView};
 use crate::resources::graph;
 use crate::resources::listing::{ListError, Listing, ResourceEvent};
 use crate::resources::object::Object;
@@ -136,24 +139,50 @@ pub async fn list_resource_group(
         return Err(FetchError::NoNamespace);
     }
     let discovered = discovery.kinds().await?;
-    let jobs = plan(
-        &discovered.kinds,
+    let view = own_view(discovery, headers, namespace, discovered, options).await;
+    let mut jobs = plan(
+        &view.discovered.kinds,
         namespace,
         label_selector,
         equality_terms(label_selector),
     );
+    if !view.events {
+        jobs.retain(|job| job.purpose != Purpose::Events);
+    }
 
     let outcomes = run(client, headers, &jobs, options).await;
-    into_listing(
+    let mut listing = into_listing(
         &jobs,
         outcomes,
-        &discovered,
+        &view.discovered,
         discovery,
         namespace,
         label_selector,
         options,
     )
-    .await
+    .await?;
+    listing.warnings.extend(view.warning);
+    Ok(listing)
+}
+
+/// What a view lists of `discovered`: under the connection's own identity, only the kinds it
+/// may list in `namespace` ([`OwnView`]); as an impersonated user, everything (the user's own
+/// rights decide, and refusals are reported per kind).
+pub(crate) async fn own_view(
+    discovery: &DiscoveryCache,
+    headers: &HeaderMap,
+    namespace: &str,
+    discovered: discovery::Discovered,
+    options: &FetchOptions,
+) -> OwnView {
+    if !own_rules::is_own_identity(headers) {
+        return OwnView::all(discovered);
+    }
+    let rules = discovery
+        .own_rules()
+        .get(namespace, options.request_timeout)
+        .await;
+    OwnView::new(rules.as_deref(), discovered, namespace)
 }
 
 /// Turns each job's outcome (from the cluster's lists or from the watch cache) into the
@@ -199,7 +228,8 @@ pub(crate) async fn into_listing(
         }
         answered = true;
     }
-    if !answered {
+    // No job at all: the identity may list nothing here (the listing's warning says so).
+    if !answered && !jobs.is_empty() {
         let message = errors
             .first()
             .map(|e| e.message.clone())

@@ -1,4 +1,5 @@
-//! What envlens asks of clusters: a client per agent, discovery of their kinds, the listing of
+//! What envlens asks of clusters: a client per agent, discovery of their kinds (and which of them
+//! the connection's own identity may list: `own_rules`), the listing of
 //! an environment's resources, the `user_access` grants and impersonation under which it asks,
 //! the proxy for the browser, and GitLab's watch API over the watch cache. The decisions over what comes back live in `resources`.
 
@@ -7,6 +8,7 @@ pub mod discovery;
 pub mod fetch;
 pub mod grants;
 pub mod observe;
+pub mod own_rules;
 pub mod proxy;
 pub mod request_info;
 pub mod watch;

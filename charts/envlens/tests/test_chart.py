@@ -4,12 +4,13 @@ library, no helm binary), then reads the rendered objects and checks what SPEC 1
 the chart.
 
     python3 charts/envlens/tests/test_chart.py              # every check; exit 1 on a failure
-    python3 charts/envlens/tests/test_chart.py --pod        # then print the pod as JSON
+    python3 charts/envlens/tests/test_chart.py --pod [VALUES_JSON]  # then print the pod as JSON
     python3 charts/envlens/tests/test_chart.py --lookup KUBECONFIG NAMESPACE
 
 `--pod` prints, on its last line, what a pod of the default install runs and sees: its
 arguments, its plain environment, the files its volumes hold (from the rendered ConfigMap and
-Secret), its probes, its scrape path, and its ClusterRole's rules. The Rust test `tests/chart.rs` runs envlens exactly
+Secret), its probes, its scrape path, its ClusterRole's rules and every RBAC object rendered,
+of the default install or of VALUES_JSON merged over it. The Rust test `tests/chart.rs` runs envlens exactly
 so and asks those paths of it. `--lookup` renders as an upgrade against a cluster (the Rust
 test's Kubernetes API server) and prints the generated Secret's data as JSON, to show that an
 upgrade keeps the secrets that live there.
@@ -34,26 +35,55 @@ BASE = {"database": {"existingSecret": "envlens-database"}}
 
 WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection", "*"}
 
-# What envlens asks of the cluster it runs in (src/k8s): discovery, reads of every namespaced
-# kind it may show, pod logs, impersonation for `access_as: {user: {}}` with the four extras
-# of src/k8s/grants.rs, and SubjectAccessReviews for the watch cache. Nothing else.
-EXPECTED_RULES = [
-    {"nonResourceURLs": ["/api", "/api/*", "/apis", "/apis/*"], "verbs": ["get"]},
-    {"apiGroups": ["*"], "resources": ["*"], "verbs": ["get", "list", "watch"]},
-    {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
-    {"apiGroups": [""], "resources": ["users", "groups"], "verbs": ["impersonate"]},
-    {
-        "apiGroups": ["authentication.k8s.io"],
-        "resources": [
-            "userextras/agent.gitlab.com/id",
-            "userextras/agent.gitlab.com/username",
-            "userextras/agent.gitlab.com/config_project_id",
-            "userextras/agent.gitlab.com/access_type",
-        ],
-        "verbs": ["impersonate"],
-    },
-    {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
+# What envlens asks of the cluster it runs in (src/k8s): discovery, reads of the core kinds it
+# shows (named: never Secrets, never a proxy subresource) and of the other API groups by name,
+# pod logs, impersonation for `access_as: {user: {}}` with the four extras of
+# src/k8s/grants.rs, SubjectAccessReviews for the watch cache and SelfSubjectRulesReviews for
+# its own reads. Nothing else.
+CORE_READS = [
+    "configmaps", "endpoints", "events", "limitranges", "namespaces", "persistentvolumeclaims", "pods",
+    "podtemplates", "replicationcontrollers", "resourcequotas", "serviceaccounts", "services",
 ]
+# The groups of Helm's default capabilities (what an offline render sees; `helm install` sees
+# the cluster's own).
+DEFAULT_GROUPS = [
+    "admissionregistration.k8s.io", "apiextensions.k8s.io", "apps", "authentication.k8s.io",
+    "authorization.k8s.io", "autoscaling", "batch", "certificates.k8s.io", "coordination.k8s.io",
+    "discovery.k8s.io", "events.k8s.io", "extensions", "flowcontrol.apiserver.k8s.io",
+    "internal.apiserver.k8s.io", "networking.k8s.io", "node.k8s.io", "policy",
+    "rbac.authorization.k8s.io", "resource.k8s.io", "scheduling.k8s.io", "storage.k8s.io",
+    "storagemigration.k8s.io",
+]
+FLUX_RULES = [
+    {"apiGroups": ["kustomize.toolkit.fluxcd.io"], "resources": ["kustomizations"], "verbs": ["patch"]},
+    {"apiGroups": ["helm.toolkit.fluxcd.io"], "resources": ["helmreleases"], "verbs": ["patch"]},
+]
+REVIEW_RULES = [
+    {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
+    {"apiGroups": ["authorization.k8s.io"], "resources": ["selfsubjectrulesreviews"], "verbs": ["create"]},
+]
+
+
+def expected_rules(groups: list[str], flux: bool = False) -> list[dict]:
+    return [
+        {"nonResourceURLs": ["/api", "/api/*", "/apis", "/apis/*"], "verbs": ["get"]},
+        {"apiGroups": [""], "resources": CORE_READS, "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+        {"apiGroups": sorted(groups), "resources": ["*"], "verbs": ["get", "list", "watch"]},
+        *(FLUX_RULES if flux else []),
+        {"apiGroups": [""], "resources": ["users", "groups"], "verbs": ["impersonate"]},
+        {
+            "apiGroups": ["authentication.k8s.io"],
+            "resources": [
+                "userextras/agent.gitlab.com/id",
+                "userextras/agent.gitlab.com/username",
+                "userextras/agent.gitlab.com/config_project_id",
+                "userextras/agent.gitlab.com/access_type",
+            ],
+            "verbs": ["impersonate"],
+        },
+        *REVIEW_RULES,
+    ]
 
 
 def merge(base: dict, extra: dict) -> dict:
@@ -149,6 +179,7 @@ def pod(objs: list[dict]) -> dict:
         "probes": sorted({c[p]["httpGet"]["path"] for p in ("startupProbe", "livenessProbe", "readinessProbe")}),
         "scrape_path": annotations["prometheus.io/path"],
         "cluster_role_rules": one(objs, "ClusterRole")["rules"],
+        "rbac": [o for o in objs if o["apiVersion"] == "rbac.authorization.k8s.io/v1"],
     }
 
 
@@ -326,16 +357,104 @@ def test_gitlab_token_is_mounted_and_named_in_the_configuration():
 def test_cluster_role_is_exactly_what_envlens_asks():
     objs = render()
     role = one(objs, "ClusterRole")
-    assert role["rules"] == EXPECTED_RULES, json.dumps(role["rules"], indent=1)
+    assert role["rules"] == expected_rules(DEFAULT_GROUPS), json.dumps(role["rules"], indent=1)
     for rule in role["rules"]:
         written = set(rule["verbs"]) & WRITE_VERBS
         if written:
-            assert rule == EXPECTED_RULES[-1], rule  # only `create` of subjectaccessreviews
+            assert rule in REVIEW_RULES, rule  # only `create` of the access reviews
     binding = one(objs, "ClusterRoleBinding")
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role["metadata"]["name"]}
     account = one(objs, "ServiceAccount")["metadata"]["name"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}]
     assert one(objs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == account
+
+
+def read_rules(rules: list[dict]) -> list[dict]:
+    return [r for r in rules if "resources" in r and set(r["verbs"]) & {"get", "list", "watch", "*"}]
+
+
+def test_no_secret_no_proxy_no_wildcard_by_default():
+    """SPEC 13: the service account reads no Secret anywhere, no proxy subresource, and RBAC
+    having no deny, nothing through `*` that would cover them."""
+    objs = render({"rbac": {"apiGroups": ["example.com"]}})
+    rules = one(objs, "ClusterRole")["rules"]
+    for rule in rules:
+        groups, resources = rule.get("apiGroups", []), rule.get("resources", [])
+        assert "*" not in groups, rule
+        assert "*" not in rule["verbs"], rule
+        assert "secrets" not in resources and "secrets/*" not in resources, rule
+        for resource in resources:
+            assert not resource.endswith("/proxy") and resource != "*/*", rule
+        if "" in groups:
+            assert "*" not in resources, rule
+    assert "nodes/proxy" not in json.dumps(rules)
+    core = [r for r in read_rules(rules) if "" in r["apiGroups"]]
+    assert sorted(sum((r["resources"] for r in core), [])) == sorted(CORE_READS + ["pods/log"]), core
+    # The other groups by name: Helm's capabilities and rbac.apiGroups.
+    (groups,) = [r["apiGroups"] for r in read_rules(rules) if r["resources"] == ["*"]]
+    assert groups == sorted(DEFAULT_GROUPS + ["example.com"]), groups
+    # No Role, no RoleBinding: no namespace's Secrets.
+    assert by_kind(objs, "Role") == [] and by_kind(objs, "RoleBinding") == []
+
+
+def test_secrets_only_in_the_namespaces_listed():
+    objs = render({"rbac": {"secrets": {"namespaces": ["shop", "shop-staging", "shop"]}}})
+    roles = {r["metadata"]["namespace"]: r for r in by_kind(objs, "Role")}
+    bindings = {b["metadata"]["namespace"]: b for b in by_kind(objs, "RoleBinding")}
+    assert sorted(roles) == sorted(bindings) == ["shop", "shop-staging"], (roles, bindings)
+    account = one(objs, "ServiceAccount")["metadata"]["name"]
+    for namespace, role in roles.items():
+        assert role["rules"] == [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch"]}], role
+        binding = bindings[namespace]
+        assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role["metadata"]["name"]}
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}]
+    assert "secrets" not in json.dumps(one(objs, "ClusterRole")["rules"])
+
+
+def refused(values: dict) -> str:
+    """Helm's error for `values`, which must not render."""
+    try:
+        render(values)
+    except helm.HelmRenderError as e:
+        return str(e)
+    raise AssertionError(f"rendered: {values}")
+
+
+def test_the_release_namespace_secrets_are_refused():
+    message = refused({"rbac": {"secrets": {"namespaces": ["shop", NAMESPACE]}}})
+    assert f"must not hold the release's own namespace {NAMESPACE}" in message, message
+    for bad in (["*"], ["Shop"], [""], [7], "shop"):
+        message = refused({"rbac": {"secrets": {"namespaces": bad}}})
+        assert "rbac.secrets.namespaces" in message, (bad, message)
+    for bad in ("*", "", "apps/v1"):
+        message = refused({"rbac": {"apiGroups": [bad]}})
+        assert "rbac.apiGroups" in message, (bad, message)
+
+
+def test_flux_actions_only_when_set():
+    for values, flux in (({}, False), ({"rbac": {"fluxActions": False}}, False), ({"rbac": {"fluxActions": True}}, True)):
+        rules = one(render(values), "ClusterRole")["rules"]
+        assert rules == expected_rules(DEFAULT_GROUPS, flux=flux), (values, rules)
+        patches = [r for r in rules if "patch" in r["verbs"]]
+        assert patches == (FLUX_RULES if flux else []), patches
+
+
+def test_in_cluster_agents_are_entries_of_the_configuration():
+    objs = render({
+        "inClusterAgents": [7, "acme/agents:prod"],
+        "config": {"kubernetes": {"agents": [{"agent": 9, "context": "other"}]}},
+    })
+    config = helm.values_from_yaml(pod_files(objs)[flag(container(objs)["args"], "--config")])
+    assert config["kubernetes"]["agents"] == [
+        {"agent": 9, "context": "other"},
+        {"agent": 7, "in_cluster": True},
+        {"agent": "acme/agents:prod", "in_cluster": True},
+    ], config
+    # None by default: no agent reaches this cluster unless named.
+    default = helm.values_from_yaml(pod_files(render())["/etc/envlens/config/config.yaml"])
+    assert default["kubernetes"]["agents"] == [], default
+    message = refused({"inClusterAgents": [{"agent": 7}]})
+    assert "inClusterAgents" in message, message
 
 
 def test_optional_parts():
@@ -449,7 +568,7 @@ def main(argv: list[str]) -> int:
     if failed:
         return 1
     if argv[:1] == ["--pod"]:
-        print(json.dumps(pod(render())))
+        print(json.dumps(pod(render(json.loads(argv[1]) if argv[1:] else None))))
     return 0
 
 

@@ -6,7 +6,10 @@
 //! background), so a kind installed later is watched from the next read on and a removed one
 //! dropped. Past `kubernetes.cache_max_objects`, the namespace read least recently is dropped.
 //!
-//! The watches run as the cluster connection's own identity and are shared by every user. With
+//! The watches run as the cluster connection's own identity and are shared by every user; only
+//! the kinds that identity may list and watch in the namespace are watched ([`own_rules`]: a
+//! view as that identity leaves the others out and names them, a view as a user lists them
+//! fresh, as the user). With
 //! `access_as: user` (impersonation headers on the read), each kind is shown only after a
 //! `SubjectAccessReview` for that identity allows it ([`access`]).
 //!
@@ -29,8 +32,9 @@ use std::time::{Duration, Instant};
 
 use axum::http::HeaderMap;
 
-use crate::k8s::discovery::{ApiKind, Discovered, DiscoveryCache, Failure};
+use crate::k8s::discovery::{events_kind, ApiKind, Discovered, DiscoveryCache, Failure};
 use crate::k8s::fetch::{self, FetchError, FetchOptions, Job, Listed, Purpose};
+use crate::k8s::own_rules::{self, OwnView};
 use crate::resources::group::{self, ResourceGroup};
 use crate::resources::health::Customizations;
 use crate::resources::listing::{ListError, Listing};
@@ -116,6 +120,8 @@ struct GroupKey {
     /// Per watched kind (the discovered watchable ones, then the Events): its refusal, if
     /// refused.
     refusals: Vec<Option<Failure>>,
+    /// The kinds left out as the connection's own identity may not list them, named.
+    warning: Option<String>,
     events_per_resource: usize,
     /// The user's health scripts, compared by identity (they do not change while loaded).
     custom: Arc<Customizations>,
@@ -129,6 +135,7 @@ impl PartialEq for GroupKey {
             && Arc::ptr_eq(&self.custom, &other.custom)
             && (Arc::ptr_eq(&self.kinds, &other.kinds) || self.kinds == other.kinds)
             && self.refusals == other.refusals
+            && self.warning == other.warning
     }
 }
 
@@ -181,18 +188,6 @@ impl Namespace {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// The namespace's Events, watched beside the discovered kinds.
-fn events_kind() -> ApiKind {
-    ApiKind {
-        group: String::new(),
-        version: "v1".into(),
-        kind: "Event".into(),
-        plural: "events".into(),
-        namespaced: true,
-        watchable: true,
-    }
 }
 
 impl WatchCache {
@@ -378,6 +373,7 @@ impl WatchCache {
             discovery: view.discovered.generation,
             kinds: view.discovered.kinds.clone(),
             refusals: view.refusals.clone(),
+            warning: view.warning.clone(),
             events_per_resource: options.events_per_resource,
             custom: custom.clone(),
         };
@@ -564,14 +560,23 @@ impl WatchCache {
             return Ok(None);
         };
         let discovered = discovery.kinds().await?;
+        // The watches run as the connection's own identity, whoever views: only the kinds it
+        // may list and watch in the namespace are watched, and no refused list is sent.
+        let rules = discovery
+            .own_rules()
+            .get(namespace, options.request_timeout)
+            .await;
+        let watched = |k: &ApiKind| k.watchable && own_rules::may_watch(rules.as_deref(), k);
         let mut kinds: Vec<ApiKind> = discovered
             .kinds
             .iter()
-            .filter(|k| k.watchable)
+            .filter(|k| watched(k))
             .cloned()
             .collect();
-        if !kinds.contains(&events_kind()) {
-            kinds.push(events_kind());
+        let events = events_kind();
+        let events_watched = watched(&events);
+        if events_watched && !kinds.contains(&events) {
+            kinds.push(events);
         }
         let (ns, watches) = self.watch(namespace, &kinds, options.page_size.max(1));
         self.bound(namespace);
@@ -593,10 +598,20 @@ impl WatchCache {
             }
             None => vec![None; kinds.len()],
         };
-        let unwatched = discovered.kinds.iter().any(|k| !k.watchable);
+        // As the connection's own identity, the kinds it may not list are left out (and named);
+        // as a user, the kinds not watched are listed fresh with the user's own rights.
+        let view = if own_rules::is_own_identity(headers) {
+            OwnView::new(rules.as_deref(), discovered, namespace)
+        } else {
+            OwnView::all(discovered)
+        };
+        let unwatched =
+            view.discovered.kinds.iter().any(|k| !watched(k)) || (view.events && !events_watched);
         Ok(Some(Prepared {
             namespace: ns,
-            discovered,
+            discovered: view.discovered,
+            events: view.events,
+            warning: view.warning,
             terms,
             watches,
             refusals,
@@ -618,6 +633,8 @@ impl WatchCache {
     ) -> Result<Listing, FetchError> {
         let Prepared {
             discovered,
+            events,
+            warning,
             terms,
             watches,
             refusals,
@@ -630,13 +647,16 @@ impl WatchCache {
             .map(|(w, refused)| ((w.kind.api_version(), w.kind.kind.clone()), (w, refused)))
             .filter(|(key, _)| !fresh.contains(key))
             .collect();
-        let jobs = fetch::plan(
+        let mut jobs = fetch::plan(
             &discovered.kinds,
             namespace,
             label_selector,
             Some(terms.clone()),
         );
-        // Kinds that cannot be watched are listed fresh, as the user, for every view.
+        if !events {
+            jobs.retain(|job| job.purpose != Purpose::Events);
+        }
+        // Kinds that are not watched are listed fresh, as the user, for every view.
         let unwatched: Vec<Job> = jobs
             .iter()
             .filter(|job| !by_type.contains_key(&(job.api_version.clone(), job.kind.clone())))
@@ -671,6 +691,7 @@ impl WatchCache {
             options,
         )
         .await?;
+        listing.warnings.extend(warning.clone());
         // Kinds whose watch is failing: their last known objects are shown, with the error
         // and since when they are out of date.
         let mut stale: Vec<_> = by_type
@@ -819,18 +840,32 @@ impl KindView {
 
 impl WatchCache {
     /// `kind` in `namespace` from the cache, watched from now on if it was not: for a reader
-    /// of that one kind. With impersonation headers, the cluster's `SubjectAccessReview` for
+    /// of that one kind. A kind the connection's own identity may not list and watch there
+    /// ([`own_rules`]) is refused without a request. With impersonation headers, the cluster's `SubjectAccessReview` for
     /// that identity must allow `list` and `watch` first (as for a resource group); a refusal
     /// is the failure to report. Subscribe to [`Self::changes`] before, so nothing falls
     /// between the objects read and the changes that follow.
     pub(crate) async fn view_kind(
         &self,
+        discovery: &DiscoveryCache,
         headers: &HeaderMap,
         namespace: &str,
         kind: &ApiKind,
         page_size: usize,
         timeout: Duration,
     ) -> Result<KindView, Failure> {
+        // The watch runs as the connection's own identity: never one it would refuse.
+        let rules = discovery.own_rules().get(namespace, timeout).await;
+        if !own_rules::may_watch(rules.as_deref(), kind) {
+            return Err(Failure {
+                code: Some(403),
+                message: format!(
+                    "envlens may not list and watch {} in namespace {namespace}",
+                    own_rules::resource_name(kind)
+                ),
+                answered: true,
+            });
+        }
         if let Some(who) = access::Identity::from_headers(headers) {
             let decision = self
                 .inner
@@ -880,7 +915,12 @@ type WatchAccess<'a> = (&'a Arc<KindWatch>, &'a Option<Failure>);
 /// A view the cache answers, read up to its objects ([`WatchCache::resource_group`]).
 struct Prepared {
     namespace: Arc<Namespace>,
+    /// The discovered kinds the view lists (as the connection's own identity, those it may).
     discovered: Discovered,
+    /// Whether the view lists the namespace's Events.
+    events: bool,
+    /// Names the kinds the connection's own identity may not list here ([`OwnView`]).
+    warning: Option<String>,
     /// The selector's terms.
     terms: Vec<(String, String)>,
     /// The watches of the discovered watchable kinds, then the Events.

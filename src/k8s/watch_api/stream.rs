@@ -64,7 +64,14 @@ impl Watcher {
         // Listen first, then read: no change falls between the two.
         let mut changes = cache.changes(namespace);
         let view = match cache
-            .view_kind(&self.headers, namespace, kind, 500, self.timeout)
+            .view_kind(
+                &self.cluster.discovery,
+                &self.headers,
+                namespace,
+                kind,
+                500,
+                self.timeout,
+            )
             .await
         {
             Ok(view) => view,

@@ -149,6 +149,7 @@ impl Registry {
             ("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "clusterrolebindings", false, &[], false, &[]),
             ("authorization.k8s.io", "v1", "SubjectAccessReview", "subjectaccessreviews", false, &[], false, &[]),
             ("authorization.k8s.io", "v1", "SelfSubjectAccessReview", "selfsubjectaccessreviews", false, &[], false, &[]),
+            ("authorization.k8s.io", "v1", "SelfSubjectRulesReview", "selfsubjectrulesreviews", false, &[], false, &[]),
         ];
         for &(group, version, kind, plural, namespaced, short, all, subs) in table {
             r.add(ResourceKind {

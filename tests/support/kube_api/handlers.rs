@@ -29,12 +29,15 @@ const MAX_BODY: usize = 32 << 20;
 #[derive(Clone)]
 pub(crate) struct Shutdown(pub watch::Receiver<bool>);
 
-/// Who is asking: the impersonated identity if the headers carry one, else the token's "admin".
+/// Who is asking: the impersonated identity if the headers carry one, else the bearer token's
+/// user (see [`KubeApi::add_token`]; "admin" for any other token, or none).
 pub(crate) struct Identity {
     pub user: String,
     pub groups: Vec<String>,
     uid: Option<String>,
     extra: BTreeMap<String, Vec<String>>,
+    /// Who impersonates, when the headers impersonate: the token's user and groups.
+    impersonator: Option<(String, Vec<String>)>,
 }
 
 fn header_values(headers: &HeaderMap, name: &str) -> Vec<String> {
@@ -59,32 +62,102 @@ fn impersonate_extra(headers: &HeaderMap) -> BTreeMap<String, Vec<String>> {
 }
 
 impl Identity {
-    fn from_headers(headers: &HeaderMap) -> Self {
+    fn from_headers(api: &KubeApi, headers: &HeaderMap) -> Self {
         let extra = impersonate_extra(headers);
         let uid = header_values(headers, "impersonate-uid").into_iter().next();
+        let token = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        let (user, groups) = token
+            .and_then(|t| read(&api.inner.tokens).get(t).cloned())
+            .unwrap_or_else(|| {
+                (
+                    "admin".into(),
+                    vec!["system:masters".into(), "system:authenticated".into()],
+                )
+            });
         match header_values(headers, "impersonate-user")
             .into_iter()
             .next()
         {
-            Some(user) => {
-                let mut groups = header_values(headers, "impersonate-group");
-                if !groups.iter().any(|g| g == "system:authenticated") {
-                    groups.push("system:authenticated".into());
+            Some(impersonated) => {
+                let mut impersonated_groups = header_values(headers, "impersonate-group");
+                if !impersonated_groups
+                    .iter()
+                    .any(|g| g == "system:authenticated")
+                {
+                    impersonated_groups.push("system:authenticated".into());
                 }
                 Identity {
-                    user,
-                    groups,
+                    user: impersonated,
+                    groups: impersonated_groups,
                     uid,
                     extra,
+                    impersonator: Some((user, groups)),
                 }
             }
             None => Identity {
-                user: "admin".into(),
-                groups: vec!["system:masters".into(), "system:authenticated".into()],
+                user,
+                groups,
                 uid,
                 extra,
+                impersonator: None,
             },
         }
+    }
+
+    /// The apiserver's impersonation filter: with RBAC enforced, the token's user must be
+    /// allowed to `impersonate` the user, each group, each extra value and the uid named.
+    fn may_impersonate(&self, api: &KubeApi) -> Result<(), ApiError> {
+        let Some((impersonator, groups)) = &self.impersonator else {
+            return Ok(());
+        };
+        if !api.inner.rbac.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let mut asked: Vec<(&str, String, Option<&str>, &str)> =
+            vec![("", "users".into(), None, self.user.as_str())];
+        for group in self.groups.iter().filter(|g| *g != "system:authenticated") {
+            asked.push(("", "groups".into(), None, group.as_str()));
+        }
+        for (key, values) in &self.extra {
+            for value in values {
+                asked.push((
+                    "authentication.k8s.io",
+                    "userextras".into(),
+                    Some(key.as_str()),
+                    value.as_str(),
+                ));
+            }
+        }
+        if let Some(uid) = &self.uid {
+            asked.push(("authentication.k8s.io", "uids".into(), None, uid.as_str()));
+        }
+        for (group, resource, subresource, name) in &asked {
+            let a = rbac::Attributes {
+                user: impersonator,
+                groups,
+                verb: "impersonate",
+                group,
+                resource,
+                subresource: *subresource,
+                namespace: None,
+                name: Some(*name),
+            };
+            if rbac::allows(api, &a).is_none() {
+                let resource = match subresource {
+                    Some(sub) => format!("{resource}/{sub}"),
+                    None => resource.clone(),
+                };
+                return Err(ApiError::new(
+                    403,
+                    "Forbidden",
+                    format!("{resource} \"{name}\" is forbidden: User \"{impersonator}\" cannot impersonate resource \"{resource}\" in API group \"{group}\" at the cluster scope"),
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -213,7 +286,7 @@ pub(crate) async fn handle(State(api): State<KubeApi>, req: Request) -> Response
         tokio::time::sleep(latency).await;
     }
     let ctx = Ctx {
-        identity: Identity::from_headers(&parts.headers),
+        identity: Identity::from_headers(&api, &parts.headers),
         shutdown: parts.extensions.get::<Shutdown>().map(|s| s.0.clone()),
         api,
         method: parts.method,
@@ -230,7 +303,11 @@ pub(crate) async fn handle(State(api): State<KubeApi>, req: Request) -> Response
         .map(|s| percent_decode(s, false))
         .collect();
     let segments: Vec<&str> = segments.iter().map(String::as_str).collect();
-    let response = route(&ctx, &segments).unwrap_or_else(IntoResponse::into_response);
+    let response = ctx
+        .identity
+        .may_impersonate(&ctx.api)
+        .and_then(|()| route(&ctx, &segments))
+        .unwrap_or_else(IntoResponse::into_response);
     let delay = *lock(&ctx.delay);
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;

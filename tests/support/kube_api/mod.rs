@@ -9,8 +9,8 @@
 //! Not modelled: protobuf request bodies (kubectl's typed `create namespace|configmap|…`
 //! generators get a 415; `apply -f`/`create -f` send JSON and work), server-side Table output
 //! and aggregated discovery (kubectl falls back to plain lists and per-group discovery),
-//! authentication (every caller is "admin" unless impersonating; kubectl sends no token over
-//! http anyway), field ownership for server-side apply, finalizers and graceful deletion.
+//! authentication beyond bearer tokens (every caller is "admin" unless impersonating or its token
+//! was added with `KubeApi::add_token`; kubectl sends no token over http anyway), field ownership for server-side apply, finalizers and graceful deletion.
 //!
 //! ```ignore
 //! let api = KubeApi::new();
@@ -34,7 +34,7 @@ mod store;
 mod streams;
 mod writes;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -91,6 +91,8 @@ struct Inner {
     /// Whether resource requests are authorized by the stored RBAC objects (off: everyone may do
     /// anything unless a deny rule says otherwise).
     rbac: AtomicBool,
+    /// Bearer tokens and the user and groups each authenticates ([`KubeApi::add_token`]).
+    tokens: RwLock<HashMap<String, (String, Vec<String>)>>,
     /// How often a watch that asked for bookmarks gets one.
     bookmark_interval: Mutex<Duration>,
     /// How long each watch event waits before it is sent (see [`KubeApi::delay_watch_events`]).
@@ -200,6 +202,7 @@ impl KubeApi {
                 counts: Mutex::new(BTreeMap::new()),
                 reviews: Mutex::new(BTreeMap::new()),
                 rbac: AtomicBool::new(false),
+                tokens: RwLock::new(HashMap::new()),
                 bookmark_interval: Mutex::new(Duration::from_secs(60)),
                 watch_delay: Mutex::new(Duration::ZERO),
                 cut: watch::Sender::new(0),
@@ -468,6 +471,19 @@ impl KubeApi {
     /// users get only what their bindings grant).
     pub fn enforce_rbac(&self) {
         self.inner.rbac.store(true, Ordering::SeqCst);
+    }
+
+    /// Requests with `Authorization: Bearer <token>` are `user` in `groups` (and
+    /// `system:authenticated`) from now on, as a service account's token authenticates; any
+    /// other caller stays "admin" in `system:masters`. With [`Self::enforce_rbac`], such a user
+    /// gets what its bindings grant, impersonation included (the impersonation filter asks
+    /// RBAC for `impersonate` of each user, group, extra and uid named).
+    pub fn add_token(&self, token: &str, user: &str, groups: &[&str]) {
+        let mut groups: Vec<String> = groups.iter().map(|g| g.to_string()).collect();
+        if !groups.iter().any(|g| g == "system:authenticated") {
+            groups.push("system:authenticated".into());
+        }
+        write(&self.inner.tokens).insert(token.into(), (user.into(), groups));
     }
 
     /// How often watches that ask for them (`allowWatchBookmarks=true`) get a BOOKMARK (the

@@ -1,12 +1,15 @@
 //! RBAC as the apiserver's authorizer applies it, over the Role, RoleBinding, ClusterRole and
 //! ClusterRoleBinding objects the server stores, and the `SubjectAccessReview` and
 //! `SelfSubjectAccessReview` endpoints (authorization.k8s.io/v1), which answer what the server's
-//! authorizer decides: the deny rules, then RBAC when [`super::KubeApi::enforce_rbac`] is on.
+//! authorizer decides: the deny rules, then RBAC when [`super::KubeApi::enforce_rbac`] is on;
+//! and `SelfSubjectRulesReview`, which lists the rules RBAC grants the caller in a namespace.
 //!
 //! Followed: user and group subjects (and service accounts as `system:serviceaccount:<ns>:<name>`),
 //! `verbs`, `apiGroups`, `resources` (with `resource/subresource`), `resourceNames`, and `*` in
 //! each; `system:masters` may do anything. Not followed: aggregated ClusterRoles, non-resource URLs
 //! (allowed to every authenticated user, as the default `system:discovery` binding does).
+
+use std::sync::atomic::Ordering;
 
 use axum::response::Response;
 use serde_json::{json, Value};
@@ -79,18 +82,23 @@ fn rule_allows(rule: &Value, a: &Attributes) -> bool {
         && (strings(names).next().is_none() || a.name.is_some_and(|n| has(names, n)))
 }
 
-/// Whether RBAC allows `a`; the reason names the binding, as the apiserver's does.
-pub(crate) fn allows(api: &super::KubeApi, a: &Attributes) -> Option<String> {
-    if a.groups.iter().any(|g| g == "system:masters") {
-        return Some("allowed by the system:masters group".into());
-    }
-    // The default `system:basic-user` binding: every authenticated user may review themselves.
-    if a.group == "authorization.k8s.io"
-        && a.resource == "selfsubjectaccessreviews"
-        && a.verb == "create"
-        && a.groups.iter().any(|g| g == "system:authenticated")
-    {
-        return Some("RBAC: allowed by ClusterRoleBinding \"system:basic-user\"".into());
+/// The default `system:basic-user` ClusterRole, bound to every authenticated user: they may
+/// review themselves.
+fn basic_user_rule() -> Value {
+    json!({"apiGroups": ["authorization.k8s.io"],
+           "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"], "verbs": ["create"]})
+}
+
+/// Every rule granted to `a`'s user and groups, cluster-wide and in `namespace`, each with the
+/// binding that grants it, in the order the apiserver's rule resolver visits them:
+/// ClusterRoleBindings, then the namespace's RoleBindings.
+fn granted(api: &super::KubeApi, a: &Attributes, namespace: Option<&str>) -> Vec<(String, Value)> {
+    let mut out = Vec::new();
+    if a.groups.iter().any(|g| g == "system:authenticated") {
+        out.push((
+            "ClusterRoleBinding \"system:basic-user\"".to_string(),
+            basic_user_rule(),
+        ));
     }
     let store = &api.inner.store;
     let role = |plural: &str, ns: &str, name: &str| {
@@ -105,10 +113,10 @@ pub(crate) fn allows(api: &super::KubeApi, a: &Attributes) -> Option<String> {
             .list(&("rbac.authorization.k8s.io".into(), plural.into()), ns)
             .1
     };
-    let grants = |binding: &Value, ns: Option<&str>| -> bool {
+    let mut grant = |binding: &Value, ns: Option<&str>| {
         let subjects = binding["subjects"].as_array().into_iter().flatten();
         if !subjects.into_iter().any(|s| subject_matches(s, ns, a)) {
-            return false;
+            return;
         }
         let role_name = binding["roleRef"]["name"].as_str().unwrap_or("");
         let role = match (binding["roleRef"]["kind"].as_str(), ns) {
@@ -116,43 +124,143 @@ pub(crate) fn allows(api: &super::KubeApi, a: &Attributes) -> Option<String> {
             (Some("Role"), Some(ns)) => role("roles", ns, role_name),
             _ => None,
         };
-        role.is_some_and(|r| {
-            r["rules"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|rule| rule_allows(rule, a))
-        })
+        let name = binding["metadata"]["name"].as_str().unwrap_or("");
+        let by = match ns {
+            None => format!("ClusterRoleBinding \"{name}\""),
+            Some(ns) => format!("RoleBinding \"{name}/{ns}\""),
+        };
+        for rule in role
+            .iter()
+            .flat_map(|r| r["rules"].as_array().cloned().unwrap_or_default())
+        {
+            out.push((by.clone(), rule));
+        }
     };
     for (_, binding) in rbac("clusterrolebindings", None) {
-        if grants(&binding, None) {
-            return Some(format!(
-                "RBAC: allowed by ClusterRoleBinding \"{}\"",
-                binding["metadata"]["name"].as_str().unwrap_or("")
-            ));
+        grant(&binding, None);
+    }
+    if let Some(ns) = namespace {
+        for (_, binding) in rbac("rolebindings", Some(ns)) {
+            grant(&binding, Some(ns));
         }
     }
-    let ns = a.namespace?;
-    for (_, binding) in rbac("rolebindings", Some(ns)) {
-        if grants(&binding, Some(ns)) {
-            return Some(format!(
-                "RBAC: allowed by RoleBinding \"{}/{ns}\"",
-                binding["metadata"]["name"].as_str().unwrap_or("")
-            ));
-        }
+    out
+}
+
+/// Whether RBAC allows `a`; the reason names the binding, as the apiserver's does.
+pub(crate) fn allows(api: &super::KubeApi, a: &Attributes) -> Option<String> {
+    if a.groups.iter().any(|g| g == "system:masters") {
+        return Some("allowed by the system:masters group".into());
     }
-    None
+    granted(api, a, a.namespace)
+        .into_iter()
+        .find(|(_, rule)| rule_allows(rule, a))
+        .map(|(by, _)| format!("RBAC: allowed by {by}"))
+}
+
+/// `POST …/selfsubjectrulesreviews`: what the caller (impersonated or not) may do in
+/// `spec.namespace`, as the apiserver's rule resolver lists it: `resourceRules` (each rule of
+/// each bound role, its empty fields left out), `nonResourceRules` (the default discovery
+/// roles' to every authenticated user, as this server allows them), `incomplete` when an
+/// authorizer without rules decides too (the deny rules). Without RBAC enforced, the server
+/// allows everything, and says so as `*`.
+pub(crate) fn rules_review(ctx: &Ctx, t: &Target) -> Result<Response, ApiError> {
+    let mut review: Value = if is_protobuf(ctx) {
+        rules_review_from_protobuf(&ctx.body)
+            .ok_or_else(|| ApiError::bad_request("the protobuf body is not a rules review"))?
+    } else {
+        serde_json::from_slice(&ctx.body).map_err(|e| {
+            ApiError::bad_request(format!(
+                "the body of the request was in an unknown format: {e}"
+            ))
+        })?
+    };
+    let namespace = review["spec"]["namespace"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    let everything = || {
+        (
+            vec![json!({"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]})],
+            vec![json!({"verbs": ["*"], "nonResourceURLs": ["*"]})],
+        )
+    };
+    let who = &ctx.identity;
+    let (resource_rules, non_resource_rules) = if !ctx.api.inner.rbac.load(Ordering::SeqCst)
+        || who.groups.iter().any(|g| g == "system:masters")
+    {
+        everything()
+    } else {
+        let a = Attributes {
+            user: &who.user,
+            groups: &who.groups,
+            verb: "",
+            group: "",
+            resource: "",
+            subresource: None,
+            namespace: None,
+            name: None,
+        };
+        let ns = (!namespace.is_empty()).then_some(namespace.as_str());
+        let mut resources = Vec::new();
+        let mut non_resources = vec![json!({"verbs": ["get"], "nonResourceURLs": [
+            "/api", "/api/*", "/apis", "/apis/*", "/healthz", "/livez", "/openapi", "/openapi/*",
+            "/readyz", "/version", "/version/"]})];
+        for (_, rule) in granted(&ctx.api, &a, ns) {
+            let mut out = serde_json::Map::new();
+            out.insert("verbs".into(), rule["verbs"].clone());
+            if rule.get("nonResourceURLs").is_some() {
+                out.insert("nonResourceURLs".into(), rule["nonResourceURLs"].clone());
+                non_resources.push(Value::Object(out));
+                continue;
+            }
+            for key in ["apiGroups", "resources", "resourceNames"] {
+                if strings(&rule[key]).next().is_some() {
+                    out.insert(key.into(), rule[key].clone());
+                }
+            }
+            resources.push(Value::Object(out));
+        }
+        (resources, non_resources)
+    };
+    let incomplete = !super::read(&ctx.api.inner.deny).is_empty();
+    if review["metadata"].is_null() {
+        review["metadata"] = json!({});
+    }
+    review["apiVersion"] = json!(t.kind.api_version());
+    review["kind"] = json!(t.kind.kind);
+    review["metadata"]["creationTimestamp"] = Value::Null;
+    review["status"] = json!({"resourceRules": resource_rules,
+        "nonResourceRules": non_resource_rules, "incomplete": incomplete});
+    Ok(json_response(201, &review))
+}
+
+fn is_protobuf(ctx: &Ctx) -> bool {
+    ctx.headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("protobuf"))
+}
+
+/// The protobuf form of a `SelfSubjectRulesReview` (`kubectl auth can-i --list`): the `k8s\0`
+/// envelope, then `spec` (2) → `namespace` (1).
+fn rules_review_from_protobuf(body: &[u8]) -> Option<Value> {
+    let unknown = body.strip_prefix(b"k8s\0")?;
+    let raw = field(unknown, 2)?;
+    let namespace = field(raw, 2)
+        .and_then(|spec| field(spec, 1))
+        .map(|n| String::from_utf8_lossy(n).into_owned())
+        .unwrap_or_default();
+    Some(json!({"spec": {"namespace": namespace}}))
 }
 
 /// `POST …/subjectaccessreviews` (the spec names the subject) and `…/selfsubjectaccessreviews`
 /// (the caller, impersonated or not, is the subject): the review comes back with its `status`.
 pub(crate) fn review(ctx: &Ctx, t: &Target) -> Result<Response, ApiError> {
-    let protobuf = ctx
-        .headers
-        .get(axum::http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.contains("protobuf"));
-    let mut review: Value = if protobuf {
+    if t.kind.plural == "selfsubjectrulesreviews" {
+        return rules_review(ctx, t);
+    }
+    let mut review: Value = if is_protobuf(ctx) {
         review_from_protobuf(&ctx.body)
             .ok_or_else(|| ApiError::bad_request("the protobuf body is not an access review"))?
     } else {
