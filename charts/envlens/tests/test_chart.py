@@ -246,6 +246,8 @@ def test_deployment():
     env = {e["name"]: e for e in c["env"]}
     assert env["DATABASE_URL"]["valueFrom"]["secretKeyRef"] == {"name": "envlens-database", "key": "url"}
     assert env["ENVLENS_LOG_FORMAT"]["value"] == "json"
+    # The proxy refuses the Secrets of the namespace envlens runs in (SPEC 13).
+    assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"] == {"fieldPath": "metadata.namespace"}
     assert flag(c["args"], "--otlp-endpoint") is None
     resources = c["resources"]
     assert resources["requests"]["cpu"] and resources["requests"]["memory"], resources
