@@ -39,6 +39,12 @@ pub enum Error {
     /// The agent has no cluster connection (SPEC 6): nothing was sent anywhere.
     #[error("{0}")]
     NoConnection(String),
+    /// The caller has asked too much too fast: `Retry-After` says when to come back.
+    #[error("{message}")]
+    TooManyRequests {
+        message: String,
+        retry_after: std::time::Duration,
+    },
     #[error(transparent)]
     Internal(#[from] anyhow::Error),
 }
@@ -65,6 +71,7 @@ impl Error {
             Error::Unavailable(_) | Error::Timeout(_) => StatusCode::SERVICE_UNAVAILABLE,
             Error::BadGateway(_) => StatusCode::BAD_GATEWAY,
             Error::GitLabUnavailable(_) | Error::NoConnection(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Error::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
             Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -84,6 +91,7 @@ impl Error {
             }
             Error::NoConnection(_) => "no_connection",
             Error::BadGateway(_) => "bad_gateway",
+            Error::TooManyRequests { .. } => "too_many_requests",
             Error::Internal(_) => "internal",
         }
     }
@@ -137,6 +145,7 @@ impl Error {
             | Error::GitLabUnavailable(_)
             | Error::NoConnection(_) => "SERVICE_UNAVAILABLE",
             Error::BadGateway(_) => "BAD_GATEWAY",
+            Error::TooManyRequests { .. } => "TOO_MANY_REQUESTS",
             Error::Internal(_) => "INTERNAL_SERVER_ERROR",
         };
         let message = self.public_message();
@@ -156,7 +165,9 @@ impl IntoResponse for Error {
         if let Error::Invalid { field, .. } = &self {
             error["field"] = json!(field);
         }
-        (status, Json(json!({ "error": error }))).into_response()
+        let mut response = (status, Json(json!({ "error": error }))).into_response();
+        self.retry_after(&mut response);
+        response
     }
 }
 
@@ -179,7 +190,20 @@ impl Error {
 
     /// The same error as a Kubernetes `Status` object, as the proxy answers (SPEC 5.3).
     pub fn to_kubernetes_status(&self) -> Response {
-        kubernetes_status(self.status(), &self.public_message())
+        let mut response = kubernetes_status(self.status(), &self.public_message());
+        self.retry_after(&mut response);
+        response
+    }
+
+    /// `Retry-After` (whole seconds, at least one) on a [`Error::TooManyRequests`] answer.
+    pub fn retry_after(&self, response: &mut Response) {
+        if let Error::TooManyRequests { retry_after, .. } = self {
+            let seconds = retry_after.as_secs_f64().ceil().max(1.0) as u64;
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from(seconds),
+            );
+        }
     }
 }
 
@@ -195,6 +219,7 @@ pub fn kubernetes_status(code: StatusCode, message: &str) -> Response {
         StatusCode::UNPROCESSABLE_ENTITY => "Invalid",
         StatusCode::GATEWAY_TIMEOUT => "Timeout",
         StatusCode::NOT_IMPLEMENTED => "MethodNotAllowed",
+        StatusCode::TOO_MANY_REQUESTS => "TooManyRequests",
         StatusCode::BAD_GATEWAY | StatusCode::SERVICE_UNAVAILABLE => "ServiceUnavailable",
         _ => "InternalError",
     };

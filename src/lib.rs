@@ -88,6 +88,10 @@ pub fn app(state: AppState) -> Router {
     }
     router
         .layer(from_fn_with_state(
+            state.trusted_proxies.clone(),
+            http::client_address::record,
+        ))
+        .layer(from_fn_with_state(
             state.metrics.clone(),
             http::middleware::observe,
         ))

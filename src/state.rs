@@ -9,6 +9,7 @@ use crate::db::lease::Leases;
 use crate::db::pool::Pool;
 use crate::gitlab::Instance;
 use crate::graphql::{Live, Origins, Schemas, SocketLimits};
+use crate::http::client_address::TrustedProxies;
 use crate::k8s::clusters::Clusters;
 use crate::resources::health::Customizations;
 use crate::telemetry::Metrics;
@@ -35,6 +36,8 @@ pub struct AppState {
     pub site: Site,
     /// GraphQL subscriptions: their socket's bounds, the shared feeds, the notifications.
     pub live: Live,
+    /// The reverse proxies whose `X-Forwarded-For` names the client (`trusted_proxies`).
+    pub trusted_proxies: TrustedProxies,
 }
 
 impl AppState {
@@ -59,7 +62,14 @@ impl AppState {
             gitlab: None,
             health: Arc::default(),
             site: Site::default(),
+            trusted_proxies: TrustedProxies::default(),
         }
+    }
+
+    /// With the reverse proxies whose `X-Forwarded-For` is believed.
+    pub fn with_trusted_proxies(mut self, trusted: TrustedProxies) -> Self {
+        self.trusted_proxies = trusted;
+        self
     }
 
     /// With the dashboard's public address and session lifetime; the address is also the
@@ -129,6 +139,7 @@ sub_states! {
     health: Arc<Customizations>,
     site: Site,
     live: Live,
+    trusted_proxies: TrustedProxies,
 }
 
 impl axum::extract::FromRef<AppState> for crate::graphql::Engine {

@@ -170,11 +170,7 @@ use crate::support::{keys, postgres, TestApp, TestResponse};
 async fn app_beside(gitlab: &TestGitLab) -> TestApp {
     let database = postgres::fresh_database().await;
     let api = GitLab::new(&gitlab.url, None, Arc::default(), Policy::default()).unwrap();
-    let instance = Instance {
-        id_tokens: IdTokens::new(api.clone(), AUDIENCE),
-        user_tokens: envlens::gitlab::tokens::UserTokens::new(std::time::Duration::from_secs(60)),
-        api,
-    };
+    let instance = Instance::new(api, AUDIENCE, std::time::Duration::from_secs(60), None);
     let state = AppState::new((*database).clone(), keys(), Limits::default()).with_gitlab(instance);
     let app = TestApp::owning(state, database);
     let res = app.internal(Method::PUT, "/api/v4/internal/identity", &json!({
@@ -404,13 +400,17 @@ async fn gitlab_tokens_are_checked_with_gitlab_and_cached() {
     // Reused for the cache's time: GitLab is asked once.
     let again = app.send(me("glpat-dev-token")).await;
     assert_eq!(again.status, 200);
-    assert_eq!(gitlab.user_requests.load(Ordering::SeqCst), 1);
-    // A token GitLab refuses, and one of a user the mirror does not know: 401.
+    assert_eq!(gitlab.token_checks.load(Ordering::SeqCst), 1);
+    // A token GitLab refuses: 401.
     assert_eq!(
         app.send(me("glpat-revoked")).await.error(401)["code"],
         "unauthorized"
     );
-    assert_eq!(app.send(me("glpat-stranger")).await.status, 401);
+    // One of a user the mirror does not know: GitLab vouches for them, so they are added
+    // (SPEC 13), from their profile.
+    let res = app.send(me("glpat-stranger")).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    assert_eq!(res.json()["username"], "stranger");
     // GitLab down: 503, never a pass (a token not seen before).
     gitlab.failing.store(true, Ordering::SeqCst);
     gitlab.accept_token("glpat-new", 2, "dev");

@@ -11,7 +11,6 @@ use axum::body::Body;
 use axum::http::{Method, Request};
 use envlens::config::Limits;
 use envlens::gitlab::api::{GitLab, Policy, Token};
-use envlens::gitlab::id_token::IdTokens;
 use envlens::gitlab::Instance;
 use envlens::ingest::followups::Worker;
 use envlens::state::AppState;
@@ -41,11 +40,12 @@ pub fn api(gitlab: &TestGitLab) -> GitLab {
 pub async fn app_with_api(gitlab: &TestGitLab) -> TestApp {
     let database = postgres::fresh_database().await;
     let api = api(gitlab);
-    let instance = Instance {
-        id_tokens: IdTokens::new(api.clone(), "https://envlens.example.com"),
-        user_tokens: envlens::gitlab::tokens::UserTokens::new(std::time::Duration::from_secs(60)),
+    let instance = Instance::new(
         api,
-    };
+        "https://envlens.example.com",
+        std::time::Duration::from_secs(60),
+        None,
+    );
     let state = AppState::new((*database).clone(), keys(), Limits::default()).with_gitlab(instance);
     TestApp::owning(state, database)
 }

@@ -681,3 +681,45 @@ async fn a_bad_configuration_file_is_counted_not_fatal() {
         assert_eq!(mirror(&app).await, before, "{bad}");
     }
 }
+
+/// The sync mirrors each user's `state` and `external` (SPEC 13): a user GitLab blocked
+/// loses their session at the pass, and gets it back once GitLab lets them in again.
+#[tokio::test]
+async fn the_sync_carries_user_state_and_a_blocked_users_session_is_refused() {
+    let gitlab = TestGitLab::start().await;
+    populate(&gitlab);
+    let app = app_with_api(&gitlab).await;
+    sync(&app, &gitlab, &[]).await.unwrap();
+    assert_eq!(app.get_as("/api/user", 2, "dev").await.status, 200);
+    gitlab.rest.with(|d| {
+        d.users[1]["state"] = json!("blocked");
+        d.users[2]["external"] = json!(true);
+    });
+    sync(&app, &gitlab, &[]).await.unwrap();
+    let users = rows(
+        &app,
+        "SELECT format('%s %s %s', username, state, external) FROM users ORDER BY id",
+    )
+    .await;
+    assert_eq!(
+        users,
+        [
+            "root active f",
+            "dev blocked f",
+            "rep active t",
+            "ops active f",
+            "guest-min active f"
+        ]
+    );
+    assert_eq!(app.get_as("/api/user", 2, "dev").await.status, 401);
+    gitlab.rest.with(|d| d.users[1]["state"] = json!("active"));
+    sync(&app, &gitlab, &[]).await.unwrap();
+    assert_eq!(app.get_as("/api/user", 2, "dev").await.status, 200);
+
+    // A pass scoped to groups reads no `/users`: the members API's state is the one it has.
+    gitlab.rest.with(|d| {
+        d.project_members.get_mut(&42).unwrap()[0]["state"] = json!("ldap_blocked");
+    });
+    sync(&app, &gitlab, &["acme"]).await.unwrap();
+    assert_eq!(app.get_as("/api/user", 2, "dev").await.status, 401);
+}

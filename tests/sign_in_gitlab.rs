@@ -403,17 +403,35 @@ async fn id_tokens_for_others_are_refused() {
 }
 
 #[tokio::test]
-async fn a_gitlab_user_envlens_does_not_know_gets_a_clear_refusal() {
+async fn a_gitlab_user_envlens_does_not_know_is_added_and_a_blocked_one_refused() {
     let gitlab = TestGitLab::start().await;
     let app = app_beside(&gitlab).await;
+    // GitLab vouches for bob, whom the mirror lacks: added from `/user`, no memberships.
     gitlab.oauth.lock().unwrap().signed_in = Some((99, "bob".into()));
+    let (authorize, cookie) = start(&app, "/-/sign-in/gitlab").await;
+    let res = back(&app, &at_gitlab(&authorize).await, &cookie).await;
+    assert_eq!(res.status, StatusCode::SEE_OTHER, "{}", res.text());
+    assert!(cookie_set(&res, "envlens_session").is_some());
+    let bob: (String, i64) = sqlx::query_as(
+        "SELECT username, (SELECT count(*) FROM members WHERE user_id = 99) FROM users WHERE id = 99",
+    )
+    .fetch_one(&app.db)
+    .await
+    .unwrap();
+    assert_eq!(bob, ("bob".to_owned(), 0));
+    // A user the mirror knows as blocked is refused, saying so.
+    sqlx::query("UPDATE users SET state = 'blocked' WHERE id = 99")
+        .execute(&app.db)
+        .await
+        .unwrap();
+    let before = sessions(&app).await;
     let (authorize, cookie) = start(&app, "/-/sign-in/gitlab").await;
     let res = back(&app, &at_gitlab(&authorize).await, &cookie).await;
     assert_eq!(res.status, StatusCode::FORBIDDEN);
     let page = res.text();
-    assert!(page.contains("envlens does not know you yet"), "{page}");
+    assert!(page.contains("envlens does not let you in"), "{page}");
     assert!(page.contains("@bob (GitLab user 99)"), "{page}");
-    assert_eq!(sessions(&app).await, 0);
+    assert_eq!(sessions(&app).await, before);
 
     // A user who says no at GitLab.
     gitlab.oauth.lock().unwrap().signed_in = None;
@@ -421,7 +439,7 @@ async fn a_gitlab_user_envlens_does_not_know_gets_a_clear_refusal() {
     let res = back(&app, &at_gitlab(&authorize).await, &cookie).await;
     assert_eq!(res.status, StatusCode::FORBIDDEN);
     assert!(res.text().contains("access_denied"), "{}", res.text());
-    assert_eq!(gitlab.oauth.lock().unwrap().token_requests, 1);
+    assert_eq!(gitlab.oauth.lock().unwrap().token_requests, 2);
 }
 
 #[tokio::test]

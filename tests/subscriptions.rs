@@ -735,6 +735,46 @@ async fn the_subscription_ends_with_forbidden_once_user_access_is_gone() {
     assert_eq!(end, json!({"type": "complete", "id": "1"}));
 }
 
+/// A user GitLab blocks loses their open socket at the next `access_cache` check (SPEC 13),
+/// not only their subscriptions: nothing more reaches them on it.
+#[tokio::test]
+async fn a_blocked_users_socket_is_closed_at_the_next_check() {
+    let (_api, served, _dir) = cluster().await;
+    let server = start_with(&served, "  access_cache: 200ms\n", SocketLimits::default()).await;
+    let mut client = Client::connect(server.addr, "graphql-transport-ws", DEV).await;
+    client
+        .subscribe("1", &group_subscription(), json!({"id": PRODUCTION}))
+        .await;
+    assert_eq!(update_of(&client.next_payload("1").await)["complete"], true);
+    let mut bystander = Client::connect(server.addr, "graphql-transport-ws", REP).await;
+    let res = server
+        .app
+        .system_hook(
+            &json!({"event_name": "user_failed_login", "user_id": 2, "username": "dev",
+            "name": "dev", "email": "dev@example.com", "state": "blocked",
+            "created_at": "2026-10-03T06:08:48Z", "updated_at": "2026-11-15T04:52:06Z"}),
+        )
+        .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    // The subscription may say FORBIDDEN first; then the socket closes.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let closed = loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        match client.receive_within(left).await {
+            Some(Received::Closed(code, reason)) => break (code, reason),
+            Some(Received::Message(_)) => continue,
+            None => panic!("the blocked user's socket is still open"),
+        }
+    };
+    assert_eq!(closed.0, 4403, "{closed:?}");
+    assert!(closed.1.contains("not active"), "{closed:?}");
+    // Another user's socket stays.
+    assert!(bystander
+        .receive_within(Duration::from_millis(600))
+        .await
+        .is_none());
+}
+
 fn envlens_forbidden_message() -> &'static str {
     "You don't have access to an agent that deployed to this environment. Please contact agent \
      administrator if you are allowed in \"user_access\" in agent config file."

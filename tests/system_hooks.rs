@@ -43,7 +43,8 @@ async fn mirror(app: &TestApp) -> BTreeSet<String> {
     let lines: Vec<String> = sqlx::query_scalar(
         "SELECT format('group %s %s parent=%s %s', id, full_path, coalesce(parent_id::text, '-'), traversal_ids::text) FROM namespaces
          UNION ALL SELECT format('project %s %s %s ns=%s', id, full_path, visibility, coalesce(namespace_id::text, '-')) FROM projects
-         UNION ALL SELECT format('user %s %s%s', id, username, CASE WHEN admin THEN ' admin' ELSE '' END) FROM users
+         UNION ALL SELECT format('user %s %s%s%s', id, username, CASE WHEN admin THEN ' admin' ELSE '' END,
+                                 CASE WHEN state <> 'active' THEN ' ' || state ELSE '' END) FROM users
          UNION ALL SELECT format('member %s %s %s %s', user_id, source_type, source_id, access_level) FROM members",
     )
     .fetch_all(&app.db)
@@ -178,7 +179,11 @@ async fn current_documented_payloads() {
                 "applied",
                 &["-user 41 js", "-member 41 project 74 40"],
             ),
-            ("15-user_failed_login.json", "ignored", &[]),
+            (
+                "15-user_failed_login.json",
+                "applied",
+                &["+user 26 user4 blocked"],
+            ),
             (
                 "16-user_rename.json",
                 "applied",
@@ -338,7 +343,11 @@ async fn gitlab_11_8_documented_payloads() {
                 &["+user 41 js", "-user 41 johnsmith"],
             ),
             ("09-user_destroy.json", "applied", &["-user 41 js"]),
-            ("10-user_failed_login.json", "ignored", &[]),
+            (
+                "10-user_failed_login.json",
+                "applied",
+                &["+user 26 user4 blocked"],
+            ),
             (
                 "11-user_rename.json",
                 "applied",
@@ -438,7 +447,11 @@ async fn gitlab_10_4_documented_payloads() {
                 &["+user 41 js", "-user 41 johnsmith"],
             ),
             ("09-user_destroy.json", "applied", &["-user 41 js"]),
-            ("10-user_failed_login.json", "ignored", &[]),
+            (
+                "10-user_failed_login.json",
+                "applied",
+                &["+user 26 user4 blocked"],
+            ),
             (
                 "11-user_rename.json",
                 "applied",

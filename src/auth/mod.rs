@@ -6,6 +6,7 @@ pub mod dashboard;
 mod internal;
 pub mod secrets;
 mod session;
+pub mod vouched;
 mod webhook;
 
 use jsonwebtoken::errors::ErrorKind;
@@ -35,8 +36,9 @@ pub struct Keys {
     /// Session tokens that `session` verified recently.
     sessions: session::VerifiedSessions,
     webhook_token: Secret,
-    /// Where the dashboard's sessions are looked up (`envlens_session`); none until the state
-    /// attaches its pool, and then the cookie is not taken.
+    /// Where the dashboard's sessions are looked up (`envlens_session`), and users GitLab
+    /// vouches for are added; none until the state attaches its pool, and then the cookie is
+    /// not taken.
     web_sessions: Option<Pool>,
 }
 

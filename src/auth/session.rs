@@ -15,12 +15,13 @@ use serde::{Deserialize, Serialize};
 use sqlx::PgExecutor;
 use subtle::ConstantTimeEq;
 
-use super::{dashboard, verify, Keys, TimeClaims, ISSUER, LEEWAY_SECONDS};
+use super::{dashboard, verify, vouched, Keys, TimeClaims, ISSUER, LEEWAY_SECONDS};
 use crate::db;
 use crate::db::pool::Pool;
 use crate::error::Error;
-use crate::gitlab::tokens::is_jwt;
+use crate::gitlab::tokens::{admits, is_jwt, CheckError, Checked, Purpose};
 use crate::gitlab::Instance;
+use crate::http::client_address::ClientAddress;
 use crate::telemetry::RequestId;
 
 pub const SESSION_COOKIE: &str = "_gitlab_kas";
@@ -73,7 +74,7 @@ where
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Error> {
         let gitlab = Option::<Arc<Instance>>::from_ref(state);
         let keys = Arc::<Keys>::from_ref(state);
-        let session = authenticate(parts, &keys, gitlab.as_deref()).await?;
+        let session = authenticate(parts, &keys, gitlab.as_deref(), Purpose::Api).await?;
         let mut conn = Pool::from_ref(state).acquire().await?;
         CurrentUser::find(&mut *conn, session).await
     }
@@ -115,12 +116,29 @@ pub struct Session {
 
 /// The request's session: without an `Authorization` header, the dashboard's live session
 /// cookie first; a GitLab token sent as bearer, checked with GitLab when envlens knows one
-/// (SPEC 12.4); else GitLab's session token ([`verify_session`]). GitLab unreachable is a 503,
-/// never a pass; so is the database, for the dashboard's cookie.
+/// (SPEC 12.4), and taken only with the scopes `purpose` needs (SPEC 13); else GitLab's session
+/// token ([`verify_session`]). GitLab unreachable is a 503, never a pass; so is the database,
+/// for the dashboard's cookie. With GitLab known, the user's state is read from it again when
+/// due (see [`vouched::refresh_state`]).
 pub async fn authenticate(
     parts: &Parts,
     keys: &Keys,
     gitlab: Option<&Instance>,
+    purpose: Purpose,
+) -> Result<Session, Error> {
+    let session = credentials(parts, keys, gitlab, purpose).await?;
+    if let (Some(gitlab), Some(pool)) = (gitlab, &keys.web_sessions) {
+        let request_id = parts.extensions.get::<RequestId>();
+        vouched::refresh_state(pool, gitlab, session.user_id, request_id).await;
+    }
+    Ok(session)
+}
+
+async fn credentials(
+    parts: &Parts,
+    keys: &Keys,
+    gitlab: Option<&Instance>,
+    purpose: Purpose,
 ) -> Result<Session, Error> {
     let bearer = parts
         .headers
@@ -142,23 +160,38 @@ pub async fn authenticate(
         ));
     };
     let request_id = parts.extensions.get::<RequestId>();
-    match gitlab
+    let client = parts.extensions.get::<ClientAddress>().map(|c| c.0);
+    let checked = gitlab
         .user_tokens
-        .user_of(&gitlab.api, token, request_id)
-        .await
-    {
-        Ok(Some(user_id)) => {
-            crate::telemetry::record_user(user_id);
-            Ok(Session {
-                user_id,
-                via: Via::Bearer,
+        .check(&gitlab.api, token, client, request_id)
+        .await;
+    let (vouched, fresh) = match checked {
+        Ok(Checked::Vouched { token, fresh }) => (token, fresh),
+        Ok(Checked::Refused) => {
+            return Err(Error::Unauthorized(
+                "GitLab does not accept the token".into(),
+            ))
+        }
+        Err(CheckError::Limited(retry_after)) => {
+            return Err(Error::TooManyRequests {
+                message: "too many unknown tokens from your address: GitLab is asked about                           new ones only so often"
+                    .into(),
+                retry_after,
             })
         }
-        Ok(None) => Err(Error::Unauthorized(
-            "GitLab does not accept the token".into(),
-        )),
-        Err(e) => Err(Error::GitLabUnavailable(e.to_string())),
+        Err(CheckError::Unavailable(e)) => return Err(Error::GitLabUnavailable(e.to_string())),
+    };
+    admits(&vouched, purpose).map_err(Error::Unauthorized)?;
+    if fresh {
+        if let Some(pool) = &keys.web_sessions {
+            vouched::mirror_token_user(pool, gitlab, token, vouched.user_id, request_id).await?;
+        }
     }
+    crate::telemetry::record_user(vouched.user_id);
+    Ok(Session {
+        user_id: vouched.user_id,
+        via: Via::Bearer,
+    })
 }
 
 /// The dashboard's own session (`envlens_session`, SPEC 9), with the CSRF rule of the

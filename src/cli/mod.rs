@@ -168,6 +168,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let mut site = crate::web::Site::new(&public_url, args.session_lifetime)?;
     let mut state = AppState::new(database.pool.clone(), Keys::new(secrets), args.limits)
         .with_clusters(clusters, settings.cors)
+        .with_trusted_proxies(crate::http::client_address::TrustedProxies::new(
+            settings.trusted_proxies.clone(),
+        ))
         .with_health(health);
     if let Some(gitlab) = &settings.gitlab {
         let instance = crate::gitlab::Instance::load(gitlab, &public_url, state.metrics.clone())?;

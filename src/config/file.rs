@@ -26,6 +26,7 @@
 //!   scripts:                              # inline, keyed as in argocd-cm
 //!     cert-manager.io_Certificate: |
 //!       return {status = "Healthy"}
+//! trusted_proxies: [10.0.0.0/8]           # peers whose X-Forwarded-For names the client (none by default)
 //! history:                                # deployment history (SPEC 10)
 //!   settle_timeout: 10m                   # the second snapshot at the latest this long after the first
 //!   keep_per_environment: 100             # deployments per environment that keep snapshots
@@ -53,6 +54,12 @@ pub struct Settings {
     pub health: HealthSettings,
     #[serde(default)]
     pub history: HistorySettings,
+    /// The reverse proxies (addresses or ranges) in front of envlens: from a peer among them,
+    /// the client's address is taken from `X-Forwarded-For` (its rightmost address that is not
+    /// such a proxy); from any other peer, the connection's address is the client's. It bounds
+    /// what one client may cost (SPEC 13), so list only proxies that set the header themselves.
+    #[serde(default)]
+    pub trusted_proxies: Vec<crate::config::cidr::Cidr>,
 }
 
 /// The deployment history's snapshots (SPEC 10; `crate::history::worker`).
@@ -419,6 +426,8 @@ mod tests {
         assert_eq!(s.kubernetes.connect_timeout, Duration::from_secs(2));
         assert_eq!(s.kubernetes.response_timeout, Duration::from_secs(30));
         assert_eq!(s.cors.allowed_origins, ["https://gitlab.example.com"]);
+        let s = Settings::parse("trusted_proxies: [10.0.0.0/8, \"::1\"]\n").unwrap();
+        assert_eq!(s.trusted_proxies.len(), 2);
     }
 
     #[test]
@@ -452,5 +461,6 @@ mod tests {
         assert!(err("cors:\n  allowed_origins: ['*']\n").contains("not an origin"));
         assert!(err("history:\n  keep_per_environment: 0\n").contains("at least 1"));
         assert!(err("history:\n  settle_timout: 1m\n").contains("settle_timout"));
+        assert!(err("trusted_proxies: [10.0.0.0/40]\n").contains("10.0.0.0/40"));
     }
 }

@@ -185,7 +185,7 @@ pub async fn user_access(
              FROM agent_user_access_authorizations x WHERE x.agent_id = a.id), '[]') AS entries
          FROM cluster_agents a
          JOIN projects p ON p.id = a.project_id
-         JOIN users u ON u.id = $2
+         JOIN active_users u ON u.id = $2
          WHERE a.id = $1"
     ))
     .bind(agent_id)

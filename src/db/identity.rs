@@ -9,32 +9,91 @@ use sqlx::{PgConnection, PgExecutor};
 use super::violated_constraint;
 use crate::error::{Error, Result};
 
+/// A user as the reading rules see them. Only an active user is one (`active_users`, see
+/// migration 0052): a blocked, deactivated or banned user is found by none of these reads.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct User {
     pub id: i64,
     pub username: String,
     pub admin: bool,
+    /// GitLab's external users read internal projects only where they are members.
+    pub external: bool,
 }
 
+/// The user `id`, if the mirror has them and they are active.
 pub async fn find_user(db: impl PgExecutor<'_>, id: i64) -> Result<Option<User>> {
     Ok(
-        sqlx::query_as("SELECT id, username, admin FROM users WHERE id = $1")
+        sqlx::query_as("SELECT id, username, admin, external FROM active_users WHERE id = $1")
             .bind(id)
             .fetch_optional(db)
             .await?,
     )
 }
 
+/// Whether the mirror has the user `id`, whatever their state.
+pub async fn user_mirrored(db: impl PgExecutor<'_>, id: i64) -> Result<bool> {
+    Ok(
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM users WHERE id = $1)")
+            .bind(id)
+            .fetch_one(db)
+            .await?,
+    )
+}
+
+/// GitLab's word on a user: their state, and their `external` flag when the answer has it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserState {
+    pub state: String,
+    pub external: Option<bool>,
+}
+
+/// Adds a user GitLab vouched for (their token, their sign-in) that the mirror lacks, with no
+/// memberships; a user the mirror has meanwhile is left as it is.
+pub async fn add_vouched_user(
+    conn: &mut PgConnection,
+    id: i64,
+    username: &str,
+    state: &UserState,
+) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO users (id, username, state, external) VALUES ($1, $2, $3, COALESCE($4, false))
+         ON CONFLICT (id) DO NOTHING",
+    )
+    .bind(id)
+    .bind(username)
+    .bind(&state.state)
+    .bind(state.external)
+    .execute(conn)
+    .await
+    .map_err(|e| taken(e, &format!("user {id} ({username})")))?;
+    Ok(())
+}
+
+/// Records GitLab's state of a user the mirror has (`external` kept when `None`); false when
+/// the mirror has no such user.
+pub async fn set_user_state(db: impl PgExecutor<'_>, id: i64, state: &UserState) -> Result<bool> {
+    let done = sqlx::query(
+        "UPDATE users SET state = $2, external = COALESCE($3, external), updated_at = now()
+         WHERE id = $1 AND (state, external) IS DISTINCT FROM ($2, COALESCE($3, external))",
+    )
+    .bind(id)
+    .bind(&state.state)
+    .bind(state.external)
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
 pub async fn find_user_by_username(
     db: impl PgExecutor<'_>,
     username: &str,
 ) -> Result<Option<User>> {
-    Ok(
-        sqlx::query_as("SELECT id, username, admin FROM users WHERE lower(username) = lower($1)")
-            .bind(username)
-            .fetch_optional(db)
-            .await?,
+    Ok(sqlx::query_as(
+        "SELECT id, username, admin, external FROM active_users WHERE lower(username) = lower($1)",
     )
+    .bind(username)
+    .fetch_optional(db)
+    .await?)
 }
 
 /// Turns a violation of a path or username uniqueness into a 409 that names it.
@@ -262,6 +321,10 @@ pub struct Snapshot {
     pub user_ids: Vec<i64>,
     pub usernames: Vec<String>,
     pub user_admins: Vec<bool>,
+    /// GitLab's `state` of each user; `None` keeps the mirror's (`active` when new).
+    pub user_states: Vec<Option<String>>,
+    /// Their `external` flag; `None` keeps the mirror's (not external when new).
+    pub user_externals: Vec<Option<bool>>,
     pub member_user_ids: Vec<i64>,
     pub member_source_types: Vec<String>,
     pub member_source_ids: Vec<i64>,
@@ -305,6 +368,20 @@ pub async fn apply_snapshot(conn: &mut PgConnection, s: &Snapshot) -> Result<Opt
     .bind(&s.user_ids)
     .bind(&s.usernames)
     .bind(&s.user_admins)
+    .execute(&mut *conn)
+    .await
+    .map_err(|e| taken(e, "a user in the snapshot"))?;
+    // GitLab's state and external flag where the snapshot has them (NULL: the mirror's kept).
+    sqlx::query(
+        "UPDATE users u SET state = COALESCE(t.state, u.state), external = COALESCE(t.external, u.external),
+             updated_at = now()
+         FROM UNNEST($1::bigint[], $2::text[], $3::boolean[]) AS t(id, state, external)
+         WHERE u.id = t.id
+           AND (u.state, u.external) IS DISTINCT FROM (COALESCE(t.state, u.state), COALESCE(t.external, u.external))",
+    )
+    .bind(&s.user_ids)
+    .bind(&s.user_states)
+    .bind(&s.user_externals)
     .execute(&mut *conn)
     .await
     .map_err(|e| taken(e, "a user in the snapshot"))?;

@@ -23,10 +23,14 @@ pub struct Viewer {
     pub admin: bool,
 }
 
-/// Reporter (20) or more through the project or an ancestor group, a public or internal
-/// project, or an admin. `$1` is the user id, `$2` whether they are an admin; `p` is the
+/// Who may read a project, GitLab's rule and the one place envlens writes it: Reporter (20) or
+/// more through the project or an ancestor group, a public project, an internal one unless
+/// the user is external (GitLab's external users see internal projects only where they are
+/// members), or an admin. `$1` is the user id, `$2` whether they are an admin; `p` is the
 /// project and `n` its group (NULL for a personal project).
-pub(crate) const READABLE: &str = "(p.visibility <> 'private' OR $2::bool OR EXISTS (
+pub(crate) const READABLE: &str = "(p.visibility = 'public' OR $2::bool
+  OR (p.visibility = 'internal' AND NOT EXISTS (SELECT 1 FROM users x WHERE x.id = $1 AND x.external))
+  OR EXISTS (
     SELECT 1 FROM members m WHERE m.user_id = $1 AND m.access_level >= 20
       AND ((m.source_type = 'project' AND m.source_id = p.id)
         OR (m.source_type = 'group' AND m.source_id = ANY (n.traversal_ids)))))";
@@ -124,8 +128,8 @@ pub async fn user_and_readable_project(
             .replace("$2::bool", "u.admin")
             .replace("$1", "u.id");
         format!(
-            "SELECT u.id AS user_id, u.username, u.admin, p.id, p.path, p.full_path
-             FROM users u LEFT JOIN LATERAL (
+            "SELECT u.id AS user_id, u.username, u.admin, u.external, p.id, p.path, p.full_path
+             FROM active_users u LEFT JOIN LATERAL (
                SELECT p.id, p.path, p.full_path FROM projects p LEFT JOIN namespaces n ON n.id = p.namespace_id
                WHERE lower(p.full_path) = lower($2) AND {readable}) p ON true
              WHERE u.id = $1"
@@ -136,6 +140,7 @@ pub async fn user_and_readable_project(
         user_id: i64,
         username: String,
         admin: bool,
+        external: bool,
         id: Option<i64>,
         path: Option<String>,
         full_path: Option<String>,
@@ -150,6 +155,7 @@ pub async fn user_and_readable_project(
             id: c.user_id,
             username: c.username,
             admin: c.admin,
+            external: c.external,
         };
         let project = match (c.id, c.path, c.full_path) {
             (Some(id), Some(path), Some(full_path)) => Some(ProjectRow {

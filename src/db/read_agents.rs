@@ -129,7 +129,7 @@ pub async fn user_authorizations(
                 COALESCE(x.project_id, x.group_id) AS source_id,
                 {ENTRY_ACCESS_LEVEL} AS access_level, x.config
          FROM UNNEST($2::bigint[]) AS k(project_id)
-         JOIN users u ON u.id = $1
+         JOIN active_users u ON u.id = $1
          JOIN projects p ON p.id = k.project_id LEFT JOIN namespaces n ON n.id = p.namespace_id
          JOIN agent_user_access_authorizations x
            ON x.project_id = p.id OR x.group_id = ANY (n.traversal_ids)

@@ -60,7 +60,7 @@ pub async fn create_session(
 pub async fn find_session(db: impl PgExecutor<'_>, id_hash: &[u8]) -> Result<Option<SessionRow>> {
     Ok(sqlx::query_as(
         "SELECT s.user_id, u.username, u.admin, s.csrf, s.expires_at
-           FROM web_sessions s JOIN users u ON u.id = s.user_id
+           FROM web_sessions s JOIN active_users u ON u.id = s.user_id
           WHERE s.id_hash = $1 AND s.expires_at > now()",
     )
     .bind(id_hash)
@@ -102,7 +102,7 @@ pub async fn peek_link(
     token_hash: &[u8],
 ) -> Result<Option<(i64, String)>> {
     Ok(sqlx::query_as(
-        "SELECT l.user_id, u.username FROM sign_in_links l JOIN users u ON u.id = l.user_id
+        "SELECT l.user_id, u.username FROM sign_in_links l JOIN active_users u ON u.id = l.user_id
           WHERE l.token_hash = $1 AND l.expires_at > now()",
     )
     .bind(token_hash)

@@ -6,11 +6,13 @@ use sqlx::PgConnection;
 
 use crate::error::Result;
 
-/// Creates or renames users seen as members, keeping the admin flag the mirror has.
+/// Creates or renames users seen as members, keeping the admin flag the mirror has, with the
+/// state the members API shows (`None` keeps the mirror's; `active` when new).
 pub async fn put_member_users(
     conn: &mut PgConnection,
     ids: &[i64],
     usernames: &[String],
+    states: &[Option<String>],
 ) -> Result<()> {
     sqlx::query(
         "INSERT INTO users (id, username) SELECT * FROM UNNEST($1::bigint[], $2::text[])
@@ -19,6 +21,15 @@ pub async fn put_member_users(
     )
     .bind(ids)
     .bind(usernames)
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query(
+        "UPDATE users u SET state = t.state, updated_at = now()
+         FROM UNNEST($1::bigint[], $2::text[]) AS t(id, state)
+         WHERE u.id = t.id AND t.state IS NOT NULL AND u.state <> t.state",
+    )
+    .bind(ids)
+    .bind(states)
     .execute(conn)
     .await?;
     Ok(())

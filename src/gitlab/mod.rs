@@ -12,6 +12,7 @@ pub mod oidc;
 pub mod push;
 pub mod rest;
 pub mod tokens;
+pub mod users;
 pub mod validate;
 
 /// The GitLab instance envlens runs beside, when the configuration file names one.
@@ -20,6 +21,8 @@ pub struct Instance {
     pub id_tokens: id_token::IdTokens,
     /// GitLab's answers about its tokens sent to envlens as bearer tokens.
     pub user_tokens: tokens::UserTokens,
+    /// When each signed-in user's state was last read from GitLab.
+    pub state_reads: users::StateReads,
 }
 
 impl Instance {
@@ -38,10 +41,27 @@ impl Instance {
             None => None,
         };
         let api = api::GitLab::new(&settings.url, token, metrics, api::Policy::default())?;
-        Ok(Instance {
-            id_tokens: id_token::IdTokens::new(api.clone(), public_url),
-            user_tokens: tokens::UserTokens::new(settings.token_cache),
+        Ok(Instance::new(
             api,
-        })
+            public_url,
+            settings.token_cache,
+            settings.client_id.clone(),
+        ))
+    }
+
+    /// Through `api`; GitLab's word on users and their tokens holds for `token_cache`, and
+    /// `client_id` is envlens' own OAuth application (its tokens pass every use).
+    pub fn new(
+        api: api::GitLab,
+        public_url: &str,
+        token_cache: std::time::Duration,
+        client_id: Option<String>,
+    ) -> Self {
+        Instance {
+            id_tokens: id_token::IdTokens::new(api.clone(), public_url),
+            user_tokens: tokens::UserTokens::new(token_cache, client_id),
+            state_reads: users::StateReads::new(token_cache),
+            api,
+        }
     }
 }

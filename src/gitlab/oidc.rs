@@ -22,7 +22,7 @@ use oauth2::{
 use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
 
-use super::api::{ApiError, GitLab, Token};
+use super::api::{ApiError, GitLab};
 use super::id_token::{IdTokens, Refused};
 
 /// What envlens asks GitLab for: an ID token (`openid`) and the user's identity (`read_user`).
@@ -59,8 +59,6 @@ struct Endpoints {
     issuer: String,
     authorization_endpoint: String,
     token_endpoint: String,
-    #[serde(default)]
-    userinfo_endpoint: Option<String>,
 }
 
 /// The claims of GitLab's ID token that signing in needs; the rest is checked by
@@ -74,14 +72,6 @@ struct IdClaims {
     aud: serde_json::Value,
     #[serde(default)]
     azp: Option<String>,
-}
-
-/// What `/oauth/userinfo` says of the user, for naming them when the mirror does not know them.
-#[derive(Debug, Deserialize)]
-struct UserInfo {
-    sub: String,
-    #[serde(default)]
-    nickname: Option<String>,
 }
 
 /// Why signing in with GitLab failed.
@@ -111,12 +101,13 @@ pub struct Started {
 }
 
 /// The user GitLab signed in.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct GitLabUser {
     pub id: i64,
-    /// Their username, when GitLab's userinfo said it (only asked for to name a user envlens
-    /// does not know).
-    pub username: Option<String>,
+    /// Their profile (`GET /api/v4/user` with the access token, whose `read_user` scope
+    /// allows it): to add a user the mirror lacks, with their state. `None` when it cannot be
+    /// had.
+    pub profile: Option<super::users::Profile>,
 }
 
 /// The OAuth application envlens is at GitLab (`gitlab.client_id`, `gitlab.client_secret_file`).
@@ -271,24 +262,12 @@ impl Oidc {
                 claims.sub
             ))
         })?;
-        let username = match &endpoints.userinfo_endpoint {
-            Some(url) => {
-                self.username(url, answer.access_token().secret(), &claims.sub)
-                    .await
-            }
-            None => None,
-        };
-        Ok(GitLabUser { id, username })
-    }
-
-    /// The username of the access token's user, from userinfo; `None` when it cannot be had.
-    async fn username(&self, url: &str, access_token: &str, sub: &str) -> Option<String> {
-        let info: UserInfo = self
-            .api
-            .get_as("/oauth/userinfo", url, &Token::new(access_token), None)
+        let profile = super::users::own_profile(&self.api, answer.access_token().secret(), None)
             .await
-            .ok()?;
-        (info.sub == sub).then_some(info.nickname).flatten()
+            .ok()
+            .flatten()
+            .filter(|p| p.id == id);
+        Ok(GitLabUser { id, profile })
     }
 }
 

@@ -32,6 +32,9 @@ pub struct Member {
     pub id: i64,
     pub username: String,
     pub access_level: i32,
+    /// The user's state (`active`, `blocked`, ...), as the members API shows it.
+    #[serde(default)]
+    pub state: Option<String>,
 }
 
 /// `GET /users` (with an administrator's token, `is_admin` is there).
@@ -41,6 +44,13 @@ pub struct User {
     pub username: String,
     #[serde(default)]
     pub is_admin: Option<bool>,
+    /// `active`, `blocked`, `deactivated`, `banned`, `blocked_pending_approval`,
+    /// `ldap_blocked`, ...: only an active user is let in (SPEC 13).
+    #[serde(default)]
+    pub state: Option<String>,
+    /// External users read internal projects only where they are members.
+    #[serde(default)]
+    pub external: Option<bool>,
 }
 
 /// `GET /projects/:id/cluster_agents`, and an environment's `cluster_agent`.

@@ -73,6 +73,15 @@ pub fn visibility(field: &str, value: &str) -> Result<()> {
     }
 }
 
+/// GitLab's state of a user as the mirror keeps it: the state itself when it is a name GitLab
+/// could give (lower-case letters and `_`, at most 64), else `unknown`. Only `active` is let
+/// in anywhere, so a state envlens does not recognise refuses the user, as it should.
+pub fn user_state(state: &str) -> String {
+    let plausible = (1..=64).contains(&state.len())
+        && state.bytes().all(|b| b.is_ascii_lowercase() || b == b'_');
+    if plausible { state } else { "unknown" }.to_owned()
+}
+
 /// GitLab's access levels; 5 is "Minimal Access".
 pub const ACCESS_LEVELS: [(i32, &str); 7] = [
     (5, "Minimal Access"),

@@ -30,6 +30,7 @@ use crate::auth::{authenticate, Keys};
 use crate::config::Limits;
 use crate::db::lease::Leases;
 use crate::error::Error;
+use crate::gitlab::tokens::Purpose;
 use crate::gitlab::Instance;
 use crate::http::extract::read_body;
 use crate::k8s::clusters::Clusters;
@@ -124,7 +125,7 @@ pub async fn execute(
         .extensions
         .get::<crate::telemetry::RequestId>()
         .cloned();
-    let session = match authenticate(&parts, &keys, gitlab.as_deref()).await {
+    let session = match authenticate(&parts, &keys, gitlab.as_deref(), Purpose::Api).await {
         Ok(session) => session,
         Err(e) => return error_response(&e),
     };
@@ -317,7 +318,9 @@ async fn unless_unknown(
 fn error_response(e: &Error) -> Response {
     let error = e.to_graphql();
     let body = json!({ "errors": [{ "message": error.message, "extensions": error.extensions }] });
-    (e.status(), Json(body)).into_response()
+    let mut response = (e.status(), Json(body)).into_response();
+    e.retry_after(&mut response);
+    response
 }
 
 /// Runs `request` for the user of `session`, in process: the dashboard's pages (`web`) read

@@ -2,6 +2,7 @@
 //! every route, and the operational endpoints. None of them names `AppState`: each takes the
 //! sub-state it needs through `FromRef`.
 
+pub mod client_address;
 pub mod extract;
 pub mod middleware;
 pub mod ops;

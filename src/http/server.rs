@@ -16,6 +16,7 @@
 
 use std::future::Future;
 use std::io;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -23,6 +24,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::Body;
+use axum::extract::ConnectInfo;
 use axum::http::{header, HeaderValue, Request, Response, StatusCode};
 use axum::response::IntoResponse;
 use axum::Router;
@@ -58,9 +60,9 @@ pub async fn serve(
     let (close_tx, close_rx) = watch::channel(false);
     tokio::pin!(shutdown);
     loop {
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 Err(e) => {
                     // Per-connection errors (reset before accepted) are the client's; running
                     // out of descriptors or memory clears after a pause.
@@ -90,7 +92,7 @@ pub async fn serve(
             metrics: metrics.clone(),
             close: close_rx.clone(),
         };
-        tokio::spawn(connection.run(stream, permit));
+        tokio::spawn(connection.run(stream, peer, permit));
     }
     drop(listener);
     drop(close_rx);
@@ -174,7 +176,9 @@ struct Connection {
 }
 
 impl Connection {
-    async fn run(mut self, stream: TcpStream, permit: OwnedSemaphorePermit) {
+    /// Serves the connection from `peer`, whose address each request carries
+    /// (`ConnectInfo`, read by `http::client_address`).
+    async fn run(mut self, stream: TcpStream, peer: SocketAddr, permit: OwnedSemaphorePermit) {
         let _open = self.metrics.connection_opened();
         let clock = Arc::new(Clock::new());
         // The permit lives as long as the socket, an upgraded one's included.
@@ -185,7 +189,8 @@ impl Connection {
         });
         let (router, kind, metrics) = (self.router.clone(), self.kind, self.metrics.clone());
         let requests = clock.clone();
-        let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+        let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+            req.extensions_mut().insert(ConnectInfo(peer));
             let guard = requests.request_started();
             let router = router.clone();
             let metrics = metrics.clone();

@@ -33,6 +33,8 @@ pub enum SystemHook {
     UserCreate(UserEvent),
     UserRename(UserEvent),
     UserDestroy(UserDestroyEvent),
+    /// A blocked user tried to sign in: the one system hook that carries a user's `state`.
+    UserFailedLogin(UserStateEvent),
     UserAddToTeam(TeamEvent),
     UserUpdateForTeam(TeamEvent),
     UserRemoveFromTeam(TeamEvent),
@@ -54,7 +56,7 @@ pub enum Outcome {
 
 /// The events envlens applies, then those GitLab documents that it has no use for. Metrics
 /// label an event by one of these names, or `other`, so that the label stays bounded.
-const APPLIED_EVENTS: [&str; 19] = [
+const APPLIED_EVENTS: [&str; 20] = [
     "project_create",
     "project_destroy",
     "project_rename",
@@ -66,6 +68,7 @@ const APPLIED_EVENTS: [&str; 19] = [
     "user_create",
     "user_destroy",
     "user_rename",
+    "user_failed_login",
     "user_add_to_team",
     "user_remove_from_team",
     "user_update_for_team",
@@ -75,14 +78,13 @@ const APPLIED_EVENTS: [&str; 19] = [
     "subgroup_create",
     "subgroup_destroy",
 ];
-const UNUSED_EVENTS: [&str; 14] = [
+const UNUSED_EVENTS: [&str; 13] = [
     "key_create",
     "key_destroy",
     "push",
     "tag_push",
     "repository_update",
     "merge_request",
-    "user_failed_login",
     "user_access_request_to_group",
     "user_access_request_to_project",
     "user_access_request_revoked_for_group",
@@ -139,6 +141,14 @@ pub struct UserEvent {
 #[derive(Debug, Deserialize)]
 pub struct UserDestroyEvent {
     user_id: i64,
+}
+
+/// `user_failed_login`: `{user_id, username, state, ...}`.
+#[derive(Debug, Deserialize)]
+pub struct UserStateEvent {
+    user_id: i64,
+    username: String,
+    state: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -202,6 +212,7 @@ impl SystemHook {
             "user_create" => SystemHook::UserCreate(from_value(body, "")?),
             "user_rename" => SystemHook::UserRename(from_value(body, "")?),
             "user_destroy" => SystemHook::UserDestroy(from_value(body, "")?),
+            "user_failed_login" => SystemHook::UserFailedLogin(from_value(body, "")?),
             "user_add_to_team" => SystemHook::UserAddToTeam(from_value(body, "")?),
             "user_update_for_team" => SystemHook::UserUpdateForTeam(from_value(body, "")?),
             "user_remove_from_team" => SystemHook::UserRemoveFromTeam(from_value(body, "")?),
@@ -246,6 +257,11 @@ impl SystemHook {
                 validate::non_empty("username", &e.username)?;
             }
             SystemHook::UserDestroy(e) => validate::positive("user_id", e.user_id)?,
+            SystemHook::UserFailedLogin(e) => {
+                validate::positive("user_id", e.user_id)?;
+                validate::non_empty("username", &e.username)?;
+                validate::non_empty("state", &e.state)?;
+            }
             SystemHook::UserAddToTeam(e)
             | SystemHook::UserUpdateForTeam(e)
             | SystemHook::UserRemoveFromTeam(e) => {
@@ -306,6 +322,16 @@ impl SystemHook {
                 db::upsert_user(conn, e.user_id, &e.username, None).await
             }
             SystemHook::UserDestroy(e) => db::delete_user(conn, e.user_id).await,
+            SystemHook::UserFailedLogin(e) => {
+                db::upsert_user(conn, e.user_id, &e.username, None).await?;
+                let state = db::UserState {
+                    state: validate::user_state(&e.state),
+                    external: None,
+                };
+                db::set_user_state(&mut *conn, e.user_id, &state)
+                    .await
+                    .map(|_| ())
+            }
             SystemHook::UserAddToTeam(e) | SystemHook::UserUpdateForTeam(e) => {
                 let level = match level("access_level", &e.access_level)? {
                     Ok(level) => level,
@@ -407,6 +433,11 @@ struct UserRow {
     username: String,
     #[serde(default)]
     admin: bool,
+    /// GitLab's `state` (`active`, `blocked`, ...); absent keeps the mirror's.
+    #[serde(default)]
+    state: Option<String>,
+    #[serde(default)]
+    external: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -457,6 +488,9 @@ impl IdentitySnapshot {
             s.user_ids.push(u.id);
             s.usernames.push(u.username);
             s.user_admins.push(u.admin);
+            s.user_states
+                .push(u.state.as_deref().map(validate::user_state));
+            s.user_externals.push(u.external);
         }
         for (i, m) in self.members.into_iter().enumerate() {
             validate::positive(&format!("members[{i}].user_id"), m.user_id)?;

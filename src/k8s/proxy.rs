@@ -22,6 +22,7 @@ use crate::auth::{authenticate, Session};
 use crate::config::Limits;
 use crate::db::pool::Pool;
 use crate::error::{kubernetes_status, Error};
+use crate::gitlab::tokens::Purpose;
 use crate::gitlab::Instance;
 use crate::k8s::clusters::Clusters;
 use crate::k8s::grants::{AccessType, Grant};
@@ -157,13 +158,15 @@ pub async fn admit(
     clusters: &Clusters,
     gitlab: Option<&Instance>,
 ) -> Result<Admitted, Response> {
-    let session = match authenticate(parts, keys, gitlab).await {
+    let session = match authenticate(parts, keys, gitlab, Purpose::Kubernetes).await {
         Ok(session) => session,
         // GitLab, which vouches for its tokens, or the database, which holds the dashboard's
-        // sessions, cannot be asked: not a refusal.
-        Err(e @ (Error::GitLabUnavailable(_) | Error::Unavailable(_))) => {
-            return Err(e.to_kubernetes_status())
-        }
+        // sessions, cannot be asked, or the client asked too often: not a refusal.
+        Err(
+            e @ (Error::GitLabUnavailable(_)
+            | Error::Unavailable(_)
+            | Error::TooManyRequests { .. }),
+        ) => return Err(e.to_kubernetes_status()),
         Err(e) => return Err(unauthorized(&e.to_string())),
     };
     let Some(agent_id) = agent_id(&parts.headers, &parts.uri) else {

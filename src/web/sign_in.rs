@@ -347,29 +347,36 @@ pub async fn callback(
             return response;
         }
     };
+    // A user GitLab signed in whom the mirror lacks is added from their profile (SPEC 13),
+    // with no memberships; only an active one is let in.
     let known = async {
         let mut conn = db.acquire().await?;
+        if let Some(profile) = &user.profile {
+            if !db::identity::user_mirrored(&mut *conn, user.id).await? {
+                crate::auth::vouched::add_profile(&mut conn, user.id, profile).await?;
+            }
+        }
         db::identity::find_user(&mut *conn, user.id).await
     };
     match known.await {
         Ok(Some(_)) => {}
-        Ok(None) => {
-            let who = match &user.username {
-                Some(username) => format!("@{username} (GitLab user {})", user.id),
+        Ok(None) | Err(Error::Unauthorized(_)) => {
+            let who = match &user.profile {
+                Some(profile) => format!("@{} (GitLab user {})", profile.username, user.id),
                 None => format!("GitLab user {}", user.id),
             };
             tracing::info!(
                 gitlab_user = user.id,
-                "sign-in refused: not in the identity mirror"
+                "sign-in refused: not an active user of the identity mirror"
             );
             return refused(
                 StatusCode::FORBIDDEN,
-                "envlens does not know you yet",
+                "envlens does not let you in",
                 &format!(
                     "GitLab signed you in as {who}, but envlens' copy of GitLab's users does \
-                     not have this account, so it cannot tell what you may see. It arrives with \
-                     GitLab's system hooks or the next sync; ask your administrator if it does \
-                     not."
+                     not have this account as an active user (blocked, deactivated, or not \
+                     known yet), so it cannot tell what you may see. Ask your administrator if \
+                     this is wrong."
                 ),
             );
         }

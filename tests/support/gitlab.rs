@@ -43,12 +43,45 @@ pub enum Signer {
     Rs384,
 }
 
+/// A token the test GitLab accepts: its user (as `GET /api/v4/user` answers) and its kind.
+#[derive(Debug, Clone)]
+pub struct TestToken {
+    pub user: Value,
+    pub kind: TokenKind,
+}
+
+#[derive(Debug, Clone)]
+pub enum TokenKind {
+    /// A personal, project or group access token; an inactive one (revoked, expired) is
+    /// refused as GitLab refuses it, with 401.
+    Access { scopes: Vec<String>, active: bool },
+    /// An OAuth access token issued to the application `application` (its `uid`).
+    OAuth {
+        scopes: Vec<String>,
+        application: String,
+    },
+}
+
+impl TestToken {
+    fn scopes(&self) -> &[String] {
+        match &self.kind {
+            TokenKind::Access { scopes, .. } | TokenKind::OAuth { scopes, .. } => scopes,
+        }
+    }
+}
+
+type Tokens = Arc<std::sync::Mutex<std::collections::HashMap<String, TestToken>>>;
+
 pub struct TestGitLab {
     pub url: String,
-    /// `GET /api/v4/user`: the user of each token GitLab accepts (its documented answer).
-    pub users_by_token: Arc<std::sync::Mutex<std::collections::HashMap<String, Value>>>,
-    /// How often `/api/v4/user` was asked, and whether it answers 500 (GitLab down).
+    /// Every token GitLab accepts, by its text.
+    pub tokens: Tokens,
+    /// How often `/api/v4/user` was asked, and whether the token endpoints answer 500 (GitLab
+    /// down).
     pub user_requests: Arc<AtomicUsize>,
+    /// How often a token was looked at: `/api/v4/personal_access_tokens/self` and
+    /// `/oauth/token/info`.
+    pub token_checks: Arc<AtomicUsize>,
     pub failing: Arc<std::sync::atomic::AtomicBool>,
     /// How often the key set was fetched.
     pub key_fetches: Arc<AtomicUsize>,
@@ -82,52 +115,33 @@ impl TestGitLab {
         let key_fetches = Arc::new(AtomicUsize::new(0));
         let fetches = key_fetches.clone();
         let issuer = url.clone();
-        let users_by_token: Arc<std::sync::Mutex<std::collections::HashMap<String, Value>>> =
-            Arc::default();
+        let tokens: Tokens = Arc::default();
         let user_requests = Arc::new(AtomicUsize::new(0));
+        let token_checks = Arc::new(AtomicUsize::new(0));
         let failing = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (users, asked, down) = (
-            users_by_token.clone(),
-            user_requests.clone(),
-            failing.clone(),
-        );
         let oauth: Arc<std::sync::Mutex<OAuth>> = Arc::default();
         let provider = Provider {
             oauth: oauth.clone(),
             issuer: url.clone(),
             rsa: rsa.clone(),
+            tokens: tokens.clone(),
         };
         let rest = super::gitlab_rest::Rest::default();
-        let router = Router::new()
+        let api = TokenApi {
+            tokens: tokens.clone(),
+            user_requests: user_requests.clone(),
+            token_checks: token_checks.clone(),
+            failing: failing.clone(),
+        };
+        let token_routes = Router::new()
+            .route("/api/v4/user", get(current_user))
             .route(
-                "/api/v4/user",
-                get(move |headers: axum::http::HeaderMap| {
-                    asked.fetch_add(1, Ordering::SeqCst);
-                    let token = headers
-                        .get("authorization")
-                        .and_then(|v| v.to_str().ok())
-                        .and_then(|v| v.strip_prefix("Bearer "))
-                        .or_else(|| headers.get("private-token").and_then(|v| v.to_str().ok()))
-                        .unwrap_or_default()
-                        .to_owned();
-                    let user = users.lock().unwrap().get(&token).cloned();
-                    let down = down.load(Ordering::SeqCst);
-                    async move {
-                        use axum::http::StatusCode;
-                        match (down, user) {
-                            (true, _) => (
-                                StatusCode::INTERNAL_SERVER_ERROR,
-                                Json(json!({"message": "500 Internal Server Error"})),
-                            ),
-                            (false, Some(user)) => (StatusCode::OK, Json(user)),
-                            (false, None) => (
-                                StatusCode::UNAUTHORIZED,
-                                Json(json!({"message": "401 Unauthorized"})),
-                            ),
-                        }
-                    }
-                }),
+                "/api/v4/personal_access_tokens/self",
+                get(access_token_self),
             )
+            .route("/oauth/token/info", get(token_info))
+            .with_state(api);
+        let router = Router::new()
             .route(
                 "/.well-known/openid-configuration",
                 get(move || {
@@ -161,13 +175,17 @@ impl TestGitLab {
         let rest_api = Router::new()
             .fallback(super::gitlab_rest::handle)
             .with_state(rest.clone());
-        let router = router.with_state(provider).fallback_service(rest_api);
+        let router = router
+            .with_state(provider)
+            .merge(token_routes)
+            .fallback_service(rest_api);
         tokio::spawn(async move { axum::serve(listener, router).await });
         TestGitLab {
             oauth,
             url,
-            users_by_token,
+            tokens,
             user_requests,
+            token_checks,
             failing,
             key_fetches,
             rest,
@@ -239,16 +257,202 @@ impl TestGitLab {
     }
 }
 
+/// A user as `GET /api/v4/user` answers about oneself (`doc/api/users.md`).
+pub fn own_user(base: &str, id: i64, username: &str) -> Value {
+    json!({"id": id, "username": username, "name": username, "state": "active",
+           "locked": false, "avatar_url": null, "web_url": format!("{base}/{username}"),
+           "created_at": "2026-01-01T00:00:00.000Z", "bio": "", "public_email": null,
+           "email": format!("{username}@example.com"), "is_admin": false, "external": false,
+           "two_factor_enabled": false})
+}
+
 impl TestGitLab {
-    /// A token GitLab accepts for user `id`, answering `/api/v4/user` as its documentation shows.
+    /// A personal access token GitLab accepts for user `id`, with the scope `api`.
     pub fn accept_token(&self, token: &str, id: i64, username: &str) {
-        self.users_by_token.lock().unwrap().insert(
-            token.to_owned(),
-            json!({"id": id, "username": username, "name": username, "state": "active",
-                   "locked": false, "avatar_url": null, "web_url": format!("{}/{username}", self.url),
-                   "created_at": "2026-01-01T00:00:00.000Z", "bio": "", "public_email": null,
-                   "email": format!("{username}@example.com"), "is_admin": false, "two_factor_enabled": false}),
+        self.accept_access_token(token, id, username, &["api"]);
+    }
+
+    /// A personal (project, group) access token of user `id` with these scopes.
+    pub fn accept_access_token(&self, token: &str, id: i64, username: &str, scopes: &[&str]) {
+        self.add_token(
+            token,
+            TestToken {
+                user: own_user(&self.url, id, username),
+                kind: TokenKind::Access {
+                    scopes: scopes.iter().map(|s| s.to_string()).collect(),
+                    active: true,
+                },
+            },
         );
+    }
+
+    /// An OAuth access token of user `id` issued to the application `application`.
+    pub fn accept_oauth_token(
+        &self,
+        token: &str,
+        id: i64,
+        username: &str,
+        application: &str,
+        scopes: &[&str],
+    ) {
+        self.add_token(
+            token,
+            TestToken {
+                user: own_user(&self.url, id, username),
+                kind: TokenKind::OAuth {
+                    scopes: scopes.iter().map(|s| s.to_string()).collect(),
+                    application: application.into(),
+                },
+            },
+        );
+    }
+
+    pub fn add_token(&self, token: &str, test_token: TestToken) {
+        self.tokens
+            .lock()
+            .unwrap()
+            .insert(token.to_owned(), test_token);
+    }
+}
+
+/// The token endpoints' shared state.
+#[derive(Clone)]
+struct TokenApi {
+    tokens: Tokens,
+    user_requests: Arc<AtomicUsize>,
+    token_checks: Arc<AtomicUsize>,
+    failing: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl TokenApi {
+    /// The request's token (`Authorization: Bearer`, or `PRIVATE-TOKEN`), if GitLab has it.
+    fn token(&self, headers: &axum::http::HeaderMap) -> Option<TestToken> {
+        let sent = headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .or_else(|| headers.get("private-token").and_then(|v| v.to_str().ok()))?;
+        self.tokens.lock().unwrap().get(sent).cloned()
+    }
+
+    fn down(&self) -> Option<axum::response::Response> {
+        use axum::response::IntoResponse;
+        self.failing.load(Ordering::SeqCst).then(|| {
+            (
+                axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                Json(json!({"message": "500 Internal Server Error"})),
+            )
+                .into_response()
+        })
+    }
+}
+
+fn api_error(status: u16, body: Value) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    (
+        axum::http::StatusCode::from_u16(status).unwrap(),
+        Json(body),
+    )
+        .into_response()
+}
+
+/// GitLab's API takes a token only when it is known, live, and its user active.
+fn live(token: Option<TestToken>) -> Option<TestToken> {
+    token.filter(|t| {
+        !matches!(t.kind, TokenKind::Access { active: false, .. }) && t.user["state"] == "active"
+    })
+}
+
+fn unauthorized() -> axum::response::Response {
+    api_error(401, json!({"message": "401 Unauthorized"}))
+}
+
+/// `GET /api/v4/user`: needs `read_user`, `read_api` or `api`; a token without is 403
+/// `insufficient_scope`, as GitLab answers it.
+async fn current_user(
+    axum::extract::State(api): axum::extract::State<TokenApi>,
+    headers: axum::http::HeaderMap,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    api.user_requests.fetch_add(1, Ordering::SeqCst);
+    if let Some(down) = api.down() {
+        return down;
+    }
+    let Some(token) = live(api.token(&headers)) else {
+        return unauthorized();
+    };
+    if !token
+        .scopes()
+        .iter()
+        .any(|s| ["read_user", "read_api", "api"].contains(&s.as_str()))
+    {
+        return api_error(
+            403,
+            json!({"error": "insufficient_scope",
+                   "error_description": "The request requires higher privileges than provided by the access token.",
+                   "scope": "api read_api read_user"}),
+        );
+    }
+    Json(token.user).into_response()
+}
+
+/// `GET /api/v4/personal_access_tokens/self` (`doc/api/personal_access_tokens.md`): an access
+/// token's own record, whatever its scopes; an OAuth token is no access token (404).
+async fn access_token_self(
+    axum::extract::State(api): axum::extract::State<TokenApi>,
+    headers: axum::http::HeaderMap,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    api.token_checks.fetch_add(1, Ordering::SeqCst);
+    if let Some(down) = api.down() {
+        return down;
+    }
+    let Some(token) = live(api.token(&headers)) else {
+        return unauthorized();
+    };
+    match &token.kind {
+        TokenKind::Access { scopes, .. } => Json(json!({
+            "id": 4, "name": "envlens", "revoked": false, "created_at": "2026-01-01T00:00:00.000Z",
+            "description": "", "scopes": scopes, "user_id": token.user["id"],
+            "last_used_at": "2026-11-27T10:00:00.000Z", "active": true, "expires_at": null,
+        }))
+        .into_response(),
+        TokenKind::OAuth { .. } => api_error(404, json!({"message": "404 Not Found"})),
+    }
+}
+
+/// `GET /oauth/token/info` (Doorkeeper's, `doc/api/oauth2.md`): an OAuth token's owner,
+/// scopes and application; anything else is `invalid_token`.
+async fn token_info(
+    axum::extract::State(api): axum::extract::State<TokenApi>,
+    headers: axum::http::HeaderMap,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    api.token_checks.fetch_add(1, Ordering::SeqCst);
+    if let Some(down) = api.down() {
+        return down;
+    }
+    let invalid = || {
+        api_error(
+            401,
+            json!({"error": "invalid_token", "error_description": "The access token is invalid"}),
+        )
+    };
+    match api.token(&headers) {
+        Some(TestToken {
+            user,
+            kind:
+                TokenKind::OAuth {
+                    scopes,
+                    application,
+                },
+        }) => Json(json!({
+            "resource_owner_id": user["id"], "scope": scopes, "expires_in": 7200,
+            "application": {"uid": application}, "created_at": 1_800_000_000,
+            "scopes": scopes, "expires_in_seconds": 7200,
+        }))
+        .into_response(),
+        _ => invalid(),
     }
 }
 
@@ -284,6 +488,8 @@ struct Provider {
     oauth: Arc<std::sync::Mutex<OAuth>>,
     issuer: String,
     rsa: EncodingKey,
+    /// Where the access tokens it issues are registered for the API.
+    tokens: Tokens,
 }
 
 fn random_token() -> String {
@@ -448,6 +654,16 @@ async fn token(
     };
     let id_token = jsonwebtoken::encode(&header, &claims, &provider.rsa).unwrap();
     let access_token = random_token();
+    provider.tokens.lock().unwrap().insert(
+        access_token.clone(),
+        TestToken {
+            user: own_user(&provider.issuer, id, &username),
+            kind: TokenKind::OAuth {
+                scopes: vec!["openid".into(), "read_user".into()],
+                application: client_id.clone(),
+            },
+        },
+    );
     oauth
         .access_tokens
         .insert(access_token.clone(), (id, username));

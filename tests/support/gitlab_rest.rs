@@ -105,7 +105,8 @@ pub fn member(id: i64, username: &str, access_level: i32) -> Value {
 pub fn user(id: i64, username: &str, admin: bool) -> Value {
     json!({"id": id, "username": username, "name": username, "state": "active", "locked": false,
            "avatar_url": null, "web_url": format!("https://gitlab.example.com/{username}"),
-           "created_at": "2026-01-01T00:00:00.000Z", "is_admin": admin, "bot": false})
+           "created_at": "2026-01-01T00:00:00.000Z", "is_admin": admin, "bot": false,
+           "external": false})
 }
 
 /// An agent as `GET /projects/:id/cluster_agents` answers it.
@@ -392,6 +393,14 @@ fn route(rest: &Rest, uri: &Uri, query: &HashMap<String, String>) -> Response {
             None => not_found("Group"),
         },
         ["users"] => paginate(uri, query, data.users.clone()),
+        ["users", id] => data
+            .users
+            .iter()
+            .find(|u| id.parse::<i64>().ok() == u["id"].as_i64())
+            .map_or_else(
+                || not_found("User"),
+                |u| axum::Json(u.clone()).into_response(),
+            ),
         ["projects"] if query.get("pagination").map(String::as_str) == Some("keyset") => {
             keyset(uri, query, data.projects.clone())
         }

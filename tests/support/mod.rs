@@ -94,6 +94,11 @@ impl TestApp {
 
     /// With a configuration file's settings (cluster connections, CORS).
     pub async fn with_config(yaml: &str) -> Self {
+        Self::with_config_then(yaml, |state| state).await
+    }
+
+    /// [`TestApp::with_config`], the state then changed by `adjust` (a GitLab beside it, say).
+    pub async fn with_config_then(yaml: &str, adjust: impl FnOnce(AppState) -> AppState) -> Self {
         let settings = envlens::config::file::Settings::parse(yaml).expect("test configuration");
         let clusters =
             envlens::k8s::clusters::Clusters::load(&settings.kubernetes, Default::default())
@@ -107,7 +112,11 @@ impl TestApp {
         .expect("test health scripts");
         let state = AppState::new(database.clone(), keys(), Limits::default())
             .with_clusters(clusters, settings.cors)
+            .with_trusted_proxies(envlens::http::client_address::TrustedProxies::new(
+                settings.trusted_proxies.clone(),
+            ))
             .with_health(health);
+        let state = adjust(state);
         TestApp {
             router: envlens::app(state),
             db: database.clone(),

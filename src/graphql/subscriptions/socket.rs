@@ -25,7 +25,7 @@
 //!   the shared bytes, which go out as frames that are slices of them.
 
 use std::collections::HashSet;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use async_graphql::futures_util::{SinkExt, Stream, StreamExt};
@@ -56,10 +56,12 @@ use tokio_tungstenite::WebSocketStream;
 use super::Live;
 use crate::auth::{authenticate, CurrentUser, Keys, CSRF_HEADER};
 use crate::error::Error;
+use crate::gitlab::tokens::Purpose;
 use crate::gitlab::Instance;
 use crate::graphql::loaders::{self, SessionUser};
 use crate::graphql::splice::Splices;
 use crate::graphql::Engine;
+use crate::http::client_address::ClientAddress;
 
 /// What one connection, and all of them together, may take.
 #[derive(Debug, Clone, Copy)]
@@ -210,6 +212,8 @@ pub async fn upgrade(
     let auth = Authenticator {
         headers: parts.headers.clone(),
         uri: parts.uri.clone(),
+        client: parts.extensions.get::<ClientAddress>().copied(),
+        user: Arc::default(),
         keys,
         gitlab,
         live: live.clone(),
@@ -310,6 +314,10 @@ fn refuse(status: StatusCode, code: &str, message: &str) -> Response {
 struct Authenticator {
     headers: HeaderMap,
     uri: Uri,
+    /// The client's address, for the bound on GitLab token checks.
+    client: Option<ClientAddress>,
+    /// The user, once `connection_init` is accepted: checked again every `access_cache`.
+    user: Arc<OnceLock<i64>>,
     keys: Arc<Keys>,
     gitlab: Option<Arc<Instance>>,
     live: Live,
@@ -324,7 +332,7 @@ const REFUSED: &str = "Forbidden: ";
 impl Authenticator {
     async fn init(self, payload: serde_json::Value) -> async_graphql::Result<Data> {
         let parts = self.parts(&payload).map_err(refused)?;
-        let session = authenticate(&parts, &self.keys, self.gitlab.as_deref())
+        let session = authenticate(&parts, &self.keys, self.gitlab.as_deref(), Purpose::Api)
             .await
             .map_err(|e| refused(e.to_string()))?;
         // A user the mirror does not know is refused like a forged token.
@@ -338,6 +346,7 @@ impl Authenticator {
             .await
             .map_err(|e| refused(e.to_string()))?;
         drop(conn);
+        let _ = self.user.set(session.user_id);
         let mut data = Data::default();
         data.insert(Arc::new(loaders::loader(
             self.engine.reads.clone(),
@@ -362,6 +371,9 @@ impl Authenticator {
             }
         }
         let mut request = request.body(()).map_err(|e| e.to_string())?;
+        if let Some(client) = self.client {
+            request.extensions_mut().insert(client);
+        }
         let fields = match payload {
             serde_json::Value::Object(fields) => fields.clone(),
             serde_json::Value::Null => Default::default(),
@@ -405,6 +417,10 @@ async fn serve(
     let schema = engine.schemas.strict.clone();
     let mut closing = auth.live.closing.subscribe();
     let splices = auth.splices.clone();
+    let (user, pool) = (auth.user.clone(), auth.live.pool.clone());
+    // A user blocked (or gone) since `connection_init` loses the socket at the next check.
+    let every = engine.clusters.grants.ttl().max(Duration::from_millis(100));
+    let mut recheck = tokio::time::interval_at(Instant::now() + every, every);
     let mut graphql = Box::pin(
         GraphQLSocket::new(Subscriptions(schema), input, protocol)
             .on_connection_init(move |payload| auth.init(payload)),
@@ -516,6 +532,19 @@ async fn serve(
                 let shutting_down = *closing.borrow_and_update();
                 if shutting_down {
                     let _ = sink.send(close(1001, "the server is shutting down")).await;
+                    break;
+                }
+            }
+            _ = recheck.tick() => {
+                let Some(&user_id) = user.get() else { continue };
+                let found = async {
+                    let mut conn = pool.acquire().await?;
+                    crate::db::identity::find_user(&mut *conn, user_id).await
+                };
+                // Only a definite answer closes the socket: the database away is no verdict.
+                if let Ok(None) = found.await {
+                    let reason = format!("{REFUSED}the user is not active in GitLab");
+                    let _ = sink.send(close(4403, &reason)).await;
                     break;
                 }
             }

@@ -314,12 +314,13 @@ async fn write(
     read: &[ProjectRead],
 ) -> Result<Report, Failed> {
     // Every membership, and the users seen only as members.
-    let mut member_users: BTreeMap<i64, String> = BTreeMap::new();
+    let mut member_users: BTreeMap<i64, (String, Option<String>)> = BTreeMap::new();
     let mut s = Snapshot::default();
     let mut add_member = |s: &mut Snapshot, kind: &str, source: i64, m: &rest::Member| {
         // A level envlens does not know (no access, 0) grants nothing.
         if validate::access_level("access_level", m.access_level).is_ok() {
-            member_users.insert(m.id, m.username.clone());
+            let state = m.state.as_deref().map(validate::user_state);
+            member_users.insert(m.id, (m.username.clone(), state));
             s.member_user_ids.push(m.id);
             s.member_source_types.push(kind.to_owned());
             s.member_source_ids.push(source);
@@ -358,15 +359,21 @@ async fn write(
         s.user_ids.push(u.id);
         s.usernames.push(u.username.clone());
         s.user_admins.push(u.is_admin.unwrap_or(false));
+        s.user_states
+            .push(u.state.as_deref().map(validate::user_state));
+        s.user_externals.push(u.external);
     }
     let listed: HashSet<i64> = s.user_ids.iter().copied().collect();
-    let (ids, names): (Vec<i64>, Vec<String>) = member_users
-        .iter()
-        .filter(|(id, _)| !listed.contains(id))
-        .map(|(id, name)| (*id, name.clone()))
-        .unzip();
+    let mut ids = Vec::new();
+    let mut names = Vec::new();
+    let mut states = Vec::new();
+    for (id, (name, state)) in member_users.iter().filter(|(id, _)| !listed.contains(id)) {
+        ids.push(*id);
+        names.push(name.clone());
+        states.push(state.clone());
+    }
     let before_identity = db::rows_written(conn).await?;
-    db::put_member_users(conn, &ids, &names).await?;
+    db::put_member_users(conn, &ids, &names, &states).await?;
     if let Some(i) = identity::apply_snapshot(conn, &s).await? {
         return Err(Failed::Setup(format!(
             "member {} is no user GitLab listed",
