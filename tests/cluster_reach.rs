@@ -13,7 +13,6 @@ use axum::body::Body;
 use axum::http::{header, Method, Request};
 use envlens::auth::mint_session;
 use envlens::config::Limits;
-use envlens::gitlab::id_token::IdTokens;
 use envlens::gitlab::Instance;
 use envlens::ingest::sync::{pass, Scope};
 use envlens::state::AppState;
@@ -91,12 +90,12 @@ async fn app(gitlab: &TestGitLab, served: &Served) -> TestApp {
     let clusters = envlens::k8s::clusters::Clusters::load(&settings.kubernetes, Default::default())
         .await
         .unwrap();
-    let api = gitlab_api(gitlab);
-    let instance = Instance {
-        id_tokens: IdTokens::new(api.clone(), "https://envlens.example.com"),
-        user_tokens: envlens::gitlab::tokens::UserTokens::new(Duration::from_secs(60)),
-        api,
-    };
+    let instance = Instance::new(
+        gitlab_api(gitlab),
+        "https://envlens.example.com",
+        Duration::from_secs(60),
+        None,
+    );
     let database = postgres::fresh_database().await;
     let state = AppState::new((*database).clone(), keys(), Limits::default())
         .with_clusters(clusters, settings.cors)
