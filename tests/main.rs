@@ -41,3 +41,4 @@ mod telemetry;
 mod test_databases;
 mod watch_api;
 mod watch_cache;
+mod webhook_scope;
