@@ -172,12 +172,11 @@ async fn gitlabs_five_queries_answer_a_reader_and_hide_the_project_from_others()
             "{user:?}"
         );
     }
-    // A reporter of the project reads it, but not the tokens of an agent whose project they
-    // may not administer (GitLab's `read_cluster`).
-    assert_eq!(
-        run(&app, RITA, &q, &environment_variables).await,
-        expected(json!([]))
-    );
+    // A reporter of the project reads the environment, not its agent (GitLab's
+    // `read_cluster_agent` needs Developer).
+    let mut hidden = expected(json!([]));
+    hidden["project"]["environment"]["clusterAgent"] = Value::Null;
+    assert_eq!(run(&app, RITA, &q, &environment_variables).await, hidden);
     assert_eq!(
         run(&app, GUS, &q, &environment_variables).await,
         json!({"project": null})
@@ -300,6 +299,78 @@ async fn authorized_agents_with_the_entry_that_authorizes() {
         run(&app, GUS, q, &json!({"p": "acme/apps/web"})).await,
         json!({"project": null})
     );
+}
+
+/// SPEC 13: an agent, its configuration and its tokens need GitLab's `read_cluster_agent`.
+/// Added to `setup`: 5 rex, reporter of acme/agents and acme/apps/web; 6 ivy, no membership,
+/// with acme/agents internal; 7 dana, developer of acme/apps/web only (which both agents'
+/// `ci_access` authorize, and which agent 7 deploys).
+#[tokio::test]
+async fn agents_need_developer_where_they_serve() {
+    let app = setup().await;
+    let res = app.internal(Method::PUT, "/api/v4/internal/identity", &json!({
+        "projects": [{"id": 10, "full_path": "acme/agents", "visibility": "internal"}],
+        "users": [{"id": 5, "username": "rex"}, {"id": 6, "username": "ivy"}, {"id": 7, "username": "dana"}],
+        "members": [{"user_id": 5, "source_type": "project", "source_id": 10, "access_level": 20},
+                    {"user_id": 5, "source_type": "project", "source_id": 11, "access_level": 20},
+                    {"user_id": 7, "source_type": "project", "source_id": 11, "access_level": 30}]
+    })).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    deploy(&app, 101, (11, "acme/apps/web"), (9, "production")).await;
+    let (rex, ivy, dana) = ((5, "rex"), (6, "ivy"), (7, "dana"));
+    let q = r#"query($p: ID!) { project(fullPath: $p) { fullPath
+        clusterAgents { nodes { name } } clusterAgent(name: "prod") { name tokens { nodes { id } } }
+        ciAccessAuthorizedAgents { nodes { agent { name } config } } } }"#;
+    let nothing = |path: &str| {
+        json!({"project": {"fullPath": path, "clusterAgents": {"nodes": []}, "clusterAgent": null,
+                           "ciAccessAuthorizedAgents": {"nodes": []}}})
+    };
+    // The reporter, and a reader of the internal project, see no agent.
+    for user in [rex, ivy] {
+        assert_eq!(
+            run(&app, user, q, &json!({"p": "acme/agents"})).await,
+            nothing("acme/agents"),
+            "{user:?}"
+        );
+    }
+    assert_eq!(
+        run(&app, rex, q, &json!({"p": "acme/apps/web"})).await,
+        nothing("acme/apps/web")
+    );
+    // A developer of the agents' project sees them, their configuration and their tokens.
+    let data = run(&app, DEV, q, &json!({"p": "acme/agents"})).await;
+    assert_eq!(
+        data["project"]["clusterAgents"]["nodes"],
+        json!([{"name": "prod"}, {"name": "ops"}])
+    );
+    assert_eq!(
+        data["project"]["clusterAgent"]["tokens"]["nodes"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    assert_eq!(
+        data["project"]["ciAccessAuthorizedAgents"]["nodes"],
+        json!([{"agent": {"name": "prod"}, "config": {}}, {"agent": {"name": "ops"}, "config": {}}])
+    );
+    // A developer of a project that the agents' ci_access authorizes sees them there.
+    let data = run(&app, dana, q, &json!({"p": "acme/apps/web"})).await;
+    assert_eq!(
+        data["project"]["ciAccessAuthorizedAgents"]["nodes"],
+        json!([
+            {"agent": {"name": "prod"}, "config": {"default_namespace": "web", "protected_branches_only": false}},
+            {"agent": {"name": "ops"}, "config": {"environments": ["production"], "protected_branches_only": false}},
+        ])
+    );
+    // ... and, on GitLab's environment page, the agent that deployed it with its tokens'
+    // `lastUsedAt`, from which GitLab tells whether it is connected.
+    let q = query_file("environment_cluster_agent.query.graphql");
+    let variables = json!({"projectFullPath": "acme/apps/web", "environmentName": "production"});
+    let environment = run(&app, dana, &q, &variables).await["project"]["environment"].clone();
+    assert_eq!(environment["clusterAgent"], agent_7(true, active_tokens()));
+    let environment = run(&app, rex, &q, &variables).await["project"]["environment"].clone();
+    assert_eq!(environment["clusterAgent"], Value::Null);
 }
 
 #[tokio::test]

@@ -155,11 +155,17 @@ async fn gitlabs_frontend_query() {
     )
     .await;
     let q = r#"{ project(fullPath: "ACME/apps/API") { environment(name: "staging") { id kubernetesNamespace clusterAgent { id name webPath } } } }"#;
+    // A developer of a project that the agent's ci_access authorizes (acme/apps/web) reads it.
     assert_eq!(
-        data(&app, GUS, q).await,
+        data(&app, DEV, q).await,
         json!({"project": {"environment": {"id": "gid://gitlab/Environment/21",
         "kubernetesNamespace": "api-staging", "clusterAgent": {"id": "gid://gitlab/Clusters::Agent/7", "name": "prod",
         "webPath": "/acme/agents/-/cluster_agents/prod"}}}})
+    );
+    // A reader of the internal project reads the environment, not its agent (SPEC 13).
+    assert_eq!(
+        data(&app, GUS, q).await["project"]["environment"]["clusterAgent"],
+        Value::Null
     );
     // An environment without a successful deployment has no agent.
     deploy(
@@ -534,7 +540,8 @@ async fn the_blueprint_query_runs_three_statements() {
     assert_eq!(agent["project"]["fullPath"], "acme/agents");
     assert_eq!(STATEMENTS.with(Cell::get) - before, 3);
     // GitLab's frontend query, and every field that shows the last successful deployment at
-    // once: the deployment is read once for all of them.
+    // once: the deployment is read once for all of them; whether the viewer may read its agent
+    // (SPEC 13) is one more statement.
     let q = r#"{ project(fullPath: "acme/apps/web") { environment(name: "production") { id
         kubernetesNamespace clusterAgent { id name webPath }
         lastDeployment(status: SUCCESS) { id agent { kubernetesNamespace } } } } }"#;
@@ -546,7 +553,7 @@ async fn the_blueprint_query_runs_three_statements() {
         environment["lastDeployment"]["agent"]["kubernetesNamespace"],
         "web-prod"
     );
-    assert_eq!(STATEMENTS.with(Cell::get) - before, 3);
+    assert_eq!(STATEMENTS.with(Cell::get) - before, 4);
 }
 
 /// The session's user is read by the first statement that needs them, or after the query

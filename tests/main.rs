@@ -44,3 +44,4 @@ mod test_databases;
 mod user_state;
 mod watch_api;
 mod watch_cache;
+mod webhook_scope;

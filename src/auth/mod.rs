@@ -18,7 +18,7 @@ pub use session::{
     authenticate, mint_session, verify_session, CurrentUser, Session, SessionClaims, Via,
     CSRF_HEADER, SESSION_COOKIE,
 };
-pub use webhook::Webhook;
+pub use webhook::{GroupToken, Webhook};
 
 use crate::db::pool::Pool;
 use crate::error::Error;
@@ -36,6 +36,8 @@ pub struct Keys {
     /// Session tokens that `session` verified recently.
     sessions: session::VerifiedSessions,
     webhook_token: Secret,
+    /// Group webhooks' tokens, each vouching only for its group (`webhook`).
+    group_webhooks: Vec<webhook::GroupToken>,
     /// Where the dashboard's sessions are looked up (`envlens_session`), and users GitLab
     /// vouches for are added; none until the state attaches its pool, and then the cookie is
     /// not taken.
@@ -49,6 +51,7 @@ impl Keys {
             session: DecodingKey::from_secret(secrets.session.bytes()),
             sessions: session::VerifiedSessions::new(session::VerifiedSessions::CAPACITY),
             webhook_token: secrets.webhook_token,
+            group_webhooks: Vec::new(),
             web_sessions: None,
         }
     }

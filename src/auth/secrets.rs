@@ -105,7 +105,7 @@ pub fn read_key(path: &Path) -> anyhow::Result<Secret> {
 }
 
 /// A token compared as written, without the trailing newline.
-fn read_token(path: &Path) -> anyhow::Result<Secret> {
+pub fn read_token(path: &Path) -> anyhow::Result<Secret> {
     let text = fs::read_to_string(path)
         .with_context(|| format!("cannot read token {}", path.display()))?;
     let token = text.trim();

@@ -166,7 +166,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .clone()
         .unwrap_or_else(|| format!("http://{addr}"));
     let mut site = crate::web::Site::new(&public_url, args.session_lifetime)?;
-    let mut state = AppState::new(database.pool.clone(), Keys::new(secrets), args.limits)
+    let keys = Keys::new(secrets).with_group_webhooks(group_webhooks(&settings)?)?;
+    let mut state = AppState::new(database.pool.clone(), keys, args.limits)
         .with_clusters(clusters, settings.cors)
         .with_trusted_proxies(crate::http::client_address::TrustedProxies::new(
             settings.trusted_proxies.clone(),
@@ -240,6 +241,17 @@ async fn report_unconnected_agents(state: &AppState) {
              names them (a context, or in_cluster: true)"
         );
     }
+}
+
+/// The group webhooks' tokens of `gitlab.webhooks` (SPEC 13), read from their files.
+pub fn group_webhooks(settings: &Settings) -> anyhow::Result<Vec<crate::auth::GroupToken>> {
+    let hooks = settings.gitlab.iter().flat_map(|g| &g.webhooks);
+    hooks
+        .map(|h| {
+            crate::auth::GroupToken::load(&h.group, &h.token_file)
+                .with_context(|| format!("gitlab.webhooks: group {}", h.group))
+        })
+        .collect()
 }
 
 /// "Sign in with GitLab", when `gitlab.client_id` names an OAuth application.

@@ -120,6 +120,9 @@ fn default_keep_per_environment() -> u32 {
 ///   sync_interval: 1h                     # `serve` syncs this often (0s: never)
 ///   sync_max_projects: 10000              # a pass refuses to read more (a bound on its cost)
 ///   sync_timeout: 30m                     # a pass that takes longer stops, removing nothing
+///   webhooks:                             # group webhooks' own tokens (SPEC 13), for their Owners
+///     - group: acme/team-b                # events under this token may change only acme/team-b
+///       token_file: /etc/envlens/webhook-token-team-b   # and what is below it
 /// ```
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -148,6 +151,20 @@ pub struct GitLabSettings {
     pub sync_max_projects: usize,
     #[serde(default = "default_sync_timeout", deserialize_with = "duration")]
     pub sync_timeout: Duration,
+    /// Group webhooks with a token of their own: an event under one may change only that
+    /// group's subtree. The instance's token (`--webhook-token-file`) stays trusted for all.
+    #[serde(default)]
+    pub webhooks: Vec<GroupWebhookSettings>,
+}
+
+/// A group webhook's token, given to that group's Owners to configure their webhook with.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupWebhookSettings {
+    /// The group's full path, as GitLab shows it.
+    pub group: String,
+    /// A file holding the token, as `--webhook-token-file` does.
+    pub token_file: PathBuf,
 }
 
 fn default_token_cache() -> Duration {
@@ -390,6 +407,20 @@ impl Settings {
             !self.history.settle_poll.is_zero() && !self.history.retry_backoff.is_zero(),
             "history.settle_poll and history.retry_backoff must be longer than zero"
         );
+        let mut groups = std::collections::HashSet::new();
+        for hook in self.gitlab.iter().flat_map(|g| &g.webhooks) {
+            let path = hook.group.trim_matches('/');
+            anyhow::ensure!(
+                !path.is_empty() && !path.split('/').any(str::is_empty) && path == hook.group,
+                "gitlab.webhooks: `{}` is not a group's full path like acme/team",
+                hook.group
+            );
+            anyhow::ensure!(
+                groups.insert(path.to_lowercase()),
+                "gitlab.webhooks: group {} has more than one entry",
+                hook.group
+            );
+        }
         for origin in &self.cors.allowed_origins {
             let valid = (origin.starts_with("https://") || origin.starts_with("http://"))
                 && !origin.trim_end_matches('/').contains(['*', ' '])
@@ -431,6 +462,17 @@ mod tests {
     }
 
     #[test]
+    fn reads_group_webhooks() {
+        let s = Settings::parse(
+            "gitlab:\n  url: https://gitlab.example.com\n  webhooks:\n    - group: acme/team-b\n      token_file: /etc/envlens/b\n",
+        )
+        .unwrap();
+        let hooks = &s.gitlab.unwrap().webhooks;
+        assert_eq!(hooks[0].group, "acme/team-b");
+        assert_eq!(hooks[0].token_file, Path::new("/etc/envlens/b"));
+    }
+
+    #[test]
     fn empty_file_is_the_defaults() {
         let s = Settings::parse("# nothing yet\n").unwrap();
         assert!(s.kubernetes.agents.is_empty());
@@ -462,5 +504,17 @@ mod tests {
         assert!(err("history:\n  keep_per_environment: 0\n").contains("at least 1"));
         assert!(err("history:\n  settle_timout: 1m\n").contains("settle_timout"));
         assert!(err("trusted_proxies: [10.0.0.0/40]\n").contains("10.0.0.0/40"));
+        let hooks = |entries: &str| {
+            err(&format!(
+                "gitlab:\n  url: https://g\n  webhooks:\n{entries}"
+            ))
+        };
+        assert!(hooks("    - {group: /acme/, token_file: /t}\n").contains("full path"));
+        assert!(hooks("    - {group: a//b, token_file: /t}\n").contains("full path"));
+        assert!(hooks(
+            "    - {group: Acme, token_file: /t}\n    - {group: acme, token_file: /u}\n"
+        )
+        .contains("more than one entry"));
+        assert!(hooks("    - {group: acme}\n").contains("token_file"));
     }
 }

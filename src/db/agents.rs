@@ -6,6 +6,7 @@ use sqlx::{PgConnection, PgExecutor};
 
 use super::violated_constraint;
 use crate::error::{Error, Result};
+use crate::gitlab::access::{AccessAs, SourceKind, UserAccessEntry};
 
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct Agent {
@@ -168,6 +169,31 @@ pub struct UserAccessRow {
     /// or their membership of the group or one of its ancestors; a subgroup's does not count.
     pub access_level: Option<i32>,
     pub access_as: Option<Value>,
+}
+
+/// The `user_access` section's `access_as` and its entries, as
+/// `gitlab::access::user_access` takes them. Every entry carries its section's `access_as`;
+/// they are the same for one agent.
+pub fn user_access_entries(rows: &[UserAccessRow]) -> (Option<AccessAs>, Vec<UserAccessEntry>) {
+    let access_as = rows
+        .first()
+        .and_then(|e| AccessAs::from_config(e.access_as.as_ref()));
+    let entries = rows
+        .iter()
+        .filter_map(|e| {
+            let (kind, id) = match (e.project_id, e.group_id) {
+                (Some(id), _) => (SourceKind::Project, id),
+                (None, Some(id)) => (SourceKind::Group, id),
+                (None, None) => return None,
+            };
+            Some(UserAccessEntry {
+                kind,
+                id,
+                access_level: e.access_level,
+            })
+        })
+        .collect();
+    (access_as, entries)
 }
 
 /// `None` when the agent or the user does not exist.

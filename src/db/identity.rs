@@ -8,6 +8,7 @@ use sqlx::{PgConnection, PgExecutor};
 
 use super::violated_constraint;
 use crate::error::{Error, Result};
+use crate::gitlab::hook_scope::{Footprint, Kind, Located};
 
 /// A user as the reading rules see them. Only an active user is one (`active_users`, see
 /// migration 0052): a blocked, deactivated or banned user is found by none of these reads.
@@ -460,4 +461,39 @@ pub async fn project_path(db: impl PgExecutor<'_>, id: i64) -> Result<Option<Str
             .fetch_optional(db)
             .await?,
     )
+}
+
+/// The mirror's rows for what a webhook event names by id (`gitlab::hook_scope`), in one
+/// statement: each project's and group's full path, each deployment's and deploy job's project
+/// path (a job's through its kept request and the deployments that name it; empty where the
+/// mirror lacks the project), and the users it has.
+pub async fn locate(conn: &mut PgConnection, footprint: &Footprint) -> Result<Located> {
+    let projects: Vec<i64> = footprint.projects.iter().map(|p| p.0).collect();
+    let groups: Vec<i64> = footprint.groups.iter().map(|g| g.0).collect();
+    let rows: Vec<(String, i64, String)> = sqlx::query_as(
+        "SELECT 'project', id, full_path FROM projects WHERE id = ANY ($1)
+         UNION ALL SELECT 'group', id, full_path FROM namespaces WHERE id = ANY ($2)
+         UNION ALL SELECT 'user', id, '' FROM users WHERE id = ANY ($3)
+         UNION ALL SELECT 'deployment', d.id, COALESCE(p.full_path, '')
+             FROM deployments d LEFT JOIN projects p ON p.id = d.project_id WHERE d.id = ANY ($4)
+         UNION ALL SELECT 'job', r.job_id, COALESCE(p.full_path, '')
+             FROM ci_deployment_requests r LEFT JOIN projects p ON p.id = r.project_id
+             WHERE r.job_id = ANY ($5)
+         UNION ALL SELECT 'job', d.job_id, COALESCE(p.full_path, '')
+             FROM deployments d LEFT JOIN projects p ON p.id = d.project_id WHERE d.job_id = ANY ($5)",
+    )
+    .bind(&projects)
+    .bind(&groups)
+    .bind(&footprint.users)
+    .bind(&footprint.deployments)
+    .bind(&footprint.jobs)
+    .fetch_all(conn)
+    .await?;
+    let mut located = Located::default();
+    for (kind, id, path) in rows {
+        if let Some(kind) = Kind::parse(&kind) {
+            located.rows.entry((kind, id)).or_default().push(path);
+        }
+    }
+    Ok(located)
 }

@@ -1,22 +1,15 @@
-//! SQL of GraphQL's agent fields (SPEC 5.1, GitLab's frontend): an agent's tokens, and the
-//! agents that `ci_access` or `user_access` authorize for a project, each loaded in one
-//! statement for many keys. The decisions over these rows are `gitlab::access`'s.
+//! SQL of GraphQL's agent fields (SPEC 5.1, GitLab's frontend): an agent's tokens, the
+//! agents that `ci_access` or `user_access` authorize for a project, and what decides who may
+//! read an agent (SPEC 13), each loaded in one statement for many keys. The decisions over
+//! these rows are `gitlab::access`'s.
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::{FromRow, PgExecutor};
 
-use super::agents::ENTRY_ACCESS_LEVEL;
+use super::agents::{UserAccessRow, ENTRY_ACCESS_LEVEL};
 use super::read::{AgentRow, Viewer};
 use crate::error::Result;
-
-/// Developer (30) or more through the project or an ancestor group, or an admin: GitLab's
-/// `read_cluster`, which its `ClusterAgent.tokens` needs. `$1` is the user id, `$2` whether
-/// they are an admin; `p` is the agent's project and `n` its group.
-const DEVELOPER: &str = "($2::bool OR EXISTS (
-    SELECT 1 FROM members m WHERE m.user_id = $1 AND m.access_level >= 30
-      AND ((m.source_type = 'project' AND m.source_id = p.id)
-        OR (m.source_type = 'group' AND m.source_id = ANY (n.traversal_ids)))))";
 
 #[derive(Debug, Clone, FromRow)]
 pub struct TokenRow {
@@ -29,32 +22,89 @@ pub struct TokenRow {
     pub last_used_at: Option<DateTime<Utc>>,
 }
 
-/// Up to `limit` active tokens of each agent, by id after `after`, for agents whose project
-/// the viewer may administer clusters of (none for the others, as GitLab answers).
+/// Up to `limit` active tokens of each agent, by id after `after`. Whoever asks must have
+/// found that the viewer may read the agents ([`agent_readers`]).
 pub async fn active_tokens(
     db: impl PgExecutor<'_>,
-    viewer: Viewer,
     agent_ids: &[i64],
     after: Option<i64>,
     limit: i64,
 ) -> Result<Vec<TokenRow>> {
-    Ok(sqlx::query_as(&format!(
+    Ok(sqlx::query_as(
         "SELECT t.agent_id, t.id, t.name, t.description, t.status, t.created_at, t.last_used_at
-         FROM UNNEST($3::bigint[]) AS k(agent_id)
-         JOIN cluster_agents a ON a.id = k.agent_id
-         JOIN projects p ON p.id = a.project_id LEFT JOIN namespaces n ON n.id = p.namespace_id
+         FROM UNNEST($1::bigint[]) AS k(agent_id)
          CROSS JOIN LATERAL (
              SELECT * FROM cluster_agent_tokens t
-             WHERE t.agent_id = k.agent_id AND t.status = 'active' AND ($4::bigint IS NULL OR t.id > $4)
-             ORDER BY t.id LIMIT $5) t
-         WHERE {DEVELOPER}
-         ORDER BY t.agent_id, t.id"
-    ))
-    .bind(viewer.user_id)
-    .bind(viewer.admin)
+             WHERE t.agent_id = k.agent_id AND t.status = 'active' AND ($2::bigint IS NULL OR t.id > $2)
+             ORDER BY t.id LIMIT $3) t
+         ORDER BY t.agent_id, t.id",
+    )
     .bind(agent_ids)
     .bind(after)
     .bind(limit)
+    .fetch_all(db)
+    .await?)
+}
+
+/// What GitLab's `read_cluster_agent` looks at, for one agent and the viewer: their access to
+/// the agent's project, their best access to a project its `ci_access` authorizes, and its
+/// `user_access` entries with their access to each (as the proxy's check reads them).
+#[derive(Debug, FromRow)]
+pub struct AgentReaderRow {
+    pub agent_id: i64,
+    pub project_level: Option<i32>,
+    pub ci_access_level: Option<i32>,
+    /// `[{project_id, group_id, access_as, access_level}]`.
+    pub user_access: sqlx::types::Json<Vec<UserAccessRow>>,
+}
+
+/// The viewer's access through a membership `m` to a project that agent `a`'s `ci_access`
+/// authorizes (GitLab's `all_ci_access_authorized_projects_for` and `..._namespaces_for`):
+/// true when `m` covers such a project. Walks from the viewer's few memberships, so that a
+/// group entry over thousands of projects costs one index probe: a project entry is the
+/// member's project or below the member's group; a group entry is above the member's project,
+/// or above or below the member's group with a project below the lower of the two.
+const COVERS_CI_ACCESS_PROJECT: &str = "EXISTS (
+    SELECT 1 FROM agent_ci_access_authorizations x
+    LEFT JOIN projects xp ON xp.id = x.project_id
+    LEFT JOIN namespaces xpn ON xpn.id = xp.namespace_id
+    LEFT JOIN namespaces xg ON xg.id = x.group_id
+    LEFT JOIN projects mp ON m.source_type = 'project' AND mp.id = m.source_id
+    LEFT JOIN namespaces mpn ON mpn.id = mp.namespace_id
+    LEFT JOIN namespaces mg ON m.source_type = 'group' AND mg.id = m.source_id
+    WHERE x.agent_id = a.id AND (
+        (xp.id IS NOT NULL AND (xp.id = mp.id OR mg.id = ANY (xpn.traversal_ids)))
+     OR (xg.id IS NOT NULL AND xg.id = ANY (mpn.traversal_ids))
+     OR (xg.id IS NOT NULL AND mg.id IS NOT NULL AND EXISTS (
+            SELECT 1 FROM namespaces dn JOIN projects dp ON dp.namespace_id = dn.id
+            WHERE (xg.id = ANY (mg.traversal_ids) AND dn.traversal_ids @> ARRAY[mg.id])
+               OR (mg.id = ANY (xg.traversal_ids) AND dn.traversal_ids @> ARRAY[xg.id])))))";
+
+/// What decides whether the viewer may read each of `agent_ids`, in one statement; agents
+/// that do not exist have no row.
+pub async fn agent_readers(
+    db: impl PgExecutor<'_>,
+    viewer: Viewer,
+    agent_ids: &[i64],
+) -> Result<Vec<AgentReaderRow>> {
+    Ok(sqlx::query_as(&format!(
+        "SELECT a.id AS agent_id,
+            (SELECT max(m.access_level) FROM members m
+             WHERE m.user_id = u.id AND ((m.source_type = 'project' AND m.source_id = p.id)
+                OR (m.source_type = 'group' AND m.source_id = ANY (n.traversal_ids)))) AS project_level,
+            (SELECT max(m.access_level) FROM members m
+             WHERE m.user_id = u.id AND {COVERS_CI_ACCESS_PROJECT}) AS ci_access_level,
+            COALESCE((SELECT jsonb_agg(jsonb_build_object(
+                'project_id', x.project_id, 'group_id', x.group_id,
+                'access_as', x.config -> 'access_as', 'access_level', {ENTRY_ACCESS_LEVEL}))
+             FROM agent_user_access_authorizations x WHERE x.agent_id = a.id), '[]') AS user_access
+         FROM UNNEST($2::bigint[]) AS k(id)
+         JOIN cluster_agents a ON a.id = k.id
+         JOIN projects p ON p.id = a.project_id LEFT JOIN namespaces n ON n.id = p.namespace_id
+         JOIN users u ON u.id = $1"
+    ))
+    .bind(viewer.user_id)
+    .bind(agent_ids)
     .fetch_all(db)
     .await?)
 }

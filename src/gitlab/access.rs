@@ -253,9 +253,73 @@ pub fn user_access_for_project(
     })
 }
 
+/// What GitLab's `read_cluster_agent` (its `Clusters::AgentPolicy`) looks at, for one agent
+/// and one user.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AgentReaders {
+    /// The user's access to the agent's configuration project.
+    pub project_level: Option<i32>,
+    /// The user's best access to a project the agent's `ci_access` authorizes.
+    pub ci_access_level: Option<i32>,
+    /// The agent's `user_access` section: its `access_as` and its entries.
+    pub access_as: Option<AccessAs>,
+    pub user_access: Vec<UserAccessEntry>,
+}
+
+/// Whether the user may read the agent, its configuration and its tokens: an admin; a
+/// Developer of its project (GitLab's project policy); a Developer of a project its `ci_access`
+/// authorizes; or someone its `user_access` admits ([`user_access`]). A Reporter, or a reader
+/// of a public or internal project, may not: to them the agent is as if it did not exist.
+pub fn read_cluster_agent(admin: bool, agent: &AgentReaders) -> bool {
+    let developer = |level: Option<i32>| level.unwrap_or(0) >= DEVELOPER;
+    admin
+        || developer(agent.project_level)
+        || developer(agent.ci_access_level)
+        || user_access(admin, agent.access_as, &agent.user_access).is_some()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reading_an_agent_needs_developer_somewhere_it_serves() {
+        let nobody = AgentReaders::default();
+        assert!(!read_cluster_agent(false, &nobody));
+        assert!(read_cluster_agent(true, &nobody));
+        let reporter = AgentReaders {
+            project_level: Some(20),
+            ci_access_level: Some(20),
+            ..nobody.clone()
+        };
+        assert!(!read_cluster_agent(false, &reporter));
+        let project_developer = AgentReaders {
+            project_level: Some(30),
+            ..nobody.clone()
+        };
+        assert!(read_cluster_agent(false, &project_developer));
+        let deployer = AgentReaders {
+            ci_access_level: Some(40),
+            ..nobody.clone()
+        };
+        assert!(read_cluster_agent(false, &deployer));
+        let admitted = AgentReaders {
+            access_as: Some(AccessAs::Agent),
+            user_access: vec![UserAccessEntry {
+                kind: SourceKind::Group,
+                id: 1,
+                access_level: Some(30),
+            }],
+            ..nobody.clone()
+        };
+        assert!(read_cluster_agent(false, &admitted));
+        // The same entry without `access_as` admits nobody.
+        let unset = AgentReaders {
+            access_as: None,
+            ..admitted
+        };
+        assert!(!read_cluster_agent(false, &unset));
+    }
 
     fn entry(environments: Option<&[&str]>, protected_only: bool) -> CiAccessEntry {
         CiAccessEntry {

@@ -7,6 +7,7 @@ pub mod access;
 pub mod agent_config;
 pub mod api;
 pub mod deployment_status;
+pub mod hook_scope;
 pub mod id_token;
 pub mod oidc;
 pub mod push;

@@ -4,6 +4,8 @@
 
 use serde::Deserialize;
 
+use super::hook_scope::Footprint;
+
 /// The keys of a push event that envlens reads.
 #[derive(Debug, Deserialize)]
 pub struct PushEvent {
@@ -38,6 +40,19 @@ pub struct PushCommit {
 const AGENTS_FOLDER: &str = ".gitlab/agents/";
 
 impl PushEvent {
+    /// What the push touches, for the rule of a group's webhook token: its project, whose
+    /// agents are read again, which must be in the mirror.
+    pub fn footprint(&self) -> Footprint {
+        Footprint {
+            paths: vec![(
+                "project.path_with_namespace",
+                self.project.path_with_namespace.clone(),
+            )],
+            projects: vec![(self.project_id, true)],
+            ..Footprint::default()
+        }
+    }
+
     /// `None` when the agents' configuration may have changed; else why not, in words.
     pub fn agents_untouched(&self) -> Option<String> {
         let default = self.project.default_branch.as_deref().unwrap_or_default();

@@ -1,5 +1,9 @@
 //! The agent fields GitLab's own frontend asks for (SPEC 5.1): an agent's tokens, and the agents
 //! that `ci_access` and `user_access` authorize for a project, with GitLab's names and types.
+//!
+//! Every field that shows an agent shows it only to those who may read it (GitLab's
+//! `read_cluster_agent`, SPEC 13: `gitlab::access::read_cluster_agent`, loaded for a whole
+//! list at once by the `AgentReadable` loader); to the others it is as if it did not exist.
 
 use async_graphql::connection::{Connection, Edge};
 use async_graphql::{
@@ -8,7 +12,7 @@ use async_graphql::{
 };
 
 use super::loaders::{
-    load, AgentTokens, AuthorizedAgent, CiAccessAgents, ProjectId, UserAccessAgents,
+    load, AgentReadable, AgentTokens, AuthorizedAgent, CiAccessAgents, ProjectId, UserAccessAgents,
 };
 use super::types::{loader, node_fields, page, page_window, ClusterAgent, Gql, Result, Time};
 use crate::db::read::{AgentRow, ProjectRow};
@@ -88,15 +92,44 @@ impl ClusterAgentToken {
     }
 }
 
+/// Whether the viewer may read the agent `agent_id`.
+pub(super) async fn readable(ctx: &Context<'_>, agent_id: i64) -> Result<bool> {
+    let found = load(ctx, [AgentReadable(agent_id)]).await.gql()?;
+    Ok(found.into_values().next().unwrap_or(false))
+}
+
+/// The rows whose agent the viewer may read, in their order: one statement for the list, whose
+/// answers the nodes' own fields then find in the request's cache.
+pub(super) async fn keep_readable<T>(
+    ctx: &Context<'_>,
+    rows: Vec<T>,
+    agent_id: impl Fn(&T) -> i64,
+) -> Result<Vec<T>> {
+    if rows.is_empty() {
+        return Ok(rows);
+    }
+    let keys = rows.iter().map(|r| AgentReadable(agent_id(r)));
+    let found = loader(ctx).load_many(keys).await.gql()?;
+    Ok(rows
+        .into_iter()
+        .filter(|r| found.get(&AgentReadable(agent_id(r))) == Some(&true))
+        .collect())
+}
+
 /// `ClusterAgent.tokens`: the agent's active tokens by id, as GitLab lists them; none unless the
-/// viewer is a developer of the agent's project (GitLab's `read_cluster`).
+/// viewer may read the agent (GitLab's `read_cluster_agent`: a Developer of a project it
+/// deploys, whose environment page shows from `lastUsedAt` whether it is connected, sees them).
 pub(super) async fn tokens(
     ctx: &Context<'_>,
     agent: &AgentRow,
     first: Option<i32>,
     after: Option<String>,
 ) -> Result<Connection<String, ClusterAgentToken>> {
+    let readable = readable(ctx, agent.id).await?;
     page(first, after, |after, limit| async move {
+        if !readable {
+            return Ok(Vec::new());
+        }
         let key = AgentTokens {
             agent_id: agent.id,
             after,
@@ -175,8 +208,8 @@ fn whole<N: async_graphql::OutputType>(
 }
 
 /// `Project.ciAccessAuthorizedAgents`: the agents whose `ci_access` authorizes the project
-/// (SPEC 4.3's rule, `gitlab::access::ci_authorization`); `null` for a project the viewer may
-/// not read.
+/// (SPEC 4.3's rule, `gitlab::access::ci_authorization`) and that the viewer may read; `null`
+/// for a project the viewer may not read.
 pub(super) async fn ci_access_authorized(
     ctx: &Context<'_>,
     project: &ProjectRow,
@@ -186,6 +219,7 @@ pub(super) async fn ci_access_authorized(
     }
     let rows = load(ctx, [CiAccessAgents(project.id)]).await.gql()?;
     let rows: Vec<AuthorizedAgent> = rows.into_values().flatten().collect();
+    let rows = keep_readable(ctx, rows, |r| r.agent.id).await?;
     preload_nodes_agents(ctx, &rows).await?;
     Ok(Some(whole(rows, ClusterAgentAuthorizationCiAccess)))
 }
@@ -206,13 +240,15 @@ pub(super) async fn user_access_authorized(
     Ok(Some(whole(rows, ClusterAgentAuthorizationUserAccess)))
 }
 
-/// Loads what `fields` (selected on agents in a list) will ask for their `agent_ids`: their
-/// tokens, one statement per page asked, whatever the number of agents.
+/// Loads what `fields` (selected on agents in a list) will ask for their `agent_ids`: whether
+/// the viewer may read them, and the tokens of those they may, one statement per page asked,
+/// whatever the number of agents.
 pub(super) async fn preload_for_agents<'a>(
     ctx: &Context<'_>,
     fields: impl Iterator<Item = SelectionField<'a>>,
     agent_ids: &[i64],
 ) -> Result<()> {
+    let agent_ids = keep_readable(ctx, agent_ids.to_vec(), |id| *id).await?;
     for field in fields.filter(|f| f.name() == "tokens") {
         let arguments = field.arguments().unwrap_or_default();
         let argument = |name: &str| {
@@ -244,7 +280,7 @@ pub(super) async fn preload_for_agents<'a>(
 }
 
 /// Loads what `fields` (selected on projects in a list) will ask for `project_ids`: the agents
-/// authorized for them, one statement for all.
+/// authorized for them and whether the viewer may read them, one statement for all.
 pub(super) async fn preload_for_projects<'a>(
     ctx: &Context<'_>,
     fields: impl Iterator<Item = SelectionField<'a>>,
@@ -254,7 +290,10 @@ pub(super) async fn preload_for_projects<'a>(
         match field.name() {
             "ciAccessAuthorizedAgents" => {
                 let keys = project_ids.iter().copied().map(CiAccessAgents);
-                loader(ctx).load_many(keys).await.gql()?;
+                let found = loader(ctx).load_many(keys).await.gql()?;
+                // Which of them the viewer may read, for every project at once.
+                let agents = found.values().flatten().map(|a| AgentReadable(a.agent.id));
+                loader(ctx).load_many(agents).await.gql()?;
             }
             "userAccessAuthorizedAgents" => {
                 let keys = project_ids.iter().copied().map(UserAccessAgents);

@@ -10,6 +10,7 @@ use async_graphql::{Context, QueryPathSegment};
 use tokio::sync::{MappedMutexGuard, Mutex, MutexGuard};
 
 use crate::auth::{CurrentUser, Session};
+use crate::db::agents::user_access_entries;
 use crate::db::identity::{self, User};
 use crate::db::lease::{Lease, Leases};
 use crate::db::read::{
@@ -19,7 +20,7 @@ use crate::db::read::{
 use crate::db::read_agents::{self, TokenRow};
 use crate::error::Error;
 use crate::gitlab::access::{
-    self, AccessAs, CiAuthorizations, CiMatch, SourceKind, UserAccessEntry,
+    self, AccessAs, AgentReaders, CiAuthorizations, CiMatch, SourceKind, UserAccessEntry,
 };
 
 /// Loader errors must be `Clone`.
@@ -374,6 +375,38 @@ impl Loader<DeploymentCount> for Db {
     }
 }
 
+/// Whether the viewer may read an agent (GitLab's `read_cluster_agent`, SPEC 13): every agent
+/// field that shows one asks this first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct AgentReadable(pub i64);
+
+impl Loader<AgentReadable> for Db {
+    type Value = bool;
+    type Error = LoadError;
+
+    async fn load(
+        &self,
+        keys: &[AgentReadable],
+    ) -> Result<HashMap<AgentReadable, bool>, LoadError> {
+        let ids: Vec<i64> = keys.iter().map(|k| k.0).collect();
+        let viewer = self.viewer().await?;
+        let rows = read_agents::agent_readers(&mut **self.conn().await?, viewer, &ids).await?;
+        let mut found: HashMap<AgentReadable, bool> = keys.iter().map(|k| (*k, false)).collect();
+        for row in rows {
+            let (access_as, user_access) = user_access_entries(&row.user_access);
+            let readers = AgentReaders {
+                project_level: row.project_level,
+                ci_access_level: row.ci_access_level,
+                access_as,
+                user_access,
+            };
+            let readable = access::read_cluster_agent(viewer.admin, &readers);
+            found.insert(AgentReadable(row.agent_id), readable);
+        }
+        Ok(found)
+    }
+}
+
 /// A page of an agent's active tokens: `limit` of them after the token id `after`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct AgentTokens {
@@ -398,18 +431,12 @@ impl Loader<AgentTokens> for Db {
                 .or_default()
                 .push(k.agent_id);
         }
-        let viewer = self.viewer().await?;
         let mut found: HashMap<AgentTokens, Vec<TokenRow>> =
             keys.iter().map(|k| (*k, Vec::new())).collect();
         for ((after, limit), agent_ids) in pages {
-            let rows = read_agents::active_tokens(
-                &mut **self.conn().await?,
-                viewer,
-                &agent_ids,
-                after,
-                limit,
-            )
-            .await?;
+            let rows =
+                read_agents::active_tokens(&mut **self.conn().await?, &agent_ids, after, limit)
+                    .await?;
             for row in rows {
                 let key = AgentTokens {
                     agent_id: row.agent_id,
@@ -551,6 +578,7 @@ pub fn forget(loader: &DataLoader<Db, HashMapCache>) {
     loader.clear::<AgentId>();
     loader.clear::<DeploymentCount>();
     loader.clear::<AgentTokens>();
+    loader.clear::<AgentReadable>();
     loader.clear::<CiAccessAgents>();
     loader.clear::<UserAccessAgents>();
 }

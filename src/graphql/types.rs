@@ -290,6 +290,7 @@ impl Project {
         .await
     }
 
+    /// The project's agent named `name`; `null` when there is none the viewer may read.
     async fn cluster_agent(&self, ctx: &Context<'_>, name: String) -> Result<Option<ClusterAgent>> {
         if !self.0.readable {
             return Ok(None);
@@ -297,6 +298,7 @@ impl Project {
         let rows = read::project_agents(&mut **conn(ctx).await?, self.0.id, Some(&name))
             .await
             .gql()?;
+        let rows = agents::keep_readable(ctx, rows, |a| a.id).await?;
         Ok(rows.into_iter().next().map(ClusterAgent))
     }
 
@@ -333,6 +335,7 @@ impl Project {
         agents::user_access_authorized(ctx, &self.0).await
     }
 
+    /// The project's agents that the viewer may read.
     async fn cluster_agents(&self, ctx: &Context<'_>) -> Result<Connection<String, ClusterAgent>> {
         let rows = match self.0.readable {
             true => read::project_agents(&mut **conn(ctx).await?, self.0.id, None)
@@ -340,6 +343,7 @@ impl Project {
                 .gql()?,
             false => Vec::new(),
         };
+        let rows = agents::keep_readable(ctx, rows, |a| a.id).await?;
         let ids: Vec<i64> = rows.iter().map(|a| a.id).collect();
         agents::preload_for_agents(ctx, node_fields(ctx).into_iter(), &ids).await?;
         let mut connection = Connection::new(false, false);
@@ -634,12 +638,14 @@ impl Environment {
         .await
     }
 
-    /// The agent of the last successful deployment.
+    /// The agent of the last successful deployment, when the viewer may read it.
     async fn cluster_agent(&self, ctx: &Context<'_>) -> Result<Option<ClusterAgent>> {
-        Ok(self
-            .last_agent(ctx)
+        let Some((agent, _)) = self.last_agent(ctx).await? else {
+            return Ok(None);
+        };
+        Ok(agents::readable(ctx, agent.id)
             .await?
-            .map(|(agent, _)| ClusterAgent(agent)))
+            .then_some(ClusterAgent(agent)))
     }
 
     /// The namespace of the last successful deployment.

@@ -16,6 +16,7 @@ use crate::db::identity;
 use crate::error::{Error, Result};
 use crate::gitlab::access::{self, CiAuthorizations, Job};
 use crate::gitlab::deployment_status::{DeploymentStatus, StatusReport};
+use crate::gitlab::hook_scope::Footprint;
 use crate::gitlab::validate::{self, DashboardKeys};
 use crate::http::extract::Json;
 use crate::state::AppState;
@@ -521,6 +522,23 @@ pub struct Succeeded<'a> {
 }
 
 impl StatusEvent {
+    /// What the hook touches, for the rule of a group's webhook token: its project, the
+    /// deployment (which may be another project's), and the deploy job it names (whose kept
+    /// request may be another project's).
+    pub fn footprint(&self) -> Footprint {
+        let h = &self.hook;
+        Footprint {
+            paths: vec![(
+                "project.path_with_namespace",
+                h.project.path_with_namespace.clone(),
+            )],
+            projects: vec![(h.project.id, false)],
+            deployments: vec![h.deployment_id],
+            jobs: h.deployable_id.into_iter().collect(),
+            ..Footprint::default()
+        }
+    }
+
     /// The deployment, when the hook says it succeeded.
     pub fn succeeded(&self) -> Option<Succeeded<'_>> {
         let h = &self.hook;

@@ -12,6 +12,10 @@
 //! applied (a path another id holds, say) is acknowledged too (202, `unapplied`), changes
 //! nothing, and is logged with its reason. Each outcome is counted in
 //! `envlens_webhook_events_total{event,outcome}`.
+//!
+//! A group webhook's token (SPEC 13) vouches only for events inside its group: one that reaches
+//! outside is refused with 403 before anything is written (`gitlab::hook_scope`), a `System
+//! Hook` under it is refused before its body is read, and it never writes a user.
 
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -21,10 +25,12 @@ use sqlx::PgConnection;
 
 use super::deployments::{DeploymentHook, StatusEvent};
 use super::followups;
-use super::identity::{event_label, Outcome, SystemHook};
+use super::identity::{event_label, Outcome, SystemHook, Users};
 use crate::auth::Webhook;
-use crate::db::deliveries;
+use crate::db::{deliveries, identity};
 use crate::error::{Error, Result};
+use crate::gitlab::hook_scope::{self, Footprint, Verdict};
+use crate::gitlab::push::PushEvent;
 use crate::http::extract::{from_value, parse, read_body};
 use crate::state::AppState;
 
@@ -34,7 +40,18 @@ const DELIVERY_HEADERS: [&str; 2] = ["x-gitlab-event-uuid", "idempotency-key"];
 enum Hook {
     System(SystemHook),
     Deployment(StatusEvent),
-    Push(i64),
+    Push(PushEvent),
+}
+
+impl Hook {
+    /// What it touches, for the rule of a group's webhook token.
+    fn footprint(&self) -> Footprint {
+        match self {
+            Hook::System(hook) => hook.footprint(),
+            Hook::Deployment(status) => status.footprint(),
+            Hook::Push(push) => push.footprint(),
+        }
+    }
 }
 
 /// Group webhooks' events that carry the system hooks' payloads (`event_name` and the same
@@ -75,13 +92,13 @@ impl Answer {
 }
 
 pub async fn receive(
-    _: Webhook,
+    source: Webhook,
     State(state): State<AppState>,
     headers: HeaderMap,
     req: Request,
 ) -> Result<(StatusCode, JsonResponse<Value>)> {
     let mut event = "other";
-    let result = handle(&state, &headers, req, &mut event).await;
+    let result = handle(&state, &source, &headers, req, &mut event).await;
     let outcome = match &result {
         Ok(answer) => answer.outcome,
         Err(e) if e.status().is_client_error() => "rejected",
@@ -103,6 +120,7 @@ pub async fn receive(
 /// is known.
 async fn handle(
     state: &AppState,
+    source: &Webhook,
     headers: &HeaderMap,
     req: Request,
     event: &mut &'static str,
@@ -111,6 +129,11 @@ async fn handle(
         .get(EVENT_HEADER)
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default();
+    if let (Webhook::Group(group), "System Hook") = (source, kind) {
+        return Err(Error::Forbidden(format!(
+            "a System Hook needs the instance's webhook token, not group {group}'s"
+        )));
+    }
     if !SYSTEM_LIKE.contains(&kind) && !matches!(kind, "Deployment Hook" | "Push Hook") {
         return Ok(Answer::not_applied(
             "ignored",
@@ -144,16 +167,29 @@ async fn handle(
                 "reading agents' configuration needs gitlab.url and gitlab.token_file",
             ));
         }
-        let push: crate::gitlab::push::PushEvent = from_value(body, "")?;
+        let push: PushEvent = from_value(body, "")?;
         if let Some(reason) = push.agents_untouched() {
             return Ok(Answer::not_applied("ignored", reason));
         }
-        Hook::Push(push.project_id)
+        Hook::Push(push)
     } else {
         *event = "deployment";
         Hook::Deployment(from_value::<DeploymentHook>(body, "")?.validate()?)
     };
     let mut tx = state.db.begin().await?;
+    if let Webhook::Group(group) = source {
+        let footprint = hook.footprint();
+        let located = identity::locate(&mut tx, &footprint).await?;
+        match hook_scope::decide(group, &footprint, &located) {
+            Verdict::Allowed => {}
+            Verdict::Forbidden(reason) => return Err(Error::Forbidden(reason)),
+            Verdict::Unapplied(reason) => {
+                tracing::warn!(event = *event, group = %group, reason = %reason,
+                    "group webhook event not applied");
+                return Ok(Answer::not_applied("unapplied", reason));
+            }
+        }
+    }
     if !first_delivery(&mut tx, headers).await? {
         return Ok(Answer {
             status: StatusCode::OK,
@@ -163,9 +199,16 @@ async fn handle(
         });
     }
     let applied = match &hook {
-        Hook::System(hook) => hook.apply(&mut tx).await,
-        Hook::Push(project_id) => {
-            let followup = followups::after_push(&mut tx, *project_id).await?;
+        Hook::System(hook) => {
+            // A group's webhook never writes a user: `decide` found its users in the mirror.
+            let users = match source {
+                Webhook::Instance => Users::Write,
+                Webhook::Group(_) => Users::Keep,
+            };
+            hook.apply(&mut tx, users).await
+        }
+        Hook::Push(push) => {
+            let followup = followups::after_push(&mut tx, push.project_id).await?;
             let answer = commit(tx, Answer::applied(true)).await?;
             if let Some(worker) = worker(state) {
                 worker.try_now(followup).await;

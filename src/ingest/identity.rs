@@ -11,6 +11,7 @@ use sqlx::{PgConnection, PgPool};
 use crate::auth::Internal;
 use crate::db::identity::{self as db, Snapshot};
 use crate::error::{Error, Result};
+use crate::gitlab::hook_scope::Footprint;
 use crate::gitlab::validate;
 use crate::http::extract::{from_value, Json};
 use crate::state::AppState;
@@ -43,6 +44,14 @@ pub enum SystemHook {
     UserRemoveFromGroup(GroupMemberEvent),
     /// An event envlens has no use for.
     Ignored,
+}
+
+/// Whether an event may create or rename users: the instance's webhook token may, a group's
+/// may not (SPEC 13).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Users {
+    Write,
+    Keep,
 }
 
 /// What became of a well-formed event.
@@ -109,6 +118,8 @@ pub struct ProjectEvent {
     project_id: i64,
     path_with_namespace: String,
     project_visibility: Option<String>,
+    /// Only in `project_rename` and `project_transfer`: where the project was.
+    old_path_with_namespace: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -234,6 +245,9 @@ impl SystemHook {
             | SystemHook::ProjectTransfer(e) => {
                 validate::positive("project_id", e.project_id)?;
                 validate::full_path("path_with_namespace", &e.path_with_namespace)?;
+                if let Some(old) = &e.old_path_with_namespace {
+                    validate::full_path("old_path_with_namespace", old)?;
+                }
             }
             SystemHook::ProjectDestroy(e) => validate::positive("project_id", e.project_id)?,
             SystemHook::GroupCreate(e) | SystemHook::GroupRename(e) => {
@@ -290,10 +304,72 @@ impl SystemHook {
         Ok(())
     }
 
+    /// What the event touches, for the rule of a group's webhook token
+    /// ([`crate::gitlab::hook_scope::decide`]).
+    pub fn footprint(&self) -> Footprint {
+        let mut f = Footprint::default();
+        match self {
+            SystemHook::ProjectCreate(e)
+            | SystemHook::ProjectUpdate(e)
+            | SystemHook::ProjectRename(e)
+            | SystemHook::ProjectTransfer(e) => {
+                f.paths
+                    .push(("path_with_namespace", e.path_with_namespace.clone()));
+                if let Some(old) = &e.old_path_with_namespace {
+                    f.paths.push(("old_path_with_namespace", old.clone()));
+                }
+                f.projects.push((e.project_id, false));
+            }
+            SystemHook::ProjectDestroy(e) => f.projects.push((e.project_id, true)),
+            SystemHook::GroupCreate(e) | SystemHook::GroupRename(e) => {
+                let field = if e.full_path.is_some() {
+                    "full_path"
+                } else {
+                    "path"
+                };
+                if let Ok(path) = e.full_path() {
+                    f.paths.push((field, path.to_owned()));
+                }
+                if let Some(old) = &e.old_full_path {
+                    f.paths.push(("old_full_path", old.clone()));
+                }
+                f.groups.push((e.group_id, false));
+            }
+            SystemHook::GroupDestroy(e) => f.groups.push((e.group_id, true)),
+            SystemHook::UserCreate(_) => f.instance_wide = Some("a user_create event"),
+            SystemHook::UserRename(_) => f.instance_wide = Some("a user_rename event"),
+            SystemHook::UserDestroy(_) => f.instance_wide = Some("a user_destroy event"),
+            SystemHook::UserFailedLogin(_) => f.instance_wide = Some("a user_failed_login event"),
+            SystemHook::UserAddToTeam(e)
+            | SystemHook::UserUpdateForTeam(e)
+            | SystemHook::UserRemoveFromTeam(e) => {
+                if let Some(path) = &e.project_path_with_namespace {
+                    f.paths.push(("project_path_with_namespace", path.clone()));
+                }
+                f.projects.push((e.project_id, true));
+                if !matches!(self, SystemHook::UserRemoveFromTeam(_)) {
+                    f.users.push(e.user_id);
+                }
+            }
+            SystemHook::UserAddToGroup(e)
+            | SystemHook::UserUpdateForGroup(e)
+            | SystemHook::UserRemoveFromGroup(e) => {
+                f.groups.push((e.group_id, true));
+                if !matches!(self, SystemHook::UserRemoveFromGroup(_)) {
+                    f.users.push(e.user_id);
+                }
+            }
+            SystemHook::Ignored => {}
+        }
+        f
+    }
+
     /// Applies a validated event inside the caller's transaction. On
     /// [`Outcome::Unapplied`] the transaction may be aborted: the caller rolls it back.
-    pub async fn apply(&self, conn: &mut PgConnection) -> Result<Outcome> {
-        match self.write(conn).await {
+    /// `users` says whether a membership event may create or rename its user: a group's
+    /// webhook may not (its user was found in the mirror before).
+    pub async fn apply(&self, conn: &mut PgConnection, users: Users) -> Result<Outcome> {
+        match self.write(conn, users).await {
             // GitLab's paths and usernames are unique at any moment: a conflict means the
             // mirror missed, or has not yet received, the event that freed the path.
             Err(Error::Conflict(reason)) => Ok(Outcome::Unapplied(reason)),
@@ -301,7 +377,7 @@ impl SystemHook {
         }
     }
 
-    async fn write(&self, conn: &mut PgConnection) -> Result<Outcome> {
+    async fn write(&self, conn: &mut PgConnection, users: Users) -> Result<Outcome> {
         let done = match self {
             SystemHook::ProjectCreate(e)
             | SystemHook::ProjectUpdate(e)
@@ -337,7 +413,9 @@ impl SystemHook {
                     Ok(level) => level,
                     Err(reason) => return Ok(Outcome::Unapplied(reason)),
                 };
-                db::upsert_user(conn, e.user_id, &e.user_username, None).await?;
+                if users == Users::Write {
+                    db::upsert_user(conn, e.user_id, &e.user_username, None).await?;
+                }
                 if let Some(path) = &e.project_path_with_namespace {
                     let visibility = known_visibility(e.project_id, &e.project_visibility);
                     db::upsert_project(conn, e.project_id, path, visibility).await?;
@@ -352,7 +430,9 @@ impl SystemHook {
                     Ok(level) => level,
                     Err(reason) => return Ok(Outcome::Unapplied(reason)),
                 };
-                db::upsert_user(conn, e.user_id, &e.user_username, None).await?;
+                if users == Users::Write {
+                    db::upsert_user(conn, e.user_id, &e.user_username, None).await?;
+                }
                 db::set_member(conn, e.user_id, "group", e.group_id, level).await
             }
             SystemHook::UserRemoveFromGroup(e) => {

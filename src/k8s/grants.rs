@@ -12,7 +12,7 @@ use sqlx::PgExecutor;
 use crate::auth::Via;
 use crate::db::agents::{self, Agent};
 use crate::error::Result;
-use crate::gitlab::access::{self, AccessAs, SourceKind, UserAccessEntry, UserAuthorization};
+use crate::gitlab::access::{self, AccessAs, UserAuthorization};
 
 /// How the user proved who they are, as KAS reports it in `agent.gitlab.com/access_type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,27 +62,7 @@ pub async fn authorize(
     let Some(rows) = agents::user_access(db, agent_id, user_id).await? else {
         return Ok(None);
     };
-    // Every entry carries its section's `access_as`; they are the same for one agent.
-    let access_as = rows
-        .entries
-        .first()
-        .and_then(|e| AccessAs::from_config(e.access_as.as_ref()));
-    let entries: Vec<UserAccessEntry> = rows
-        .entries
-        .iter()
-        .filter_map(|e| {
-            let (kind, id) = match (e.project_id, e.group_id) {
-                (Some(id), _) => (SourceKind::Project, id),
-                (None, Some(id)) => (SourceKind::Group, id),
-                (None, None) => return None,
-            };
-            Some(UserAccessEntry {
-                kind,
-                id,
-                access_level: e.access_level,
-            })
-        })
-        .collect();
+    let (access_as, entries) = agents::user_access_entries(&rows.entries);
     Ok(
         access::user_access(rows.admin, access_as, &entries).map(|authorization| Grant {
             agent: rows.agent,

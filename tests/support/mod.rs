@@ -176,8 +176,19 @@ impl TestApp {
     }
 
     pub async fn hook(&self, event: &str, body: String, delivery: Option<&str>) -> TestResponse {
+        self.hook_with(WEBHOOK_TOKEN, event, body, delivery).await
+    }
+
+    /// A hook as GitLab delivers it with `token` in `X-Gitlab-Token`.
+    pub async fn hook_with(
+        &self,
+        token: &str,
+        event: &str,
+        body: String,
+        delivery: Option<&str>,
+    ) -> TestResponse {
         let mut req = Request::post("/webhooks/gitlab")
-            .header("X-Gitlab-Token", WEBHOOK_TOKEN)
+            .header("X-Gitlab-Token", token)
             .header("X-Gitlab-Event", event)
             .header(header::CONTENT_TYPE, "application/json");
         if let Some(id) = delivery {
