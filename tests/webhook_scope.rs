@@ -9,7 +9,6 @@
 
 use axum::http::Method;
 use envlens::config::Limits;
-use envlens::gitlab::id_token::IdTokens;
 use envlens::gitlab::Instance;
 use envlens::state::AppState;
 use serde_json::{json, Value};
@@ -46,12 +45,12 @@ async fn world() -> World {
         .with_group_webhooks(envlens::cli::group_webhooks(&settings).unwrap())
         .unwrap();
     let database = postgres::fresh_database().await;
-    let api = api(&gitlab);
-    let instance = Instance {
-        id_tokens: IdTokens::new(api.clone(), "https://envlens.example.com"),
-        user_tokens: envlens::gitlab::tokens::UserTokens::new(std::time::Duration::from_secs(60)),
-        api,
-    };
+    let instance = Instance::new(
+        api(&gitlab),
+        "https://envlens.example.com",
+        std::time::Duration::from_secs(60),
+        None,
+    );
     let state = AppState::new((*database).clone(), keys, Limits::default()).with_gitlab(instance);
     let app = TestApp::owning(state, database);
     let res = app
