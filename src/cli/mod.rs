@@ -168,7 +168,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let mut site = crate::web::Site::new(&public_url, args.session_lifetime)?;
     let mut state = AppState::new(database.pool.clone(), Keys::new(secrets), args.limits)
         .with_clusters(clusters, settings.cors)
-        .with_health(health);
+        .with_health(health)
+        .with_per_user(settings.per_user);
     if let Some(gitlab) = &settings.gitlab {
         let instance = crate::gitlab::Instance::load(gitlab, &public_url, state.metrics.clone())?;
         if let Some(oidc) = sign_in_with_gitlab(gitlab, &instance.api)? {

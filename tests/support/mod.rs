@@ -107,7 +107,8 @@ impl TestApp {
         .expect("test health scripts");
         let state = AppState::new(database.clone(), keys(), Limits::default())
             .with_clusters(clusters, settings.cors)
-            .with_health(health);
+            .with_health(health)
+            .with_per_user(settings.per_user);
         TestApp {
             router: envlens::app(state),
             db: database.clone(),
