@@ -207,7 +207,6 @@ impl TestApp {
             "webhook_deliveries",
             "web_sessions",
             "sign_in_links",
-            "sign_in_attempts",
         ];
         let mut out = String::new();
         for table in tables {

@@ -11,3 +11,8 @@ CREATE TABLE user_slots (
 
 CREATE INDEX user_slots_user_kind_idx ON user_slots (user_id, kind);
 CREATE INDEX user_slots_expires_at_idx ON user_slots (expires_at);
+
+-- "Sign in with GitLab" attempts travel in a signed cookie of the browser that started them
+-- (`auth::attempt`): nothing is stored before GitLab has answered, so a flood of attempts
+-- cannot push out a real one.
+DROP TABLE sign_in_attempts;
