@@ -489,7 +489,10 @@ async fn a_users_twenty_first_socket_is_429_while_another_users_first_opens() {
     loop {
         let token = live.token(2, 7).await;
         match live.open(&protocols(&token)).await {
-            Ok(_) => break,
+            Ok((ws, _)) => {
+                open.push(ws);
+                break;
+            }
             Err(tungstenite::Error::Http(response)) if response.status() == 429 => {
                 assert!(
                     std::time::Instant::now() < deadline,
@@ -500,4 +503,19 @@ async fn a_users_twenty_first_socket_is_429_while_another_users_first_opens() {
             Err(e) => panic!("{e}"),
         }
     }
+    // Places held by a replica that died (rows no longer renewed) count until their lease
+    // runs out, then not.
+    assert!(refused(&live).await, "20 open: the 21st is refused");
+    sqlx::query("UPDATE user_slots SET expires_at = now() - interval '1 second' WHERE user_id = 2")
+        .execute(&live.app.db)
+        .await
+        .unwrap();
+    assert!(!refused(&live).await, "expired places do not count");
+}
+
+/// Whether a new socket of user 2 on agent 7 is refused for their count of sockets.
+async fn refused(live: &Live) -> bool {
+    let token = live.token(2, 7).await;
+    let opened = live.open(&protocols(&token)).await;
+    matches!(opened, Err(tungstenite::Error::Http(r)) if r.status() == 429)
 }
