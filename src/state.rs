@@ -3,10 +3,12 @@
 use std::sync::Arc;
 
 use crate::auth::Keys;
+use crate::config::file::PerUserLimits;
 use crate::config::file::{CorsSettings, KubernetesSettings};
 use crate::config::Limits;
 use crate::db::lease::Leases;
 use crate::db::pool::Pool;
+use crate::db::slots::Slots;
 use crate::gitlab::Instance;
 use crate::graphql::{Live, Origins, Schemas, SocketLimits};
 use crate::http::client_address::TrustedProxies;
@@ -38,6 +40,8 @@ pub struct AppState {
     pub live: Live,
     /// The reverse proxies whose `X-Forwarded-For` names the client (`trusted_proxies`).
     pub trusted_proxies: TrustedProxies,
+    /// What each person holds open, counted across replicas (SPEC 13); `live` shares it.
+    pub slots: Slots,
 }
 
 impl AppState {
@@ -46,9 +50,16 @@ impl AppState {
         let db = db.into();
         let keys = keys.with_web_sessions(Pool::clone(&db));
         let metrics = Arc::new(Metrics::default());
+        let slots = Slots::new(&db, PerUserLimits::default());
         AppState {
             reads: Leases::new(&db),
-            live: Live::new(&db, Origins::default(), SocketLimits::default()),
+            live: Live::new(
+                &db,
+                Origins::default(),
+                SocketLimits::default(),
+                slots.clone(),
+            ),
+            slots,
             db,
             keys: Arc::new(keys),
             metrics: metrics.clone(),
@@ -78,6 +89,13 @@ impl AppState {
         self.site = site;
         let origins = self.origins();
         self.live = self.live.with_origins(origins);
+        self
+    }
+
+    /// With other bounds of what one person may hold open.
+    pub fn with_per_user(mut self, limits: PerUserLimits) -> Self {
+        self.slots = Slots::new(&self.db, limits);
+        self.live = self.live.with_slots(self.slots.clone());
         self
     }
 
@@ -140,6 +158,7 @@ sub_states! {
     site: Site,
     live: Live,
     trusted_proxies: TrustedProxies,
+    slots: Slots,
 }
 
 impl axum::extract::FromRef<AppState> for crate::graphql::Engine {

@@ -818,3 +818,254 @@ async fn a_change_still_in_flight_at_the_hook_is_in_the_snapshot() {
     );
     api.delay_watch_events(Duration::ZERO);
 }
+
+/// RBAC on in the test cluster: developers of the project may list and watch workloads
+/// (Deployments, Pods, ReplicaSets, Events), nothing else; envlens' own identity anything.
+fn workloads_only(api: &KubeApi) {
+    api.insert(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "workloads", "namespace": NS},
+        "rules": [{"apiGroups": ["", "apps"], "resources": ["pods", "deployments", "replicasets", "events"],
+                   "verbs": ["list", "watch"]}]}));
+    api.insert(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "devs", "namespace": NS},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "workloads"},
+        "subjects": [{"kind": "Group", "name": format!("gitlab:project_role:{PROJECT}:developer")}]}));
+    api.enforce_rbac();
+}
+
+/// The dashboard page at `path`, as `user_id` signed in to the dashboard.
+async fn page_as(app: &TestApp, user_id: i64, path: &str) -> String {
+    let pool = envlens::db::pool::Pool::from(app.db.clone());
+    let cookie = envlens::web::session::begin(&pool, &envlens::web::Site::default(), user_id)
+        .await
+        .unwrap();
+    let cookie = cookie
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let res = app
+        .send(
+            Request::get(path)
+                .header(header::COOKIE, cookie)
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    res.text()
+}
+
+fn kinds_of(resources: &Value) -> Vec<String> {
+    let mut kinds: Vec<String> = resources
+        .as_array()
+        .unwrap_or_else(|| panic!("not a list: {resources}"))
+        .iter()
+        .map(|r| r["kind"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    kinds.sort();
+    kinds.dedup();
+    kinds
+}
+
+#[tokio::test]
+async fn history_shows_only_the_kinds_the_viewer_may_list_now() {
+    let (api, served, _dir) = cluster().await;
+    workloads_only(&api);
+    let (app, worker) = gitlab(&served, FAST).await;
+    worker.run_until_idle().await.unwrap();
+    // The live group, for comparison: the same viewer sees the Deployment and a 403 for
+    // ConfigMaps and Secrets.
+    let live = graphql(
+        &app,
+        DEV,
+        r#"{ project(fullPath: "acme/apps/web") { environment(name: "production") {
+            resourceGroup { resources { kind } errors { kind code } } } } }"#,
+    )
+    .await;
+    let group = &live["data"]["project"]["environment"]["resourceGroup"];
+    assert_eq!(kinds_of(&group["resources"]), ["Deployment"], "{live}");
+
+    // The snapshot was taken as the agent (every kind); the viewer sees what they may list.
+    let first = deployment(
+        &app,
+        DEV,
+        1,
+        "snapshot { health healthMessage resources { kind name manifest } errors { apiVersion kind code message } }",
+    )
+    .await;
+    let snapshot = &first["snapshot"];
+    assert_eq!(kinds_of(&snapshot["resources"]), ["Deployment"], "{first}");
+    let errors = snapshot["errors"].as_array().unwrap();
+    for kind in ["ConfigMap", "Secret"] {
+        let error = errors
+            .iter()
+            .find(|e| e["kind"] == kind)
+            .unwrap_or_else(|| panic!("no error for {kind}: {snapshot}"));
+        assert_eq!(error["code"], 403, "{snapshot}");
+        assert!(
+            error["message"].as_str().unwrap().contains("forbidden"),
+            "{snapshot}"
+        );
+    }
+    assert!(!first.to_string().contains("web-config"), "{first}");
+
+    // The next deployment replaces the ConfigMap and changes the image: the viewer's change
+    // set has the image and nothing of the ConfigMaps.
+    api.insert(web("web:2", 2));
+    api.remove("configmaps", Some(NS), "web-config");
+    api.insert(config_map("web-config-2", "two"));
+    environment::deploy(&app, 4, PRODUCTION, "success").await;
+    run_until(&worker, |t| t.0 == 4).await;
+    for since in ["", r#"(since: "gid://gitlab/Deployment/1")"#] {
+        let latest = deployment(&app, DEV, 4, &format!("changes{since} {{ {CHANGES} }}")).await;
+        let changes = &latest["changes"];
+        assert_eq!(
+            changes["since"]["id"], "gid://gitlab/Deployment/1",
+            "{latest}"
+        );
+        assert_eq!(changes["added"], json!([]), "{latest}");
+        assert_eq!(changes["removed"], json!([]), "{latest}");
+        let modified: Vec<Value> = changes["modified"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["resource"].clone())
+            .collect();
+        assert_eq!(
+            kinds_of(&Value::Array(modified)),
+            ["Deployment"],
+            "{latest}"
+        );
+        assert_eq!(changes["images"][0]["after"], "web:2", "{latest}");
+        assert!(!latest.to_string().contains("web-config"), "{latest}");
+    }
+
+    // The dashboard's deployment page, as the same viewer: the image, not the ConfigMaps.
+    let html = page_as(&app, DEV.0, "/deployments?project=acme/apps/web&iid=4").await;
+    assert!(html.contains("web:2"), "{html}");
+    assert!(!html.contains("web-config"), "{html}");
+
+    // A binding for ConfigMaps too: the viewer sees them from the next decision on.
+    api.insert(
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "config", "namespace": NS},
+        "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list", "watch"]}]}),
+    );
+    api.insert(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "devs-config", "namespace": NS},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "config"},
+        "subjects": [{"kind": "Group", "name": format!("gitlab:project_role:{PROJECT}:developer")}]}));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let latest = deployment(&app, DEV, 4, &format!("changes {{ {CHANGES} }}")).await;
+        if latest["changes"]["added"] == json!([{"kind": "ConfigMap", "name": "web-config-2"}]) {
+            assert_eq!(
+                latest["changes"]["removed"],
+                json!([{"kind": "ConfigMap", "name": "web-config"}])
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "still hidden: {latest}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Agent 8 (`acme/agents:other`): CI access for acme/apps, no `user_access` for anyone.
+async fn other_agent(app: &TestApp) {
+    let res = app
+        .internal(
+            axum::http::Method::PUT,
+            "/api/v4/internal/kubernetes/agents/8",
+            &json!({"project_id": 10, "name": "other"}),
+        )
+        .await;
+    assert!(res.status.is_success(), "{}", res.text());
+    let res = app
+        .internal(
+            axum::http::Method::POST,
+            "/api/v4/internal/kubernetes/agent_configuration",
+            &json!({"agent_id": 8, "agent_config": {"ci_access": {"groups": [{"id": "acme/apps"}]}}}),
+        )
+        .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+}
+
+/// Deployment `id` of acme/apps/web to `env` through agent 8, succeeded.
+async fn deploy_through_other(app: &TestApp, id: i64, env: (i64, &str)) {
+    let res = app.internal(axum::http::Method::POST, "/api/v4/internal/deployments", &json!({
+        "deployment": {"id": id, "iid": id, "status": "created", "ref": "main", "sha": "abc", "tag": false,
+                       "created_at": "2026-11-21T10:00:00Z"},
+        "project": {"id": PROJECT, "full_path": "acme/apps/web"},
+        "environment": {"id": env.0, "name": env.1, "slug": env.1, "tier": "production"},
+        "job": {"id": id, "name": "deploy", "protected_ref": true},
+        "kubernetes": {"agent": "acme/agents:other", "namespace": NS}
+    })).await;
+    assert_eq!(res.status, 201, "{}", res.text());
+    let hook = json!({"object_kind": "deployment", "deployment_id": id, "status": "success",
+        "status_changed_at": "2026-11-21 10:05:00 UTC", "environment": env.1,
+        "project": {"id": PROJECT, "path_with_namespace": "acme/apps/web"}});
+    let res = app.hook("Deployment Hook", hook.to_string(), None).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+}
+
+#[tokio::test]
+async fn changes_need_user_access_on_every_agent_they_read() {
+    let (_api, served, _dir) = cluster().await;
+    let (app, worker) = gitlab(&served, FAST).await;
+    worker.run_until_idle().await.unwrap();
+    other_agent(&app).await;
+    // Through the agent the viewer may not use: a deployment of another environment, then
+    // one of production itself (the base of the next deployment through agent 7).
+    deploy_through_other(&app, 8, (103, "staging")).await;
+    deploy_through_other(&app, 9, PRODUCTION).await;
+    run_until(&worker, |t| t.0 == 9).await;
+    environment::deploy(&app, 10, PRODUCTION, "success").await;
+    run_until(&worker, |t| t.0 == 10).await;
+    for id in [8, 9] {
+        let snapshot = deployment(&app, DEV, id, "snapshot { health }").await;
+        assert_eq!(
+            snapshot["errors"][0]["extensions"]["code"], "FORBIDDEN",
+            "{snapshot}"
+        );
+    }
+    for (id, since) in [
+        (1, r#"(since: "gid://gitlab/Deployment/8")"#),
+        (1, r#"(since: "gid://gitlab/Deployment/9")"#),
+        (10, r#"(since: "gid://gitlab/Deployment/9")"#),
+        // The base found for it is 9's snapshot.
+        (10, ""),
+    ] {
+        let body = deployment(
+            &app,
+            DEV,
+            id,
+            &format!("changes{since} {{ added {{ name }} }}"),
+        )
+        .await;
+        let error = &body["errors"][0];
+        assert_eq!(
+            error["extensions"]["code"], "FORBIDDEN",
+            "{id} {since}: {body}"
+        );
+        assert!(
+            error["message"].as_str().unwrap().contains("user_access"),
+            "{body}"
+        );
+        assert_eq!(body["errors"].as_array().unwrap().len(), 1, "{body}");
+    }
+    // Against its own agent's snapshots it is read as before.
+    let own = deployment(
+        &app,
+        DEV,
+        10,
+        r#"changes(since: "1") { since { id } modified { resource { kind } } }"#,
+    )
+    .await;
+    assert_eq!(
+        own["changes"]["since"]["id"], "gid://gitlab/Deployment/1",
+        "{own}"
+    );
+}

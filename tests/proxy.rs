@@ -790,3 +790,64 @@ async fn encoded_dot_segments_never_leave_the_prefix() {
         ["/prefix/api/v1/namespaces/apps/pods?labelSelector=app%3Dweb"]
     );
 }
+
+/// The series on `/metrics`: every line that is not a comment.
+async fn series(app: &TestApp) -> Vec<String> {
+    let res = app
+        .send(Request::get("/metrics").body(Body::empty()).unwrap())
+        .await;
+    assert_eq!(res.status, 200);
+    res.text()
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// SPEC 13: the labels of proxied requests are the resources discovery knows; a thousand
+/// requests for made-up resources, as anyone with access to an agent may send, add a handful
+/// of series, not a thousand.
+#[tokio::test]
+async fn made_up_resource_names_leave_metrics_bounded() {
+    use rand::Rng;
+    let (_api, served, _dir) = cluster().await;
+    let app = setup(&config(&served)).await;
+    assert_eq!(get(&app, 2, 7, PODS).await.status, 200);
+    let before = series(&app).await;
+    let mut rng = rand::rng();
+    for i in 0..1_000 {
+        let name: String = (0..12)
+            .map(|_| char::from(b'a' + rng.random_range(0..26)))
+            .collect();
+        let path = match i % 4 {
+            0 => format!("/k8s-proxy/api/v1/namespaces/apps/{name}"),
+            1 => format!("/k8s-proxy/apis/{name}.example.com/v1/namespaces/apps/{name}"),
+            2 => format!("/k8s-proxy/api/v1/namespaces/apps/pods/web-1/{name}"),
+            _ => format!("/k8s-proxy/apis/apps/v1/namespaces/apps/{name}/web"),
+        };
+        let res = get(&app, 2, 7, &path).await;
+        assert!(res.status.is_client_error(), "{path}: {}", res.status);
+    }
+    let after = series(&app).await;
+    // A few new label sets (`other` by verb and answer, the proxy's route by answer), each
+    // a histogram's dozen lines; not one per made-up name.
+    let new: Vec<&String> = after.iter().filter(|l| !before.contains(l)).collect();
+    let new_label_sets: std::collections::BTreeSet<&str> = new
+        .iter()
+        .filter_map(|l| l.split_once('}').map(|(labels, _)| labels))
+        .filter(|l| !l.contains("le=\""))
+        .collect();
+    assert!(
+        new_label_sets.len() <= 16 && after.len() <= before.len() + 100,
+        "{} series after, {} before: {new_label_sets:#?}",
+        after.len(),
+        before.len()
+    );
+    assert!(after
+        .iter()
+        .any(|l| l.starts_with("envlens_cluster_requests_total{")
+            && l.contains("resource=\"other\"")));
+    assert!(after.iter().any(
+        |l| l.starts_with("envlens_cluster_requests_total{") && l.contains("resource=\"pods\"")
+    ));
+}

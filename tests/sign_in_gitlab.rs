@@ -7,6 +7,7 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::http::header::{COOKIE, LOCATION, SET_COOKIE};
 use axum::http::{Request, StatusCode};
+use envlens::auth::attempt::{Attempt, AttemptKey};
 use envlens::auth::CSRF_HEADER;
 use envlens::config::Limits;
 use envlens::gitlab::api::{GitLab, Policy};
@@ -19,7 +20,7 @@ use hyper_util::rt::TokioExecutor;
 use serde_json::json;
 
 use crate::support::gitlab::TestGitLab;
-use crate::support::{keys, postgres, TestApp, TestResponse};
+use crate::support::{keys, postgres, TestApp, TestResponse, SESSION_KEY};
 
 const PUBLIC_URL: &str = "http://envlens.test";
 const CALLBACK: &str = "http://envlens.test/-/auth/gitlab/callback";
@@ -110,12 +111,35 @@ async fn start(app: &TestApp, path: &str) -> (String, String) {
     let cookie = attempt_cookie_set(&res).expect("the attempt's cookie");
     let attempt = set_cookies(&res).into_iter().next().unwrap();
     let state = query_param(&location(&res), "state").unwrap();
-    assert_eq!(cookie, format!("{}={state}", attempt_cookie_name(&state)));
+    let (name, sealed) = cookie.split_once('=').unwrap();
+    assert_eq!(name, attempt_cookie_name(&state));
+    assert_eq!(opened(sealed).state, state);
     assert!(
         attempt.ends_with("; Path=/-/auth/; Max-Age=600; HttpOnly; SameSite=Lax"),
         "{attempt}"
     );
     (location(&res), cookie)
+}
+
+/// The key the server seals attempts with (from the test's session secret).
+fn attempt_key() -> AttemptKey {
+    AttemptKey::new(SESSION_KEY)
+}
+
+/// The attempt a cookie value carries.
+fn opened(sealed: &str) -> Attempt {
+    Attempt::open(sealed, &attempt_key(), chrono::Utc::now().timestamp()).expect("a sealed attempt")
+}
+
+/// Rows in every table of the database: what the server stores.
+async fn stored_rows(app: &TestApp) -> i64 {
+    sqlx::query_scalar(
+        "SELECT coalesce(sum((xpath('/row/c/text()', query_to_xml(format('SELECT count(*) AS c FROM %I', table_name), false, true, '')))[1]::text::bigint), 0)::bigint
+         FROM information_schema.tables WHERE table_schema = 'public' AND table_type = 'BASE TABLE'",
+    )
+    .fetch_one(&app.db)
+    .await
+    .unwrap()
 }
 
 /// The browser at GitLab's authorization page: where GitLab sends it back to.
@@ -189,12 +213,16 @@ async fn a_known_user_signs_in_with_gitlab() {
         );
     }
     let state = query_param(&authorize, "state").unwrap();
-    assert_eq!(format!("{}={state}", attempt_cookie_name(&state)), cookie);
-    assert!(query_param(&authorize, "nonce").is_some_and(|n| n.len() >= 32));
-    // What stays until the callback is server-side, and hashed.
-    let attempts = app.rows("SELECT * FROM sign_in_attempts").await;
-    assert_eq!(attempts.len(), 1);
-    assert!(!json!(attempts).to_string().contains(&state));
+    assert!(cookie.starts_with(&format!("{}=", attempt_cookie_name(&state))));
+    let nonce = query_param(&authorize, "nonce").unwrap();
+    assert!(nonce.len() >= 32);
+    // What stays until the callback travels with the browser, sealed; the server keeps
+    // nothing of it.
+    let carried = opened(cookie.split_once('=').unwrap().1);
+    assert_eq!(carried.nonce, nonce);
+    assert_eq!(carried.return_to, "/groups/acme");
+    let remaining = carried.expires_at - chrono::Utc::now().timestamp();
+    assert!((590..=600).contains(&remaining), "{remaining}");
 
     let redirect = at_gitlab(&authorize).await;
     let res = back(&app, &redirect, &cookie).await;
@@ -204,7 +232,6 @@ async fn a_known_user_signs_in_with_gitlab() {
     assert!(set_cookies(&res).iter().any(|c| c
         .starts_with(&format!("{}=;", attempt_cookie_name(&state)))
         && c.contains("Max-Age=0")));
-    assert!(app.rows("SELECT * FROM sign_in_attempts").await.is_empty());
     assert_eq!(gitlab.oauth.lock().unwrap().token_requests, 1);
 
     // The session is alice's: the API answers her with its CSRF token.
@@ -226,11 +253,12 @@ async fn a_known_user_signs_in_with_gitlab() {
         json!({"id": 7, "username": "alice", "admin": false})
     );
 
-    // The same answer from GitLab again (a reload, a replay) signs nobody in.
+    // The same answer from GitLab again (a reload, a replay) signs nobody in: GitLab takes a
+    // code once.
     let again = back(&app, &redirect, &cookie).await;
     assert_eq!(again.status, StatusCode::FORBIDDEN, "{}", again.text());
     assert_eq!(sessions(&app).await, 1);
-    assert_eq!(gitlab.oauth.lock().unwrap().token_requests, 1);
+    assert_eq!(gitlab.oauth.lock().unwrap().token_requests, 2);
 }
 
 #[tokio::test]
@@ -242,6 +270,9 @@ async fn a_state_that_is_not_this_browsers_is_refused() {
     let state = query_param(&redirect, "state").unwrap();
     let code = query_param(&redirect, "code").unwrap();
     let other = "A".repeat(43);
+    // Another attempt of this server's, sealed for its own state.
+    let (_, another) = start(&app, "/-/sign-in/gitlab").await;
+    let another_sealed = another.split_once('=').unwrap().1;
     for (url, cookie) in [
         // Another state than the browser's cookie.
         (
@@ -266,6 +297,11 @@ async fn a_state_that_is_not_this_browsers_is_refused() {
         ),
         // No state at all.
         (format!("{CALLBACK}?code={code}"), cookie.clone()),
+        // Another attempt's sealed value under this state's name.
+        (
+            redirect.clone(),
+            format!("{}={another_sealed}", attempt_cookie_name(&state)),
+        ),
     ] {
         let res = back(&app, &url, &cookie).await;
         assert!(
@@ -278,7 +314,7 @@ async fn a_state_that_is_not_this_browsers_is_refused() {
     assert_eq!(sessions(&app).await, 0);
     assert_eq!(gitlab.oauth.lock().unwrap().token_requests, 0);
     // The genuine answer still works afterwards.
-    assert_eq!(cookie, format!("{}={state}", attempt_cookie_name(&state)));
+    assert!(cookie.starts_with(&format!("{}=", attempt_cookie_name(&state))));
     let res = back(&app, &redirect, &cookie).await;
     assert_eq!(res.status, StatusCode::SEE_OTHER, "{}", res.text());
     assert_eq!(sessions(&app).await, 1);
@@ -309,7 +345,6 @@ async fn two_tabs_sign_in_at_once_in_either_order() {
         }
     }
     assert_eq!(sessions(&app).await, 4);
-    assert!(app.rows("SELECT * FROM sign_in_attempts").await.is_empty());
 }
 
 #[tokio::test]
@@ -446,14 +481,23 @@ async fn a_gitlab_user_envlens_does_not_know_is_added_and_a_blocked_one_refused(
 async fn attempts_expire_and_return_only_to_envlens() {
     let gitlab = TestGitLab::start().await;
     let app = app_beside(&gitlab).await;
+    // An attempt sealed ten minutes and a second ago (the server's key, its own words).
     let (authorize, cookie) = start(&app, "/-/sign-in/gitlab").await;
-    sqlx::query("UPDATE sign_in_attempts SET expires_at = now() - interval '1 second'")
-        .execute(&app.db)
-        .await
-        .unwrap();
-    let res = back(&app, &at_gitlab(&authorize).await, &cookie).await;
+    let (name, sealed) = cookie.split_once('=').unwrap();
+    let mut attempt = opened(sealed);
+    attempt.expires_at = chrono::Utc::now().timestamp() - 1;
+    let expired = format!("{name}={}", attempt.seal(&attempt_key()));
+    let redirect = at_gitlab(&authorize).await;
+    let res = back(&app, &redirect, &expired).await;
     assert_eq!(res.status, StatusCode::FORBIDDEN);
     assert!(res.text().contains("expired"), "{}", res.text());
+    // Made longer by the browser: not one the server sealed.
+    attempt.expires_at = chrono::Utc::now().timestamp() + 3600;
+    let another = AttemptKey::new(b"not the server's session secret!");
+    let forged = format!("{name}={}", attempt.seal(&another));
+    let res = back(&app, &redirect, &forged).await;
+    assert_eq!(res.status, StatusCode::FORBIDDEN);
+    assert!(res.text().contains("did not start here"), "{}", res.text());
 
     for return_to in [
         "https%3A%2F%2Fevil.example%2F",
@@ -493,5 +537,34 @@ async fn gitlab_away_is_a_503_page() {
         res.text()
     );
     assert!(res.text().contains("GitLab cannot be reached"));
-    assert!(app.rows("SELECT * FROM sign_in_attempts").await.is_empty());
+}
+
+/// SPEC 13: a sign-in attempt stores nothing on the server before GitLab answers, so ten
+/// thousand attempts started meanwhile (as anyone may start them) neither push out a real one
+/// nor grow what the server keeps.
+#[tokio::test]
+async fn ten_thousand_attempts_neither_push_out_a_real_one_nor_grow_the_server() {
+    let gitlab = TestGitLab::start().await;
+    let app = app_beside(&gitlab).await;
+    let (authorize, cookie) = start(&app, "/-/sign-in/gitlab?return_to=%2Fgroups%2Facme").await;
+    let before = stored_rows(&app).await;
+    for _ in 0..10_000 {
+        let res = app
+            .send(
+                Request::get("/-/sign-in/gitlab")
+                    .body(Body::empty())
+                    .unwrap(),
+            )
+            .await;
+        assert_eq!(res.status, StatusCode::SEE_OTHER, "{}", res.text());
+    }
+    assert_eq!(
+        stored_rows(&app).await,
+        before,
+        "the server stored the attempts"
+    );
+    let res = back(&app, &at_gitlab(&authorize).await, &cookie).await;
+    assert_eq!(res.status, StatusCode::SEE_OTHER, "{}", res.text());
+    assert_eq!(location(&res), "/groups/acme");
+    assert!(cookie_set(&res, "envlens_session").is_some());
 }

@@ -1269,3 +1269,113 @@ async fn shared_messages_are_the_resolved_ones_byte_for_byte() {
         }
     }
 }
+
+/// The errors that refused subscription `id` (a result with errors only), skipping other
+/// messages (within 10 s).
+async fn refusal_of(client: &mut Client, id: &str) -> Value {
+    loop {
+        let m = client.message().await;
+        if m["id"] == id {
+            assert!(matches!(m["type"].as_str(), Some("next" | "data")), "{m}");
+            assert!(m["payload"]["data"].is_null(), "{m}");
+            // Then the subscription ends.
+            let end = client.message().await;
+            assert_eq!(end["id"], id, "{end}");
+            assert_eq!(end["type"], "complete", "{end}");
+            return m["payload"]["errors"].clone();
+        }
+    }
+}
+
+/// Subscription slots `user` holds in the database, on every server.
+async fn slots_of(db: &sqlx::PgPool, user: i64) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM user_slots WHERE user_id = $1 AND kind = 'subscription'",
+    )
+    .bind(user)
+    .fetch_one(db)
+    .await
+    .unwrap()
+}
+
+/// Waits until `user` holds `n` subscription slots.
+async fn until_slots(db: &sqlx::PgPool, user: i64, n: i64) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while slots_of(db, user).await != n {
+        assert!(
+            Instant::now() < deadline,
+            "{} slots, not {n}",
+            slots_of(db, user).await
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// SPEC 13: at most 100 subscriptions per user, over all their sockets on every server.
+#[tokio::test]
+async fn a_users_hundred_and_first_subscription_is_refused_across_sockets_and_servers() {
+    let (_api, served, _dir) = cluster().await;
+    // Sockets that would each take many more: the bound is the person's.
+    let wide = SocketLimits {
+        max_subscriptions: 500,
+        ..SocketLimits::default()
+    };
+    let one = start_with(&served, "", wide).await;
+    let options = one.app.db.connect_options().as_ref().clone();
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(5)
+        .connect_with(options)
+        .await
+        .unwrap();
+    let (other, _stop) = listen(state(&served, "", pool).await.with_socket_limits(wide)).await;
+    // The test's own look at the database, apart from both servers' pools.
+    let options = one.app.db.connect_options().as_ref().clone();
+    let db = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect_with(options)
+        .await
+        .unwrap();
+    let web = json!({"project": "acme/apps/web"});
+    let mut a = Client::connect(one.addr, "graphql-transport-ws", DEV).await;
+    let mut b = Client::connect(one.addr, "graphql-ws", DEV).await;
+    let mut c = Client::connect(other, "graphql-transport-ws", DEV).await;
+    // Ten at a time, each ten running before the next are sent.
+    let mut taken = 0;
+    for (client, name, n) in [(&mut a, "a", 40), (&mut b, "b", 40), (&mut c, "c", 20)] {
+        for i in 0..n {
+            client
+                .subscribe(&format!("{name}{i}"), ENVIRONMENTS, web.clone())
+                .await;
+            taken += 1;
+            if taken % 10 == 0 {
+                until_slots(&db, DEV.0, taken).await;
+            }
+        }
+    }
+    for (client, name) in [(&mut c, "c-more"), (&mut a, "a-more")] {
+        client.subscribe(name, ENVIRONMENTS, web.clone()).await;
+        let payload = refusal_of(client, name).await;
+        assert_eq!(
+            payload[0]["extensions"]["code"], "TOO_MANY_SUBSCRIPTIONS",
+            "{payload}"
+        );
+    }
+    assert_eq!(slots_of(&db, DEV.0).await, 100);
+    // Another user subscribes as before.
+    let mut rep = Client::connect(other, "graphql-transport-ws", REP).await;
+    rep.subscribe("r", ENVIRONMENTS, web.clone()).await;
+    until_slots(&db, REP.0, 1).await;
+    assert!(rep
+        .receive_within(Duration::from_millis(300))
+        .await
+        .is_none());
+    // One completed on the first server gives a place on the second.
+    a.send(json!({"id": "a0", "type": "complete"})).await;
+    until_slots(&db, DEV.0, 99).await;
+    c.subscribe("c-again", ENVIRONMENTS, web.clone()).await;
+    until_slots(&db, DEV.0, 100).await;
+    assert!(c.receive_within(Duration::from_millis(300)).await.is_none());
+    // A socket that goes gives back its places.
+    drop(b);
+    until_slots(&db, DEV.0, 60).await;
+}

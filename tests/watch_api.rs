@@ -499,3 +499,65 @@ async fn watches_per_socket_are_bounded() {
     assert_eq!(m[0]["type"], "error");
     assert_eq!(m[0]["error"]["object"]["code"], 429);
 }
+
+/// SPEC 13: at most 20 watch sockets per user; the 21st is refused before the upgrade, with
+/// `Retry-After`, while another user opens theirs.
+#[tokio::test]
+async fn a_users_twenty_first_socket_is_429_while_another_users_first_opens() {
+    let live = live().await;
+    let mut open = Vec::new();
+    for _ in 0..20 {
+        open.push(live.socket(2, 7).await);
+    }
+    let token = live.token(2, 7).await;
+    match live.open(&protocols(&token)).await {
+        Err(tungstenite::Error::Http(response)) => {
+            assert_eq!(response.status(), 429);
+            let retry: u64 = response.headers()["retry-after"]
+                .to_str()
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert!(retry > 0);
+        }
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("a 21st socket opened"),
+    }
+    let _theirs = live.socket(6, 7).await;
+    // A socket closed gives its place back.
+    let mut closed = open.pop().unwrap();
+    closed.close(None).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let token = live.token(2, 7).await;
+        match live.open(&protocols(&token)).await {
+            Ok((ws, _)) => {
+                open.push(ws);
+                break;
+            }
+            Err(tungstenite::Error::Http(response)) if response.status() == 429 => {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the place did not come back"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    // Places held by a replica that died (rows no longer renewed) count until their lease
+    // runs out, then not.
+    assert!(refused(&live).await, "20 open: the 21st is refused");
+    sqlx::query("UPDATE user_slots SET expires_at = now() - interval '1 second' WHERE user_id = 2")
+        .execute(&live.app.db)
+        .await
+        .unwrap();
+    assert!(!refused(&live).await, "expired places do not count");
+}
+
+/// Whether a new socket of user 2 on agent 7 is refused for their count of sockets.
+async fn refused(live: &Live) -> bool {
+    let token = live.token(2, 7).await;
+    let opened = live.open(&protocols(&token)).await;
+    matches!(opened, Err(tungstenite::Error::Http(r)) if r.status() == 429)
+}

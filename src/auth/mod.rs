@@ -2,6 +2,7 @@
 //! [`Internal`] for GitLab Rails, [`CurrentUser`] for a signed-in user, [`Webhook`] for
 //! GitLab's hooks.
 
+pub mod attempt;
 pub mod dashboard;
 mod internal;
 pub mod secrets;
@@ -42,6 +43,8 @@ pub struct Keys {
     /// vouches for are added; none until the state attaches its pool, and then the cookie is
     /// not taken.
     web_sessions: Option<Pool>,
+    /// Seals the "Sign in with GitLab" attempts that browsers carry ([`attempt`]).
+    attempts: attempt::AttemptKey,
 }
 
 impl Keys {
@@ -53,7 +56,13 @@ impl Keys {
             webhook_token: secrets.webhook_token,
             group_webhooks: Vec::new(),
             web_sessions: None,
+            attempts: attempt::AttemptKey::new(secrets.session.bytes()),
         }
+    }
+
+    /// The key of the sign-in attempts' cookies.
+    pub fn attempts(&self) -> &attempt::AttemptKey {
+        &self.attempts
     }
 
     /// Takes the dashboard's session cookie too, looked up in `pool`.

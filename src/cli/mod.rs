@@ -172,7 +172,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .with_trusted_proxies(crate::http::client_address::TrustedProxies::new(
             settings.trusted_proxies.clone(),
         ))
-        .with_health(health);
+        .with_health(health)
+        .with_per_user(settings.per_user);
     if let Some(gitlab) = &settings.gitlab {
         let instance = crate::gitlab::Instance::load(gitlab, &public_url, state.metrics.clone())?;
         if let Some(oidc) = sign_in_with_gitlab(gitlab, &instance.api)? {

@@ -60,6 +60,41 @@ pub struct Settings {
     /// what one client may cost (SPEC 13), so list only proxies that set the header themselves.
     #[serde(default)]
     pub trusted_proxies: Vec<crate::config::cidr::Cidr>,
+    #[serde(default)]
+    pub per_user: PerUserLimits,
+}
+
+/// What one person may hold open at once, across every replica (SPEC 13, "Bounded per person"):
+///
+/// ```yaml
+/// per_user:
+///   watch_sockets: 20   # GitLab's watch API (`/k8s-proxy/watch`); beyond: 429
+///   subscriptions: 100  # GraphQL subscriptions, over any number of sockets; beyond: an error
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PerUserLimits {
+    #[serde(default = "default_watch_sockets")]
+    pub watch_sockets: usize,
+    #[serde(default = "default_subscriptions")]
+    pub subscriptions: usize,
+}
+
+impl Default for PerUserLimits {
+    fn default() -> Self {
+        PerUserLimits {
+            watch_sockets: default_watch_sockets(),
+            subscriptions: default_subscriptions(),
+        }
+    }
+}
+
+fn default_watch_sockets() -> usize {
+    20
+}
+
+fn default_subscriptions() -> usize {
+    100
 }
 
 /// The deployment history's snapshots (SPEC 10; `crate::history::worker`).

@@ -1,7 +1,7 @@
-//! SQL of signing in to the dashboard: sessions, one-time sign-in links, and "Sign in with
-//! GitLab" attempts in flight. Every key is the SHA-256 of a secret the caller holds; lookups
-//! ignore what has expired, and taking a link or an attempt deletes it in the same statement,
-//! so that each is used once even when two requests race.
+//! SQL of signing in to the dashboard: sessions and one-time sign-in links ("Sign in with
+//! GitLab" attempts are carried by the browser: `auth::attempt`). Every key is the SHA-256 of a
+//! secret the caller holds; lookups ignore what has expired, and taking a link deletes it in the
+//! same statement, so that each is used once even when two requests race.
 
 use std::time::Duration;
 
@@ -18,18 +18,6 @@ pub struct SessionRow {
     pub csrf: String,
     pub expires_at: chrono::DateTime<chrono::Utc>,
 }
-
-/// An attempt of "Sign in with GitLab", between the redirect and the callback.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct AttemptRow {
-    pub nonce: String,
-    pub pkce_verifier: String,
-    pub return_to: String,
-}
-
-/// At most this many attempts in flight; past it (expired ones removed) a new one is refused,
-/// so that unauthenticated requests cannot grow the table without end.
-pub const MAX_ATTEMPTS: i64 = 10_000;
 
 fn seconds(d: Duration) -> f64 {
     d.as_secs_f64()
@@ -123,63 +111,10 @@ pub async fn take_link(db: impl PgExecutor<'_>, token_hash: &[u8]) -> Result<Opt
     Ok(taken.and_then(|(user, live)| live.then_some(user)))
 }
 
-/// Records an attempt. Expired ones go first; past [`MAX_ATTEMPTS`] live ones, the oldest go
-/// too (their users start again), so that unauthenticated requests cannot grow the table.
-pub async fn create_attempt(
-    conn: &mut sqlx::PgConnection,
-    state_hash: &[u8],
-    attempt: &AttemptRow,
-    lifetime: Duration,
-) -> Result<()> {
-    sqlx::query("DELETE FROM sign_in_attempts WHERE expires_at <= now()")
-        .execute(&mut *conn)
-        .await?;
-    sqlx::query(
-        "DELETE FROM sign_in_attempts WHERE state_hash IN (
-             SELECT state_hash FROM sign_in_attempts ORDER BY expires_at DESC OFFSET $1)",
-    )
-    .bind(MAX_ATTEMPTS - 1)
-    .execute(&mut *conn)
-    .await?;
-    sqlx::query(
-        "INSERT INTO sign_in_attempts (state_hash, nonce, pkce_verifier, return_to, expires_at)
-         VALUES ($1, $2, $3, $4, now() + make_interval(secs => $5))",
-    )
-    .bind(state_hash)
-    .bind(&attempt.nonce)
-    .bind(&attempt.pkce_verifier)
-    .bind(&attempt.return_to)
-    .bind(seconds(lifetime))
-    .execute(&mut *conn)
-    .await?;
-    Ok(())
-}
-
-/// The live attempt of a `state`, used up by this call.
-pub async fn take_attempt(
-    db: impl PgExecutor<'_>,
-    state_hash: &[u8],
-) -> Result<Option<AttemptRow>> {
-    let taken: Option<(String, String, String, bool)> = sqlx::query_as(
-        "DELETE FROM sign_in_attempts WHERE state_hash = $1
-         RETURNING nonce, pkce_verifier, return_to, expires_at > now()",
-    )
-    .bind(state_hash)
-    .fetch_optional(db)
-    .await?;
-    Ok(taken.and_then(|(nonce, pkce_verifier, return_to, live)| {
-        live.then_some(AttemptRow {
-            nonce,
-            pkce_verifier,
-            return_to,
-        })
-    }))
-}
-
-/// Forgets expired sessions, links and attempts; returns how many rows went.
+/// Forgets expired sessions and links; returns how many rows went.
 pub async fn prune(db: &sqlx::PgPool) -> Result<u64> {
     let mut gone = 0;
-    for table in ["web_sessions", "sign_in_links", "sign_in_attempts"] {
+    for table in ["web_sessions", "sign_in_links"] {
         gone += sqlx::query(&format!("DELETE FROM {table} WHERE expires_at <= now()"))
             .execute(db)
             .await?

@@ -1,20 +1,25 @@
 //! `Deployment.snapshot` and `Deployment.changes` (SPEC 10): what a deployment left in its
 //! cluster, and what it changed there. Read with the same `user_access` check as the live
-//! resource group: a snapshot shows the agent's resources.
+//! resource group, and showing only the kinds the viewer may list now ([`history_access`]).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use async_graphql::{Context, Enum, Json, SimpleObject, ID};
 use serde_json::Value;
 
+use super::history_access;
 use super::resource_group::{self, HealthStatus, KubernetesResource, ResourceListError};
 use super::types::{conn, Deployment, Gql, Result, Time};
+use crate::auth::CurrentUser;
 use crate::db::history::{self as db, JobState, SnapshotRow};
 use crate::db::read::DeploymentRow;
 use crate::error::Error;
+use crate::gitlab::access::AccessAs;
 use crate::history::diff;
 use crate::history::snapshot::{parse_health, Entry};
 use crate::history::store;
+use crate::k8s::grants::Grant;
 use crate::resources::listing::ListError;
 
 /// Comparing two snapshots reads up to two groups' worth of entries and the changed manifests:
@@ -41,7 +46,9 @@ pub struct ResourceSnapshot {
     #[graphql(complexity = "COST + child_complexity")]
     resources: Vec<KubernetesResource>,
     /// The kinds the snapshot could not read when it was taken (the cluster refused the
-    /// agent, 403): their resources are not in it, and a change to them is not seen.
+    /// agent, 403): their resources are not in it, and a change to them is not seen. Then
+    /// the kinds the viewer may not list now (SPEC 13): their resources are not shown, and
+    /// `health` is that of the resources shown.
     errors: Vec<ResourceListError>,
 }
 
@@ -144,49 +151,83 @@ pub struct ImageChange {
     after: Option<String>,
 }
 
+/// Who reads a snapshot, and their `user_access` grant on the agent that took it.
+type Reader<'a> = (&'a CurrentUser, Arc<Grant>);
+
 /// The deployment's snapshot row, once the user passed `user_access` on its agent; `None`
 /// without an agent or a snapshot.
-async fn readable(ctx: &Context<'_>, deployment: &DeploymentRow) -> Result<Option<SnapshotRow>> {
+async fn readable<'a>(
+    ctx: &Context<'a>,
+    deployment: &DeploymentRow,
+) -> Result<Option<(Reader<'a>, SnapshotRow)>> {
     let Some((agent, _)) = super::types::deployment_agent(ctx, deployment.id).await? else {
         return Ok(None);
     };
-    resource_group::authorize(ctx, agent.id).await?;
-    db::snapshot(&mut **conn(ctx).await?, deployment.id)
+    let reader = resource_group::authorize(ctx, agent.id).await?;
+    let row = db::snapshot(&mut **conn(ctx).await?, deployment.id)
         .await
-        .gql()
+        .gql()?;
+    Ok(row.map(|row| (reader, row)))
+}
+
+/// The viewer's grant on the agent of deployment `id`, whose snapshot a comparison reads; the
+/// FORBIDDEN error of SPEC 5.2 without one, and for a deployment without an agent (nobody's
+/// `user_access` covers it).
+async fn base_grant(ctx: &Context<'_>, id: i64) -> Result<Arc<Grant>> {
+    match super::types::deployment_agent(ctx, id).await? {
+        Some((agent, _)) => Ok(resource_group::authorize(ctx, agent.id).await?.1),
+        None => Err(Error::Forbidden(resource_group::FORBIDDEN_MESSAGE.to_owned()).to_graphql()),
+    }
 }
 
 pub async fn snapshot(
     ctx: &Context<'_>,
     deployment: &DeploymentRow,
 ) -> Result<Option<ResourceSnapshot>> {
-    let Some(row) = readable(ctx, deployment).await? else {
+    let Some(((viewer, grant), row)) = readable(ctx, deployment).await? else {
         return Ok(None);
     };
     // Resources only when asked for, manifests only when asked for (labels are read from
-    // them): a list of deployments asks for their times to healthy alone.
-    let look = ctx.look_ahead().field("resources");
-    let wanted = look.field("manifest").exists() || look.field("labels").exists();
+    // them): a list of deployments asks for their times to healthy alone. A viewer shown only
+    // some kinds (SPEC 13) has the health and errors of those: they need the resources too.
+    let look = ctx.look_ahead();
+    let resources = look.field("resources");
+    let wanted = resources.field("manifest").exists() || resources.field("labels").exists();
+    let partial = grant.authorization.access_as == AccessAs::User
+        && ["health", "healthMessage", "errors"]
+            .iter()
+            .any(|f| look.field(f).exists());
     let mut c = conn(ctx).await?;
-    let entries = match look.exists() {
+    let entries = match resources.exists() || partial {
         true => store::entries(&mut c, &row).await.gql()?,
         false => Vec::new(),
     };
+    drop(c);
+    let sight = history_access::sight(ctx, viewer, &grant, &entries).await?;
+    let entries = sight.filter(entries);
     let texts = match wanted {
-        true => store::manifest_texts(&mut c, row.environment_id, &entries)
+        true => store::manifest_texts(&mut **conn(ctx).await?, row.environment_id, &entries)
             .await
             .gql()?,
         false => BTreeMap::new(),
     };
-    drop(c);
     let (health, message) = match &row.settled_health {
-        Some(h) => (h.as_str(), row.settled_message.clone()),
-        None => (row.health.as_str(), row.health_message.clone()),
+        Some(h) => (stored_health(h)?, row.settled_message.clone()),
+        None => (stored_health(&row.health)?, row.health_message.clone()),
     };
+    let (health, message) = match sight.hides_any() {
+        true => {
+            let shown = history_access::health_of(&entries);
+            (shown.status.into(), shown.message)
+        }
+        false => (health, message),
+    };
+    let mut errors = stored_errors(row.errors.as_ref());
+    errors.extend(sight.errors().cloned().map(ResourceListError::from));
     Ok(Some(ResourceSnapshot {
         taken_at: Time(row.taken_at),
         settled_at: row.settled_at.map(Time),
-        health: stored_health(health)?,
+        health,
         health_message: message,
         time_to_healthy: row.time_to_healthy,
         resources: entries
@@ -195,7 +236,7 @@ pub async fn snapshot(
                 KubernetesResource::from_snapshot(e, texts.get(&e.manifest).map(String::as_str))
             })
             .collect(),
-        errors: stored_errors(row.errors.as_ref()),
+        errors,
     }))
 }
 
@@ -253,26 +294,53 @@ fn deployment_id(id: &ID) -> Result<i64> {
         })
 }
 
+/// What changed from the base's snapshot to the deployment's, of the kinds the viewer may see
+/// in each (SPEC 13): the base's agent needs the viewer's `user_access` too, checked before
+/// anything about `since` is answered.
 pub async fn changes(
     ctx: &Context<'_>,
     deployment: &DeploymentRow,
     since: Option<ID>,
 ) -> Result<Option<ResourceChanges>> {
     let since = since.as_ref().map(deployment_id).transpose()?;
-    if readable(ctx, deployment).await?.is_none() {
-        return Ok(None);
-    }
-    let mut c = conn(ctx).await?;
-    let Some(compared) = store::compare(&mut c, deployment.id, since).await.gql()? else {
+    let Some(((viewer, grant), _)) = readable(ctx, deployment).await? else {
         return Ok(None);
     };
-    let base = match compared.since {
+    let named = match since {
+        Some(id) if id != deployment.id => Some((id, base_grant(ctx, id).await?)),
+        _ => None,
+    };
+    let mut c = conn(ctx).await?;
+    let Some(pair) = store::pair(&mut c, deployment.id, since).await.gql()? else {
+        return Ok(None);
+    };
+    drop(c);
+    let base = pair.before.as_ref().map(|b| b.deployment_id);
+    let base_grant = match (base, named) {
+        (Some(id), _) if id == deployment.id => Some(grant.clone()),
+        (Some(id), Some((named, grant))) if id == named => Some(grant),
+        (Some(id), _) => Some(base_grant(ctx, id).await?),
+        (None, _) => None,
+    };
+    let new = history_access::sight(ctx, viewer, &grant, &pair.new)
+        .await?
+        .filter(pair.new);
+    let old = match &base_grant {
+        Some(base_grant) => history_access::sight(ctx, viewer, base_grant, &pair.old)
+            .await?
+            .filter(pair.old),
+        None => pair.old,
+    };
+    let mut c = conn(ctx).await?;
+    let manifests = &store::changed_manifests(&mut c, pair.after.environment_id, &old, &new)
+        .await
+        .gql()?;
+    let base = match base {
         Some(id) => db::deployment(&mut c, id).await.gql()?,
         None => None,
     };
     drop(c);
-    let manifests = &compared.manifests;
-    let report = diff::report(&compared.before, &compared.after, manifests);
+    let report = diff::report(&old, &new, manifests);
     Ok(Some(ResourceChanges {
         since: base.map(Deployment),
         added: report

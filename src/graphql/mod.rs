@@ -5,6 +5,7 @@ mod cost;
 mod documents;
 pub mod explorer;
 mod history;
+mod history_access;
 mod inputs;
 mod loaders;
 mod plain;

@@ -215,14 +215,23 @@ pub struct Compared {
     pub manifests: BTreeMap<String, Value>,
 }
 
+/// A deployment's snapshot and its base's, their resources read but not compared yet: a reader
+/// may leave out what its viewer may not see before [`changed_manifests`] reads the rest.
+pub struct Pair {
+    pub after: SnapshotRow,
+    pub before: Option<SnapshotRow>,
+    pub new: Vec<Entry>,
+    pub old: Vec<Entry>,
+}
+
 /// Reads `deployment_id`'s snapshot and its base: `since` (which must be a deployment of the
 /// same environment with a snapshot), or the environment's newest earlier deployment with a
 /// snapshot. `None` when the deployment has no snapshot.
-pub async fn compare(
+pub async fn pair(
     conn: &mut sqlx::PgConnection,
     deployment_id: i64,
     since: Option<i64>,
-) -> Result<Option<Compared>> {
+) -> Result<Option<Pair>> {
     let Some(after) = db::snapshot(conn, deployment_id).await? else {
         return Ok(None);
     };
@@ -252,18 +261,48 @@ pub async fn compare(
         Some(row) => entries(conn, row).await?,
         None => Vec::new(),
     };
-    let changes = super::diff::compare(&old, &new);
+    Ok(Some(Pair {
+        after,
+        before,
+        new,
+        old,
+    }))
+}
+
+/// The manifests of what changed from `old` to `new` (resources of `environment_id`), by hex
+/// hash: what a report of the changes shows.
+pub async fn changed_manifests(
+    conn: &mut sqlx::PgConnection,
+    environment_id: i64,
+    old: &[Entry],
+    new: &[Entry],
+) -> Result<BTreeMap<String, Value>> {
+    let changes = super::diff::compare(old, new);
     let wanted = changes
         .added
         .iter()
         .chain(&changes.removed)
         .copied()
         .chain(changes.modified.iter().flat_map(|(b, a)| [*b, *a]));
-    let manifests = manifests(conn, after.environment_id, wanted).await?;
+    manifests(conn, environment_id, wanted).await
+}
+
+/// [`pair`] and the [`changed_manifests`] of all their resources: for a reader who may see
+/// every kind (`envlens history`, with the database's credentials).
+pub async fn compare(
+    conn: &mut sqlx::PgConnection,
+    deployment_id: i64,
+    since: Option<i64>,
+) -> Result<Option<Compared>> {
+    let Some(pair) = pair(conn, deployment_id, since).await? else {
+        return Ok(None);
+    };
+    let manifests =
+        changed_manifests(conn, pair.after.environment_id, &pair.old, &pair.new).await?;
     Ok(Some(Compared {
-        since: before.map(|b| b.deployment_id),
-        before: old,
-        after: new,
+        since: pair.before.map(|b| b.deployment_id),
+        before: pair.old,
+        after: pair.new,
         manifests,
     }))
 }

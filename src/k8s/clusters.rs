@@ -20,7 +20,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 
 use crate::config::file::{AgentCluster, AgentRef, KubernetesSettings};
 use crate::k8s::discovery::DiscoveryCache;
-use crate::k8s::observe::ObserveLayer;
+use crate::k8s::observe::{KnownResources, ObserveLayer};
 use crate::k8s::watch::{WatchCache, WatchSettings};
 use crate::telemetry::Metrics;
 
@@ -176,11 +176,14 @@ async fn connect(
     // The cluster's own 429 and 503 answers belong to the caller (the proxy passes them on, a
     // resource group reports them); kube would otherwise retry them for seconds.
     config.default_retry = false;
+    // The labels of the cluster's requests are the resources its discovery knows.
+    let known = KnownResources::default();
     let build = |config: kube::Config| -> anyhow::Result<kube::Client> {
         Ok(kube::client::ClientBuilder::try_from(config)
             .context("cannot build the Kubernetes client")?
             .with_layer(&ObserveLayer {
                 metrics: metrics.clone(),
+                known: known.clone(),
             })
             .build())
     };
@@ -189,7 +192,7 @@ async fn connect(
     let client = build(config)?;
     Ok(Cluster {
         in_cluster: entry.context.is_none(),
-        discovery: DiscoveryCache::new(client.clone(), DiscoveryCache::DEFAULT_TTL),
+        discovery: DiscoveryCache::telling(client.clone(), DiscoveryCache::DEFAULT_TTL, known),
         watch: WatchCache::new(
             client.clone(),
             streams,

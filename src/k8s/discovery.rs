@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 pub use crate::resources::listing::DiscoveryFailure;
 
-use crate::k8s::observe::ForAgent;
+use crate::k8s::observe::{ForAgent, KnownResources};
 use crate::k8s::own_rules::OwnRules;
 use std::time::{Duration, Instant};
 
@@ -113,6 +113,8 @@ struct Inner {
     ttl: Duration,
     /// Which of the kinds the connection's own identity may list, per namespace.
     own: OwnRules,
+    /// Told the resources of every discovery (the labels of the cluster's requests).
+    known: KnownResources,
     state: Mutex<State>,
     /// The number of the last refresh attempt that finished.
     finished: watch::Sender<u64>,
@@ -156,11 +158,17 @@ impl DiscoveryCache {
     /// 429/503/504 up to 15 times with exponential backoff, so an aggregated API that is down
     /// would cost the request timeout instead of an immediate, reported 503.
     pub fn new(client: kube::Client, ttl: Duration) -> Self {
+        Self::telling(client, ttl, KnownResources::default())
+    }
+
+    /// [`DiscoveryCache::new`], telling `known` the resources of every discovery.
+    pub fn telling(client: kube::Client, ttl: Duration, known: KnownResources) -> Self {
         DiscoveryCache {
             inner: Arc::new(Inner {
                 own: OwnRules::new(client.clone(), ttl),
                 client,
                 ttl,
+                known,
                 state: Mutex::new(State::default()),
                 finished: watch::Sender::new(0),
             }),
@@ -270,6 +278,7 @@ impl DiscoveryCache {
                 for failure in &failures {
                     tracing::warn!(group_version = %failure.group_version, code = ?failure.code, message = %failure.message, "API discovery failed for a group version; its kinds are skipped");
                 }
+                (self.inner.known).discovered(kinds.iter().map(|k| k.plural.as_str()));
                 s.current = Some(Discovered {
                     kinds: kinds.into(),
                     failures: failures.into(),

@@ -2,9 +2,10 @@
 //! `envlens_cluster_request_duration_seconds`): a layer of each agent's `kube::Client`, so the
 //! listing, discovery and the proxy are all seen, however they send.
 
+use std::collections::HashSet;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::task::{Context, Poll};
 use std::time::Instant;
 
@@ -21,6 +22,102 @@ pub struct ForAgent(pub i64);
 #[derive(Clone)]
 pub struct ObserveLayer {
     pub metrics: Arc<Metrics>,
+    /// The names the `resource` label may take.
+    pub known: KnownResources,
+}
+
+/// The resource names a cluster's requests are labelled with (SPEC 13): those its discovery
+/// knows and Kubernetes' built-in ones, with their well-known subresources. Any other name (a
+/// path anyone may send through the proxy) is `other`, so that requests cannot grow the
+/// number of series on `/metrics`. Cheap to clone; clones share the names.
+#[derive(Clone, Default)]
+pub struct KnownResources(Arc<RwLock<Arc<HashSet<String>>>>);
+
+/// The label of a resource no discovery knows.
+pub const OTHER: &str = "other";
+
+/// Resources every cluster serves (and envlens asks for itself), known before any discovery.
+const BUILT_IN: [&str; 36] = [
+    "pods",
+    "services",
+    "endpoints",
+    "configmaps",
+    "secrets",
+    "events",
+    "namespaces",
+    "nodes",
+    "persistentvolumeclaims",
+    "persistentvolumes",
+    "serviceaccounts",
+    "replicationcontrollers",
+    "limitranges",
+    "resourcequotas",
+    "podtemplates",
+    "deployments",
+    "replicasets",
+    "statefulsets",
+    "daemonsets",
+    "controllerrevisions",
+    "jobs",
+    "cronjobs",
+    "ingresses",
+    "networkpolicies",
+    "horizontalpodautoscalers",
+    "poddisruptionbudgets",
+    "roles",
+    "rolebindings",
+    "clusterroles",
+    "clusterrolebindings",
+    "subjectaccessreviews",
+    "selfsubjectaccessreviews",
+    "selfsubjectrulesreviews",
+    "customresourcedefinitions",
+    "endpointslices",
+    "leases",
+];
+
+/// Subresources Kubernetes defines.
+const SUBRESOURCES: [&str; 12] = [
+    "log",
+    "status",
+    "scale",
+    "exec",
+    "attach",
+    "portforward",
+    "eviction",
+    "ephemeralcontainers",
+    "binding",
+    "proxy",
+    "resize",
+    "token",
+];
+
+impl KnownResources {
+    /// The resources (plural names) a discovery found, in place of the last one's.
+    pub fn discovered<'a>(&self, plurals: impl IntoIterator<Item = &'a str>) {
+        let names = plurals.into_iter().map(str::to_owned).collect();
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(names);
+    }
+
+    /// `resource` (`pods`, `pods/log`, or empty for the API's own documents) when known,
+    /// else [`OTHER`].
+    pub fn label(&self, resource: String) -> String {
+        if resource.is_empty() {
+            return resource;
+        }
+        let (base, sub) = match resource.split_once('/') {
+            Some((base, sub)) => (base, Some(sub)),
+            None => (resource.as_str(), None),
+        };
+        let known = BUILT_IN.contains(&base) || {
+            let names = self.0.read().unwrap_or_else(|e| e.into_inner()).clone();
+            names.contains(base)
+        };
+        match known && sub.is_none_or(|sub| SUBRESOURCES.contains(&sub)) {
+            true => resource,
+            false => OTHER.to_owned(),
+        }
+    }
 }
 
 impl<S> Layer<S> for ObserveLayer {
@@ -30,6 +127,7 @@ impl<S> Layer<S> for ObserveLayer {
         Observe {
             inner,
             metrics: self.metrics.clone(),
+            known: self.known.clone(),
         }
     }
 }
@@ -38,6 +136,7 @@ impl<S> Layer<S> for ObserveLayer {
 pub struct Observe<S> {
     inner: S,
     metrics: Arc<Metrics>,
+    known: KnownResources,
 }
 
 impl<S, B, R> Service<Request<B>> for Observe<S>
@@ -55,6 +154,7 @@ where
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
         let (verb, resource) = classify(request.method(), request.uri());
+        let resource = self.known.label(resource);
         let agent = request
             .extensions()
             .get::<ForAgent>()
@@ -116,6 +216,22 @@ pub fn classify(method: &Method, uri: &axum::http::Uri) -> (&'static str, String
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn labels_are_the_known_resources_and_other() {
+        let known = KnownResources::default();
+        let label = |r: &str| known.label(r.to_owned());
+        assert_eq!(label("pods"), "pods");
+        assert_eq!(label("pods/log"), "pods/log");
+        assert_eq!(label(""), "");
+        assert_eq!(label("widgets"), OTHER);
+        assert_eq!(label("pods/a1b2c3"), OTHER);
+        known.discovered(["widgets"]);
+        assert_eq!(label("widgets"), "widgets");
+        assert_eq!(label("widgets/status"), "widgets/status");
+        known.discovered(["gadgets"]);
+        assert_eq!(label("widgets"), OTHER, "the last discovery's names only");
+    }
 
     fn of(method: Method, uri: &str) -> (&'static str, String) {
         classify(&method, &uri.parse().unwrap())

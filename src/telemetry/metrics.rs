@@ -3,7 +3,8 @@
 //! starts counts on its own.
 //!
 //! Names follow Prometheus' conventions (`_total`, `_seconds`, base units). Labels stay bounded:
-//! HTTP routes are the matched patterns, cluster resources the API's plural names, agents
+//! HTTP routes are the matched patterns, cluster resources the API's plural names that the
+//! cluster's discovery knows (any other is `other`: `k8s::observe::KnownResources`), agents
 //! their ids (as many as are configured); never a user, an object's name or a raw path.
 
 use std::sync::atomic::{AtomicI64, Ordering};

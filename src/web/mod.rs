@@ -137,6 +137,7 @@ where
     S: Clone + Send + Sync + 'static,
     Pool: FromRef<S>,
     Site: FromRef<S>,
+    Arc<crate::auth::Keys>: FromRef<S>,
     Option<Arc<Instance>>: FromRef<S>,
     crate::graphql::Engine: FromRef<S>,
 {

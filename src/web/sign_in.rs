@@ -2,6 +2,7 @@
 //! --sign-in` (a GET shows whom it signs in; only the page's POST uses it), and "Sign in with
 //! GitLab".
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{Path, Query, State};
@@ -13,7 +14,8 @@ use serde::Deserialize;
 use super::html::{self, escape};
 use super::session::{begin, safe_return_to, see_other, Viewer};
 use super::Site;
-use crate::auth::dashboard;
+use crate::auth::attempt::{self, Attempt, Unsealed};
+use crate::auth::{dashboard, Keys};
 use crate::db;
 use crate::db::pool::Pool;
 use crate::error::Error;
@@ -177,11 +179,12 @@ pub async fn create_link(db: &Pool, public_url: &str, user_id: i64) -> Result<St
     ))
 }
 
-/// The cookies that tie an attempt of "Sign in with GitLab" to the browser that started it,
-/// one per attempt: `envlens_sign_in_<16 hex digits of the state's SHA-256>=<state>`. A callback
-/// whose `state` has no such cookie is refused (another's code planted in this browser would
-/// sign it in as someone else); two tabs signing in at once each keep their own. They are
-/// sent to `/-/auth/` only and live as long as the attempt.
+/// The cookies that carry an attempt of "Sign in with GitLab" ([`crate::auth::attempt`]), one
+/// per attempt: `envlens_sign_in_<16 hex digits of the state's SHA-256>=<the sealed attempt>`.
+/// A callback whose `state` has no such cookie, or one this server did not seal for that
+/// state, is refused (another's code planted in this browser would sign it in as someone
+/// else); two tabs signing in at once each keep their own. They are sent to `/-/auth/` only
+/// and live as long as the attempt.
 const ATTEMPT_COOKIE_PREFIX: &str = "envlens_sign_in_";
 
 /// The name of the cookie of the attempt of `state`.
@@ -192,15 +195,13 @@ fn attempt_cookie_name(state: &str) -> String {
     }
     name
 }
-/// How long an attempt may take, from the redirect to GitLab to its callback.
-pub const ATTEMPT_LIFETIME: Duration = Duration::from_secs(10 * 60);
 
-/// `GET /-/sign-in/gitlab`: off to GitLab's authorization page, with a new `state` (kept
-/// hashed in PostgreSQL with the nonce, the PKCE verifier and the page to return to, and as a
-/// cookie of this browser's, one per attempt).
+/// `GET /-/sign-in/gitlab`: off to GitLab's authorization page, with a new `state`; the
+/// attempt (state, nonce, PKCE verifier, the page to return to) goes to this browser, sealed,
+/// and nothing to the server.
 pub async fn gitlab(
-    State(db): State<Pool>,
     State(site): State<Site>,
+    State(keys): State<Arc<Keys>>,
     Query(query): Query<ReturnTo>,
 ) -> Response {
     let Some(oidc) = site.gitlab() else {
@@ -211,25 +212,16 @@ pub async fn gitlab(
         Ok(started) => started,
         Err(e) => return sign_in_error(e),
     };
-    let attempt = db::sessions::AttemptRow {
+    let lifetime = attempt::LIFETIME.as_secs();
+    let attempt = Attempt {
+        state: state.clone(),
         nonce: started.nonce,
         pkce_verifier: started.pkce_verifier,
         return_to: query.path().to_owned(),
+        expires_at: chrono::Utc::now().timestamp() + lifetime as i64,
     };
-    let stored = async {
-        let mut conn = db.acquire().await?;
-        db::sessions::create_attempt(
-            &mut conn,
-            &dashboard::hash(&state),
-            &attempt,
-            ATTEMPT_LIFETIME,
-        )
-        .await
-    };
-    if let Err(e) = stored.await {
-        return e.into_response();
-    }
-    let cookie = attempt_cookie(&site, &state, &state, ATTEMPT_LIFETIME.as_secs());
+    let sealed = attempt.seal(keys.attempts());
+    let cookie = attempt_cookie(&site, &state, &sealed, lifetime);
     see_other(&started.authorize_url, Some(cookie))
 }
 
@@ -262,13 +254,14 @@ pub struct Callback {
     error_description: Option<String>,
 }
 
-/// `GET /-/auth/gitlab/callback`: the attempt of `state` (this browser's, used once, not
-/// expired) ends: the code is traded for GitLab's tokens, the ID token checked, and its user
+/// `GET /-/auth/gitlab/callback`: the attempt of `state` (this browser's, not expired; its
+/// code is good once at GitLab, and its cookie is cleared) ends: the code is traded for GitLab's tokens, the ID token checked, and its user
 /// (`sub`, a GitLab user id) looked up in the mirror; a known user is signed in and sent to
 /// the page they came for, anyone else gets a page that says why, and no session.
 pub async fn callback(
     State(db): State<Pool>,
     State(site): State<Site>,
+    State(keys): State<Arc<Keys>>,
     Query(query): Query<Callback>,
     headers: HeaderMap,
 ) -> Response {
@@ -302,32 +295,29 @@ pub async fn callback(
             "GitLab sends the browser here with a code and a state; this request has neither.",
         );
     };
-    let this_browser = dashboard::is_secret(state)
-        && dashboard::cookie(&headers, &attempt_cookie_name(state))
-            .is_some_and(|cookie| dashboard::csrf_matches(Some(state), cookie));
-    if !this_browser {
-        return refused(
-            StatusCode::FORBIDDEN,
-            "This sign-in did not start here",
-            "The answer from GitLab does not belong to a sign-in this browser started. \
-             Start again from the sign-in page.",
-        );
-    }
-    let taken = async {
-        let mut conn = db.acquire().await?;
-        db::sessions::take_attempt(&mut *conn, &dashboard::hash(state)).await
-    };
-    let attempt = match taken.await {
-        Ok(Some(attempt)) => attempt,
-        Ok(None) => {
+    // This browser's attempt of this `state`: sealed by this server, not expired.
+    let carried = dashboard::is_secret(state)
+        .then(|| dashboard::cookie(&headers, &attempt_cookie_name(state)))
+        .flatten()
+        .map(|sealed| Attempt::open(sealed, keys.attempts(), chrono::Utc::now().timestamp()));
+    let attempt = match carried {
+        Some(Ok(attempt)) if dashboard::csrf_matches(Some(state), &attempt.state) => attempt,
+        Some(Err(Unsealed::Expired)) => {
             return refused(
                 StatusCode::FORBIDDEN,
                 "This sign-in has expired",
-                "A sign-in with GitLab must be completed within ten minutes, once. \
+                "A sign-in with GitLab must be completed within ten minutes. \
                  Start again from the sign-in page.",
             )
         }
-        Err(e) => return e.into_response(),
+        _ => {
+            return refused(
+                StatusCode::FORBIDDEN,
+                "This sign-in did not start here",
+                "The answer from GitLab does not belong to a sign-in this browser started. \
+                 Start again from the sign-in page.",
+            )
+        }
     };
     let user = match oidc
         .finish(

@@ -115,7 +115,8 @@ impl TestApp {
             .with_trusted_proxies(envlens::http::client_address::TrustedProxies::new(
                 settings.trusted_proxies.clone(),
             ))
-            .with_health(health);
+            .with_health(health)
+            .with_per_user(settings.per_user);
         let state = adjust(state);
         TestApp {
             router: envlens::app(state),
@@ -226,7 +227,6 @@ impl TestApp {
             "webhook_deliveries",
             "web_sessions",
             "sign_in_links",
-            "sign_in_attempts",
         ];
         let mut out = String::new();
         for table in tables {

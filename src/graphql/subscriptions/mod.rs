@@ -11,10 +11,13 @@ pub mod socket;
 use std::sync::Arc;
 
 use async_graphql::futures_util::Stream;
-use async_graphql::{Context, Subscription as SubscriptionObject, ID};
+use async_graphql::{Context, ErrorExtensions, Subscription as SubscriptionObject, ID};
 use tokio::sync::{watch, Semaphore};
 
+use crate::auth::Session;
 use crate::db::pool::Pool;
+use crate::db::slots::{Slot, SlotKind, Slots};
+use crate::error::Error;
 use resource_group::UpdateMessage;
 pub use socket::{Origins, SocketLimits};
 
@@ -27,6 +30,8 @@ pub struct Live {
     pub(crate) origins: Arc<Origins>,
     pub(crate) limits: SocketLimits,
     connections: Arc<Semaphore>,
+    /// Each user's subscriptions, counted across replicas (SPEC 13).
+    slots: Slots,
     pool: Pool,
     feeds: Arc<feeds::Feeds>,
     notices: Arc<environments::Notices>,
@@ -36,11 +41,12 @@ pub struct Live {
 }
 
 impl Live {
-    pub fn new(pool: &Pool, origins: Origins, limits: SocketLimits) -> Self {
+    pub fn new(pool: &Pool, origins: Origins, limits: SocketLimits, slots: Slots) -> Self {
         Live {
             origins: Arc::new(origins),
             limits,
             connections: Arc::new(Semaphore::new(limits.max_connections)),
+            slots,
             pool: pool.clone(),
             feeds: Arc::default(),
             notices: Arc::new(environments::Notices::new(pool.clone())),
@@ -61,6 +67,12 @@ impl Live {
     /// With other origins (the configuration's, `--public-url`), the rest kept.
     pub fn with_origins(mut self, origins: Origins) -> Self {
         self.origins = Arc::new(origins);
+        self
+    }
+
+    /// With other per-user slots.
+    pub fn with_slots(mut self, slots: Slots) -> Self {
+        self.slots = slots;
         self
     }
 
@@ -90,7 +102,9 @@ impl Subscription {
         ctx: &Context<'_>,
         environment_id: ID,
     ) -> Result<impl Stream<Item = Result<UpdateMessage>>> {
-        resource_group::subscribe(ctx, &environment_id).await
+        let slot = slot(ctx).await?;
+        let stream = resource_group::subscribe(ctx, &environment_id).await?;
+        Ok(holding(stream, slot))
     }
 
     /// An environment whenever its last deployment, its status or its group health changes,
@@ -103,6 +117,37 @@ impl Subscription {
         project_path: Option<ID>,
         tier: Option<DeploymentTier>,
     ) -> Result<impl Stream<Item = Result<Environment>>> {
-        environments::subscribe(ctx, group_path, project_path, tier).await
+        let slot = slot(ctx).await?;
+        let stream = environments::subscribe(ctx, group_path, project_path, tier).await?;
+        Ok(holding(stream, slot))
     }
+}
+
+/// A place among the user's subscriptions (`per_user.subscriptions`, across replicas and
+/// sockets): the error `TOO_MANY_SUBSCRIPTIONS` beyond it.
+async fn slot(ctx: &Context<'_>) -> Result<Slot> {
+    let (Some(live), Some(session)) = (ctx.data_opt::<Live>(), ctx.data_opt::<Session>()) else {
+        return Err(Error::Unauthorized("subscriptions need a signed-in user".into()).to_graphql());
+    };
+    let taken = live
+        .slots
+        .take(session.user_id, SlotKind::Subscription)
+        .await
+        .map_err(|e| e.to_graphql())?;
+    taken.ok_or_else(|| {
+        let max = live.slots.limits().subscriptions;
+        async_graphql::Error::new(format!(
+            "at most {max} subscriptions per user, over all their connections: complete one first"
+        ))
+        .extend_with(|_, e| e.set("code", "TOO_MANY_SUBSCRIPTIONS"))
+    })
+}
+
+/// `stream`, holding `slot` for as long as it runs.
+fn holding<S: Stream>(stream: S, slot: Slot) -> impl Stream<Item = S::Item> {
+    use async_graphql::futures_util::StreamExt;
+    stream.map(move |item| {
+        let _held = &slot;
+        item
+    })
 }

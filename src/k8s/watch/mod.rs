@@ -582,22 +582,9 @@ impl WatchCache {
         self.bound(namespace);
         wait_synced(&watches, options.request_timeout).await;
 
-        let refusals = match access::Identity::from_headers(headers) {
-            Some(who) => {
-                self.inner
-                    .access
-                    .check(
-                        &self.inner.client,
-                        &who,
-                        namespace,
-                        &kinds,
-                        headers,
-                        options.request_timeout,
-                    )
-                    .await
-            }
-            None => vec![None; kinds.len()],
-        };
+        let refusals = self
+            .access(headers, namespace, &kinds, options.request_timeout)
+            .await;
         // As the connection's own identity, the kinds it may not list are left out (and named);
         // as a user, the kinds not watched are listed fresh with the user's own rights.
         let view = if own_rules::is_own_identity(headers) {
@@ -839,6 +826,30 @@ impl KindView {
 }
 
 impl WatchCache {
+    /// For each of `kinds`, `None` when the identity that `headers` impersonate may list and
+    /// watch it in `namespace` now, else the refusal (or why there is no decision): the
+    /// decisions every view of the cache is shown by ([`access`]), reused for
+    /// `kubernetes.access_cache`. Without impersonation (the agent's own identity) every kind
+    /// is allowed. Whatever shows a kind's resources to a viewer (a view, the deployment
+    /// history) asks here.
+    pub(crate) async fn access(
+        &self,
+        headers: &HeaderMap,
+        namespace: &str,
+        kinds: &[ApiKind],
+        timeout: Duration,
+    ) -> Vec<Option<Failure>> {
+        match access::Identity::from_headers(headers) {
+            Some(who) => {
+                self.inner
+                    .access
+                    .check(&self.inner.client, &who, namespace, kinds, headers, timeout)
+                    .await
+            }
+            None => vec![None; kinds.len()],
+        }
+    }
+
     /// `kind` in `namespace` from the cache, watched from now on if it was not: for a reader
     /// of that one kind. A kind the connection's own identity may not list and watch there
     /// ([`own_rules`]) is refused without a request. With impersonation headers, the cluster's `SubjectAccessReview` for
@@ -866,22 +877,11 @@ impl WatchCache {
                 answered: true,
             });
         }
-        if let Some(who) = access::Identity::from_headers(headers) {
-            let decision = self
-                .inner
-                .access
-                .check(
-                    &self.inner.client,
-                    &who,
-                    namespace,
-                    std::slice::from_ref(kind),
-                    headers,
-                    timeout,
-                )
-                .await;
-            if let Some(Some(refused)) = decision.into_iter().next() {
-                return Err(refused);
-            }
+        let decision = self
+            .access(headers, namespace, std::slice::from_ref(kind), timeout)
+            .await;
+        if let Some(Some(refused)) = decision.into_iter().next() {
+            return Err(refused);
         }
         self.start_sweeper();
         let ns = lock(&self.inner.namespaces)

@@ -11,7 +11,8 @@
 //! (any other, see [`stream`]) has them as the cluster sends them.
 //!
 //! Bounded: [`MAX_WATCHES`] per socket, [`MAX_MESSAGE`] bytes per message in, [`MAX_SOCKETS`]
-//! sockets at once, a socket without watches closed after [`IDLE`], and the user's
+//! sockets at once (and `per_user.watch_sockets` per user, across replicas: 429 beyond), a
+//! socket without watches closed after [`IDLE`], and the user's
 //! `user_access` checked again every [`RECHECK`] (a socket whose grant is gone is closed).
 
 pub mod protocol;
@@ -31,6 +32,7 @@ use tokio::time::Instant;
 
 use crate::auth::Keys;
 use crate::db::pool::Pool;
+use crate::db::slots::{SlotKind, Slots};
 use crate::error::{kubernetes_status, Error};
 use crate::gitlab::Instance;
 use crate::k8s::clusters::{Cluster, Clusters};
@@ -83,6 +85,7 @@ pub async fn watch(
     State(db): State<Pool>,
     State(clusters): State<Arc<Clusters>>,
     State(gitlab): State<Option<Arc<Instance>>>,
+    State(slots): State<Slots>,
     request: Request,
 ) -> Response {
     let (mut parts, _) = request.into_parts();
@@ -165,6 +168,12 @@ pub async fn watch(
         Ok(cluster) => cluster,
         Err(none) => return Error::from(none).to_kubernetes_status(),
     };
+    // The user's place among their sockets (across replicas), before the upgrade.
+    let slot = match slots.take(bound.user_id, SlotKind::WatchSocket).await {
+        Ok(Some(slot)) => slot,
+        Ok(None) => return too_many_sockets(slots.limits().watch_sockets),
+        Err(e) => return e.to_kubernetes_status(),
+    };
     let Ok(permit) = clusters.watch_api.sockets.clone().try_acquire_owned() else {
         return kubernetes_status(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -192,7 +201,26 @@ pub async fn watch(
         .protocols([PROTOCOL])
         .max_message_size(MAX_MESSAGE)
         .max_frame_size(MAX_MESSAGE)
-        .on_upgrade(move |ws| socket.serve(ws, permit))
+        .on_upgrade(move |ws| async move {
+            socket.serve(ws, permit).await;
+            drop(slot);
+        })
+}
+
+/// How long a client refused for its count of sockets waits before it asks again.
+const SOCKETS_RETRY_AFTER: &str = "30";
+
+/// 429 for a user who holds `max` watch sockets already.
+fn too_many_sockets(max: usize) -> Response {
+    let mut response = kubernetes_status(
+        StatusCode::TOO_MANY_REQUESTS,
+        &format!("at most {max} watch sockets per user are open at once: close one first"),
+    );
+    response.headers_mut().insert(
+        header::RETRY_AFTER,
+        HeaderValue::from_static(SOCKETS_RETRY_AFTER),
+    );
+    response
 }
 
 /// The subprotocols a WebSocket request offers, in order.

@@ -234,7 +234,7 @@ fn snapshot_summary(
         }
         @if !s.errors.is_empty() {
             div.notice.error role="alert" {
-                strong { "Kinds the snapshot could not read (their changes are not shown)" }
+                strong { "Kinds not shown: the snapshot could not read them, or you may not list them now (nor their changes)" }
                 ul { @for e in &s.errors {
                     li { span.mono { (e.kind) " (" (e.api_version) ")" } @if let Some(c) = e.code { " · " (c) } ": " (e.message) }
                 } }
