@@ -74,7 +74,7 @@ async fn gitlab(served: &Served, history: &str) -> (TestApp, Worker) {
 async fn worker(app: &TestApp, served: &Served, history: &str) -> Worker {
     let settings = Settings::parse(&format!(
         "kubernetes:\n{}  response_timeout: 3s\n{history}",
-        served.connections(&["7"])
+        served.connections(&["7", "8"])
     ))
     .unwrap();
     let clusters = envlens::k8s::clusters::Clusters::load(&settings.kubernetes, Default::default())

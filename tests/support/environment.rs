@@ -224,11 +224,12 @@ pub async fn gitlab(served: &Served) -> TestApp {
     gitlab_with(served, "").await
 }
 
-/// [`gitlab`], with more of the configuration file (`extra`, YAML at the top level).
+/// [`gitlab`], with more of the configuration file (`extra`, YAML at the top level). Agents 7
+/// and 8 reach the test cluster (the history tests register 8, `acme/agents:other`).
 pub async fn gitlab_with(served: &Served, extra: &str) -> TestApp {
     let app = TestApp::with_config(&format!(
         "kubernetes:\n{}  response_timeout: 3s\n{extra}",
-        served.connections(&["7"])
+        served.connections(&["7", "8"])
     ))
     .await;
     seed(&app).await;
