@@ -639,6 +639,44 @@ async fn sockets_are_bounded() {
     assert!(closed, "an over-long message ends the connection");
 }
 
+/// A burst of messages larger than what the server reads ahead is answered whole: the server
+/// keeps answering while it hands the client's messages on (it once awaited a full queue while
+/// its answers waited to be read, and the socket stopped for good).
+#[tokio::test]
+async fn a_burst_of_subscribes_is_answered_whole() {
+    let (_api, served, _dir) = cluster().await;
+    let server = start(&served).await;
+    let mut client = Client::connect(server.addr, "graphql-transport-ws", DEV).await;
+    // Pings first (each answered with a pong), well past the server's read-ahead, then as many
+    // subscribes as one socket may hold.
+    for _ in 0..40 {
+        client.send(json!({"type": "ping"})).await;
+    }
+    const BURST: usize = 19;
+    for i in 0..BURST {
+        // Each is refused at once by validation: its errors, then its end.
+        client
+            .subscribe(&i.to_string(), "subscription { noSuchField }", json!({}))
+            .await;
+    }
+    // Subscriptions run side by side: their answers come in any order.
+    let (mut refused, mut completed) = (BTreeSet::new(), BTreeSet::new());
+    for _ in 0..2 * BURST {
+        let m = client.message().await;
+        let id: usize = m["id"].as_str().unwrap().parse().unwrap();
+        match m["type"].as_str() {
+            Some("next") => {
+                let code = &m["payload"]["errors"][0]["extensions"]["code"];
+                assert_eq!(code, "GRAPHQL_VALIDATION_FAILED", "{m}");
+                refused.insert(id);
+            }
+            Some("complete") => assert!(completed.insert(id), "{m}"),
+            _ => panic!("{m}"),
+        }
+    }
+    assert_eq!((refused.len(), completed.len()), (BURST, BURST));
+}
+
 #[tokio::test]
 async fn idle_silent_and_left_behind_sockets_are_closed() {
     let (_api, served, _dir) = cluster().await;

@@ -24,7 +24,7 @@
 //!   each socket writes its own envelope (its protocol's, with its subscription's id) around
 //!   the shared bytes, which go out as frames that are slices of them.
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -433,6 +433,10 @@ async fn serve(
     let mut ping =
         tokio::time::interval_at(Instant::now() + limits.ping_interval, limits.ping_interval);
     let mut to_graphql = Some(to_graphql);
+    // The client's messages not yet taken by async-graphql. They are handed over in their own
+    // branch, never awaited while reading: async-graphql reads its input only while its output
+    // is polled, so a burst of messages awaited into a full channel would stop both for good.
+    let mut pending: VecDeque<Vec<u8>> = VecDeque::new();
     let close = |code: u16, reason: &str| {
         Message::Close(Some(CloseFrame {
             code: CloseCode::from(code),
@@ -443,7 +447,7 @@ async fn serve(
         let init_deadline = opened + limits.init_timeout;
         let idle_deadline = idle_since.map(|since| since + limits.idle_timeout);
         tokio::select! {
-            incoming = source.next(), if to_graphql.is_some() => {
+            incoming = source.next(), if to_graphql.is_some() && pending.len() < INPUT_QUEUE => {
                 last_heard = Instant::now();
                 let bytes = match incoming {
                     Some(Ok(Message::Text(text))) => text.as_str().as_bytes().to_vec(),
@@ -472,12 +476,18 @@ async fn serve(
                     }
                     Control::Other => {}
                 }
-                if let Some(tx) = &to_graphql {
-                    if tx.send(bytes).await.is_err() {
-                        break;
+                pending.push_back(bytes);
+            }
+            permit = reserve(to_graphql.clone()), if !pending.is_empty() => match permit {
+                Some(permit) => {
+                    if let Some(bytes) = pending.pop_front() {
+                        permit.send(bytes);
                     }
                 }
-            }
+                // The client's input has ended: what it had still queued has no reader.
+                None if to_graphql.is_none() => pending.clear(),
+                None => break,
+            },
             outgoing = graphql.next() => {
                 let frames = match outgoing {
                     Some(WsMessage::Text(text)) => {
@@ -581,6 +591,14 @@ where
         }
     })
     .await;
+}
+
+/// Messages read from a client and not yet taken by async-graphql; past it, reading waits.
+const INPUT_QUEUE: usize = 16;
+
+/// Room for one message in async-graphql's input; `None` once there is no input any more.
+async fn reserve(tx: Option<mpsc::Sender<Vec<u8>>>) -> Option<mpsc::OwnedPermit<Vec<u8>>> {
+    tx?.reserve_owned().await.ok()
 }
 
 async fn sleep_until_some(deadline: Option<Instant>) {
