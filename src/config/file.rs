@@ -113,6 +113,10 @@ fn default_keep_per_environment() -> u32 {
 ///   sync_interval: 1h                     # `serve` syncs this often (0s: never)
 ///   sync_max_projects: 10000              # a pass refuses to read more (a bound on its cost)
 ///   sync_timeout: 30m                     # a pass that takes longer stops, removing nothing
+///   kas:                                  # every agent without a kubernetes.agents entry, through GitLab's agent server (SPEC 14)
+///     token_file: /etc/envlens/kas-token  # a `k8s_proxy` token; default: gitlab.token_file's
+///     url: https://kas.example.com/k8s-proxy  # the Kubernetes API proxy; default: from /api/v4/metadata
+///     metadata_interval: 1m               # the metadata is read again at most this often
 /// ```
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -141,6 +145,33 @@ pub struct GitLabSettings {
     pub sync_max_projects: usize,
     #[serde(default = "default_sync_timeout", deserialize_with = "duration")]
     pub sync_timeout: Duration,
+    /// GitLab's agent server: every agent without an entry under `kubernetes.agents` is
+    /// reached through its Kubernetes API proxy (SPEC 14).
+    #[serde(default)]
+    pub kas: Option<KasSettings>,
+}
+
+/// How envlens reaches clusters through GitLab's agent server (KAS), as `glab` does: the
+/// Kubernetes API proxy, with `Authorization: Bearer pat:<agent id>:<token>`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KasSettings {
+    /// A personal, project or group access token with the `k8s_proxy` scope, whose user is
+    /// Developer or more in each agent's `user_access`; default: `gitlab.token_file`'s token.
+    #[serde(default)]
+    pub token_file: Option<PathBuf>,
+    /// The Kubernetes API proxy's URL (ending `/k8s-proxy`); default: from GitLab's
+    /// `/api/v4/metadata`.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// The shortest time between two reads of the metadata (after a connection failure, or a
+    /// 404 that is not KAS' own).
+    #[serde(default = "default_metadata_interval", deserialize_with = "duration")]
+    pub metadata_interval: Duration,
+}
+
+fn default_metadata_interval() -> Duration {
+    Duration::from_secs(60)
 }
 
 fn default_token_cache() -> Duration {
@@ -375,6 +406,18 @@ impl Settings {
                 ),
             }
         }
+        if let Some(kas) = self.gitlab.as_ref().and_then(|g| g.kas.as_ref()) {
+            if let Some(url) = &kas.url {
+                anyhow::ensure!(
+                    crate::k8s::kas::ProxyUrl::parse(url).is_some(),
+                    "gitlab.kas.url: `{url}` is not an http(s) URL like https://kas.example.com/k8s-proxy"
+                );
+            }
+            anyhow::ensure!(
+                !kas.metadata_interval.is_zero(),
+                "gitlab.kas.metadata_interval must be longer than zero"
+            );
+        }
         anyhow::ensure!(
             self.history.keep_per_environment >= 1,
             "history.keep_per_environment must be at least 1"
@@ -452,5 +495,22 @@ mod tests {
         assert!(err("cors:\n  allowed_origins: ['*']\n").contains("not an origin"));
         assert!(err("history:\n  keep_per_environment: 0\n").contains("at least 1"));
         assert!(err("history:\n  settle_timout: 1m\n").contains("settle_timout"));
+        let kas = |rest: &str| format!("gitlab:\n  url: https://gitlab.example.com\n  kas:\n{rest}");
+        assert!(err(&kas("    url: kas.example.com\n")).contains("not an http(s) URL"));
+        assert!(err(&kas("    tokn_file: /t\n")).contains("tokn_file"));
+    }
+
+    #[test]
+    fn reads_the_agent_servers_section() {
+        let s = Settings::parse(
+            "gitlab:\n  url: https://gitlab.example.com\n  kas:\n    token_file: /etc/envlens/kas\n    url: https://kas.example.com/k8s-proxy/\n",
+        )
+        .unwrap();
+        let kas = s.gitlab.unwrap().kas.unwrap();
+        assert_eq!(kas.token_file.as_deref(), Some(Path::new("/etc/envlens/kas")));
+        assert_eq!(kas.url.as_deref(), Some("https://kas.example.com/k8s-proxy/"));
+        assert_eq!(kas.metadata_interval, Duration::from_secs(60));
+        let none = Settings::parse("gitlab:\n  url: https://gitlab.example.com\n").unwrap();
+        assert!(none.gitlab.unwrap().kas.is_none());
     }
 }

@@ -2,14 +2,17 @@
 //!
 //! In GitLab an agent reaches exactly one cluster, the one its agentk runs in. envlens keeps
 //! that rule: an agent is reached only through an entry of the configuration file that names
-//! it (a kubeconfig context, or `in_cluster: true` for the pod's own service account). There is
-//! no catch-all: a kubeconfig's current context, or the pod's account, is never lent to an
-//! agent that does not name it, since any Maintainer can register an agent and would otherwise
-//! read whatever envlens' own identity can. An agent without an entry has no connection
-//! ([`NoConnection`]): its views say so (503), nothing is sent anywhere.
+//! it (a kubeconfig context, or `in_cluster: true` for the pod's own service account), or, when
+//! `gitlab.kas` is configured, through GitLab's agent server as itself (SPEC 14), which routes
+//! to that agent's agentk and nowhere else. There is no catch-all: a kubeconfig's current
+//! context, or the pod's account, is never lent to an agent that does not name it, since any
+//! Maintainer can register an agent and would otherwise read whatever envlens' own identity
+//! can. An agent with neither has no connection ([`NoConnection`]): its views say so (503),
+//! nothing is sent anywhere.
 //!
-//! Clients are built once, at start-up, so that a context that does not exist stops `serve`
-//! with a message naming the agent and the context rather than failing a user's request later.
+//! Entries' clients are built once, at start-up, so that a context that does not exist stops
+//! `serve` with a message naming the agent and the context rather than failing a user's request
+//! later. Clients through KAS are built on an agent's first use and kept (a bounded number).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -17,9 +20,11 @@ use std::time::Duration;
 
 use anyhow::Context;
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use std::sync::Mutex;
 
 use crate::config::file::{AgentCluster, AgentRef, KubernetesSettings};
 use crate::k8s::discovery::DiscoveryCache;
+use crate::k8s::kas::Kas;
 use crate::k8s::observe::ObserveLayer;
 use crate::k8s::watch::{WatchCache, WatchSettings};
 use crate::telemetry::Metrics;
@@ -31,15 +36,46 @@ pub struct Cluster {
     pub client: kube::Client,
     /// e.g. `context "prod" of /etc/envlens/kubeconfig`.
     pub source: String,
-    /// Reached with the pod's own service account (`in_cluster: true`).
-    pub in_cluster: bool,
+    /// How the cluster is reached.
+    pub kind: ConnectionKind,
     pub discovery: DiscoveryCache,
     /// The objects of the namespaces viewed, kept by watches (SPEC 8.1).
     pub watch: WatchCache,
 }
 
+/// How an agent's cluster is reached (SPEC 14's `AgentConnection.kind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnectionKind {
+    /// Through GitLab's agent server, as the agent.
+    Kas,
+    /// A context of a kubeconfig file.
+    Kubeconfig,
+    /// The pod's own service account (`in_cluster: true`).
+    InCluster,
+}
+
+impl Cluster {
+    /// Reached with the pod's own service account (`in_cluster: true`).
+    pub fn in_cluster(&self) -> bool {
+        self.kind == ConnectionKind::InCluster
+    }
+}
+
+/// The most agents whose clients through KAS are kept; past it, the least recently used one
+/// is dropped (and built again on its next use).
+const MAX_KAS_CLUSTERS: usize = 10_000;
+
+/// Every agent without an entry, reached through KAS: their clients, built on first use.
+struct ThroughKas {
+    kas: Arc<Kas>,
+    built: Mutex<lru::LruCache<i64, Cluster>>,
+}
+
 pub struct Clusters {
     configured: HashMap<AgentRef, Cluster>,
+    through_kas: Option<ThroughKas>,
+    connect_timeout: Duration,
+    watch_settings: WatchSettings,
     /// The namespace envlens runs in: the proxy never forwards its Secrets
     /// ([`crate::k8s::request_info`]).
     pub own_namespace: Option<String>,
@@ -93,6 +129,9 @@ impl Clusters {
         });
         Clusters {
             configured: HashMap::new(),
+            through_kas: None,
+            connect_timeout: settings.connect_timeout,
+            watch_settings: watch_settings(settings),
             own_namespace,
             response_timeout: settings.response_timeout,
             grants: crate::k8s::grants::GrantCache::new(settings.access_cache),
@@ -101,21 +140,65 @@ impl Clusters {
         }
     }
 
-    /// The cluster of an agent: its entry by id, else by path; none without an entry.
+    /// Every agent without an entry is reached through `kas` from now on.
+    pub fn with_kas(mut self, kas: Arc<Kas>) -> Self {
+        self.through_kas = Some(ThroughKas {
+            kas,
+            built: Mutex::new(lru::LruCache::new(
+                std::num::NonZeroUsize::new(MAX_KAS_CLUSTERS).expect("not zero"),
+            )),
+        });
+        self
+    }
+
+    /// GitLab's agent server, when configured.
+    pub fn kas(&self) -> Option<&Arc<Kas>> {
+        self.through_kas.as_ref().map(|t| &t.kas)
+    }
+
+    /// The cluster of an agent: its entry by id, else by path, else through KAS when
+    /// configured; none otherwise.
     pub async fn for_agent(
         &self,
         id: i64,
         project_full_path: &str,
         name: &str,
     ) -> Result<Cluster, NoConnection> {
-        self.configured
-            .get(&AgentRef::Id(id))
-            .or_else(|| {
-                self.configured
-                    .get(&AgentRef::path(project_full_path, name))
+        let entry = self.configured.get(&AgentRef::Id(id)).or_else(|| {
+            self.configured
+                .get(&AgentRef::path(project_full_path, name))
+        });
+        if let Some(cluster) = entry {
+            return Ok(cluster.clone());
+        }
+        let through = self.through_kas.as_ref().ok_or(NoConnection { agent: id })?;
+        let mut built = through.built.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(cluster) = built.get(&id) {
+            return Ok(cluster.clone());
+        }
+        let build = || {
+            crate::k8s::kas::route::client(
+                through.kas.clone(),
+                id,
+                self.connect_timeout,
+                self.metrics.clone(),
+            )
+            .map_err(|e| {
+                tracing::error!(agent = id, error = %format!("{e:#}"), "cannot build a client through GitLab's agent server");
+                NoConnection { agent: id }
             })
-            .cloned()
-            .ok_or(NoConnection { agent: id })
+        };
+        // The watch cache's streams get a client, so a connection pool, of their own.
+        let cluster = cluster(
+            build()?,
+            build()?,
+            format!("GitLab's agent server, as agent {id}"),
+            ConnectionKind::Kas,
+            self.watch_settings.clone(),
+            &self.metrics,
+        );
+        built.put(id, cluster.clone());
+        Ok(cluster)
     }
 
     /// Whether the agent has an entry (for `serve`'s start-up report).
@@ -187,16 +270,35 @@ async fn connect(
     // The watch cache's streams get a client, so a connection pool, of their own.
     let streams = build(config.clone())?;
     let client = build(config)?;
-    Ok(Cluster {
-        in_cluster: entry.context.is_none(),
+    let kind = match entry.context {
+        Some(_) => ConnectionKind::Kubeconfig,
+        None => ConnectionKind::InCluster,
+    };
+    Ok(cluster(
+        client,
+        streams,
+        source,
+        kind,
+        watch_settings(settings),
+        metrics,
+    ))
+}
+
+/// A cluster over its clients: its discovery and its watch cache, the same for every kind of
+/// connection.
+fn cluster(
+    client: kube::Client,
+    streams: kube::Client,
+    source: String,
+    kind: ConnectionKind,
+    watch: WatchSettings,
+    metrics: &Arc<Metrics>,
+) -> Cluster {
+    Cluster {
+        kind,
         discovery: DiscoveryCache::new(client.clone(), DiscoveryCache::DEFAULT_TTL),
-        watch: WatchCache::new(
-            client.clone(),
-            streams,
-            watch_settings(settings),
-            metrics.clone(),
-        ),
+        watch: WatchCache::new(client.clone(), streams, watch, metrics.clone()),
         client,
         source,
-    })
+    }
 }

@@ -6,6 +6,7 @@ pub mod clusters;
 pub mod discovery;
 pub mod fetch;
 pub mod grants;
+pub mod kas;
 pub mod observe;
 pub mod proxy;
 pub mod request_info;
