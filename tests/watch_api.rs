@@ -330,7 +330,11 @@ async fn secrets_of_envlens_namespace_are_refused_on_the_socket() {
         )
         .await;
         let m = next(&mut ws).await;
-        assert_eq!((&m["watchId"], &m["type"]), (&json!(id), &json!("error")), "{m}");
+        assert_eq!(
+            (&m["watchId"], &m["type"]),
+            (&json!(id), &json!("error")),
+            "{m}"
+        );
         assert_eq!(m["error"]["object"]["code"], 403, "{m}");
         assert!(
             m["error"]["object"]["message"]

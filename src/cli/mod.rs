@@ -226,11 +226,17 @@ async fn report_unconnected_agents(state: &AppState) {
     const SHOWN: usize = 20;
     let agents = match crate::db::agents::all(state.db.pg(), 100_000).await {
         Ok(agents) => agents,
-        Err(e) => return tracing::warn!(error = %e, "cannot list the agents to check their connections"),
+        Err(e) => {
+            return tracing::warn!(error = %e, "cannot list the agents to check their connections")
+        }
     };
     let unconnected: Vec<String> = agents
         .iter()
-        .filter(|a| !state.clusters.has_entry(a.id, &a.project_full_path, &a.name))
+        .filter(|a| {
+            !state
+                .clusters
+                .has_entry(a.id, &a.project_full_path, &a.name)
+        })
         .map(|a| format!("{} ({}:{})", a.id, a.project_full_path, a.name))
         .collect();
     if !unconnected.is_empty() && state.clusters.kas().is_some() {

@@ -486,16 +486,19 @@ mod tests {
         );
         // An entry must name its cluster: no entry falls back to a current context.
         assert!(err("kubernetes:\n  agents:\n    - agent: 7\n").contains("names no cluster"));
-        assert!(err("kubernetes:\n  agents:\n    - agent: 7\n      kubeconfig: /k\n")
-            .contains("agent 7 names no cluster"));
         assert!(
-            err("kubernetes:\n  agents:\n    - agent: 7\n      context: a\n      in_cluster: true\n")
-                .contains("both a context and in_cluster")
+            err("kubernetes:\n  agents:\n    - agent: 7\n      kubeconfig: /k\n")
+                .contains("agent 7 names no cluster")
         );
+        assert!(err(
+            "kubernetes:\n  agents:\n    - agent: 7\n      context: a\n      in_cluster: true\n"
+        )
+        .contains("both a context and in_cluster"));
         assert!(err("cors:\n  allowed_origins: ['*']\n").contains("not an origin"));
         assert!(err("history:\n  keep_per_environment: 0\n").contains("at least 1"));
         assert!(err("history:\n  settle_timout: 1m\n").contains("settle_timout"));
-        let kas = |rest: &str| format!("gitlab:\n  url: https://gitlab.example.com\n  kas:\n{rest}");
+        let kas =
+            |rest: &str| format!("gitlab:\n  url: https://gitlab.example.com\n  kas:\n{rest}");
         assert!(err(&kas("    url: kas.example.com\n")).contains("not an http(s) URL"));
         assert!(err(&kas("    tokn_file: /t\n")).contains("tokn_file"));
     }
@@ -507,8 +510,14 @@ mod tests {
         )
         .unwrap();
         let kas = s.gitlab.unwrap().kas.unwrap();
-        assert_eq!(kas.token_file.as_deref(), Some(Path::new("/etc/envlens/kas")));
-        assert_eq!(kas.url.as_deref(), Some("https://kas.example.com/k8s-proxy/"));
+        assert_eq!(
+            kas.token_file.as_deref(),
+            Some(Path::new("/etc/envlens/kas"))
+        );
+        assert_eq!(
+            kas.url.as_deref(),
+            Some("https://kas.example.com/k8s-proxy/")
+        );
         assert_eq!(kas.metadata_interval, Duration::from_secs(60));
         let none = Settings::parse("gitlab:\n  url: https://gitlab.example.com\n").unwrap();
         assert!(none.gitlab.unwrap().kas.is_none());

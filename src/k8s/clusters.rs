@@ -109,9 +109,9 @@ impl Clusters {
     ) -> anyhow::Result<Self> {
         let mut configured = HashMap::new();
         for entry in &settings.agents {
-            let cluster = connect(entry, settings, &metrics)
-                .await
-                .with_context(|| format!("kubernetes.agents: {}, {}", entry.agent, entry.target()))?;
+            let cluster = connect(entry, settings, &metrics).await.with_context(|| {
+                format!("kubernetes.agents: {}, {}", entry.agent, entry.target())
+            })?;
             configured.insert(entry.agent.clone(), cluster);
         }
         Ok(Clusters {
@@ -171,7 +171,10 @@ impl Clusters {
         if let Some(cluster) = entry {
             return Ok(cluster.clone());
         }
-        let through = self.through_kas.as_ref().ok_or(NoConnection { agent: id })?;
+        let through = self
+            .through_kas
+            .as_ref()
+            .ok_or(NoConnection { agent: id })?;
         let mut built = through.built.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(cluster) = built.get(&id) {
             return Ok(cluster.clone());
@@ -236,7 +239,10 @@ async fn connect(
             let file = Kubeconfig::read_from(path)
                 .with_context(|| format!("cannot read kubeconfig {}", path.display()))?;
             let config = kube::Config::from_custom_kubeconfig(file, &options).await?;
-            (config, format!("context \"{context}\" of {}", path.display()))
+            (
+                config,
+                format!("context \"{context}\" of {}", path.display()),
+            )
         }
         (Some(context), None) => {
             let options = KubeConfigOptions {
@@ -244,7 +250,10 @@ async fn connect(
                 ..Default::default()
             };
             let config = kube::Config::from_kubeconfig(&options).await?;
-            (config, format!("context \"{context}\" of the default kubeconfig"))
+            (
+                config,
+                format!("context \"{context}\" of the default kubeconfig"),
+            )
         }
         (None, _) => {
             let config = kube::Config::incluster()

@@ -46,7 +46,9 @@ pub fn proxy_address(body: &[u8]) -> Result<Found, String> {
     let metadata: Metadata = serde_json::from_slice(body)
         .map_err(|e| format!("GitLab's metadata is not what /api/v4/metadata answers: {e}"))?;
     let Some(kas) = metadata.kas else {
-        return Err("GitLab's metadata has no `kas` (GitLab before 15.2): set gitlab.kas.url".into());
+        return Err(
+            "GitLab's metadata has no `kas` (GitLab before 15.2): set gitlab.kas.url".into(),
+        );
     };
     if !kas.enabled {
         return Err("the agent server is disabled on this GitLab (kas.enabled is false)".into());
@@ -99,7 +101,10 @@ mod tests {
             "externalK8sProxyUrl":"https://gitlab.example.com:8150/k8s-proxy","version":"17.6.0"},
             "enterprise":true}"#;
         let found = proxy_address(body).unwrap();
-        assert_eq!(found.url.to_string(), "https://gitlab.example.com:8150/k8s-proxy");
+        assert_eq!(
+            found.url.to_string(),
+            "https://gitlab.example.com:8150/k8s-proxy"
+        );
         assert_eq!(found.version.as_deref(), Some("17.6.0"));
         assert!(!found.derived);
     }
@@ -119,7 +124,10 @@ mod tests {
         assert_eq!(found.version, None);
         // 17.6's field present but null (an older KAS) falls back the same way.
         let body = br#"{"kas":{"enabled":true,"externalUrl":"wss://kas.example.com","externalK8sProxyUrl":null}}"#;
-        assert_eq!(url(proxy_address(body)), "https://kas.example.com/k8s-proxy");
+        assert_eq!(
+            url(proxy_address(body)),
+            "https://kas.example.com/k8s-proxy"
+        );
     }
 
     #[test]
@@ -127,11 +135,15 @@ mod tests {
         let why = |body: &[u8]| proxy_address(body).unwrap_err();
         assert!(why(br#"{"kas":{"enabled":false,"externalUrl":null,"externalK8sProxyUrl":null,"version":null}}"#)
             .contains("disabled"));
-        assert!(why(br#"{"kas":{"enabled":true,"externalUrl":"grpcs://kas.example.com"}}"#)
-            .contains("gitlab.kas.url"));
+        assert!(
+            why(br#"{"kas":{"enabled":true,"externalUrl":"grpcs://kas.example.com"}}"#)
+                .contains("gitlab.kas.url")
+        );
         assert!(why(br#"{"version":"15.0"}"#).contains("no `kas`"));
         assert!(why(b"<html>").contains("not what"));
-        assert!(why(br#"{"kas":{"enabled":true,"externalK8sProxyUrl":"kas:8154"}}"#)
-            .contains("not an http(s) URL"));
+        assert!(
+            why(br#"{"kas":{"enabled":true,"externalK8sProxyUrl":"kas:8154"}}"#)
+                .contains("not an http(s) URL")
+        );
     }
 }

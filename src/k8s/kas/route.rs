@@ -152,10 +152,8 @@ pub fn client(
     let https = tls
         .rustls_https_connector_with_connector(http)
         .context("cannot set up TLS for GitLab's agent server")?;
-    let hyper = hyper_util::client::legacy::Client::builder(
-        hyper_util::rt::TokioExecutor::new(),
-    )
-    .build::<_, kube::client::Body>(https);
+    let hyper = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build::<_, kube::client::Body>(https);
     let service = RouteLayer { kas, agent }.layer(hyper);
     Ok(kube::client::ClientBuilder::new(service, "default")
         .with_layer(&crate::k8s::observe::ObserveLayer { metrics })
@@ -184,9 +182,14 @@ async fn read_answer(response: Response<Incoming>, kas: &Kas, agent: i64) -> Res
         _ => Bytes::new(),
     };
     let message = status_message(&bytes);
-    let kas_own = message.as_deref().is_some_and(|m| m.starts_with(KAS_PREFIX));
+    let kas_own = message
+        .as_deref()
+        .is_some_and(|m| m.starts_with(KAS_PREFIX));
     if token_refused {
-        tracing::warn!(agent, "GitLab's agent server refused envlens' token for the agent");
+        tracing::warn!(
+            agent,
+            "GitLab's agent server refused envlens' token for the agent"
+        );
         let said = message.unwrap_or_else(|| "Unauthorized".into());
         return status(
             StatusCode::SERVICE_UNAVAILABLE,
