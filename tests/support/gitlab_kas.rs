@@ -30,6 +30,9 @@ pub struct ProxyToken {
     pub active: bool,
 }
 
+/// Authorized projects or groups with the user's roles in each: `(id, roles)`.
+pub type Roles = Vec<(i64, Vec<String>)>;
+
 /// An agent's `user_access` as GitLab evaluates it: who passes, with which roles on which
 /// authorized projects and groups.
 #[derive(Clone, Debug, Default)]
@@ -38,7 +41,7 @@ pub struct AgentAccess {
     /// `true` for `access_as: {user: {}}`; else the agent's identity.
     pub as_user: bool,
     /// user id → (projects, groups), each `(id, roles)`.
-    pub users: HashMap<i64, (Vec<(i64, Vec<String>)>, Vec<(i64, Vec<String>)>)>,
+    pub users: HashMap<i64, (Roles, Roles)>,
 }
 
 #[derive(Clone, Default)]
@@ -202,7 +205,7 @@ async fn authorize_proxy_user(
         )
             .into_response();
     };
-    let entries = |list: &Vec<(i64, Vec<String>)>| {
+    let entries = |list: &Roles| {
         list.iter()
             .map(|(id, roles)| json!({"id": id, "roles": roles}))
             .collect::<Vec<_>>()

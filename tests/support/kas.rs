@@ -55,6 +55,8 @@ type Client =
 
 /// What GitLab answered for one (agent, token), and when.
 type Decision = (Instant, Result<Value, u16>);
+/// One (agent, token)'s decision, locked while GitLab is asked.
+type Slot = Arc<tokio::sync::Mutex<Option<Decision>>>;
 
 struct Inner {
     gitlab: String,
@@ -64,7 +66,7 @@ struct Inner {
     agents: Mutex<HashMap<i64, String>>,
     connected: watch::Sender<u64>,
     /// Per (agent, token); concurrent requests wait for one call to GitLab, as KAS' cache does.
-    decisions: Mutex<HashMap<(i64, String), Arc<tokio::sync::Mutex<Option<Decision>>>>>,
+    decisions: Mutex<HashMap<(i64, String), Slot>>,
     /// Every request KAS received: method, path and query, headers.
     received: Mutex<Vec<(String, String, HeaderMap)>>,
     client: Client,
