@@ -4,7 +4,6 @@
 //! moves; KAS' refusal of envlens' token and a disconnected agent are 503s naming the agent,
 //! never the viewer's own 401.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
@@ -17,13 +16,11 @@ use tower::ServiceExt;
 
 use crate::support::environment::{self, NS, PROJECT, SLUG};
 use crate::support::gitlab::TestGitLab;
-use crate::support::kas::TestKas;
+use crate::support::kas::{through_kas, TestKas, ThroughKas};
 use crate::support::kube_api::{KubeApi, Served};
 use crate::support::*;
 
-const KAS_TOKEN: &str = "glpat-envlens-kas-0123456789";
-/// The GitLab user of envlens' KAS token: Developer of the agent's `user_access` project.
-const BOT: (i64, &str) = (50, "envlens-bot");
+const KAS_TOKEN: &str = crate::support::kas::ENVLENS_TOKEN;
 const DEV: (i64, &str) = (2, "dev");
 const AGENT: i64 = 7;
 const SERVICE_ACCOUNT: &str = "system:serviceaccount:gitlab-agent:gitlab-agent";
@@ -45,15 +42,9 @@ async fn world(metadata: impl FnOnce(&TestGitLab, &TestKas)) -> World {
     let api = KubeApi::new();
     environment::environment(&api);
     let served = api.serve(dir.path()).await;
-    let gitlab = TestGitLab::start().await;
-    let kas = TestKas::start(&gitlab.url, Duration::from_secs(1)).await;
-    kas.connect(AGENT, &served);
-    gitlab
-        .kas
-        .add_token(KAS_TOKEN, BOT.0, BOT.1, &["k8s_proxy", "read_api"]);
-    gitlab.kas.allow(AGENT, 10, false, BOT.0, PROJECT);
+    let ThroughKas { gitlab, kas, yaml } = through_kas(&served, &[(AGENT, 10)], dir.path()).await;
     metadata(&gitlab, &kas);
-    let app = envlens_app(&gitlab, &dir, "").await;
+    let app = envlens_app(&yaml).await;
     World {
         api,
         served,
@@ -64,17 +55,10 @@ async fn world(metadata: impl FnOnce(&TestGitLab, &TestKas)) -> World {
     }
 }
 
-/// envlens with GitLab and KAS, agent 7 with `access_as: agent`, and the environment's
-/// deployments recorded.
-async fn envlens_app(gitlab: &TestGitLab, dir: &TempDir, extra_kas: &str) -> TestApp {
-    let token_file: PathBuf = dir.path().join("kas-token");
-    std::fs::write(&token_file, format!("{KAS_TOKEN}\n")).unwrap();
-    let app = TestApp::with_config(&format!(
-        "kubernetes:\n  response_timeout: 5s\ngitlab:\n  url: {}\n  kas:\n    token_file: {}\n    metadata_interval: 1s\n{extra_kas}",
-        gitlab.url,
-        token_file.display()
-    ))
-    .await;
+/// envlens with GitLab and KAS (`yaml`), agent 7 with `access_as: agent`, and the
+/// environment's deployments recorded.
+async fn envlens_app(yaml: &str) -> TestApp {
+    let app = TestApp::with_config(&format!("kubernetes:\n  response_timeout: 5s\n{yaml}")).await;
     environment::seed(&app).await;
     // The agent's identity, not the viewer's: what GitLab's frontend shows through KAS.
     let config = json!({"ci_access": {"groups": [{"id": "acme/apps"}]},

@@ -443,3 +443,49 @@ fn unauthorized(message: &str) -> Response {
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
+
+/// The token envlens holds for KAS in [`through_kas`].
+pub const ENVLENS_TOKEN: &str = "glpat-envlens-kas-0123456789";
+/// Its GitLab user, Developer in each agent's `user_access`.
+pub const ENVLENS_USER: (i64, &str) = (50, "envlens-bot");
+
+/// GitLab and KAS in front of `served`, for envlens to reach `agents` (`(agent id, its
+/// configuration project)`, `access_as: agent`) through KAS with no `kubernetes.agents` entry.
+pub struct ThroughKas {
+    pub gitlab: super::gitlab::TestGitLab,
+    pub kas: TestKas,
+    /// The `gitlab:` section of envlens' configuration (the token in a file under `dir`).
+    pub yaml: String,
+}
+
+/// [`ThroughKas`]: KAS waits 1 s for a disconnected agent; GitLab's metadata names it (17.6).
+pub async fn through_kas(
+    served: &Served,
+    agents: &[(i64, i64)],
+    dir: &std::path::Path,
+) -> ThroughKas {
+    let gitlab = super::gitlab::TestGitLab::start().await;
+    let kas = TestKas::start(&gitlab.url, Duration::from_secs(1)).await;
+    gitlab.kas.add_token(
+        ENVLENS_TOKEN,
+        ENVLENS_USER.0,
+        ENVLENS_USER.1,
+        &["k8s_proxy", "read_api"],
+    );
+    for &(agent, config_project) in agents {
+        kas.connect(agent, served);
+        gitlab
+            .kas
+            .allow(agent, config_project, false, ENVLENS_USER.0, config_project);
+    }
+    gitlab.kas.set_proxy_url(&kas.proxy_url());
+    let token_file = dir.join("kas-token");
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(&token_file, format!("{ENVLENS_TOKEN}\n")).unwrap();
+    let yaml = format!(
+        "gitlab:\n  url: {}\n  kas:\n    token_file: {}\n    metadata_interval: 1s\n",
+        gitlab.url,
+        token_file.display()
+    );
+    ThroughKas { gitlab, kas, yaml }
+}
