@@ -95,6 +95,23 @@ async fn view(app: &TestApp, environment: &str) -> Value {
     body["data"]["project"]["environment"]["resourceGroup"].clone()
 }
 
+/// Agent 7's `connection`, read by an administrator.
+async fn connection(app: &TestApp) -> Value {
+    let query = r#"{ project(fullPath: "acme/agents") { clusterAgent(name: "prod") {
+        connection { kind status message checkedAt } } } }"#;
+    let (token, _) = mint_session(SESSION_KEY, 1, "root", Duration::from_secs(600)).unwrap();
+    let req = Request::post("/api/graphql")
+        .header(header::AUTHORIZATION, format!("Bearer {token}"))
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(json!({ "query": query }).to_string()))
+        .unwrap();
+    let res = app.send(req).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    let body = res.json();
+    assert!(body.get("errors").is_none(), "{body}");
+    body["data"]["project"]["clusterAgent"]["connection"].clone()
+}
+
 fn names(group: &Value) -> Vec<String> {
     let mut names: Vec<String> = group["resources"]
         .as_array()
@@ -253,6 +270,17 @@ async fn a_token_kas_refuses_is_not_the_viewers_401() {
     // KAS did refuse it, with its own 401.
     assert!(!w.kas.received().is_empty());
 
+    let seen = connection(&w.app).await;
+    assert_eq!(
+        (&seen["kind"], &seen["status"]),
+        (&json!("KAS"), &json!("TOKEN_REFUSED")),
+        "{seen}"
+    );
+    assert!(
+        seen["message"].as_str().unwrap().contains("k8s_proxy"),
+        "{seen}"
+    );
+
     // A view says the same, as one error of code 503, not a 401.
     let group = view(&w.app, SLUG).await;
     let errors = group["errors"].as_array().unwrap();
@@ -269,8 +297,20 @@ async fn a_token_kas_refuses_is_not_the_viewers_401() {
 #[tokio::test]
 async fn a_disconnected_agent_answers_503_per_kind() {
     let w = world(|gitlab, kas| gitlab.kas.set_proxy_url(&kas.proxy_url())).await;
+    let seen = connection(&w.app).await;
+    assert_eq!(
+        seen,
+        json!({"kind": "KAS", "status": "NOT_CHECKED", "message": null, "checkedAt": null})
+    );
     // Connected for a first view of production (discovery is known from then on).
     assert_eq!(view(&w.app, SLUG).await["errors"], json!([]));
+    let seen = connection(&w.app).await;
+    assert_eq!(
+        (&seen["status"], &seen["message"]),
+        (&json!("CONNECTED"), &Value::Null),
+        "{seen}"
+    );
+    assert!(seen["checkedAt"].is_string(), "{seen}");
     w.kas.disconnect(AGENT);
     // A namespace never viewed: each kind's list waits for the agent, then fails.
     deploy_to(&w.app, 9, (103, "elsewhere"), "other-ns").await;
@@ -373,4 +413,17 @@ async fn deploy_to(app: &TestApp, id: i64, env: (i64, &str), namespace: &str) {
         "project": {"id": PROJECT, "path_with_namespace": "acme/apps/web"}});
     let res = app.hook("Deployment Hook", hook.to_string(), None).await;
     assert_eq!(res.status, 200, "{}", res.text());
+}
+
+#[tokio::test]
+async fn an_agent_with_neither_entry_nor_kas_has_no_connection() {
+    let app = TestApp::with_config("kubernetes:\n  response_timeout: 5s\n").await;
+    environment::seed(&app).await;
+    let seen = connection(&app).await;
+    assert_eq!(
+        seen,
+        json!({"kind": "NONE", "status": "NOT_CONFIGURED",
+               "message": format!("No cluster connection is configured for agent {AGENT}"),
+               "checkedAt": null})
+    );
 }

@@ -23,6 +23,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use std::sync::Mutex;
 
 use crate::config::file::{AgentCluster, AgentRef, KubernetesSettings};
+use crate::k8s::connection::{Checked, Condition, ConnectionStatus, RecordLayer};
 use crate::k8s::discovery::DiscoveryCache;
 use crate::k8s::kas::Kas;
 use crate::k8s::observe::ObserveLayer;
@@ -38,6 +39,8 @@ pub struct Cluster {
     pub source: String,
     /// How the cluster is reached.
     pub kind: ConnectionKind,
+    /// How its last request went.
+    pub condition: Condition,
     pub discovery: DiscoveryCache,
     /// The objects of the namespaces viewed, kept by watches (SPEC 8.1).
     pub watch: WatchCache,
@@ -86,6 +89,16 @@ pub struct Clusters {
     pub metrics: Arc<Metrics>,
     /// GitLab's watch API: its tokens and its bound on sockets.
     pub watch_api: Arc<crate::k8s::watch_api::Shared>,
+}
+
+/// An agent's connection as `ClusterAgent.connection` shows it: how (none without one), and how
+/// its last request went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Connection {
+    pub kind: Option<ConnectionKind>,
+    pub status: ConnectionStatus,
+    pub message: Option<String>,
+    pub checked_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// The agent has no cluster connection (SPEC 6): its views answer 503 with this message.
@@ -179,10 +192,12 @@ impl Clusters {
         if let Some(cluster) = built.get(&id) {
             return Ok(cluster.clone());
         }
+        let condition = Condition::new(Some(id));
         let build = || {
             crate::k8s::kas::route::client(
                 through.kas.clone(),
                 id,
+                condition.clone(),
                 self.connect_timeout,
                 self.metrics.clone(),
             )
@@ -197,11 +212,59 @@ impl Clusters {
             build()?,
             format!("GitLab's agent server, as agent {id}"),
             ConnectionKind::Kas,
+            condition,
             self.watch_settings.clone(),
             &self.metrics,
         );
         built.put(id, cluster.clone());
         Ok(cluster)
+    }
+
+    /// How the agent's cluster is reached and how that went last (SPEC 14's
+    /// `ClusterAgent.connection`); asks nothing of any cluster.
+    pub fn connection(&self, id: i64, project_full_path: &str, name: &str) -> Connection {
+        let entry = self.configured.get(&AgentRef::Id(id)).or_else(|| {
+            self.configured
+                .get(&AgentRef::path(project_full_path, name))
+        });
+        let (kind, checked) = match (entry, &self.through_kas) {
+            (Some(cluster), _) => (Some(cluster.kind), cluster.condition.get()),
+            (None, Some(through)) => {
+                let built = through.built.lock().unwrap_or_else(|e| e.into_inner());
+                let checked = built.peek(&id).and_then(|c| c.condition.get());
+                let checked = checked.or_else(|| match through.kas.reach() {
+                    crate::k8s::kas::Reach::Unusable(why) => Some(Checked {
+                        status: ConnectionStatus::Unreachable,
+                        message: Some(format!("GitLab's agent server cannot be used: {why}")),
+                        at: chrono::Utc::now(),
+                    }),
+                    crate::k8s::kas::Reach::Usable { .. } => None,
+                });
+                (Some(ConnectionKind::Kas), checked)
+            }
+            (None, None) => {
+                return Connection {
+                    kind: None,
+                    status: ConnectionStatus::NotConfigured,
+                    message: Some(NoConnection { agent: id }.to_string()),
+                    checked_at: None,
+                }
+            }
+        };
+        match checked {
+            Some(checked) => Connection {
+                kind,
+                status: checked.status,
+                message: checked.message,
+                checked_at: Some(checked.at),
+            },
+            None => Connection {
+                kind,
+                status: ConnectionStatus::NotChecked,
+                message: None,
+                checked_at: None,
+            },
+        }
     }
 
     /// Whether the agent has an entry (for `serve`'s start-up report).
@@ -268,9 +331,16 @@ async fn connect(
     // The cluster's own 429 and 503 answers belong to the caller (the proxy passes them on, a
     // resource group reports them); kube would otherwise retry them for seconds.
     config.default_retry = false;
+    let condition = Condition::new(match entry.agent {
+        AgentRef::Id(id) => Some(id),
+        AgentRef::Path(_) => None,
+    });
     let build = |config: kube::Config| -> anyhow::Result<kube::Client> {
         Ok(kube::client::ClientBuilder::try_from(config)
             .context("cannot build the Kubernetes client")?
+            .with_layer(&RecordLayer {
+                condition: condition.clone(),
+            })
             .with_layer(&ObserveLayer {
                 metrics: metrics.clone(),
             })
@@ -288,6 +358,7 @@ async fn connect(
         streams,
         source,
         kind,
+        condition,
         watch_settings(settings),
         metrics,
     ))
@@ -300,11 +371,13 @@ fn cluster(
     streams: kube::Client,
     source: String,
     kind: ConnectionKind,
+    condition: Condition,
     watch: WatchSettings,
     metrics: &Arc<Metrics>,
 ) -> Cluster {
     Cluster {
         kind,
+        condition,
         discovery: DiscoveryCache::new(client.clone(), DiscoveryCache::DEFAULT_TTL),
         watch: WatchCache::new(client.clone(), streams, watch, metrics.clone()),
         client,

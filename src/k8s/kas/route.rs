@@ -26,6 +26,7 @@ use hyper::body::Incoming;
 use tower::{Layer, Service};
 
 use super::{Kas, Reach};
+use crate::k8s::connection::{Condition, ConnectionStatus};
 
 /// KAS' own error bodies are small `Status` documents; a larger one is not KAS'.
 const MAX_ERROR_BODY: usize = 64 * 1024;
@@ -42,6 +43,8 @@ pub type RouteBody = Either<Incoming, Full<Bytes>>;
 pub struct RouteLayer {
     pub kas: Arc<Kas>,
     pub agent: i64,
+    /// Where the outcome of each request is recorded.
+    pub condition: Condition,
 }
 
 impl<S> Layer<S> for RouteLayer {
@@ -53,6 +56,7 @@ impl<S> Layer<S> for RouteLayer {
             kas: self.kas.clone(),
             agent: self.agent,
             credential: self.kas.credential(self.agent),
+            condition: self.condition.clone(),
         }
     }
 }
@@ -63,6 +67,7 @@ pub struct Route<S> {
     kas: Arc<Kas>,
     agent: i64,
     credential: Option<HeaderValue>,
+    condition: Condition,
 }
 
 impl<S, B> Service<Request<B>> for Route<S>
@@ -87,6 +92,7 @@ where
         let kas = self.kas.clone();
         let agent = self.agent;
         let credential = self.credential.clone();
+        let condition = self.condition.clone();
         Box::pin(async move {
             let (mut parts, body) = request.into_parts();
             if parts
@@ -106,9 +112,11 @@ where
                 Reach::Usable { url, .. } => url,
                 Reach::Unusable(why) => {
                     kas.suspect();
+                    let message = format!("GitLab's agent server cannot be used: {why}");
+                    condition.record(ConnectionStatus::Unreachable, Some(message.clone()));
                     return Ok(status(
                         StatusCode::SERVICE_UNAVAILABLE,
-                        &format!("agent {agent}: GitLab's agent server cannot be used: {why}"),
+                        &format!("agent {agent}: {message}"),
                     ));
                 }
             };
@@ -125,10 +133,12 @@ where
                 Ok(response) => response,
                 Err(e) => {
                     kas.suspect();
-                    return Err(e.into());
+                    let e: BoxError = e.into();
+                    condition.record(ConnectionStatus::Unreachable, Some(e.to_string()));
+                    return Err(e);
                 }
             };
-            Ok(read_answer(response, &kas, agent).await)
+            Ok(read_answer(response, &kas, agent, &condition).await)
         })
     }
 }
@@ -138,6 +148,7 @@ where
 pub fn client(
     kas: Arc<Kas>,
     agent: i64,
+    condition: Condition,
     connect_timeout: Duration,
     metrics: Arc<crate::telemetry::Metrics>,
 ) -> anyhow::Result<kube::Client> {
@@ -154,15 +165,28 @@ pub fn client(
         .context("cannot set up TLS for GitLab's agent server")?;
     let hyper = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
         .build::<_, kube::client::Body>(https);
-    let service = RouteLayer { kas, agent }.layer(hyper);
+    let service = RouteLayer {
+        kas,
+        agent,
+        condition,
+    }
+    .layer(hyper);
     Ok(kube::client::ClientBuilder::new(service, "default")
         .with_layer(&crate::k8s::observe::ObserveLayer { metrics })
         .build())
 }
 
 /// What KAS answered, as the caller is to see it.
-async fn read_answer(response: Response<Incoming>, kas: &Kas, agent: i64) -> Response<RouteBody> {
+async fn read_answer(
+    response: Response<Incoming>,
+    kas: &Kas,
+    agent: i64,
+    condition: &Condition,
+) -> Response<RouteBody> {
     let through_kas = response.headers().contains_key(header::VIA);
+    if through_kas {
+        condition.record(ConnectionStatus::Connected, None);
+    }
     if through_kas || response.status().is_success() || response.status().is_informational() {
         return response.map(Either::Left);
     }
@@ -186,17 +210,16 @@ async fn read_answer(response: Response<Incoming>, kas: &Kas, agent: i64) -> Res
         .as_deref()
         .is_some_and(|m| m.starts_with(KAS_PREFIX));
     if token_refused {
-        tracing::warn!(
-            agent,
-            "GitLab's agent server refused envlens' token for the agent"
-        );
+        // The change of status is logged by the condition, once.
         let said = message.unwrap_or_else(|| "Unauthorized".into());
+        let message = format!(
+            "envlens' token refused by GitLab's agent server ({said}): its user needs the \
+             k8s_proxy scope and Developer access in the agent's user_access"
+        );
+        condition.record(ConnectionStatus::TokenRefused, Some(message.clone()));
         return status(
             StatusCode::SERVICE_UNAVAILABLE,
-            &format!(
-                "agent {agent}: envlens' token refused by GitLab's agent server ({said}): its \
-                 user needs the k8s_proxy scope and Developer access in the agent's user_access"
-            ),
+            &format!("agent {agent}: {message}"),
         );
     }
     if kas_own
@@ -204,12 +227,14 @@ async fn read_answer(response: Response<Incoming>, kas: &Kas, agent: i64) -> Res
             .as_deref()
             .is_some_and(|m| m.contains("Agent connection not found"))
     {
+        let message = format!(
+            "not connected to GitLab's agent server ({})",
+            message.unwrap_or_default()
+        );
+        condition.record(ConnectionStatus::AgentNotConnected, Some(message.clone()));
         return status(
             StatusCode::SERVICE_UNAVAILABLE,
-            &format!(
-                "agent {agent} is not connected to GitLab's agent server ({})",
-                message.unwrap_or_default()
-            ),
+            &format!("agent {agent} is {message}"),
         );
     }
     if parts.status == StatusCode::NOT_FOUND && !kas_own {
