@@ -487,7 +487,7 @@ struct Streaming {
 }
 
 #[derive(Clone, Copy)]
-enum Reach {
+pub enum Reach {
     Kubeconfig,
     Kas,
 }

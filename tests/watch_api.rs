@@ -25,6 +25,7 @@ pub struct Live {
     pub addr: SocketAddr,
     pub api: KubeApi,
     _stop: tokio::sync::oneshot::Sender<()>,
+    _kas: Option<crate::support::kas::ThroughKas>,
     _served: Served,
     _dir: TempDir,
 }
@@ -32,11 +33,33 @@ pub struct Live {
 /// envlens on a socket, over the proxy tests' identity and agents and their cluster (pods
 /// `web-1` and `web-2` in `apps`).
 pub async fn live() -> Live {
+    live_via(proxy::Reach::Kubeconfig).await
+}
+
+/// [`live`], its agents reached as `reach` says: through KAS, agent 9 (`robot`) is reached as
+/// itself with no entry.
+pub async fn live_via(reach: proxy::Reach) -> Live {
     let (api, served, dir) = proxy::cluster().await;
-    let settings = envlens::config::file::Settings::parse(&proxy::config(&served)).unwrap();
-    let clusters = envlens::k8s::clusters::Clusters::load(&settings.kubernetes, Default::default())
-        .await
-        .unwrap();
+    let (yaml, kas) = match reach {
+        proxy::Reach::Kubeconfig => (proxy::config(&served), None),
+        proxy::Reach::Kas => {
+            let kas = crate::support::kas::through_kas(&served, &[(9, 10)], dir.path()).await;
+            let yaml = format!("kubernetes:\n  own_namespace: envlens\n{}", kas.yaml);
+            (yaml, Some(kas))
+        }
+    };
+    let settings = envlens::config::file::Settings::parse(&yaml).unwrap();
+    let mut clusters =
+        envlens::k8s::clusters::Clusters::load(&settings.kubernetes, Default::default())
+            .await
+            .unwrap();
+    if let Some(gitlab) = &settings.gitlab {
+        let kas = envlens::k8s::kas::Kas::start(gitlab, Default::default())
+            .await
+            .unwrap()
+            .expect("gitlab.kas is configured");
+        clusters = clusters.with_kas(kas);
+    }
     let database = postgres::fresh_database().await;
     let state =
         envlens::state::AppState::new(database.clone(), keys(), envlens::config::Limits::default())
@@ -57,6 +80,7 @@ pub async fn live() -> Live {
         addr,
         api,
         _stop: stop,
+        _kas: kas,
         _served: served,
         _dir: dir,
     }
@@ -268,7 +292,16 @@ async fn a_token_takes_the_proxys_checks_and_opens_one_socket() {
 
 #[tokio::test]
 async fn watches_share_a_socket_and_follow_the_cluster_from_the_cache() {
-    let live = live().await;
+    watches_share_a_socket(proxy::Reach::Kubeconfig).await;
+}
+
+#[tokio::test]
+async fn watches_share_a_socket_and_follow_the_cluster_through_kas() {
+    watches_share_a_socket(proxy::Reach::Kas).await;
+}
+
+async fn watches_share_a_socket(reach: proxy::Reach) {
+    let live = live_via(reach).await;
     let mut ws = live.socket(2, 9).await;
     let pods = json!({"version": "v1", "resource": "pods", "namespace": "apps"});
     watch(&mut ws, "all-pods", pods.clone()).await;
