@@ -17,7 +17,8 @@
 //! - a disconnected agent is waited for (20 s in KAS, [`TestKas::start`]'s `wait` here), then
 //!   502 `... Agent connection not found. Is agent up to date and connected?`;
 //! - its own errors are `Status` bodies whose message starts `GitLab Agent Server:`, with its
-//!   `Server` header; answers from the cluster stream through (watches, followed logs).
+//!   `Server` header; answers from the cluster stream through (watches, followed logs), and
+//!   break off when the agent disconnects, as its tunnel goes with it.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -128,8 +129,10 @@ impl TestKas {
         self.inner.connected.send_modify(|n| *n += 1);
     }
 
+    /// The agent's agentk goes away: requests wait for it, and its open streams break off.
     pub fn disconnect(&self, agent: i64) {
         lock(&self.inner.agents).remove(&agent);
+        self.inner.connected.send_modify(|n| *n += 1);
     }
 
     /// Every request received so far: method, path and query, headers.
@@ -230,12 +233,46 @@ async fn proxy(State(kas): State<Arc<Inner>>, request: Request) -> Response {
                 header::VIA,
                 HeaderValue::from_str(&format!("gRPC/1.0 {SERVER}")).unwrap(),
             );
-            Response::from_parts(parts, Body::new(body))
+            let gone = Box::pin(until_disconnected(kas.clone(), agent));
+            Response::from_parts(parts, Body::new(Tunnel { body, gone }))
         }
         Err(e) => kas_error(
             StatusCode::BAD_GATEWAY,
             &format!("HTTP->gRPC: failed to read gRPC response: {e}"),
         ),
+    }
+}
+
+/// Resolves once `agent` is no longer connected.
+async fn until_disconnected(kas: Arc<Inner>, agent: i64) {
+    let mut changes = kas.connected.subscribe();
+    while lock(&kas.agents).contains_key(&agent) {
+        if changes.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// A cluster's answer through the agent's tunnel: it breaks off when the agent disconnects.
+struct Tunnel {
+    body: hyper::body::Incoming,
+    gone: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
+}
+
+impl http_body::Body for Tunnel {
+    type Data = axum::body::Bytes;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        if self.gone.as_mut().poll(cx).is_ready() {
+            return std::task::Poll::Ready(Some(Err("the agent disconnected".into())));
+        }
+        std::pin::Pin::new(&mut self.body)
+            .poll_frame(cx)
+            .map_err(Into::into)
     }
 }
 
