@@ -408,8 +408,14 @@ impl Settings {
         }
         if let Some(kas) = self.gitlab.as_ref().and_then(|g| g.kas.as_ref()) {
             if let Some(url) = &kas.url {
+                let uri = url.trim().parse::<axum::http::Uri>().ok();
+                let valid = uri.is_some_and(|u| {
+                    matches!(u.scheme_str(), Some("http" | "https"))
+                        && u.authority().is_some()
+                        && u.query().is_none()
+                });
                 anyhow::ensure!(
-                    crate::k8s::kas::ProxyUrl::parse(url).is_some(),
+                    valid,
                     "gitlab.kas.url: `{url}` is not an http(s) URL like https://kas.example.com/k8s-proxy"
                 );
             }
