@@ -209,6 +209,17 @@ impl Error {
 
 /// A Kubernetes `Status` answer of envlens' own: `reason` as the API server names it.
 pub fn kubernetes_status(code: StatusCode, message: &str) -> Response {
+    (
+        code,
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        kubernetes_status_body(code, message),
+    )
+        .into_response()
+}
+
+/// The `Status` document of [`kubernetes_status`], for answers made outside axum (a cluster
+/// client's own layer).
+pub fn kubernetes_status_body(code: StatusCode, message: &str) -> String {
     let reason = match code {
         StatusCode::BAD_REQUEST => "BadRequest",
         StatusCode::UNAUTHORIZED => "Unauthorized",
@@ -223,7 +234,7 @@ pub fn kubernetes_status(code: StatusCode, message: &str) -> Response {
         StatusCode::BAD_GATEWAY | StatusCode::SERVICE_UNAVAILABLE => "ServiceUnavailable",
         _ => "InternalError",
     };
-    let body = json!({
+    json!({
         "kind": "Status",
         "apiVersion": "v1",
         "metadata": {},
@@ -231,13 +242,8 @@ pub fn kubernetes_status(code: StatusCode, message: &str) -> Response {
         "message": message,
         "reason": reason,
         "code": code.as_u16(),
-    });
-    (
-        code,
-        [(axum::http::header::CONTENT_TYPE, "application/json")],
-        body.to_string(),
-    )
-        .into_response()
+    })
+    .to_string()
 }
 
 #[cfg(test)]

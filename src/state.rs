@@ -65,10 +65,7 @@ impl AppState {
             metrics: metrics.clone(),
             limits,
             schemas: Schemas::new(),
-            clusters: Arc::new(Clusters::none(
-                &KubernetesSettings::default(),
-                metrics,
-            )),
+            clusters: Arc::new(Clusters::none(&KubernetesSettings::default(), metrics)),
             cors: Arc::default(),
             gitlab: None,
             health: Arc::default(),

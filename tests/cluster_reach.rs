@@ -71,7 +71,8 @@ fn populate(gitlab: &TestGitLab) {
             .insert(66, vec![rest::agent(99, "x", (66, "acme/evil"))]);
         d.files.insert(
             (10, ".gitlab/agents/prod/config.yaml".into(), "main".into()),
-            "user_access:\n  access_as:\n    agent: {}\n  projects:\n    - id: acme/agents\n".into(),
+            "user_access:\n  access_as:\n    agent: {}\n  projects:\n    - id: acme/agents\n"
+                .into(),
         );
         d.files.insert(
             (66, ".gitlab/agents/x/config.yaml".into(), "main".into()),
@@ -154,9 +155,15 @@ async fn an_agent_without_an_entry_reaches_no_cluster() {
         max_projects: 1_000,
         timeout: Duration::from_secs(60),
     };
-    pass(&app.db, &gitlab_api(&gitlab), &scope, &Metrics::default(), &mut |_| {})
-        .await
-        .unwrap();
+    pass(
+        &app.db,
+        &gitlab_api(&gitlab),
+        &scope,
+        &Metrics::default(),
+        &mut |_| {},
+    )
+    .await
+    .unwrap();
     // The attacker's push: their agent's configuration is read again and applied.
     gitlab.rest.with(|d| {
         d.files.insert(
@@ -164,7 +171,9 @@ async fn an_agent_without_an_entry_reaches_no_cluster() {
             "user_access:\n  access_as:\n    agent: {}\n  projects:\n    - id: acme/evil\n  groups:\n    - id: acme\n".into(),
         );
     });
-    let res = app.hook("Push Hook", push_to_evil().to_string(), None).await;
+    let res = app
+        .hook("Push Hook", push_to_evil().to_string(), None)
+        .await;
     assert!(res.status.is_success(), "{}", res.text());
     assert_eq!(res.json()["outcome"], "applied", "{}", res.text());
     let registered: Vec<Value> = app
@@ -186,13 +195,25 @@ async fn an_agent_without_an_entry_reaches_no_cluster() {
         "/k8s-proxy/version",
     ] {
         let res = app.send(get(mal, 99, path)).await;
-        assert_status(&res, 503, "No cluster connection is configured for agent 99");
+        assert_status(
+            &res,
+            503,
+            "No cluster connection is configured for agent 99",
+        );
     }
     // GitLab's watch API asks for a token first: refused the same way.
     let res = app
-        .send(get(mal, 99, "/k8s-proxy/watch?kas-websocket-token-request=true"))
+        .send(get(
+            mal,
+            99,
+            "/k8s-proxy/watch?kas-websocket-token-request=true",
+        ))
         .await;
-    assert_status(&res, 503, "No cluster connection is configured for agent 99");
+    assert_status(
+        &res,
+        503,
+        "No cluster connection is configured for agent 99",
+    );
     assert_eq!(api.requests().len(), sent, "a request reached the cluster");
 
     // A deployment through the agent (its own project is always authorized): the environment's
@@ -263,15 +284,39 @@ async fn the_proxy_refuses_its_own_secrets_and_proxy_subresources_whatever_the_r
     let sent = api.requests().len();
     for (path, message) in [
         (OWN_SECRET, "Secrets of namespace envlens"),
-        ("/k8s-proxy/api/v1/namespaces/envlens/secrets", "Secrets of namespace envlens"),
-        ("/k8s-proxy/api/v1/namespaces/envlens/%73ecrets/envlens-envlens-secrets", "Secrets of namespace envlens"),
-        ("/k8s-proxy/api/v1/watch/namespaces/envlens/secrets", "Secrets of namespace envlens"),
+        (
+            "/k8s-proxy/api/v1/namespaces/envlens/secrets",
+            "Secrets of namespace envlens",
+        ),
+        (
+            "/k8s-proxy/api/v1/namespaces/envlens/%73ecrets/envlens-envlens-secrets",
+            "Secrets of namespace envlens",
+        ),
+        (
+            "/k8s-proxy/api/v1/watch/namespaces/envlens/secrets",
+            "Secrets of namespace envlens",
+        ),
         ("/k8s-proxy/api/v1/secrets", "Secrets of all namespaces"),
-        ("/k8s-proxy/api/v1/secrets?watch=true", "Secrets of all namespaces"),
-        ("/k8s-proxy/api/v1/nodes/node-1/proxy/configz", "proxy subresources"),
-        ("/k8s-proxy/api/v1/namespaces/apps/pods/web-1/proxy/metrics", "proxy subresources"),
-        ("/k8s-proxy/api/v1/namespaces/apps/services/web:80/proxy/", "proxy subresources"),
-        ("/k8s-proxy/api/v1/proxy/namespaces/apps/pods/web-1", "proxy subresources"),
+        (
+            "/k8s-proxy/api/v1/secrets?watch=true",
+            "Secrets of all namespaces",
+        ),
+        (
+            "/k8s-proxy/api/v1/nodes/node-1/proxy/configz",
+            "proxy subresources",
+        ),
+        (
+            "/k8s-proxy/api/v1/namespaces/apps/pods/web-1/proxy/metrics",
+            "proxy subresources",
+        ),
+        (
+            "/k8s-proxy/api/v1/namespaces/apps/services/web:80/proxy/",
+            "proxy subresources",
+        ),
+        (
+            "/k8s-proxy/api/v1/proxy/namespaces/apps/pods/web-1",
+            "proxy subresources",
+        ),
     ] {
         for agent in [7, 9] {
             let res = app.send(get(pdev, agent, path)).await;
@@ -284,7 +329,11 @@ async fn the_proxy_refuses_its_own_secrets_and_proxy_subresources_whatever_the_r
             );
         }
     }
-    assert_eq!(api.requests().len(), sent, "a refused request reached the cluster");
+    assert_eq!(
+        api.requests().len(),
+        sent,
+        "a refused request reached the cluster"
+    );
 
     // Another namespace's Secrets are the cluster's to decide: passed on, and answered.
     let res = app

@@ -26,6 +26,7 @@ mod health_conformance;
 mod health_lua;
 mod history;
 mod identity;
+mod kas;
 mod kube_api;
 mod leases;
 mod ops;

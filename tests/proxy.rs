@@ -475,13 +475,59 @@ async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
+/// A cluster for the streaming tests, reached as SPEC 6 and 14 allow: agent 7 through its
+/// kubeconfig context, or agent 9 (`robot`, `access_as: agent`) with no entry, through KAS.
+struct Streaming {
+    api: KubeApi,
+    app: TestApp,
+    agent: i64,
+    _kas: Option<crate::support::kas::ThroughKas>,
+    _served: Served,
+    _dir: TempDir,
+}
+
+#[derive(Clone, Copy)]
+pub enum Reach {
+    Kubeconfig,
+    Kas,
+}
+
+async fn streaming(reach: Reach) -> Streaming {
+    let (api, served, dir) = cluster().await;
+    let (app, agent, kas) = match reach {
+        Reach::Kubeconfig => (setup(&config(&served)).await, 7, None),
+        Reach::Kas => {
+            let kas = crate::support::kas::through_kas(&served, &[(9, 10)], dir.path()).await;
+            let yaml = format!("kubernetes:\n  own_namespace: envlens\n{}", kas.yaml);
+            (setup(&yaml).await, 9, Some(kas))
+        }
+    };
+    Streaming {
+        api,
+        app,
+        agent,
+        _kas: kas,
+        _served: served,
+        _dir: dir,
+    }
+}
+
 #[tokio::test]
 async fn a_watch_streams_while_open_and_ends_when_the_client_leaves() {
-    let (api, served, _dir) = cluster().await;
-    let app = setup(&config(&served)).await;
+    a_watch_streams(Reach::Kubeconfig).await;
+}
+
+#[tokio::test]
+async fn a_watch_streams_through_kas_and_ends_when_the_client_leaves() {
+    a_watch_streams(Reach::Kas).await;
+}
+
+async fn a_watch_streams(reach: Reach) {
+    let world = streaming(reach).await;
+    let (api, app, agent) = (&world.api, &world.app, world.agent);
     let req = bearer(
         2,
-        7,
+        agent,
         Method::GET,
         &format!("{PODS}?watch=true&resourceVersion=0"),
     )
@@ -511,12 +557,21 @@ async fn a_watch_streams_while_open_and_ends_when_the_client_leaves() {
 
 #[tokio::test]
 async fn followed_logs_arrive_as_written() {
-    let (api, served, _dir) = cluster().await;
-    let app = setup(&config(&served)).await;
+    followed_logs(Reach::Kubeconfig).await;
+}
+
+#[tokio::test]
+async fn followed_logs_arrive_as_written_through_kas() {
+    followed_logs(Reach::Kas).await;
+}
+
+async fn followed_logs(reach: Reach) {
+    let world = streaming(reach).await;
+    let (api, app, agent) = (&world.api, &world.app, world.agent);
     api.set_pod_log("apps", "web-1", None, "first line\n");
     let req = bearer(
         2,
-        7,
+        agent,
         Method::GET,
         "/k8s-proxy/api/v1/namespaces/apps/pods/web-1/log?follow=true",
     )

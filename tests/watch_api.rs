@@ -25,18 +25,41 @@ pub struct Live {
     pub addr: SocketAddr,
     pub api: KubeApi,
     _stop: tokio::sync::oneshot::Sender<()>,
-    _served: Served,
+    pub kas: Option<crate::support::kas::ThroughKas>,
+    pub served: Served,
     _dir: TempDir,
 }
 
 /// envlens on a socket, over the proxy tests' identity and agents and their cluster (pods
 /// `web-1` and `web-2` in `apps`).
 pub async fn live() -> Live {
+    live_via(proxy::Reach::Kubeconfig).await
+}
+
+/// [`live`], its agents reached as `reach` says: through KAS, agent 9 (`robot`) is reached as
+/// itself with no entry.
+pub async fn live_via(reach: proxy::Reach) -> Live {
     let (api, served, dir) = proxy::cluster().await;
-    let settings = envlens::config::file::Settings::parse(&proxy::config(&served)).unwrap();
-    let clusters = envlens::k8s::clusters::Clusters::load(&settings.kubernetes, Default::default())
-        .await
-        .unwrap();
+    let (yaml, kas) = match reach {
+        proxy::Reach::Kubeconfig => (proxy::config(&served), None),
+        proxy::Reach::Kas => {
+            let kas = crate::support::kas::through_kas(&served, &[(9, 10)], dir.path()).await;
+            let yaml = format!("kubernetes:\n  own_namespace: envlens\n{}", kas.yaml);
+            (yaml, Some(kas))
+        }
+    };
+    let settings = envlens::config::file::Settings::parse(&yaml).unwrap();
+    let mut clusters =
+        envlens::k8s::clusters::Clusters::load(&settings.kubernetes, Default::default())
+            .await
+            .unwrap();
+    if let Some(gitlab) = &settings.gitlab {
+        let kas = envlens::k8s::kas::Kas::start(gitlab, Default::default())
+            .await
+            .unwrap()
+            .expect("gitlab.kas is configured");
+        clusters = clusters.with_kas(kas);
+    }
     let database = postgres::fresh_database().await;
     let state =
         envlens::state::AppState::new(database.clone(), keys(), envlens::config::Limits::default())
@@ -57,7 +80,8 @@ pub async fn live() -> Live {
         addr,
         api,
         _stop: stop,
-        _served: served,
+        kas,
+        served,
         _dir: dir,
     }
 }
@@ -268,7 +292,16 @@ async fn a_token_takes_the_proxys_checks_and_opens_one_socket() {
 
 #[tokio::test]
 async fn watches_share_a_socket_and_follow_the_cluster_from_the_cache() {
-    let live = live().await;
+    watches_share_a_socket(proxy::Reach::Kubeconfig).await;
+}
+
+#[tokio::test]
+async fn watches_share_a_socket_and_follow_the_cluster_through_kas() {
+    watches_share_a_socket(proxy::Reach::Kas).await;
+}
+
+async fn watches_share_a_socket(reach: proxy::Reach) {
+    let live = live_via(reach).await;
     let mut ws = live.socket(2, 9).await;
     let pods = json!({"version": "v1", "resource": "pods", "namespace": "apps"});
     watch(&mut ws, "all-pods", pods.clone()).await;
@@ -316,6 +349,61 @@ async fn watches_share_a_socket_and_follow_the_cluster_from_the_cache() {
     assert_eq!(live.api.request_count("list", "pods"), 1);
 }
 
+/// An agent that disconnects from KAS and comes back: the watch cache resumes from its version
+/// through KAS, and what changed meanwhile reaches the socket (nothing lost).
+#[tokio::test]
+async fn a_watch_through_kas_resumes_when_the_agent_comes_back() {
+    let live = live_via(proxy::Reach::Kas).await;
+    let kas = &live.kas.as_ref().unwrap().kas;
+    let mut ws = live.socket(2, 9).await;
+    let pods = json!({"version": "v1", "resource": "pods", "namespace": "apps"});
+    watch(&mut ws, "all-pods", pods).await;
+    assert_eq!(collect(&mut ws, "all-pods", 2).await.len(), 2);
+
+    kas.disconnect(9);
+    live.api.insert(json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "while-away", "namespace": "apps", "labels": {"app": "web"}}}));
+    // Away for longer than KAS waits for an agent (1 s here): the watch broke off with the
+    // tunnel and its resumptions fail meanwhile, so the change cannot arrive yet.
+    let early = tokio::time::timeout(Duration::from_secs(2), async {
+        while let Some(Ok(Message::Text(text))) = ws.next().await {
+            if text.contains("while-away") {
+                return text.to_string();
+            }
+        }
+        String::new()
+    })
+    .await;
+    assert!(
+        early.is_err(),
+        "arrived while the agent was away: {early:?}"
+    );
+    kas.connect(9, &live.served);
+    let deadline = std::time::Instant::now() + Duration::from_secs(40);
+    let mut seen = Vec::new();
+    loop {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never arrived: {seen:?}"
+        );
+        let m = tokio::time::timeout(Duration::from_secs(5), ws.next()).await;
+        let Ok(Some(Ok(Message::Text(text)))) = m else {
+            continue;
+        };
+        let m: Value = serde_json::from_str(&text).unwrap();
+        if m["watchEvent"]["object"]["metadata"]["name"] == "while-away" {
+            assert_eq!(m["watchEvent"]["type"], "ADDED", "{m}");
+            break;
+        }
+        seen.push(m);
+    }
+    // Resumed, not listed again from scratch: the old pods did not come back as ADDED.
+    assert!(
+        !seen.iter().any(|m| m["watchEvent"]["type"] == "ADDED"),
+        "{seen:?}"
+    );
+}
+
 /// The proxy's refusals hold on the socket too (SPEC 13): envlens' own namespace's Secrets and
 /// every namespace's are an error message, whatever the cluster (here: allowing all) says.
 #[tokio::test]
@@ -330,7 +418,11 @@ async fn secrets_of_envlens_namespace_are_refused_on_the_socket() {
         )
         .await;
         let m = next(&mut ws).await;
-        assert_eq!((&m["watchId"], &m["type"]), (&json!(id), &json!("error")), "{m}");
+        assert_eq!(
+            (&m["watchId"], &m["type"]),
+            (&json!(id), &json!("error")),
+            "{m}"
+        );
         assert_eq!(m["error"]["object"]["code"], 403, "{m}");
         assert!(
             m["error"]["object"]["message"]

@@ -146,7 +146,13 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         None => Settings::default(),
     };
     let metrics = std::sync::Arc::new(crate::telemetry::Metrics::default());
-    let clusters = Clusters::load(&settings.kubernetes, metrics).await?;
+    let mut clusters = Clusters::load(&settings.kubernetes, metrics.clone()).await?;
+    // GitLab's agent server (SPEC 14): says where it is, or why it cannot be used.
+    if let Some(gitlab) = &settings.gitlab {
+        if let Some(kas) = crate::k8s::kas::Kas::start(gitlab, metrics).await? {
+            clusters = clusters.with_kas(kas);
+        }
+    }
     // A script that does not compile stops envlens here, naming it.
     let health = Customizations::load(
         settings.health.customizations.as_deref(),
@@ -225,21 +231,32 @@ async fn report_unconnected_agents(state: &AppState) {
     const SHOWN: usize = 20;
     let agents = match crate::db::agents::all(state.db.pg(), 100_000).await {
         Ok(agents) => agents,
-        Err(e) => return tracing::warn!(error = %e, "cannot list the agents to check their connections"),
+        Err(e) => {
+            return tracing::warn!(error = %e, "cannot list the agents to check their connections")
+        }
     };
     let unconnected: Vec<String> = agents
         .iter()
-        .filter(|a| !state.clusters.has_entry(a.id, &a.project_full_path, &a.name))
+        .filter(|a| {
+            !state
+                .clusters
+                .has_entry(a.id, &a.project_full_path, &a.name)
+        })
         .map(|a| format!("{} ({}:{})", a.id, a.project_full_path, a.name))
         .collect();
-    if !unconnected.is_empty() {
+    if !unconnected.is_empty() && state.clusters.kas().is_some() {
+        tracing::info!(
+            count = unconnected.len(),
+            "agents without a kubernetes.agents entry are reached through GitLab's agent server"
+        );
+    } else if !unconnected.is_empty() {
         let more = unconnected.len().saturating_sub(SHOWN);
         tracing::warn!(
             count = unconnected.len(),
             agents = %unconnected[..unconnected.len().min(SHOWN)].join(", "),
             more,
             "agents without a cluster connection: their views answer 503 until kubernetes.agents \
-             names them (a context, or in_cluster: true)"
+             names them (a context, or in_cluster: true), or gitlab.kas is configured"
         );
     }
 }

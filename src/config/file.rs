@@ -158,6 +158,10 @@ fn default_keep_per_environment() -> u32 {
 ///   webhooks:                             # group webhooks' own tokens (SPEC 13), for their Owners
 ///     - group: acme/team-b                # events under this token may change only acme/team-b
 ///       token_file: /etc/envlens/webhook-token-team-b   # and what is below it
+///   kas:                                  # every agent without a kubernetes.agents entry, through GitLab's agent server (SPEC 14)
+///     token_file: /etc/envlens/kas-token  # a `k8s_proxy` token; default: gitlab.token_file's
+///     url: https://kas.example.com/k8s-proxy  # the Kubernetes API proxy; default: from /api/v4/metadata
+///     metadata_interval: 1m               # the metadata is read again at most this often
 /// ```
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -190,6 +194,10 @@ pub struct GitLabSettings {
     /// group's subtree. The instance's token (`--webhook-token-file`) stays trusted for all.
     #[serde(default)]
     pub webhooks: Vec<GroupWebhookSettings>,
+    /// GitLab's agent server: every agent without an entry under `kubernetes.agents` is
+    /// reached through its Kubernetes API proxy (SPEC 14).
+    #[serde(default)]
+    pub kas: Option<KasSettings>,
 }
 
 /// A group webhook's token, given to that group's Owners to configure their webhook with.
@@ -200,6 +208,29 @@ pub struct GroupWebhookSettings {
     pub group: String,
     /// A file holding the token, as `--webhook-token-file` does.
     pub token_file: PathBuf,
+}
+
+/// How envlens reaches clusters through GitLab's agent server (KAS), as `glab` does: the
+/// Kubernetes API proxy, with `Authorization: Bearer pat:<agent id>:<token>`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KasSettings {
+    /// A personal, project or group access token with the `k8s_proxy` scope, whose user is
+    /// Developer or more in each agent's `user_access`; default: `gitlab.token_file`'s token.
+    #[serde(default)]
+    pub token_file: Option<PathBuf>,
+    /// The Kubernetes API proxy's URL (ending `/k8s-proxy`); default: from GitLab's
+    /// `/api/v4/metadata`.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// The shortest time between two reads of the metadata (after a connection failure, or a
+    /// 404 that is not KAS' own).
+    #[serde(default = "default_metadata_interval", deserialize_with = "duration")]
+    pub metadata_interval: Duration,
+}
+
+fn default_metadata_interval() -> Duration {
+    Duration::from_secs(60)
 }
 
 fn default_token_cache() -> Duration {
@@ -434,6 +465,24 @@ impl Settings {
                 ),
             }
         }
+        if let Some(kas) = self.gitlab.as_ref().and_then(|g| g.kas.as_ref()) {
+            if let Some(url) = &kas.url {
+                let uri = url.trim().parse::<axum::http::Uri>().ok();
+                let valid = uri.is_some_and(|u| {
+                    matches!(u.scheme_str(), Some("http" | "https"))
+                        && u.authority().is_some()
+                        && u.query().is_none()
+                });
+                anyhow::ensure!(
+                    valid,
+                    "gitlab.kas.url: `{url}` is not an http(s) URL like https://kas.example.com/k8s-proxy"
+                );
+            }
+            anyhow::ensure!(
+                !kas.metadata_interval.is_zero(),
+                "gitlab.kas.metadata_interval must be longer than zero"
+            );
+        }
         anyhow::ensure!(
             self.history.keep_per_environment >= 1,
             "history.keep_per_environment must be at least 1"
@@ -529,12 +578,14 @@ mod tests {
         );
         // An entry must name its cluster: no entry falls back to a current context.
         assert!(err("kubernetes:\n  agents:\n    - agent: 7\n").contains("names no cluster"));
-        assert!(err("kubernetes:\n  agents:\n    - agent: 7\n      kubeconfig: /k\n")
-            .contains("agent 7 names no cluster"));
         assert!(
-            err("kubernetes:\n  agents:\n    - agent: 7\n      context: a\n      in_cluster: true\n")
-                .contains("both a context and in_cluster")
+            err("kubernetes:\n  agents:\n    - agent: 7\n      kubeconfig: /k\n")
+                .contains("agent 7 names no cluster")
         );
+        assert!(err(
+            "kubernetes:\n  agents:\n    - agent: 7\n      context: a\n      in_cluster: true\n"
+        )
+        .contains("both a context and in_cluster"));
         assert!(err("cors:\n  allowed_origins: ['*']\n").contains("not an origin"));
         assert!(err("history:\n  keep_per_environment: 0\n").contains("at least 1"));
         assert!(err("history:\n  settle_timout: 1m\n").contains("settle_timout"));
@@ -551,5 +602,29 @@ mod tests {
         )
         .contains("more than one entry"));
         assert!(hooks("    - {group: acme}\n").contains("token_file"));
+        let kas =
+            |rest: &str| format!("gitlab:\n  url: https://gitlab.example.com\n  kas:\n{rest}");
+        assert!(err(&kas("    url: kas.example.com\n")).contains("not an http(s) URL"));
+        assert!(err(&kas("    tokn_file: /t\n")).contains("tokn_file"));
+    }
+
+    #[test]
+    fn reads_the_agent_servers_section() {
+        let s = Settings::parse(
+            "gitlab:\n  url: https://gitlab.example.com\n  kas:\n    token_file: /etc/envlens/kas\n    url: https://kas.example.com/k8s-proxy/\n",
+        )
+        .unwrap();
+        let kas = s.gitlab.unwrap().kas.unwrap();
+        assert_eq!(
+            kas.token_file.as_deref(),
+            Some(Path::new("/etc/envlens/kas"))
+        );
+        assert_eq!(
+            kas.url.as_deref(),
+            Some("https://kas.example.com/k8s-proxy/")
+        );
+        assert_eq!(kas.metadata_interval, Duration::from_secs(60));
+        let none = Settings::parse("gitlab:\n  url: https://gitlab.example.com\n").unwrap();
+        assert!(none.gitlab.unwrap().kas.is_none());
     }
 }

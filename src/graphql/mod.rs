@@ -1,6 +1,7 @@
 //! GraphQL at `POST /api/graphql` (SPEC 5.1), and its explorer at `GET /-/graphql-explorer`.
 
 mod agents;
+mod connection;
 mod cost;
 mod documents;
 pub mod explorer;

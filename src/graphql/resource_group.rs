@@ -64,7 +64,8 @@ pub async fn load(
     {
         Ok(cluster) => cluster,
         Err(none) => {
-            let group = group::ResourceGroup::unreadable(&namespace, &selector, 503, none.to_string());
+            let group =
+                group::ResourceGroup::unreadable(&namespace, &selector, 503, none.to_string());
             return Ok(ResourceGroup::new(
                 DeploymentAgent { agent, namespace },
                 Arc::new(group),
@@ -94,8 +95,17 @@ pub async fn load(
             &options,
             custom,
         )
-        .await
-        .map_err(|e| unreachable(&e))?;
+        .await;
+    let assembled = match assembled {
+        Ok(assembled) => assembled,
+        // The connection answered 503 before any kind could be listed (an agent not connected
+        // to GitLab's agent server, a token it refused): one entry of code 503, as for an agent
+        // without a connection (SPEC 6, 14).
+        Err(crate::k8s::fetch::FetchError::Discovery(e)) if e.code == Some(503) => Arc::new(
+            group::ResourceGroup::unreadable(&namespace, &selector, 503, e.message),
+        ),
+        Err(e) => return Err(unreachable(&e)),
+    };
     Ok(ResourceGroup::new(
         DeploymentAgent { agent, namespace },
         assembled,

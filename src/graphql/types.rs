@@ -855,4 +855,9 @@ impl ClusterAgent {
     ) -> Result<Option<Connection<String, ClusterAgentToken>>> {
         agents::tokens(ctx, &self.0, first, after).await.map(Some)
     }
+
+    /// How envlens reaches the agent's cluster, and how its last request there went.
+    async fn connection(&self, ctx: &Context<'_>) -> Result<super::connection::AgentConnection> {
+        super::connection::of(ctx, self).await
+    }
 }

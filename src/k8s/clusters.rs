@@ -2,14 +2,17 @@
 //!
 //! In GitLab an agent reaches exactly one cluster, the one its agentk runs in. envlens keeps
 //! that rule: an agent is reached only through an entry of the configuration file that names
-//! it (a kubeconfig context, or `in_cluster: true` for the pod's own service account). There is
-//! no catch-all: a kubeconfig's current context, or the pod's account, is never lent to an
-//! agent that does not name it, since any Maintainer can register an agent and would otherwise
-//! read whatever envlens' own identity can. An agent without an entry has no connection
-//! ([`NoConnection`]): its views say so (503), nothing is sent anywhere.
+//! it (a kubeconfig context, or `in_cluster: true` for the pod's own service account), or, when
+//! `gitlab.kas` is configured, through GitLab's agent server as itself (SPEC 14), which routes
+//! to that agent's agentk and nowhere else. There is no catch-all: a kubeconfig's current
+//! context, or the pod's account, is never lent to an agent that does not name it, since any
+//! Maintainer can register an agent and would otherwise read whatever envlens' own identity
+//! can. An agent with neither has no connection ([`NoConnection`]): its views say so (503),
+//! nothing is sent anywhere.
 //!
-//! Clients are built once, at start-up, so that a context that does not exist stops `serve`
-//! with a message naming the agent and the context rather than failing a user's request later.
+//! Entries' clients are built once, at start-up, so that a context that does not exist stops
+//! `serve` with a message naming the agent and the context rather than failing a user's request
+//! later. Clients through KAS are built on an agent's first use and kept (a bounded number).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -17,9 +20,12 @@ use std::time::Duration;
 
 use anyhow::Context;
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use std::sync::Mutex;
 
 use crate::config::file::{AgentCluster, AgentRef, KubernetesSettings};
+use crate::k8s::connection::{Checked, Condition, ConnectionStatus, RecordLayer};
 use crate::k8s::discovery::DiscoveryCache;
+use crate::k8s::kas::Kas;
 use crate::k8s::observe::{KnownResources, ObserveLayer};
 use crate::k8s::watch::{WatchCache, WatchSettings};
 use crate::telemetry::Metrics;
@@ -31,15 +37,48 @@ pub struct Cluster {
     pub client: kube::Client,
     /// e.g. `context "prod" of /etc/envlens/kubeconfig`.
     pub source: String,
-    /// Reached with the pod's own service account (`in_cluster: true`).
-    pub in_cluster: bool,
+    /// How the cluster is reached.
+    pub kind: ConnectionKind,
+    /// How its last request went.
+    pub condition: Condition,
     pub discovery: DiscoveryCache,
     /// The objects of the namespaces viewed, kept by watches (SPEC 8.1).
     pub watch: WatchCache,
 }
 
+/// How an agent's cluster is reached (SPEC 14's `AgentConnection.kind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnectionKind {
+    /// Through GitLab's agent server, as the agent.
+    Kas,
+    /// A context of a kubeconfig file.
+    Kubeconfig,
+    /// The pod's own service account (`in_cluster: true`).
+    InCluster,
+}
+
+impl Cluster {
+    /// Reached with the pod's own service account (`in_cluster: true`).
+    pub fn in_cluster(&self) -> bool {
+        self.kind == ConnectionKind::InCluster
+    }
+}
+
+/// The most agents whose clients through KAS are kept; past it, the least recently used one
+/// is dropped (and built again on its next use).
+const MAX_KAS_CLUSTERS: usize = 10_000;
+
+/// Every agent without an entry, reached through KAS: their clients, built on first use.
+struct ThroughKas {
+    kas: Arc<Kas>,
+    built: Mutex<lru::LruCache<i64, Cluster>>,
+}
+
 pub struct Clusters {
     configured: HashMap<AgentRef, Cluster>,
+    through_kas: Option<ThroughKas>,
+    connect_timeout: Duration,
+    watch_settings: WatchSettings,
     /// The namespace envlens runs in: the proxy never forwards its Secrets
     /// ([`crate::k8s::request_info`]).
     pub own_namespace: Option<String>,
@@ -50,6 +89,16 @@ pub struct Clusters {
     pub metrics: Arc<Metrics>,
     /// GitLab's watch API: its tokens and its bound on sockets.
     pub watch_api: Arc<crate::k8s::watch_api::Shared>,
+}
+
+/// An agent's connection as `ClusterAgent.connection` shows it: how (none without one), and how
+/// its last request went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Connection {
+    pub kind: Option<ConnectionKind>,
+    pub status: ConnectionStatus,
+    pub message: Option<String>,
+    pub checked_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// The agent has no cluster connection (SPEC 6): its views answer 503 with this message.
@@ -73,9 +122,9 @@ impl Clusters {
     ) -> anyhow::Result<Self> {
         let mut configured = HashMap::new();
         for entry in &settings.agents {
-            let cluster = connect(entry, settings, &metrics)
-                .await
-                .with_context(|| format!("kubernetes.agents: {}, {}", entry.agent, entry.target()))?;
+            let cluster = connect(entry, settings, &metrics).await.with_context(|| {
+                format!("kubernetes.agents: {}, {}", entry.agent, entry.target())
+            })?;
             configured.insert(entry.agent.clone(), cluster);
         }
         Ok(Clusters {
@@ -93,6 +142,9 @@ impl Clusters {
         });
         Clusters {
             configured: HashMap::new(),
+            through_kas: None,
+            connect_timeout: settings.connect_timeout,
+            watch_settings: watch_settings(settings),
             own_namespace,
             response_timeout: settings.response_timeout,
             grants: crate::k8s::grants::GrantCache::new(settings.access_cache),
@@ -101,21 +153,122 @@ impl Clusters {
         }
     }
 
-    /// The cluster of an agent: its entry by id, else by path; none without an entry.
+    /// Every agent without an entry is reached through `kas` from now on.
+    pub fn with_kas(mut self, kas: Arc<Kas>) -> Self {
+        self.through_kas = Some(ThroughKas {
+            kas,
+            built: Mutex::new(lru::LruCache::new(
+                std::num::NonZeroUsize::new(MAX_KAS_CLUSTERS).expect("not zero"),
+            )),
+        });
+        self
+    }
+
+    /// GitLab's agent server, when configured.
+    pub fn kas(&self) -> Option<&Arc<Kas>> {
+        self.through_kas.as_ref().map(|t| &t.kas)
+    }
+
+    /// The cluster of an agent: its entry by id, else by path, else through KAS when
+    /// configured; none otherwise.
     pub async fn for_agent(
         &self,
         id: i64,
         project_full_path: &str,
         name: &str,
     ) -> Result<Cluster, NoConnection> {
-        self.configured
-            .get(&AgentRef::Id(id))
-            .or_else(|| {
-                self.configured
-                    .get(&AgentRef::path(project_full_path, name))
+        let entry = self.configured.get(&AgentRef::Id(id)).or_else(|| {
+            self.configured
+                .get(&AgentRef::path(project_full_path, name))
+        });
+        if let Some(cluster) = entry {
+            return Ok(cluster.clone());
+        }
+        let through = self
+            .through_kas
+            .as_ref()
+            .ok_or(NoConnection { agent: id })?;
+        let mut built = through.built.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(cluster) = built.get(&id) {
+            return Ok(cluster.clone());
+        }
+        let condition = Condition::new(Some(id));
+        // The labels of the cluster's requests are the resources its discovery knows.
+        let known = KnownResources::default();
+        let build = || {
+            crate::k8s::kas::route::client(
+                through.kas.clone(),
+                id,
+                condition.clone(),
+                self.connect_timeout,
+                self.metrics.clone(),
+                known.clone(),
+            )
+            .map_err(|e| {
+                tracing::error!(agent = id, error = %format!("{e:#}"), "cannot build a client through GitLab's agent server");
+                NoConnection { agent: id }
             })
-            .cloned()
-            .ok_or(NoConnection { agent: id })
+        };
+        // The watch cache's streams get a client, so a connection pool, of their own.
+        let cluster = cluster(
+            build()?,
+            build()?,
+            format!("GitLab's agent server, as agent {id}"),
+            ConnectionKind::Kas,
+            condition,
+            known,
+            self.watch_settings.clone(),
+            &self.metrics,
+        );
+        built.put(id, cluster.clone());
+        Ok(cluster)
+    }
+
+    /// How the agent's cluster is reached and how that went last (SPEC 14's
+    /// `ClusterAgent.connection`); asks nothing of any cluster.
+    pub fn connection(&self, id: i64, project_full_path: &str, name: &str) -> Connection {
+        let entry = self.configured.get(&AgentRef::Id(id)).or_else(|| {
+            self.configured
+                .get(&AgentRef::path(project_full_path, name))
+        });
+        let (kind, checked) = match (entry, &self.through_kas) {
+            (Some(cluster), _) => (Some(cluster.kind), cluster.condition.get()),
+            (None, Some(through)) => {
+                let built = through.built.lock().unwrap_or_else(|e| e.into_inner());
+                let checked = built.peek(&id).and_then(|c| c.condition.get());
+                let checked = checked.or_else(|| match through.kas.reach() {
+                    crate::k8s::kas::Reach::Unusable(why) => Some(Checked {
+                        status: ConnectionStatus::Unreachable,
+                        message: Some(format!("GitLab's agent server cannot be used: {why}")),
+                        at: chrono::Utc::now(),
+                    }),
+                    crate::k8s::kas::Reach::Usable { .. } => None,
+                });
+                (Some(ConnectionKind::Kas), checked)
+            }
+            (None, None) => {
+                return Connection {
+                    kind: None,
+                    status: ConnectionStatus::NotConfigured,
+                    message: Some(NoConnection { agent: id }.to_string()),
+                    checked_at: None,
+                }
+            }
+        };
+        match checked {
+            Some(checked) => Connection {
+                kind,
+                status: checked.status,
+                message: checked.message,
+                checked_at: Some(checked.at),
+            },
+            None => Connection {
+                kind,
+                status: ConnectionStatus::NotChecked,
+                message: None,
+                checked_at: None,
+            },
+        }
     }
 
     /// Whether the agent has an entry (for `serve`'s start-up report).
@@ -153,7 +306,10 @@ async fn connect(
             let file = Kubeconfig::read_from(path)
                 .with_context(|| format!("cannot read kubeconfig {}", path.display()))?;
             let config = kube::Config::from_custom_kubeconfig(file, &options).await?;
-            (config, format!("context \"{context}\" of {}", path.display()))
+            (
+                config,
+                format!("context \"{context}\" of {}", path.display()),
+            )
         }
         (Some(context), None) => {
             let options = KubeConfigOptions {
@@ -161,7 +317,10 @@ async fn connect(
                 ..Default::default()
             };
             let config = kube::Config::from_kubeconfig(&options).await?;
-            (config, format!("context \"{context}\" of the default kubeconfig"))
+            (
+                config,
+                format!("context \"{context}\" of the default kubeconfig"),
+            )
         }
         (None, _) => {
             let config = kube::Config::incluster()
@@ -178,9 +337,16 @@ async fn connect(
     config.default_retry = false;
     // The labels of the cluster's requests are the resources its discovery knows.
     let known = KnownResources::default();
+    let condition = Condition::new(match entry.agent {
+        AgentRef::Id(id) => Some(id),
+        AgentRef::Path(_) => None,
+    });
     let build = |config: kube::Config| -> anyhow::Result<kube::Client> {
         Ok(kube::client::ClientBuilder::try_from(config)
             .context("cannot build the Kubernetes client")?
+            .with_layer(&RecordLayer {
+                condition: condition.clone(),
+            })
             .with_layer(&ObserveLayer {
                 metrics: metrics.clone(),
                 known: known.clone(),
@@ -190,16 +356,40 @@ async fn connect(
     // The watch cache's streams get a client, so a connection pool, of their own.
     let streams = build(config.clone())?;
     let client = build(config)?;
-    Ok(Cluster {
-        in_cluster: entry.context.is_none(),
+    let kind = match entry.context {
+        Some(_) => ConnectionKind::Kubeconfig,
+        None => ConnectionKind::InCluster,
+    };
+    Ok(cluster(
+        client,
+        streams,
+        source,
+        kind,
+        condition,
+        known,
+        watch_settings(settings),
+        metrics,
+    ))
+}
+
+/// A cluster over its clients: its discovery and its watch cache, the same for every kind of
+/// connection.
+fn cluster(
+    client: kube::Client,
+    streams: kube::Client,
+    source: String,
+    kind: ConnectionKind,
+    condition: Condition,
+    known: KnownResources,
+    watch: WatchSettings,
+    metrics: &Arc<Metrics>,
+) -> Cluster {
+    Cluster {
+        kind,
+        condition,
         discovery: DiscoveryCache::telling(client.clone(), DiscoveryCache::DEFAULT_TTL, known),
-        watch: WatchCache::new(
-            client.clone(),
-            streams,
-            watch_settings(settings),
-            metrics.clone(),
-        ),
+        watch: WatchCache::new(client.clone(), streams, watch, metrics.clone()),
         client,
         source,
-    })
+    }
 }

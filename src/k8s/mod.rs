@@ -4,9 +4,11 @@
 //! the proxy for the browser, and GitLab's watch API over the watch cache. The decisions over what comes back live in `resources`.
 
 pub mod clusters;
+pub mod connection;
 pub mod discovery;
 pub mod fetch;
 pub mod grants;
+pub mod kas;
 pub mod observe;
 pub mod own_rules;
 pub mod proxy;

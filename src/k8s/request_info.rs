@@ -133,27 +133,53 @@ mod tests {
 
     #[test]
     fn reads_paths_as_the_api_server_does() {
-        let info = RequestInfo::parse("/apis/apps/v1/namespaces/shop/deployments/web/scale").unwrap();
+        let info =
+            RequestInfo::parse("/apis/apps/v1/namespaces/shop/deployments/web/scale").unwrap();
         assert_eq!(
-            (info.group.as_str(), info.version.as_str(), info.namespace.as_str()),
+            (
+                info.group.as_str(),
+                info.version.as_str(),
+                info.namespace.as_str()
+            ),
             ("apps", "v1", "shop")
         );
         assert_eq!(
-            (info.resource.as_str(), info.name.as_str(), info.subresource.as_str()),
+            (
+                info.resource.as_str(),
+                info.name.as_str(),
+                info.subresource.as_str()
+            ),
             ("deployments", "web", "scale")
         );
         let info = RequestInfo::parse("/api/v1/namespaces/shop").unwrap();
-        assert_eq!((info.resource.as_str(), info.name.as_str()), ("namespaces", "shop"));
+        assert_eq!(
+            (info.resource.as_str(), info.name.as_str()),
+            ("namespaces", "shop")
+        );
         assert_eq!(info.namespace, "shop");
         let info = RequestInfo::parse("/api/v1/namespaces/shop/status").unwrap();
         assert_eq!(
-            (info.resource.as_str(), info.name.as_str(), info.subresource.as_str()),
+            (
+                info.resource.as_str(),
+                info.name.as_str(),
+                info.subresource.as_str()
+            ),
             ("namespaces", "shop", "status")
         );
         let info = RequestInfo::parse("/api/v1/watch/namespaces/shop/pods").unwrap();
-        assert_eq!((info.namespace.as_str(), info.resource.as_str()), ("shop", "pods"));
+        assert_eq!(
+            (info.namespace.as_str(), info.resource.as_str()),
+            ("shop", "pods")
+        );
         assert_eq!(info.verb_prefix.as_deref(), Some("watch"));
-        for other in ["/version", "/api", "/api/v1", "/apis/apps/v1", "/openapi/v2", "/"] {
+        for other in [
+            "/version",
+            "/api",
+            "/api/v1",
+            "/apis/apps/v1",
+            "/openapi/v2",
+            "/",
+        ] {
             assert_eq!(RequestInfo::parse(other), None, "{other}");
         }
     }

@@ -89,6 +89,8 @@ pub struct TestGitLab {
     pub oauth: Arc<std::sync::Mutex<OAuth>>,
     /// The REST API's data, its log of calls and its faults.
     pub rest: super::gitlab_rest::Rest,
+    /// Its agent server's side: the metadata, and the tokens and `user_access` it authorizes.
+    pub kas: super::gitlab_kas::KasSide,
     rsa: EncodingKey,
     ec: EncodingKey,
     other: EncodingKey,
@@ -175,9 +177,11 @@ impl TestGitLab {
         let rest_api = Router::new()
             .fallback(super::gitlab_rest::handle)
             .with_state(rest.clone());
+        let kas = super::gitlab_kas::KasSide::default();
         let router = router
             .with_state(provider)
             .merge(token_routes)
+            .merge(kas.routes())
             .fallback_service(rest_api);
         tokio::spawn(async move { axum::serve(listener, router).await });
         TestGitLab {
@@ -189,6 +193,7 @@ impl TestGitLab {
             failing,
             key_fetches,
             rest,
+            kas,
             rsa,
             ec,
             other,

@@ -5,7 +5,9 @@ pub mod browser;
 pub mod demo;
 pub mod environment;
 pub mod gitlab;
+pub mod gitlab_kas;
 pub mod gitlab_rest;
+pub mod kas;
 pub mod kube_api;
 pub mod postgres;
 
@@ -100,10 +102,19 @@ impl TestApp {
     /// [`TestApp::with_config`], the state then changed by `adjust` (a GitLab beside it, say).
     pub async fn with_config_then(yaml: &str, adjust: impl FnOnce(AppState) -> AppState) -> Self {
         let settings = envlens::config::file::Settings::parse(yaml).expect("test configuration");
-        let clusters =
+        let mut clusters =
             envlens::k8s::clusters::Clusters::load(&settings.kubernetes, Default::default())
                 .await
                 .expect("test clusters");
+        // GitLab's agent server, as `serve` finds it (SPEC 14).
+        if let Some(gitlab) = &settings.gitlab {
+            if let Some(kas) = envlens::k8s::kas::Kas::start(gitlab, Default::default())
+                .await
+                .expect("test KAS")
+            {
+                clusters = clusters.with_kas(kas);
+            }
+        }
         let database = postgres::fresh_database().await;
         let health = envlens::resources::health::Customizations::load(
             settings.health.customizations.as_deref(),

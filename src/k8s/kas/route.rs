@@ -1,0 +1,287 @@
+//! The client of one agent through KAS: every request goes to the proxy's current address
+//! with the agent's credential, and KAS' own answers are read before anyone else sees them.
+//!
+//! - KAS' 401 (`Gitlab-Unauthorized: true`) refuses envlens' token, not the viewer: it
+//!   becomes a 503 `Status` naming the agent, so no viewer ever reads it as their own 401.
+//! - KAS' `Agent connection not found` (after its 20 s wait) becomes a 503 naming the agent.
+//! - No answer at all, or a 404 that is not KAS' (no `Via` of KAS, no `GitLab Agent Server:`
+//!   message: something else now answers at that address), has the metadata read again.
+//! - A request carrying `Impersonate-*` is refused here (501): KAS cannot impersonate for
+//!   envlens (agentk refuses nested impersonation), and sending it as the agent would show a
+//!   viewer what the agent sees. Fails closed.
+//!
+//! Answers that came through KAS (with its `Via`) stream on untouched: watches and followed
+//! logs included.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::http::{header, HeaderValue, Request, Response, StatusCode, Uri};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Either, Full, Limited};
+use hyper::body::Incoming;
+use tower::{Layer, Service};
+
+use super::{Kas, Reach};
+use crate::k8s::connection::{Condition, ConnectionStatus};
+
+/// KAS' own error bodies are small `Status` documents; a larger one is not KAS'.
+const MAX_ERROR_BODY: usize = 64 * 1024;
+/// How long an error body may take to arrive.
+const ERROR_BODY_TIMEOUT: Duration = Duration::from_secs(5);
+/// The prefix of every message of KAS' own errors.
+pub const KAS_PREFIX: &str = "GitLab Agent Server:";
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub type RouteBody = Either<Incoming, Full<Bytes>>;
+
+/// Sends an agent's requests through KAS.
+#[derive(Clone)]
+pub struct RouteLayer {
+    pub kas: Arc<Kas>,
+    pub agent: i64,
+    /// Where the outcome of each request is recorded.
+    pub condition: Condition,
+}
+
+impl<S> Layer<S> for RouteLayer {
+    type Service = Route<S>;
+
+    fn layer(&self, inner: S) -> Route<S> {
+        Route {
+            inner,
+            kas: self.kas.clone(),
+            agent: self.agent,
+            credential: self.kas.credential(self.agent),
+            condition: self.condition.clone(),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct Route<S> {
+    inner: S,
+    kas: Arc<Kas>,
+    agent: i64,
+    credential: Option<HeaderValue>,
+    condition: Condition,
+}
+
+impl<S, B> Service<Request<B>> for Route<S>
+where
+    S: Service<Request<B>, Response = Response<Incoming>> + Clone + Send + 'static,
+    S::Error: Into<BoxError>,
+    S::Future: Send,
+    B: Send + 'static,
+{
+    type Response = Response<RouteBody>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        // The service that was made ready is the one to call (tower's contract).
+        let ready = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, ready);
+        let kas = self.kas.clone();
+        let agent = self.agent;
+        let credential = self.credential.clone();
+        let condition = self.condition.clone();
+        Box::pin(async move {
+            let (mut parts, body) = request.into_parts();
+            if parts
+                .headers
+                .keys()
+                .any(|name| name.as_str().starts_with("impersonate-"))
+            {
+                return Ok(status(
+                    StatusCode::NOT_IMPLEMENTED,
+                    &format!(
+                        "agent {agent} is reached through GitLab's agent server, which cannot \
+                         impersonate a viewer (access_as: user)"
+                    ),
+                ));
+            }
+            let url = match kas.reach() {
+                Reach::Usable { url, .. } => url,
+                Reach::Unusable(why) => {
+                    kas.suspect();
+                    let message = format!("GitLab's agent server cannot be used: {why}");
+                    condition.record(ConnectionStatus::Unreachable, Some(message.clone()));
+                    return Ok(status(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        &format!("agent {agent}: {message}"),
+                    ));
+                }
+            };
+            let Some(credential) = credential else {
+                return Ok(status(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &format!("agent {agent}: no token for GitLab's agent server"),
+                ));
+            };
+            let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+            parts.uri = url.join(path)?;
+            parts.headers.insert(header::AUTHORIZATION, credential);
+            let response = match inner.call(Request::from_parts(parts, body)).await {
+                Ok(response) => response,
+                Err(e) => {
+                    kas.suspect();
+                    let e: BoxError = e.into();
+                    condition.record(ConnectionStatus::Unreachable, Some(e.to_string()));
+                    return Err(e);
+                }
+            };
+            Ok(read_answer(response, &kas, agent, &condition).await)
+        })
+    }
+}
+
+/// The `kube::Client` of `agent` through KAS, counted by `metrics` like every cluster's. TLS
+/// is verified against the system's roots, as kube does for a cluster without its own CA.
+pub fn client(
+    kas: Arc<Kas>,
+    agent: i64,
+    condition: Condition,
+    connect_timeout: Duration,
+    metrics: Arc<crate::telemetry::Metrics>,
+    known: crate::k8s::observe::KnownResources,
+) -> anyhow::Result<kube::Client> {
+    use anyhow::Context as _;
+    use kube::client::ConfigExt;
+    let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    http.set_connect_timeout(Some(connect_timeout));
+    // The configuration only lends its TLS settings: the address is the route's to set.
+    let tls = kube::Config::new(Uri::from_static("https://kas.invalid"));
+    let https = tls
+        .rustls_https_connector_with_connector(http)
+        .context("cannot set up TLS for GitLab's agent server")?;
+    let hyper = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build::<_, kube::client::Body>(https);
+    let service = RouteLayer {
+        kas,
+        agent,
+        condition,
+    }
+    .layer(hyper);
+    Ok(kube::client::ClientBuilder::new(service, "default")
+        .with_layer(&crate::k8s::observe::ObserveLayer { metrics, known })
+        .build())
+}
+
+/// What KAS answered, as the caller is to see it.
+async fn read_answer(
+    response: Response<Incoming>,
+    kas: &Kas,
+    agent: i64,
+    condition: &Condition,
+) -> Response<RouteBody> {
+    let through_kas = response.headers().contains_key(header::VIA);
+    if through_kas {
+        condition.record(ConnectionStatus::Connected, None);
+    }
+    if through_kas || response.status().is_success() || response.status().is_informational() {
+        return response.map(Either::Left);
+    }
+    let token_refused = response.status() == StatusCode::UNAUTHORIZED
+        && response
+            .headers()
+            .get("gitlab-unauthorized")
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true"));
+    let (parts, body) = response.into_parts();
+    let read = tokio::time::timeout(
+        ERROR_BODY_TIMEOUT,
+        Limited::new(body, MAX_ERROR_BODY).collect(),
+    )
+    .await;
+    let bytes = match read {
+        Ok(Ok(collected)) => collected.to_bytes(),
+        _ => Bytes::new(),
+    };
+    let message = status_message(&bytes);
+    let kas_own = message
+        .as_deref()
+        .is_some_and(|m| m.starts_with(KAS_PREFIX));
+    if token_refused {
+        // The change of status is logged by the condition, once.
+        let said = message.unwrap_or_else(|| "Unauthorized".into());
+        let message = format!(
+            "envlens' token refused by GitLab's agent server ({said}): its user needs the \
+             k8s_proxy scope and Developer access in the agent's user_access"
+        );
+        condition.record(ConnectionStatus::TokenRefused, Some(message.clone()));
+        return status(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &format!("agent {agent}: {message}"),
+        );
+    }
+    if kas_own
+        && message
+            .as_deref()
+            .is_some_and(|m| m.contains("Agent connection not found"))
+    {
+        let message = format!(
+            "not connected to GitLab's agent server ({})",
+            message.unwrap_or_default()
+        );
+        condition.record(ConnectionStatus::AgentNotConnected, Some(message.clone()));
+        return status(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &format!("agent {agent} is {message}"),
+        );
+    }
+    if parts.status == StatusCode::NOT_FOUND && !kas_own {
+        kas.suspect();
+    }
+    Response::from_parts(parts, Either::Right(Full::new(bytes)))
+}
+
+/// The `message` of a Kubernetes `Status` body, else the body as text.
+fn status_message(body: &[u8]) -> Option<String> {
+    if let Ok(status) = serde_json::from_slice::<serde_json::Value>(body) {
+        if let Some(message) = status.get("message").and_then(|m| m.as_str()) {
+            return Some(message.to_owned());
+        }
+    }
+    let text = std::str::from_utf8(body).ok()?.trim();
+    (!text.is_empty()).then(|| text.to_owned())
+}
+
+/// A Kubernetes `Status` answer of envlens' own.
+fn status(code: StatusCode, message: &str) -> Response<RouteBody> {
+    let body = crate::error::kubernetes_status_body(code, message);
+    let mut response = Response::new(Either::Right(Full::new(Bytes::from(body))));
+    *response.status_mut() = code;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_kas_status_messages() {
+        let body = br#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"GitLab Agent Server: Unauthorized","reason":"Unauthorized","code":401}"#;
+        assert_eq!(
+            status_message(body).as_deref(),
+            Some("GitLab Agent Server: Unauthorized")
+        );
+        assert_eq!(
+            status_message(b"404 page not found\n").as_deref(),
+            Some("404 page not found")
+        );
+        assert_eq!(status_message(b""), None);
+    }
+}

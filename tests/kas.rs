@@ -1,0 +1,429 @@
+//! Clusters reached through GitLab's agent server (SPEC 14): an agent with no
+//! `kubernetes.agents` entry is reached through the KAS-shaped proxy (`support::kas`) as itself,
+//! its address found in GitLab's metadata (17.6's and 17.5's shapes) and found again when KAS
+//! moves; KAS' refusal of envlens' token and a disconnected agent are 503s naming the agent,
+//! never the viewer's own 401.
+
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::http::{header, Method, Request};
+use envlens::auth::mint_session;
+use http_body_util::BodyExt;
+use serde_json::{json, Value};
+use tempfile::TempDir;
+use tower::ServiceExt;
+
+use crate::support::environment::{self, NS, PROJECT, SLUG};
+use crate::support::gitlab::TestGitLab;
+use crate::support::kas::{through_kas, TestKas, ThroughKas};
+use crate::support::kube_api::{KubeApi, Served};
+use crate::support::*;
+
+const KAS_TOKEN: &str = crate::support::kas::ENVLENS_TOKEN;
+const DEV: (i64, &str) = (2, "dev");
+const AGENT: i64 = 7;
+const SERVICE_ACCOUNT: &str = "system:serviceaccount:gitlab-agent:gitlab-agent";
+
+/// A cluster with the environment, GitLab, KAS (waiting `wait` for a disconnected agent) with
+/// agent 7's agentk connected, and envlens configured with only `gitlab.url` and a KAS token
+/// file: agent 7 has no entry.
+struct World {
+    api: KubeApi,
+    served: Served,
+    gitlab: TestGitLab,
+    kas: TestKas,
+    app: TestApp,
+    dir: TempDir,
+}
+
+async fn world(metadata: impl FnOnce(&TestGitLab, &TestKas)) -> World {
+    let dir = tempfile::tempdir().unwrap();
+    let api = KubeApi::new();
+    environment::environment(&api);
+    let served = api.serve(dir.path()).await;
+    let ThroughKas { gitlab, kas, yaml } = through_kas(&served, &[(AGENT, 10)], dir.path()).await;
+    metadata(&gitlab, &kas);
+    let app = envlens_app(&yaml).await;
+    World {
+        api,
+        served,
+        gitlab,
+        kas,
+        app,
+        dir,
+    }
+}
+
+/// envlens with GitLab and KAS (`yaml`), agent 7 with `access_as: agent`, and the
+/// environment's deployments recorded.
+async fn envlens_app(yaml: &str) -> TestApp {
+    let app = TestApp::with_config(&format!("kubernetes:\n  response_timeout: 5s\n{yaml}")).await;
+    environment::seed(&app).await;
+    // The agent's identity, not the viewer's: what GitLab's frontend shows through KAS.
+    let config = json!({"ci_access": {"groups": [{"id": "acme/apps"}]},
+        "user_access": {"access_as": {"agent": {}}, "projects": [{"id": "acme/apps/web"}]}});
+    let res = app
+        .internal(
+            Method::POST,
+            "/api/v4/internal/kubernetes/agent_configuration",
+            &json!({"agent_id": AGENT, "agent_config": config}),
+        )
+        .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    app
+}
+
+const GROUP_FIELDS: &str =
+    "namespace health resources { kind name } warnings errors { apiVersion kind code message }";
+
+async fn view(app: &TestApp, environment: &str) -> Value {
+    let query = format!(
+        r#"{{ project(fullPath: "acme/apps/web") {{ environment(name: "{environment}") {{
+            resourceGroup {{ {GROUP_FIELDS} }} }} }} }}"#
+    );
+    let (token, _) = mint_session(SESSION_KEY, DEV.0, DEV.1, Duration::from_secs(600)).unwrap();
+    let req = Request::post("/api/graphql")
+        .header(header::AUTHORIZATION, format!("Bearer {token}"))
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(json!({ "query": query }).to_string()))
+        .unwrap();
+    let res = app.send(req).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    let body = res.json();
+    assert!(body.get("errors").is_none(), "{body}");
+    body["data"]["project"]["environment"]["resourceGroup"].clone()
+}
+
+/// Agent 7's `connection`, read by an administrator.
+async fn connection(app: &TestApp) -> Value {
+    let query = r#"{ project(fullPath: "acme/agents") { clusterAgent(name: "prod") {
+        connection { kind status message checkedAt } } } }"#;
+    let (token, _) = mint_session(SESSION_KEY, 1, "root", Duration::from_secs(600)).unwrap();
+    let req = Request::post("/api/graphql")
+        .header(header::AUTHORIZATION, format!("Bearer {token}"))
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(json!({ "query": query }).to_string()))
+        .unwrap();
+    let res = app.send(req).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    let body = res.json();
+    assert!(body.get("errors").is_none(), "{body}");
+    body["data"]["project"]["clusterAgent"]["connection"].clone()
+}
+
+fn names(group: &Value) -> Vec<String> {
+    let mut names: Vec<String> = group["resources"]
+        .as_array()
+        .unwrap_or(&Vec::new())
+        .iter()
+        .map(|r| {
+            format!(
+                "{}/{}",
+                r["kind"].as_str().unwrap(),
+                r["name"].as_str().unwrap()
+            )
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+fn proxy_request(path: &str) -> Request<Body> {
+    let (token, _) = mint_session(SESSION_KEY, DEV.0, DEV.1, Duration::from_secs(600)).unwrap();
+    Request::get(path)
+        .header(header::AUTHORIZATION, format!("Bearer {token}"))
+        .header("Gitlab-Agent-Id", AGENT.to_string())
+        .body(Body::empty())
+        .unwrap()
+}
+
+#[tokio::test]
+async fn an_agent_without_an_entry_is_reached_through_kas_as_itself() {
+    let w = world(|gitlab, kas| gitlab.kas.set_proxy_url(&kas.proxy_url())).await;
+    let group = view(&w.app, SLUG).await;
+    assert_eq!(group["errors"], json!([]), "{group}");
+    let names = names(&group);
+    assert!(names.contains(&"Deployment/web".to_owned()), "{names:?}");
+    assert!(names.contains(&"Service/web".to_owned()), "{names:?}");
+
+    // KAS got the agent's credential and nothing else of the viewer's.
+    let received = w.kas.received();
+    assert!(!received.is_empty());
+    for (_, path, headers) in &received {
+        assert!(path.starts_with("/k8s-proxy/"), "{path}");
+        let auth: Vec<_> = headers.get_all(header::AUTHORIZATION).iter().collect();
+        assert_eq!(auth, [&format!("Bearer pat:{AGENT}:{KAS_TOKEN}")], "{path}");
+    }
+    // The cluster saw the agent's ServiceAccount and never the token.
+    let requests = w.api.requests();
+    assert!(requests
+        .iter()
+        .any(|r| r.path == format!("/apis/apps/v1/namespaces/{NS}/deployments")));
+    for r in &requests {
+        assert_eq!(r.header("authorization"), None, "{}", r.path);
+        if r.path.starts_with("/api/v1/namespaces") || r.path.starts_with("/apis/apps") {
+            assert_eq!(
+                r.impersonate_user.as_deref(),
+                Some(SERVICE_ACCOUNT),
+                "{}",
+                r.path
+            );
+        }
+    }
+    // GitLab was asked once for the agent and token: KAS keeps its answer.
+    let asked = w.gitlab.kas.authorizations.lock().unwrap().clone();
+    assert_eq!(asked, [(AGENT, KAS_TOKEN.to_owned())]);
+}
+
+#[tokio::test]
+async fn gitlab_17_5_metadata_leads_to_the_proxy_through_external_url() {
+    let w = world(|gitlab, kas| gitlab.kas.set_external_url_only(&kas.external_url())).await;
+    let group = view(&w.app, SLUG).await;
+    assert_eq!(group["errors"], json!([]), "{group}");
+    assert!(
+        names(&group).contains(&"Deployment/web".to_owned()),
+        "{group}"
+    );
+    assert!(!w.kas.received().is_empty());
+}
+
+#[tokio::test]
+async fn the_proxy_lists_and_watches_through_kas() {
+    let w = world(|gitlab, kas| gitlab.kas.set_proxy_url(&kas.proxy_url())).await;
+    let res = w
+        .app
+        .send(proxy_request(&format!(
+            "/k8s-proxy/api/v1/namespaces/{NS}/pods"
+        )))
+        .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    let pods: Vec<String> = res.json()["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["metadata"]["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(!pods.is_empty());
+    assert_eq!(
+        pods,
+        w.api
+            .list("pods", Some(NS))
+            .iter()
+            .map(|p| p["metadata"]["name"].as_str().unwrap().to_owned())
+            .collect::<Vec<_>>()
+    );
+
+    // A watch streams through envlens and KAS: an event written after it started arrives.
+    let rv = w.api.resource_version();
+    let response = w
+        .app
+        .router
+        .clone()
+        .oneshot(proxy_request(&format!(
+            "/k8s-proxy/api/v1/namespaces/{NS}/pods?watch=true&resourceVersion={rv}"
+        )))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let mut body = response.into_body();
+    w.api.insert(json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "late", "namespace": NS},
+        "spec": {"containers": [{"name": "app", "image": "nginx"}]}}));
+    let mut seen = String::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !seen.contains("\"late\"") {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let frame = tokio::time::timeout(left, body.frame())
+            .await
+            .expect("the event within 10 s")
+            .expect("the stream open")
+            .unwrap();
+        if let Ok(data) = frame.into_data() {
+            seen.push_str(&String::from_utf8_lossy(&data));
+        }
+    }
+    assert!(seen.contains("ADDED"), "{seen}");
+}
+
+#[tokio::test]
+async fn a_token_kas_refuses_is_not_the_viewers_401() {
+    let w = world(|gitlab, kas| gitlab.kas.set_proxy_url(&kas.proxy_url())).await;
+    // The token was revoked at GitLab.
+    w.gitlab.kas.revoke(KAS_TOKEN);
+    let res = w
+        .app
+        .send(proxy_request(&format!(
+            "/k8s-proxy/api/v1/namespaces/{NS}/pods"
+        )))
+        .await;
+    assert_eq!(res.status, 503, "{}", res.text());
+    assert!(res.headers.get("gitlab-unauthorized").is_none());
+    let status = res.json();
+    assert_eq!(status["kind"], "Status");
+    let message = status["message"].as_str().unwrap();
+    assert!(message.contains(&format!("agent {AGENT}")), "{message}");
+    assert!(
+        message.contains("token refused by GitLab's agent server"),
+        "{message}"
+    );
+    // KAS did refuse it, with its own 401.
+    assert!(!w.kas.received().is_empty());
+
+    let seen = connection(&w.app).await;
+    assert_eq!(
+        (&seen["kind"], &seen["status"]),
+        (&json!("KAS"), &json!("TOKEN_REFUSED")),
+        "{seen}"
+    );
+    assert!(
+        seen["message"].as_str().unwrap().contains("k8s_proxy"),
+        "{seen}"
+    );
+
+    // A view says the same, as one error of code 503, not a 401.
+    let group = view(&w.app, SLUG).await;
+    let errors = group["errors"].as_array().unwrap();
+    assert!(!errors.is_empty(), "{group}");
+    for e in errors {
+        assert_eq!(e["code"], 503, "{group}");
+        assert!(
+            e["message"].as_str().unwrap().contains("token refused"),
+            "{group}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_disconnected_agent_answers_503_per_kind() {
+    let w = world(|gitlab, kas| gitlab.kas.set_proxy_url(&kas.proxy_url())).await;
+    let seen = connection(&w.app).await;
+    assert_eq!(
+        seen,
+        json!({"kind": "KAS", "status": "NOT_CHECKED", "message": null, "checkedAt": null})
+    );
+    // Connected for a first view of production (discovery is known from then on).
+    assert_eq!(view(&w.app, SLUG).await["errors"], json!([]));
+    let seen = connection(&w.app).await;
+    assert_eq!(
+        (&seen["status"], &seen["message"]),
+        (&json!("CONNECTED"), &Value::Null),
+        "{seen}"
+    );
+    assert!(seen["checkedAt"].is_string(), "{seen}");
+    w.kas.disconnect(AGENT);
+    // A namespace never viewed: each kind's list waits for the agent, then fails.
+    deploy_to(&w.app, 9, (103, "elsewhere"), "other-ns").await;
+    let started = Instant::now();
+    let group = view(&w.app, "elsewhere").await;
+    let errors = group["errors"].as_array().unwrap();
+    assert!(errors.len() > 1, "{group}");
+    for e in errors {
+        assert_eq!(e["code"], 503, "{group}");
+        assert_ne!(e["kind"], "", "{group}");
+        let message = e["message"].as_str().unwrap();
+        assert!(
+            message.contains(&format!("agent {AGENT} is not connected")),
+            "{message}"
+        );
+        assert!(message.contains("Agent connection not found"), "{message}");
+    }
+    // Not 20 s per kind: the lists wait side by side, as long as KAS does.
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // A first view of a disconnected agent (nothing discovered yet): one 503 entry.
+    let w2 = world(|gitlab, kas| gitlab.kas.set_proxy_url(&kas.proxy_url())).await;
+    w2.kas.disconnect(AGENT);
+    let group = view(&w2.app, SLUG).await;
+    let errors = group["errors"].as_array().unwrap();
+    assert_eq!(errors.len(), 1, "{group}");
+    assert_eq!(errors[0]["code"], 503);
+    assert!(
+        errors[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not connected"),
+        "{group}"
+    );
+}
+
+#[tokio::test]
+async fn kas_moving_is_found_in_the_metadata_again() {
+    let w = world(|gitlab, kas| gitlab.kas.set_proxy_url(&kas.proxy_url())).await;
+    assert_eq!(view(&w.app, SLUG).await["errors"], json!([]));
+    let reads = w
+        .gitlab
+        .kas
+        .metadata_reads
+        .load(std::sync::atomic::Ordering::SeqCst);
+    // KAS moves: a new one, the metadata names it, the old one goes away.
+    let moved = TestKas::start(&w.gitlab.url, Duration::from_secs(1)).await;
+    moved.connect(AGENT, &w.served);
+    w.gitlab.kas.set_proxy_url(&moved.proxy_url());
+    drop(w.kas);
+    // The first request fails (nobody at the old address), which has the metadata read again
+    // (at most once per metadata_interval, 1 s here); views then go to the new address.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let res = w
+            .app
+            .send(proxy_request(&format!(
+                "/k8s-proxy/api/v1/namespaces/{NS}/pods"
+            )))
+            .await;
+        if res.status == 200 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still {}: {}",
+            res.status,
+            res.text()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(!moved.received().is_empty());
+    assert!(
+        w.gitlab
+            .kas
+            .metadata_reads
+            .load(std::sync::atomic::Ordering::SeqCst)
+            > reads
+    );
+    let _ = (&w.dir, &w.api);
+}
+
+/// A successful deployment of acme/apps/web to environment `env` in `namespace`.
+async fn deploy_to(app: &TestApp, id: i64, env: (i64, &str), namespace: &str) {
+    let res = app.internal(Method::POST, "/api/v4/internal/deployments", &json!({
+        "deployment": {"id": id, "iid": id, "status": "created", "ref": "main", "sha": "abc", "tag": false,
+                       "created_at": "2026-11-21T10:00:00Z"},
+        "project": {"id": PROJECT, "full_path": "acme/apps/web"},
+        "environment": {"id": env.0, "name": env.1, "slug": env.1, "tier": "production"},
+        "job": {"id": id, "name": "deploy", "protected_ref": true},
+        "kubernetes": {"agent": "acme/agents:prod", "namespace": namespace}
+    })).await;
+    assert_eq!(res.status, 201, "{}", res.text());
+    let hook = json!({"object_kind": "deployment", "deployment_id": id, "status": "success",
+        "status_changed_at": "2026-11-21 10:05:00 UTC", "environment": env.1,
+        "project": {"id": PROJECT, "path_with_namespace": "acme/apps/web"}});
+    let res = app.hook("Deployment Hook", hook.to_string(), None).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+}
+
+#[tokio::test]
+async fn an_agent_with_neither_entry_nor_kas_has_no_connection() {
+    let app = TestApp::with_config("kubernetes:\n  response_timeout: 5s\n").await;
+    environment::seed(&app).await;
+    let seen = connection(&app).await;
+    assert_eq!(
+        seen,
+        json!({"kind": "NONE", "status": "NOT_CONFIGURED",
+               "message": format!("No cluster connection is configured for agent {AGENT}"),
+               "checkedAt": null})
+    );
+}
