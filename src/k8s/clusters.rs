@@ -213,8 +213,10 @@ impl Clusters {
         let cluster = cluster(
             build()?,
             build()?,
-            format!("GitLab's agent server, as agent {id}"),
-            ConnectionKind::Kas,
+            (
+                ConnectionKind::Kas,
+                format!("GitLab's agent server, as agent {id}"),
+            ),
             condition,
             known,
             self.watch_settings.clone(),
@@ -363,8 +365,7 @@ async fn connect(
     Ok(cluster(
         client,
         streams,
-        source,
-        kind,
+        (kind, source),
         condition,
         known,
         watch_settings(settings),
@@ -373,12 +374,11 @@ async fn connect(
 }
 
 /// A cluster over its clients: its discovery and its watch cache, the same for every kind of
-/// connection.
+/// connection; `reach` is the kind of connection and where it leads (for messages).
 fn cluster(
     client: kube::Client,
     streams: kube::Client,
-    source: String,
-    kind: ConnectionKind,
+    (kind, source): (ConnectionKind, String),
     condition: Condition,
     known: KnownResources,
     watch: WatchSettings,
