@@ -577,6 +577,31 @@ async fn what_the_cache_cannot_serve_is_watched_at_the_cluster() {
     assert!(closed.is_ok(), "the socket is closed");
 }
 
+/// A user GitLab blocks loses their open socket at the next `access_cache` check (SPEC 13).
+#[tokio::test]
+async fn a_blocked_users_socket_is_closed_at_the_next_check() {
+    let live = live().await;
+    let mut ws = live.socket(2, 9).await;
+    let hook = json!({"event_name": "user_failed_login", "created_at": "2026-10-03T06:08:48Z",
+        "updated_at": "2026-11-15T04:52:06Z", "name": "pdev", "email": "pdev@example.com",
+        "user_id": 2, "username": "pdev", "state": "blocked"});
+    let res = live.app.system_hook(&hook).await;
+    assert!(res.status.is_success(), "{}", res.text());
+    // `access_cache` is 5 s here; a loaded machine gets room beyond it.
+    let close = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            match ws.next().await {
+                Some(Ok(Message::Close(frame))) => return frame.map(|f| u16::from(f.code)),
+                Some(Ok(_)) => continue,
+                _ => return None,
+            }
+        }
+    })
+    .await
+    .expect("the socket is closed within 30 s");
+    assert_eq!(close, Some(1008));
+}
+
 #[tokio::test]
 async fn watches_per_socket_are_bounded() {
     let live = live().await;

@@ -13,7 +13,8 @@
 //! Bounded: [`MAX_WATCHES`] per socket, [`MAX_MESSAGE`] bytes per message in, [`MAX_SOCKETS`]
 //! sockets at once (and `per_user.watch_sockets` per user, across replicas: 429 beyond), a
 //! socket without watches closed after [`IDLE`], and the user's
-//! `user_access` checked again every [`RECHECK`] (a socket whose grant is gone is closed).
+//! `user_access` (and that the user is still active) checked again every `kubernetes.access_cache`,
+//! at most every [`RECHECK`]: a socket whose grant is gone is closed.
 
 pub mod protocol;
 mod stream;
@@ -56,7 +57,7 @@ pub const MAX_MESSAGE: usize = 64 * 1024;
 pub const MAX_SOCKETS: usize = 2_000;
 /// A socket with no watch for this long is closed.
 pub const IDLE: Duration = Duration::from_secs(60);
-/// How often a socket's `user_access` is checked again.
+/// The longest a socket's `user_access` goes unchecked, whatever `kubernetes.access_cache` says.
 pub const RECHECK: Duration = Duration::from_secs(30);
 /// Messages queued for a slow socket before its watches wait (and the cache's feed, if they
 /// fall too far behind, makes them read their kinds again).
@@ -264,7 +265,14 @@ impl Socket {
         };
         let mut watches: HashMap<String, Running> = HashMap::new();
         let mut idle_since = Some(Instant::now());
-        let mut recheck = tokio::time::interval_at(Instant::now() + RECHECK, RECHECK);
+        // As the subscriptions do: a user blocked or removed loses the socket at the next
+        // `access_cache` check (SPEC 13).
+        let every = self
+            .clusters
+            .grants
+            .ttl()
+            .clamp(Duration::from_millis(100), RECHECK);
+        let mut recheck = tokio::time::interval_at(Instant::now() + every, every);
         let closing: Option<CloseFrame> = loop {
             let idle = async {
                 match idle_since {
