@@ -233,19 +233,9 @@ async fn an_agent_without_an_entry_reaches_no_cluster() {
         )
         .await;
     assert_eq!(res.status, 201, "{}", res.text());
-    let (token, _) = mint_session(SESSION_KEY, 9, "mal", Duration::from_secs(600)).unwrap();
     let query = r#"{ project(fullPath: "acme/evil") { environment(name: "production") {
         resourceGroup { health healthMessage resources { name } errors { apiVersion kind code message } } } } }"#;
-    let res = app
-        .send(
-            Request::post("/api/graphql")
-                .header(header::AUTHORIZATION, format!("Bearer {token}"))
-                .header(header::CONTENT_TYPE, "application/json")
-                .body(Body::from(json!({ "query": query }).to_string()))
-                .unwrap(),
-        )
-        .await;
-    let body = res.json();
+    let body = app.graphql(mal, query).await;
     assert!(body.get("errors").is_none(), "{body}");
     let group = &body["data"]["project"]["environment"]["resourceGroup"];
     let message = "No cluster connection is configured for agent 99";

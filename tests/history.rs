@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::http::{header, Request};
-use envlens::auth::mint_session;
 use envlens::config::file::Settings;
 use envlens::history::worker::{Turn, Worker};
 use serde_json::{json, Value};
@@ -111,18 +110,6 @@ async fn run_until(
     }
 }
 
-async fn graphql(app: &TestApp, user: (i64, &str), query: &str) -> Value {
-    let (token, _) = mint_session(SESSION_KEY, user.0, user.1, Duration::from_secs(600)).unwrap();
-    let req = Request::post("/api/graphql")
-        .header(header::AUTHORIZATION, format!("Bearer {token}"))
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(Body::from(json!({ "query": query }).to_string()))
-        .unwrap();
-    let res = app.send(req).await;
-    assert_eq!(res.status, 200, "{}", res.text());
-    res.json()
-}
-
 const SNAPSHOT: &str = "snapshot { takenAt settledAt health healthMessage timeToHealthy
     resources { uid apiVersion kind namespace name labels health { status message } manifest } }";
 const STATUS: &str = "snapshotStatus { state attempts lastError nextAttemptAt }";
@@ -132,9 +119,7 @@ const CHANGES: &str = "since { id } added { kind name } removed { kind name }
 /// `fields` of deployment `id` (its iid too) as `user`: the deployment, or the whole response
 /// when it has errors.
 async fn deployment(app: &TestApp, user: (i64, &str), id: i64, fields: &str) -> Value {
-    let body = graphql(
-        app,
-        user,
+    let body = app.graphql(user,
         &format!(
             r#"{{ project(fullPath: "acme/apps/web") {{ deployment(iid: "{id}") {{ id status {fields} }} }} }}"#
         ),
@@ -878,13 +863,13 @@ async fn history_shows_only_the_kinds_the_viewer_may_list_now() {
     worker.run_until_idle().await.unwrap();
     // The live group, for comparison: the same viewer sees the Deployment and a 403 for
     // ConfigMaps and Secrets.
-    let live = graphql(
-        &app,
-        DEV,
-        r#"{ project(fullPath: "acme/apps/web") { environment(name: "production") {
+    let live = app
+        .graphql(
+            DEV,
+            r#"{ project(fullPath: "acme/apps/web") { environment(name: "production") {
             resourceGroup { resources { kind } errors { kind code } } } } }"#,
-    )
-    .await;
+        )
+        .await;
     let group = &live["data"]["project"]["environment"]["resourceGroup"];
     assert_eq!(kinds_of(&group["resources"]), ["Deployment"], "{live}");
 

@@ -44,20 +44,7 @@ async fn resource_group(app: &TestApp, user: (i64, &str), environment: &str) -> 
         r#"{{ project(fullPath: "acme/apps/web") {{ environment(name: "{environment}") {{
             name resourceGroup {{ {GROUP_FIELDS} }} }} }} }}"#
     );
-    graphql(app, user, &query).await
-}
-
-/// The whole response to `query`, sent as `user`.
-async fn graphql(app: &TestApp, user: (i64, &str), query: &str) -> Value {
-    let (token, _) = mint_session(SESSION_KEY, user.0, user.1, Duration::from_secs(600)).unwrap();
-    let req = Request::post("/api/graphql")
-        .header(header::AUTHORIZATION, format!("Bearer {token}"))
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(Body::from(json!({ "query": query }).to_string()))
-        .unwrap();
-    let res = app.send(req).await;
-    assert_eq!(res.status, 200, "{}", res.text());
-    res.json()
+    app.graphql(user, &query).await
 }
 
 /// `resourceGroup` of a response without errors.
@@ -304,12 +291,12 @@ async fn plain_and_resolved_selections_answer_alike() {
                 resourceGroup {{ {group} }} }} }} }} {fragments}"#
         )
     };
-    let plain = graphql(&app, DEV, &query(GROUP_FIELDS, "")).await;
+    let plain = app.graphql(DEV, &query(GROUP_FIELDS, "")).await;
     let resolved_fields = GROUP_FIELDS
         .replace("resources {", "resources { ...Resource ")
         .replace("edges { from", "edges { from @include(if: true)");
     let fragment = "fragment Resource on KubernetesResource { __typename }";
-    let resolved = graphql(&app, DEV, &query(&resolved_fields, fragment)).await;
+    let resolved = app.graphql(DEV, &query(&resolved_fields, fragment)).await;
     let mut resolved_group = group_of(&resolved).clone();
     for resource in resolved_group["resources"].as_array_mut().unwrap() {
         assert_eq!(
@@ -325,7 +312,7 @@ async fn plain_and_resolved_selections_answer_alike() {
     // Aliases name the fields; a key given twice is merged, as async-graphql does.
     let aliased = "resources { id: uid kind health { status } health { message } }
         edges { parent: from child: to }";
-    let aliased = graphql(&app, DEV, &query(aliased, "")).await;
+    let aliased = app.graphql(DEV, &query(aliased, "")).await;
     let first = &group_of(&aliased)["resources"][0];
     let mut keys: Vec<&String> = first.as_object().unwrap().keys().collect();
     keys.sort();
@@ -408,7 +395,7 @@ async fn secret_values_are_masked_in_manifests_but_not_through_the_proxy() {
             resourceGroup {{ resources {{ ...Resource }} }} }} }} }}
            fragment Resource on KubernetesResource {{ kind name manifest }}"#
     );
-    let resolved = graphql(&app, DEV, &query).await;
+    let resolved = app.graphql(DEV, &query).await;
     for body in [&plain, &resolved] {
         let group = group_of(body);
         for (name, data) in &secrets {

@@ -15,3 +15,15 @@ pub mod proxy;
 pub mod request_info;
 pub mod watch;
 pub mod watch_api;
+
+/// Sends `request` and reads its whole answer: the status and the body's bytes (the reviews
+/// envlens creates, `own_rules` and the watch cache's `access`).
+pub(crate) async fn exchange(
+    client: &kube::Client,
+    request: axum::http::Request<kube::client::Body>,
+) -> Result<(axum::http::StatusCode, bytes::Bytes), kube::Error> {
+    let response = client.send(request).await?;
+    let status = response.status();
+    let bytes = response.into_body().collect_bytes().await?;
+    Ok((status, bytes))
+}

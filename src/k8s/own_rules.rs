@@ -262,13 +262,7 @@ async fn review(client: &kube::Client, namespace: &str) -> Asked {
         Ok(request) => request,
         Err(e) => return Asked::Failed(e.to_string()),
     };
-    let exchange = async {
-        let response = client.send(request).await?;
-        let status = response.status();
-        let bytes = response.into_body().collect_bytes().await?;
-        Ok::<_, kube::Error>((status, bytes))
-    };
-    match exchange.await {
+    match crate::k8s::exchange(client, request).await {
         Err(e) => Asked::Failed(e.to_string()),
         Ok((status, _)) if matches!(status.as_u16(), 403 | 404) => Asked::NotServed,
         Ok((status, bytes)) if status.is_success() => {

@@ -209,6 +209,23 @@ impl TestApp {
         self.send(req.body(Body::from(body)).unwrap()).await
     }
 
+    /// The whole answer to a GraphQL `query` sent as `user` (a session as a bearer token); the
+    /// request must be answered 200.
+    pub async fn graphql(&self, user: (i64, &str), query: &str) -> Value {
+        let (token, _) =
+            mint_session(SESSION_KEY, user.0, user.1, Duration::from_secs(600)).unwrap();
+        let req = Request::post("/api/graphql")
+            .header(header::AUTHORIZATION, format!("Bearer {token}"))
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(
+                serde_json::json!({ "query": query }).to_string(),
+            ))
+            .unwrap();
+        let res = self.send(req).await;
+        assert_eq!(res.status, 200, "{}", res.text());
+        res.json()
+    }
+
     /// A GET with the user's session as a bearer token.
     pub async fn get_as(&self, path: &str, user_id: i64, username: &str) -> TestResponse {
         let (token, _) =

@@ -359,13 +359,7 @@ async fn review(client: &kube::Client, question: &Question, headers: &HeaderMap)
     for (name, value) in headers {
         request.headers_mut().append(name, value.clone());
     }
-    let exchange = async {
-        let response = client.send(request).await?;
-        let status = response.status();
-        let bytes = response.into_body().collect_bytes().await?;
-        Ok::<_, kube::Error>((status, bytes))
-    };
-    match exchange.await {
+    match crate::k8s::exchange(client, request).await {
         Err(e) => Err(no_answer(e.to_string())),
         Ok((status, bytes)) if status.is_success() => {
             let review: serde_json::Value =
