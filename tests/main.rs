@@ -27,6 +27,7 @@ mod health_lua;
 mod history;
 mod identity;
 mod kas;
+mod kas_user;
 mod kube_api;
 mod leases;
 mod ops;

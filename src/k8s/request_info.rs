@@ -70,6 +70,48 @@ impl RequestInfo {
         (!info.resource.is_empty()).then_some(info)
     }
 
+    /// The verb Kubernetes authorizes a request for, by its method and query (RequestInfo's
+    /// rules): `list` or `watch` for a GET without a name (which a `metadata.name` field
+    /// selector then gives), `watch` under the old `/watch/` prefix, `deletecollection` for a
+    /// DELETE without a name. `None` for a method Kubernetes has no verb for.
+    pub fn verb(
+        &mut self,
+        method: &axum::http::Method,
+        query: Option<&str>,
+    ) -> Option<&'static str> {
+        use axum::http::Method;
+        if self.verb_prefix.as_deref() == Some("watch") {
+            return Some("watch");
+        }
+        let param = |key: &str| {
+            query
+                .unwrap_or("")
+                .split('&')
+                .filter_map(|pair| pair.split_once('='))
+                .find(|(k, _)| *k == key)
+                .map(|(_, v)| decode(v))
+        };
+        let verb = match *method {
+            Method::GET | Method::HEAD if self.name.is_empty() => {
+                if let Some(name) = param("fieldSelector").and_then(|s| exact_name(&s)) {
+                    self.name = name;
+                }
+                match param("watch").as_deref() {
+                    Some("true" | "1") => "watch",
+                    _ => "list",
+                }
+            }
+            Method::GET | Method::HEAD => "get",
+            Method::POST => "create",
+            Method::PUT => "update",
+            Method::PATCH => "patch",
+            Method::DELETE if self.name.is_empty() => "deletecollection",
+            Method::DELETE => "delete",
+            _ => return None,
+        };
+        Some(verb)
+    }
+
     /// Why envlens refuses this request whatever the RBAC says; `None` when it may be sent.
     /// `own_namespace` is the namespace envlens runs in (`POD_NAMESPACE`), when known.
     pub fn refusal(&self, own_namespace: Option<&str>) -> Option<String> {
@@ -98,6 +140,17 @@ impl RequestInfo {
         }
         None
     }
+}
+
+/// The name a field selector requires exactly (`metadata.name=web` or `==`), alone or among
+/// other terms.
+fn exact_name(selector: &str) -> Option<String> {
+    selector.split(',').find_map(|term| {
+        let value = term
+            .strip_prefix("metadata.name==")
+            .or_else(|| term.strip_prefix("metadata.name="))?;
+        (!value.is_empty()).then(|| value.to_owned())
+    })
 }
 
 /// `%XX` escapes undone (invalid ones kept as they are: the proxy refuses those paths before).
@@ -182,6 +235,48 @@ mod tests {
         ] {
             assert_eq!(RequestInfo::parse(other), None, "{other}");
         }
+    }
+
+    #[test]
+    fn verbs_are_kubernetes_own() {
+        use axum::http::Method;
+        let verb = |method: Method, path: &str, query: Option<&str>| {
+            let mut info = RequestInfo::parse(path).unwrap();
+            (info.verb(&method, query), info.name)
+        };
+        let pods = "/api/v1/namespaces/shop/pods";
+        let web = "/api/v1/namespaces/shop/pods/web";
+        assert_eq!(verb(Method::GET, pods, None), (Some("list"), "".into()));
+        assert_eq!(
+            verb(Method::GET, pods, Some("watch=true")),
+            (Some("watch"), "".into())
+        );
+        assert_eq!(
+            verb(Method::GET, pods, Some("watch=1&limit=5")),
+            (Some("watch"), "".into())
+        );
+        assert_eq!(
+            verb(
+                Method::GET,
+                pods,
+                Some("fieldSelector=metadata.name%3Dweb&watch=true")
+            ),
+            (Some("watch"), "web".into())
+        );
+        assert_eq!(
+            verb(Method::GET, web, Some("watch=true")),
+            (Some("get"), "web".into())
+        );
+        assert_eq!(
+            verb(Method::GET, "/api/v1/watch/namespaces/shop/pods", None).0,
+            Some("watch")
+        );
+        assert_eq!(verb(Method::POST, pods, None).0, Some("create"));
+        assert_eq!(verb(Method::PUT, web, None).0, Some("update"));
+        assert_eq!(verb(Method::PATCH, web, None).0, Some("patch"));
+        assert_eq!(verb(Method::DELETE, web, None).0, Some("delete"));
+        assert_eq!(verb(Method::DELETE, pods, None).0, Some("deletecollection"));
+        assert_eq!(verb(Method::OPTIONS, pods, None).0, None);
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! of each agent's client that sends there and reads KAS' own answers.
 
 pub mod metadata;
+mod review;
 pub mod route;
 
 use std::sync::{Arc, RwLock, Weak};

@@ -6,9 +6,10 @@
 //! - KAS' `Agent connection not found` (after its 20 s wait) becomes a 503 naming the agent.
 //! - No answer at all, or a 404 that is not KAS' (no `Via` of KAS, no `GitLab Agent Server:`
 //!   message: something else now answers at that address), has the metadata read again.
-//! - A request carrying `Impersonate-*` is refused here (501): KAS cannot impersonate for
-//!   envlens (agentk refuses nested impersonation), and sending it as the agent would show a
-//!   viewer what the agent sees. Fails closed.
+//! - A request carrying `Impersonate-*` (`access_as: user`) loses it: KAS cannot impersonate for
+//!   envlens (agentk refuses nested impersonation), so the viewer's identity is first put to the
+//!   cluster as a `SubjectAccessReview` ([`review`]) and the request is sent only when allowed;
+//!   what cannot be decided is refused.
 //!
 //! Answers that came through KAS (with its `Via`) stream on untouched: watches and followed
 //! logs included.
@@ -25,7 +26,7 @@ use http_body_util::{BodyExt, Either, Full, Limited};
 use hyper::body::Incoming;
 use tower::{Layer, Service};
 
-use super::{Kas, Reach};
+use super::{review, Kas, Reach};
 use crate::k8s::connection::{Condition, ConnectionStatus};
 
 /// KAS' own error bodies are small `Status` documents; a larger one is not KAS'.
@@ -75,7 +76,7 @@ where
     S: Service<Request<B>, Response = Response<Incoming>> + Clone + Send + 'static,
     S::Error: Into<BoxError>,
     S::Future: Send,
-    B: Send + 'static,
+    B: From<Vec<u8>> + Send + 'static,
 {
     type Response = Response<RouteBody>;
     type Error = BoxError;
@@ -95,19 +96,7 @@ where
         let condition = self.condition.clone();
         Box::pin(async move {
             let (mut parts, body) = request.into_parts();
-            if parts
-                .headers
-                .keys()
-                .any(|name| name.as_str().starts_with("impersonate-"))
-            {
-                return Ok(status(
-                    StatusCode::NOT_IMPLEMENTED,
-                    &format!(
-                        "agent {agent} is reached through GitLab's agent server, which cannot \
-                         impersonate a viewer (access_as: user)"
-                    ),
-                ));
-            }
+            let review = review::take(&mut parts);
             let url = match kas.reach() {
                 Reach::Usable { url, .. } => url,
                 Reach::Unusable(why) => {
@@ -126,6 +115,28 @@ where
                     &format!("agent {agent}: no token for GitLab's agent server"),
                 ));
             };
+            match review {
+                None => {}
+                Some(Err(why)) => {
+                    return Ok(status(
+                        StatusCode::FORBIDDEN,
+                        &format!("agent {agent}: {why}"),
+                    ))
+                }
+                Some(Ok(review)) => {
+                    let ask = Ask {
+                        url: &url,
+                        credential: &credential,
+                        headers: &parts.headers,
+                    };
+                    if let Some(refused) = ask
+                        .review(inner.clone(), review, (&kas, agent, &condition))
+                        .await?
+                    {
+                        return Ok(refused);
+                    }
+                }
+            }
             let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
             parts.uri = url.join(path)?;
             parts.headers.insert(header::AUTHORIZATION, credential);
@@ -175,6 +186,81 @@ pub fn client(
     Ok(kube::client::ClientBuilder::new(service, "default")
         .with_layer(&crate::k8s::observe::ObserveLayer { metrics, known })
         .build())
+}
+
+/// Where a review goes: KAS' current address, with the agent's credential and the request's
+/// own other headers (its `Audit-ID`).
+struct Ask<'a> {
+    url: &'a super::ProxyUrl,
+    credential: &'a HeaderValue,
+    headers: &'a axum::http::HeaderMap,
+}
+
+impl Ask<'_> {
+    /// Puts `review` to the cluster through KAS: `None` when it allows the request, else the
+    /// answer to give instead (the API server's 403, KAS' own refusal, or a 403 when nothing
+    /// could be decided: fail closed).
+    async fn review<S, B>(
+        &self,
+        inner: S,
+        review: review::Review,
+        (kas, agent, condition): (&Kas, i64, &Condition),
+    ) -> Result<Option<Response<RouteBody>>, BoxError>
+    where
+        S: Service<Request<B>, Response = Response<Incoming>> + Send,
+        S::Error: Into<BoxError>,
+        S::Future: Send,
+        B: From<Vec<u8>>,
+    {
+        use tower::ServiceExt as _;
+        let mut ask = Request::post(
+            self.url
+                .join("/apis/authorization.k8s.io/v1/subjectaccessreviews")?,
+        )
+        .header(header::AUTHORIZATION, self.credential.clone())
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::ACCEPT, "application/json")
+        .body(B::from(review.body))?;
+        if let Some(audit) = self.headers.get("audit-id") {
+            ask.headers_mut().insert("audit-id", audit.clone());
+        }
+        let answer = match inner.oneshot(ask).await {
+            Ok(answer) => answer,
+            Err(e) => {
+                kas.suspect();
+                let e: BoxError = e.into();
+                condition.record(ConnectionStatus::Unreachable, Some(e.to_string()));
+                return Err(e);
+            }
+        };
+        let through_kas = answer.headers().contains_key(header::VIA);
+        if !through_kas && !answer.status().is_success() {
+            // KAS' own answer (a refused token, a disconnected agent): as for any request.
+            return Ok(Some(read_answer(answer, kas, agent, condition).await));
+        }
+        condition.record(ConnectionStatus::Connected, None);
+        let code = answer.status();
+        let read = tokio::time::timeout(
+            ERROR_BODY_TIMEOUT,
+            Limited::new(answer.into_body(), MAX_ERROR_BODY).collect(),
+        )
+        .await;
+        let decided = match read {
+            Ok(Ok(body)) => review::allowed(code, &body.to_bytes()),
+            _ => Err("the cluster's SubjectAccessReview could not be read".to_owned()),
+        };
+        Ok(match decided {
+            Ok(true) => None,
+            Ok(false) => Some(status(StatusCode::FORBIDDEN, &review.refusal)),
+            Err(why) => Some(status(
+                StatusCode::FORBIDDEN,
+                &format!(
+                    "agent {agent}: access_as: user cannot be decided through GitLab's agent \
+                     server, so the request is refused: {why}"
+                ),
+            )),
+        })
+    }
 }
 
 /// What KAS answered, as the caller is to see it.

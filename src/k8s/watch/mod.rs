@@ -21,7 +21,7 @@
 //! straight into the compact [`Object`] the listing uses (no `DynamicObject` in between), and
 //! no new dependency is needed.
 
-mod access;
+pub(crate) mod access;
 mod consistent;
 mod kind;
 
