@@ -16,7 +16,6 @@ use envlens::auth::mint_session;
 use envlens::config::file::Settings;
 use envlens::config::Limits;
 use envlens::graphql::SocketLimits;
-use envlens::k8s::clusters::Clusters;
 use envlens::state::AppState;
 use envlens::web::Site;
 use futures_util::{SinkExt, StreamExt};
@@ -28,6 +27,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 use crate::support::environment::{self, NS};
+use crate::support::kas::{through_kas, ThroughKas, ENVLENS_USER};
 use crate::support::kube_api::{KubeApi, Served};
 use crate::support::*;
 
@@ -58,14 +58,22 @@ async fn cluster() -> (KubeApi, Served, TempDir) {
 
 /// The state of a server over `served`, with more of the `kubernetes` section in `extra`.
 async fn state(served: &Served, extra: &str, db: sqlx::PgPool) -> AppState {
+    state_reaching(&served.connections(&["7"]), "", extra, db).await
+}
+
+/// The state of a server whose agents are reached as `connections` (lines of the `kubernetes`
+/// section) and `gitlab` (the top-level `gitlab` section, for GitLab's agent server).
+async fn state_reaching(
+    connections: &str,
+    gitlab: &str,
+    extra: &str,
+    db: sqlx::PgPool,
+) -> AppState {
     let yaml = format!(
-        "kubernetes:\n{}  response_timeout: 3s\n{extra}cors:\n  allowed_origins: [https://gitlab.example.com]\n",
-        served.connections(&["7"])
+        "kubernetes:\n{connections}  response_timeout: 3s\n{extra}cors:\n  allowed_origins: [https://gitlab.example.com]\n{gitlab}"
     );
     let settings = Settings::parse(&yaml).unwrap();
-    let clusters = Clusters::load(&settings.kubernetes, Default::default())
-        .await
-        .unwrap();
+    let clusters = clusters(&settings).await;
     AppState::new(db, keys(), Limits::default())
         .with_clusters(clusters, settings.cors)
         .with_site(Site::new(PUBLIC_URL, envlens::web::DEFAULT_SESSION_LIFETIME).unwrap())
@@ -89,6 +97,17 @@ async fn start_with(served: &Served, extra: &str, limits: SocketLimits) -> Serve
     let state = state(served, extra, (*database).clone())
         .await
         .with_socket_limits(limits);
+    serve(state, database).await
+}
+
+/// A server reaching agent 7 through GitLab's agent server (`through`'s `gitlab` section).
+async fn start_through_kas(through: &ThroughKas) -> Server {
+    let database = postgres::fresh_database().await;
+    let state = state_reaching("", &through.yaml, "", (*database).clone()).await;
+    serve(state, database).await
+}
+
+async fn serve(state: AppState, database: postgres::TestDatabase) -> Server {
     let (addr, stop) = listen(state.clone()).await;
     let app = TestApp::owning(state, database);
     environment::seed(&app).await;
@@ -356,6 +375,29 @@ fn pod_with_phase(api: &KubeApi, name: &str, phase: &str) {
 async fn both_protocols_send_the_whole_group_then_a_changed_pod_alone() {
     let (api, served, _dir) = cluster().await;
     let server = start(&served).await;
+    whole_group_then_a_changed_pod(&api, &server).await;
+}
+
+/// The same through GitLab's agent server: agent 7 (`access_as: user`) has no entry, KAS
+/// presents envlens' token's user, and the viewer is judged by reviews (SPEC 14).
+#[tokio::test]
+async fn through_kas_the_whole_group_then_a_changed_pod_alone() {
+    let (api, served, dir) = cluster().await;
+    let through = through_kas(&served, &[(7, 10)], dir.path()).await;
+    through.gitlab.kas.allow(7, 10, true, ENVLENS_USER.0, 10);
+    let server = start_through_kas(&through).await;
+    whole_group_then_a_changed_pod(&api, &server).await;
+    assert!(
+        through
+            .kas
+            .received()
+            .iter()
+            .any(|(_, path, _)| path.contains("watch=true")),
+        "the watches went through KAS"
+    );
+}
+
+async fn whole_group_then_a_changed_pod(api: &KubeApi, server: &Server) {
     for protocol in ["graphql-transport-ws", "graphql-ws"] {
         let mut client = Client::connect(server.addr, protocol, DEV).await;
         client
@@ -380,7 +422,7 @@ async fn both_protocols_send_the_whole_group_then_a_changed_pod_alone() {
         } else {
             "Pending"
         };
-        pod_with_phase(&api, "web-new222-b", phase);
+        pod_with_phase(api, "web-new222-b", phase);
         let payload = client.next_payload("1").await;
         let update = update_of(&payload);
         assert_eq!(update["complete"], false);

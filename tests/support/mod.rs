@@ -61,6 +61,26 @@ impl TestResponse {
     }
 }
 
+/// The cluster connections of `settings` as `serve` makes them: the entries, then GitLab's agent
+/// server for every other agent when `gitlab.kas` is configured (SPEC 14).
+pub async fn clusters(
+    settings: &envlens::config::file::Settings,
+) -> envlens::k8s::clusters::Clusters {
+    let mut clusters =
+        envlens::k8s::clusters::Clusters::load(&settings.kubernetes, Default::default())
+            .await
+            .expect("test clusters");
+    if let Some(gitlab) = &settings.gitlab {
+        if let Some(kas) = envlens::k8s::kas::Kas::start(gitlab, Default::default())
+            .await
+            .expect("test KAS")
+        {
+            clusters = clusters.with_kas(kas);
+        }
+    }
+    clusters
+}
+
 impl TestApp {
     pub async fn new() -> Self {
         Self::with_limits(Limits::default()).await
@@ -102,19 +122,7 @@ impl TestApp {
     /// [`TestApp::with_config`], the state then changed by `adjust` (a GitLab beside it, say).
     pub async fn with_config_then(yaml: &str, adjust: impl FnOnce(AppState) -> AppState) -> Self {
         let settings = envlens::config::file::Settings::parse(yaml).expect("test configuration");
-        let mut clusters =
-            envlens::k8s::clusters::Clusters::load(&settings.kubernetes, Default::default())
-                .await
-                .expect("test clusters");
-        // GitLab's agent server, as `serve` finds it (SPEC 14).
-        if let Some(gitlab) = &settings.gitlab {
-            if let Some(kas) = envlens::k8s::kas::Kas::start(gitlab, Default::default())
-                .await
-                .expect("test KAS")
-            {
-                clusters = clusters.with_kas(kas);
-            }
-        }
+        let clusters = clusters(&settings).await;
         let database = postgres::fresh_database().await;
         let health = envlens::resources::health::Customizations::load(
             settings.health.customizations.as_deref(),
