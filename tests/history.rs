@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 use tempfile::TempDir;
 
 use crate::support::environment::{self, gitlab_labels, meta, NS, PROJECT, SLUG};
+use crate::support::kas::{through_kas, ENVLENS_USER};
 use crate::support::kube_api::{Fault, KubeApi, Served};
 use crate::support::*;
 
@@ -155,6 +156,38 @@ fn success_hook(id: i64) -> String {
 async fn a_success_is_snapshotted_once_and_its_changes_read_back() {
     let (api, served, _dir) = cluster().await;
     let (app, worker) = gitlab(&served, FAST).await;
+    snapshotted_once_and_read_back(&api, &app, &worker).await;
+}
+
+/// The same through GitLab's agent server: agent 7 (`access_as: user`) has no entry; the
+/// snapshots are read as envlens' token's user, the history shown by reviews (SPEC 14).
+#[tokio::test]
+async fn through_kas_a_success_is_snapshotted_once_and_its_changes_read_back() {
+    let (api, served, dir) = cluster().await;
+    let through = through_kas(&served, &[(7, 10)], dir.path()).await;
+    through.gitlab.kas.allow(7, 10, true, ENVLENS_USER.0, 10);
+    let yaml = format!(
+        "kubernetes:\n  response_timeout: 3s\n{FAST}{}",
+        through.yaml
+    );
+    let app = TestApp::with_config(&yaml).await;
+    environment::seed(&app).await;
+    let settings = Settings::parse(&yaml).unwrap();
+    let clusters = crate::support::clusters(&settings).await;
+    let worker = Worker::new(
+        app.db.clone(),
+        Arc::new(clusters),
+        Arc::default(),
+        settings.history,
+    );
+    snapshotted_once_and_read_back(&api, &app, &worker).await;
+    assert!(
+        !through.kas.received().is_empty(),
+        "the snapshots went through KAS"
+    );
+}
+
+async fn snapshotted_once_and_read_back(api: &KubeApi, app: &TestApp, worker: &Worker) {
     let mut turns = worker.run_until_idle().await.unwrap();
     turns.sort_by_key(|t| t.0);
     assert_eq!(
