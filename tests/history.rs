@@ -206,11 +206,11 @@ async fn snapshotted_once_and_read_back(api: &KubeApi, app: &TestApp, worker: &W
     }
     assert!(worker.run_until_idle().await.unwrap().is_empty());
     assert_eq!(
-        count(&app, "SELECT count(*) FROM deployment_snapshots").await,
+        count(app, "SELECT count(*) FROM deployment_snapshots").await,
         2
     );
 
-    let first = deployment(&app, DEV, 1, SNAPSHOT).await;
+    let first = deployment(app, DEV, 1, SNAPSHOT).await;
     let snapshot = &first["snapshot"];
     assert_eq!(snapshot["health"], "HEALTHY", "{first}");
     assert!(snapshot["settledAt"].is_string());
@@ -260,13 +260,13 @@ async fn snapshotted_once_and_read_back(api: &KubeApi, app: &TestApp, worker: &W
     api.insert(web("web:2", 2));
     api.remove("configmaps", Some(NS), "web-config");
     api.insert(config_map("web-config-2", "two"));
-    environment::deploy(&app, 4, PRODUCTION, "success").await;
-    let turns = run_until(&worker, |t| t.0 == 4).await;
+    environment::deploy(app, 4, PRODUCTION, "success").await;
+    let turns = run_until(worker, |t| t.0 == 4).await;
     assert_eq!(turns.last().unwrap().1, Turn::Taken { settled: true });
 
     let expected_images = json!([{"resource": {"kind": "Deployment", "name": "web"},
         "container": "app", "before": "web:1", "after": "web:2"}]);
-    let latest = deployment(&app, DEV, 4, &format!("changes {{ {CHANGES} }}")).await;
+    let latest = deployment(app, DEV, 4, &format!("changes {{ {CHANGES} }}")).await;
     let changes = &latest["changes"];
     assert_eq!(
         changes["since"]["id"], "gid://gitlab/Deployment/1",
@@ -290,7 +290,7 @@ async fn snapshotted_once_and_read_back(api: &KubeApi, app: &TestApp, worker: &W
 
     // `since` names the base; against itself nothing changed; the first one has no base.
     let explicit = deployment(
-        &app,
+        app,
         DEV,
         4,
         &format!(r#"changes(since: "gid://gitlab/Deployment/1") {{ {CHANGES} }}"#),
@@ -298,7 +298,7 @@ async fn snapshotted_once_and_read_back(api: &KubeApi, app: &TestApp, worker: &W
     .await;
     assert_eq!(explicit["changes"], *changes);
     let itself = deployment(
-        &app,
+        app,
         DEV,
         4,
         &format!(r#"changes(since: "4") {{ {CHANGES} }}"#),
@@ -306,7 +306,7 @@ async fn snapshotted_once_and_read_back(api: &KubeApi, app: &TestApp, worker: &W
     .await;
     assert_eq!(itself["changes"]["modified"], json!([]));
     assert_eq!(itself["changes"]["added"], json!([]));
-    let base = deployment(&app, DEV, 1, &format!("changes {{ {CHANGES} }}")).await;
+    let base = deployment(app, DEV, 1, &format!("changes {{ {CHANGES} }}")).await;
     assert!(base["changes"]["since"].is_null());
     assert_eq!(base["changes"]["added"].as_array().unwrap().len(), 3);
 
@@ -317,7 +317,7 @@ async fn snapshotted_once_and_read_back(api: &KubeApi, app: &TestApp, worker: &W
         "banana",
     ] {
         let body = deployment(
-            &app,
+            app,
             DEV,
             4,
             &format!(r#"changes(since: "{since}") {{ added {{ name }} }}"#),
