@@ -427,3 +427,118 @@ async fn an_agent_with_neither_entry_nor_kas_has_no_connection() {
                "checkedAt": null})
     );
 }
+
+/// GETs of `path` that are lists (not watches).
+fn lists_of(api: &KubeApi, path: &str) -> usize {
+    api.requests()
+        .iter()
+        .filter(|r| r.method == "GET" && r.path == path && !r.query.contains("watch=true"))
+        .count()
+}
+
+/// SPEC 14's circuit: once KAS has said the agent is not connected (after its wait, 5 s here),
+/// the agent's views answer at once without asking KAS, still listing what the cache holds
+/// (per-kind 503s, a warning with since when, health UNKNOWN); the agent coming back closes it
+/// after the next probe, and the watches resume from their versions rather than list again.
+#[tokio::test]
+async fn a_disconnected_agents_circuit_answers_at_once_until_the_agent_is_back() {
+    let w = world(|gitlab, kas| gitlab.kas.set_proxy_url(&kas.proxy_url())).await;
+    w.kas.set_wait(Duration::from_secs(5));
+    let fresh = view(&w.app, SLUG).await;
+    assert_eq!(fresh["errors"], json!([]), "{fresh}");
+    let deployments = format!("/apis/apps/v1/namespaces/{NS}/deployments");
+    let listed = lists_of(&w.api, &deployments);
+    assert_eq!(listed, 1);
+
+    w.kas.disconnect(AGENT);
+    deploy_to(&w.app, 9, (103, "elsewhere"), "other-ns").await;
+    deploy_to(&w.app, 10, (104, "third"), "third-ns").await;
+    // The first failure waits for KAS, then opens the circuit.
+    let group = view(&w.app, "elsewhere").await;
+    let errors = group["errors"].as_array().unwrap();
+    assert!(!errors.is_empty(), "{group}");
+    assert_eq!(connection(&w.app).await["status"], "AGENT_NOT_CONNECTED");
+    // The production watches broke off with the tunnel; their resumptions fail too (some first
+    // with the cut connection's own error, then as the circuit says).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let all_503 = |group: &Value| {
+        let errors = group["errors"].as_array().unwrap();
+        !errors.is_empty() && errors.iter().all(|e| e["code"] == 503)
+    };
+    while !all_503(&view(&w.app, SLUG).await) {
+        assert!(Instant::now() < deadline, "the watches never failed");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // While open: at once, and KAS is not asked (but for at most the circuit's single probe).
+    let asked = w.kas.received().len();
+    let started = Instant::now();
+    let again = view(&w.app, "elsewhere").await;
+    let never_viewed = view(&w.app, "third").await;
+    let cached = view(&w.app, SLUG).await;
+    let proxied = w
+        .app
+        .send(proxy_request(&format!(
+            "/k8s-proxy/api/v1/namespaces/{NS}/pods"
+        )))
+        .await;
+    let took = started.elapsed();
+    assert_eq!(proxied.status, 503, "{}", proxied.text());
+    assert!(
+        proxied.json()["message"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("agent {AGENT} is not connected")),
+        "{}",
+        proxied.text()
+    );
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    assert!(w.kas.received().len() <= asked + 1, "KAS was asked");
+    for group in [&again, &never_viewed, &cached] {
+        let errors = group["errors"].as_array().unwrap();
+        assert!(!errors.is_empty(), "{group}");
+        for e in errors {
+            assert_eq!(e["code"], 503, "{group}");
+            let message = e["message"].as_str().unwrap();
+            assert!(
+                message.contains(&format!("agent {AGENT} is not connected")),
+                "{message}"
+            );
+        }
+        assert_eq!(group["health"], "UNKNOWN", "{group}");
+        assert!(
+            group["warnings"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|w| w.as_str().unwrap().contains("not been reachable since 20")),
+            "{group}"
+        );
+    }
+    // What the cache holds is still listed.
+    assert_eq!(names(&cached), names(&fresh));
+
+    // Back: the next probe closes the circuit, the watches resume, the view is fresh again.
+    w.kas.connect(AGENT, &w.served);
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let group = view(&w.app, SLUG).await;
+        if group["errors"] == json!([]) && group["health"] == fresh["health"] {
+            assert_eq!(names(&group), names(&fresh));
+            assert!(
+                !group["warnings"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|w| w.as_str().unwrap().contains("not been reachable")),
+                "{group}"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "still away: {group}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert_eq!(connection(&w.app).await["status"], "CONNECTED");
+    // Resumed from their versions: the production Deployments were not listed again.
+    assert_eq!(lists_of(&w.api, &deployments), listed);
+}

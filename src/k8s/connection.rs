@@ -12,6 +12,8 @@ use axum::http::{Request, Response};
 use chrono::{DateTime, Utc};
 use tower::{Layer, Service};
 
+use crate::k8s::circuit::Circuit;
+
 /// SPEC 14's `AgentConnectionStatus`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConnectionStatus {
@@ -44,6 +46,8 @@ pub struct Checked {
 pub struct Condition {
     agent: Option<i64>,
     last: Arc<Mutex<Option<Checked>>>,
+    /// Opened and closed by the outcomes recorded ([`Circuit::outcome`]).
+    circuit: Circuit,
 }
 
 impl Condition {
@@ -52,12 +56,19 @@ impl Condition {
         Condition {
             agent,
             last: Arc::default(),
+            circuit: Circuit::default(),
         }
+    }
+
+    /// The agent's circuit: whether its requests are sent now.
+    pub fn circuit(&self) -> &Circuit {
+        &self.circuit
     }
 
     /// Records an outcome; logs when the status differs from the last one.
     pub fn record(&self, status: ConnectionStatus, message: Option<String>) {
         let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        self.circuit.outcome(status, message.as_deref());
         let changed = last.as_ref().map(|c| c.status) != Some(status);
         if changed {
             let agent = self.agent.map_or_else(|| "-".to_owned(), |a| a.to_string());
