@@ -582,3 +582,41 @@ async fn a_disconnected_agents_circuit_answers_at_once_until_the_agent_is_back()
     // Resumed from their versions: the production Deployments were not listed again.
     assert_eq!(lists_of(&w.api, &deployments), listed);
 }
+
+/// The environment page says how the agent's cluster is reached and how its last request went,
+/// in words, rendered on the server (SPEC 9, 14).
+#[tokio::test]
+async fn the_environment_page_shows_the_agents_connection() {
+    let w = world(|gitlab, kas| gitlab.kas.set_proxy_url(&kas.proxy_url())).await;
+    let page = format!("/environments?project=acme/apps/web&name={SLUG}");
+    let connection_of = |html: &str| -> String {
+        let start = html
+            .find(r#"id="agent-connection""#)
+            .expect("the connection");
+        let end = start + html[start..].find("</dd>").unwrap();
+        html[start..end].to_owned()
+    };
+    // Viewed once, so asked once.
+    w.app.page_as(DEV.0, &page).await;
+    let html = w.app.page_as(DEV.0, &page).await;
+    let shown = connection_of(&html);
+    assert!(
+        shown.contains("GitLab&#39;s agent server") || shown.contains("GitLab's agent server"),
+        "{shown}"
+    );
+    assert!(shown.contains(">Connected<"), "{shown}");
+    assert!(shown.contains("checked <time datetime=\"20"), "{shown}");
+
+    w.kas.disconnect(AGENT);
+    deploy_to(&w.app, 9, (103, "elsewhere"), "other-ns").await;
+    // A namespace never viewed asks the cluster, and finds the agent away.
+    w.app
+        .page_as(DEV.0, "/environments?project=acme/apps/web&name=elsewhere")
+        .await;
+    let html = w.app.page_as(DEV.0, &page).await;
+    let shown = connection_of(&html);
+    assert!(shown.contains(">Agent not connected<"), "{shown}");
+    assert!(shown.contains("Agent connection not found"), "{shown}");
+    // The group says since when what it shows is old, and that its health is unknown.
+    assert!(html.contains("not been reachable since"), "{html}");
+}
