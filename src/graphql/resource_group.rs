@@ -106,11 +106,14 @@ pub async fn load(
         ),
         Err(e) => return Err(unreachable(&e)),
     };
-    let mut group = ResourceGroup::new(DeploymentAgent { agent, namespace }, assembled);
-    if let Some(open) = cluster.condition.circuit().open() {
-        group.while_away(&open);
-    }
-    Ok(group)
+    let assembled = match cluster.condition.circuit().open() {
+        Some(open) => Arc::new(assembled.while_away(open.since, &open.said())),
+        None => assembled,
+    };
+    Ok(ResourceGroup::new(
+        DeploymentAgent { agent, namespace },
+        assembled,
+    ))
 }
 
 /// The user and their `user_access` grant on the agent; the FORBIDDEN error of SPEC 5.2
@@ -166,22 +169,6 @@ impl ResourceGroup {
             resources: Resources(group.clone()),
             edges: Edges(group),
         }
-    }
-}
-
-impl ResourceGroup {
-    /// While the agent's circuit is open (SPEC 14), the group is what the cache last saw: its
-    /// health is not known, and a warning says since when the data is old.
-    fn while_away(&mut self, open: &crate::k8s::circuit::Open) {
-        let said = open.message.as_deref().unwrap_or("no answer");
-        self.health = HealthStatus::Unknown;
-        self.health_message = Some(format!("The agent's cluster cannot be reached: {said}"));
-        self.warnings.push(format!(
-            "The agent's cluster has not been reachable since {}: what is shown is as it was \
-             then ({said})",
-            open.since
-                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-        ));
     }
 }
 

@@ -27,6 +27,13 @@ pub struct Open {
     pub since: DateTime<Utc>,
 }
 
+impl Open {
+    /// What was said, for messages.
+    pub fn said(&self) -> String {
+        self.message.clone().unwrap_or_else(|| "no answer".into())
+    }
+}
+
 #[derive(Debug)]
 struct Opened {
     open: Open,
