@@ -269,6 +269,17 @@ async fn a_token_kas_refuses_is_not_the_viewers_401() {
     );
     // KAS did refuse it, with its own 401.
     assert!(!w.kas.received().is_empty());
+    // The circuit is open: the same answer at once, KAS not asked again before its probe.
+    let asked = w.kas.received().len();
+    let again = w
+        .app
+        .send(proxy_request(&format!(
+            "/k8s-proxy/api/v1/namespaces/{NS}/pods"
+        )))
+        .await;
+    assert_eq!(again.status, 503, "{}", again.text());
+    assert_eq!(again.json()["message"], status["message"]);
+    assert_eq!(w.kas.received().len(), asked);
 
     let seen = connection(&w.app).await;
     assert_eq!(
