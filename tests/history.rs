@@ -851,31 +851,6 @@ fn workloads_only(api: &KubeApi) {
     api.enforce_rbac();
 }
 
-/// The dashboard page at `path`, as `user_id` signed in to the dashboard.
-async fn page_as(app: &TestApp, user_id: i64, path: &str) -> String {
-    let pool = envlens::db::pool::Pool::from(app.db.clone());
-    let cookie = envlens::web::session::begin(&pool, &envlens::web::Site::default(), user_id)
-        .await
-        .unwrap();
-    let cookie = cookie
-        .to_str()
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_owned();
-    let res = app
-        .send(
-            Request::get(path)
-                .header(header::COOKIE, cookie)
-                .body(Body::empty())
-                .unwrap(),
-        )
-        .await;
-    assert_eq!(res.status, 200, "{}", res.text());
-    res.text()
-}
-
 fn kinds_of(resources: &Value) -> Vec<String> {
     let mut kinds: Vec<String> = resources
         .as_array()
@@ -962,7 +937,9 @@ async fn history_shows_only_the_kinds_the_viewer_may_list_now() {
     }
 
     // The dashboard's deployment page, as the same viewer: the image, not the ConfigMaps.
-    let html = page_as(&app, DEV.0, "/deployments?project=acme/apps/web&iid=4").await;
+    let html = app
+        .page_as(DEV.0, "/deployments?project=acme/apps/web&iid=4")
+        .await;
     assert!(html.contains("web:2"), "{html}");
     assert!(!html.contains("web-config"), "{html}");
 

@@ -269,6 +269,17 @@ async fn a_token_kas_refuses_is_not_the_viewers_401() {
     );
     // KAS did refuse it, with its own 401.
     assert!(!w.kas.received().is_empty());
+    // The circuit is open: the same answer at once, KAS not asked again before its probe.
+    let asked = w.kas.received().len();
+    let again = w
+        .app
+        .send(proxy_request(&format!(
+            "/k8s-proxy/api/v1/namespaces/{NS}/pods"
+        )))
+        .await;
+    assert_eq!(again.status, 503, "{}", again.text());
+    assert_eq!(again.json()["message"], status["message"]);
+    assert_eq!(w.kas.received().len(), asked);
 
     let seen = connection(&w.app).await;
     assert_eq!(
@@ -426,4 +437,197 @@ async fn an_agent_with_neither_entry_nor_kas_has_no_connection() {
                "message": format!("No cluster connection is configured for agent {AGENT}"),
                "checkedAt": null})
     );
+}
+
+/// The value of one series on `/metrics` (0 when absent).
+async fn metric(app: &TestApp, series: &str) -> f64 {
+    let text = app
+        .send(Request::get("/metrics").body(Body::empty()).unwrap())
+        .await
+        .text();
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+const KAS_CONNECTED: &str = r#"envlens_agent_connections{kind="kas",status="connected"}"#;
+const KAS_AWAY: &str = r#"envlens_agent_connections{kind="kas",status="agent_not_connected"}"#;
+const CHANGES_TO_AWAY: &str =
+    r#"envlens_agent_status_changes_total{kind="kas",status="agent_not_connected"}"#;
+const CHANGES_TO_CONNECTED: &str =
+    r#"envlens_agent_status_changes_total{kind="kas",status="connected"}"#;
+
+/// GETs of `path` that are lists (not watches).
+fn lists_of(api: &KubeApi, path: &str) -> usize {
+    api.requests()
+        .iter()
+        .filter(|r| r.method == "GET" && r.path == path && !r.query.contains("watch=true"))
+        .count()
+}
+
+/// SPEC 14's circuit: once KAS has said the agent is not connected (after its wait, 5 s here),
+/// the agent's views answer at once without asking KAS, still listing what the cache holds
+/// (per-kind 503s, a warning with since when, health UNKNOWN); the agent coming back closes it
+/// after the next probe, and the watches resume from their versions rather than list again.
+/// `/metrics` counts the agents by kind and status, and the changes.
+#[tokio::test]
+async fn a_disconnected_agents_circuit_answers_at_once_until_the_agent_is_back() {
+    let w = world(|gitlab, kas| gitlab.kas.set_proxy_url(&kas.proxy_url())).await;
+    w.kas.set_wait(Duration::from_secs(5));
+    let fresh = view(&w.app, SLUG).await;
+    assert_eq!(fresh["errors"], json!([]), "{fresh}");
+    let deployments = format!("/apis/apps/v1/namespaces/{NS}/deployments");
+    let listed = lists_of(&w.api, &deployments);
+    assert_eq!(listed, 1);
+    // Counted by kind and status, never by agent.
+    assert_eq!(metric(&w.app, KAS_CONNECTED).await, 1.0);
+    assert_eq!(metric(&w.app, CHANGES_TO_CONNECTED).await, 1.0);
+    assert_eq!(metric(&w.app, CHANGES_TO_AWAY).await, 0.0);
+
+    w.kas.disconnect(AGENT);
+    deploy_to(&w.app, 9, (103, "elsewhere"), "other-ns").await;
+    deploy_to(&w.app, 10, (104, "third"), "third-ns").await;
+    // The first failure waits for KAS, then opens the circuit.
+    let group = view(&w.app, "elsewhere").await;
+    let errors = group["errors"].as_array().unwrap();
+    assert!(!errors.is_empty(), "{group}");
+    assert_eq!(connection(&w.app).await["status"], "AGENT_NOT_CONNECTED");
+    // The production watches broke off with the tunnel; their resumptions fail too (some first
+    // with the cut connection's own error, then as the circuit says).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let all_503 = |group: &Value| {
+        let errors = group["errors"].as_array().unwrap();
+        !errors.is_empty() && errors.iter().all(|e| e["code"] == 503)
+    };
+    while !all_503(&view(&w.app, SLUG).await) {
+        assert!(Instant::now() < deadline, "the watches never failed");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // While open: at once, and KAS is not asked (but for at most the circuit's single probe).
+    let asked = w.kas.received().len();
+    let started = Instant::now();
+    let again = view(&w.app, "elsewhere").await;
+    let never_viewed = view(&w.app, "third").await;
+    let cached = view(&w.app, SLUG).await;
+    let proxied = w
+        .app
+        .send(proxy_request(&format!(
+            "/k8s-proxy/api/v1/namespaces/{NS}/pods"
+        )))
+        .await;
+    let took = started.elapsed();
+    assert_eq!(proxied.status, 503, "{}", proxied.text());
+    assert!(
+        proxied.json()["message"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("agent {AGENT} is not connected")),
+        "{}",
+        proxied.text()
+    );
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    assert!(w.kas.received().len() <= asked + 1, "KAS was asked");
+    for group in [&again, &never_viewed, &cached] {
+        let errors = group["errors"].as_array().unwrap();
+        assert!(!errors.is_empty(), "{group}");
+        for e in errors {
+            assert_eq!(e["code"], 503, "{group}");
+            let message = e["message"].as_str().unwrap();
+            assert!(
+                message.contains(&format!("agent {AGENT} is not connected")),
+                "{message}"
+            );
+        }
+        assert_eq!(group["health"], "UNKNOWN", "{group}");
+        assert!(
+            group["warnings"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|w| w.as_str().unwrap().contains("not been reachable since 20")),
+            "{group}"
+        );
+    }
+    // What the cache holds is still listed.
+    assert_eq!(names(&cached), names(&fresh));
+    assert_eq!(metric(&w.app, KAS_CONNECTED).await, 0.0);
+    assert_eq!(metric(&w.app, KAS_AWAY).await, 1.0);
+    assert!(metric(&w.app, CHANGES_TO_AWAY).await >= 1.0);
+    let text = w
+        .app
+        .send(Request::get("/metrics").body(Body::empty()).unwrap())
+        .await
+        .text();
+    assert!(
+        !text
+            .lines()
+            .any(|l| l.starts_with("envlens_agent_") && l.contains(&format!("\"{AGENT}\""))),
+        "{text}"
+    );
+
+    // Back: the next probe closes the circuit, the watches resume, the view is fresh again.
+    w.kas.connect(AGENT, &w.served);
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let group = view(&w.app, SLUG).await;
+        if group["errors"] == json!([]) && group["health"] == fresh["health"] {
+            assert_eq!(names(&group), names(&fresh));
+            assert!(
+                !group["warnings"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|w| w.as_str().unwrap().contains("not been reachable")),
+                "{group}"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "still away: {group}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert_eq!(connection(&w.app).await["status"], "CONNECTED");
+    assert_eq!(metric(&w.app, KAS_CONNECTED).await, 1.0);
+    assert_eq!(metric(&w.app, KAS_AWAY).await, 0.0);
+    assert!(metric(&w.app, CHANGES_TO_CONNECTED).await >= 2.0);
+    // Resumed from their versions: the production Deployments were not listed again.
+    assert_eq!(lists_of(&w.api, &deployments), listed);
+}
+
+/// The environment page says how the agent's cluster is reached and how its last request went,
+/// in words, rendered on the server (SPEC 9, 14).
+#[tokio::test]
+async fn the_environment_page_shows_the_agents_connection() {
+    let w = world(|gitlab, kas| gitlab.kas.set_proxy_url(&kas.proxy_url())).await;
+    let page = format!("/environments?project=acme/apps/web&name={SLUG}");
+    let connection_of = |html: &str| -> String {
+        let start = html
+            .find(r#"id="agent-connection""#)
+            .expect("the connection");
+        let end = start + html[start..].find("</dd>").unwrap();
+        html[start..end].to_owned()
+    };
+    // Viewed once, so asked once.
+    w.app.page_as(DEV.0, &page).await;
+    let html = w.app.page_as(DEV.0, &page).await;
+    let shown = connection_of(&html);
+    assert!(
+        shown.contains("GitLab&#39;s agent server") || shown.contains("GitLab's agent server"),
+        "{shown}"
+    );
+    assert!(shown.contains(">Connected<"), "{shown}");
+    assert!(shown.contains("checked <time datetime=\"20"), "{shown}");
+
+    w.kas.disconnect(AGENT);
+    deploy_to(&w.app, 9, (103, "elsewhere"), "other-ns").await;
+    // A namespace never viewed asks the cluster, and finds the agent away.
+    w.app
+        .page_as(DEV.0, "/environments?project=acme/apps/web&name=elsewhere")
+        .await;
+    let html = w.app.page_as(DEV.0, &page).await;
+    let shown = connection_of(&html);
+    assert!(shown.contains(">Agent not connected<"), "{shown}");
+    assert!(shown.contains("Agent connection not found"), "{shown}");
+    // The group says since when what it shows is old, and that its health is unknown.
+    assert!(html.contains("not been reachable since"), "{html}");
 }

@@ -106,6 +106,10 @@ pub async fn load(
         ),
         Err(e) => return Err(unreachable(&e)),
     };
+    let assembled = match cluster.condition.circuit().open() {
+        Some(open) => Arc::new(assembled.while_away(open.since, &open.said())),
+        None => assembled,
+    };
     Ok(ResourceGroup::new(
         DeploymentAgent { agent, namespace },
         assembled,

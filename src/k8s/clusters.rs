@@ -57,6 +57,17 @@ pub enum ConnectionKind {
     InCluster,
 }
 
+impl ConnectionKind {
+    /// As the metrics name it.
+    pub fn label(self) -> &'static str {
+        match self {
+            ConnectionKind::Kas => "kas",
+            ConnectionKind::Kubeconfig => "kubeconfig",
+            ConnectionKind::InCluster => "in_cluster",
+        }
+    }
+}
+
 impl Cluster {
     /// Reached with the pod's own service account (`in_cluster: true`).
     pub fn in_cluster(&self) -> bool {
@@ -192,7 +203,7 @@ impl Clusters {
         if let Some(cluster) = built.get(&id) {
             return Ok(cluster.clone());
         }
-        let condition = Condition::new(Some(id));
+        let condition = Condition::new(Some(id), ConnectionKind::Kas, self.metrics.clone());
         // The labels of the cluster's requests are the resources its discovery knows.
         let known = KnownResources::default();
         let build = || {
@@ -339,10 +350,15 @@ async fn connect(
     config.default_retry = false;
     // The labels of the cluster's requests are the resources its discovery knows.
     let known = KnownResources::default();
-    let condition = Condition::new(match entry.agent {
+    let kind = match entry.context {
+        Some(_) => ConnectionKind::Kubeconfig,
+        None => ConnectionKind::InCluster,
+    };
+    let agent = match entry.agent {
         AgentRef::Id(id) => Some(id),
         AgentRef::Path(_) => None,
-    });
+    };
+    let condition = Condition::new(agent, kind, metrics.clone());
     let build = |config: kube::Config| -> anyhow::Result<kube::Client> {
         Ok(kube::client::ClientBuilder::try_from(config)
             .context("cannot build the Kubernetes client")?
@@ -358,10 +374,6 @@ async fn connect(
     // The watch cache's streams get a client, so a connection pool, of their own.
     let streams = build(config.clone())?;
     let client = build(config)?;
-    let kind = match entry.context {
-        Some(_) => ConnectionKind::Kubeconfig,
-        None => ConnectionKind::InCluster,
-    };
     Ok(cluster(
         client,
         streams,

@@ -12,6 +12,10 @@ use axum::http::{Request, Response};
 use chrono::{DateTime, Utc};
 use tower::{Layer, Service};
 
+use crate::k8s::circuit::Circuit;
+use crate::k8s::clusters::ConnectionKind;
+use crate::telemetry::Metrics;
+
 /// SPEC 14's `AgentConnectionStatus`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConnectionStatus {
@@ -29,6 +33,20 @@ pub enum ConnectionStatus {
     NotChecked,
 }
 
+impl ConnectionStatus {
+    /// As the metrics name it.
+    pub fn label(self) -> &'static str {
+        match self {
+            ConnectionStatus::Connected => "connected",
+            ConnectionStatus::AgentNotConnected => "agent_not_connected",
+            ConnectionStatus::TokenRefused => "token_refused",
+            ConnectionStatus::Unreachable => "unreachable",
+            ConnectionStatus::NotConfigured => "not_configured",
+            ConnectionStatus::NotChecked => "not_checked",
+        }
+    }
+}
+
 /// The last outcome: its status, a message for the ones that are not [`Connected`], and when.
 ///
 /// [`Connected`]: ConnectionStatus::Connected
@@ -39,27 +57,72 @@ pub struct Checked {
     pub at: DateTime<Utc>,
 }
 
-/// The last outcome of one agent's connection; clones share it.
+/// The last outcome of one agent's connection; clones share it. Counted in the metrics by
+/// kind and status while it lives (`envlens_agent_connections`), each change of status too.
 #[derive(Debug, Clone)]
 pub struct Condition {
     agent: Option<i64>,
-    last: Arc<Mutex<Option<Checked>>>,
+    shared: Arc<Shared>,
+    /// Opened and closed by the outcomes recorded ([`Circuit::outcome`]).
+    circuit: Circuit,
+}
+
+#[derive(Debug)]
+struct Shared {
+    kind: ConnectionKind,
+    metrics: Arc<Metrics>,
+    last: Mutex<Option<Checked>>,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        let last = self.last.get_mut().unwrap_or_else(|e| e.into_inner());
+        let status = last
+            .as_ref()
+            .map_or(ConnectionStatus::NotChecked, |c| c.status);
+        self.metrics
+            .agent_connection(self.kind.label(), Some(status.label()), None);
+    }
 }
 
 impl Condition {
-    /// For the connection of `agent` (`None`: an entry by path, whose id is not known here).
-    pub fn new(agent: Option<i64>) -> Self {
+    /// For the connection of `agent` (`None`: an entry by path, whose id is not known here),
+    /// reached as `kind`, counted in `metrics`.
+    pub fn new(agent: Option<i64>, kind: ConnectionKind, metrics: Arc<Metrics>) -> Self {
+        metrics.agent_connection(
+            kind.label(),
+            None,
+            Some(ConnectionStatus::NotChecked.label()),
+        );
         Condition {
             agent,
-            last: Arc::default(),
+            shared: Arc::new(Shared {
+                kind,
+                metrics,
+                last: Mutex::default(),
+            }),
+            circuit: Circuit::default(),
         }
     }
 
-    /// Records an outcome; logs when the status differs from the last one.
+    /// The agent's circuit: whether its requests are sent now.
+    pub fn circuit(&self) -> &Circuit {
+        &self.circuit
+    }
+
+    /// Records an outcome; logs and counts when the status differs from the last one.
     pub fn record(&self, status: ConnectionStatus, message: Option<String>) {
-        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        let changed = last.as_ref().map(|c| c.status) != Some(status);
-        if changed {
+        let mut last = self.shared.last.lock().unwrap_or_else(|e| e.into_inner());
+        self.circuit.outcome(status, message.as_deref());
+        let before = last
+            .as_ref()
+            .map_or(ConnectionStatus::NotChecked, |c| c.status);
+        if before != status {
+            self.shared.metrics.agent_connection(
+                self.shared.kind.label(),
+                Some(before.label()),
+                Some(status.label()),
+            );
             let agent = self.agent.map_or_else(|| "-".to_owned(), |a| a.to_string());
             let detail = message.as_deref().unwrap_or("");
             match status {
@@ -80,7 +143,11 @@ impl Condition {
 
     /// The last outcome; `None` before the first request.
     pub fn get(&self) -> Option<Checked> {
-        self.last.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.shared
+            .last
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 }
 
@@ -142,7 +209,8 @@ mod tests {
 
     #[test]
     fn keeps_the_last_outcome() {
-        let condition = Condition::new(Some(7));
+        let metrics = Arc::new(Metrics::default());
+        let condition = Condition::new(Some(7), ConnectionKind::Kas, metrics.clone());
         assert_eq!(condition.get(), None);
         condition.record(ConnectionStatus::AgentNotConnected, Some("gone".into()));
         let first = condition.get().unwrap();
@@ -155,5 +223,26 @@ mod tests {
             (ConnectionStatus::Connected, None)
         );
         assert!(now.at >= first.at);
+
+        let text = metrics.render(None);
+        for line in [
+            r#"envlens_agent_connections{kind="kas",status="connected"} 1"#,
+            r#"envlens_agent_connections{kind="kas",status="agent_not_connected"} 0"#,
+            r#"envlens_agent_connections{kind="kas",status="not_checked"} 0"#,
+            r#"envlens_agent_status_changes_total{kind="kas",status="agent_not_connected"} 1"#,
+            r#"envlens_agent_status_changes_total{kind="kas",status="connected"} 1"#,
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
+        // A connection no longer kept is no longer counted.
+        let clone = condition.clone();
+        drop(condition);
+        assert!(metrics
+            .render(None)
+            .contains(r#"envlens_agent_connections{kind="kas",status="connected"} 1"#));
+        drop(clone);
+        assert!(metrics
+            .render(None)
+            .contains(r#"envlens_agent_connections{kind="kas",status="connected"} 0"#));
     }
 }

@@ -3,6 +3,7 @@
 //! an environment's resources, the `user_access` grants and impersonation under which it asks,
 //! the proxy for the browser, and GitLab's watch API over the watch cache. The decisions over what comes back live in `resources`.
 
+pub mod circuit;
 pub mod clusters;
 pub mod connection;
 pub mod discovery;

@@ -86,6 +86,25 @@ impl ResourceGroup {
     }
 }
 
+impl ResourceGroup {
+    /// The group as shown while its agent's cluster cannot be reached (SPEC 14: its circuit is
+    /// open since `since`, for the reason `said`): the resources as the cache last saw them,
+    /// a health that cannot be known, and a warning saying since when the data is old.
+    pub fn while_away(&self, since: DateTime<Utc>, said: &str) -> ResourceGroup {
+        let mut group = self.clone();
+        group.health = Health {
+            status: health::HealthStatus::Unknown,
+            message: Some(format!("The agent's cluster cannot be reached: {said}")),
+        };
+        group.warnings.push(format!(
+            "The agent's cluster has not been reachable since {}: what is shown is as it was \
+             then ({said})",
+            since.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+        ));
+        group
+    }
+}
+
 /// A top-level string field, `""` when absent.
 fn field<'a>(object: &'a Tree, name: &str) -> &'a str {
     object.get(name).and_then(Tree::as_str).unwrap_or("")
@@ -226,6 +245,35 @@ pub fn assemble(listing: Listing, custom: &Customizations) -> ResourceGroup {
         edges,
         warnings,
         errors,
+    }
+}
+
+#[cfg(test)]
+mod away_tests {
+    use super::*;
+
+    #[test]
+    fn away_the_health_is_unknown_and_the_data_dated() {
+        let mut group = ResourceGroup::unreadable("shop", "app=web", 503, "gone".into());
+        group.errors.clear();
+        group.health = Health {
+            status: health::HealthStatus::Healthy,
+            message: None,
+        };
+        let since = DateTime::parse_from_rfc3339("2026-11-27T14:03:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let away = group.while_away(since, "agent 7 is not connected");
+        assert_eq!(away.health.status, health::HealthStatus::Unknown);
+        assert!(away.health.message.unwrap().contains("not connected"));
+        assert_eq!(
+            away.warnings,
+            [
+                "The agent's cluster has not been reachable since 2026-11-27T14:03:00Z: what is \
+              shown is as it was then (agent 7 is not connected)"
+            ]
+        );
+        assert_eq!(group.warnings, Vec::<String>::new());
     }
 }
 

@@ -71,6 +71,15 @@ struct FollowupLabels {
     outcome: &'static str,
 }
 
+/// An agent's connection (SPEC 14): never the agent's id, whose number has no bound.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AgentConnectionLabels {
+    /// kas, kubeconfig, in_cluster.
+    kind: &'static str,
+    /// connected, agent_not_connected, token_refused, unreachable, not_checked.
+    status: &'static str,
+}
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OutcomeLabel {
     outcome: &'static str,
@@ -106,6 +115,8 @@ pub struct Metrics {
     database_acquire_failures: Counter,
     webhook_events: Family<WebhookLabels, Counter>,
     gitlab_followups: Family<FollowupLabels, Counter>,
+    agent_connections: Family<AgentConnectionLabels, Gauge>,
+    agent_status_changes: Family<AgentConnectionLabels, Counter>,
     sync_passes: Family<OutcomeLabel, Counter>,
     sync_last_complete: Gauge,
     sync_duration: Histogram,
@@ -273,6 +284,18 @@ impl Default for Metrics {
             "Watch events applied by the watch cache, bookmarks included",
             watch_events.clone(),
         );
+        let agent_connections = Family::<AgentConnectionLabels, Gauge>::default();
+        registry.register(
+            "envlens_agent_connections",
+            "Agents' cluster connections in use, by kind and status of their last request",
+            agent_connections.clone(),
+        );
+        let agent_status_changes = Family::<AgentConnectionLabels, Counter>::default();
+        registry.register(
+            "envlens_agent_status_changes",
+            "Changes of an agent's connection status, by kind and the status changed to",
+            agent_status_changes.clone(),
+        );
         registry.register_collector(Box::new(Reading {
             name: "envlens_log_lines_dropped",
             help: "Log lines dropped because the writer's buffer was full (stderr not keeping up)",
@@ -297,6 +320,8 @@ impl Default for Metrics {
             database_acquire_failures,
             webhook_events,
             gitlab_followups,
+            agent_connections,
+            agent_status_changes,
             sync_passes,
             sync_last_complete,
             sync_duration,
@@ -386,6 +411,31 @@ impl Metrics {
         self.gitlab_followups
             .get_or_create(&FollowupLabels { kind, outcome })
             .inc();
+    }
+
+    /// An agent's connection of `kind` moved from `from` (`None`: it is new) to `to`, or went
+    /// (`to` `None`); a move from one status to another is counted as a change.
+    pub fn agent_connection(
+        &self,
+        kind: &'static str,
+        from: Option<&'static str>,
+        to: Option<&'static str>,
+    ) {
+        if let Some(status) = from {
+            self.agent_connections
+                .get_or_create(&AgentConnectionLabels { kind, status })
+                .dec();
+        }
+        if let Some(status) = to {
+            self.agent_connections
+                .get_or_create(&AgentConnectionLabels { kind, status })
+                .inc();
+            if from.is_some() {
+                self.agent_status_changes
+                    .get_or_create(&AgentConnectionLabels { kind, status })
+                    .inc();
+            }
+        }
     }
 
     /// A sync pass ended, complete or not, after `elapsed`.

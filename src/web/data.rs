@@ -24,7 +24,7 @@ pub const ENVIRONMENT: &str = r#"query($project: ID!, $name: String!) {
   currentUser { username }
   project(fullPath: $project) { fullPath
     environment(name: $name) { id name tier state
-      clusterAgent { id name project { fullPath } }
+      clusterAgent { id name project { fullPath } connection { kind status message checkedAt } }
       deployments(first: 20) { nodes { iid status ref sha createdAt finishedAt agent { name kubernetesNamespace }
         snapshot { settledAt health timeToHealthy } snapshotStatus { state } } }
       resourceGroup { namespace labelSelector health healthMessage warnings
@@ -186,6 +186,19 @@ pub struct AgentRef {
     pub name: String,
     #[serde(default)]
     pub project: Option<ProjectRef>,
+    /// How envlens reaches the agent's cluster (the environment page asks for it).
+    #[serde(default)]
+    pub connection: Option<AgentConnection>,
+}
+
+/// `ClusterAgent.connection` (SPEC 14).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentConnection {
+    pub kind: String,
+    pub status: String,
+    pub message: Option<String>,
+    pub checked_at: Option<String>,
 }
 
 impl AgentRef {

@@ -61,7 +61,7 @@ type Slot = Arc<tokio::sync::Mutex<Option<Decision>>>;
 
 struct Inner {
     gitlab: String,
-    wait: Duration,
+    wait: Mutex<Duration>,
     ttl: Duration,
     /// Connected agents and the API server their agentk reaches.
     agents: Mutex<HashMap<i64, String>>,
@@ -88,7 +88,7 @@ impl TestKas {
         let addr = listener.local_addr().unwrap();
         let inner = Arc::new(Inner {
             gitlab: gitlab_url.trim_end_matches('/').to_owned(),
-            wait,
+            wait: Mutex::new(wait),
             ttl: Duration::from_secs(60),
             agents: Mutex::default(),
             connected: watch::Sender::new(0),
@@ -133,6 +133,11 @@ impl TestKas {
     pub fn disconnect(&self, agent: i64) {
         lock(&self.inner.agents).remove(&agent);
         self.inner.connected.send_modify(|n| *n += 1);
+    }
+
+    /// From now on, waits `wait` for a disconnected agent.
+    pub fn set_wait(&self, wait: Duration) {
+        *lock(&self.inner.wait) = wait;
     }
 
     /// Every request received so far: method, path and query, headers.
@@ -362,7 +367,7 @@ async fn authorize(kas: &Inner, agent: i64, token: &str) -> Result<Value, u16> {
 /// The cluster of the agent's agentk, waiting up to `wait` for it to connect.
 async fn wait_for(kas: &Inner, agent: i64) -> Option<String> {
     let mut changes = kas.connected.subscribe();
-    let deadline = tokio::time::Instant::now() + kas.wait;
+    let deadline = tokio::time::Instant::now() + *lock(&kas.wait);
     loop {
         if let Some(url) = lock(&kas.agents).get(&agent) {
             return Some(url.clone());

@@ -144,6 +144,31 @@ impl TestApp {
         }
     }
 
+    /// The dashboard page at `path`, as `user_id` signed in to the dashboard: its HTML.
+    pub async fn page_as(&self, user_id: i64, path: &str) -> String {
+        let pool = envlens::db::pool::Pool::from(self.db.clone());
+        let cookie = envlens::web::session::begin(&pool, &envlens::web::Site::default(), user_id)
+            .await
+            .unwrap();
+        let cookie = cookie
+            .to_str()
+            .unwrap()
+            .split(';')
+            .next()
+            .unwrap()
+            .to_owned();
+        let res = self
+            .send(
+                Request::get(path)
+                    .header(header::COOKIE, cookie)
+                    .body(Body::empty())
+                    .unwrap(),
+            )
+            .await;
+        assert_eq!(res.status, 200, "{}", res.text());
+        res.text()
+    }
+
     pub async fn send(&self, req: Request<Body>) -> TestResponse {
         let res = self
             .router

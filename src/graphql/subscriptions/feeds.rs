@@ -290,9 +290,11 @@ fn leave(running: &Running, key: &FeedKey, feed: &Arc<Feed>) {
 }
 
 /// The group from the watch cache (assembled off the runtime's threads, shared with the
-/// views of the same group at the same generation).
+/// views of the same group at the same generation); while the agent's circuit is open, as a
+/// view shows it then ([`ResourceGroup::while_away`]). The circuit opens and closes as the
+/// watches fail and resume, which are changes the feed reads the group again for.
 async fn assemble(source: &Source, key: &FeedKey) -> Result<Arc<ResourceGroup>, String> {
-    source
+    let group = source
         .cluster
         .watch
         .resource_group(
@@ -304,5 +306,9 @@ async fn assemble(source: &Source, key: &FeedKey) -> Result<Arc<ResourceGroup>, 
             &source.health,
         )
         .await
-        .map_err(|e| e.to_string())
+        .map_err(|e| e.to_string())?;
+    Ok(match source.cluster.condition.circuit().open() {
+        Some(open) => Arc::new(group.while_away(open.since, &open.said())),
+        None => group,
+    })
 }

@@ -11,6 +11,9 @@
 //!   cluster as a `SubjectAccessReview` ([`review`]) and the request is sent only when allowed;
 //!   what cannot be decided is refused.
 //!
+//! - While the agent's circuit is open ([`crate::k8s::circuit`]), a request is answered at
+//!   once with the 503 that opened it, but for the single probe it lets through now and then.
+//!
 //! Answers that came through KAS (with its `Via`) stream on untouched: watches and followed
 //! logs included.
 
@@ -27,6 +30,7 @@ use hyper::body::Incoming;
 use tower::{Layer, Service};
 
 use super::{review, Kas, Reach};
+use crate::k8s::circuit::Admission;
 use crate::k8s::connection::{Condition, ConnectionStatus};
 
 /// KAS' own error bodies are small `Status` documents; a larger one is not KAS'.
@@ -96,6 +100,18 @@ where
         let condition = self.condition.clone();
         Box::pin(async move {
             let (mut parts, body) = request.into_parts();
+            // While the circuit is open, the agent's answer is known: said at once, not after
+            // KAS' wait. The probe's guard lives until its outcome is recorded.
+            let _probe = match condition.circuit().admit() {
+                Admission::Send => None,
+                Admission::Probe(guard) => Some(guard),
+                Admission::Refuse(open) => {
+                    return Ok(status(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        &refusal(agent, open.status, open.message.as_deref().unwrap_or("")),
+                    ))
+                }
+            };
             let review = review::take(&mut parts);
             let url = match kas.reach() {
                 Reach::Usable { url, .. } => url,
@@ -303,11 +319,9 @@ async fn read_answer(
             "envlens' token refused by GitLab's agent server ({said}): its user needs the \
              k8s_proxy scope and Developer access in the agent's user_access"
         );
-        condition.record(ConnectionStatus::TokenRefused, Some(message.clone()));
-        return status(
-            StatusCode::SERVICE_UNAVAILABLE,
-            &format!("agent {agent}: {message}"),
-        );
+        let answer = refusal(agent, ConnectionStatus::TokenRefused, &message);
+        condition.record(ConnectionStatus::TokenRefused, Some(message));
+        return status(StatusCode::SERVICE_UNAVAILABLE, &answer);
     }
     if kas_own
         && message
@@ -318,16 +332,24 @@ async fn read_answer(
             "not connected to GitLab's agent server ({})",
             message.unwrap_or_default()
         );
-        condition.record(ConnectionStatus::AgentNotConnected, Some(message.clone()));
-        return status(
-            StatusCode::SERVICE_UNAVAILABLE,
-            &format!("agent {agent} is {message}"),
-        );
+        let answer = refusal(agent, ConnectionStatus::AgentNotConnected, &message);
+        condition.record(ConnectionStatus::AgentNotConnected, Some(message));
+        return status(StatusCode::SERVICE_UNAVAILABLE, &answer);
     }
     if parts.status == StatusCode::NOT_FOUND && !kas_own {
         kas.suspect();
     }
     Response::from_parts(parts, Either::Right(Full::new(bytes)))
+}
+
+/// The 503 message of an agent KAS does not reach (`status` one that opens its circuit), the
+/// same whether KAS just said so or the open circuit repeats it: a watch failing on either
+/// reports one failure.
+fn refusal(agent: i64, status: ConnectionStatus, message: &str) -> String {
+    match status {
+        ConnectionStatus::AgentNotConnected => format!("agent {agent} is {message}"),
+        _ => format!("agent {agent}: {message}"),
+    }
 }
 
 /// The `message` of a Kubernetes `Status` body, else the body as text.

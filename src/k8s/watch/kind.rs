@@ -2,7 +2,8 @@
 //! applying ADDED, MODIFIED and DELETED to a map by name and moving the version on with every
 //! event and BOOKMARK. A stream that ends is resumed from the last version; `410 Gone` (the
 //! version left the server's history) relists; any other failure backs off (250 ms doubling to
-//! 30 s) and resumes, relisting if the watch cannot be resumed.
+//! 30 s) and resumes, relisting if the watch was refused (but not when the server was only
+//! unavailable: 429, 502, 503, 504).
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -401,13 +402,23 @@ async fn run(route: Route, watch: std::sync::Weak<KindWatch>, path: String, page
                 }
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(BACKOFF_MAX);
-                // A watch the server refuses may be refused for its version: list again.
-                if failure.answered {
+                // A watch the server refuses may be refused for its version: list again. Not
+                // when it is only unavailable (an agent away from GitLab's agent server, its
+                // circuit open, an overloaded server): the version still holds, and the watch
+                // resumes from it once the cluster answers, its objects shown meanwhile as
+                // they were.
+                if failure.answered && !unavailable(failure.code) {
                     version = None;
                 }
             }
         }
     }
+}
+
+/// Whether an answer's code says the server cannot answer now, rather than refusing the
+/// request: 429, 502, 503, 504.
+fn unavailable(code: Option<u16>) -> bool {
+    matches!(code, Some(429 | 502 | 503 | 504))
 }
 
 /// Lists every object of the kind in the namespace, following `continue`; the list's version.

@@ -8,7 +8,7 @@ use maud::{html, Markup};
 
 use super::deployment::{deployment_href, time_to_healthy, time_to_healthy_cell};
 use super::{environment_href, group_href, health_badge, page, query, Chrome};
-use crate::web::data::{Environment, Resource, ResourceGroup};
+use crate::web::data::{AgentConnection, Environment, Resource, ResourceGroup};
 use crate::web::graph;
 use crate::web::order::{ago, health_rank, short_sha, title};
 
@@ -243,6 +243,9 @@ pub fn environment_page(chrome: &Chrome, view: &EnvironmentView, now: DateTime<U
                     div { dt { "Project" } dd { (project) } }
                     @if let Some(t) = &env.tier { div { dt { "Tier" } dd { (title(t)) } } }
                     @if let Some(a) = &env.cluster_agent { div { dt { "Agent" } dd.mono { (a.name) } } }
+                    @if let Some(c) = env.cluster_agent.as_ref().and_then(|a| a.connection.as_ref()) {
+                        div { dt { "Connection" } dd #agent-connection { (connection(c, now)) } }
+                    }
                     @if env.state != "available" { div { dt { "State" } dd { (title(&env.state)) } } }
                     @if let Some(g) = &env.resource_group {
                         div { dt { "Namespace" } dd.mono { (g.namespace) } }
@@ -292,6 +295,32 @@ pub fn environment_page(chrome: &Chrome, view: &EnvironmentView, now: DateTime<U
             div #deployments data-live-region { (deployments(env, project, &view.snapshots_refused, now)) }
         },
     )
+}
+
+/// How the agent's cluster is reached and how its last request went, in words (the badge's
+/// colour only repeats them): `GitLab's agent server · Agent not connected · checked 3 s ago`,
+/// and why beneath when it is not connected.
+fn connection(c: &AgentConnection, now: DateTime<Utc>) -> Markup {
+    let how = match c.kind.as_str() {
+        "KAS" => "GitLab's agent server",
+        "KUBECONFIG" => "Kubeconfig",
+        "IN_CLUSTER" => "envlens' own service account",
+        _ => "None configured",
+    };
+    let class = match c.status.as_str() {
+        "CONNECTED" => "badge h-healthy",
+        "NOT_CHECKED" => "badge h-none",
+        _ => "badge h-degraded",
+    };
+    let status = match c.status.as_str() {
+        "NOT_CHECKED" => "Not checked yet".to_owned(),
+        other => title(&other.replace('_', " ")),
+    };
+    html! {
+        (how) " · " span class=(class) { (status) }
+        @if let Some(t) = &c.checked_at { " · checked " time datetime=(t) { (ago(t, now)) } }
+        @if let Some(m) = &c.message { span.msg { (m) } }
+    }
 }
 
 /// The most recent events of every resource, warnings first.
