@@ -6,8 +6,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::body::Body;
-use axum::http::{header, Request};
 use envlens::config::file::Settings;
 use envlens::history::worker::{Turn, Worker};
 use serde_json::{json, Value};
