@@ -82,15 +82,7 @@ async fn view(app: &TestApp, environment: &str) -> Value {
         r#"{{ project(fullPath: "acme/apps/web") {{ environment(name: "{environment}") {{
             resourceGroup {{ {GROUP_FIELDS} }} }} }} }}"#
     );
-    let (token, _) = mint_session(SESSION_KEY, DEV.0, DEV.1, Duration::from_secs(600)).unwrap();
-    let req = Request::post("/api/graphql")
-        .header(header::AUTHORIZATION, format!("Bearer {token}"))
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(Body::from(json!({ "query": query }).to_string()))
-        .unwrap();
-    let res = app.send(req).await;
-    assert_eq!(res.status, 200, "{}", res.text());
-    let body = res.json();
+    let body = app.graphql(DEV, &query).await;
     assert!(body.get("errors").is_none(), "{body}");
     body["data"]["project"]["environment"]["resourceGroup"].clone()
 }
@@ -99,15 +91,7 @@ async fn view(app: &TestApp, environment: &str) -> Value {
 async fn connection(app: &TestApp) -> Value {
     let query = r#"{ project(fullPath: "acme/agents") { clusterAgent(name: "prod") {
         connection { kind status message checkedAt } } } }"#;
-    let (token, _) = mint_session(SESSION_KEY, 1, "root", Duration::from_secs(600)).unwrap();
-    let req = Request::post("/api/graphql")
-        .header(header::AUTHORIZATION, format!("Bearer {token}"))
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(Body::from(json!({ "query": query }).to_string()))
-        .unwrap();
-    let res = app.send(req).await;
-    assert_eq!(res.status, 200, "{}", res.text());
-    let body = res.json();
+    let body = app.graphql((1, "root"), query).await;
     assert!(body.get("errors").is_none(), "{body}");
     body["data"]["project"]["clusterAgent"]["connection"].clone()
 }

@@ -7,7 +7,7 @@ use axum::http::Method;
 use serde_json::{json, Value};
 
 use crate::support::environment::{self, NS, PROJECT};
-use crate::support::kas::{through_kas, ThroughKas, ENVLENS_USER};
+use crate::support::kas::{through_kas, TestKas, ThroughKas, ENVLENS_USER};
 use crate::support::kube_api::KubeApi;
 use crate::support::*;
 
@@ -42,28 +42,16 @@ fn rbac(api: &KubeApi, reviews: bool) {
         "subjects": [{"kind": "Group", "name": format!("gitlab:project_role:{PROJECT}:developer")}]}));
 }
 
-async fn proxy(app: &TestApp, path: &str) -> TestResponse {
-    app.send(
-        crate::proxy::bearer(DEV.0, AGENT, Method::GET, &format!("/k8s-proxy{path}"))
-            .body(axum::body::Body::empty())
-            .unwrap(),
-    )
-    .await
-}
-
-#[tokio::test]
-async fn a_viewer_is_judged_by_reviews_and_the_request_goes_as_envlens() {
+/// The cluster with the environment and [`rbac`], GitLab and KAS, and envlens reaching agent 7
+/// (`access_as: user`, developers of acme/apps/web) through KAS only.
+async fn world(reviews: bool) -> World {
     let dir = tempfile::tempdir().unwrap();
     let api = KubeApi::new();
     environment::environment(&api);
-    rbac(&api, true);
+    rbac(&api, reviews);
     api.enforce_rbac();
     let served = api.serve(dir.path()).await;
-    let ThroughKas {
-        gitlab,
-        kas: _kas,
-        yaml,
-    } = through_kas(&served, &[(AGENT, 10)], dir.path()).await;
+    let ThroughKas { gitlab, kas, yaml } = through_kas(&served, &[(AGENT, 10)], dir.path()).await;
     // The agent's `user_access` impersonates: KAS presents envlens' token's user.
     gitlab.kas.allow(AGENT, 10, true, ENVLENS_USER.0, 10);
     let app = TestApp::with_config(&format!("kubernetes:\n  response_timeout: 5s\n{yaml}")).await;
@@ -78,13 +66,45 @@ async fn a_viewer_is_judged_by_reviews_and_the_request_goes_as_envlens() {
         )
         .await;
     assert_eq!(res.status, 200, "{}", res.text());
+    World {
+        api,
+        app,
+        _kas: kas,
+        _gitlab: gitlab,
+        _served: served,
+        _dir: dir,
+    }
+}
+
+/// What [`world`] set up; the servers stop when it is dropped.
+struct World {
+    api: KubeApi,
+    app: TestApp,
+    _kas: TestKas,
+    _gitlab: crate::support::gitlab::TestGitLab,
+    _served: crate::support::kube_api::Served,
+    _dir: tempfile::TempDir,
+}
+
+async fn proxy(app: &TestApp, path: &str) -> TestResponse {
+    app.send(
+        crate::proxy::bearer(DEV.0, AGENT, Method::GET, &format!("/k8s-proxy{path}"))
+            .body(axum::body::Body::empty())
+            .unwrap(),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn a_viewer_is_judged_by_reviews_and_the_request_goes_as_envlens() {
+    let World { api, app, .. } = &world(true).await;
 
     // Pods: the developers may list them; the list goes as envlens, answered.
-    let res = proxy(&app, &format!("/api/v1/namespaces/{NS}/pods")).await;
+    let res = proxy(app, &format!("/api/v1/namespaces/{NS}/pods")).await;
     assert_eq!(res.status, 200, "{}", res.text());
     assert!(!res.json()["items"].as_array().unwrap().is_empty());
     // ConfigMaps: refused in the API server's words, and never listed.
-    let res = proxy(&app, &format!("/api/v1/namespaces/{NS}/configmaps")).await;
+    let res = proxy(app, &format!("/api/v1/namespaces/{NS}/configmaps")).await;
     assert_eq!(res.status, 403, "{}", res.text());
     assert_eq!(
         res.json()["message"],
@@ -139,30 +159,9 @@ async fn a_viewer_is_judged_by_reviews_and_the_request_goes_as_envlens() {
 
 #[tokio::test]
 async fn without_reviews_nothing_is_shown_to_a_viewer() {
-    let dir = tempfile::tempdir().unwrap();
-    let api = KubeApi::new();
-    environment::environment(&api);
     // envlens' user may read everything, but not ask whose access is what.
-    rbac(&api, false);
-    api.enforce_rbac();
-    let served = api.serve(dir.path()).await;
-    let ThroughKas {
-        gitlab,
-        kas: _kas,
-        yaml,
-    } = through_kas(&served, &[(AGENT, 10)], dir.path()).await;
-    gitlab.kas.allow(AGENT, 10, true, ENVLENS_USER.0, 10);
-    let app = TestApp::with_config(&format!("kubernetes:\n  response_timeout: 5s\n{yaml}")).await;
-    environment::seed(&app).await;
-    let config =
-        json!({"user_access": {"access_as": {"user": {}}, "projects": [{"id": "acme/apps/web"}]}});
-    app.internal(
-        Method::POST,
-        "/api/v4/internal/kubernetes/agent_configuration",
-        &json!({"agent_id": AGENT, "agent_config": config}),
-    )
-    .await;
-    let res = proxy(&app, &format!("/api/v1/namespaces/{NS}/pods")).await;
+    let World { api, app, .. } = &world(false).await;
+    let res = proxy(app, &format!("/api/v1/namespaces/{NS}/pods")).await;
     assert_eq!(res.status, 403, "{}", res.text());
     assert!(
         res.json()["message"]
