@@ -988,20 +988,7 @@ async fn other_agent(app: &TestApp) {
 
 /// Deployment `id` of acme/apps/web to `env` through agent 8, succeeded.
 async fn deploy_through_other(app: &TestApp, id: i64, env: (i64, &str)) {
-    let res = app.internal(axum::http::Method::POST, "/api/v4/internal/deployments", &json!({
-        "deployment": {"id": id, "iid": id, "status": "created", "ref": "main", "sha": "abc", "tag": false,
-                       "created_at": "2026-11-21T10:00:00Z"},
-        "project": {"id": PROJECT, "full_path": "acme/apps/web"},
-        "environment": {"id": env.0, "name": env.1, "slug": env.1, "tier": "production"},
-        "job": {"id": id, "name": "deploy", "protected_ref": true},
-        "kubernetes": {"agent": "acme/agents:other", "namespace": NS}
-    })).await;
-    assert_eq!(res.status, 201, "{}", res.text());
-    let hook = json!({"object_kind": "deployment", "deployment_id": id, "status": "success",
-        "status_changed_at": "2026-11-21 10:05:00 UTC", "environment": env.1,
-        "project": {"id": PROJECT, "path_with_namespace": "acme/apps/web"}});
-    let res = app.hook("Deployment Hook", hook.to_string(), None).await;
-    assert_eq!(res.status, 200, "{}", res.text());
+    environment::deploy_through(app, id, env, "success", ("acme/agents:other", NS)).await;
 }
 
 #[tokio::test]

@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 use tempfile::TempDir;
 use tower::ServiceExt;
 
-use crate::support::environment::{self, NS, PROJECT, SLUG};
+use crate::support::environment::{self, NS, SLUG};
 use crate::support::gitlab::TestGitLab;
 use crate::support::kas::{through_kas, TestKas, ThroughKas};
 use crate::support::kube_api::{KubeApi, Served};
@@ -394,20 +394,7 @@ async fn kas_moving_is_found_in_the_metadata_again() {
 
 /// A successful deployment of acme/apps/web to environment `env` in `namespace`.
 async fn deploy_to(app: &TestApp, id: i64, env: (i64, &str), namespace: &str) {
-    let res = app.internal(Method::POST, "/api/v4/internal/deployments", &json!({
-        "deployment": {"id": id, "iid": id, "status": "created", "ref": "main", "sha": "abc", "tag": false,
-                       "created_at": "2026-11-21T10:00:00Z"},
-        "project": {"id": PROJECT, "full_path": "acme/apps/web"},
-        "environment": {"id": env.0, "name": env.1, "slug": env.1, "tier": "production"},
-        "job": {"id": id, "name": "deploy", "protected_ref": true},
-        "kubernetes": {"agent": "acme/agents:prod", "namespace": namespace}
-    })).await;
-    assert_eq!(res.status, 201, "{}", res.text());
-    let hook = json!({"object_kind": "deployment", "deployment_id": id, "status": "success",
-        "status_changed_at": "2026-11-21 10:05:00 UTC", "environment": env.1,
-        "project": {"id": PROJECT, "path_with_namespace": "acme/apps/web"}});
-    let res = app.hook("Deployment Hook", hook.to_string(), None).await;
-    assert_eq!(res.status, 200, "{}", res.text());
+    environment::deploy_through(app, id, env, "success", ("acme/agents:prod", namespace)).await;
 }
 
 #[tokio::test]

@@ -277,13 +277,24 @@ pub async fn seed(app: &TestApp) {
 /// Deployment `id` of acme/apps/web to environment `env` (id, name = slug), through agent 7
 /// into `shop`, finished `status`.
 pub async fn deploy(app: &TestApp, id: i64, env: (i64, &str), status: &str) {
+    deploy_through(app, id, env, status, ("acme/agents:prod", NS)).await;
+}
+
+/// [`deploy`] through another agent (`<project path>:<name>`) into another namespace.
+pub async fn deploy_through(
+    app: &TestApp,
+    id: i64,
+    env: (i64, &str),
+    status: &str,
+    (agent, namespace): (&str, &str),
+) {
     let res = app.internal(Method::POST, "/api/v4/internal/deployments", &json!({
         "deployment": {"id": id, "iid": id, "status": "created", "ref": "main", "sha": "abc", "tag": false,
                        "created_at": "2026-11-21T10:00:00Z"},
         "project": {"id": PROJECT, "full_path": "acme/apps/web"},
         "environment": {"id": env.0, "name": env.1, "slug": env.1, "tier": "production"},
         "job": {"id": id, "name": "deploy", "protected_ref": true},
-        "kubernetes": {"agent": "acme/agents:prod", "namespace": NS}
+        "kubernetes": {"agent": agent, "namespace": namespace}
     })).await;
     assert_eq!(res.status, 201, "{}", res.text());
     let hook = json!({"object_kind": "deployment", "deployment_id": id, "status": status,
