@@ -27,7 +27,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 use crate::support::environment::{self, NS};
-use crate::support::kas::{through_kas, ThroughKas, ENVLENS_USER};
+use crate::support::kas::{through_kas, ThroughKas, ENVLENS_TOKEN, ENVLENS_USER};
 use crate::support::kube_api::{KubeApi, Served};
 use crate::support::*;
 
@@ -395,6 +395,80 @@ async fn through_kas_the_whole_group_then_a_changed_pod_alone() {
             .any(|(_, path, _)| path.contains("watch=true")),
         "the watches went through KAS"
     );
+}
+
+/// envlens' token for GitLab's agent server revoked while the watches stream (SPEC 14): when
+/// they next reach KAS they are refused, and the subscriber is told so as 503s naming the
+/// agent (never a 401) while it keeps what it had; a new token written to the token file is
+/// tried by the circuit's next probe, and the watches resume from their versions: the change
+/// made while the token was refused arrives, nothing lost and nothing listed again.
+#[tokio::test]
+async fn through_kas_a_token_revoked_mid_watch_then_rotated_loses_nothing() {
+    const ROTATED: &str = "glpat-envlens-kas-rotated-9876543210";
+    let (api, served, dir) = cluster().await;
+    let through = through_kas(&served, &[(7, 10)], dir.path()).await;
+    through.gitlab.kas.allow(7, 10, true, ENVLENS_USER.0, 10);
+    let server = start_through_kas(&through).await;
+    let mut client = Client::connect(server.addr, "graphql-transport-ws", DEV).await;
+    client
+        .subscribe("g", &group_subscription(), json!({"id": PRODUCTION}))
+        .await;
+    let mut view = View::default();
+    view.apply(update_of(&client.next_payload("g").await));
+    assert_eq!(view.state["errors"], json!([]), "{:?}", view.state);
+    let pod_lists = api.request_count("list", "pods");
+
+    // Revoked at GitLab, KAS' 60 s of its last answer over, and the streams end (as the API
+    // server's own timeout ends them): their resumptions reach KAS, which refuses them.
+    through.gitlab.kas.revoke(ENVLENS_TOKEN);
+    through.kas.forget_decisions();
+    api.drop_watches();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while view.state["errors"] == json!([]) {
+        assert!(Instant::now() < deadline, "never told: {:?}", view.state);
+        if let Some(Received::Message(m)) = client.receive_within(Duration::from_secs(1)).await {
+            view.apply(update_of(&m["payload"]));
+        }
+    }
+    for e in view.state["errors"].as_array().unwrap() {
+        assert_eq!(e["code"], 503, "{e}");
+        let message = e["message"].as_str().unwrap();
+        assert!(
+            message.contains("agent 7: envlens' token refused"),
+            "{message}"
+        );
+    }
+    assert!(!view.resources.is_empty(), "what the cache held is kept");
+
+    // Meanwhile a Pod fails; then the operator rotates the token in its file.
+    pod_with_phase(&api, "web-new222-b", "Failed");
+    through
+        .gitlab
+        .kas
+        .add_token(ROTATED, ENVLENS_USER.0, ENVLENS_USER.1, &["k8s_proxy"]);
+    std::fs::write(dir.path().join("kas-token"), format!("{ROTATED}\n")).unwrap();
+    let failed = |view: &View| {
+        view.resources
+            .values()
+            .any(|r| r["name"] == "web-new222-b" && r["manifest"]["status"]["phase"] == "Failed")
+    };
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !(failed(&view) && view.state["errors"] == json!([])) {
+        assert!(Instant::now() < deadline, "never back: {:?}", view.state);
+        if let Some(Received::Message(m)) = client.receive_within(Duration::from_secs(1)).await {
+            view.apply(update_of(&m["payload"]));
+        }
+    }
+    assert_eq!(view, View::of(&fresh(&server.app, DEV).await));
+    assert_eq!(
+        api.request_count("list", "pods"),
+        pod_lists,
+        "resumed, not listed"
+    );
+    let rotated = format!("Bearer pat:7:{ROTATED}");
+    assert!(through.kas.received().iter().any(|(_, _, headers)| headers
+        .get("authorization")
+        .is_some_and(|v| v == rotated.as_str())));
 }
 
 async fn whole_group_then_a_changed_pod(api: &KubeApi, server: &Server) {

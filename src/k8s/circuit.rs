@@ -46,6 +46,9 @@ struct Opened {
 #[derive(Debug, Clone, Default)]
 pub struct Circuit {
     state: Arc<Mutex<Option<Opened>>>,
+    /// Told when an open circuit closes, so that what waits out a backoff of its own (the
+    /// watch cache's kinds) goes on at once rather than up to 30 s after the agent is back.
+    closed: Arc<tokio::sync::Notify>,
 }
 
 /// What a request may do now.
@@ -96,8 +99,9 @@ impl Circuit {
     pub fn outcome(&self, status: ConnectionStatus, message: Option<&str>) {
         let mut state = self.lock();
         if !opens(status) {
-            if state.as_ref().is_none_or(|o| o.probing) {
+            if state.as_ref().is_some_and(|o| o.probing) {
                 *state = None;
+                self.closed.notify_waiters();
             }
             return;
         }
@@ -127,6 +131,12 @@ impl Circuit {
     pub fn open(&self) -> Option<Open> {
         self.lock().as_ref().map(|o| o.open.clone())
     }
+
+    /// Resolves when the circuit next closes (never, while it stays closed). It counts from
+    /// the call, not from the first poll, so a closing between the two is not missed.
+    pub fn closes(&self) -> tokio::sync::futures::OwnedNotified {
+        self.closed.clone().notified_owned()
+    }
 }
 
 /// The probe's turn: when dropped with the circuit still open (the probe failed, or was given
@@ -134,6 +144,13 @@ impl Circuit {
 #[derive(Debug)]
 pub struct ProbeGuard {
     circuit: Circuit,
+}
+
+impl ProbeGuard {
+    /// Why the circuit this probe tests is open (`None` if it closed meanwhile).
+    pub fn open_for(&self) -> Option<ConnectionStatus> {
+        self.circuit.lock().as_ref().map(|o| o.open.status)
+    }
 }
 
 impl Drop for ProbeGuard {
@@ -183,6 +200,25 @@ mod tests {
         drop(probe);
         assert!(matches!(circuit.admit(), Admission::Send));
         assert_eq!(circuit.open(), None);
+    }
+
+    #[tokio::test]
+    async fn a_closing_wakes_who_waits_for_it() {
+        let circuit = Circuit::default();
+        circuit.outcome(ConnectionStatus::AgentNotConnected, None);
+        let waiting = circuit.closes();
+        let not_yet = circuit.closes();
+        // Outcomes that leave it open, or of requests that are no probe, wake nobody.
+        circuit.outcome(ConnectionStatus::Connected, None);
+        circuit.outcome(ConnectionStatus::AgentNotConnected, None);
+        assert!(futures_util::FutureExt::now_or_never(not_yet).is_none());
+        circuit.lock().as_mut().unwrap().next_probe = Instant::now();
+        let _probe = circuit.admit();
+        circuit.outcome(ConnectionStatus::Connected, None);
+        // Asked for before the closing, polled only after it: woken.
+        tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("woken");
     }
 
     #[test]

@@ -396,11 +396,12 @@ fn cluster(
     watch: WatchSettings,
     metrics: &Arc<Metrics>,
 ) -> Cluster {
+    let circuit = condition.circuit().clone();
     Cluster {
         kind,
         condition,
         discovery: DiscoveryCache::telling(client.clone(), DiscoveryCache::DEFAULT_TTL, known),
-        watch: WatchCache::new(client.clone(), streams, watch, metrics.clone()),
+        watch: WatchCache::on_circuit(client.clone(), streams, circuit, watch, metrics.clone()),
         client,
         source,
     }

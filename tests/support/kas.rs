@@ -140,6 +140,12 @@ impl TestKas {
         *lock(&self.inner.wait) = wait;
     }
 
+    /// Forgets GitLab's answers, as KAS does 60 s after each (10 s for refusals): the next
+    /// request of each (agent, token) asks GitLab again.
+    pub fn forget_decisions(&self) {
+        lock(&self.inner.decisions).clear();
+    }
+
     /// Every request received so far: method, path and query, headers.
     pub fn received(&self) -> Vec<(String, String, HeaderMap)> {
         lock(&self.inner.received).clone()

@@ -64,9 +64,10 @@ pub enum Reach {
 
 /// GitLab's agent server as envlens uses it: the proxy's address and the token.
 pub struct Kas {
-    /// The `k8s_proxy` token, trimmed (never logged: [`Kas`]'s `Debug` leaves it out).
-    token: Option<Token>,
-    secret: Option<Arc<str>>,
+    /// The `k8s_proxy` token, trimmed (never logged: [`Kas`]'s `Debug` leaves it out), and
+    /// the file it is read from again when KAS refuses it ([`Kas::reread_token`]).
+    secret: RwLock<Option<Arc<str>>>,
+    secret_file: Option<(std::path::PathBuf, &'static str)>,
     /// GitLab's API, for its metadata.
     gitlab: GitLab,
     /// `gitlab.kas.url`: when set, the metadata is never read.
@@ -97,18 +98,17 @@ impl Kas {
         let Some(kas) = &settings.kas else {
             return Ok(None);
         };
-        let read = |path: &std::path::Path, key: &str| -> anyhow::Result<Arc<str>> {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("cannot read {key} {}", path.display()))?;
-            anyhow::ensure!(!text.trim().is_empty(), "{key} {} is empty", path.display());
-            Ok(text.trim().into())
-        };
         let instance_token = match &settings.token_file {
-            Some(path) => Some(read(path, "gitlab.token_file")?),
+            Some(path) => Some(read_token(path, "gitlab.token_file")?),
             None => None,
         };
+        let secret_file = match (&kas.token_file, &settings.token_file) {
+            (Some(path), _) => Some((path.clone(), "gitlab.kas.token_file")),
+            (None, Some(path)) => Some((path.clone(), "gitlab.token_file")),
+            (None, None) => None,
+        };
         let secret = match &kas.token_file {
-            Some(path) => Some(read(path, "gitlab.kas.token_file")?),
+            Some(path) => Some(read_token(path, "gitlab.kas.token_file")?),
             None => instance_token.clone(),
         };
         let policy = Policy {
@@ -118,8 +118,8 @@ impl Kas {
         };
         let instance_token = instance_token.map(|t| Token::new(&t));
         let kas = Arc::new(Kas {
-            token: secret.as_deref().map(Token::new),
-            secret,
+            secret: RwLock::new(secret),
+            secret_file,
             gitlab: GitLab::new(&settings.url, instance_token, metrics, policy)?,
             fixed: kas.url.as_deref().and_then(ProxyUrl::parse),
             reach: RwLock::new(Reach::Unusable("not looked up yet".into())),
@@ -153,17 +153,48 @@ impl Kas {
 
     /// `Bearer pat:<agent>:<token>`, marked sensitive (never logged); `None` without a token.
     pub fn credential(&self, agent: i64) -> Option<axum::http::HeaderValue> {
-        let token = self.secret.as_ref()?;
+        let token = self.secret()?;
         let mut value =
             axum::http::HeaderValue::try_from(format!("Bearer pat:{agent}:{token}")).ok()?;
         value.set_sensitive(true);
         Some(value)
     }
 
+    fn secret(&self) -> Option<Arc<str>> {
+        self.secret
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// KAS refused the token, or is about to be asked again after it did: the token file is
+    /// read again, so that a token rotated in place (a Kubernetes Secret's file is replaced
+    /// when the Secret changes) is used without a restart. Called only on those occasions, a
+    /// few times a minute at most while an agent's circuit is open, so the file is read each
+    /// time rather than watched. A file that cannot be read, or is empty, leaves the token as
+    /// it was.
+    pub fn reread_token(&self) {
+        let Some((path, key)) = &self.secret_file else {
+            return;
+        };
+        let now = match read_token(path, key) {
+            Ok(now) => now,
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "cannot read the token for GitLab's agent server again");
+                return;
+            }
+        };
+        let mut secret = self.secret.write().unwrap_or_else(|e| e.into_inner());
+        if secret.as_deref() != Some(&*now) {
+            tracing::info!(file = %path.display(), "{key} holds a new token: it is used from now on");
+            *secret = Some(now);
+        }
+    }
+
     /// Something answered that is not KAS, or nothing did: the metadata is read again, at
     /// most once per `metadata_interval` (a task waits out the rest of it).
     pub fn suspect(&self) {
-        if self.fixed.is_none() && self.token.is_some() {
+        if self.fixed.is_none() && self.secret().is_some() {
             self.suspect.notify_one();
         }
     }
@@ -174,13 +205,13 @@ impl Kas {
 
     /// The address from the configuration, else from the metadata.
     async fn look_up(&self) -> Reach {
-        if self.token.is_none() {
+        let Some(secret) = self.secret() else {
             return Reach::Unusable(
                 "no token: gitlab.kas.token_file (or gitlab.token_file) must hold a token with \
                  the k8s_proxy scope"
                     .into(),
             );
-        }
+        };
         if let Some(url) = &self.fixed {
             return Reach::Usable {
                 url: url.clone(),
@@ -195,9 +226,8 @@ impl Kas {
         let answer = if self.gitlab.has_token() {
             self.gitlab.get_raw(ENDPOINT, path, None).await
         } else {
-            let token = self.token.as_ref().expect("checked above");
             self.gitlab
-                .get_as::<serde_json::Value>(ENDPOINT, path, token, None)
+                .get_as::<serde_json::Value>(ENDPOINT, path, &Token::new(&secret), None)
                 .await
                 .map(|v| Some(v.to_string().into()))
         };
@@ -221,6 +251,14 @@ impl Kas {
             Err(e) => Reach::Unusable(format!("cannot read GitLab's metadata: {e}")),
         }
     }
+}
+
+/// A token from its file, trimmed; `key` names the setting in messages.
+fn read_token(path: &std::path::Path, key: &str) -> anyhow::Result<Arc<str>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read {key} {}", path.display()))?;
+    anyhow::ensure!(!text.trim().is_empty(), "{key} {} is empty", path.display());
+    Ok(text.trim().into())
 }
 
 /// Reads the metadata again each time [`Kas::suspect`] is called, no sooner than

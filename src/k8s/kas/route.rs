@@ -60,7 +60,6 @@ impl<S> Layer<S> for RouteLayer {
             inner,
             kas: self.kas.clone(),
             agent: self.agent,
-            credential: self.kas.credential(self.agent),
             condition: self.condition.clone(),
         }
     }
@@ -71,7 +70,6 @@ pub struct Route<S> {
     inner: S,
     kas: Arc<Kas>,
     agent: i64,
-    credential: Option<HeaderValue>,
     condition: Condition,
 }
 
@@ -96,7 +94,6 @@ where
         let mut inner = std::mem::replace(&mut self.inner, ready);
         let kas = self.kas.clone();
         let agent = self.agent;
-        let credential = self.credential.clone();
         let condition = self.condition.clone();
         Box::pin(async move {
             let (mut parts, body) = request.into_parts();
@@ -104,7 +101,13 @@ where
             // KAS' wait. The probe's guard lives until its outcome is recorded.
             let _probe = match condition.circuit().admit() {
                 Admission::Send => None,
-                Admission::Probe(guard) => Some(guard),
+                Admission::Probe(guard) => {
+                    // A token rotated since KAS refused it is the one to try.
+                    if guard.open_for() == Some(ConnectionStatus::TokenRefused) {
+                        kas.reread_token();
+                    }
+                    Some(guard)
+                }
                 Admission::Refuse(open) => {
                     return Ok(status(
                         StatusCode::SERVICE_UNAVAILABLE,
@@ -125,7 +128,7 @@ where
                     ));
                 }
             };
-            let Some(credential) = credential else {
+            let Some(credential) = kas.credential(agent) else {
                 return Ok(status(
                     StatusCode::SERVICE_UNAVAILABLE,
                     &format!("agent {agent}: no token for GitLab's agent server"),
@@ -313,6 +316,8 @@ async fn read_answer(
         .as_deref()
         .is_some_and(|m| m.starts_with(KAS_PREFIX));
     if token_refused {
+        // Perhaps rotated already: the next request (the circuit's probe) tries the file's.
+        kas.reread_token();
         // The change of status is logged by the condition, once.
         let said = message.unwrap_or_else(|| "Unauthorized".into());
         let message = format!(

@@ -16,6 +16,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use tokio::sync::{broadcast, watch};
 
+use crate::k8s::circuit::Circuit;
 use crate::k8s::discovery::{self, ApiKind, Failure};
 use crate::k8s::fetch::encode;
 use crate::resources::object::Object;
@@ -349,7 +350,18 @@ enum Ended {
 pub(crate) struct Route {
     pub client: kube::Client,
     pub streams: kube::Client,
+    pub circuit: Circuit,
     pub handover: Duration,
+}
+
+/// Waits out `backoff` after a failure, or less: until the connection's circuit closes (the
+/// agent is back, and the kinds waiting on it need not each find that out in its own time).
+/// Then the next wait doubles, or starts over after a closing.
+async fn back_off(circuit: &Circuit, backoff: &mut Duration) {
+    tokio::select! {
+        () = tokio::time::sleep(*backoff) => *backoff = (*backoff * 2).min(BACKOFF_MAX),
+        () = circuit.closes() => *backoff = BACKOFF_START,
+    }
 }
 
 async fn run(route: Route, watch: std::sync::Weak<KindWatch>, path: String, page_size: usize) {
@@ -371,8 +383,7 @@ async fn run(route: Route, watch: std::sync::Weak<KindWatch>, path: String, page
                     tracing::debug!(path, code = ?failure.code, message = %failure.message, "watch cache: list failed");
                     this.set_phase(Phase::Failed(failure));
                     drop(this);
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(BACKOFF_MAX);
+                    back_off(&route.circuit, &mut backoff).await;
                     continue;
                 }
             }
@@ -400,8 +411,7 @@ async fn run(route: Route, watch: std::sync::Weak<KindWatch>, path: String, page
                 if let Some(this) = watch.upgrade() {
                     this.set_stale(Some(failure.clone()));
                 }
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(BACKOFF_MAX);
+                back_off(&route.circuit, &mut backoff).await;
                 // A watch the server refuses may be refused for its version: list again. Not
                 // when it is only unavailable (an agent away from GitLab's agent server, its
                 // circuit open, an overloaded server): the version still holds, and the watch

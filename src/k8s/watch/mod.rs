@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 
 use axum::http::HeaderMap;
 
+use crate::k8s::circuit::Circuit;
 use crate::k8s::discovery::{events_kind, ApiKind, Discovered, DiscoveryCache, Failure};
 use crate::k8s::fetch::{self, FetchError, FetchOptions, Job, Listed, Purpose};
 use crate::k8s::own_rules::{self, OwnView};
@@ -69,6 +70,8 @@ struct Inner {
     client: kube::Client,
     /// The watch streams' own client: a connection pool of their own ([`WatchCache::new`]).
     streams: kube::Client,
+    /// The connection's circuit: a kind backing off after a failure goes on when it closes.
+    circuit: Circuit,
     settings: WatchSettings,
     metrics: Arc<Metrics>,
     namespaces: Mutex<HashMap<String, Arc<Namespace>>>,
@@ -82,6 +85,7 @@ impl Inner {
         kind::Route {
             client: self.client.clone(),
             streams: self.streams.clone(),
+            circuit: self.circuit.clone(),
             handover: self.settings.handover,
         }
     }
@@ -208,10 +212,24 @@ impl WatchCache {
         settings: WatchSettings,
         metrics: Arc<Metrics>,
     ) -> Self {
+        Self::on_circuit(client, streams, Circuit::default(), settings, metrics)
+    }
+
+    /// As [`WatchCache::new`], for a connection with a circuit ([`crate::k8s::circuit`]):
+    /// while it is open the kinds' requests fail at once and they back off; its closing ends
+    /// their wait.
+    pub fn on_circuit(
+        client: kube::Client,
+        streams: kube::Client,
+        circuit: Circuit,
+        settings: WatchSettings,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         WatchCache {
             inner: Arc::new(Inner {
                 client,
                 streams,
+                circuit,
                 access: Arc::new(access::AccessCache::new(settings.access_ttl)),
                 settings,
                 metrics,
