@@ -397,13 +397,33 @@ async fn through_kas_the_whole_group_then_a_changed_pod_alone() {
     );
 }
 
-/// envlens' token for GitLab's agent server revoked while the watches stream (SPEC 14): when
-/// they next reach KAS they are refused, and the subscriber is told so as 503s naming the
-/// agent (never a 401) while it keeps what it had; a new token written to the token file is
-/// tried by the circuit's next probe, and the watches resume from their versions: the change
-/// made while the token was refused arrives, nothing lost and nothing listed again.
+/// How an agent reached through GitLab's agent server goes away while its watches stream.
+#[derive(Clone, Copy)]
+enum Away {
+    /// envlens' token is revoked at GitLab, then rotated in its file.
+    TokenRevoked,
+    /// agentk disconnects from KAS, then connects again.
+    AgentGone,
+}
+
+/// envlens' token revoked while the watches stream (SPEC 14): when they next reach KAS they
+/// are refused, and the subscriber is told so as 503s naming the agent (never a 401) while it
+/// keeps what it had; a new token written to the token file is tried by the circuit's next
+/// probe, and the watches resume from their versions: the change made meanwhile arrives,
+/// nothing lost and nothing listed again.
 #[tokio::test]
 async fn through_kas_a_token_revoked_mid_watch_then_rotated_loses_nothing() {
+    away_and_back(Away::TokenRevoked).await;
+}
+
+/// The same when the agent disconnects and comes back: its streams break off with the
+/// tunnel, the subscriber is told the agent is not connected, and nothing is lost.
+#[tokio::test]
+async fn through_kas_an_agent_that_leaves_and_comes_back_loses_nothing() {
+    away_and_back(Away::AgentGone).await;
+}
+
+async fn away_and_back(away: Away) {
     const ROTATED: &str = "glpat-envlens-kas-rotated-9876543210";
     let (api, served, dir) = cluster().await;
     let through = through_kas(&served, &[(7, 10)], dir.path()).await;
@@ -418,11 +438,21 @@ async fn through_kas_a_token_revoked_mid_watch_then_rotated_loses_nothing() {
     assert_eq!(view.state["errors"], json!([]), "{:?}", view.state);
     let pod_lists = api.request_count("list", "pods");
 
-    // Revoked at GitLab, KAS' 60 s of its last answer over, and the streams end (as the API
-    // server's own timeout ends them): their resumptions reach KAS, which refuses them.
-    through.gitlab.kas.revoke(ENVLENS_TOKEN);
-    through.kas.forget_decisions();
-    api.drop_watches();
+    let said = match away {
+        Away::TokenRevoked => {
+            // Revoked at GitLab, KAS' 60 s of its last answer over, and the streams end (as
+            // the API server's own timeout ends them): their resumptions reach KAS, which
+            // refuses them.
+            through.gitlab.kas.revoke(ENVLENS_TOKEN);
+            through.kas.forget_decisions();
+            api.drop_watches();
+            "agent 7: envlens' token refused"
+        }
+        Away::AgentGone => {
+            through.kas.disconnect(7);
+            "agent 7 is not connected"
+        }
+    };
     let deadline = Instant::now() + Duration::from_secs(60);
     while view.state["errors"] == json!([]) {
         assert!(Instant::now() < deadline, "never told: {:?}", view.state);
@@ -433,20 +463,22 @@ async fn through_kas_a_token_revoked_mid_watch_then_rotated_loses_nothing() {
     for e in view.state["errors"].as_array().unwrap() {
         assert_eq!(e["code"], 503, "{e}");
         let message = e["message"].as_str().unwrap();
-        assert!(
-            message.contains("agent 7: envlens' token refused"),
-            "{message}"
-        );
+        assert!(message.contains(said), "{message}");
     }
     assert!(!view.resources.is_empty(), "what the cache held is kept");
 
-    // Meanwhile a Pod fails; then the operator rotates the token in its file.
+    // Meanwhile a Pod fails; then the way in is back.
     pod_with_phase(&api, "web-new222-b", "Failed");
-    through
-        .gitlab
-        .kas
-        .add_token(ROTATED, ENVLENS_USER.0, ENVLENS_USER.1, &["k8s_proxy"]);
-    std::fs::write(dir.path().join("kas-token"), format!("{ROTATED}\n")).unwrap();
+    match away {
+        Away::TokenRevoked => {
+            through
+                .gitlab
+                .kas
+                .add_token(ROTATED, ENVLENS_USER.0, ENVLENS_USER.1, &["k8s_proxy"]);
+            std::fs::write(dir.path().join("kas-token"), format!("{ROTATED}\n")).unwrap();
+        }
+        Away::AgentGone => through.kas.connect(7, &served),
+    }
     let failed = |view: &View| {
         view.resources
             .values()
@@ -465,10 +497,12 @@ async fn through_kas_a_token_revoked_mid_watch_then_rotated_loses_nothing() {
         pod_lists,
         "resumed, not listed"
     );
-    let rotated = format!("Bearer pat:7:{ROTATED}");
-    assert!(through.kas.received().iter().any(|(_, _, headers)| headers
-        .get("authorization")
-        .is_some_and(|v| v == rotated.as_str())));
+    if let Away::TokenRevoked = away {
+        let rotated = format!("Bearer pat:7:{ROTATED}");
+        assert!(through.kas.received().iter().any(|(_, _, headers)| headers
+            .get("authorization")
+            .is_some_and(|v| v == rotated.as_str())));
+    }
 }
 
 async fn whole_group_then_a_changed_pod(api: &KubeApi, server: &Server) {
