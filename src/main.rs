@@ -41,7 +41,7 @@ async fn main() -> ExitCode {
     match envlens::cli::run(cli.command).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            envlens::telemetry::announce(tracing::Level::ERROR, &format!("error: {e:#}"), &[]);
             ExitCode::FAILURE
         }
     }

@@ -195,12 +195,16 @@ impl Served {
                     std::thread::sleep(Duration::from_millis(200));
                     panic!("serve exited before listening: {:#?}", seen.lock().unwrap());
                 }
+                // What it says on stdout is among its lines too.
+                seen.lock().unwrap().push(line.trim_end().to_owned());
                 if let Some(at) = line.find("http://") {
                     let url = line[at + 7..].trim();
                     let host = url.split(['/', ';']).next().unwrap().to_owned();
-                    // Keep draining stdout so that the process never blocks on it.
+                    // Keep reading stdout so that the process never blocks on it.
                     std::thread::spawn(move || {
-                        let _ = std::io::copy(&mut stdout, &mut std::io::sink());
+                        for line in stdout.lines().map_while(Result::ok) {
+                            seen.lock().unwrap().push(line);
+                        }
                     });
                     return host;
                 }
@@ -246,6 +250,34 @@ fn http(addr: &str, request: &str) -> String {
     answer
 }
 
+/// With JSON logs, the line that says why a command failed is JSON too.
+#[test]
+fn with_json_logs_a_failure_is_a_json_line() {
+    let out = Command::new(env!("CARGO_BIN_EXE_envlens"))
+        .args(["--log-format", "json", "serve", "--listen", "127.0.0.1:0"])
+        .args(["--session-secret-file", "/nonexistent/envlens/secret"])
+        .args(["--database-url", "postgres://127.0.0.1:1/none"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = err.lines().collect();
+    assert!(!lines.is_empty());
+    for line in &lines {
+        let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        assert!(v.is_object(), "{line}");
+    }
+    let last: Value = serde_json::from_str(lines.last().unwrap()).unwrap();
+    assert_eq!(last["level"], "ERROR", "{last}");
+    assert!(
+        last["fields"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("error: "),
+        "{last}"
+    );
+}
+
 #[tokio::test]
 async fn json_logs_carry_the_request_and_never_a_secret() {
     let dir = tempfile::tempdir().unwrap();
@@ -288,9 +320,21 @@ async fn json_logs_carry_the_request_and_never_a_secret() {
     assert_eq!(line["span"]["route"], "/api/user");
     assert_eq!(line["span"]["method"], "GET");
     assert_eq!(line["span"]["user_id"], 1, "{line}");
-    // Every line is JSON, and none names the session, its CSRF token or the secret, at trace.
+    // Every line is JSON, the address it listens on included, and none names the session,
+    // its CSRF token or the secret, at trace.
     let all = served.lines();
     assert!(all.len() > 1);
+    let listening = all
+        .iter()
+        .find_map(|l| {
+            let v: Value = serde_json::from_str(l).ok()?;
+            v["fields"]["message"]
+                .as_str()?
+                .starts_with("envlens listening on http://")
+                .then_some(v)
+        })
+        .unwrap_or_else(|| panic!("no listening line: {all:#?}"));
+    assert_eq!(listening["fields"]["address"], served.addr.as_str());
     for l in &all {
         assert!(serde_json::from_str::<Value>(l).is_ok(), "not JSON: {l}");
         for secret in [session.as_str(), csrf.as_str(), &base64_of(SESSION_KEY)] {

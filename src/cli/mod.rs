@@ -160,7 +160,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     )?;
     let secrets = Secrets::load(&args.secrets, &args.database.data_dir)?;
     for path in &secrets.generated {
-        println!("generated secret {}", path.display());
+        let path = path.display().to_string();
+        crate::telemetry::announce(
+            tracing::Level::INFO,
+            &format!("generated secret {path}"),
+            &[("path", &path)],
+        );
     }
     let database = Database::open(&args.database).await?;
     let listener = TcpListener::bind(args.listen)
@@ -205,8 +210,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         Some(gitlab) => gitlab_tasks(&state, gitlab),
         None => Vec::new(),
     };
-    println!(
-        "envlens listening on http://{addr}; GraphQL explorer at http://{addr}/-/graphql-explorer"
+    crate::telemetry::announce(
+        tracing::Level::INFO,
+        &format!(
+            "envlens listening on http://{addr}; GraphQL explorer at http://{addr}/-/graphql-explorer"
+        ),
+        &[("address", &addr.to_string())],
     );
     crate::run(
         state,

@@ -130,14 +130,19 @@ pub async fn run(
             }
         }
     });
-    println!("envlens demo: a sample GitLab (groups acme, acme/platform, acme/web; users root, alice, bob, carol) and a sample cluster that changes by itself");
+    let say = |message: &str| crate::telemetry::announce(tracing::Level::INFO, message, &[]);
+    say("envlens demo: a sample GitLab (groups acme, acme/platform, acme/web; users root, alice, bob, carol) and a sample cluster that changes by itself");
     let link = crate::web::sign_in::create_link(&state.db, &public_url, ALICE).await?;
-    println!("sign in as alice (maintainer of acme): open this within 5 minutes and press \"Continue as alice\": {link}");
-    println!(
+    say(&format!("sign in as alice (maintainer of acme): open this within 5 minutes and press \"Continue as alice\": {link}"));
+    say(&format!(
         "another link later: envlens token --data-dir {} --user alice --sign-in",
         args.data_dir.display()
+    ));
+    crate::telemetry::announce(
+        tracing::Level::INFO,
+        &format!("envlens listening on http://{addr}"),
+        &[("address", &addr.to_string())],
     );
-    println!("envlens listening on http://{addr}");
     crate::run(state, listener, shutdown, Duration::from_secs(5)).await?;
     story.abort();
     snapshots.abort();

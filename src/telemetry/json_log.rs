@@ -227,6 +227,25 @@ impl JsonLayer {
     }
 }
 
+/// A line of the layer's shape for what is said outside a tracing event
+/// ([`super::logging::announce`]): the message and `fields` as strings, target `envlens`.
+pub(super) fn line(level: tracing::Level, message: &str, fields: &[(&str, &str)]) -> String {
+    let mut out = String::with_capacity(256);
+    out.push_str("{\"timestamp\":\"");
+    write_timestamp(&mut out, SystemTime::now());
+    out.push_str("\",\"level\":\"");
+    out.push_str(level.as_str());
+    out.push_str("\",\"fields\":{\"message\":");
+    write_string(&mut out, message);
+    for (name, value) in fields {
+        out.push(',');
+        write_key(&mut out, name);
+        write_string(&mut out, value);
+    }
+    out.push_str("},\"target\":\"envlens\"}");
+    out
+}
+
 /// A request's fields (its [`RequestRecord`]), in its span's order, each followed by a comma.
 fn write_record(out: &mut String, record: &RequestRecord) {
     out.push_str("\"request_id\":");
@@ -501,6 +520,25 @@ mod tests {
                    "agent_id": 4, "environment": "prod \"eu\"", "step": 1, "name": "inner"})
         );
         assert!(lines[2].get("span").is_none());
+    }
+
+    #[test]
+    fn an_announcement_is_a_line_of_the_same_shape() {
+        let line = line(
+            tracing::Level::INFO,
+            "envlens listening on http://127.0.0.1:8080",
+            &[("address", "127.0.0.1:8080"), ("quote", "a \"b\"")],
+        );
+        let v: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["level"], "INFO");
+        assert_eq!(
+            v["fields"]["message"],
+            "envlens listening on http://127.0.0.1:8080"
+        );
+        assert_eq!(v["fields"]["address"], "127.0.0.1:8080");
+        assert_eq!(v["fields"]["quote"], "a \"b\"");
+        assert_eq!(v["target"], "envlens");
+        assert!(v["timestamp"].as_str().unwrap().ends_with('Z'));
     }
 
     #[test]

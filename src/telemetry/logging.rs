@@ -51,11 +51,31 @@ pub fn init_logging(format: LogFormat, otlp_endpoint: Option<&str>) -> anyhow::R
         .is_ok();
     if installed {
         super::request_span::use_records(records);
+        let _ = FORMAT.set(format);
     }
     Ok(Guard {
         provider,
         flusher: installed.then_some(flusher),
     })
+}
+
+/// The format chosen at start-up, for what is written outside the subscriber ([`announce`]).
+static FORMAT: std::sync::OnceLock<LogFormat> = std::sync::OnceLock::new();
+
+/// Says something to the operator outside the log: on stdout where `serve` listens (scripts
+/// and tests find the address there), on stderr why a command failed. With JSON logs it is a
+/// JSON line of the log's own shape (`fields.message` and the `fields` given), so that every
+/// line envlens writes is JSON; otherwise the message as it is.
+pub fn announce(level: tracing::Level, message: &str, fields: &[(&str, &str)]) {
+    let line = match FORMAT.get() {
+        Some(LogFormat::Json) => super::json_log::line(level, message, fields),
+        _ => message.to_owned(),
+    };
+    if level <= tracing::Level::WARN {
+        eprintln!("{line}");
+    } else {
+        println!("{line}");
+    }
 }
 
 /// A static per-target filter when the directives are only that, else EnvFilter (which also

@@ -11,7 +11,7 @@ pub mod request_id;
 pub mod request_span;
 
 pub use log_writer::dropped as log_lines_dropped;
-pub use logging::{init_logging, LogFormat};
+pub use logging::{announce, init_logging, LogFormat};
 pub use metrics::{Kind as MetricKind, Metrics};
 pub use request_id::RequestId;
 
