@@ -287,7 +287,7 @@ async fn json_logs_carry_the_request_and_never_a_secret() {
         &served.addr,
         &format!(
             "GET /api/user HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-Request-Id: json-log-1\r\n\
-             Cookie: _gitlab_kas={session}\r\nX-Csrf-Token: {csrf}\r\n\r\n"
+             Cookie: _gitlab_kas={session}\r\nX-Csrf-Token: {csrf}\r\ntraceparent: {TRACEPARENT}\r\n\r\n"
         ),
     );
     // User 1 is not in the mirror: refused, and logged with the id.
@@ -320,6 +320,9 @@ async fn json_logs_carry_the_request_and_never_a_secret() {
     assert_eq!(line["span"]["route"], "/api/user");
     assert_eq!(line["span"]["method"], "GET");
     assert_eq!(line["span"]["user_id"], 1, "{line}");
+    // Joined to the caller's trace: its trace id and span id (no exporter runs).
+    assert_eq!(line["span"]["trace_id"], &TRACEPARENT[3..35], "{line}");
+    assert_eq!(line["span"]["span_id"], &TRACEPARENT[36..52], "{line}");
     // Every line is JSON, the address it listens on included, and none names the session,
     // its CSRF token or the secret, at trace.
     let all = served.lines();
@@ -393,6 +396,15 @@ async fn traces_go_to_the_otlp_endpoint_continuing_the_callers_trace() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // The request's line names the trace, and its own exported span, not the caller's.
+    let lines = served.lines();
+    let line = lines
+        .iter()
+        .find(|l| l.contains("/-/liveness") && l.contains("request"))
+        .unwrap_or_else(|| panic!("no request line: {lines:#?}"));
+    assert!(line.contains(&TRACEPARENT[3..35]), "{line}");
+    assert!(line.contains("span_id"), "{line}");
+    assert!(!line.contains(&TRACEPARENT[36..52]), "{line}");
 }
 
 /// Every metric the shipped Grafana dashboard and alert rules name is one `/metrics` exposes.

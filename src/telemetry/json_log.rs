@@ -270,6 +270,14 @@ fn write_record(out: &mut String, record: &RequestRecord) {
         write_string(out, environment);
         out.push(',');
     }
+    if let Some((trace_id, span_id)) = record.trace_ids() {
+        write_key(out, "trace_id");
+        write_string(out, trace_id);
+        out.push(',');
+        write_key(out, "span_id");
+        write_string(out, span_id);
+        out.push(',');
+    }
 }
 
 fn write_key(out: &mut String, name: &str) {

@@ -55,6 +55,12 @@ impl RequestId {
         self.traceparent.as_ref()
     }
 
+    /// The trace id and the caller's span id of its `traceparent`, when it sent a valid one
+    /// (`00-<trace id>-<span id>-<flags>`, checked when it was read).
+    pub fn trace_ids(&self) -> Option<(&str, &str)> {
+        trace_ids(self.traceparent.as_ref()?)
+    }
+
     /// The headers every call out of this request carries: `Audit-ID` for a Kubernetes API
     /// server, `X-Request-Id` for GitLab, and `traceparent`: the current span's when traces
     /// are exported, else the caller's own, passed on unchanged.
@@ -87,6 +93,12 @@ fn well_formed(id: &[u8]) -> bool {
 }
 
 /// `version-traceid-parentid-flags` of W3C Trace Context, version `00`, ids not all zero.
+/// The trace id and span id of a `traceparent` that [`valid_traceparent`] accepted.
+pub(super) fn trace_ids(traceparent: &HeaderValue) -> Option<(&str, &str)> {
+    let text = traceparent.to_str().ok()?;
+    Some((text.get(3..35)?, text.get(36..52)?))
+}
+
 fn valid_traceparent(value: &[u8]) -> bool {
     let Ok(text) = std::str::from_utf8(value) else {
         return false;
@@ -144,6 +156,17 @@ mod tests {
         let b = RequestId::from_headers(&HeaderMap::new());
         assert_ne!(a, b);
         assert!(well_formed(a.as_str().as_bytes()));
+    }
+
+    #[test]
+    fn trace_ids_are_read_from_the_traceparent() {
+        let good = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let id = RequestId::from_headers(&headers(&[("traceparent", good)]));
+        assert_eq!(
+            id.trace_ids(),
+            Some(("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"))
+        );
+        assert_eq!(RequestId::from_headers(&headers(&[])).trace_ids(), None);
     }
 
     #[test]

@@ -49,6 +49,8 @@ pub(super) struct Record {
     pub(super) user_id: Cell<Option<i64>>,
     pub(super) agent_id: Cell<Option<i64>>,
     pub(super) environment: RefCell<Option<Box<str>>>,
+    /// The caller's `traceparent`, whose trace and span ids the lines carry.
+    pub(super) traceparent: Option<HeaderValue>,
 }
 
 impl Record {
@@ -60,7 +62,13 @@ impl Record {
             user_id: Cell::new(None),
             agent_id: Cell::new(None),
             environment: RefCell::new(None),
+            traceparent: None,
         }
+    }
+
+    /// The trace id and the caller's span id, as [`RequestId::trace_ids`] reads them.
+    pub(super) fn trace_ids(&self) -> Option<(&str, &str)> {
+        super::request_id::trace_ids(self.traceparent.as_ref()?)
     }
 
     /// The request id: checked ASCII (`RequestId`).
@@ -94,7 +102,8 @@ impl RequestSpan {
     ) -> Self {
         // Nothing is written when logs are off: no record to fill either.
         if RECORD.load(Ordering::Relaxed) && LevelFilter::current() != LevelFilter::OFF {
-            let record = Record::new(id.header_value(), method.clone(), route.cloned());
+            let mut record = Record::new(id.header_value(), method.clone(), route.cloned());
+            record.traceparent = id.traceparent().cloned();
             return RequestSpan(Shape::Record(record));
         }
         let span = tracing::info_span!(
@@ -105,10 +114,28 @@ impl RequestSpan {
             user_id = tracing::field::Empty,
             agent_id = tracing::field::Empty,
             environment = tracing::field::Empty,
+            trace_id = tracing::field::Empty,
+            span_id = tracing::field::Empty,
         );
-        if id.traceparent().is_some() && !span.is_disabled() {
+        if span.is_disabled() {
+            return RequestSpan(Shape::Span(span));
+        }
+        if id.traceparent().is_some() {
             let parent = TraceContextPropagator::new().extract(&HeaderExtractor(headers));
             let _ = span.set_parent(parent);
+        }
+        // The ids that join the lines to the trace: the exported span's own, else (no
+        // exporter) the caller's, whose traceparent is passed on unchanged.
+        let context = span.context();
+        let exported = opentelemetry::trace::TraceContextExt::span(&context)
+            .span_context()
+            .clone();
+        if exported.is_valid() {
+            span.record("trace_id", exported.trace_id().to_string());
+            span.record("span_id", exported.span_id().to_string());
+        } else if let Some((trace_id, span_id)) = id.trace_ids() {
+            span.record("trace_id", trace_id);
+            span.record("span_id", span_id);
         }
         RequestSpan(Shape::Span(span))
     }
