@@ -1,6 +1,7 @@
 //! The integration tests: one binary, a fresh PostgreSQL database per test, the router
 //! driven without a socket.
 
+mod agent_page;
 mod agents;
 mod auth;
 mod bad_input;

@@ -35,6 +35,18 @@ pub(crate) const READABLE: &str = "(p.visibility = 'public' OR $2::bool
       AND ((m.source_type = 'project' AND m.source_id = p.id)
         OR (m.source_type = 'group' AND m.source_id = ANY (n.traversal_ids)))))";
 
+/// Who sees a group `g` ([`visible_group`]): an admin, a member of it or of an ancestor, or
+/// whoever may read a project in it or below. `$1` and `$2` as in [`READABLE`].
+pub(crate) static VISIBLE_GROUP: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "($2::bool
+          OR EXISTS (SELECT 1 FROM members m WHERE m.user_id = $1 AND m.source_type = 'group'
+                     AND m.source_id = ANY (g.traversal_ids))
+          OR EXISTS (SELECT 1 FROM projects p JOIN namespaces n ON n.id = p.namespace_id
+                     WHERE n.traversal_ids @> ARRAY[g.id] AND {READABLE}))"
+    )
+});
+
 #[derive(Debug, Clone, FromRow)]
 pub struct ProjectRow {
     pub id: i64,
@@ -179,11 +191,8 @@ pub async fn visible_group(
 ) -> Result<Option<GroupRow>> {
     Ok(sqlx::query_as(&format!(
         "SELECT g.id, g.path, g.full_path FROM namespaces g
-         WHERE lower(g.full_path) = lower($3) AND ($2::bool
-            OR EXISTS (SELECT 1 FROM members m WHERE m.user_id = $1 AND m.source_type = 'group'
-                       AND m.source_id = ANY (g.traversal_ids))
-            OR EXISTS (SELECT 1 FROM projects p JOIN namespaces n ON n.id = p.namespace_id
-                       WHERE n.traversal_ids @> ARRAY[g.id] AND {READABLE}))"
+         WHERE lower(g.full_path) = lower($3) AND {}",
+        *VISIBLE_GROUP
     ))
     .bind(viewer.user_id)
     .bind(viewer.admin)
@@ -527,13 +536,9 @@ pub async fn visible_groups(
     limit: i64,
 ) -> Result<Vec<GroupRow>> {
     Ok(sqlx::query_as(&format!(
-        "SELECT g.id, g.path, g.full_path FROM namespaces g
-         WHERE $2::bool
-            OR EXISTS (SELECT 1 FROM members m WHERE m.user_id = $1 AND m.source_type = 'group'
-                       AND m.source_id = ANY (g.traversal_ids))
-            OR EXISTS (SELECT 1 FROM projects p JOIN namespaces n ON n.id = p.namespace_id
-                       WHERE n.traversal_ids @> ARRAY[g.id] AND {READABLE})
-         ORDER BY lower(g.full_path) LIMIT $3"
+        "SELECT g.id, g.path, g.full_path FROM namespaces g WHERE {}
+         ORDER BY lower(g.full_path) LIMIT $3",
+        *VISIBLE_GROUP
     ))
     .bind(viewer.user_id)
     .bind(viewer.admin)

@@ -1,15 +1,17 @@
 //! SQL of GraphQL's agent fields (SPEC 5.1, GitLab's frontend): an agent's tokens, the
 //! agents that `ci_access` or `user_access` authorize for a project, and what decides who may
-//! read an agent (SPEC 13), each loaded in one statement for many keys. The decisions over
-//! these rows are `gitlab::access`'s.
+//! read an agent (SPEC 13), each loaded in one statement for many keys; and what the
+//! dashboard's agent page shows of one agent. The decisions over these rows are
+//! `gitlab::access`'s.
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::{FromRow, PgExecutor};
 
-use super::agents::{UserAccessRow, ENTRY_ACCESS_LEVEL};
-use super::read::{AgentRow, Viewer};
+use super::agents::{user_access_entries, UserAccessRow, ENTRY_ACCESS_LEVEL};
+use super::read::{AgentRow, Viewer, READABLE, VISIBLE_GROUP};
 use crate::error::Result;
+use crate::gitlab::access::AgentReaders;
 
 #[derive(Debug, Clone, FromRow)]
 pub struct TokenRow {
@@ -56,6 +58,19 @@ pub struct AgentReaderRow {
     pub ci_access_level: Option<i32>,
     /// `[{project_id, group_id, access_as, access_level}]`.
     pub user_access: sqlx::types::Json<Vec<UserAccessRow>>,
+}
+
+impl AgentReaderRow {
+    /// The row as `gitlab::access::read_cluster_agent` takes it.
+    pub fn readers(&self) -> AgentReaders {
+        let (access_as, user_access) = user_access_entries(&self.user_access);
+        AgentReaders {
+            project_level: self.project_level,
+            ci_access_level: self.ci_access_level,
+            access_as,
+            user_access,
+        }
+    }
 }
 
 /// The viewer's access through a membership `m` to a project that agent `a`'s `ci_access`
@@ -189,6 +204,125 @@ pub async fn user_authorizations(
     ))
     .bind(viewer.user_id)
     .bind(project_ids)
+    .fetch_all(db)
+    .await?)
+}
+
+/// An agent named by its configuration project's path and its name.
+#[derive(Debug, Clone, FromRow)]
+pub struct NamedAgent {
+    pub id: i64,
+    pub name: String,
+    pub project_full_path: String,
+}
+
+/// The agent `name` of the project at `project_full_path`, whoever asks: the caller decides
+/// whether the viewer may read it ([`agent_readers`]).
+pub async fn agent_by_path(
+    db: impl PgExecutor<'_>,
+    project_full_path: &str,
+    name: &str,
+) -> Result<Option<NamedAgent>> {
+    Ok(sqlx::query_as(
+        "SELECT a.id, a.name, p.full_path AS project_full_path
+         FROM projects p JOIN cluster_agents a ON a.project_id = p.id
+         WHERE lower(p.full_path) = lower($1) AND a.name = $2",
+    )
+    .bind(project_full_path)
+    .bind(name)
+    .fetch_optional(db)
+    .await?)
+}
+
+/// A group or project that an agent's `ci_access` or `user_access` section names.
+#[derive(Debug, Clone, FromRow)]
+pub struct AgentGrantRow {
+    /// `ci_access` or `user_access`.
+    pub section: String,
+    /// `group` or `project`.
+    pub kind: String,
+    pub full_path: String,
+}
+
+/// The groups and projects the agent's `ci_access` and `user_access` sections name, those the
+/// viewer sees only (a project they may read, a group [`super::read::visible_group`] shows
+/// them): the others are as if they were not listed. By section, kind and path.
+pub async fn agent_grants(
+    db: impl PgExecutor<'_>,
+    viewer: Viewer,
+    agent_id: i64,
+) -> Result<Vec<AgentGrantRow>> {
+    Ok(sqlx::query_as(&format!(
+        "WITH entries AS (
+            SELECT 'ci_access' AS section, project_id, group_id
+            FROM agent_ci_access_authorizations WHERE agent_id = $3
+            UNION ALL
+            SELECT 'user_access', project_id, group_id
+            FROM agent_user_access_authorizations WHERE agent_id = $3)
+         SELECT e.section, 'project' AS kind, p.full_path FROM entries e
+         JOIN projects p ON p.id = e.project_id LEFT JOIN namespaces n ON n.id = p.namespace_id
+         WHERE {READABLE}
+         UNION
+         SELECT e.section, 'group', g.full_path FROM entries e JOIN namespaces g ON g.id = e.group_id
+         WHERE {visible}
+         ORDER BY 1, 2, 3",
+        visible = *VISIBLE_GROUP
+    ))
+    .bind(viewer.user_id)
+    .bind(viewer.admin)
+    .bind(agent_id)
+    .fetch_all(db)
+    .await?)
+}
+
+/// An environment whose last successful deployment went through an agent, with that
+/// deployment's namespace and the environment's newest deployment.
+#[derive(Debug, Clone, FromRow)]
+pub struct AgentEnvironmentRow {
+    pub project_full_path: String,
+    pub name: String,
+    pub tier: Option<String>,
+    pub kubernetes_namespace: String,
+    pub iid: Option<i64>,
+    pub status: Option<String>,
+    #[sqlx(rename = "ref")]
+    pub git_ref: Option<String>,
+    pub sha: Option<String>,
+    pub created_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+/// The environments the agent serves now (their last successful deployment went through it,
+/// as `Environment.clusterAgent` says) in projects the viewer may read, by project and name;
+/// `limit` at most. Starts from the agent's deployments (`agent_deployments_agent_id_idx`).
+pub async fn agent_environments(
+    db: impl PgExecutor<'_>,
+    viewer: Viewer,
+    agent_id: i64,
+    limit: i64,
+) -> Result<Vec<AgentEnvironmentRow>> {
+    Ok(sqlx::query_as(&format!(
+        "SELECT p.full_path AS project_full_path, e.name, e.tier, ad.kubernetes_namespace,
+                l.iid, l.status, l.ref, l.sha, l.created_at, l.finished_at
+         FROM (SELECT DISTINCT d.environment_id FROM agent_deployments x
+               JOIN deployments d ON d.id = x.deployment_id
+               WHERE x.agent_id = $3 AND d.status = 'success') k
+         JOIN environments e ON e.id = k.environment_id
+         JOIN projects p ON p.id = e.project_id LEFT JOIN namespaces n ON n.id = p.namespace_id
+         CROSS JOIN LATERAL (SELECT s.id FROM deployments s
+                             WHERE s.environment_id = e.id AND s.status = 'success'
+                             ORDER BY s.id DESC LIMIT 1) s
+         JOIN agent_deployments ad ON ad.deployment_id = s.id AND ad.agent_id = $3
+         LEFT JOIN LATERAL (SELECT d.iid, d.status, d.ref, d.sha, d.created_at, d.finished_at
+                            FROM deployments d WHERE d.environment_id = e.id
+                            ORDER BY d.id DESC LIMIT 1) l ON true
+         WHERE {READABLE}
+         ORDER BY lower(p.full_path), e.name LIMIT $4"
+    ))
+    .bind(viewer.user_id)
+    .bind(viewer.admin)
+    .bind(agent_id)
+    .bind(limit)
     .fetch_all(db)
     .await?)
 }

@@ -10,7 +10,6 @@ use async_graphql::{Context, QueryPathSegment};
 use tokio::sync::{MappedMutexGuard, Mutex, MutexGuard};
 
 use crate::auth::{CurrentUser, Session};
-use crate::db::agents::user_access_entries;
 use crate::db::identity::{self, User};
 use crate::db::lease::{Lease, Leases};
 use crate::db::read::{
@@ -20,7 +19,7 @@ use crate::db::read::{
 use crate::db::read_agents::{self, TokenRow};
 use crate::error::Error;
 use crate::gitlab::access::{
-    self, AccessAs, AgentReaders, CiAuthorizations, CiMatch, SourceKind, UserAccessEntry,
+    self, AccessAs, CiAuthorizations, CiMatch, SourceKind, UserAccessEntry,
 };
 
 /// Loader errors must be `Clone`.
@@ -393,14 +392,7 @@ impl Loader<AgentReadable> for Db {
         let rows = read_agents::agent_readers(&mut **self.conn().await?, viewer, &ids).await?;
         let mut found: HashMap<AgentReadable, bool> = keys.iter().map(|k| (*k, false)).collect();
         for row in rows {
-            let (access_as, user_access) = user_access_entries(&row.user_access);
-            let readers = AgentReaders {
-                project_level: row.project_level,
-                ci_access_level: row.ci_access_level,
-                access_as,
-                user_access,
-            };
-            let readable = access::read_cluster_agent(viewer.admin, &readers);
+            let readable = access::read_cluster_agent(viewer.admin, &row.readers());
             found.insert(AgentReadable(row.agent_id), readable);
         }
         Ok(found)

@@ -41,6 +41,7 @@ where
         .route("/groups/{*path}", get(group))
         .route("/environments", get(environment))
         .route("/deployments", get(deployment))
+        .route("/agents", get(super::agent_page::agent))
         .route("/resources", get(resource))
         .route("/logs", get(logs))
         .route(&format!("{}{{name}}", assets::PREFIX), get(assets::serve))
@@ -77,7 +78,7 @@ where
 }
 
 impl Reader {
-    fn chrome<'a>(&'a self, title: &'a str, username: Option<&'a str>) -> Chrome<'a> {
+    pub(super) fn chrome<'a>(&'a self, title: &'a str, username: Option<&'a str>) -> Chrome<'a> {
         Chrome {
             title,
             username,
@@ -91,7 +92,7 @@ impl Reader {
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
      connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
-fn html(status: StatusCode, markup: maud::Markup) -> Response {
+pub(super) fn html(status: StatusCode, markup: maud::Markup) -> Response {
     let mut res = (status, markup.into_string()).into_response();
     let h = res.headers_mut();
     h.insert(
@@ -108,7 +109,7 @@ fn html(status: StatusCode, markup: maud::Markup) -> Response {
     res
 }
 
-fn error_page(e: &Error, reader: Option<&Reader>) -> Response {
+pub(super) fn error_page(e: &Error, reader: Option<&Reader>) -> Response {
     let status = e.status();
     if status.is_server_error() {
         tracing::warn!(error = %e, "dashboard page failed");
@@ -126,7 +127,7 @@ fn error_page(e: &Error, reader: Option<&Reader>) -> Response {
     html(status, pages::error(&chrome, status.as_u16(), &message))
 }
 
-fn not_found(what: &str) -> Error {
+pub(super) fn not_found(what: &str) -> Error {
     Error::NotFound(format!("{what} does not exist, or you may not see it."))
 }
 
@@ -140,7 +141,7 @@ fn checked<'a>(name: &str, value: &'a str) -> Result<&'a str, Error> {
     Ok(value)
 }
 
-fn required<'a>(name: &str, value: &'a Option<String>) -> Result<&'a str, Error> {
+pub(super) fn required<'a>(name: &str, value: &'a Option<String>) -> Result<&'a str, Error> {
     match value.as_deref() {
         Some(v) if !v.is_empty() => checked(name, v),
         _ => Err(Error::BadRequest(format!(
@@ -162,17 +163,25 @@ async fn groups(
     }
 }
 
-async fn groups_inner(engine: &Engine, pool: &Pool, reader: &Reader) -> Result<Response, Error> {
-    let user = {
-        let mut conn = pool.acquire().await?;
-        crate::db::identity::find_user(&mut *conn, reader.session.user_id)
-            .await?
-            .ok_or_else(|| Error::Unauthorized("unknown user".into()))?
-    };
+/// The signed-in user, and the reading rules' view of them, for the pages that read the
+/// database beside the GraphQL schema.
+pub(super) async fn signed_in(
+    pool: &Pool,
+    reader: &Reader,
+) -> Result<(crate::db::identity::User, crate::db::read::Viewer), Error> {
+    let mut conn = pool.acquire().await?;
+    let user = crate::db::identity::find_user(&mut *conn, reader.session.user_id)
+        .await?
+        .ok_or_else(|| Error::Unauthorized("unknown user".into()))?;
     let viewer = crate::db::read::Viewer {
         user_id: user.id,
         admin: user.admin,
     };
+    Ok((user, viewer))
+}
+
+async fn groups_inner(engine: &Engine, pool: &Pool, reader: &Reader) -> Result<Response, Error> {
+    let (user, viewer) = signed_in(pool, reader).await?;
     let rows = {
         let mut conn = pool.acquire().await?;
         crate::db::read::visible_groups(&mut *conn, viewer, 200).await?

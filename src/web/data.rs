@@ -14,7 +14,7 @@ pub const GROUP_ENVIRONMENTS: &str = r#"query($path: ID!, $tier: DeploymentTier,
   group(fullPath: $path) {
     environments(tier: $tier, search: $search, first: 100, after: $after) {
       pageInfo { hasNextPage endCursor }
-      nodes { id name tier state project { fullPath } kubernetesNamespace clusterAgent { name }
+      nodes { id name tier state project { fullPath } kubernetesNamespace clusterAgent { name project { fullPath } }
         deployments(first: 1) { nodes { iid status ref sha createdAt finishedAt } } } } } }"#;
 
 pub const HEALTH: &str = r#"query($project: ID!, $name: String!) {

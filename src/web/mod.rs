@@ -1,8 +1,9 @@
 //! The dashboard's server side (SPEC 9): who is signed in ([`session`]), signing in
-//! ([`sign_in`]), and the pages ([`dashboard`]): rendered on the server with `maud` from what
+//! ([`sign_in`]), and the pages ([`dashboard`], an agent's in `agent_page`): rendered on the server with `maud` from what
 //! the GraphQL schema answers the viewer (`data`), readable without script, kept fresh by a
 //! little of it (`assets/dashboard.js`).
 
+mod agent_page;
 pub mod assets;
 pub mod dashboard;
 mod data;

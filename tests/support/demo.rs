@@ -1,6 +1,7 @@
 //! envlens over the demo's sample GitLab and cluster (`envlens::demo`), served on a socket:
 //! the browser tests' and the dashboard benchmark's fixture.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use envlens::config::Limits;
@@ -11,21 +12,29 @@ use envlens::state::AppState;
 use super::browser::Page;
 use super::*;
 
-/// A TCP relay to `target` whose connections can all be cut at once.
+/// A TCP relay to `target` whose connections can all be cut at once, or refused.
 pub struct Relay {
     /// `http://127.0.0.1:<port>`.
     pub url: String,
+    addr: std::net::SocketAddr,
     cut: tokio::sync::watch::Sender<u64>,
+    refusing: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Relay {
     async fn start(target: std::net::SocketAddr) -> Relay {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
+        let addr = listener.local_addr().unwrap();
+        let url = format!("http://{addr}");
         let (cut, _) = tokio::sync::watch::channel(0u64);
         let cuts = cut.clone();
+        let refusing = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let refuses = refusing.clone();
         tokio::spawn(async move {
             while let Ok((mut inbound, _)) = listener.accept().await {
+                if refuses.load(std::sync::atomic::Ordering::SeqCst) {
+                    continue;
+                }
                 let mut cut = cuts.subscribe();
                 tokio::spawn(async move {
                     let Ok(mut outbound) = tokio::net::TcpStream::connect(target).await else {
@@ -38,12 +47,27 @@ impl Relay {
                 });
             }
         });
-        Relay { url, cut }
+        Relay {
+            url,
+            addr,
+            cut,
+            refusing,
+        }
     }
 
     /// Drops every connection open now (both ends); later ones go through.
     pub fn cut(&self) {
         self.cut.send_modify(|n| *n += 1);
+    }
+
+    /// Cuts every connection and closes each new one at once (`true`), as a cluster gone
+    /// away does; or lets them through again (`false`).
+    pub fn refuse(&self, refusing: bool) {
+        self.refusing
+            .store(refusing, std::sync::atomic::Ordering::SeqCst);
+        if refusing {
+            self.cut();
+        }
     }
 }
 
@@ -51,6 +75,8 @@ impl Relay {
 pub struct Demo {
     pub url: String,
     pub cluster: DemoCluster,
+    /// Between envlens and the demo cluster: the cluster's kubeconfig leads here.
+    pub cluster_relay: Relay,
     pub state: AppState,
     pub app: TestApp,
     /// In front of envlens, when started [`Demo::behind_relay`].
@@ -72,10 +98,10 @@ impl Demo {
     async fn serve(relayed: bool) -> Demo {
         let cluster = DemoCluster::default();
         let mut world = World::new(cluster.clone());
-        let addr = cluster.serve().await.unwrap();
+        let cluster_relay = Relay::start(cluster.serve().await.unwrap()).await;
         let dir = tempfile::tempdir().unwrap();
         let kubeconfig = dir.path().join("kubeconfig");
-        std::fs::write(&kubeconfig, DemoCluster::kubeconfig(addr)).unwrap();
+        std::fs::write(&kubeconfig, DemoCluster::kubeconfig(cluster_relay.addr)).unwrap();
         let settings = envlens::config::file::Settings::parse(&format!(
             "kubernetes:\n  kubeconfig: {}\n  agents:\n  - agent: \"{}\"\n    context: demo\n",
             kubeconfig.display(),
@@ -133,6 +159,7 @@ impl Demo {
         Demo {
             url,
             cluster,
+            cluster_relay,
             state,
             app,
             relay,

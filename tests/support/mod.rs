@@ -146,6 +146,13 @@ impl TestApp {
 
     /// The dashboard page at `path`, as `user_id` signed in to the dashboard: its HTML.
     pub async fn page_as(&self, user_id: i64, path: &str) -> String {
+        let res = self.page_response_as(user_id, path).await;
+        assert_eq!(res.status, 200, "{}", res.text());
+        res.text()
+    }
+
+    /// The answer to a GET of the dashboard's `path`, as `user_id` signed in to the dashboard.
+    pub async fn page_response_as(&self, user_id: i64, path: &str) -> TestResponse {
         let pool = envlens::db::pool::Pool::from(self.db.clone());
         let cookie = envlens::web::session::begin(&pool, &envlens::web::Site::default(), user_id)
             .await
@@ -157,16 +164,13 @@ impl TestApp {
             .next()
             .unwrap()
             .to_owned();
-        let res = self
-            .send(
-                Request::get(path)
-                    .header(header::COOKIE, cookie)
-                    .body(Body::empty())
-                    .unwrap(),
-            )
-            .await;
-        assert_eq!(res.status, 200, "{}", res.text());
-        res.text()
+        self.send(
+            Request::get(path)
+                .header(header::COOKIE, cookie)
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
     }
 
     pub async fn send(&self, req: Request<Body>) -> TestResponse {

@@ -47,6 +47,14 @@
     }
   }
 
+  // A page whose regions follow no subscription re-renders them every few seconds while it is
+  // shown (an agent's page: its connection is read from memory, and announced by nothing).
+  const every = document.querySelector("[data-refresh-every]");
+  if (every) {
+    setInterval(function () { if (!document.hidden) refresh(); }, 1000 * (Number(every.dataset.refreshEvery) || 10));
+    say("live", "Refreshed every " + (Number(every.dataset.refreshEvery) || 10) + " s");
+  }
+
   // --- Applying a message in place ---------------------------------------------------------
   // A resourceGroupUpdated message changes the health of resources the page shows (elements
   // with data-uid: a tree line, a graph node): those are updated here, at once. Anything the

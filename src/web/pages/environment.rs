@@ -242,7 +242,7 @@ pub fn environment_page(chrome: &Chrome, view: &EnvironmentView, now: DateTime<U
                 dl.summary {
                     div { dt { "Project" } dd { (project) } }
                     @if let Some(t) = &env.tier { div { dt { "Tier" } dd { (title(t)) } } }
-                    @if let Some(a) = &env.cluster_agent { div { dt { "Agent" } dd.mono { (a.name) } } }
+                    @if let Some(a) = &env.cluster_agent { div { dt { "Agent" } dd.mono { (super::agent::agent_link(a)) } } }
                     @if let Some(c) = env.cluster_agent.as_ref().and_then(|a| a.connection.as_ref()) {
                         div { dt { "Connection" } dd #agent-connection { (connection(c, now)) } }
                     }
@@ -300,7 +300,7 @@ pub fn environment_page(chrome: &Chrome, view: &EnvironmentView, now: DateTime<U
 /// How the agent's cluster is reached and how its last request went, in words (the badge's
 /// colour only repeats them): `GitLab's agent server · Agent not connected · checked 3 s ago`,
 /// and why beneath when it is not connected.
-fn connection(c: &AgentConnection, now: DateTime<Utc>) -> Markup {
+pub(super) fn connection(c: &AgentConnection, now: DateTime<Utc>) -> Markup {
     let how = match c.kind.as_str() {
         "KAS" => "GitLab's agent server",
         "KUBECONFIG" => "Kubeconfig",

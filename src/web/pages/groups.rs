@@ -205,7 +205,7 @@ pub fn group_page(chrome: &Chrome, mut view: GroupView, now: DateTime<Utc>) -> M
                                         }
                                         td data-label="Agent and namespace" {
                                             @match (&env.cluster_agent, &env.kubernetes_namespace) {
-                                                (Some(a), Some(ns)) => { span.mono { (a.name) } span.msg { "namespace " (ns) } }
+                                                (Some(a), Some(ns)) => { span.mono { (super::agent::agent_link(a)) } span.msg { "namespace " (ns) } }
                                                 _ => span.msg { "No agent: not deployed to a cluster" },
                                             }
                                         }
