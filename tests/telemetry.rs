@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 use crate::proxy::{bearer, cluster, config, setup, token, PODS};
 use crate::support::environment;
-use crate::support::kube_api::KubeApi;
+use crate::support::kube_api::{KubeApi, RecordedRequest};
 use crate::support::{postgres, SESSION_KEY};
 
 const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
@@ -87,6 +87,10 @@ async fn the_proxy_sends_the_request_id_as_audit_id_and_the_trace_context_on() {
     );
 }
 
+/// A first view's work at the cluster (its access reviews, and the discovery, own-rules
+/// review and first list of every kind that the watch cache starts because of it) carries the
+/// view's request id as `Audit-ID`; the watches that follow, shared by every later view, and
+/// a second view's answer from the cache, carry none of the first's.
 #[tokio::test]
 async fn every_list_of_a_resource_group_carries_the_request_id() {
     let dir = tempfile::tempdir().unwrap();
@@ -95,34 +99,58 @@ async fn every_list_of_a_resource_group_carries_the_request_id() {
     let served = api.serve(dir.path()).await;
     let app = environment::gitlab(&served).await;
     api.clear_requests();
-    let query = r#"{ project(fullPath: "acme/apps/web") { environment(name: "production") {
-        resourceGroup { health resources { kind name } } } } }"#;
-    let res = app
-        .send(
-            Request::post("/api/graphql")
-                .header(header::AUTHORIZATION, format!("Bearer {}", token(2).0))
-                .header(header::CONTENT_TYPE, "application/json")
-                .header("x-request-id", "group-view-7")
-                .body(Body::from(json!({ "query": query }).to_string()))
-                .unwrap(),
-        )
-        .await;
+    let view = |id: &'static str| {
+        let query = r#"{ project(fullPath: "acme/apps/web") { environment(name: "production") {
+            resourceGroup { health resources { kind name } } } } }"#;
+        Request::post("/api/graphql")
+            .header(header::AUTHORIZATION, format!("Bearer {}", token(2).0))
+            .header(header::CONTENT_TYPE, "application/json")
+            .header("x-request-id", id)
+            .body(Body::from(json!({ "query": query }).to_string()))
+            .unwrap()
+    };
+    let res = app.send(view("group-view-7")).await;
     assert_eq!(res.status, 200, "{}", res.text());
     assert!(res.json()["errors"].is_null(), "{}", res.text());
-    // The view's own requests are its access reviews; the watch cache's lists and watches are
-    // shared by every view and carry none.
-    let lists: Vec<_> = api
-        .requests()
-        .into_iter()
-        .filter(|r| r.path.ends_with("/subjectaccessreviews"))
-        .collect();
-    assert!(lists.len() > 10, "{lists:?}");
-    for list in &lists {
+    let requests = api.requests();
+    let is_watch =
+        |r: &&RecordedRequest| r.query.contains("watch=true") || r.query.contains("watch=1");
+    let caused: Vec<_> = requests.iter().filter(|r| !is_watch(r)).collect();
+    let of = |part: &str| caused.iter().filter(|r| r.path.contains(part)).count();
+    assert!(of("/subjectaccessreviews") > 10, "{caused:?}");
+    assert!(of("/selfsubjectrulesreviews") >= 1, "{caused:?}");
+    assert!(caused.iter().any(|r| r.path == "/apis"), "{caused:?}");
+    assert!(of("/namespaces/") > 15, "the first lists: {caused:?}");
+    for r in &caused {
         assert_eq!(
-            list.header("audit-id"),
+            r.header("audit-id"),
             Some("group-view-7"),
-            "{}",
-            list.path
+            "{} {}?{}",
+            r.method,
+            r.path,
+            r.query
+        );
+    }
+    for r in requests.iter().filter(is_watch) {
+        assert_ne!(
+            r.header("audit-id"),
+            Some("group-view-7"),
+            "{}?{}",
+            r.path,
+            r.query
+        );
+    }
+    // A second view is answered from the cache: whatever it asks is its own.
+    api.clear_requests();
+    let res = app.send(view("group-view-8")).await;
+    assert!(res.json()["errors"].is_null(), "{}", res.text());
+    for r in api.requests().iter().filter(|r| !is_watch(r)) {
+        assert_eq!(
+            r.header("audit-id"),
+            Some("group-view-8"),
+            "{} {}",
+            r.method,
+            r.path
         );
     }
 }

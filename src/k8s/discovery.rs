@@ -260,8 +260,9 @@ impl DiscoveryCache {
         s.running = true;
         let attempt = s.started;
         let cache = self.clone();
+        let cause = crate::k8s::observe::cause();
         tokio::spawn(async move {
-            let outcome = discover(&cache.inner.client).await;
+            let outcome = crate::k8s::observe::within(cause, discover(&cache.inner.client)).await;
             cache.finish(attempt, outcome);
         });
         attempt
@@ -386,6 +387,7 @@ pub(crate) async fn get_as(
     for (name, value) in headers {
         request.headers_mut().append(name, value.clone());
     }
+    crate::k8s::observe::name_cause(request.headers_mut());
     request
         .headers_mut()
         .insert(header::ACCEPT, HeaderValue::from_static(accept));
@@ -469,10 +471,12 @@ async fn discover(
 
     let limit = Arc::new(Semaphore::new(DISCOVERY_IN_FLIGHT));
     let mut tasks = JoinSet::new();
+    let cause = crate::k8s::observe::cause();
     for (i, (group, version)) in groups.iter().cloned().enumerate() {
         let client = client.clone();
         let limit = limit.clone();
-        tasks.spawn(async move {
+        let within = crate::k8s::observe::within;
+        tasks.spawn(within(cause.clone(), async move {
             let _permit = limit.acquire_owned().await;
             let path = format!("/apis/{group}/{version}");
             let outcome =
@@ -481,7 +485,7 @@ async fn discover(
                     Err(failure) => Err(failure),
                 };
             (i, outcome)
-        });
+        }));
     }
     let mut outcomes: Vec<Option<Result<Vec<ApiKind>, Failure>>> = vec![None; groups.len()];
     while let Some(joined) = tasks.join_next().await {

@@ -49,7 +49,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use super::discovery::{self, ApiKind, DiscoveryCache, DiscoveryError, Failure};
-use crate::k8s::observe::ForAgent;
+use crate::k8s::observe::{self, ForAgent};
 use crate::k8s::own_rules::{self, OwnView};
 use crate::resources::graph;
 use crate::resources::listing::{ListError, Listing, ResourceEvent};
@@ -138,8 +138,10 @@ pub async fn list_resource_group(
     if namespace.is_empty() {
         return Err(FetchError::NoNamespace);
     }
-    let discovered = discovery.kinds().await?;
-    let view = own_view(discovery, headers, namespace, discovered, options).await;
+    // Discovery and the own-rules review, when this view starts them, are its own.
+    let discovered = observe::caused_by(headers, discovery.kinds()).await?;
+    let view = own_view(discovery, headers, namespace, discovered, options);
+    let view = observe::caused_by(headers, view).await;
     let mut jobs = plan(
         &view.discovered.kinds,
         namespace,

@@ -21,8 +21,9 @@ pub mod watch_api;
 /// envlens creates, `own_rules` and the watch cache's `access`).
 pub(crate) async fn exchange(
     client: &kube::Client,
-    request: axum::http::Request<kube::client::Body>,
+    mut request: axum::http::Request<kube::client::Body>,
 ) -> Result<(axum::http::StatusCode, bytes::Bytes), kube::Error> {
+    observe::name_cause(request.headers_mut());
     let response = client.send(request).await?;
     let status = response.status();
     let bytes = response.into_body().collect_bytes().await?;

@@ -1,6 +1,15 @@
 //! Every request to a cluster, counted and timed (`envlens_cluster_requests_total`,
 //! `envlens_cluster_request_duration_seconds`): a layer of each agent's `kube::Client`, so the
 //! listing, discovery and the proxy are all seen, however they send.
+//!
+//! Here too: which view caused a request the view did not send itself. The watch cache's
+//! first list of a kind and a discovery run in tasks of their own, shared by every view after,
+//! and the cluster's own-rules review runs once for many. Each carries, as its `Audit-ID`,
+//! the id of the view whose need started it ([`caused_by`], [`name_cause`]), so the API
+//! server's audit log ties a first view's hundred-odd requests to that view. What no view
+//! caused (a relist after a watch expired) carries none, and the server makes its own. (Named
+//! where a request is built, not in this layer: kube's client runs its layers in a task of
+//! its own, behind a buffer, where the sender's task-local is out of reach.)
 
 use std::collections::HashSet;
 use std::future::Future;
@@ -9,10 +18,45 @@ use std::sync::{Arc, RwLock};
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use axum::http::{Method, Request, Response};
+use axum::http::{HeaderMap, HeaderValue, Method, Request, Response};
 use tower::{Layer, Service};
 
+use crate::telemetry::request_id::AUDIT_ID_HEADER;
 use crate::telemetry::Metrics;
+
+tokio::task_local! {
+    /// The `Audit-ID` of the view on whose behalf the current task asks the cluster.
+    static CAUSE: HeaderValue;
+}
+
+/// Runs `work` on behalf of the view whose outgoing `headers` are given: its requests that
+/// carry no `Audit-ID` of their own get the view's.
+pub async fn caused_by<F: Future>(headers: &HeaderMap, work: F) -> F::Output {
+    within(headers.get(AUDIT_ID_HEADER).cloned(), work).await
+}
+
+/// Runs `work` on behalf of the view `cause` names (none: on nobody's).
+pub async fn within<F: Future>(cause: Option<HeaderValue>, work: F) -> F::Output {
+    match cause {
+        Some(cause) => CAUSE.scope(cause, work).await,
+        None => work.await,
+    }
+}
+
+/// The view the current task works for, to hand on to a task it starts for that view.
+pub fn cause() -> Option<HeaderValue> {
+    CAUSE.try_with(HeaderValue::clone).ok()
+}
+
+/// Gives a request built in the current task the `Audit-ID` of the view it works for, unless
+/// it has one.
+pub fn name_cause(headers: &mut HeaderMap) {
+    if !headers.contains_key(AUDIT_ID_HEADER) {
+        if let Some(cause) = cause() {
+            headers.insert(AUDIT_ID_HEADER, cause);
+        }
+    }
+}
 
 /// The agent a request is sent for, set as a request extension by whoever sends it; requests
 /// shared by every agent of a cluster (discovery) have none and count as agent `-`.

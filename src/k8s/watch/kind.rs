@@ -140,10 +140,12 @@ const BACKOFF_MAX: Duration = Duration::from_secs(30);
 impl KindWatch {
     /// Starts the watch of `kind` in `namespace`. The task holds only a weak reference: it
     /// ends when the cache drops the kind. `changes` and `generation` are the namespace's,
-    /// `total` and `metrics` the cache's.
+    /// `total` and `metrics` the cache's. Its first list carries `cause`, the `Audit-ID` of
+    /// the view that needed the kind ([`crate::k8s::observe`]); what follows is nobody's.
     #[allow(clippy::too_many_arguments)]
     pub fn start(
         route: Route,
+        cause: Option<HeaderValue>,
         kind: ApiKind,
         namespace: &str,
         page_size: usize,
@@ -171,7 +173,7 @@ impl KindWatch {
             encode(&watch.kind.plural)
         );
         let weak = Arc::downgrade(&watch);
-        let task = tokio::spawn(run(route, weak, path, page_size));
+        let task = tokio::spawn(run(route, weak, path, page_size, cause));
         let _ = watch.task.set(task.abort_handle());
         watch
     }
@@ -364,7 +366,13 @@ async fn back_off(circuit: &Circuit, backoff: &mut Duration) {
     }
 }
 
-async fn run(route: Route, watch: std::sync::Weak<KindWatch>, path: String, page_size: usize) {
+async fn run(
+    route: Route,
+    watch: std::sync::Weak<KindWatch>,
+    path: String,
+    page_size: usize,
+    mut cause: Option<HeaderValue>,
+) {
     let mut version: Option<String> = None;
     let mut backoff = BACKOFF_START;
     let mut after_list = false;
@@ -372,7 +380,8 @@ async fn run(route: Route, watch: std::sync::Weak<KindWatch>, path: String, page
         let Some(this) = watch.upgrade() else { return };
         if version.is_none() {
             this.metrics.watch_relists.inc();
-            match list(&route.client, &this, &path, page_size).await {
+            let listed = list(&route.client, &this, &path, page_size);
+            match crate::k8s::observe::within(cause.take(), listed).await {
                 Ok(rv) => {
                     version = Some(rv);
                     after_list = true;

@@ -30,17 +30,19 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, HeaderValue};
 
 use crate::k8s::circuit::Circuit;
 use crate::k8s::discovery::{events_kind, ApiKind, Discovered, DiscoveryCache, Failure};
 use crate::k8s::fetch::{self, FetchError, FetchOptions, Job, Listed, Purpose};
+use crate::k8s::observe;
 use crate::k8s::own_rules::{self, OwnView};
 use crate::resources::group::{self, ResourceGroup};
 use crate::resources::health::Customizations;
 use crate::resources::listing::{ListError, Listing};
 use crate::resources::object::Object;
 use crate::resources::tree::Tree;
+use crate::telemetry::request_id::AUDIT_ID_HEADER;
 use crate::telemetry::Metrics;
 
 use kind::KindWatch;
@@ -577,13 +579,13 @@ impl WatchCache {
         let Some(terms) = terms else {
             return Ok(None);
         };
-        let discovered = discovery.kinds().await?;
+        let discovered = observe::caused_by(headers, discovery.kinds()).await?;
         // The watches run as the connection's own identity, whoever views: only the kinds it
         // may list and watch in the namespace are watched, and no refused list is sent.
         let rules = discovery
             .own_rules()
-            .get(namespace, options.request_timeout)
-            .await;
+            .get(namespace, options.request_timeout);
+        let rules = observe::caused_by(headers, rules).await;
         let watched = |k: &ApiKind| k.watchable && own_rules::may_watch(rules.as_deref(), k);
         let mut kinds: Vec<ApiKind> = discovered
             .kinds
@@ -596,7 +598,8 @@ impl WatchCache {
         if events_watched && !kinds.contains(&events) {
             kinds.push(events);
         }
-        let (ns, watches) = self.watch(namespace, &kinds, options.page_size.max(1));
+        let cause = headers.get(AUDIT_ID_HEADER);
+        let (ns, watches) = self.watch(namespace, &kinds, options.page_size.max(1), cause);
         self.bound(namespace);
         wait_synced(&watches, options.request_timeout).await;
 
@@ -735,6 +738,7 @@ impl WatchCache {
         namespace: &str,
         kinds: &[ApiKind],
         page_size: usize,
+        cause: Option<&HeaderValue>,
     ) -> (Arc<Namespace>, Vec<Arc<KindWatch>>) {
         self.start_sweeper();
         let ns = lock(&self.inner.namespaces)
@@ -752,6 +756,7 @@ impl WatchCache {
                     .or_insert_with(|| {
                         KindWatch::start(
                             self.inner.route(),
+                            cause.cloned(),
                             kind.clone(),
                             namespace,
                             page_size,
@@ -884,7 +889,8 @@ impl WatchCache {
         timeout: Duration,
     ) -> Result<KindView, Failure> {
         // The watch runs as the connection's own identity: never one it would refuse.
-        let rules = discovery.own_rules().get(namespace, timeout).await;
+        let rules =
+            observe::caused_by(headers, discovery.own_rules().get(namespace, timeout)).await;
         if !own_rules::may_watch(rules.as_deref(), kind) {
             return Err(Failure {
                 code: Some(403),
@@ -912,6 +918,7 @@ impl WatchCache {
             .or_insert_with(|| {
                 KindWatch::start(
                     self.inner.route(),
+                    headers.get(AUDIT_ID_HEADER).cloned(),
                     kind.clone(),
                     namespace,
                     page_size.max(1),
