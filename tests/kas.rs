@@ -23,7 +23,7 @@ use crate::support::*;
 const KAS_TOKEN: &str = crate::support::kas::ENVLENS_TOKEN;
 const DEV: (i64, &str) = (2, "dev");
 const AGENT: i64 = 7;
-const SERVICE_ACCOUNT: &str = "system:serviceaccount:gitlab-agent:gitlab-agent";
+use crate::support::kas::AGENT_SERVICE_ACCOUNT as SERVICE_ACCOUNT;
 
 /// A cluster with the environment, GitLab, KAS (waiting `wait` for a disconnected agent) with
 /// agent 7's agentk connected, and envlens configured with only `gitlab.url` and a KAS token

@@ -391,10 +391,7 @@ fn impersonate(headers: &mut HeaderMap, agent: i64, authorization: &Value) {
         );
     };
     let Some(user) = authorization["access_as"].get("user") else {
-        add(
-            "impersonate-user",
-            "system:serviceaccount:gitlab-agent:gitlab-agent".into(),
-        );
+        add("impersonate-user", AGENT_SERVICE_ACCOUNT.into());
         add("impersonate-group", "system:serviceaccounts".into());
         add(
             "impersonate-group",
@@ -485,6 +482,9 @@ fn unauthorized(message: &str) -> Response {
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
+
+/// Whom the cluster sees for an agent with `access_as: agent`: its agentk's ServiceAccount.
+pub const AGENT_SERVICE_ACCOUNT: &str = "system:serviceaccount:gitlab-agent:gitlab-agent";
 
 /// The token envlens holds for KAS in [`through_kas`].
 pub const ENVLENS_TOKEN: &str = "glpat-envlens-kas-0123456789";
