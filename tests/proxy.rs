@@ -13,6 +13,7 @@ use tempfile::TempDir;
 use tower::ServiceExt;
 
 use crate::support::kube_api::{KubeApi, Served};
+use crate::support::reach::{both_ways, Reach, Reached};
 use crate::support::*;
 
 /// acme (1) > acme/apps (2) > acme/apps/team (4); other (3).
@@ -481,48 +482,40 @@ struct Streaming {
     api: KubeApi,
     app: TestApp,
     agent: i64,
-    _kas: Option<crate::support::kas::ThroughKas>,
+    _reached: Reached,
     _served: Served,
     _dir: TempDir,
 }
 
-#[derive(Clone, Copy)]
-pub enum Reach {
-    Kubeconfig,
-    Kas,
+/// The agents of [`setup`] reached as `reach` says (through KAS, agent 7 as its
+/// `access_as: user` says).
+pub async fn reached(reach: Reach, served: &Served) -> Reached {
+    let agents = [("7", 7), ("8", 8), ("acme/agents:robot", 9)];
+    let reached = Reached::new(reach, served, &agents, 10).await;
+    reached.access_as_user(7, 10, true);
+    reached
 }
 
 async fn streaming(reach: Reach) -> Streaming {
     let (api, served, dir) = cluster().await;
-    let (app, agent, kas) = match reach {
-        Reach::Kubeconfig => (setup(&config(&served)).await, 7, None),
-        Reach::Kas => {
-            let kas = crate::support::kas::through_kas(&served, &[(9, 10)], dir.path()).await;
-            let yaml = format!("kubernetes:\n  own_namespace: envlens\n{}", kas.yaml);
-            (setup(&yaml).await, 9, Some(kas))
-        }
+    let reached = reached(reach, &served).await;
+    let app = setup(&reached.config("  own_namespace: envlens\n", "")).await;
+    let agent = match reach {
+        Reach::Kubeconfig => 7,
+        Reach::Kas => 9,
     };
     Streaming {
         api,
         app,
         agent,
-        _kas: kas,
+        _reached: reached,
         _served: served,
         _dir: dir,
     }
 }
 
-#[tokio::test]
-async fn a_watch_streams_while_open_and_ends_when_the_client_leaves() {
-    a_watch_streams(Reach::Kubeconfig).await;
-}
-
-#[tokio::test]
-async fn a_watch_streams_through_kas_and_ends_when_the_client_leaves() {
-    a_watch_streams(Reach::Kas).await;
-}
-
-async fn a_watch_streams(reach: Reach) {
+both_ways!(a_watch_streams_while_open_and_ends_when_the_client_leaves);
+async fn a_watch_streams_while_open_and_ends_when_the_client_leaves(reach: Reach) {
     let world = streaming(reach).await;
     let (api, app, agent) = (&world.api, &world.app, world.agent);
     let req = bearer(
@@ -555,17 +548,8 @@ async fn a_watch_streams(reach: Reach) {
     wait_until("the upstream watch closes", || api.open_streams() == 0).await;
 }
 
-#[tokio::test]
-async fn followed_logs_arrive_as_written() {
-    followed_logs(Reach::Kubeconfig).await;
-}
-
-#[tokio::test]
-async fn followed_logs_arrive_as_written_through_kas() {
-    followed_logs(Reach::Kas).await;
-}
-
-async fn followed_logs(reach: Reach) {
+both_ways!(followed_logs_arrive_as_written);
+async fn followed_logs_arrive_as_written(reach: Reach) {
     let world = streaming(reach).await;
     let (api, app, agent) = (&world.api, &world.app, world.agent);
     api.set_pod_log("apps", "web-1", None, "first line\n");

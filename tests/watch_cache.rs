@@ -48,26 +48,15 @@ async fn setup(reach: Reach, max_objects: usize) -> Setup {
 }
 
 /// The environment on the test cluster, and a watch cache over agent 7's clients as envlens
-/// builds them for `reach` (its streams on a client of their own, as `serve` does). Through KAS
-/// the agent (`access_as: agent`) is bound to `cluster-admin`, as the gitlab-agent chart binds
-/// its ServiceAccount by default: RBAC, once enforced, judges the viewers, not the agent.
+/// builds them for `reach` (its streams on a client of their own, as `serve` does); RBAC, once
+/// enforced, judges the viewers, not envlens ([`Reached::admit_own_identity`]).
 async fn setup_with(reach: Reach, settings: WatchSettings) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let api = KubeApi::new();
     environment(&api);
     let served = api.serve(dir.path()).await;
     let reached = Reached::new(reach, &served, &[("7", 7)], AGENTS_PROJECT).await;
-    if reach == Reach::Kas {
-        api.insert(
-            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-            "metadata": {"name": "cluster-admin"},
-            "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]}),
-        );
-        api.insert(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-            "metadata": {"name": "gitlab-agent"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
-            "subjects": [{"kind": "ServiceAccount", "name": "gitlab-agent", "namespace": "gitlab-agent"}]}));
-    }
+    reached.admit_own_identity(&api);
     let config = envlens::config::file::Settings::parse(&reached.config("", "")).unwrap();
     let agent_client = || async {
         let cluster = crate::support::clusters(&config)

@@ -3,10 +3,11 @@
 //! ([`super::kas`]); and [`both_ways!`], which runs one test body both ways, since every feature
 //! must work alike through either.
 
+use serde_json::json;
 use tempfile::TempDir;
 
 use super::kas::{through_kas, ThroughKas, AGENT_SERVICE_ACCOUNT, ENVLENS_USER};
-use super::kube_api::Served;
+use super::kube_api::{KubeApi, Served};
 
 /// How envlens reaches the cluster.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,6 +119,27 @@ impl Reached {
                 config_project,
             );
         }
+    }
+
+    /// Through KAS, lets whom the cluster sees on envlens' own requests do anything once RBAC is
+    /// enforced (the kubeconfig's token is an administrator already): the agent's ServiceAccount,
+    /// bound to `cluster-admin` as the gitlab-agent chart binds it by default, and envlens'
+    /// token's user under `access_as: user`, as its operator binds it. RBAC then judges the
+    /// viewers alone, as through a kubeconfig.
+    pub fn admit_own_identity(&self, api: &KubeApi) {
+        if self.reach == Reach::Kubeconfig {
+            return;
+        }
+        api.insert(
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": "cluster-admin"},
+            "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]}),
+        );
+        api.insert(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": "gitlab-agent"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+            "subjects": [{"kind": "ServiceAccount", "name": "gitlab-agent", "namespace": "gitlab-agent"},
+                         {"kind": "User", "name": format!("gitlab:user:{}", ENVLENS_USER.1)}]}));
     }
 
     /// Whom the cluster's impersonation headers name on envlens' own requests (its lists and
