@@ -20,7 +20,8 @@ pub enum Reach {
 
 /// `both_ways!(name)` (or `both_ways!(#[tokio::test(...)] name)`): the tests
 /// `name::kubeconfig` and `name::through_kas`, each running the body `async fn name(reach:
-/// Reach)` of the enclosing module.
+/// Reach)` of the enclosing module. (The benches include this support without the tests.)
+#[allow(unused_macros)]
 macro_rules! both_ways {
     ($name:ident) => {
         $crate::support::reach::both_ways!(
@@ -42,6 +43,7 @@ macro_rules! both_ways {
         }
     };
 }
+#[allow(unused_imports)]
 pub(crate) use both_ways;
 
 /// envlens' configuration for reaching some agents of a test cluster one way, and what must
