@@ -243,10 +243,10 @@ async fn user_access_through_every_path() {
     );
 }
 
-#[tokio::test]
-async fn every_credential_failure_is_401() {
-    let (api, served, _dir) = cluster().await;
-    let app = setup(&config(&served)).await;
+both_ways!(every_credential_failure_is_401);
+async fn every_credential_failure_is_401(reach: Reach) {
+    let world = streaming(reach).await;
+    let (api, app) = (&world.api, &world.app);
     let (cookie_token, csrf) = token(2);
     let expired = sign(
         &json!({"iss": "gitlab", "aud": "envlens-user", "sub": "2", "username": "pdev", "csrf": "c",
@@ -399,10 +399,10 @@ async fn impersonation_exactly_and_nothing_of_the_client_leaks() {
     );
 }
 
-#[tokio::test]
-async fn the_clusters_answers_pass_through() {
-    let (api, served, _dir) = cluster().await;
-    let app = setup(&config(&served)).await;
+both_ways!(the_clusters_answers_pass_through);
+async fn the_clusters_answers_pass_through(reach: Reach) {
+    let world = streaming(reach).await;
+    let (api, app) = (&world.api, &world.app);
     // The cluster's own 404 and its Status.
     let res = get(&app, 2, 7, &format!("{PODS}/nope")).await;
     assert_eq!(res.status, 404);
@@ -746,14 +746,16 @@ async fn cors_for_configured_origins_with_credentials() {
         .contains("gitlab-unauthorized"));
 }
 
-#[tokio::test]
-async fn decisions_are_reused_for_the_configured_time() {
+both_ways!(decisions_are_reused_for_the_configured_time);
+async fn decisions_are_reused_for_the_configured_time(reach: Reach) {
     let (_api, served, _dir) = cluster().await;
+    let reached = reached(reach, &served).await;
     let promote = json!({"event_name": "user_add_to_team", "user_id": 5, "user_username": "rep",
         "project_id": 11, "project_path_with_namespace": "acme/apps/web", "project_path": "web",
         "project_name": "web", "project_visibility": "private", "access_level": "Developer"});
     for (ttl, after_promotion) in [("0s", 200), ("1h", 401)] {
-        let app = setup(&format!("{}  access_cache: {ttl}\n", config(&served))).await;
+        let kubernetes = format!("  own_namespace: envlens\n  access_cache: {ttl}\n");
+        let app = setup(&reached.config(&kubernetes, "")).await;
         assert_unauthorized(&get(&app, 5, 7, PODS).await);
         let res = app.system_hook(&promote).await;
         assert!(res.status.is_success(), "{}", res.text());

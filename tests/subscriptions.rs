@@ -756,8 +756,8 @@ async fn idle_silent_and_left_behind_sockets_are_closed() {
     }
 }
 
-#[tokio::test]
-async fn the_subscription_ends_with_forbidden_once_user_access_is_gone() {
+both_ways!(the_subscription_ends_with_forbidden_once_user_access_is_gone);
+async fn the_subscription_ends_with_forbidden_once_user_access_is_gone(reach: Reach) {
     let (_api, served, _dir) = cluster().await;
     let server = start_with(
         Reach::Kubeconfig,
@@ -804,10 +804,10 @@ async fn the_subscription_ends_with_forbidden_once_user_access_is_gone() {
     assert_eq!(end, json!({"type": "complete", "id": "1"}));
 }
 
+both_ways!(a_blocked_users_socket_is_closed_at_the_next_check);
 /// A user GitLab blocks loses their open socket at the next `access_cache` check (SPEC 13),
 /// not only their subscriptions: nothing more reaches them on it.
-#[tokio::test]
-async fn a_blocked_users_socket_is_closed_at_the_next_check() {
+async fn a_blocked_users_socket_is_closed_at_the_next_check(reach: Reach) {
     let (_api, served, _dir) = cluster().await;
     let server = start_with(
         Reach::Kubeconfig,
