@@ -404,13 +404,13 @@ async fn the_clusters_answers_pass_through(reach: Reach) {
     let world = streaming(reach).await;
     let (api, app) = (&world.api, &world.app);
     // The cluster's own 404 and its Status.
-    let res = get(&app, 2, 7, &format!("{PODS}/nope")).await;
+    let res = get(app, 2, 7, &format!("{PODS}/nope")).await;
     assert_eq!(res.status, 404);
     assert_eq!(res.headers.get("gitlab-unauthorized"), None);
     assert_eq!(res.json()["reason"], "NotFound");
     // RBAC refusing the impersonated user: the cluster's 403, unchanged.
     api.deny(|info| info.user == "gitlab:user:pdev" && info.resource == "secrets");
-    let res = get(&app, 2, 7, "/k8s-proxy/api/v1/namespaces/apps/secrets").await;
+    let res = get(app, 2, 7, "/k8s-proxy/api/v1/namespaces/apps/secrets").await;
     assert_eq!(res.status, 403, "{}", res.text());
     assert_eq!(res.headers.get("gitlab-unauthorized"), None);
     assert_eq!(res.json()["reason"], "Forbidden");
@@ -454,7 +454,7 @@ async fn the_clusters_answers_pass_through(reach: Reach) {
     assert_eq!(res.status, 200, "{}", res.text());
     assert!(api.get("configmaps", Some("apps"), "settings").is_none());
     // `..` could leave the cluster's API behind a prefixed server URL.
-    let res = get(&app, 2, 7, "/k8s-proxy/api/v1/../../other").await;
+    let res = get(app, 2, 7, "/k8s-proxy/api/v1/../../other").await;
     assert_eq!(res.status, 400);
     assert_eq!(res.json()["kind"], "Status");
 }

@@ -760,7 +760,7 @@ both_ways!(the_subscription_ends_with_forbidden_once_user_access_is_gone);
 async fn the_subscription_ends_with_forbidden_once_user_access_is_gone(reach: Reach) {
     let (_api, served, _dir) = cluster().await;
     let server = start_with(
-        Reach::Kubeconfig,
+        reach,
         &served,
         "  access_cache: 200ms\n",
         SocketLimits::default(),
@@ -810,7 +810,7 @@ both_ways!(a_blocked_users_socket_is_closed_at_the_next_check);
 async fn a_blocked_users_socket_is_closed_at_the_next_check(reach: Reach) {
     let (_api, served, _dir) = cluster().await;
     let server = start_with(
-        Reach::Kubeconfig,
+        reach,
         &served,
         "  access_cache: 200ms\n",
         SocketLimits::default(),
