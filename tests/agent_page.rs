@@ -236,7 +236,9 @@ async fn the_agent_page_through_kas() {
     let api = KubeApi::new();
     environment::environment(&api);
     let served = api.serve(dir.path()).await;
-    let ThroughKas { gitlab, kas, yaml } = through_kas(&served, &[(AGENT, 10)], dir.path()).await;
+    let ThroughKas {
+        gitlab, kas, yaml, ..
+    } = through_kas(&served, &[(AGENT, 10)], dir.path()).await;
     gitlab.kas.set_proxy_url(&kas.proxy_url());
     let app = TestApp::with_config(&format!("kubernetes:\n  response_timeout: 5s\n{yaml}")).await;
     environment::seed(&app).await;

@@ -19,6 +19,7 @@ use serde_json::{json, Value};
 
 use crate::support::environment;
 use crate::support::kube_api::{KubeApi, RecordedRequest};
+use crate::support::reach::Reach;
 use crate::support::*;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
@@ -446,7 +447,7 @@ async fn the_chart_rbac_allows_every_request_envlens_sends_and_no_more() {
     assert!(group["resources"].to_string().contains("Secret"), "{group}");
     assert_eq!(group["warnings"], json!([]), "{group}");
     // The same group read as envlens itself: no Secret, and a warning that says why.
-    let app = environment::gitlab(&served).await;
+    let app = environment::gitlab_via(Reach::Kubeconfig, &served, "").await;
     crate::resource_group::as_the_agent(&app).await;
     let group = production_as_dev(&app).await;
     assert!(

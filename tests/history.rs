@@ -11,9 +11,9 @@ use envlens::history::worker::{Turn, Worker};
 use serde_json::{json, Value};
 use tempfile::TempDir;
 
-use crate::support::environment::{self, gitlab_labels, meta, NS, PROJECT, SLUG};
-use crate::support::kas::{through_kas, ENVLENS_USER};
+use crate::support::environment::{self, gitlab_labels, meta, World, NS, PROJECT, SLUG};
 use crate::support::kube_api::{Fault, KubeApi, Served};
+use crate::support::reach::{both_ways, Reach};
 use crate::support::*;
 
 const DEV: (i64, &str) = (2, "dev");
@@ -62,24 +62,21 @@ async fn cluster() -> (KubeApi, Served, TempDir) {
 }
 
 /// The support's GitLab (deployments 1 to `production` and 2 to `review` succeeded, 3
-/// failed) with `history` settings, and a worker over the same cluster connection settings.
-async fn gitlab(served: &Served, history: &str) -> (TestApp, Worker) {
-    let app = environment::gitlab_with(served, history).await;
-    let worker = worker(&app, served, history).await;
+/// failed) with `history` settings, reached as `reach` says, and a worker over the same
+/// cluster connections.
+async fn gitlab(reach: Reach, served: &Served, history: &str) -> (World, Worker) {
+    let app = environment::gitlab_via(reach, served, history).await;
+    let worker = worker(&app, history).await;
     (app, worker)
 }
 
-async fn worker(app: &TestApp, served: &Served, history: &str) -> Worker {
-    let settings = Settings::parse(&format!(
-        "kubernetes:\n{}  response_timeout: 3s\n{history}",
-        served.connections(&["7", "8"])
-    ))
-    .unwrap();
-    let clusters = envlens::k8s::clusters::Clusters::load(&settings.kubernetes, Default::default())
-        .await
-        .unwrap();
+/// A worker (as `serve` starts it) over the cluster connections of `world`'s envlens.
+async fn worker(world: &World, history: &str) -> Worker {
+    let yaml = world.reached.config("  response_timeout: 3s\n", history);
+    let settings = Settings::parse(&yaml).unwrap();
+    let clusters = crate::support::clusters(&settings).await;
     Worker::new(
-        app.db.clone(),
+        world.db.clone(),
         Arc::new(clusters),
         Arc::default(),
         settings.history,
@@ -150,39 +147,19 @@ fn success_hook(id: i64) -> String {
     .to_string()
 }
 
-#[tokio::test]
-async fn a_success_is_snapshotted_once_and_its_changes_read_back() {
+both_ways!(a_success_is_snapshotted_once_and_its_changes_read_back);
+/// Through GitLab's agent server, agent 7 (`access_as: user`) has no entry: the snapshots are
+/// read as envlens' token's user, the history shown by reviews (SPEC 14).
+async fn a_success_is_snapshotted_once_and_its_changes_read_back(reach: Reach) {
     let (api, served, _dir) = cluster().await;
-    let (app, worker) = gitlab(&served, FAST).await;
+    let (app, worker) = gitlab(reach, &served, FAST).await;
     snapshotted_once_and_read_back(&api, &app, &worker).await;
-}
-
-/// The same through GitLab's agent server: agent 7 (`access_as: user`) has no entry; the
-/// snapshots are read as envlens' token's user, the history shown by reviews (SPEC 14).
-#[tokio::test]
-async fn through_kas_a_success_is_snapshotted_once_and_its_changes_read_back() {
-    let (api, served, dir) = cluster().await;
-    let through = through_kas(&served, &[(7, 10)], dir.path()).await;
-    through.gitlab.kas.allow(7, 10, true, ENVLENS_USER.0, 10);
-    let yaml = format!(
-        "kubernetes:\n  response_timeout: 3s\n{FAST}{}",
-        through.yaml
-    );
-    let app = TestApp::with_config(&yaml).await;
-    environment::seed(&app).await;
-    let settings = Settings::parse(&yaml).unwrap();
-    let clusters = crate::support::clusters(&settings).await;
-    let worker = Worker::new(
-        app.db.clone(),
-        Arc::new(clusters),
-        Arc::default(),
-        settings.history,
-    );
-    snapshotted_once_and_read_back(&api, &app, &worker).await;
-    assert!(
-        !through.kas.received().is_empty(),
-        "the snapshots went through KAS"
-    );
+    if let Some(through) = &app.reached.kas {
+        assert!(
+            !through.kas.received().is_empty(),
+            "the snapshots went through KAS"
+        );
+    }
 }
 
 async fn snapshotted_once_and_read_back(api: &KubeApi, app: &TestApp, worker: &Worker) {
@@ -326,10 +303,10 @@ async fn snapshotted_once_and_read_back(api: &KubeApi, app: &TestApp, worker: &W
     }
 }
 
-#[tokio::test]
-async fn a_reader_without_user_access_is_refused() {
+both_ways!(a_reader_without_user_access_is_refused);
+async fn a_reader_without_user_access_is_refused(reach: Reach) {
     let (_api, served, _dir) = cluster().await;
-    let (app, worker) = gitlab(&served, FAST).await;
+    let (app, worker) = gitlab(reach, &served, FAST).await;
     worker.run_until_idle().await.unwrap();
     for fields in [SNAPSHOT, "changes { added { name } }"] {
         let body = deployment(&app, REP, 1, fields).await;
@@ -347,10 +324,10 @@ async fn a_reader_without_user_access_is_refused() {
     assert_eq!(ok["snapshot"]["health"], "HEALTHY");
 }
 
-#[tokio::test]
-async fn a_late_success_after_a_newer_one_is_superseded() {
+both_ways!(a_late_success_after_a_newer_one_is_superseded);
+async fn a_late_success_after_a_newer_one_is_superseded(reach: Reach) {
     let (_api, served, _dir) = cluster().await;
-    let (app, worker) = gitlab(&served, FAST).await;
+    let (app, worker) = gitlab(reach, &served, FAST).await;
     worker.run_until_idle().await.unwrap();
     // 5 starts, 6 starts and succeeds, then 5's success arrives.
     environment::deploy(&app, 5, PRODUCTION, "running").await;
@@ -373,14 +350,11 @@ async fn a_late_success_after_a_newer_one_is_superseded() {
     assert_eq!(six["changes"]["since"]["id"], "gid://gitlab/Deployment/1");
 }
 
-#[tokio::test]
-async fn two_claimers_take_each_snapshot_once() {
+both_ways!(two_claimers_take_each_snapshot_once);
+async fn two_claimers_take_each_snapshot_once(reach: Reach) {
     let (_api, served, _dir) = cluster().await;
-    let app = environment::gitlab_with(&served, FAST).await;
-    let (one, two) = (
-        worker(&app, &served, FAST).await,
-        worker(&app, &served, FAST).await,
-    );
+    let app = environment::gitlab_via(reach, &served, FAST).await;
+    let (one, two) = (worker(&app, FAST).await, worker(&app, FAST).await);
     for id in 10..16 {
         environment::deploy(&app, id, (200 + id, &format!("env-{id}")), "success").await;
     }
@@ -434,8 +408,8 @@ async fn two_claimers_take_each_snapshot_once() {
     );
 }
 
-#[tokio::test]
-async fn an_unreadable_cluster_is_retried_until_it_answers() {
+both_ways!(an_unreadable_cluster_is_retried_until_it_answers);
+async fn an_unreadable_cluster_is_retried_until_it_answers(reach: Reach) {
     let (api, served, _dir) = cluster().await;
     let down = Arc::new(AtomicBool::new(true));
     let flag = down.clone();
@@ -446,7 +420,7 @@ async fn an_unreadable_cluster_is_retried_until_it_answers() {
     // A retry long enough that no job comes due again within the first round, however slow
     // the machine.
     let history = "history:\n  retry_backoff: 3s\n";
-    let (app, worker) = gitlab(&served, history).await;
+    let (app, worker) = gitlab(reach, &served, history).await;
     let turns = worker.run_until_idle().await.unwrap();
     assert_eq!(turns.len(), 2, "{turns:?}");
     for (_, turn) in &turns {
@@ -510,16 +484,16 @@ async fn an_unreadable_cluster_is_retried_until_it_answers() {
     assert!(one["snapshotStatus"]["nextAttemptAt"].is_null(), "{one}");
 }
 
-#[tokio::test]
-async fn a_kind_the_cluster_refuses_is_named_in_the_snapshot() {
+both_ways!(a_kind_the_cluster_refuses_is_named_in_the_snapshot);
+async fn a_kind_the_cluster_refuses_is_named_in_the_snapshot(reach: Reach) {
     let (api, served, _dir) = cluster().await;
     api.deny(|i| i.resource == "secrets");
-    let app = environment::gitlab_with(&served, FAST).await;
+    let app = environment::gitlab_via(reach, &served, FAST).await;
     // Queued, not yet taken.
     let pending = deployment(&app, DEV, 1, STATUS).await;
     assert_eq!(pending["snapshotStatus"]["state"], "PENDING", "{pending}");
     assert_eq!(pending["snapshotStatus"]["attempts"], 0);
-    let worker = worker(&app, &served, FAST).await;
+    let worker = worker(&app, FAST).await;
     let turns = worker.run_until_idle().await.unwrap();
     assert!(
         turns.contains(&(1, Turn::Taken { settled: true })),
@@ -554,11 +528,11 @@ async fn a_kind_the_cluster_refuses_is_named_in_the_snapshot() {
     assert_eq!(refused["errors"][0]["extensions"]["code"], "FORBIDDEN");
 }
 
-#[tokio::test]
-async fn retention_keeps_the_newest_snapshots_and_their_manifests() {
+both_ways!(retention_keeps_the_newest_snapshots_and_their_manifests);
+async fn retention_keeps_the_newest_snapshots_and_their_manifests(reach: Reach) {
     let (api, served, _dir) = cluster().await;
     let history = format!("{FAST}  keep_per_environment: 2\n");
-    let (app, worker) = gitlab(&served, &history).await;
+    let (app, worker) = gitlab(reach, &served, &history).await;
     worker.run_until_idle().await.unwrap();
     for (id, value) in [(4, "four"), (5, "five"), (6, "six")] {
         api.insert(config_map("web-config", value));
@@ -615,11 +589,11 @@ async fn retention_keeps_the_newest_snapshots_and_their_manifests() {
     );
 }
 
-#[tokio::test]
-async fn a_rollout_settles_when_it_leaves_progressing() {
+both_ways!(a_rollout_settles_when_it_leaves_progressing);
+async fn a_rollout_settles_when_it_leaves_progressing(reach: Reach) {
     let (api, served, _dir) = cluster().await;
     api.insert(web("web:1", 1));
-    let (app, worker) = gitlab(&served, FAST).await;
+    let (app, worker) = gitlab(reach, &served, FAST).await;
     let turns = worker.run_until_idle().await.unwrap();
     assert!(
         turns.contains(&(1, Turn::Taken { settled: false })),
@@ -648,12 +622,12 @@ async fn a_rollout_settles_when_it_leaves_progressing() {
     assert!(snapshot["settledAt"].as_str().unwrap() >= snapshot["takenAt"].as_str().unwrap());
 }
 
-#[tokio::test]
-async fn a_rollout_that_never_settles_ends_at_the_timeout() {
+both_ways!(a_rollout_that_never_settles_ends_at_the_timeout);
+async fn a_rollout_that_never_settles_ends_at_the_timeout(reach: Reach) {
     let (api, served, _dir) = cluster().await;
     api.insert(web("web:1", 1));
     let history = "history:\n  settle_poll: 100ms\n  settle_timeout: 600ms\n";
-    let (app, worker) = gitlab(&served, history).await;
+    let (app, worker) = gitlab(reach, &served, history).await;
     let started = Instant::now();
     run_until(&worker, |t| t.0 == 1 && t.1 == Turn::Settled).await;
     assert!(started.elapsed() >= Duration::from_millis(600));
@@ -713,10 +687,10 @@ async fn envlens_history(app: &TestApp, args: &[&str]) -> (bool, String, String)
     )
 }
 
-#[tokio::test]
-async fn envlens_history_prints_the_changes() {
+both_ways!(envlens_history_prints_the_changes);
+async fn envlens_history_prints_the_changes(reach: Reach) {
     let (api, served, _dir) = cluster().await;
-    let (app, worker) = gitlab(&served, FAST).await;
+    let (app, worker) = gitlab(reach, &served, FAST).await;
     worker.run_until_idle().await.unwrap();
     api.insert(web("web:2", 2));
     environment::deploy(&app, 4, PRODUCTION, "success").await;
@@ -782,13 +756,13 @@ async fn envlens_history_prints_the_changes() {
     );
 }
 
+both_ways!(a_change_still_in_flight_at_the_hook_is_in_the_snapshot);
 /// The deploy job's last write lands at the API server just before GitLab's success, and its
 /// watch event is slow to follow: the snapshot at the hook still holds it (a consistent read),
 /// and a write that never reaches the cache in time is read fresh.
-#[tokio::test]
-async fn a_change_still_in_flight_at_the_hook_is_in_the_snapshot() {
+async fn a_change_still_in_flight_at_the_hook_is_in_the_snapshot(reach: Reach) {
     let (api, served, _dir) = cluster().await;
-    let (app, worker) = gitlab(&served, FAST).await;
+    let (app, worker) = gitlab(reach, &served, FAST).await;
     worker.run_until_idle().await.unwrap();
     let lists_of_deployments = || api.request_count("list", "deployments.apps");
 
@@ -861,11 +835,12 @@ fn kinds_of(resources: &Value) -> Vec<String> {
     kinds
 }
 
-#[tokio::test]
-async fn history_shows_only_the_kinds_the_viewer_may_list_now() {
+both_ways!(history_shows_only_the_kinds_the_viewer_may_list_now);
+async fn history_shows_only_the_kinds_the_viewer_may_list_now(reach: Reach) {
     let (api, served, _dir) = cluster().await;
     workloads_only(&api);
-    let (app, worker) = gitlab(&served, FAST).await;
+    let (app, worker) = gitlab(reach, &served, FAST).await;
+    app.reached.admit_own_identity(&api);
     worker.run_until_idle().await.unwrap();
     // The live group, for comparison: the same viewer sees the Deployment and a 403 for
     // ConfigMaps and Secrets.
@@ -991,10 +966,10 @@ async fn deploy_through_other(app: &TestApp, id: i64, env: (i64, &str)) {
     environment::deploy_through(app, id, env, "success", ("acme/agents:other", NS)).await;
 }
 
-#[tokio::test]
-async fn changes_need_user_access_on_every_agent_they_read() {
+both_ways!(changes_need_user_access_on_every_agent_they_read);
+async fn changes_need_user_access_on_every_agent_they_read(reach: Reach) {
     let (_api, served, _dir) = cluster().await;
-    let (app, worker) = gitlab(&served, FAST).await;
+    let (app, worker) = gitlab(reach, &served, FAST).await;
     worker.run_until_idle().await.unwrap();
     other_agent(&app).await;
     // Through the agent the viewer may not use: a deployment of another environment, then

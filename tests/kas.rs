@@ -23,7 +23,7 @@ use crate::support::*;
 const KAS_TOKEN: &str = crate::support::kas::ENVLENS_TOKEN;
 const DEV: (i64, &str) = (2, "dev");
 const AGENT: i64 = 7;
-const SERVICE_ACCOUNT: &str = "system:serviceaccount:gitlab-agent:gitlab-agent";
+use crate::support::kas::AGENT_SERVICE_ACCOUNT as SERVICE_ACCOUNT;
 
 /// A cluster with the environment, GitLab, KAS (waiting `wait` for a disconnected agent) with
 /// agent 7's agentk connected, and envlens configured with only `gitlab.url` and a KAS token
@@ -42,7 +42,9 @@ async fn world(metadata: impl FnOnce(&TestGitLab, &TestKas)) -> World {
     let api = KubeApi::new();
     environment::environment(&api);
     let served = api.serve(dir.path()).await;
-    let ThroughKas { gitlab, kas, yaml } = through_kas(&served, &[(AGENT, 10)], dir.path()).await;
+    let ThroughKas {
+        gitlab, kas, yaml, ..
+    } = through_kas(&served, &[(AGENT, 10)], dir.path()).await;
     metadata(&gitlab, &kas);
     let app = envlens_app(&yaml).await;
     World {

@@ -51,7 +51,9 @@ async fn world(reviews: bool) -> World {
     rbac(&api, reviews);
     api.enforce_rbac();
     let served = api.serve(dir.path()).await;
-    let ThroughKas { gitlab, kas, yaml } = through_kas(&served, &[(AGENT, 10)], dir.path()).await;
+    let ThroughKas {
+        gitlab, kas, yaml, ..
+    } = through_kas(&served, &[(AGENT, 10)], dir.path()).await;
     // The agent's `user_access` impersonates: KAS presents envlens' token's user.
     gitlab.kas.allow(AGENT, 10, true, ENVLENS_USER.0, 10);
     let app = TestApp::with_config(&format!("kubernetes:\n  response_timeout: 5s\n{yaml}")).await;

@@ -13,6 +13,7 @@ use tempfile::TempDir;
 use tower::ServiceExt;
 
 use crate::support::kube_api::{KubeApi, Served};
+use crate::support::reach::{both_ways, Reach, Reached};
 use crate::support::*;
 
 /// acme (1) > acme/apps (2) > acme/apps/team (4); other (3).
@@ -242,10 +243,10 @@ async fn user_access_through_every_path() {
     );
 }
 
-#[tokio::test]
-async fn every_credential_failure_is_401() {
-    let (api, served, _dir) = cluster().await;
-    let app = setup(&config(&served)).await;
+both_ways!(every_credential_failure_is_401);
+async fn every_credential_failure_is_401(reach: Reach) {
+    let world = streaming(reach).await;
+    let (api, app) = (&world.api, &world.app);
     let (cookie_token, csrf) = token(2);
     let expired = sign(
         &json!({"iss": "gitlab", "aud": "envlens-user", "sub": "2", "username": "pdev", "csrf": "c",
@@ -398,18 +399,18 @@ async fn impersonation_exactly_and_nothing_of_the_client_leaks() {
     );
 }
 
-#[tokio::test]
-async fn the_clusters_answers_pass_through() {
-    let (api, served, _dir) = cluster().await;
-    let app = setup(&config(&served)).await;
+both_ways!(the_clusters_answers_pass_through);
+async fn the_clusters_answers_pass_through(reach: Reach) {
+    let world = streaming(reach).await;
+    let (api, app) = (&world.api, &world.app);
     // The cluster's own 404 and its Status.
-    let res = get(&app, 2, 7, &format!("{PODS}/nope")).await;
+    let res = get(app, 2, 7, &format!("{PODS}/nope")).await;
     assert_eq!(res.status, 404);
     assert_eq!(res.headers.get("gitlab-unauthorized"), None);
     assert_eq!(res.json()["reason"], "NotFound");
     // RBAC refusing the impersonated user: the cluster's 403, unchanged.
     api.deny(|info| info.user == "gitlab:user:pdev" && info.resource == "secrets");
-    let res = get(&app, 2, 7, "/k8s-proxy/api/v1/namespaces/apps/secrets").await;
+    let res = get(app, 2, 7, "/k8s-proxy/api/v1/namespaces/apps/secrets").await;
     assert_eq!(res.status, 403, "{}", res.text());
     assert_eq!(res.headers.get("gitlab-unauthorized"), None);
     assert_eq!(res.json()["reason"], "Forbidden");
@@ -453,7 +454,7 @@ async fn the_clusters_answers_pass_through() {
     assert_eq!(res.status, 200, "{}", res.text());
     assert!(api.get("configmaps", Some("apps"), "settings").is_none());
     // `..` could leave the cluster's API behind a prefixed server URL.
-    let res = get(&app, 2, 7, "/k8s-proxy/api/v1/../../other").await;
+    let res = get(app, 2, 7, "/k8s-proxy/api/v1/../../other").await;
     assert_eq!(res.status, 400);
     assert_eq!(res.json()["kind"], "Status");
 }
@@ -481,48 +482,40 @@ struct Streaming {
     api: KubeApi,
     app: TestApp,
     agent: i64,
-    _kas: Option<crate::support::kas::ThroughKas>,
+    _reached: Reached,
     _served: Served,
     _dir: TempDir,
 }
 
-#[derive(Clone, Copy)]
-pub enum Reach {
-    Kubeconfig,
-    Kas,
+/// The agents of [`setup`] reached as `reach` says (through KAS, agent 7 as its
+/// `access_as: user` says).
+pub async fn reached(reach: Reach, served: &Served) -> Reached {
+    let agents = [("7", 7), ("8", 8), ("acme/agents:robot", 9)];
+    let reached = Reached::new(reach, served, &agents, 10).await;
+    reached.access_as_user(7, 10, true);
+    reached
 }
 
 async fn streaming(reach: Reach) -> Streaming {
     let (api, served, dir) = cluster().await;
-    let (app, agent, kas) = match reach {
-        Reach::Kubeconfig => (setup(&config(&served)).await, 7, None),
-        Reach::Kas => {
-            let kas = crate::support::kas::through_kas(&served, &[(9, 10)], dir.path()).await;
-            let yaml = format!("kubernetes:\n  own_namespace: envlens\n{}", kas.yaml);
-            (setup(&yaml).await, 9, Some(kas))
-        }
+    let reached = reached(reach, &served).await;
+    let app = setup(&reached.config("  own_namespace: envlens\n", "")).await;
+    let agent = match reach {
+        Reach::Kubeconfig => 7,
+        Reach::Kas => 9,
     };
     Streaming {
         api,
         app,
         agent,
-        _kas: kas,
+        _reached: reached,
         _served: served,
         _dir: dir,
     }
 }
 
-#[tokio::test]
-async fn a_watch_streams_while_open_and_ends_when_the_client_leaves() {
-    a_watch_streams(Reach::Kubeconfig).await;
-}
-
-#[tokio::test]
-async fn a_watch_streams_through_kas_and_ends_when_the_client_leaves() {
-    a_watch_streams(Reach::Kas).await;
-}
-
-async fn a_watch_streams(reach: Reach) {
+both_ways!(a_watch_streams_while_open_and_ends_when_the_client_leaves);
+async fn a_watch_streams_while_open_and_ends_when_the_client_leaves(reach: Reach) {
     let world = streaming(reach).await;
     let (api, app, agent) = (&world.api, &world.app, world.agent);
     let req = bearer(
@@ -555,17 +548,8 @@ async fn a_watch_streams(reach: Reach) {
     wait_until("the upstream watch closes", || api.open_streams() == 0).await;
 }
 
-#[tokio::test]
-async fn followed_logs_arrive_as_written() {
-    followed_logs(Reach::Kubeconfig).await;
-}
-
-#[tokio::test]
-async fn followed_logs_arrive_as_written_through_kas() {
-    followed_logs(Reach::Kas).await;
-}
-
-async fn followed_logs(reach: Reach) {
+both_ways!(followed_logs_arrive_as_written);
+async fn followed_logs_arrive_as_written(reach: Reach) {
     let world = streaming(reach).await;
     let (api, app, agent) = (&world.api, &world.app, world.agent);
     api.set_pod_log("apps", "web-1", None, "first line\n");
@@ -762,14 +746,16 @@ async fn cors_for_configured_origins_with_credentials() {
         .contains("gitlab-unauthorized"));
 }
 
-#[tokio::test]
-async fn decisions_are_reused_for_the_configured_time() {
+both_ways!(decisions_are_reused_for_the_configured_time);
+async fn decisions_are_reused_for_the_configured_time(reach: Reach) {
     let (_api, served, _dir) = cluster().await;
+    let reached = reached(reach, &served).await;
     let promote = json!({"event_name": "user_add_to_team", "user_id": 5, "user_username": "rep",
         "project_id": 11, "project_path_with_namespace": "acme/apps/web", "project_path": "web",
         "project_name": "web", "project_visibility": "private", "access_level": "Developer"});
     for (ttl, after_promotion) in [("0s", 200), ("1h", 401)] {
-        let app = setup(&format!("{}  access_cache: {ttl}\n", config(&served))).await;
+        let kubernetes = format!("  own_namespace: envlens\n  access_cache: {ttl}\n");
+        let app = setup(&reached.config(&kubernetes, "")).await;
         assert_unauthorized(&get(&app, 5, 7, PODS).await);
         let res = app.system_hook(&promote).await;
         assert!(res.status.is_success(), "{}", res.text());

@@ -11,8 +11,10 @@ use envlens::auth::mint_session;
 use serde_json::{json, Value};
 use tempfile::TempDir;
 
-use crate::support::environment::{self, NS, PROJECT, SLUG};
+use crate::support::environment::{self, World, NS, PROJECT, SLUG};
+use crate::support::kas::AGENT_SERVICE_ACCOUNT;
 use crate::support::kube_api::{Fault, KubeApi, Served};
+use crate::support::reach::{both_ways, Reach};
 use crate::support::*;
 
 const FORBIDDEN: &str = "You don't have access to an agent that deployed to this environment. \
@@ -69,10 +71,10 @@ fn list_requests(api: &KubeApi) -> Vec<crate::support::kube_api::RecordedRequest
         .collect()
 }
 
-#[tokio::test]
-async fn the_environment_and_what_it_owns_as_the_user_sees_it() {
+both_ways!(the_environment_and_what_it_owns_as_the_user_sees_it);
+async fn the_environment_and_what_it_owns_as_the_user_sees_it(reach: Reach) {
     let (api, served, _dir) = cluster().await;
-    let app = environment::gitlab(&served).await;
+    let app = environment::gitlab_via(reach, &served, "").await;
     let body = resource_group(&app, DEV, SLUG).await;
     let group = group_of(&body);
 
@@ -246,7 +248,7 @@ async fn the_environment_and_what_it_owns_as_the_user_sees_it() {
     let lists = list_requests(&api);
     assert!(lists.len() > 10, "{}", lists.len());
     for r in &lists {
-        assert_eq!(r.impersonate_user, None, "{}", r.path);
+        assert_eq!(r.impersonate_user, app.own_identity(true), "{}", r.path);
         assert!(r.path.contains(&format!("/namespaces/{NS}/")), "{}", r.path);
     }
     let reviews: Vec<Value> = api
@@ -278,13 +280,13 @@ async fn the_environment_and_what_it_owns_as_the_user_sees_it() {
     }
 }
 
+both_ways!(plain_and_resolved_selections_answer_alike);
 /// Resources and edges selected with plain fields are written straight into the answer
 /// (`graphql::plain`); a fragment or a directive anywhere in the selection sends them through
 /// async-graphql's resolvers. Both must answer alike.
-#[tokio::test]
-async fn plain_and_resolved_selections_answer_alike() {
+async fn plain_and_resolved_selections_answer_alike(reach: Reach) {
     let (_api, served, _dir) = cluster().await;
-    let app = environment::gitlab(&served).await;
+    let app = environment::gitlab_via(reach, &served, "").await;
     let query = |group: &str, fragments: &str| {
         format!(
             r#"{{ project(fullPath: "acme/apps/web") {{ environment(name: "{SLUG}") {{
@@ -324,11 +326,11 @@ async fn plain_and_resolved_selections_answer_alike() {
     assert_eq!(edge["child"], plain_group["edges"][0]["to"]);
 }
 
+both_ways!(secret_values_are_masked_in_manifests_but_not_through_the_proxy);
 /// SPEC 5.2: a Secret's values never leave envlens in a manifest, however the Secret joins the
 /// group and whichever path answers (plain or resolved); the Kubernetes proxy is the cluster's
 /// own API and answers the Secret as the cluster holds it.
-#[tokio::test]
-async fn secret_values_are_masked_in_manifests_but_not_through_the_proxy() {
+async fn secret_values_are_masked_in_manifests_but_not_through_the_proxy(reach: Reach) {
     use crate::support::environment::{gitlab_labels, meta, owner_ref};
     const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
     let (api, served, _dir) = cluster().await;
@@ -387,7 +389,7 @@ async fn secret_values_are_masked_in_manifests_but_not_through_the_proxy() {
     api.insert(
         json!({"apiVersion": "v1", "kind": "Secret", "metadata": token, "data": secrets[2].1}),
     );
-    let app = environment::gitlab(&served).await;
+    let app = environment::gitlab_via(reach, &served, "").await;
 
     let plain = resource_group(&app, DEV, SLUG).await;
     let query = format!(
@@ -454,10 +456,10 @@ async fn secret_values_are_masked_in_manifests_but_not_through_the_proxy() {
     );
 }
 
-#[tokio::test]
-async fn a_user_without_user_access_is_refused_and_the_cluster_never_asked() {
+both_ways!(a_user_without_user_access_is_refused_and_the_cluster_never_asked);
+async fn a_user_without_user_access_is_refused_and_the_cluster_never_asked(reach: Reach) {
     let (api, served, _dir) = cluster().await;
-    let app = environment::gitlab(&served).await;
+    let app = environment::gitlab_via(reach, &served, "").await;
     // rep reads the project (reporter) but is not a developer: no user_access.
     let body = resource_group(&app, REP, SLUG).await;
     assert_eq!(body["data"]["project"]["environment"]["name"], SLUG);
@@ -478,11 +480,11 @@ async fn a_user_without_user_access_is_refused_and_the_cluster_never_asked() {
     assert_eq!(group_of(&body)["resources"].as_array().unwrap().len(), 13);
 }
 
-#[tokio::test]
-async fn a_refused_kind_is_reported_and_the_rest_still_answers() {
+both_ways!(a_refused_kind_is_reported_and_the_rest_still_answers);
+async fn a_refused_kind_is_reported_and_the_rest_still_answers(reach: Reach) {
     let (api, served, _dir) = cluster().await;
     api.deny(|r| r.resource == "configmaps" && r.user == "gitlab:user:dev");
-    let app = environment::gitlab(&served).await;
+    let app = environment::gitlab_via(reach, &served, "").await;
     let body = resource_group(&app, DEV, SLUG).await;
     let group = group_of(&body);
     assert_eq!(group["errors"].as_array().unwrap().len(), 1, "{group}");
@@ -507,10 +509,10 @@ async fn a_refused_kind_is_reported_and_the_rest_still_answers() {
     );
 }
 
-#[tokio::test]
-async fn empty_groups_warn_and_environments_without_an_agent_deployment_have_none() {
+both_ways!(empty_groups_warn_and_environments_without_an_agent_deployment_have_none);
+async fn empty_groups_warn_and_environments_without_an_agent_deployment_have_none(reach: Reach) {
     let (_api, served, _dir) = cluster().await;
-    let app = environment::gitlab(&served).await;
+    let app = environment::gitlab_via(reach, &served, "").await;
     let body = resource_group(&app, DEV, "review").await;
     let group = group_of(&body);
     assert_eq!(group["resources"], json!([]));
@@ -528,10 +530,10 @@ async fn empty_groups_warn_and_environments_without_an_agent_deployment_have_non
     assert_eq!(group_of(&body), &Value::Null);
 }
 
-#[tokio::test]
-async fn an_unreachable_cluster_is_a_bad_gateway_error() {
+both_ways!(an_unreachable_cluster_is_a_bad_gateway_error);
+async fn an_unreachable_cluster_is_a_bad_gateway_error(reach: Reach) {
     let (_api, served, _dir) = cluster().await;
-    let app = environment::gitlab(&served).await;
+    let app = environment::gitlab_via(reach, &served, "").await;
     served.shutdown().await;
     let body = resource_group(&app, DEV, SLUG).await;
     assert_eq!(
@@ -551,12 +553,12 @@ async fn an_unreachable_cluster_is_a_bad_gateway_error() {
     );
 }
 
+both_ways!(the_database_connection_is_released_while_the_cluster_answers);
 /// A slow cluster must not hold the request's database connection: while the lists wait, the
 /// pool has every connection back.
-#[tokio::test]
-async fn the_database_connection_is_released_while_the_cluster_answers() {
+async fn the_database_connection_is_released_while_the_cluster_answers(reach: Reach) {
     let (api, served, _dir) = cluster().await;
-    let app = environment::gitlab(&served).await;
+    let app = environment::gitlab_via(reach, &served, "").await;
     // Discovery first, so that the delay below falls on the lists only.
     let _ = resource_group(&app, DEV, SLUG).await;
     api.fault(|r| (r.verb == "list").then_some(Fault::Delay(Duration::from_millis(800))));
@@ -572,10 +574,10 @@ async fn the_database_connection_is_released_while_the_cluster_answers() {
     );
 }
 
-#[tokio::test]
-async fn resource_groups_count_against_the_complexity_limit() {
+both_ways!(resource_groups_count_against_the_complexity_limit);
+async fn resource_groups_count_against_the_complexity_limit(reach: Reach) {
     let (api, served, _dir) = cluster().await;
-    let app = environment::gitlab(&served).await;
+    let app = environment::gitlab_via(reach, &served, "").await;
     let (token, _) = mint_session(SESSION_KEY, DEV.0, DEV.1, Duration::from_secs(600)).unwrap();
     let query = r#"{ group(fullPath: "acme") { environments(first: 20) {
         nodes { resourceGroup { namespace } } } } }"#;
@@ -589,11 +591,11 @@ async fn resource_groups_count_against_the_complexity_limit() {
     assert!(list_requests(&api).is_empty());
 }
 
+both_ways!(health_scripts_judge_the_resource_group);
 /// The user's health scripts (SPEC 11) judge the resource group too: a folder laid out as Argo
 /// CD's `resource_customizations` and an inline script, each over the whole object (fields that
 /// the group does not otherwise keep), overriding the built-in rule of its kind.
-#[tokio::test]
-async fn health_scripts_judge_the_resource_group() {
+async fn health_scripts_judge_the_resource_group(reach: Reach) {
     let (api, served, _dir) = cluster().await;
     environment::widgets(&api);
     let folder = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/lua");
@@ -602,7 +604,7 @@ async fn health_scripts_judge_the_resource_group() {
          local c = obj.spec.template.spec.containers[1]\n      \
          return {{status = \"Degraded\", message = c.name .. \" runs \" .. c.image}}\n"
     );
-    let app = environment::gitlab_with(&served, &config).await;
+    let app = environment::gitlab_via(reach, &served, &config).await;
     let body = resource_group(&app, DEV, SLUG).await;
     let group = group_of(&body);
     let health = |kind: &str, name: &str| resource(group, kind, name)["health"].clone();
@@ -660,17 +662,17 @@ async fn graphql_text(app: &TestApp, user: (i64, &str), query: &str) -> String {
     text
 }
 
+both_ways!(memoised_answers_are_the_resolved_ones_byte_for_byte);
 /// `POST /api/graphql` writes the text of a plain `resources` or `edges` selection rendered
 /// once per shared group and selection (`graphql::splice`). Byte for byte, that answer is the
 /// one async-graphql resolves (the same selection inside an inline fragment, which no memo
 /// serves), the first view and the memoised ones alike, whatever the selection, aliases
 /// included, with `errors` entries of the group and of the answer; and one identity's text is
 /// never another's.
-#[tokio::test]
-async fn memoised_answers_are_the_resolved_ones_byte_for_byte() {
+async fn memoised_answers_are_the_resolved_ones_byte_for_byte(reach: Reach) {
     let (api, served, _dir) = cluster().await;
     api.deny(|r| r.resource == "configmaps" && r.user == "gitlab:user:dev");
-    let app = environment::gitlab(&served).await;
+    let app = environment::gitlab_via(reach, &served, "").await;
     let query = |group: &str, resolved: bool| {
         let group = if resolved {
             group
@@ -758,14 +760,21 @@ async fn memoised_answers_are_the_resolved_ones_byte_for_byte() {
 /// The chart's service account (SPEC 13), as the test cluster authenticates envlens' token.
 pub const SERVICE_ACCOUNT: &str = "system:serviceaccount:gitlab:envlens";
 
-/// envlens as a narrowed service account, as the chart installs it: RBAC enforced, and a
-/// ClusterRole that names what it reads, Secrets left out.
-fn narrowed_service_account(api: &KubeApi) {
-    api.add_token(
-        "test-token",
-        SERVICE_ACCOUNT,
-        &["system:serviceaccounts", "system:serviceaccounts:gitlab"],
-    );
+/// envlens' own identity narrowed, as the chart installs its service account (or, through KAS,
+/// as an agent's ServiceAccount may be bound): RBAC enforced, and a ClusterRole that names what
+/// it reads, Secrets left out. Returns that identity.
+fn narrowed_service_account(api: &KubeApi, reach: Reach) -> &'static str {
+    let (user, namespace, name) = match reach {
+        Reach::Kubeconfig => {
+            api.add_token(
+                "test-token",
+                SERVICE_ACCOUNT,
+                &["system:serviceaccounts", "system:serviceaccounts:gitlab"],
+            );
+            (SERVICE_ACCOUNT, "gitlab", "envlens")
+        }
+        Reach::Kas => (AGENT_SERVICE_ACCOUNT, "gitlab-agent", "gitlab-agent"),
+    };
     api.insert(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
         "metadata": {"name": "envlens"},
         "rules": [
@@ -776,22 +785,16 @@ fn narrowed_service_account(api: &KubeApi) {
     api.insert(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
         "metadata": {"name": "envlens"},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "envlens"},
-        "subjects": [{"kind": "ServiceAccount", "name": "envlens", "namespace": "gitlab"}]}));
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]}));
     api.enforce_rbac();
+    user
 }
 
 /// Agent 7 with `access_as: {agent: {}}`: its users read with envlens' own identity.
-pub async fn as_the_agent(app: &TestApp) {
-    let config = json!({"ci_access": {"groups": [{"id": "acme/apps"}]},
-        "user_access": {"access_as": {"agent": {}}, "projects": [{"id": "acme/apps/web"}]}});
-    let res = app
-        .internal(
-            axum::http::Method::POST,
-            "/api/v4/internal/kubernetes/agent_configuration",
-            &json!({"agent_id": 7, "agent_config": config}),
-        )
+pub async fn as_the_agent(world: &World) {
+    world
+        .configure(7, &environment::agent_config("agent"))
         .await;
-    assert_eq!(res.status, 200, "{}", res.text());
 }
 
 fn labelled_secret(api: &KubeApi) {
@@ -800,15 +803,15 @@ fn labelled_secret(api: &KubeApi) {
         "metadata": meta(NS, "db", "uid-secret-db", gitlab_labels(SLUG, "db"))}));
 }
 
+both_ways!(as_itself_envlens_lists_only_what_it_may_and_names_the_rest);
 /// SPEC 13: read as envlens' own identity, a resource group lists only the kinds that identity
 /// may list in the namespace (one SelfSubjectRulesReview, reused), names the others once in
 /// `warnings`, and never sends a list or watch the cluster would refuse.
-#[tokio::test]
-async fn as_itself_envlens_lists_only_what_it_may_and_names_the_rest() {
+async fn as_itself_envlens_lists_only_what_it_may_and_names_the_rest(reach: Reach) {
     let (api, served, _dir) = cluster().await;
     labelled_secret(&api);
-    narrowed_service_account(&api);
-    let app = environment::gitlab(&served).await;
+    narrowed_service_account(&api, reach);
+    let app = environment::gitlab_via(reach, &served, "").await;
     as_the_agent(&app).await;
     for _ in 0..2 {
         let body = resource_group(&app, DEV, SLUG).await;
@@ -841,15 +844,15 @@ async fn as_itself_envlens_lists_only_what_it_may_and_names_the_rest() {
     );
 }
 
+both_ways!(without_rules_reviews_every_kind_is_tried_and_refusals_reported);
 /// A cluster that does not serve SelfSubjectRulesReview: every kind is tried, and the refusal
 /// is reported for its kind, as before.
-#[tokio::test]
-async fn without_rules_reviews_every_kind_is_tried_and_refusals_reported() {
+async fn without_rules_reviews_every_kind_is_tried_and_refusals_reported(reach: Reach) {
     let (api, served, _dir) = cluster().await;
     labelled_secret(&api);
-    narrowed_service_account(&api);
+    let identity = narrowed_service_account(&api, reach);
     api.remove_kind("authorization.k8s.io", "v1", "selfsubjectrulesreviews");
-    let app = environment::gitlab(&served).await;
+    let app = environment::gitlab_via(reach, &served, "").await;
     as_the_agent(&app).await;
     let body = resource_group(&app, DEV, SLUG).await;
     let group = group_of(&body);
@@ -860,10 +863,7 @@ async fn without_rules_reviews_every_kind_is_tried_and_refusals_reported() {
         (&json!("Secret"), &json!(403))
     );
     assert!(
-        errors[0]["message"]
-            .as_str()
-            .unwrap()
-            .contains(SERVICE_ACCOUNT),
+        errors[0]["message"].as_str().unwrap().contains(identity),
         "{group}"
     );
     assert!(

@@ -27,8 +27,9 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 use crate::support::environment::{self, NS};
-use crate::support::kas::{through_kas, ThroughKas, ENVLENS_TOKEN, ENVLENS_USER};
+use crate::support::kas::{ENVLENS_TOKEN, ENVLENS_USER};
 use crate::support::kube_api::{KubeApi, Served};
+use crate::support::reach::{both_ways, Reach, Reached};
 use crate::support::*;
 
 const PUBLIC_URL: &str = "https://envlens.example.com";
@@ -45,6 +46,7 @@ const RESOURCE_FIELDS: &str = "uid apiVersion kind namespace name labels health 
 struct Server {
     app: TestApp,
     addr: SocketAddr,
+    reached: Reached,
     _stop: tokio::sync::oneshot::Sender<()>,
 }
 
@@ -56,21 +58,19 @@ async fn cluster() -> (KubeApi, Served, TempDir) {
     (api, served, dir)
 }
 
-/// The state of a server over `served`, with more of the `kubernetes` section in `extra`.
-async fn state(served: &Served, extra: &str, db: sqlx::PgPool) -> AppState {
-    state_reaching(&served.connections(&["7"]), "", extra, db).await
+/// Agent 7 of `served` reached as `reach` says (through KAS, as its `access_as: user` says).
+async fn reached(reach: Reach, served: &Served) -> Reached {
+    let reached = Reached::new(reach, served, &[("7", 7)], 10).await;
+    reached.access_as_user(7, 10, true);
+    reached
 }
 
-/// The state of a server whose agents are reached as `connections` (lines of the `kubernetes`
-/// section) and `gitlab` (the top-level `gitlab` section, for GitLab's agent server).
-async fn state_reaching(
-    connections: &str,
-    gitlab: &str,
-    extra: &str,
-    db: sqlx::PgPool,
-) -> AppState {
-    let yaml = format!(
-        "kubernetes:\n{connections}  response_timeout: 3s\n{extra}cors:\n  allowed_origins: [https://gitlab.example.com]\n{gitlab}"
+/// The state of a server reaching the cluster as `reached` says, with more of the
+/// `kubernetes` section in `extra`.
+async fn state(reached: &Reached, extra: &str, db: sqlx::PgPool) -> AppState {
+    let yaml = reached.config(
+        &format!("  response_timeout: 3s\n{extra}"),
+        "cors:\n  allowed_origins: [https://gitlab.example.com]\n",
     );
     let settings = Settings::parse(&yaml).unwrap();
     let clusters = clusters(&settings).await;
@@ -92,34 +92,25 @@ async fn listen(state: AppState) -> (SocketAddr, tokio::sync::oneshot::Sender<()
     (addr, stop)
 }
 
-async fn start_with(served: &Served, extra: &str, limits: SocketLimits) -> Server {
+async fn start_with(reach: Reach, served: &Served, extra: &str, limits: SocketLimits) -> Server {
+    let reached = reached(reach, served).await;
     let database = postgres::fresh_database().await;
-    let state = state(served, extra, (*database).clone())
+    let state = state(&reached, extra, (*database).clone())
         .await
         .with_socket_limits(limits);
-    serve(state, database).await
-}
-
-/// A server reaching agent 7 through GitLab's agent server (`through`'s `gitlab` section).
-async fn start_through_kas(through: &ThroughKas) -> Server {
-    let database = postgres::fresh_database().await;
-    let state = state_reaching("", &through.yaml, "", (*database).clone()).await;
-    serve(state, database).await
-}
-
-async fn serve(state: AppState, database: postgres::TestDatabase) -> Server {
     let (addr, stop) = listen(state.clone()).await;
     let app = TestApp::owning(state, database);
     environment::seed(&app).await;
     Server {
         app,
         addr,
+        reached,
         _stop: stop,
     }
 }
 
-async fn start(served: &Served) -> Server {
-    start_with(served, "", SocketLimits::default()).await
+async fn start(reach: Reach, served: &Served) -> Server {
+    start_with(reach, served, "", SocketLimits::default()).await
 }
 
 pub(crate) fn bearer(user: (i64, &str)) -> String {
@@ -371,30 +362,23 @@ fn pod_with_phase(api: &KubeApi, name: &str, phase: &str) {
     api.insert(pod);
 }
 
-#[tokio::test]
-async fn both_protocols_send_the_whole_group_then_a_changed_pod_alone() {
+both_ways!(both_protocols_send_the_whole_group_then_a_changed_pod_alone);
+/// Through GitLab's agent server, agent 7 (`access_as: user`) has no entry, KAS presents
+/// envlens' token's user, and the viewer is judged by reviews (SPEC 14).
+async fn both_protocols_send_the_whole_group_then_a_changed_pod_alone(reach: Reach) {
     let (api, served, _dir) = cluster().await;
-    let server = start(&served).await;
+    let server = start(reach, &served).await;
     whole_group_then_a_changed_pod(&api, &server).await;
-}
-
-/// The same through GitLab's agent server: agent 7 (`access_as: user`) has no entry, KAS
-/// presents envlens' token's user, and the viewer is judged by reviews (SPEC 14).
-#[tokio::test]
-async fn through_kas_the_whole_group_then_a_changed_pod_alone() {
-    let (api, served, dir) = cluster().await;
-    let through = through_kas(&served, &[(7, 10)], dir.path()).await;
-    through.gitlab.kas.allow(7, 10, true, ENVLENS_USER.0, 10);
-    let server = start_through_kas(&through).await;
-    whole_group_then_a_changed_pod(&api, &server).await;
-    assert!(
-        through
-            .kas
-            .received()
-            .iter()
-            .any(|(_, path, _)| path.contains("watch=true")),
-        "the watches went through KAS"
-    );
+    if let Some(through) = &server.reached.kas {
+        assert!(
+            through
+                .kas
+                .received()
+                .iter()
+                .any(|(_, path, _)| path.contains("watch=true")),
+            "the watches went through KAS"
+        );
+    }
 }
 
 /// How an agent reached through GitLab's agent server goes away while its watches stream.
@@ -425,10 +409,9 @@ async fn through_kas_an_agent_that_leaves_and_comes_back_loses_nothing() {
 
 async fn away_and_back(away: Away) {
     const ROTATED: &str = "glpat-envlens-kas-rotated-9876543210";
-    let (api, served, dir) = cluster().await;
-    let through = through_kas(&served, &[(7, 10)], dir.path()).await;
-    through.gitlab.kas.allow(7, 10, true, ENVLENS_USER.0, 10);
-    let server = start_through_kas(&through).await;
+    let (api, served, _dir) = cluster().await;
+    let server = start(Reach::Kas, &served).await;
+    let through = server.reached.kas.as_ref().unwrap();
     let mut client = Client::connect(server.addr, "graphql-transport-ws", DEV).await;
     client
         .subscribe("g", &group_subscription(), json!({"id": PRODUCTION}))
@@ -475,7 +458,7 @@ async fn away_and_back(away: Away) {
                 .gitlab
                 .kas
                 .add_token(ROTATED, ENVLENS_USER.0, ENVLENS_USER.1, &["k8s_proxy"]);
-            std::fs::write(dir.path().join("kas-token"), format!("{ROTATED}\n")).unwrap();
+            std::fs::write(&through.token_file, format!("{ROTATED}\n")).unwrap();
         }
         Away::AgentGone => through.kas.connect(7, &served),
     }
@@ -550,10 +533,10 @@ async fn whole_group_then_a_changed_pod(api: &KubeApi, server: &Server) {
     }
 }
 
-#[tokio::test]
-async fn changes_within_100_ms_are_one_message() {
+both_ways!(changes_within_100_ms_are_one_message);
+async fn changes_within_100_ms_are_one_message(reach: Reach) {
     let (api, served, _dir) = cluster().await;
-    let server = start(&served).await;
+    let server = start(reach, &served).await;
     let mut client = Client::connect(server.addr, "graphql-transport-ws", DEV).await;
     client
         .subscribe("g", &group_subscription(), json!({"id": PRODUCTION}))
@@ -590,7 +573,7 @@ async fn changes_within_100_ms_are_one_message() {
 #[tokio::test]
 async fn connection_init_authenticates() {
     let (_api, served, _dir) = cluster().await;
-    let server = start(&served).await;
+    let server = start(Reach::Kubeconfig, &served).await;
     let addr = server.addr;
     let (token, csrf) = mint_session(SESSION_KEY, 2, "dev", Duration::from_secs(600)).unwrap();
     let cookie = format!("_gitlab_kas={token}");
@@ -658,7 +641,7 @@ async fn connection_init_authenticates() {
 #[tokio::test]
 async fn the_origin_is_checked_before_the_upgrade() {
     let (_api, served, _dir) = cluster().await;
-    let server = start(&served).await;
+    let server = start(Reach::Kubeconfig, &served).await;
     for origin in [
         "https://evil.example.com",
         "http://envlens.example.com",
@@ -718,7 +701,7 @@ async fn sockets_are_bounded() {
         max_message_bytes: 4096,
         ..SocketLimits::default()
     };
-    let server = start_with(&served, "", limits).await;
+    let server = start_with(Reach::Kubeconfig, &served, "", limits).await;
     let mut client = Client::connect(server.addr, "graphql-transport-ws", DEV).await;
     client
         .subscribe("1", &group_subscription(), json!({"id": PRODUCTION}))
@@ -789,13 +772,13 @@ async fn sockets_are_bounded() {
     assert!(closed, "an over-long message ends the connection");
 }
 
+both_ways!(a_burst_of_subscribes_is_answered_whole);
 /// A burst of messages larger than what the server reads ahead is answered whole: the server
 /// keeps answering while it hands the client's messages on (it once awaited a full queue while
 /// its answers waited to be read, and the socket stopped for good).
-#[tokio::test]
-async fn a_burst_of_subscribes_is_answered_whole() {
+async fn a_burst_of_subscribes_is_answered_whole(reach: Reach) {
     let (_api, served, _dir) = cluster().await;
-    let server = start(&served).await;
+    let server = start(reach, &served).await;
     let mut client = Client::connect(server.addr, "graphql-transport-ws", DEV).await;
     // Pings first (each answered with a pong), well past the server's read-ahead, then as many
     // subscribes as one socket may hold.
@@ -834,7 +817,7 @@ async fn idle_silent_and_left_behind_sockets_are_closed() {
         idle_timeout: Duration::from_millis(300),
         ..SocketLimits::default()
     };
-    let server = start_with(&served, "", idle).await;
+    let server = start_with(Reach::Kubeconfig, &served, "", idle).await;
     // Initialised, but nothing subscribed.
     let mut client = Client::connect(server.addr, "graphql-transport-ws", DEV).await;
     let (code, reason) = client.closed().await;
@@ -861,7 +844,7 @@ async fn idle_silent_and_left_behind_sockets_are_closed() {
         ping_interval: Duration::from_millis(100),
         ..SocketLimits::default()
     };
-    let server = start_with(&served, "", pings).await;
+    let server = start_with(Reach::Kubeconfig, &served, "", pings).await;
     // A client that reads (and so answers pings) stays.
     let mut alive = Client::connect(server.addr, "graphql-transport-ws", DEV).await;
     assert!(alive
@@ -881,10 +864,16 @@ async fn idle_silent_and_left_behind_sockets_are_closed() {
     }
 }
 
-#[tokio::test]
-async fn the_subscription_ends_with_forbidden_once_user_access_is_gone() {
+both_ways!(the_subscription_ends_with_forbidden_once_user_access_is_gone);
+async fn the_subscription_ends_with_forbidden_once_user_access_is_gone(reach: Reach) {
     let (_api, served, _dir) = cluster().await;
-    let server = start_with(&served, "  access_cache: 200ms\n", SocketLimits::default()).await;
+    let server = start_with(
+        reach,
+        &served,
+        "  access_cache: 200ms\n",
+        SocketLimits::default(),
+    )
+    .await;
     // A reporter has no `user_access`: refused at once, with the query's message.
     let mut reporter = Client::connect(server.addr, "graphql-transport-ws", REP).await;
     reporter
@@ -923,12 +912,18 @@ async fn the_subscription_ends_with_forbidden_once_user_access_is_gone() {
     assert_eq!(end, json!({"type": "complete", "id": "1"}));
 }
 
+both_ways!(a_blocked_users_socket_is_closed_at_the_next_check);
 /// A user GitLab blocks loses their open socket at the next `access_cache` check (SPEC 13),
 /// not only their subscriptions: nothing more reaches them on it.
-#[tokio::test]
-async fn a_blocked_users_socket_is_closed_at_the_next_check() {
+async fn a_blocked_users_socket_is_closed_at_the_next_check(reach: Reach) {
     let (_api, served, _dir) = cluster().await;
-    let server = start_with(&served, "  access_cache: 200ms\n", SocketLimits::default()).await;
+    let server = start_with(
+        reach,
+        &served,
+        "  access_cache: 200ms\n",
+        SocketLimits::default(),
+    )
+    .await;
     let mut client = Client::connect(server.addr, "graphql-transport-ws", DEV).await;
     client
         .subscribe("1", &group_subscription(), json!({"id": PRODUCTION}))
@@ -968,8 +963,8 @@ fn envlens_forbidden_message() -> &'static str {
      administrator if you are allowed in \"user_access\" in agent config file."
 }
 
-#[tokio::test]
-async fn a_role_binding_removed_while_subscribed_turns_the_kind_into_a_403() {
+both_ways!(a_role_binding_removed_while_subscribed_turns_the_kind_into_a_403);
+async fn a_role_binding_removed_while_subscribed_turns_the_kind_into_a_403(reach: Reach) {
     let (api, served, _dir) = cluster().await;
     // The agent impersonates (`access_as: user`): developers of project 42 may see Pods,
     // Deployments, ReplicaSets and Events, nothing else.
@@ -990,7 +985,14 @@ async fn a_role_binding_removed_while_subscribed_turns_the_kind_into_a_403() {
         );
     }
     api.enforce_rbac();
-    let server = start_with(&served, "  access_cache: 200ms\n", SocketLimits::default()).await;
+    let server = start_with(
+        reach,
+        &served,
+        "  access_cache: 200ms\n",
+        SocketLimits::default(),
+    )
+    .await;
+    server.reached.admit_own_identity(&api);
     let mut client = Client::connect(server.addr, "graphql-transport-ws", DEV).await;
     client
         .subscribe("1", &group_subscription(), json!({"id": PRODUCTION}))
@@ -1112,14 +1114,17 @@ fn random_step(api: &KubeApi, rng: &mut rand::rngs::StdRng, step: usize) -> Stri
     }
 }
 
+both_ways!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    the_messages_applied_in_order_equal_a_fresh_answer
+);
 /// After any sequence of creates, updates, deletes, dropped streams and expired versions, the
 /// first message with every later one applied in order equals a fresh `resourceGroup`.
 /// Seeds are fixed so that a failure can be replayed; `SUBSCRIPTION_SEED` runs one more.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_messages_applied_in_order_equal_a_fresh_answer() {
+async fn the_messages_applied_in_order_equal_a_fresh_answer(reach: Reach) {
     use rand::SeedableRng;
     let (api, served, _dir) = cluster().await;
-    let server = start(&served).await;
+    let server = start(reach, &served).await;
     let mut seeds = vec![11u64, 12];
     if let Some(seed) = std::env::var("SUBSCRIPTION_SEED")
         .ok()
@@ -1177,7 +1182,7 @@ const ENVIRONMENTS: &str = "subscription($group: ID, $project: ID, $tier: Deploy
 #[tokio::test]
 async fn environments_updated_reaches_subscribers_of_another_server() {
     let (api, served, _dir) = cluster().await;
-    let one = start(&served).await;
+    let one = start(Reach::Kubeconfig, &served).await;
     // The second server: another pool on the same database.
     let options = one.app.db.connect_options().as_ref().clone();
     let pool = sqlx::postgres::PgPoolOptions::new()
@@ -1185,7 +1190,7 @@ async fn environments_updated_reaches_subscribers_of_another_server() {
         .connect_with(options)
         .await
         .unwrap();
-    let (addr, _stop) = listen(state(&served, "", pool).await).await;
+    let (addr, _stop) = listen(state(&one.reached, "", pool).await).await;
 
     let mut by_group = Client::connect(addr, "graphql-transport-ws", DEV).await;
     by_group
@@ -1295,7 +1300,7 @@ async fn environments_updated_reaches_subscribers_of_another_server() {
 #[tokio::test]
 async fn environments_updated_catches_up_after_the_listener_reconnects() {
     let (_api, served, _dir) = cluster().await;
-    let server = start(&served).await;
+    let server = start(Reach::Kubeconfig, &served).await;
     let mut web = Client::connect(server.addr, "graphql-transport-ws", DEV).await;
     web.subscribe("w", ENVIRONMENTS, json!({"project": "acme/apps/web"}))
         .await;
@@ -1396,15 +1401,15 @@ impl Client {
     }
 }
 
+both_ways!(shared_messages_are_the_resolved_ones_byte_for_byte);
 /// A plain selection's messages are rendered once per feed message and selection and shared
 /// by the subscribers (`graphql::splice`); byte for byte they are what async-graphql resolves
 /// for the same selection inside an inline fragment (which no shared text serves), in both
 /// protocols, the whole group and a change alike (frames cut from shared bytes: the unit tests
 /// of `socket::frames`).
-#[tokio::test]
-async fn shared_messages_are_the_resolved_ones_byte_for_byte() {
+async fn shared_messages_are_the_resolved_ones_byte_for_byte(reach: Reach) {
     let (api, served, _dir) = cluster().await;
-    let server = start(&served).await;
+    let server = start(reach, &served).await;
     let plain = group_subscription();
     let aliased =
         "subscription($id: ID!) { resourceGroupUpdated(environmentId: $id) { c: complete health
@@ -1508,14 +1513,14 @@ async fn a_users_hundred_and_first_subscription_is_refused_across_sockets_and_se
         max_subscriptions: 500,
         ..SocketLimits::default()
     };
-    let one = start_with(&served, "", wide).await;
+    let one = start_with(Reach::Kubeconfig, &served, "", wide).await;
     let options = one.app.db.connect_options().as_ref().clone();
     let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(5)
         .connect_with(options)
         .await
         .unwrap();
-    let (other, _stop) = listen(state(&served, "", pool).await.with_socket_limits(wide)).await;
+    let (other, _stop) = listen(state(&one.reached, "", pool).await.with_socket_limits(wide)).await;
     // The test's own look at the database, apart from both servers' pools.
     let options = one.app.db.connect_options().as_ref().clone();
     let db = sqlx::postgres::PgPoolOptions::new()

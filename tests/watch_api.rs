@@ -18,6 +18,7 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 use crate::proxy;
 use crate::support::kube_api::{KubeApi, Served};
+use crate::support::reach::{both_ways, Reach, Reached};
 use crate::support::*;
 
 pub struct Live {
@@ -25,7 +26,7 @@ pub struct Live {
     pub addr: SocketAddr,
     pub api: KubeApi,
     _stop: tokio::sync::oneshot::Sender<()>,
-    pub kas: Option<crate::support::kas::ThroughKas>,
+    pub reached: Reached,
     pub served: Served,
     _dir: TempDir,
 }
@@ -33,33 +34,16 @@ pub struct Live {
 /// envlens on a socket, over the proxy tests' identity and agents and their cluster (pods
 /// `web-1` and `web-2` in `apps`).
 pub async fn live() -> Live {
-    live_via(proxy::Reach::Kubeconfig).await
+    live_via(Reach::Kubeconfig).await
 }
 
-/// [`live`], its agents reached as `reach` says: through KAS, agent 9 (`robot`) is reached as
-/// itself with no entry.
-pub async fn live_via(reach: proxy::Reach) -> Live {
+/// [`live`], its agents reached as `reach` says ([`proxy::reached`]).
+pub async fn live_via(reach: Reach) -> Live {
     let (api, served, dir) = proxy::cluster().await;
-    let (yaml, kas) = match reach {
-        proxy::Reach::Kubeconfig => (proxy::config(&served), None),
-        proxy::Reach::Kas => {
-            let kas = crate::support::kas::through_kas(&served, &[(9, 10)], dir.path()).await;
-            let yaml = format!("kubernetes:\n  own_namespace: envlens\n{}", kas.yaml);
-            (yaml, Some(kas))
-        }
-    };
+    let reached = proxy::reached(reach, &served).await;
+    let yaml = reached.config("  own_namespace: envlens\n", "");
     let settings = envlens::config::file::Settings::parse(&yaml).unwrap();
-    let mut clusters =
-        envlens::k8s::clusters::Clusters::load(&settings.kubernetes, Default::default())
-            .await
-            .unwrap();
-    if let Some(gitlab) = &settings.gitlab {
-        let kas = envlens::k8s::kas::Kas::start(gitlab, Default::default())
-            .await
-            .unwrap()
-            .expect("gitlab.kas is configured");
-        clusters = clusters.with_kas(kas);
-    }
+    let clusters = crate::support::clusters(&settings).await;
     let database = postgres::fresh_database().await;
     let state =
         envlens::state::AppState::new(database.clone(), keys(), envlens::config::Limits::default())
@@ -80,7 +64,7 @@ pub async fn live_via(reach: proxy::Reach) -> Live {
         addr,
         api,
         _stop: stop,
-        kas,
+        reached,
         served,
         _dir: dir,
     }
@@ -208,9 +192,9 @@ fn pair(t: &str, n: &str) -> (String, String) {
     (t.to_owned(), n.to_owned())
 }
 
-#[tokio::test]
-async fn a_token_takes_the_proxys_checks_and_opens_one_socket() {
-    let live = live().await;
+both_ways!(a_token_takes_the_proxys_checks_and_opens_one_socket);
+async fn a_token_takes_the_proxys_checks_and_opens_one_socket(reach: Reach) {
+    let live = live_via(reach).await;
     // No credentials, a user without user_access, an unknown agent: 401 as the proxy says it.
     let anonymous = live
         .app
@@ -290,17 +274,8 @@ async fn a_token_takes_the_proxys_checks_and_opens_one_socket() {
         .all(|r| !r.path.contains("watch")));
 }
 
-#[tokio::test]
-async fn watches_share_a_socket_and_follow_the_cluster_from_the_cache() {
-    watches_share_a_socket(proxy::Reach::Kubeconfig).await;
-}
-
-#[tokio::test]
-async fn watches_share_a_socket_and_follow_the_cluster_through_kas() {
-    watches_share_a_socket(proxy::Reach::Kas).await;
-}
-
-async fn watches_share_a_socket(reach: proxy::Reach) {
+both_ways!(watches_share_a_socket_and_follow_the_cluster);
+async fn watches_share_a_socket_and_follow_the_cluster(reach: Reach) {
     let live = live_via(reach).await;
     let mut ws = live.socket(2, 9).await;
     let pods = json!({"version": "v1", "resource": "pods", "namespace": "apps"});
@@ -353,8 +328,8 @@ async fn watches_share_a_socket(reach: proxy::Reach) {
 /// through KAS, and what changed meanwhile reaches the socket (nothing lost).
 #[tokio::test]
 async fn a_watch_through_kas_resumes_when_the_agent_comes_back() {
-    let live = live_via(proxy::Reach::Kas).await;
-    let kas = &live.kas.as_ref().unwrap().kas;
+    let live = live_via(Reach::Kas).await;
+    let kas = &live.reached.kas.as_ref().unwrap().kas;
     let mut ws = live.socket(2, 9).await;
     let pods = json!({"version": "v1", "resource": "pods", "namespace": "apps"});
     watch(&mut ws, "all-pods", pods).await;
@@ -404,11 +379,11 @@ async fn a_watch_through_kas_resumes_when_the_agent_comes_back() {
     );
 }
 
+both_ways!(secrets_of_envlens_namespace_are_refused_on_the_socket);
 /// The proxy's refusals hold on the socket too (SPEC 13): envlens' own namespace's Secrets and
 /// every namespace's are an error message, whatever the cluster (here: allowing all) says.
-#[tokio::test]
-async fn secrets_of_envlens_namespace_are_refused_on_the_socket() {
-    let live = live().await;
+async fn secrets_of_envlens_namespace_are_refused_on_the_socket(reach: Reach) {
+    let live = live_via(reach).await;
     let mut ws = live.socket(2, 9).await;
     for (id, namespace) in [("own", "envlens"), ("all", "")] {
         watch(
@@ -450,9 +425,9 @@ async fn secrets_of_envlens_namespace_are_refused_on_the_socket() {
         .any(|r| r.path.contains("namespaces/envlens") || r.path == "/api/v1/secrets"));
 }
 
-#[tokio::test]
-async fn a_kind_the_user_may_not_list_is_an_error_message() {
-    let live = live().await;
+both_ways!(a_kind_the_user_may_not_list_is_an_error_message);
+async fn a_kind_the_user_may_not_list_is_an_error_message(reach: Reach) {
+    let live = live_via(reach).await;
     live.api.insert(
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
         "metadata": {"name": "pods", "namespace": "apps"},
@@ -465,6 +440,7 @@ async fn a_kind_the_user_may_not_list_is_an_error_message() {
         "subjects": [{"kind": "Group", "name": "gitlab:user"}]}),
     );
     live.api.enforce_rbac();
+    live.reached.admit_own_identity(&live.api);
     // Agent 7 impersonates the user.
     let mut ws = live.socket(2, 7).await;
     watch(
@@ -502,18 +478,37 @@ async fn a_kind_the_user_may_not_list_is_an_error_message() {
     let m = collect(&mut ws, "everywhere", 1).await;
     assert_eq!(m[0]["type"], "error", "{}", m[0]);
     assert_eq!(m[0]["error"]["object"]["code"], 403);
-    let asked = live
+    let listed = live
         .api
         .requests()
         .into_iter()
-        .find(|r| r.path == "/api/v1/pods")
-        .expect("the cluster was asked");
-    assert_eq!(asked.impersonate_user.as_deref(), Some("gitlab:user:pdev"));
+        .find(|r| r.path == "/api/v1/pods");
+    match reach {
+        Reach::Kubeconfig => {
+            let asked = listed.expect("the cluster was asked");
+            assert_eq!(asked.impersonate_user.as_deref(), Some("gitlab:user:pdev"));
+        }
+        // KAS cannot impersonate for envlens: a review for the user decides, and nothing is
+        // listed (SPEC 14).
+        Reach::Kas => {
+            assert!(listed.is_none(), "{listed:?}");
+            assert!(
+                live.api
+                    .review_counts()
+                    .keys()
+                    .any(|r| r.user == "gitlab:user:pdev"
+                        && r.resource == "pods"
+                        && r.namespace.is_empty()),
+                "{:?}",
+                live.api.review_counts()
+            );
+        }
+    }
 }
 
-#[tokio::test]
-async fn what_the_cache_cannot_serve_is_watched_at_the_cluster() {
-    let live = live().await;
+both_ways!(what_the_cache_cannot_serve_is_watched_at_the_cluster);
+async fn what_the_cache_cannot_serve_is_watched_at_the_cluster(reach: Reach) {
+    let live = live_via(reach).await;
     let mut ws = live.socket(2, 9).await;
     // All namespaces, and a selector only the API server evaluates.
     watch(
@@ -577,10 +572,10 @@ async fn what_the_cache_cannot_serve_is_watched_at_the_cluster() {
     assert!(closed.is_ok(), "the socket is closed");
 }
 
+both_ways!(a_blocked_users_socket_is_closed_at_the_next_check);
 /// A user GitLab blocks loses their open socket at the next `access_cache` check (SPEC 13).
-#[tokio::test]
-async fn a_blocked_users_socket_is_closed_at_the_next_check() {
-    let live = live().await;
+async fn a_blocked_users_socket_is_closed_at_the_next_check(reach: Reach) {
+    let live = live_via(reach).await;
     let mut ws = live.socket(2, 9).await;
     let hook = json!({"event_name": "user_failed_login", "created_at": "2026-10-03T06:08:48Z",
         "updated_at": "2026-11-15T04:52:06Z", "name": "pdev", "email": "pdev@example.com",
@@ -602,9 +597,9 @@ async fn a_blocked_users_socket_is_closed_at_the_next_check() {
     assert_eq!(close, Some(1008));
 }
 
-#[tokio::test]
-async fn watches_per_socket_are_bounded() {
-    let live = live().await;
+both_ways!(watches_per_socket_are_bounded);
+async fn watches_per_socket_are_bounded(reach: Reach) {
+    let live = live_via(reach).await;
     let mut ws = live.socket(2, 9).await;
     let max = envlens::k8s::watch_api::MAX_WATCHES;
     for i in 0..=max {
@@ -617,11 +612,11 @@ async fn watches_per_socket_are_bounded() {
     assert_eq!(m[0]["error"]["object"]["code"], 429);
 }
 
+both_ways!(a_users_twenty_first_socket_is_429_while_another_users_first_opens);
 /// SPEC 13: at most 20 watch sockets per user; the 21st is refused before the upgrade, with
 /// `Retry-After`, while another user opens theirs.
-#[tokio::test]
-async fn a_users_twenty_first_socket_is_429_while_another_users_first_opens() {
-    let live = live().await;
+async fn a_users_twenty_first_socket_is_429_while_another_users_first_opens(reach: Reach) {
+    let live = live_via(reach).await;
     let mut open = Vec::new();
     for _ in 0..20 {
         open.push(live.socket(2, 7).await);

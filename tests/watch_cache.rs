@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
+use envlens::k8s::clusters::ConnectionKind;
 use envlens::k8s::discovery::DiscoveryCache;
 use envlens::k8s::fetch::{list_resource_group, FetchOptions};
 use envlens::k8s::watch::{WatchCache, WatchSettings, HANDOVER};
@@ -16,11 +17,13 @@ use serde_json::json;
 
 use crate::support::environment::*;
 use crate::support::kube_api::{KubeApi, Served};
+use crate::support::reach::{both_ways, Reach, Reached};
 
 struct Setup {
     api: KubeApi,
     _served: Served,
     _dir: tempfile::TempDir,
+    _reached: Reached,
     client: kube::Client,
     discovery: DiscoveryCache,
     cache: WatchCache,
@@ -29,30 +32,48 @@ struct Setup {
     custom: Arc<Customizations>,
 }
 
-async fn setup(max_objects: usize) -> Setup {
-    setup_with(max_objects, Duration::from_secs(5), HANDOVER).await
+/// The cache's settings in these tests: `max_objects`, the rest as `serve` has them (reviews
+/// kept 5 s).
+fn settings(max_objects: usize) -> WatchSettings {
+    WatchSettings {
+        idle: Duration::from_secs(600),
+        handover: HANDOVER,
+        max_objects,
+        access_ttl: Duration::from_secs(5),
+    }
 }
 
-async fn setup_with(max_objects: usize, access_ttl: Duration, handover: Duration) -> Setup {
+async fn setup(reach: Reach, max_objects: usize) -> Setup {
+    setup_with(reach, settings(max_objects)).await
+}
+
+/// The environment on the test cluster, and a watch cache over agent 7's clients as envlens
+/// builds them for `reach` (its streams on a client of their own, as `serve` does); RBAC, once
+/// enforced, judges the viewers, not envlens ([`Reached::admit_own_identity`]).
+async fn setup_with(reach: Reach, settings: WatchSettings) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let api = KubeApi::new();
     environment(&api);
     let served = api.serve(dir.path()).await;
-    let kubeconfig = kube::config::Kubeconfig::read_from(&served.kubeconfig).unwrap();
-    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .unwrap();
-    config.default_retry = false;
-    config.read_timeout = None;
-    let client = kube::Client::try_from(config.clone()).unwrap();
-    let streams = kube::Client::try_from(config).unwrap();
-    let metrics = Arc::new(Metrics::default());
-    let settings = WatchSettings {
-        idle: Duration::from_secs(600),
-        handover,
-        max_objects,
-        access_ttl,
+    let reached = Reached::new(reach, &served, &[("7", 7)], AGENTS_PROJECT).await;
+    reached.admit_own_identity(&api);
+    let config = envlens::config::file::Settings::parse(&reached.config("", "")).unwrap();
+    let agent_client = || async {
+        let cluster = crate::support::clusters(&config)
+            .await
+            .for_agent(7, "acme/agents", "prod")
+            .await
+            .expect("agent 7 is reached");
+        let kind = match reach {
+            Reach::Kubeconfig => ConnectionKind::Kubeconfig,
+            Reach::Kas => ConnectionKind::Kas,
+        };
+        assert_eq!(cluster.kind, kind);
+        cluster.client
     };
+    let client = agent_client().await;
+    let streams = agent_client().await;
+    let metrics = Arc::new(Metrics::default());
     Setup {
         discovery: DiscoveryCache::new(client.clone(), Duration::from_secs(600)),
         cache: WatchCache::new(client.clone(), streams, settings, metrics.clone()),
@@ -60,6 +81,7 @@ async fn setup_with(max_objects: usize, access_ttl: Duration, handover: Duration
         api,
         _served: served,
         _dir: dir,
+        _reached: reached,
         metrics,
         custom: Arc::default(),
     }
@@ -161,9 +183,9 @@ fn labelled_pod(name: &str) -> serde_json::Value {
         "status": {"phase": "Running"}})
 }
 
-#[tokio::test]
-async fn the_cached_group_equals_a_fresh_list_through_changes() {
-    let s = setup(200_000).await;
+both_ways!(the_cached_group_equals_a_fresh_list_through_changes);
+async fn the_cached_group_equals_a_fresh_list_through_changes(reach: Reach) {
+    let s = setup(reach, 200_000).await;
     let none = HeaderMap::new();
     let first = s.converges(&none, "first view").await;
     assert!(first.resources.len() > 10, "{:?}", names(&first));
@@ -224,12 +246,19 @@ async fn the_cached_group_equals_a_fresh_list_through_changes() {
     }
 }
 
+both_ways!(watches_move_off_the_lists_connections_and_miss_nothing);
 /// The watch that follows a list leaves the list's connection after the handover and resumes
 /// on the streams' own client: every kind is watched a second time, and nothing that changed
 /// around the move is missed.
-#[tokio::test]
-async fn watches_move_off_the_lists_connections_and_miss_nothing() {
-    let s = setup_with(200_000, Duration::from_secs(5), Duration::from_millis(300)).await;
+async fn watches_move_off_the_lists_connections_and_miss_nothing(reach: Reach) {
+    let s = setup_with(
+        reach,
+        WatchSettings {
+            handover: Duration::from_millis(300),
+            ..settings(200_000)
+        },
+    )
+    .await;
     let none = HeaderMap::new();
     s.converges(&none, "first view").await;
     let watches = || s.api.request_count("watch", "pods");
@@ -258,11 +287,11 @@ async fn watches_move_off_the_lists_connections_and_miss_nothing() {
     assert_eq!(s.api.request_count("list", "pods"), 3);
 }
 
+both_ways!(a_view_with_no_change_reuses_the_group_and_a_change_replaces_it);
 /// A view with no change since the last one gets the last one's group (the same, not a copy);
 /// a change, however small, makes the next view assemble anew.
-#[tokio::test]
-async fn a_view_with_no_change_reuses_the_group_and_a_change_replaces_it() {
-    let s = setup(200_000).await;
+async fn a_view_with_no_change_reuses_the_group_and_a_change_replaces_it(reach: Reach) {
+    let s = setup(reach, 200_000).await;
     let none = HeaderMap::new();
     s.converges(&none, "first view").await;
     let first = s.shared(&none).await;
@@ -313,9 +342,9 @@ async fn a_view_with_no_change_reuses_the_group_and_a_change_replaces_it() {
     assert_eq!(*next, *before);
 }
 
-#[tokio::test]
-async fn a_second_view_asks_nothing_of_the_cluster() {
-    let s = setup(200_000).await;
+both_ways!(a_second_view_asks_nothing_of_the_cluster);
+async fn a_second_view_asks_nothing_of_the_cluster(reach: Reach) {
+    let s = setup(reach, 200_000).await;
     let none = HeaderMap::new();
     let first = s.cached(&none).await;
     // The watches are open; nothing but them from here on.
@@ -357,9 +386,9 @@ fn user(name: &'static str, group: &'static str) -> HeaderMap {
     headers
 }
 
-#[tokio::test]
-async fn rbac_decides_which_kinds_a_user_sees() {
-    let s = setup(200_000).await;
+both_ways!(rbac_decides_which_kinds_a_user_sees);
+async fn rbac_decides_which_kinds_a_user_sees(reach: Reach) {
+    let s = setup(reach, 200_000).await;
     s.api.insert(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
         "metadata": {"name": "workloads", "namespace": NS},
         "rules": [{"apiGroups": ["", "apps"], "resources": ["pods", "deployments", "replicasets", "events"], "verbs": ["list", "watch"]}]}));
@@ -456,14 +485,24 @@ fn reviews_of(api: &KubeApi, user: &str) -> std::collections::BTreeMap<(String, 
         .collect()
 }
 
+both_ways!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    concurrent_views_of_one_identity_share_their_access_reviews
+);
 /// Many views of one identity that miss the access cache together send one review per kind
 /// and verb, `watch` only where `list` was allowed; once the period is over, the next views
 /// ask again, once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_views_of_one_identity_share_their_access_reviews() {
+async fn concurrent_views_of_one_identity_share_their_access_reviews(reach: Reach) {
     const VIEWS: usize = 40;
     let ttl = Duration::from_secs(3);
-    let s = setup_with(200_000, ttl, HANDOVER).await;
+    let s = setup_with(
+        reach,
+        WatchSettings {
+            access_ttl: ttl,
+            ..settings(200_000)
+        },
+    )
+    .await;
     grant_devs(&s.api);
     // The watches list first (as the agent), so that the views below meet at the reviews.
     s.cached(&HeaderMap::new()).await;
@@ -520,12 +559,12 @@ async fn concurrent_views_of_one_identity_share_their_access_reviews() {
     }
 }
 
+both_ways!(a_failed_access_review_is_not_reused);
 /// A review that gets no decision (the API server fails) is that view's error, and the next
 /// view asks again instead of reusing it.
-#[tokio::test]
-async fn a_failed_access_review_is_not_reused() {
+async fn a_failed_access_review_is_not_reused(reach: Reach) {
     use std::sync::atomic::{AtomicBool, Ordering};
-    let s = setup(200_000).await;
+    let s = setup(reach, 200_000).await;
     grant_devs(&s.api);
     s.cached(&HeaderMap::new()).await;
     let failing = Arc::new(AtomicBool::new(true));
@@ -566,9 +605,9 @@ async fn a_failed_access_review_is_not_reused() {
     );
 }
 
-#[tokio::test]
-async fn past_the_bound_the_namespace_read_least_recently_goes() {
-    let s = setup(1).await;
+both_ways!(past_the_bound_the_namespace_read_least_recently_goes);
+async fn past_the_bound_the_namespace_read_least_recently_goes(reach: Reach) {
+    let s = setup(reach, 1).await;
     let none = HeaderMap::new();
     s.cached(&none).await;
     assert_eq!(s.cache.namespaces(), [NS]);
@@ -663,11 +702,14 @@ fn random_step(s: &Setup, rng: &mut rand::rngs::StdRng, step: usize) -> String {
     }
 }
 
+both_ways!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    any_sequence_of_changes_leaves_the_cache_equal_to_a_fresh_list
+);
 /// After any sequence of creates, updates, deletes, dropped streams and expired versions, the
 /// cached group equals a fresh list. Seeds are fixed so a failure can be replayed;
 /// `WATCH_CACHE_SEED` runs one more.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn any_sequence_of_changes_leaves_the_cache_equal_to_a_fresh_list() {
+async fn any_sequence_of_changes_leaves_the_cache_equal_to_a_fresh_list(reach: Reach) {
     use rand::SeedableRng;
     let mut seeds = vec![1u64, 2, 3];
     if let Some(seed) = std::env::var("WATCH_CACHE_SEED")
@@ -677,7 +719,7 @@ async fn any_sequence_of_changes_leaves_the_cache_equal_to_a_fresh_list() {
         seeds.push(seed);
     }
     for seed in seeds {
-        let s = setup(200_000).await;
+        let s = setup(reach, 200_000).await;
         let none = HeaderMap::new();
         s.converges(&none, &format!("seed {seed}: first view"))
             .await;
@@ -696,28 +738,19 @@ async fn any_sequence_of_changes_leaves_the_cache_equal_to_a_fresh_list() {
     }
 }
 
-#[tokio::test]
-async fn a_kind_installed_later_is_watched_and_idle_namespaces_stop() {
-    let dir = tempfile::tempdir().unwrap();
-    let api = KubeApi::new();
-    environment(&api);
-    let served = api.serve(dir.path()).await;
-    let kubeconfig = kube::config::Kubeconfig::read_from(&served.kubeconfig).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .unwrap();
-    let client = kube::Client::try_from(config.clone()).unwrap();
-    let streams = kube::Client::try_from(config).unwrap();
-    let discovery = DiscoveryCache::new(client.clone(), Duration::from_secs(600));
-    let settings = WatchSettings {
-        idle: Duration::from_millis(300),
-        handover: HANDOVER,
-        max_objects: 200_000,
-        access_ttl: Duration::from_secs(5),
-    };
-    let cache = WatchCache::new(client, streams, settings, Arc::new(Metrics::default()));
+both_ways!(a_kind_installed_later_is_watched_and_idle_namespaces_stop);
+async fn a_kind_installed_later_is_watched_and_idle_namespaces_stop(reach: Reach) {
+    let s = setup_with(
+        reach,
+        WatchSettings {
+            idle: Duration::from_millis(300),
+            ..settings(200_000)
+        },
+    )
+    .await;
+    let (api, cache, discovery) = (&s.api, &s.cache, &s.discovery);
     let (none, selector, opts) = (HeaderMap::new(), label_selector(PROJECT, SLUG), options());
-    let read = || cache.list_resource_group(&discovery, &none, NS, &selector, &opts);
+    let read = || cache.list_resource_group(discovery, &none, NS, &selector, &opts);
     let before = read().await.unwrap();
     assert!(!before
         .selected
@@ -751,10 +784,10 @@ async fn a_kind_installed_later_is_watched_and_idle_namespaces_stop() {
     assert_eq!(cache.objects(), 0);
 }
 
-#[tokio::test]
-async fn a_failing_watch_is_an_error_and_an_out_of_date_warning_until_it_recovers() {
+both_ways!(a_failing_watch_is_an_error_and_an_out_of_date_warning_until_it_recovers);
+async fn a_failing_watch_is_an_error_and_an_out_of_date_warning_until_it_recovers(reach: Reach) {
     use std::sync::atomic::{AtomicBool, Ordering};
-    let s = setup(200_000).await;
+    let s = setup(reach, 200_000).await;
     let none = HeaderMap::new();
     s.converges(&none, "first view").await;
     let failing = Arc::new(AtomicBool::new(true));
@@ -806,9 +839,9 @@ async fn a_failing_watch_is_an_error_and_an_out_of_date_warning_until_it_recover
     );
 }
 
-#[tokio::test]
-async fn a_kind_that_cannot_be_watched_is_listed_fresh_for_every_view() {
-    let s = setup(200_000).await;
+both_ways!(a_kind_that_cannot_be_watched_is_listed_fresh_for_every_view);
+async fn a_kind_that_cannot_be_watched_is_listed_fresh_for_every_view(reach: Reach) {
+    let s = setup(reach, 200_000).await;
     s.api.add_kind_watchable(
         "metrics.example.com",
         "v1",
@@ -858,9 +891,9 @@ async fn a_kind_that_cannot_be_watched_is_listed_fresh_for_every_view() {
     );
 }
 
-#[tokio::test]
-async fn with_no_room_for_objects_the_cache_is_off_and_every_view_lists() {
-    let s = setup(0).await;
+both_ways!(with_no_room_for_objects_the_cache_is_off_and_every_view_lists);
+async fn with_no_room_for_objects_the_cache_is_off_and_every_view_lists(reach: Reach) {
+    let s = setup(reach, 0).await;
     let none = HeaderMap::new();
     assert!(!s.cache.enabled());
     let first = s.cached(&none).await;

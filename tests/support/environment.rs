@@ -6,6 +6,7 @@ use axum::http::Method;
 use serde_json::{json, Value};
 
 use super::kube_api::{KubeApi, Served};
+use super::reach::{Reach, Reached};
 use super::TestApp;
 
 pub const NS: &str = "shop";
@@ -227,13 +228,73 @@ pub async fn gitlab(served: &Served) -> TestApp {
 /// [`gitlab`], with more of the configuration file (`extra`, YAML at the top level). Agents 7
 /// and 8 reach the test cluster (the history tests register 8, `acme/agents:other`).
 pub async fn gitlab_with(served: &Served, extra: &str) -> TestApp {
-    let app = TestApp::with_config(&format!(
-        "kubernetes:\n{}  response_timeout: 3s\n{extra}",
-        served.connections(&["7", "8"])
-    ))
-    .await;
+    gitlab_via(Reach::Kubeconfig, served, extra).await.app
+}
+
+/// [`gitlab_with`], envlens reaching agents 7 and 8 as `reach` says.
+pub async fn gitlab_via(reach: Reach, served: &Served, extra: &str) -> World {
+    let reached = Reached::new(reach, served, &[("7", 7), ("8", 8)], AGENTS_PROJECT).await;
+    let app = TestApp::with_config(&reached.config("  response_timeout: 3s\n", extra)).await;
     seed(&app).await;
-    app
+    reached.access_as_user(7, AGENTS_PROJECT, impersonates(&agent_config("user")));
+    World { app, reached }
+}
+
+/// envlens over the support's GitLab ([`gitlab_via`]), and how it reaches the cluster; it
+/// dereferences to its [`TestApp`].
+pub struct World {
+    pub app: TestApp,
+    pub reached: Reached,
+}
+
+impl std::ops::Deref for World {
+    type Target = TestApp;
+
+    fn deref(&self) -> &TestApp {
+        &self.app
+    }
+}
+
+impl World {
+    /// A new configuration file of `agent`, as GitLab's side learns it: envlens' mirror, and
+    /// KAS' GitLab (whether `access_as` is `user`).
+    pub async fn configure(&self, agent: i64, config: &Value) {
+        self.reached
+            .access_as_user(agent, AGENTS_PROJECT, impersonates(config));
+        configure(&self.app, agent, config).await;
+    }
+
+    /// Whom the cluster sees on envlens' own requests for agent 7 (see
+    /// [`Reached::own_identity`]), its `access_as` as configured now (`user`: `as_user`).
+    pub fn own_identity(&self, as_user: bool) -> Option<String> {
+        self.reached.own_identity(as_user)
+    }
+}
+
+/// acme/agents, the agents' configuration project.
+pub const AGENTS_PROJECT: i64 = 10;
+
+/// Agent 7's configuration: acme/apps deploys through it; developers of acme/apps/web use it,
+/// `access_as` `user` or `agent`.
+pub fn agent_config(access_as: &str) -> Value {
+    json!({"ci_access": {"groups": [{"id": "acme/apps"}]},
+        "user_access": {"access_as": {access_as: {}}, "projects": [{"id": "acme/apps/web"}]}})
+}
+
+fn impersonates(config: &Value) -> bool {
+    config["user_access"]["access_as"].get("user").is_some()
+}
+
+/// `agent`'s configuration file, recorded through `app` as GitLab sends it.
+pub async fn configure(app: &TestApp, agent: i64, config: &Value) {
+    let res = app
+        .internal(
+            Method::POST,
+            "/api/v4/internal/kubernetes/agent_configuration",
+            &json!({"agent_id": agent, "agent_config": config}),
+        )
+        .await;
+    assert_eq!(res.status, 200, "{}", res.text());
 }
 
 /// GitLab's side of [`gitlab`] (identity, agent 7 and its configuration, the deployments),
@@ -255,20 +316,11 @@ pub async fn seed(app: &TestApp) {
         .internal(
             Method::PUT,
             "/api/v4/internal/kubernetes/agents/7",
-            &json!({"project_id": 10, "name": "prod"}),
+            &json!({"project_id": AGENTS_PROJECT, "name": "prod"}),
         )
         .await;
     assert!(res.status.is_success(), "{}", res.text());
-    let config = json!({"ci_access": {"groups": [{"id": "acme/apps"}]},
-        "user_access": {"access_as": {"user": {}}, "projects": [{"id": "acme/apps/web"}]}});
-    let res = app
-        .internal(
-            Method::POST,
-            "/api/v4/internal/kubernetes/agent_configuration",
-            &json!({"agent_id": 7, "agent_config": config}),
-        )
-        .await;
-    assert_eq!(res.status, 200, "{}", res.text());
+    configure(app, 7, &agent_config("user")).await;
     deploy(app, 1, (100, SLUG), "success").await;
     deploy(app, 2, (101, "review"), "success").await;
     deploy(app, 3, (102, "canary"), "failed").await;

@@ -397,10 +397,7 @@ fn impersonate(headers: &mut HeaderMap, agent: i64, authorization: &Value) {
         );
     };
     let Some(user) = authorization["access_as"].get("user") else {
-        add(
-            "impersonate-user",
-            "system:serviceaccount:gitlab-agent:gitlab-agent".into(),
-        );
+        add("impersonate-user", AGENT_SERVICE_ACCOUNT.into());
         add("impersonate-group", "system:serviceaccounts".into());
         add(
             "impersonate-group",
@@ -492,6 +489,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Whom the cluster sees for an agent with `access_as: agent`: its agentk's ServiceAccount.
+pub const AGENT_SERVICE_ACCOUNT: &str = "system:serviceaccount:gitlab-agent:gitlab-agent";
+
 /// The token envlens holds for KAS in [`through_kas`].
 pub const ENVLENS_TOKEN: &str = "glpat-envlens-kas-0123456789";
 /// Its GitLab user, Developer in each agent's `user_access`.
@@ -504,6 +504,8 @@ pub struct ThroughKas {
     pub kas: TestKas,
     /// The `gitlab:` section of envlens' configuration (the token in a file under `dir`).
     pub yaml: String,
+    /// That file: writing another token there rotates it.
+    pub token_file: std::path::PathBuf,
 }
 
 /// [`ThroughKas`]: KAS waits 1 s for a disconnected agent; GitLab's metadata names it (17.6).
@@ -535,5 +537,10 @@ pub async fn through_kas(
         gitlab.url,
         token_file.display()
     );
-    ThroughKas { gitlab, kas, yaml }
+    ThroughKas {
+        gitlab,
+        kas,
+        yaml,
+        token_file,
+    }
 }

@@ -10,6 +10,7 @@ pub mod gitlab_rest;
 pub mod kas;
 pub mod kube_api;
 pub mod postgres;
+pub mod reach;
 
 use std::time::Duration;
 
