@@ -286,6 +286,11 @@ async fn the_job_first_then_the_hook_records_the_agent() {
     let res = from_job(&app, &token, json!({"agent": "acme/agents:prod"})).await;
     assert_eq!(res.status, 202, "{}", res.text());
     assert_eq!(res.json()["deployment_id"], serde_json::Value::Null);
+    // Decided already: the agent, and the namespace of the authorizing entry.
+    assert_eq!(
+        res.json()["agent_deployment"],
+        json!({"agent_id": 7, "kubernetes_namespace": "apps", "flux_resource_path": null})
+    );
     assert_eq!(agent_row(&app, 9002).await, None);
     hook(&app, 9002, 302, (42, "acme/apps/web"), "running").await;
     assert_eq!(agent_row(&app, 9002).await, Some((7, "apps".to_owned())));
@@ -323,6 +328,53 @@ async fn an_unauthorized_project_gets_the_reason_and_no_row() {
         res.text()
     );
     assert_eq!(agent_row(&app, 9003).await, None);
+}
+
+/// A job that may not use the agent is told so at once, before GitLab's hook names its
+/// deployment (the decision needs none), and the hook then records the same refusal.
+#[tokio::test]
+async fn a_refused_job_is_told_before_the_hook() {
+    let gitlab = TestGitLab::start().await;
+    let app = app_beside(&gitlab).await;
+    let mut claims = gitlab.job_claims(AUDIENCE);
+    claims["project_id"] = json!("43");
+    claims["project_path"] = json!("acme/other/api");
+    let token = gitlab.sign(&claims, Signer::Rsa);
+    let res = from_job(&app, &token, json!({"agent": "acme/agents:prod"})).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    let answer = res.json();
+    assert_eq!(answer["deployment_id"], serde_json::Value::Null);
+    assert_eq!(answer["agent_deployment"], serde_json::Value::Null);
+    let reason = answer["reason"].as_str().unwrap().to_owned();
+    assert!(reason.contains("acme/other/api"), "{reason}");
+    assert!(!reason.contains("waiting"), "{reason}");
+    // An agent that does not exist, likewise.
+    let mut other = gitlab.job_claims(AUDIENCE);
+    other["job_id"] = json!("303");
+    let res = from_job(
+        &app,
+        &gitlab.sign(&other, Signer::Rsa),
+        json!({"agent": "acme/agents:nope"}),
+    )
+    .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    assert!(
+        res.json()["reason"]
+            .as_str()
+            .unwrap()
+            .contains("does not exist"),
+        "{}",
+        res.text()
+    );
+    // The hook names the deployment: no row, the same reason kept for the job's retry.
+    hook(&app, 9005, 302, (43, "acme/other/api"), "running").await;
+    assert_eq!(agent_row(&app, 9005).await, None);
+    let res = from_job(&app, &token, json!({"agent": "acme/agents:prod"})).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    assert_eq!(
+        res.json(),
+        json!({"deployment_id": 9005, "agent_deployment": null, "reason": reason})
+    );
 }
 
 #[tokio::test]

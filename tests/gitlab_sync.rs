@@ -570,6 +570,154 @@ async fn the_sync_command_reports_its_pass() {
     assert!(!stderr.contains("glpat-revoked"), "{stderr}");
 }
 
+/// `envlens sync` beside a `serve` whose pass is running: it says so, with the running pass'
+/// step, waits for that pass to end, then runs its own and exits 0. With `--no-wait` it fails
+/// at once, as it did before.
+#[tokio::test]
+async fn the_sync_command_waits_for_a_running_pass() {
+    let gitlab = TestGitLab::start().await;
+    populate(&gitlab);
+    let (database_url, database) = crate::telemetry::database_url().await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("token"), rest::API_TOKEN).unwrap();
+    std::fs::write(
+        dir.path().join("envlens.yaml"),
+        format!(
+            "gitlab:\n  url: {}\n  token_file: {}\n  groups: [acme]\n",
+            gitlab.url,
+            dir.path().join("token").display()
+        ),
+    )
+    .unwrap();
+    let command = |args: &[&str]| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_envlens"));
+        command
+            .args(["sync", "--json", "--config"])
+            .arg(dir.path().join("envlens.yaml"))
+            .args(args)
+            .env("DATABASE_URL", &database_url)
+            .env("ENVLENS_DATA_DIR", dir.path().join("data"));
+        command
+    };
+
+    // `serve`'s pass, held at its first list of group members: the group, its subgroups and
+    // the two pages of projects answered.
+    gitlab.rest.held.store(true, Ordering::SeqCst);
+    for _ in 0..4 {
+        gitlab.rest.fault(Fault::Slow(Duration::ZERO));
+    }
+    gitlab.rest.fault(Fault::Held);
+    let serve = tokio::spawn({
+        let (pool, api) = ((*database).clone(), api(&gitlab));
+        async move {
+            let scope = Scope {
+                groups: vec!["acme".into()],
+                max_projects: 10_000,
+                timeout: Duration::from_secs(120),
+            };
+            pass(&pool, &api, &scope, &Metrics::default(), &mut |_: &str| {}).await
+        }
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let shown: Vec<String> = sqlx::query_scalar(
+            "SELECT application_name FROM pg_stat_activity WHERE application_name LIKE 'envlens sync: %'",
+        )
+        .fetch_all(&*database)
+        .await
+        .unwrap();
+        if shown == ["envlens sync: projects: 132"] {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{shown:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let mut no_wait = command(&["--no-wait"]);
+    let out = tokio::task::spawn_blocking(move || no_wait.output().unwrap())
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "another envlens is running a sync pass on this database: this one is skipped"
+        ),
+        "{stderr}"
+    );
+
+    let mut child = command(&[])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (lines, mut heard) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            let _ = lines.send(line);
+        }
+    });
+    let mut said = Vec::new();
+    let waiting = loop {
+        let line = tokio::time::timeout(Duration::from_secs(60), heard.recv())
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| panic!("no line saying it waits: {said:?}"));
+        said.push(line.clone());
+        if line.contains("waiting for it") {
+            break line;
+        }
+    };
+    assert!(
+        waiting.ends_with(
+            "another envlens is running a sync pass on this database (projects: 132): waiting for it"
+        ),
+        "{waiting}"
+    );
+    // Still waiting while the other pass is held.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(child.try_wait().unwrap().is_none());
+    assert!(
+        gitlab.rest.calls().len() < 10,
+        "only `serve`'s calls so far"
+    );
+
+    gitlab.rest.held.store(false, Ordering::SeqCst);
+    let report = serve.await.unwrap().unwrap();
+    assert_eq!(report.projects, 132);
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
+        .await
+        .unwrap();
+    reader.join().unwrap();
+    while let Ok(line) = heard.try_recv() {
+        said.push(line);
+    }
+    assert!(out.status.success(), "{said:#?}");
+    let ended = said
+        .iter()
+        .position(|l| l.ends_with("the other pass ended: this one starts"))
+        .unwrap_or_else(|| panic!("{said:#?}"));
+    let read = said
+        .iter()
+        .position(|l| l.ends_with("projects read: 132/132"))
+        .unwrap_or_else(|| panic!("{said:#?}"));
+    assert!(ended < read, "{said:#?}");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["projects"], 132);
+    // No session keeps the pass' name once it ended.
+    let shown: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'envlens sync: %'",
+    )
+    .fetch_one(&*database)
+    .await
+    .unwrap();
+    assert_eq!(shown, 0);
+}
+
 /// README "Beside a GitLab as shipped", end to end with nothing but GitLab's features: the
 /// sync brings the identity and the agent, GitLab's success hook (no job call) has envlens look
 /// the environment up, and a user's own GitLab token asks GraphQL for the agent.

@@ -303,6 +303,52 @@ async fn snapshotted_once_and_read_back(api: &KubeApi, app: &TestApp, worker: &W
     }
 }
 
+/// A page of 20 deployments with their snapshots' resources and their changes is within the
+/// complexity limit (each is read from the database, not asked of the cluster); a page of 100
+/// is refused with its figure, as GitLab words it.
+#[tokio::test]
+async fn a_page_of_deployments_with_their_changes_is_within_the_limit() {
+    let (api, served, _dir) = cluster().await;
+    let (app, worker) = gitlab(Reach::Kubeconfig, &served, FAST).await;
+    run_until(&worker, |t| t.0 == 2).await;
+    api.insert(web("web:2", 2));
+    environment::deploy(&app, 4, PRODUCTION, "success").await;
+    run_until(&worker, |t| t.0 == 4).await;
+    let page = |first: u32| {
+        format!(
+            r#"{{ project(fullPath: "acme/apps/web") {{ environment(name: "{SLUG}") {{
+            deployments(first: {first}) {{ nodes {{ iid snapshot {{ resources {{ kind name }} }}
+            changes {{ added {{ kind name }} removed {{ kind name }}
+              modified {{ resource {{ kind name }} patch }} images {{ container before after }} }} }} }} }} }} }}"#
+        )
+    };
+    let body = app.graphql(DEV, &page(20)).await;
+    assert!(body.get("errors").is_none(), "{body}");
+    let nodes = body["data"]["project"]["environment"]["deployments"]["nodes"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let four = nodes
+        .iter()
+        .find(|n| n["iid"] == "4")
+        .expect("deployment 4");
+    assert_eq!(four["snapshot"]["resources"].as_array().unwrap().len(), 3);
+    assert_eq!(
+        four["changes"]["images"],
+        json!([{"container": "app", "before": "web:1", "after": "web:2"}])
+    );
+    let body = app.graphql(DEV, &page(100)).await;
+    assert_eq!(
+        body["errors"][0]["message"],
+        "Query has complexity of 10402, which exceeds max complexity of 5000",
+        "{body}"
+    );
+    assert_eq!(
+        body["errors"][0]["extensions"]["code"],
+        "GRAPHQL_VALIDATION_FAILED"
+    );
+}
+
 both_ways!(a_reader_without_user_access_is_refused);
 async fn a_reader_without_user_access_is_refused(reach: Reach) {
     let (_api, served, _dir) = cluster().await;

@@ -49,7 +49,9 @@ async fn history_command(args: crate::config::HistoryArgs) -> anyhow::Result<()>
     Ok(())
 }
 
-/// `envlens sync`: one pass, its steps on stderr as they go, the report at the end.
+/// `envlens sync`: one pass, its steps on stderr as they go, the report at the end. Beside a
+/// `serve` whose pass is running, it waits for that one (showing its steps), unless
+/// `--no-wait`.
 async fn sync(args: SyncArgs) -> anyhow::Result<()> {
     let settings = Settings::load(&args.config)?;
     let gitlab = settings
@@ -64,8 +66,12 @@ async fn sync(args: SyncArgs) -> anyhow::Result<()> {
         eprintln!("[{:>6.1} s] {step}", started.elapsed().as_secs_f64());
     };
     let scope = crate::ingest::sync::Scope::of(gitlab);
-    let report =
-        crate::ingest::sync::pass(database.pool.pg(), &api, &scope, &metrics, &mut progress).await;
+    let db = database.pool.pg();
+    let report = if args.no_wait {
+        crate::ingest::sync::pass(db, &api, &scope, &metrics, &mut progress).await
+    } else {
+        crate::ingest::sync::pass_after_running(db, &api, &scope, &metrics, &mut progress).await
+    };
     database.close().await;
     let report = report.map_err(|e| anyhow::anyhow!("sync failed, nothing written: {e}"))?;
     if args.json {

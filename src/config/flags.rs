@@ -124,6 +124,10 @@ pub struct SyncArgs {
     /// Print the report as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+    /// When another envlens (a `serve`) is running a pass on the database, fail at once
+    /// (exit 1) instead of waiting for it and then running one.
+    #[arg(long)]
+    pub no_wait: bool,
     #[command(flatten)]
     pub database: DatabaseArgs,
 }

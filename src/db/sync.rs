@@ -149,10 +149,43 @@ pub async fn try_lock_pass(conn: &mut PgConnection) -> Result<bool> {
         .await?)
 }
 
+/// Releases the lock, and the step [`show_step`] showed.
 pub async fn unlock_pass(conn: &mut PgConnection) -> Result<()> {
     sqlx::query("SELECT pg_advisory_unlock($1)")
         .bind(PASS_LOCK)
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query("RESET application_name").execute(conn).await?;
+    Ok(())
+}
+
+/// What the session holding the lock names itself while it runs a pass: [`STEP_PREFIX`] and
+/// the pass' last step. PostgreSQL shows every session's `application_name` in
+/// `pg_stat_activity` (to its administrators too), and keeps its first 63 bytes.
+const STEP_PREFIX: &str = "envlens sync: ";
+
+/// Shows the pass' step (`projects read: 200/1300`) as the lock's session's name, for
+/// another envlens waiting for the pass ([`running_step`]).
+pub async fn show_step(conn: &mut PgConnection, step: &str) -> Result<()> {
+    sqlx::query("SELECT set_config('application_name', $1, false)")
+        .bind(format!("{STEP_PREFIX}{step}"))
         .execute(conn)
         .await?;
     Ok(())
+}
+
+/// The step of the pass that holds the lock on this database, as its session shows it; `None`
+/// when no pass runs, or one that shows none (an envlens before this one).
+pub async fn running_step(conn: &mut PgConnection) -> Result<Option<String>> {
+    let name: Option<String> = sqlx::query_scalar(
+        "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+         WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+           AND l.classid = ($1 >> 32)::oid AND l.objid = ($1 & 4294967295)::oid
+           AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+         LIMIT 1",
+    )
+    .bind(PASS_LOCK)
+    .fetch_optional(conn)
+    .await?;
+    Ok(name.and_then(|n| n.strip_prefix(STEP_PREFIX).map(str::to_owned)))
 }

@@ -66,12 +66,19 @@ static DOCUMENTS: LazyLock<Mutex<LruCache<Box<str>, Arc<Entry>>>> =
 /// What [`prepare`] found out about a request.
 #[derive(Default)]
 pub struct Prepared {
+    /// The request's document: a refusal at a limit measures it again (`limits`).
+    document: Option<Arc<Entry>>,
     /// The document and the request's signature, when a verdict on it can be kept.
     kept: Option<(Arc<Entry>, Signature)>,
     validated: bool,
 }
 
 impl Prepared {
+    /// The request's parsed document.
+    pub fn document(&self) -> Option<&ExecutableDocument> {
+        self.document.as_ref().map(|entry| &entry.doc)
+    }
+
     /// A request of the same signature was answered without error: strict validation would
     /// pass, the fast mode suffices.
     pub fn validated(&self) -> bool {
@@ -113,8 +120,16 @@ pub fn prepare(request: &mut async_graphql::Request) -> Result<Prepared, ServerE
         // Parsed here all the same, for its checks, but not kept.
         let doc = parse(&request.query)?;
         checks(&doc).map_err(bad_input)?;
-        request.set_parsed_query(doc);
-        return Ok(Prepared::default());
+        request.set_parsed_query(doc.clone());
+        return Ok(Prepared {
+            document: Some(Arc::new(Entry {
+                doc,
+                checks: Ok(()),
+                declared: None,
+                validated: Mutex::default(),
+            })),
+            ..Prepared::default()
+        });
     }
     let cached = relock(&DOCUMENTS).get(request.query.as_str()).cloned();
     let entry = match cached {
@@ -146,11 +161,15 @@ pub fn prepare(request: &mut async_graphql::Request) -> Result<Prepared, ServerE
         Some(signature) => {
             let validated = relock(&entry.validated).contains(&signature);
             Prepared {
+                document: Some(entry.clone()),
                 validated,
                 kept: Some((entry, signature)),
             }
         }
-        None => Prepared::default(),
+        None => Prepared {
+            document: Some(entry),
+            ..Prepared::default()
+        },
     })
 }
 

@@ -22,13 +22,19 @@ use crate::history::store;
 use crate::k8s::grants::Grant;
 use crate::resources::listing::ListError;
 
-/// Comparing two snapshots reads up to two groups' worth of entries and the changed manifests:
-/// priced like the live group.
-pub const COST: usize = resource_group::COST;
-
-/// A snapshot's row and job without its resources (a list of deployments' times to healthy);
-/// its `resources` are priced like the live group.
+/// A snapshot's row and job without its resources (a list of deployments' times to healthy).
 pub const ROW_COST: usize = 5;
+
+/// A snapshot's resources: its chunks, read in one statement and decoded in memory, as many
+/// as the group had when it was taken. One read from the database, not a round of requests
+/// to a cluster (`resource_group::COST`): priced as a page of 20 rows, and what each resource
+/// asks for once, as any list without a page size.
+pub const STORED_COST: usize = 20;
+
+/// Comparing two snapshots reads both one's chunks and the manifests of what changed: three
+/// such reads. A page of 20 deployments with their resources and changes stays well within
+/// the limit; a page of 100 does not.
+pub const COST: usize = 3 * STORED_COST;
 
 #[derive(SimpleObject)]
 pub struct ResourceSnapshot {
@@ -43,7 +49,7 @@ pub struct ResourceSnapshot {
     /// Seconds from `takenAt` to a HEALTHY group; null when it did not get there (yet).
     time_to_healthy: Option<f64>,
     /// The resources when settled, else when taken, with their health then; no events.
-    #[graphql(complexity = "COST + child_complexity")]
+    #[graphql(complexity = "STORED_COST + child_complexity")]
     resources: Vec<KubernetesResource>,
     /// The kinds the snapshot could not read when it was taken (the cluster refused the
     /// agent, 403): their resources are not in it, and a change to them is not seen. Then

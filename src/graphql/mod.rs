@@ -8,6 +8,7 @@ pub mod explorer;
 mod history;
 mod history_access;
 mod inputs;
+mod limits;
 mod loaders;
 mod plain;
 mod resource_group;
@@ -15,6 +16,7 @@ mod splice;
 mod subscriptions;
 mod types;
 
+pub use limits::{Figures, MAX_COMPLEXITY, MAX_DEPTH};
 pub use subscriptions::{socket::upgrade as subscribe, Live, Origins, SocketLimits};
 
 use std::sync::Arc;
@@ -44,16 +46,8 @@ use types::Query;
 
 pub type EnvlensSchema = Schema<Query, EmptyMutation, Subscription>;
 
-/// Deep enough for the dashboard queries (project > environments > edges > node >
-/// lastDeployment > agent > project > fullPath is 8), shallow enough to stop abuse.
-const MAX_DEPTH: usize = 12;
-/// Each field costs 1, lists their page size times their children.
-const MAX_COMPLEXITY: usize = 5000;
-
 fn schema(mode: ValidationMode) -> EnvlensSchema {
-    Schema::build(Query, EmptyMutation, Subscription)
-        .limit_depth(MAX_DEPTH)
-        .limit_complexity(MAX_COMPLEXITY)
+    limits::limited(Schema::build(Query, EmptyMutation, Subscription))
         .validation_mode(mode)
         .finish()
 }
@@ -65,6 +59,8 @@ fn schema(mode: ValidationMode) -> EnvlensSchema {
 pub struct Schemas {
     pub(crate) strict: EnvlensSchema,
     fast: EnvlensSchema,
+    /// Measures a request refused at a limit, for GitLab's wording of the refusal.
+    measuring: EnvlensSchema,
     /// The JSON of the watch cache's shared groups as `POST /api/graphql` answered them
     /// (`splice`): a warm view writes its answer without building it again.
     rendered: Arc<splice::Rendered<crate::resources::group::ResourceGroup>>,
@@ -75,6 +71,7 @@ impl Schemas {
         Schemas {
             strict: schema(ValidationMode::Strict),
             fast: schema(ValidationMode::Fast),
+            measuring: limits::measuring(),
             rendered: Arc::default(),
         }
     }
@@ -89,6 +86,20 @@ impl Default for Schemas {
 /// The SDL committed as `schema.graphql`.
 pub fn sdl() -> String {
     schema(ValidationMode::Strict).sdl()
+}
+
+/// What the query `text` costs with `variables`, as `POST /api/graphql` counts it against
+/// [`MAX_COMPLEXITY`] and [`MAX_DEPTH`]; the first error of a text that cannot be measured.
+pub async fn figures(text: &str, variables: serde_json::Value) -> Result<Figures, String> {
+    let doc = async_graphql::parser::parse_query(text).map_err(|e| e.to_string())?;
+    let variables = async_graphql::Variables::from_json(variables);
+    limits::measure(&limits::measuring(), doc, variables, None)
+        .await
+        .map_err(|errors| {
+            errors
+                .first()
+                .map_or_else(|| "not measured".to_owned(), |e| e.message.clone())
+        })
 }
 
 /// What queries run with, taken from the state as one part: the schemas, the connections a
@@ -218,7 +229,13 @@ pub async fn execute(
     } else {
         &schemas.strict
     };
+    let retained = limits::Retained::of(&request);
     let mut response = schema.execute(request).await;
+    if let Some(doc) = prepared.document() {
+        retained
+            .explain(&schemas.measuring, doc, &mut response)
+            .await;
+    }
     for error in &mut response.errors {
         with_code(error);
     }

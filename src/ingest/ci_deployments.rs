@@ -3,7 +3,9 @@
 //! (`{"agent", "namespace"}`, or GitLab 18's `dashboard` shape), joined with GitLab's Deployment
 //! Hook, which names the deployment of that job (`deployable_id`), in whichever order they come.
 //! Both end as the creation call of SPEC 4.3 does: the same `ci_access` decision, the same row,
-//! the same answers, replays included.
+//! the same answers, replays included. Before the hook the job is answered all the same, since
+//! the decision needs no deployment id: 200 with the reason when it may not use the agent, 202
+//! with the agent and namespace when it may (`deployment_id` null until the hook names it).
 
 use axum::extract::State;
 use axum::http::header::AUTHORIZATION;
@@ -12,7 +14,9 @@ use axum::Json as JsonResponse;
 use serde_json::{json, Value};
 use sqlx::PgConnection;
 
-use super::deployments::{claim, record, Answer, KubernetesIn};
+use super::deployments::{
+    agent_deployment, authorize, claim, record, refused, Answer, KubernetesIn, Outcome,
+};
 use crate::db::deployments::{self as db, CiRequest};
 use crate::db::identity;
 use crate::error::{Error, Result};
@@ -81,27 +85,31 @@ pub async fn create(
             )));
         }
     }
+    let job = Job {
+        project_path: &job.project_path,
+        environment: &request.environment,
+        git_ref: &request.git_ref,
+        protected_ref: request.ref_protected,
+    };
     let answer = match kept.deployment_id {
-        Some(deployment_id) => {
-            let job = Job {
-                project_path: &job.project_path,
-                environment: &request.environment,
-                git_ref: &request.git_ref,
-                protected_ref: request.ref_protected,
-            };
-            match claim(&mut tx, deployment_id, Some(&target)).await? {
-                Some(earlier) => earlier,
-                None => record(&mut tx, deployment_id, &job, project_id, Some(&target)).await?,
-            }
-        }
-        None => (
-            StatusCode::ACCEPTED,
-            JsonResponse(json!({
-                "deployment_id": null,
-                "agent_deployment": null,
-                "reason": format!("waiting for GitLab's deployment hook of job {job_id}: the agent is recorded when it names the deployment"),
-            })),
-        ),
+        Some(deployment_id) => match claim(&mut tx, deployment_id, Some(&target)).await? {
+            Some(earlier) => earlier,
+            None => record(&mut tx, deployment_id, &job, project_id, Some(&target)).await?,
+        },
+        // GitLab's hook has not named the deployment yet, but the decision needs none: a
+        // refusal is final at once, an allowed job learns its agent and namespace now. The
+        // hook records the row under the same rules.
+        None => match authorize(&mut tx, &job, project_id, &target).await? {
+            Outcome::Refused(reason) => refused(None, &reason),
+            Outcome::Written(row) => (
+                StatusCode::ACCEPTED,
+                JsonResponse(json!({
+                    "deployment_id": null,
+                    "agent_deployment": agent_deployment(&row),
+                    "reason": format!("waiting for GitLab's deployment hook of job {job_id}: the deployment is recorded with this agent and namespace when it names it"),
+                })),
+            ),
+        },
     };
     tx.commit().await?;
     Ok(answer)

@@ -300,21 +300,22 @@ pub(super) async fn record(
         }
         Outcome::Refused(reason) => {
             db::set_creation_reason(conn, deployment_id, &reason).await?;
-            refused(deployment_id, &reason)
+            refused(Some(deployment_id), &reason)
         }
     })
 }
 
 /// Whether the job may deploy through the agent.
-enum Outcome {
+pub(super) enum Outcome {
     /// The `agent_deployments` row to write.
     Written(AgentDeployment),
     /// Why not, in words for the person reading the CI job.
     Refused(String),
 }
 
-/// The agent, namespace and Flux resource path the job may deploy to, or why not.
-async fn authorize(
+/// The agent, namespace and Flux resource path the job may deploy to, or why not. Needs no
+/// deployment: a job's own call (SPEC 12.2) is answered before GitLab's hook names it.
+pub(super) async fn authorize(
     conn: &mut PgConnection,
     job: &Job<'_>,
     project_id: i64,
@@ -374,7 +375,10 @@ async fn replay(
     }
     Ok(match db::agent_deployment(conn, deployment_id).await? {
         Some(row) => written(deployment_id, &row),
-        None => refused(deployment_id, earlier.reason.as_deref().unwrap_or_default()),
+        None => refused(
+            Some(deployment_id),
+            earlier.reason.as_deref().unwrap_or_default(),
+        ),
     })
 }
 
@@ -413,16 +417,26 @@ fn written(deployment_id: i64, row: &AgentDeployment) -> (StatusCode, JsonRespon
         StatusCode::CREATED,
         JsonResponse(json!({
             "deployment_id": deployment_id,
-            "agent_deployment": {
-                "agent_id": row.agent_id,
-                "kubernetes_namespace": row.kubernetes_namespace,
-                "flux_resource_path": row.flux_resource_path,
-            },
+            "agent_deployment": agent_deployment(row),
         })),
     )
 }
 
-fn refused(deployment_id: i64, reason: &str) -> (StatusCode, JsonResponse<Value>) {
+/// The `agent_deployment` of an answer.
+pub(super) fn agent_deployment(row: &AgentDeployment) -> Value {
+    json!({
+        "agent_id": row.agent_id,
+        "kubernetes_namespace": row.kubernetes_namespace,
+        "flux_resource_path": row.flux_resource_path,
+    })
+}
+
+/// The answer without a row: `deployment_id` is null for a job's call that came before
+/// GitLab's hook (SPEC 12.2).
+pub(super) fn refused(
+    deployment_id: Option<i64>,
+    reason: &str,
+) -> (StatusCode, JsonResponse<Value>) {
     (
         StatusCode::OK,
         JsonResponse(

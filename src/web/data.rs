@@ -450,3 +450,39 @@ pub struct Edge {
     #[serde(rename = "type")]
     pub kind: String,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::web::pages::{ENVIRONMENTS_UPDATED, RESOURCE_GROUP_UPDATED};
+
+    /// Every document the pages send, subscriptions included, is within the depth and
+    /// complexity limits of `POST /api/graphql`; the figures print with `--nocapture`.
+    #[tokio::test]
+    async fn the_pages_queries_are_within_the_limits() {
+        let mut largest = (0, "");
+        for (name, text) in [
+            ("GROUP_ENVIRONMENTS", GROUP_ENVIRONMENTS),
+            ("HEALTH", HEALTH),
+            ("ENVIRONMENT", ENVIRONMENT),
+            ("RESOURCE", RESOURCE),
+            ("DEPLOYMENT", DEPLOYMENT),
+            ("ENVIRONMENTS_UPDATED", ENVIRONMENTS_UPDATED),
+            ("RESOURCE_GROUP_UPDATED", RESOURCE_GROUP_UPDATED),
+        ] {
+            let figures = crate::graphql::figures(text, serde_json::json!({}))
+                .await
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            eprintln!(
+                "{name}: complexity {} of {}, depth {} of {}",
+                figures.complexity,
+                crate::graphql::MAX_COMPLEXITY,
+                figures.depth,
+                crate::graphql::MAX_DEPTH
+            );
+            assert_eq!(figures.refusal(), None, "{name}: {figures:?}");
+            largest = largest.max((figures.complexity, name));
+        }
+        eprintln!("largest: {} at {}", largest.1, largest.0);
+    }
+}

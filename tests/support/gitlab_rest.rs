@@ -44,9 +44,13 @@ pub struct Data {
 /// A fault to answer the next REST call with.
 #[derive(Debug, Clone, Copy)]
 pub enum Fault {
-    TooManyRequests { retry_after: u64 },
+    TooManyRequests {
+        retry_after: u64,
+    },
     ServerError,
     Slow(Duration),
+    /// Answered once [`Rest::held`] is unset: a call as slow as the test wants.
+    Held,
 }
 
 #[derive(Clone, Default)]
@@ -57,6 +61,8 @@ pub struct Rest {
     pub faults: Arc<Mutex<VecDeque<Fault>>>,
     /// Every REST call answers 500 while set (GitLab down).
     pub down: Arc<AtomicBool>,
+    /// A call given [`Fault::Held`] waits while set.
+    pub held: Arc<AtomicBool>,
 }
 
 impl Rest {
@@ -305,6 +311,11 @@ pub async fn handle(
                 .into_response();
         }
         Some(Fault::Slow(d)) => tokio::time::sleep(d).await,
+        Some(Fault::Held) => {
+            while rest.held.load(Ordering::SeqCst) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
         None => {}
     }
     if rest.down.load(Ordering::SeqCst) {

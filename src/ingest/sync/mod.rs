@@ -45,6 +45,8 @@ pub enum Failed {
     Setup(String),
     #[error("another envlens is running a sync pass on this database: this one is skipped")]
     Busy,
+    #[error("another envlens' sync pass on this database still runs after {0:?} (gitlab.sync_timeout): this one is skipped")]
+    StillBusy(Duration),
 }
 
 /// What to read, and its bounds.
@@ -117,8 +119,66 @@ struct ProjectRead {
     environments: Vec<rest::Environment>,
 }
 
-/// One pass. `progress` hears of each step (for `envlens sync`'s display).
+/// One pass, or [`Failed::Busy`] when another envlens runs one on the same database: `serve`'s
+/// passes, which come again. `progress` hears of each step (for `envlens sync`'s display).
 pub async fn pass(
+    db: &PgPool,
+    api: &GitLab,
+    scope: &Scope,
+    metrics: &Metrics,
+    progress: &mut (dyn FnMut(&str) + Send),
+) -> Result<Report, Failed> {
+    // One pass at a time across the replicas of a database: the others skip theirs.
+    let mut lock = db.acquire().await.map_err(Error::from)?;
+    if !db::try_lock_pass(&mut lock).await? {
+        return Err(Failed::Busy);
+    }
+    locked(lock, db, api, scope, metrics, progress).await
+}
+
+/// How often a waiting pass looks at the running one.
+const WAIT_POLL: Duration = Duration::from_millis(500);
+
+/// One pass after the one another envlens is running, if any (`envlens sync` beside `serve`:
+/// whoever runs it wants the mirror as GitLab is now). While it waits, `progress` hears so,
+/// then each step of the running pass; it waits at most `scope.timeout`, the bound of a pass.
+pub async fn pass_after_running(
+    db: &PgPool,
+    api: &GitLab,
+    scope: &Scope,
+    metrics: &Metrics,
+    progress: &mut (dyn FnMut(&str) + Send),
+) -> Result<Report, Failed> {
+    let mut lock = db.acquire().await.map_err(Error::from)?;
+    let until = Instant::now() + scope.timeout;
+    let mut heard: Option<Option<String>> = None;
+    while !db::try_lock_pass(&mut lock).await? {
+        let step = db::running_step(&mut lock).await?;
+        if heard.as_ref() != Some(&step) {
+            let doing = step.as_deref().map_or(String::new(), |s| format!(" ({s})"));
+            progress(&match heard {
+                None => format!(
+                    "another envlens is running a sync pass on this database{doing}: waiting for it"
+                ),
+                Some(_) => format!("the other pass{doing}"),
+            });
+            heard = Some(step);
+        }
+        if Instant::now() >= until {
+            return Err(Failed::StillBusy(scope.timeout));
+        }
+        tokio::time::sleep(WAIT_POLL).await;
+    }
+    if heard.is_some() {
+        progress("the other pass ended: this one starts");
+    }
+    locked(lock, db, api, scope, metrics, progress).await
+}
+
+/// A pass under the lock held on `lock`'s session, which shows the pass' steps to envlenses
+/// waiting for it ([`db::show_step`]), and is released at the end.
+async fn locked(
+    mut lock: sqlx::pool::PoolConnection<sqlx::Postgres>,
     db: &PgPool,
     api: &GitLab,
     scope: &Scope,
@@ -127,12 +187,29 @@ pub async fn pass(
 ) -> Result<Report, Failed> {
     let started = Instant::now();
     let requests_before = api.requests_sent();
-    // One pass at a time across the replicas of a database: the others skip theirs.
-    let mut lock = db.acquire().await.map_err(Error::from)?;
-    if !db::try_lock_pass(&mut lock).await? {
-        return Err(Failed::Busy);
-    }
-    let outcome = tokio::time::timeout(scope.timeout, run(db, api, scope, progress)).await;
+    let (step, mut steps) = tokio::sync::watch::channel(String::from("starting"));
+    let mut relay = |s: &str| {
+        progress(s);
+        step.send_replace(s.to_owned());
+    };
+    let work = tokio::time::timeout(scope.timeout, run(db, api, scope, &mut relay));
+    // The latest step, shown while the pass runs; a step missed in between is no loss.
+    let show = async {
+        loop {
+            let now = steps.borrow_and_update().clone();
+            if let Err(e) = db::show_step(&mut lock, &now).await {
+                tracing::debug!(error = %e, "cannot show the sync pass' step");
+            }
+            tokio::time::sleep(WAIT_POLL / 2).await;
+            if steps.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    let outcome = tokio::select! {
+        outcome = work => outcome,
+        _ = show => unreachable!("the steps are shown until the pass ends"),
+    };
     if let Err(e) = db::unlock_pass(&mut lock).await {
         // The lock goes with the session: close it rather than return it to the pool.
         tracing::warn!(error = %e, "cannot release the sync lock; closing its connection");
