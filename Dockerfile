@@ -8,7 +8,14 @@ COPY Cargo.toml Cargo.lock ./
 COPY benches benches
 COPY src src
 COPY migrations migrations
-RUN cargo build --release --locked --bin envlens
+COPY deploy/split-debug deploy/split-debug
+# Shipped stripped (about 32 MB rather than 188): the line tables go to envlens.debug, which
+# `docker build --target debug --output type=local,dest=. .` writes out for crash reports.
+RUN cargo build --release --locked --bin envlens \
+    && deploy/split-debug target/release/envlens
+
+FROM scratch AS debug
+COPY --from=build /src/target/release/envlens.debug /envlens.debug
 
 FROM debian:bookworm-slim
 # A fixed numeric uid and gid (10001, the chart's runAsUser and runAsGroup), so that

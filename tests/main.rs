@@ -27,6 +27,7 @@ mod health_conformance;
 mod health_lua;
 mod history;
 mod identity;
+mod image;
 mod kas;
 mod kas_user;
 mod kube_api;
