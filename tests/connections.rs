@@ -219,3 +219,134 @@ async fn at_the_cap_the_probes_still_answer() {
     assert_eq!(server.metric("envlens_http_connections_open").await, 1);
     server.stop().await;
 }
+
+/// The real process under a low open-files limit (400, soft and hard, as `ulimit -n` sets
+/// it in a container): the connection cap is derived from it and said at start-up, and with
+/// more connections held than the process could ever open, the probes still answer.
+#[tokio::test]
+async fn under_a_low_open_files_limit_the_probes_still_answer() {
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::process::CommandExt;
+    use std::process::{Command, Stdio};
+
+    let dir = tempfile::tempdir().unwrap();
+    let (database_url, _database) = crate::telemetry::database_url().await;
+    let mut command = Command::new(env!("CARGO_BIN_EXE_envlens"));
+    command
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--database-url",
+            &database_url,
+        ])
+        .arg("--data-dir")
+        .arg(dir.path())
+        .env("ENVLENS_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // SAFETY: setrlimit only reads the struct passed; nothing else runs between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: 400,
+                rlim_max: 400,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = command.spawn().expect("envlens serve");
+    let stderr = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let lines = stderr.clone();
+    let pipe = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+            lines.lock().unwrap().push(line);
+        }
+    });
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let addr: SocketAddr = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        while stdout.read_line(&mut line).unwrap() > 0 {
+            if let Some(at) = line.find("listening on http://") {
+                let host = line[at + 20..].split([';', '/']).next().unwrap().to_owned();
+                std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
+                return host.parse().unwrap();
+            }
+            line.clear();
+        }
+        panic!("serve exited before listening");
+    })
+    .await
+    .unwrap();
+    // 400 less the 256 kept for the database, the clusters and files: 144, of which 18 (an
+    // eighth) are the reserve.
+    // (The log's lines are written in batches, by a thread of their own.)
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let caps = loop {
+        let found = stderr
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|l| l.contains("connection caps"))
+            .cloned();
+        match found {
+            Some(line) => break line,
+            None if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await
+            }
+            None => panic!("no caps said: {:#?}", stderr.lock().unwrap()),
+        }
+    };
+    assert!(caps.contains("max_connections=126"), "{caps}");
+    assert!(caps.contains("reserved_connections=18"), "{caps}");
+    assert!(
+        caps.contains("open_files=\"400\"") || caps.contains("open_files=400"),
+        "{caps}"
+    );
+
+    // 450 keep-alive clients, each with a request answered and the connection then held.
+    let mut held = Vec::new();
+    for _ in 0..450 {
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        client
+            .write_all(b"GET /-/liveness HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        held.push(client);
+    }
+    // Probed as the kubelet probes: a connection of its own each time, and three answers in a
+    // row wanted (while the server still works through the clients' backlog, a probe may find
+    // the reserve taken, and is closed at once: a failed probe, not a hung one).
+    let probe = || async {
+        let mut probe = TcpStream::connect(addr).await.ok()?;
+        probe
+            .write_all(b"GET /-/liveness HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .ok()?;
+        let mut answer = Vec::new();
+        tokio::time::timeout(Duration::from_secs(5), probe.read_to_end(&mut answer))
+            .await
+            .ok()?
+            .ok()?;
+        answer.starts_with(b"HTTP/1.1 200").then_some(())
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut in_a_row = 0;
+    while in_a_row < 3 {
+        assert!(Instant::now() < deadline, "the probes got no answer");
+        match probe().await {
+            Some(()) => in_a_row += 1,
+            None => {
+                in_a_row = 0;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+    drop(held);
+    let _ = child.kill();
+    let _ = child.wait();
+}

@@ -54,7 +54,15 @@ pub async fn serve(
     metrics: Arc<Metrics>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
-    let (max, reserved) = effective_caps(&limits, raise_open_files_limit());
+    let open_files = raise_open_files_limit();
+    let (max, reserved) = effective_caps(&limits, open_files);
+    tracing::info!(
+        max_connections = max,
+        reserved_connections = reserved,
+        open_files = open_files.map_or_else(|| "unlimited".to_owned(), |n| n.to_string()),
+        kept_for_other_files = OTHER_DESCRIPTORS,
+        "connection caps"
+    );
     let served = Arc::new(Semaphore::new(max));
     let reserve = Arc::new(Semaphore::new(reserved));
     let (close_tx, close_rx) = watch::channel(false);

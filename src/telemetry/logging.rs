@@ -96,7 +96,11 @@ where
     S: Subscriber + for<'a> LookupSpan<'a>,
 {
     match format {
-        LogFormat::Text => tracing_subscriber::fmt::layer().with_writer(writer).boxed(),
+        // Colours only for a person at a terminal: not into a file, a pipe or a collector.
+        LogFormat::Text => tracing_subscriber::fmt::layer()
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .with_writer(writer)
+            .boxed(),
         LogFormat::Json => JsonLayer::new(writer).boxed(),
     }
 }
