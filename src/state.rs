@@ -123,8 +123,17 @@ impl AppState {
         self
     }
 
-    /// With the user's health scripts.
+    /// With the user's health scripts; `envlens_health_scripts_not_compiled` counts those that
+    /// do not compile (each logged when loaded), whose kinds are `Unknown`. After
+    /// [`AppState::with_clusters`], whose metrics become the state's.
     pub fn with_health(mut self, health: Customizations) -> Self {
+        let not_compiled = health.not_compiled().count() as u64;
+        self.metrics.register(
+            "envlens_health_scripts_not_compiled",
+            "Health scripts that do not compile: the resources of their kinds are Unknown",
+            crate::telemetry::MetricKind::Gauge,
+            move || not_compiled,
+        );
         self.health = Arc::new(health);
         self
     }

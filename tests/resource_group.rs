@@ -627,22 +627,41 @@ async fn health_scripts_judge_the_resource_group(reach: Reach) {
     assert_eq!(health("Service", "web")["status"], "HEALTHY");
 }
 
-/// A health script that does not compile stops envlens at start-up, naming it.
-#[test]
-fn a_bad_health_script_is_refused_at_start_up() {
-    let settings = envlens::config::file::Settings::parse(
-        "health:\n  scripts:\n    example.com_Widget: 'return {'\n",
-    )
-    .unwrap();
-    let err = envlens::resources::health::Customizations::load(None, &settings.health.scripts)
-        .err()
-        .expect("refused");
+/// A health script that does not compile costs only its own kind: envlens starts, that kind
+/// is Unknown with the reason, the other scripts and rules judge theirs, and `/metrics` counts
+/// it.
+#[tokio::test]
+async fn a_health_script_that_does_not_compile_costs_only_its_kind() {
+    let (api, served, _dir) = cluster().await;
+    environment::widgets(&api);
+    let folder = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/lua");
+    let config =
+        format!("health:\n  customizations: {folder}\n  scripts:\n    ConfigMap: 'return {{'\n");
+    let app = environment::gitlab_with(&served, &config).await;
+    let body = resource_group(&app, DEV, SLUG).await;
+    let group = group_of(&body);
+    let health = |kind: &str, name: &str| resource(group, kind, name)["health"].clone();
+    let config_map = health("ConfigMap", "web-config");
+    assert_eq!(config_map["status"], "UNKNOWN", "{config_map}");
+    let message = config_map["message"].as_str().unwrap();
     assert!(
-        err.to_string()
-            .starts_with("health.scripts.example.com_Widget:1:"),
-        "{err}"
+        message.starts_with("does not compile: health.scripts.ConfigMap:1:"),
+        "{message}"
     );
-    // Unknown keys are still refused.
+    assert_eq!(
+        health("Widget", "banner"),
+        json!({"status": "PROGRESSING", "message": "0% ready"})
+    );
+    assert_eq!(health("Service", "web")["status"], "HEALTHY");
+    let metrics = app
+        .send(Request::get("/metrics").body(Body::empty()).unwrap())
+        .await
+        .text();
+    assert!(
+        metrics.contains("\nenvlens_health_scripts_not_compiled 1\n"),
+        "{metrics}"
+    );
+    // Unknown keys of the configuration are still refused.
     let err = envlens::config::file::Settings::parse("health:\n  script: {}\n").unwrap_err();
     assert!(format!("{err:#}").contains("script"), "{err:#}");
 }

@@ -159,7 +159,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             clusters = clusters.with_kas(kas);
         }
     }
-    // A script that does not compile stops envlens here, naming it.
+    // A script that does not compile is logged here, naming it; only its kind is Unknown.
     let health = Customizations::load(
         settings.health.customizations.as_deref(),
         &settings.health.scripts,

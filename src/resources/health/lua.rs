@@ -2,9 +2,12 @@
 //!
 //! As Argo CD: a script sees the whole object as the global `obj` (JSON turned into Lua tables:
 //! arrays from 1, `null` is `nil`) and returns `{status = ..., message = ...}`; `nil` or an
-//! empty table means no health. Argo CD runs them in gopher-lua (Lua 5.1); here the reference
-//! Lua 5.1, with only the base, `string`, `table` and `math` libraries, and none of the base
-//! functions that load code or reach outside (`dofile`, `load`, `require`, ...).
+//! empty table means no health. Argo CD runs them in gopher-lua: Lua 5.1 with `goto`, which
+//! Argo CD's own scripts use. Here LuaJIT, which is that too (Lua 5.4 would not do: its
+//! integers print `4/2` as `2.0`, and it has no `unpack`), with its compiler off so that the
+//! instruction bound counts every instruction; with only the base, `string`, `table` and `math`
+//! libraries, and none of the base functions that load code or reach outside (`dofile`,
+//! `load`, `require`, ...).
 //!
 //! Which script applies, in Argo CD's order: an inline script (`health.scripts`, keyed as in
 //! `argocd-cm`: `<group>_<Kind>`, `<Kind>` for the core group, `*` and `?` as wildcards, `all`
@@ -13,10 +16,13 @@
 //! group, and a `_` in a folder name standing for any text but `/`), each exact key before
 //! patterns. A script replaces the built-in rule of its kind.
 //!
-//! Scripts are compiled when envlens starts (a bad one stops it, naming the script), into each
-//! interpreter of a small pool: an interpreter runs one object at a time, and the resource group
-//! reads its objects on two threads. A script that fails, returns something else than a health
-//! or runs past its bounds (instructions, memory) gives that object `Unknown` with the reason.
+//! Scripts are compiled when envlens starts, into each interpreter of a small pool: an
+//! interpreter runs one object at a time, and the resource group reads its objects on two
+//! threads. One that does not compile is logged, counted ([`Customizations::not_compiled`]) and
+//! gives the objects of its kind `Unknown` with the reason: it costs only its kind, never the
+//! folder, since a folder such as Argo CD's holds scripts written for another Lua than ours. A
+//! script that fails, returns something else than a health or runs past its bounds
+//! (instructions, memory) gives that object `Unknown` with the reason.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -48,6 +54,8 @@ const REMOVED: &[&str] = &[
     "newproxy",
     "getfenv",
     "setfenv",
+    // LuaJIT's switches of its compiler, turned off below.
+    "jit",
 ];
 /// Argo CD's answer to a status that is not one of its six.
 const INVALID: &str = "Lua returned an invalid health status";
@@ -56,6 +64,8 @@ const INVALID: &str = "Lua returned an invalid health status";
 struct Script {
     name: String,
     source: String,
+    /// Why it does not compile, as its kind's health says.
+    error: Option<String>,
 }
 
 /// Scripts by kind: exact keys, then patterns in order.
@@ -140,6 +150,7 @@ impl Customizations {
             custom.scripts.push(Script {
                 name: format!("health.scripts.{}", key.replacen('/', "_", 1)),
                 source: source.clone(),
+                error: None,
             });
         }
         if let Some(folder) = folder {
@@ -157,14 +168,32 @@ impl Customizations {
                 custom.scripts.push(Script {
                     name: format!("{key}/health.lua"),
                     source,
+                    error: None,
                 });
             }
         }
         if !custom.scripts.is_empty() {
-            let interpreter = Interpreter::new(&custom.scripts)?;
+            let (interpreter, errors) = Interpreter::new(&custom.scripts)?;
+            for (script, error) in custom.scripts.iter_mut().zip(errors) {
+                if let Some(error) = &error {
+                    tracing::warn!(
+                        script = %script.name,
+                        %error,
+                        "health script does not compile: its kind's health is Unknown"
+                    );
+                }
+                script.error = error.map(|e| format!("does not compile: {e}"));
+            }
             custom.idle.lock().expect("pool").push(interpreter);
         }
         Ok(custom)
+    }
+
+    /// The scripts that do not compile: (name, why).
+    pub fn not_compiled(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.scripts
+            .iter()
+            .filter_map(|s| Some((s.name.as_str(), s.error.as_deref()?)))
     }
 
     pub fn is_empty(&self) -> bool {
@@ -174,6 +203,19 @@ impl Customizations {
     /// How many scripts there are.
     pub fn len(&self) -> usize {
         self.scripts.len()
+    }
+
+    /// What the script for `object`'s kind says of it, as Argo CD's `ExecuteHealthLua` gives it
+    /// (and its `TestLuaHealthScript` checks it): the script alone, without the deletion rule
+    /// that [`super::health_with`] applies first, as Argo CD's controller does. None when no
+    /// script applies to the kind.
+    pub fn script_health(&self, object: &Value) -> Option<Option<Health>> {
+        let text = |field: &str| object.get(field).and_then(Value::as_str).unwrap_or("");
+        let group = text("apiVersion")
+            .split_once('/')
+            .map_or("", |(group, _)| group);
+        let script = self.script_for(group, text("kind"))?;
+        Some(self.run(script, object))
     }
 
     /// The script for a kind, if any.
@@ -186,11 +228,14 @@ impl Customizations {
 
     /// Runs a script over the whole object: None when it says nothing (`nil`, `{}`).
     pub(super) fn run(&self, script: usize, object: &Value) -> Option<Health> {
+        if let Some(error) = &self.scripts[script].error {
+            return Some(Health::new(HealthStatus::Unknown, error.as_str()));
+        }
         let idle = self.idle.lock().expect("pool").pop();
         let interpreter = match idle {
             Some(interpreter) => interpreter,
             None => match Interpreter::new(&self.scripts) {
-                Ok(interpreter) => interpreter,
+                Ok((interpreter, _)) => interpreter,
                 Err(e) => return Some(Health::new(HealthStatus::Unknown, format!("{e:#}"))),
             },
         };
@@ -243,7 +288,8 @@ fn find_scripts(
 /// One Lua state with every script compiled, used by one object at a time.
 struct Interpreter {
     lua: Lua,
-    scripts: Vec<Function>,
+    /// None for a script that does not compile.
+    scripts: Vec<Option<Function>>,
     /// `{__index = the sandbox's globals}`: each run gets fresh globals of its own, as a fresh
     /// gopher-lua state gives each of Argo CD's runs.
     globals: Table,
@@ -251,11 +297,16 @@ struct Interpreter {
 }
 
 impl Interpreter {
-    fn new(scripts: &[Script]) -> anyhow::Result<Self> {
-        let libs = StdLib::TABLE | StdLib::STRING | StdLib::MATH;
+    /// The interpreter, and why each script does not compile (None: it does).
+    fn new(scripts: &[Script]) -> anyhow::Result<(Self, Vec<Option<String>>)> {
+        let libs = StdLib::TABLE | StdLib::STRING | StdLib::MATH | StdLib::JIT;
         let lua = Lua::new_with(libs, LuaOptions::default())?;
         lua.set_memory_limit(MEMORY)?;
         let globals = lua.globals();
+        // LuaJIT calls the count hook from its interpreter only: compiled code (a hot loop)
+        // would run past the instruction bound. Off for the whole state; scripts are short,
+        // and the interpreter alone is faster than Lua 5.1's.
+        lua.load("jit.off()").exec()?;
         for name in REMOVED {
             globals.raw_set(*name, mlua::Value::Nil)?;
         }
@@ -275,23 +326,25 @@ impl Interpreter {
                 Ok(VmState::Continue)
             },
         )?;
-        let compiled = scripts
+        let (compiled, errors) = scripts
             .iter()
             .map(|s| {
                 let chunk = lua.load(s.source.as_str()).set_name(format!("={}", s.name));
-                chunk
-                    .into_function()
-                    .map_err(|e| anyhow::anyhow!("{}", error_text(&e)))
+                match chunk.into_function() {
+                    Ok(function) => (Some(function), None),
+                    Err(e) => (None, Some(error_text(&e))),
+                }
             })
-            .collect::<anyhow::Result<_>>()?;
+            .unzip();
         let meta = lua.create_table()?;
         meta.raw_set("__index", globals)?;
-        Ok(Interpreter {
+        let interpreter = Interpreter {
             lua,
             scripts: compiled,
             globals: meta,
             steps,
-        })
+        };
+        Ok((interpreter, errors))
     }
 
     fn run(&self, script: usize, object: &Value) -> Option<Health> {
@@ -300,7 +353,10 @@ impl Interpreter {
             let env = self.lua.create_table()?;
             env.set_metatable(Some(self.globals.clone()))?;
             env.raw_set("obj", to_lua(&self.lua, object)?)?;
-            let function = &self.scripts[script];
+            let Some(function) = &self.scripts[script] else {
+                // Customizations::run answers for a script that does not compile.
+                return Ok(mlua::Value::Nil);
+            };
             function.set_environment(env)?;
             // Argo CD reads the value on top of the stack: the last one returned.
             let values = function.call::<MultiValue>(())?;
@@ -309,7 +365,7 @@ impl Interpreter {
         match returned {
             Ok(value) => verdict(&value),
             Err(e) => {
-                // Lua 5.1 does not collect when an allocation fails: what the script left is
+                // Lua 5.1 (LuaJIT too) does not collect when an allocation fails: what the script left is
                 // freed now, so that the next object has the memory back.
                 let _ = self.lua.gc_collect();
                 Some(Health::new(HealthStatus::Unknown, error_text(&e)))
@@ -513,6 +569,9 @@ mod tests {
             "debug",
             "package",
             "setfenv",
+            "jit",
+            "ffi",
+            "bit",
         ] {
             let script = format!("return {{status = 'Healthy', message = type({name})}}");
             let custom = inline(&[("example.com_Widget", &script)]);
@@ -615,13 +674,61 @@ mod tests {
     }
 
     #[test]
-    fn a_script_that_does_not_compile_is_named() {
-        let scripts = [("example.com_Widget".to_string(), "return {".to_string())].into();
-        let err = Customizations::load(None, &scripts).err().expect("refused");
+    fn a_script_that_does_not_compile_costs_only_its_kind() {
+        let custom = inline(&[
+            ("example.com_Widget", "return {"),
+            ("example.com_Gizmo", "return {status = 'Healthy'}"),
+        ]);
+        let reason = unknown(&custom, &widget(json!({})));
         assert!(
-            err.to_string()
-                .starts_with("health.scripts.example.com_Widget:1:"),
-            "{err:#}"
+            reason.starts_with("does not compile: health.scripts.example.com_Widget:1:"),
+            "{reason}"
+        );
+        let mut gizmo = widget(json!({}));
+        gizmo["kind"] = json!("Gizmo");
+        assert_eq!(judge(&custom, &gizmo), Some(Health::new(Healthy, "")));
+    }
+
+    /// Argo CD's 3scale and Gateway API scripts skip conditions with `goto continue`: Lua 5.2
+    /// syntax that gopher-lua, and LuaJIT, take.
+    #[test]
+    fn a_script_with_goto_runs() {
+        let custom = inline(&[(
+            "example.com_Widget",
+            r#"local n = 0
+               for _, c in ipairs(obj.status.conditions) do
+                 if c.status ~= "True" then goto continue end
+                 n = n + 1
+                 ::continue::
+               end
+               return {status = "Healthy", message = n .. " of " .. #obj.status.conditions}"#,
+        )]);
+        let object = widget(json!({"conditions": [{"status": "True"}, {"status": "False"}]}));
+        assert_eq!(
+            judge(&custom, &object),
+            Some(Health::new(Healthy, "1 of 2"))
+        );
+    }
+
+    /// A loop hot enough for a JIT compiler to take it is still counted, and stopped: with
+    /// LuaJIT's compiler on, compiled code would never call the instruction hook. On a thread
+    /// of its own, so that a bound that does not hold fails the test instead of hanging it.
+    #[test]
+    fn a_hot_loop_is_stopped_by_the_instruction_bound() {
+        let custom = inline(&[(
+            "example.com_Widget",
+            "local t, s = {}, 0 for i = 1, 1e12 do t[i % 64] = i s = s + i % 7 end return {status = 'Healthy'}",
+        )]);
+        let (sent, got) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = sent.send(unknown(&custom, &widget(json!({}))));
+        });
+        let reason = got
+            .recv_timeout(std::time::Duration::from_secs(120))
+            .expect("the bound stops the loop");
+        assert_eq!(
+            reason,
+            "the script ran past its bound of 10000000 instructions"
         );
     }
 }
