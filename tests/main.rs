@@ -4,6 +4,7 @@
 mod agents;
 mod auth;
 mod bad_input;
+mod causes;
 mod chart;
 mod ci_deployments;
 mod cluster_client;
