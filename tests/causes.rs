@@ -218,3 +218,116 @@ async fn a_healthy_environment_has_no_causes() {
     let group = group(&app, DEV, "health causes { root }").await;
     assert_eq!(group, json!({"health": "HEALTHY", "causes": []}));
 }
+
+/// The demo's broken rollout (payments' staging API, behind its Service, on an image tag never
+/// pushed) in Chromium,
+/// at a phone's width and a desktop's: the environment page leads with the cause's sentence and
+/// marks the resources on its path in the tree and the graph; the deployment that did not
+/// become healthy names it on its page, an older one does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pages_lead_with_the_cause_and_mark_its_path_in_chromium() {
+    use crate::dashboard::{check, check_contrast, shots};
+    use crate::support::browser::Browser;
+    use crate::support::demo::Demo;
+    use std::time::Duration;
+
+    let Some(browser) = Browser::launch().await else {
+        return;
+    };
+    let demo = Demo::start().await;
+    let page = browser.page().await;
+    page.screen(1440, false).await;
+    demo.sign_in(&page).await;
+    let environment = format!(
+        "{}/environments?project=acme/platform/payments&name=staging",
+        demo.url
+    );
+    let sentence = "document.getElementById('cause-sentence') ? document.getElementById('cause-sentence').innerText : ''";
+    for width in [390, 1440] {
+        page.screen(width, false).await;
+        page.goto(&environment).await;
+        let r = page
+            .wait_for(&format!("({sentence}).length > 0"), Duration::from_secs(20))
+            .await;
+        check(&page, &format!("cause-{width}"), r).await;
+        let said = page.eval(sentence).await;
+        let said = said.as_str().unwrap_or_default();
+        assert!(
+            said.starts_with("Service api: container app of Pod api-")
+                && said.ends_with(
+                    "cannot pull image registry.acme.test/payments/api:3.3.0-rc.3 (ImagePullBackOff)"
+                ),
+            "{said}"
+        );
+        // It leads: nothing of the summary comes before it.
+        let first = page
+            .eval("document.querySelector('#summary').firstElementChild.id")
+            .await;
+        assert_eq!(first, "cause");
+        // The tree marks the Service, the Deployment it selects, its new ReplicaSet and the
+        // Pod that cannot pull.
+        let marked = page
+            .eval("[...document.querySelectorAll('.node.on-path')].map(n => n.querySelector('.kind').innerText).sort()")
+            .await;
+        assert_eq!(
+            marked,
+            json!(["Deployment", "Pod", "ReplicaSet", "Service"])
+        );
+        let shot = shots().join(format!("cause-environment-{width}-light.png"));
+        page.screenshot(&shot).await;
+        let r = page
+            .wait_for(
+                "document.documentElement.scrollWidth <= window.innerWidth + 1",
+                Duration::from_secs(2),
+            )
+            .await;
+        check(&page, &format!("cause-{width}-width"), r).await;
+        check_contrast(&page, &format!("cause-{width}")).await;
+
+        page.goto(&format!("{environment}&view=graph")).await;
+        let r = page
+            .wait_for(
+                "document.querySelectorAll('.graph rect.n.cause').length === 4",
+                Duration::from_secs(20),
+            )
+            .await;
+        check(&page, &format!("cause-graph-{width}"), r).await;
+        let lines = page
+            .eval("document.querySelectorAll('.graph path.e.cause').length")
+            .await;
+        assert_eq!(lines, 3);
+        page.screenshot(&shots().join(format!("cause-graph-{width}-light.png")))
+            .await;
+    }
+
+    // The last deployment of payments' staging (iid 16) did not become healthy: its page names
+    // the cause; the one before it, whose resources are no longer those shown, does not.
+    let deployment = |iid: u32| {
+        format!(
+            "{}/deployments?project=acme/platform/payments&iid={iid}",
+            demo.url
+        )
+    };
+    page.goto(&deployment(16)).await;
+    let r = page
+        .wait_for(
+            "document.getElementById('cause') && document.getElementById('cause').innerText.includes('(ImagePullBackOff)')",
+            Duration::from_secs(20),
+        )
+        .await;
+    check(&page, "cause-deployment", r).await;
+    page.screenshot(&shots().join("cause-deployment-1440-light.png"))
+        .await;
+    page.goto(&deployment(15)).await;
+    let r = page
+        .wait_for(
+            "document.querySelector('h1') && document.querySelector('h1').innerText === 'Deployment #15'",
+            Duration::from_secs(20),
+        )
+        .await;
+    check(&page, "older-deployment", r).await;
+    assert_eq!(
+        page.eval("document.getElementById('cause') === null").await,
+        true
+    );
+}

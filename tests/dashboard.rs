@@ -14,12 +14,12 @@ use crate::support::browser::{Browser, Page};
 use crate::support::demo::Demo;
 
 /// Where failing steps leave their screenshots, and the page screenshots go.
-fn shots() -> PathBuf {
+pub(crate) fn shots() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/browser")
 }
 
 /// `step`'s result, with a screenshot of the page when it failed.
-async fn check(page: &Page<'_>, name: &str, result: Result<(), String>) {
+pub(crate) async fn check(page: &Page<'_>, name: &str, result: Result<(), String>) {
     if let Err(e) = result {
         let path = shots().join(format!("failed-{name}.png"));
         page.screenshot(&path).await;
@@ -227,7 +227,7 @@ const LOW_CONTRAST: &str = r#"(() => {
   return low;
 })()"#;
 
-async fn check_contrast(page: &Page<'_>, name: &str) {
+pub(crate) async fn check_contrast(page: &Page<'_>, name: &str) {
     let low = page.eval(LOW_CONTRAST).await;
     let r = match low.as_array().is_some_and(Vec::is_empty) {
         true => Ok(()),

@@ -3,6 +3,7 @@
 //! message in place where it can (a resource's health: `data-uid`) and otherwise re-renders
 //! the regions marked `data-live-region` from the server.
 
+pub mod causes;
 pub mod deployment;
 pub mod environment;
 pub mod groups;
