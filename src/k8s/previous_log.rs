@@ -38,10 +38,13 @@ struct Key {
     container: String,
 }
 
+/// When an answer was read, and its lines (`None`: a refusal, no previous run, no answer).
+type Kept = HashMap<Key, (Instant, Option<Arc<[String]>>)>;
+
 /// The previous runs' logs read lately, by viewer.
 #[derive(Default)]
 pub struct PreviousLogs {
-    kept: Mutex<HashMap<Key, (Instant, Option<Arc<[String]>>)>>,
+    kept: Mutex<Kept>,
 }
 
 /// Which container's previous log, read how.
@@ -90,7 +93,7 @@ impl PreviousLogs {
         lines
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, (Instant, Option<Arc<[String]>>)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Kept> {
         self.kept.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
