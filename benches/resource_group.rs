@@ -47,6 +47,14 @@
 //! (SPEC 8.1) against (a) without the cache (`kubernetes.cache_max_objects: 0`), interleaved;
 //! times are the router's (server time: no socket), p50 and p90.
 //!
+//! `cargo bench --bench resource_group -- --causes [--iterations 40]`
+//!
+//! With `--causes`, instead: the cost of `causes` (SPEC 17) on a warm view. Ten of the fifty
+//! Deployments' first Pods crash-loop (ten of the causes, each a path down to the Pod); (w) the
+//! query of `--warm` and (wc) the same query with `causes { root path reason message sentence }`,
+//! both answered from the synced watch cache, interleaved; p50 and p90 of each, and the p50
+//! added (goal < 2 ms).
+//!
 //! `valgrind --tool=callgrind --callgrind-out-file=cg.out target/release/deps/resource_group-* --count 3`
 //!
 //! With `--count R`, instead: instructions per view, which do not depend on the machine's
@@ -159,6 +167,8 @@ struct Args {
     minimal: bool,
     /// `--warm`: the watch cache's answer against the cold path.
     warm: bool,
+    /// `--causes`: a warm view with `causes` against one without.
+    causes: bool,
     /// `--viewers N`: the cost to the cluster of N viewers for a minute.
     viewers: usize,
     /// `--compress K`: the viewers' minute in 60/K seconds.
@@ -177,6 +187,7 @@ fn args() -> Args {
         kubectl_iterations: 10,
         minimal: false,
         warm: false,
+        causes: false,
         viewers: 0,
         compress: 10,
         memory: false,
@@ -191,6 +202,10 @@ fn args() -> Args {
         }
         if flag == "--warm" {
             a.warm = true;
+            continue;
+        }
+        if flag == "--causes" {
+            a.causes = true;
             continue;
         }
         if flag == "--memory" {
@@ -480,6 +495,9 @@ async fn run(a: Args) {
     b.api.set_latency(LATENCY);
     if a.warm {
         return run_warm(&a, &b, query).await;
+    }
+    if a.causes {
+        return run_causes(&a, &b).await;
     }
     if a.viewers > 0 {
         return run_viewers(&a, &b, query).await;
@@ -796,6 +814,90 @@ async fn run_warm(a: &Args, b: &Bench, query: &str) {
         } else {
             "NOT met"
         }
+    );
+}
+
+/// [`QUERY`] with the group's causes.
+const CAUSES_QUERY: &str = r#"{ project(fullPath: "acme/apps/web") { environment(name: "production") {
+    resourceGroup { namespace labelSelector health healthMessage warnings
+      errors { apiVersion kind code message }
+      resources { uid apiVersion kind namespace name labels createdAt health { status message }
+                  events { type reason message count lastSeen } }
+      edges { from to type }
+      causes { root path reason message sentence } } } } }"#;
+
+/// How many causes an answer to [`CAUSES_QUERY`] names, and how many of them are crash loops.
+fn graphql_causes(body: &[u8]) -> (usize, usize) {
+    let v: Value = serde_json::from_slice(body).expect("json");
+    let causes = v["data"]["project"]["environment"]["resourceGroup"]["causes"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let crashes = causes
+        .iter()
+        .filter(|c| c["reason"] == "CrashLoopBackOff")
+        .count();
+    (causes.len(), crashes)
+}
+
+/// `--causes`: (wc) a warm view with `causes` against (w) the same without, interleaved.
+async fn run_causes(a: &Args, b: &Bench) {
+    const CRASHING: usize = 10;
+    for i in 0..CRASHING {
+        let name = format!("{SLUG}-web{i}-5d8f-0");
+        let mut pod = b
+            .api
+            .get("pods", Some(NS), &name)
+            .expect("the fixture's Pod");
+        let app = format!("{SLUG}-web{i}");
+        pod["status"] = json!({"phase": "Running",
+            "conditions": [{"type": "Ready", "status": "False"}, {"type": "ContainersReady", "status": "False"}],
+            "containerStatuses": [{"name": app, "ready": false, "restartCount": 7, "image": "registry.example.com/shop/app:1.4.2",
+                "state": {"waiting": {"reason": "CrashLoopBackOff", "message": format!("back-off 5m0s restarting failed container={app} pod={name}_{NS}(uid-{name})")}},
+                "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}}}]});
+        b.api.insert(pod);
+    }
+    // The first view starts the watches; then until the cache has seen every change.
+    let started = Instant::now();
+    let causes = loop {
+        let body = measure_graphql(b, CAUSES_QUERY).await;
+        let (causes, crashes) = graphql_causes(&body);
+        if crashes == CRASHING {
+            assert_eq!(graphql_resources(&body), RESOURCES);
+            break causes;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the crash loops never showed: {causes} causes, {crashes} crash loops"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let runs = a.iterations * 10;
+    let (mut without, mut with) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        let started = Instant::now();
+        drop(measure_graphql(b, QUERY).await);
+        without.push(started.elapsed());
+        let started = Instant::now();
+        drop(measure_graphql(b, CAUSES_QUERY).await);
+        with.push(started.elapsed());
+    }
+    println!("resource group: {RESOURCES} resources over 40 kinds, {CRASHING} of them crash-looping Pods; {causes} causes");
+    println!(
+        "(w)  warm, without causes: p50 {} p90 {} over {runs} views",
+        us(percentile(without.clone(), 0.5)),
+        us(percentile(without.clone(), 0.9))
+    );
+    println!(
+        "(wc) warm, with causes:    p50 {} p90 {} over {runs} views",
+        us(percentile(with.clone(), 0.5)),
+        us(percentile(with.clone(), 0.9))
+    );
+    let added = percentile(with, 0.5).as_secs_f64() - percentile(without, 0.5).as_secs_f64();
+    println!(
+        "(wc) - (w) at p50 = {:.0} µs (goal < 2 ms: {})",
+        added * 1e6,
+        if added < 0.002 { "met" } else { "NOT met" }
     );
 }
 

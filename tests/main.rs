@@ -5,6 +5,7 @@ mod agent_page;
 mod agents;
 mod auth;
 mod bad_input;
+mod causes;
 mod chart;
 mod ci_deployments;
 mod cluster_client;

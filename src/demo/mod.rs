@@ -2,6 +2,7 @@
 //! nothing but the binary and PostgreSQL's binaries. Its data folder is its own
 //! (`.envlens-demo`), so a real installation's database never sees the sample.
 
+mod broken;
 pub mod cluster;
 pub mod world;
 

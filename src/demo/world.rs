@@ -308,21 +308,21 @@ fn owner(api_version: &str, kind: &str, name: &str, uid: &str) -> Value {
 }
 
 /// A workload of the demo: a Deployment, its current ReplicaSet and Pods, a Service.
-struct App {
-    ns: &'static str,
-    project: i64,
-    slug: &'static str,
-    name: &'static str,
-    replicas: usize,
-    image: String,
-    containers: &'static [&'static str],
+pub(super) struct App {
+    pub(super) ns: &'static str,
+    pub(super) project: i64,
+    pub(super) slug: &'static str,
+    pub(super) name: &'static str,
+    pub(super) replicas: usize,
+    pub(super) image: String,
+    pub(super) containers: &'static [&'static str],
 }
 
-fn hash_of(image: &str) -> String {
+pub(super) fn hash_of(image: &str) -> String {
     sha(image.bytes().map(i64::from).sum::<i64>() * 31 + image.len() as i64)[..9].to_owned()
 }
 
-fn deployment(app: &App, generation: i64, status: Value) -> Value {
+pub(super) fn deployment(app: &App, generation: i64, status: Value) -> Value {
     let containers: Vec<Value> = app
         .containers
         .iter()
@@ -351,7 +351,7 @@ fn deployment_status(generation: i64, replicas: usize, updated: usize, available
               "message": if done { "ReplicaSet has successfully progressed.".to_owned() } else { "ReplicaSet is progressing.".to_owned() }}]})
 }
 
-fn replica_set(app: &App, image: &str, replicas: usize, ready: usize) -> Value {
+pub(super) fn replica_set(app: &App, image: &str, replicas: usize, ready: usize) -> Value {
     let hash = hash_of(image);
     let name = format!("{}-{hash}", app.name);
     json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
@@ -364,13 +364,13 @@ fn replica_set(app: &App, image: &str, replicas: usize, ready: usize) -> Value {
 
 /// A Pod's state in the demo.
 #[derive(Clone, Copy, PartialEq)]
-enum PodState {
+pub(super) enum PodState {
     Pending,
     Running,
     CrashLoop(u32),
 }
 
-fn pod(app: &App, image: &str, suffix: &str, state: PodState, restarts: u32) -> Value {
+pub(super) fn pod(app: &App, image: &str, suffix: &str, state: PodState, restarts: u32) -> Value {
     let hash = hash_of(image);
     let rs = format!("{}-{hash}", app.name);
     let name = format!("{rs}-{suffix}");
@@ -407,12 +407,18 @@ fn pod(app: &App, image: &str, suffix: &str, state: PodState, restarts: u32) -> 
                    "containerStatuses": statuses}})
 }
 
-fn pod_name(app: &App, image: &str, suffix: &str) -> String {
+pub(super) fn pod_name(app: &App, image: &str, suffix: &str) -> String {
     format!("{}-{}-{suffix}", app.name, hash_of(image))
 }
 
 /// An Event about `[namespace, kind, apiVersion, name, uid]`.
-fn event(about: [&str; 5], kind_of_event: &str, reason: &str, message: &str, count: u32) -> Value {
+pub(super) fn event(
+    about: [&str; 5],
+    kind_of_event: &str,
+    reason: &str,
+    message: &str,
+    count: u32,
+) -> Value {
     let [ns, kind, api_version, name, uid] = about;
     json!({"apiVersion": "v1", "kind": "Event",
         "metadata": {"name": format!("{name}.{}", reason.to_ascii_lowercase()), "namespace": ns},
@@ -427,7 +433,7 @@ fn event(about: [&str; 5], kind_of_event: &str, reason: &str, message: &str, cou
 const ROLL_EVERY: u64 = 120;
 const ROLL_AT: u64 = 66;
 
-const SUFFIXES: [&str; 6] = ["x7k2p", "q9w3e", "m4n8b", "t2v6c", "h5j1l", "r8s0d"];
+pub(super) const SUFFIXES: [&str; 6] = ["x7k2p", "q9w3e", "m4n8b", "t2v6c", "h5j1l", "r8s0d"];
 
 /// What runs in the cluster, and how it changes.
 pub struct World {
@@ -580,6 +586,7 @@ impl World {
                 self.shared(ns);
             }
         }
+        self.broken_rollouts(None);
         for _ in 0..20 {
             self.logs();
         }
@@ -627,6 +634,20 @@ impl World {
         }
         if let Some(ns) = env.namespace {
             self.shared(ns);
+        }
+        if k as i64 == DEPLOYMENTS - 1 {
+            self.broken_rollouts(env.namespace);
+        }
+    }
+
+    /// The rollouts that stay broken (`super::broken`), of `namespace` or of every namespace.
+    fn broken_rollouts(&self, namespace: Option<&str>) {
+        for app in &self.apps {
+            if super::broken::BROKEN.contains(&(app.ns, app.name))
+                && namespace.is_none_or(|ns| ns == app.ns)
+            {
+                super::broken::rollout(&self.cluster, app);
+            }
         }
     }
 

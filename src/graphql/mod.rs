@@ -1,6 +1,7 @@
 //! GraphQL at `POST /api/graphql` (SPEC 5.1), and its explorer at `GET /-/graphql-explorer`.
 
 mod agents;
+mod causes;
 mod connection;
 mod cost;
 mod documents;
@@ -64,6 +65,8 @@ pub struct Schemas {
     /// The JSON of the watch cache's shared groups as `POST /api/graphql` answered them
     /// (`splice`): a warm view writes its answer without building it again.
     rendered: Arc<splice::Rendered<crate::resources::group::ResourceGroup>>,
+    /// Crashed containers' previous logs read lately, per viewer (SPEC 17).
+    logs: Arc<crate::k8s::previous_log::PreviousLogs>,
 }
 
 impl Schemas {
@@ -73,6 +76,7 @@ impl Schemas {
             fast: schema(ValidationMode::Fast),
             measuring: limits::measuring(),
             rendered: Arc::default(),
+            logs: Arc::default(),
         }
     }
 }
@@ -220,7 +224,8 @@ pub async fn execute(
         .data(clusters)
         .data(health)
         .data(splices.clone())
-        .data(schemas.rendered.clone());
+        .data(schemas.rendered.clone())
+        .data(schemas.logs.clone());
     if let Some(id) = request_id {
         request = request.data(id);
     }
@@ -358,7 +363,8 @@ pub async fn execute_as(
     let request = request
         .data(db.clone())
         .data(engine.clusters.clone())
-        .data(engine.health.clone());
+        .data(engine.health.clone())
+        .data(engine.schemas.logs.clone());
     let mut response = engine.schemas.strict.execute(request).await;
     for error in &mut response.errors {
         with_code(error);

@@ -14,6 +14,7 @@ use async_graphql::{
     ServerResult, SimpleObject, Value, ID,
 };
 
+use super::causes::{self, Causes, LogView, ResourceCause};
 use super::plain::{self, optional, string, Plain};
 use super::splice::{self, Rendered, Splices};
 use super::types::{conn, project, DeploymentAgent, Gql, Result, Time};
@@ -69,6 +70,7 @@ pub async fn load(
             return Ok(ResourceGroup::new(
                 DeploymentAgent { agent, namespace },
                 Arc::new(group),
+                None,
             ));
         }
     };
@@ -81,6 +83,15 @@ pub async fn load(
     if let Some(id) = ctx.data_opt::<RequestId>() {
         id.outgoing_headers(&mut headers);
     }
+    // A crash's previous log is read as the listing is: the same identity (SPEC 17).
+    let logs = Arc::new(LogView::new(
+        cluster.client.clone(),
+        agent.id,
+        headers.clone(),
+        namespace.clone(),
+        clusters.response_timeout,
+        causes::cache(ctx),
+    ));
     // From the watch cache (SPEC 8.1): the same answer as a fresh list, from memory, and
     // the same group as the last view's while nothing changed (assembled off the runtime's
     // threads when something did).
@@ -113,6 +124,7 @@ pub async fn load(
     Ok(ResourceGroup::new(
         DeploymentAgent { agent, namespace },
         assembled,
+        Some(logs),
     ))
 }
 
@@ -151,13 +163,20 @@ pub struct ResourceGroup {
     resources: Resources,
     /// Parent to child.
     edges: Edges,
+    /// Why the group is not healthy: the cause of each root (a resource no edge leads to)
+    /// that is not healthy, in resource order; none for a healthy group.
+    causes: Causes,
     warnings: Vec<String>,
     /// Kinds that could not be listed; the rest is still shown.
     errors: Vec<ResourceListError>,
 }
 
 impl ResourceGroup {
-    fn new(agent: DeploymentAgent, group: Arc<group::ResourceGroup>) -> Self {
+    fn new(
+        agent: DeploymentAgent,
+        group: Arc<group::ResourceGroup>,
+        logs: Option<Arc<LogView>>,
+    ) -> Self {
         ResourceGroup {
             agent,
             namespace: group.namespace.clone(),
@@ -166,7 +185,11 @@ impl ResourceGroup {
             health_message: group.health.message.clone(),
             warnings: group.warnings.clone(),
             errors: group.errors.iter().cloned().map(Into::into).collect(),
-            resources: Resources(group.clone()),
+            resources: Resources(group.clone(), logs.clone()),
+            causes: Causes {
+                group: group.clone(),
+                logs,
+            },
             edges: Edges(group),
         }
     }
@@ -175,7 +198,8 @@ impl ResourceGroup {
 /// `resources` of a group shared with the watch cache (and with other viewers): a plain
 /// selection ([`plain`]) is written straight from the shared resources; any other goes through
 /// async-graphql, from copies made for this answer.
-pub struct Resources(Arc<group::ResourceGroup>);
+/// A `cause` among the fields sends the selection through async-graphql too.
+pub struct Resources(Arc<group::ResourceGroup>, Option<Arc<LogView>>);
 
 impl OutputType for Resources {
     fn type_name() -> Cow<'static, str> {
@@ -196,12 +220,21 @@ impl OutputType for Resources {
         field: &Positioned<Field>,
     ) -> ServerResult<Value> {
         let selection = &ctx.item.node;
-        if plain::is_plain(selection) {
+        let with_causes = causes::selects(selection, "cause");
+        if plain::is_plain(selection) && !with_causes {
             let render = || plain::list(&self.0.resources, selection);
             return Ok(spliced(ctx, &self.0, "resources", selection, render).unwrap_or_else(render));
         }
-        let resources: Vec<KubernetesResource> =
+        let mut resources: Vec<KubernetesResource> =
             self.0.resources.iter().cloned().map(Into::into).collect();
+        if with_causes {
+            for (resource, cause) in resources
+                .iter_mut()
+                .zip(causes::of_each(&self.0, self.1.as_ref()))
+            {
+                resource.cause = cause;
+            }
+        }
         OutputType::resolve(&resources, ctx, field).await
     }
 }
@@ -367,6 +400,9 @@ pub struct KubernetesResource {
     health: Option<ResourceHealth>,
     /// The resource's recent Events, most recent first.
     events: Vec<KubernetesEvent>,
+    /// Why it is not healthy, from it down (SPEC 17); null when nothing at it or below it
+    /// explains anything, and in a deployment's history.
+    cause: Option<ResourceCause>,
     #[graphql(skip)]
     object: Arc<Object>,
 }
@@ -391,6 +427,7 @@ impl From<group::Resource> for KubernetesResource {
             created_at: r.created_at.map(Time),
             health: r.health.map(Into::into),
             events: r.events.into_iter().map(Into::into).collect(),
+            cause: None,
             object: r.object,
         }
     }
@@ -430,6 +467,7 @@ impl KubernetesResource {
                 message: entry.health_message.clone(),
             }),
             events: Vec::new(),
+            cause: None,
             object: Arc::new(object),
         }
     }

@@ -12,6 +12,7 @@ pub mod grants;
 pub mod kas;
 pub mod observe;
 pub mod own_rules;
+pub mod previous_log;
 pub mod proxy;
 pub mod request_info;
 pub mod watch;

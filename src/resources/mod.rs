@@ -1,6 +1,7 @@
 //! Kubernetes resources of an environment: their health and their dependency graph, pure
 //! over the objects so they test without a cluster.
 
+pub mod cause;
 pub mod delta;
 pub mod graph;
 pub mod group;

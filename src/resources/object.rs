@@ -307,6 +307,12 @@ pub const KEPT: Keep = Fields(&[
         ]),
     ),
     ("status", All),
+    // Causes (`super::cause`): whether a Service has a ready endpoint.
+    (
+        "endpoints",
+        Fields(&[("conditions", Fields(&[("ready", All)]))]),
+    ),
+    ("subsets", Fields(&[("addresses", Fields(&[("ip", All)]))])),
 ]);
 
 /// What the ownership walk reads of an object that no selector picked: who it is and who owns

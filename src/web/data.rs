@@ -31,6 +31,7 @@ pub const ENVIRONMENT: &str = r#"query($project: ID!, $name: String!) {
         errors { apiVersion kind code message }
         resources { uid apiVersion kind namespace name createdAt health { status message }
           events { type reason message count lastSeen } }
+        causes { path message sentence logLines }
         edges { from to type } } } } }"#;
 
 pub const RESOURCE: &str = r#"query($project: ID!, $name: String!) {
@@ -47,7 +48,8 @@ pub const DEPLOYMENT: &str = r#"query($project: ID!, $iid: ID!) {
   project(fullPath: $project) { fullPath
     deployment(iid: $iid) { iid status ref sha createdAt finishedAt
       agent { name kubernetesNamespace }
-      environment { name resourceGroup { health healthMessage } }
+      environment { name resourceGroup { health healthMessage causes { path message sentence } }
+        lastDeployment(status: SUCCESS) { iid } }
       snapshotStatus { state attempts lastError nextAttemptAt }
       snapshot { takenAt settledAt health healthMessage timeToHealthy
         errors { apiVersion kind code message } }
@@ -284,6 +286,14 @@ pub struct DeploymentDetail {
 pub struct DeploymentEnvironment {
     pub name: String,
     pub resource_group: Option<GroupHealth>,
+    /// The deployment the live resources are of.
+    #[serde(default)]
+    pub last_deployment: Option<DeploymentIid>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct DeploymentIid {
+    pub iid: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -351,6 +361,8 @@ pub struct HealthEnvironment {
 pub struct GroupHealth {
     pub health: String,
     pub health_message: Option<String>,
+    #[serde(default)]
+    pub causes: Vec<Cause>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -399,6 +411,20 @@ pub struct ResourceGroup {
     pub resources: Vec<Resource>,
     #[serde(default)]
     pub edges: Vec<Edge>,
+    #[serde(default)]
+    pub causes: Vec<Cause>,
+}
+
+/// Why the group is not healthy, from one root (SPEC 17).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Cause {
+    /// Uids, from the root to the resource that explains it.
+    pub path: Vec<String>,
+    pub message: String,
+    pub sentence: String,
+    #[serde(default)]
+    pub log_lines: Option<Vec<String>>,
 }
 
 #[derive(Debug, Deserialize)]

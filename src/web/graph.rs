@@ -24,12 +24,16 @@ pub struct Node<'a> {
     pub health: Option<&'a str>,
     pub message: Option<&'a str>,
     pub href: String,
+    /// On a path from an unhealthy root to its cause (SPEC 17).
+    pub cause: bool,
 }
 
 pub struct Edge {
     pub from: usize,
     pub to: usize,
     pub owner: bool,
+    /// Between two resources of a cause path.
+    pub cause: bool,
 }
 
 /// Where each node goes: (x, y) of its top-left corner, and the drawing's size.
@@ -138,7 +142,7 @@ pub fn svg(nodes: &[Node], edges: &[Edge]) -> Markup {
                     @let (x2, y2) = layout.positions[e.to];
                     @let (sx, sy, tx, ty) = (x1 + NODE_WIDTH, y1 + half, x2, y2 + half);
                     @let bend = (tx as i64 - sx as i64).abs() / 2 + 10;
-                    path class=(if e.owner { "e" } else { "e other" })
+                    path class={ (if e.owner { "e" } else { "e other" }) (if e.cause { " cause" } else { "" }) }
                         d={"M" (sx) " " (sy) "C" (sx as i64 + bend) " " (sy) " " (tx as i64 - bend) " " (ty) " " (tx) " " (ty)} {}
                 }
             }
@@ -150,8 +154,9 @@ pub fn svg(nodes: &[Node], edges: &[Edge]) -> Markup {
                         (node.kind) " " (node.name)
                         @if let Some(s) = &status { ": " (s) }
                         @if let Some(m) = node.message { " (" (m) ")" }
+                        @if node.cause { ", on the cause path" }
                     }
-                    rect class="n" x=(x) y=(y) width=(NODE_WIDTH) height=(NODE_HEIGHT) rx="4" {}
+                    rect class=(if node.cause { "n cause" } else { "n" }) x=(x) y=(y) width=(NODE_WIDTH) height=(NODE_HEIGHT) rx="4" {}
                     rect class={"hs-" (health_class(node.health).trim_start_matches("h-"))} x=(x) y=(y) width="6" height=(NODE_HEIGHT) rx="2" {}
                     text x=(x + 11) y=(y + 15) {
                         tspan class="k" { (clip(node.kind, 12)) " " }
@@ -175,21 +180,25 @@ mod tests {
                 from: 0,
                 to: 1,
                 owner: true,
+                cause: false,
             },
             Edge {
                 from: 1,
                 to: 2,
                 owner: true,
+                cause: false,
             },
             Edge {
                 from: 1,
                 to: 3,
                 owner: true,
+                cause: false,
             },
             Edge {
                 from: 4,
                 to: 0,
                 owner: false,
+                cause: false,
             },
         ];
         let l = layout(5, &edges, |i| i.to_string());
@@ -210,12 +219,14 @@ mod tests {
                 from: 0,
                 to,
                 owner: true,
+                cause: false,
             })
             .collect();
         edges.push(Edge {
             from: 5,
             to: 0,
             owner: false,
+            cause: false,
         });
         let l = layout(1000, &edges, |i| i.to_string());
         assert!(l.height < 2000, "{}", l.height);

@@ -9,7 +9,7 @@ pub const HPA_CONDITIONS_ANNOTATION: &str = "autoscaling.alpha.kubernetes.io/con
 
 /// (condition type, reason) pairs meaning the autoscaler cannot do its job, as Argo lists them.
 /// Any one of them, wherever it is in the list, makes the autoscaler Degraded.
-const HPA_DEGRADED: &[(&str, &str)] = &[
+pub(crate) const HPA_DEGRADED: &[(&str, &str)] = &[
     ("AbleToScale", "FailedGetScale"),
     ("AbleToScale", "FailedUpdateScale"),
     ("ScalingActive", "FailedGetResourceMetric"),

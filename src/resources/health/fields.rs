@@ -2,7 +2,7 @@
 
 use crate::resources::tree::Tree;
 
-pub(super) trait Fields<'a>: Copy {
+pub(crate) trait Fields<'a>: Copy {
     /// The value at `path` (`&["status", "conditions"]`), through objects only.
     fn at(self, path: &[&str]) -> Option<&'a Tree>;
 }
@@ -66,79 +66,79 @@ impl<'a> Fields<'a> for &Obj<'a> {
     }
 }
 
-pub(super) fn at<'a>(v: impl Fields<'a>, path: &[&str]) -> Option<&'a Tree> {
+pub(crate) fn at<'a>(v: impl Fields<'a>, path: &[&str]) -> Option<&'a Tree> {
     v.at(path)
 }
 
-pub(super) fn str_at<'a>(v: impl Fields<'a>, path: &[&str]) -> Option<&'a str> {
+pub(crate) fn str_at<'a>(v: impl Fields<'a>, path: &[&str]) -> Option<&'a str> {
     at(v, path)?.as_str()
 }
 
 /// Integer field, or 0 as Go's typed structs would read a missing one.
-pub(super) fn int_at<'a>(v: impl Fields<'a>, path: &[&str]) -> i64 {
+pub(crate) fn int_at<'a>(v: impl Fields<'a>, path: &[&str]) -> i64 {
     opt_int_at(v, path).unwrap_or(0)
 }
 
 /// Integer field where absence matters (`spec.replicas` unset is not the same as 0 in Argo).
-pub(super) fn opt_int_at<'a>(v: impl Fields<'a>, path: &[&str]) -> Option<i64> {
+pub(crate) fn opt_int_at<'a>(v: impl Fields<'a>, path: &[&str]) -> Option<i64> {
     at(v, path)?.as_i64()
 }
 
-pub(super) fn bool_at<'a>(v: impl Fields<'a>, path: &[&str]) -> bool {
+pub(crate) fn bool_at<'a>(v: impl Fields<'a>, path: &[&str]) -> bool {
     at(v, path).and_then(Tree::as_bool).unwrap_or(false)
 }
 
-pub(super) fn list_at<'a>(v: impl Fields<'a>, path: &[&str]) -> &'a [Tree] {
+pub(crate) fn list_at<'a>(v: impl Fields<'a>, path: &[&str]) -> &'a [Tree] {
     at(v, path).and_then(Tree::as_array).unwrap_or(&[])
 }
 
 /// The first `status.conditions` entry of the given type.
-pub(super) fn condition<'a>(obj: impl Fields<'a>, kind: &str) -> Option<&'a Tree> {
+pub(crate) fn condition<'a>(obj: impl Fields<'a>, kind: &str) -> Option<&'a Tree> {
     list_at(obj, &["status", "conditions"])
         .iter()
         .find(|c| str_at(*c, &["type"]) == Some(kind))
 }
 
 /// Whether the condition exists and its `status` is exactly `status` ("True", "False", ...).
-pub(super) fn cond_status_is(cond: Option<&Tree>, status: &str) -> bool {
+pub(crate) fn cond_status_is(cond: Option<&Tree>, status: &str) -> bool {
     cond.and_then(|c| str_at(c, &["status"])) == Some(status)
 }
 
-pub(super) fn cond_reason(cond: Option<&Tree>) -> &str {
+pub(crate) fn cond_reason(cond: Option<&Tree>) -> &str {
     cond.and_then(|c| str_at(c, &["reason"])).unwrap_or("")
 }
 
 /// The condition's message, or its reason when the controller left the message empty.
-pub(super) fn cond_message(cond: Option<&Tree>) -> &str {
+pub(crate) fn cond_message(cond: Option<&Tree>) -> &str {
     match cond.and_then(|c| str_at(c, &["message"])) {
         Some(m) if !m.is_empty() => m,
         _ => cond_reason(cond),
     }
 }
 
-pub(super) fn name<'a>(obj: impl Fields<'a>) -> &'a str {
+pub(crate) fn name<'a>(obj: impl Fields<'a>) -> &'a str {
     str_at(obj, &["metadata", "name"]).unwrap_or("")
 }
 
 /// "apps/v1" → "apps", "v1" → "" (core). A missing apiVersion is read as core, because list
 /// responses often omit it on their items.
-pub(super) fn api_group<'a>(obj: impl Fields<'a>) -> &'a str {
+pub(crate) fn api_group<'a>(obj: impl Fields<'a>) -> &'a str {
     str_at(obj, &["apiVersion"])
         .and_then(|v| v.split_once('/'))
         .map_or("", |(group, _)| group)
 }
 
 /// "apps/v1" → "v1", "v1" → "v1"; "" when there is none.
-pub(super) fn api_version<'a>(obj: impl Fields<'a>) -> &'a str {
+pub(crate) fn api_version<'a>(obj: impl Fields<'a>) -> &'a str {
     str_at(obj, &["apiVersion"]).map_or("", |v| v.rsplit_once('/').map_or(v, |(_, v)| v))
 }
 
 /// Argo CD's finalizer on hooks, which keeps them judged by their rule while they are deleted.
-pub(super) const HOOK_FINALIZER: &str = "argocd.argoproj.io/hook-finalizer";
+pub(crate) const HOOK_FINALIZER: &str = "argocd.argoproj.io/hook-finalizer";
 
 /// Whether the object is "Pending deletion" as gitops-engine says: a `deletionTimestamp` that
 /// reads as a time (Argo ignores one that does not), and no hook finalizer.
-pub(super) fn is_being_deleted<'a>(obj: impl Fields<'a>) -> bool {
+pub(crate) fn is_being_deleted<'a>(obj: impl Fields<'a>) -> bool {
     let deleted = str_at(obj, &["metadata", "deletionTimestamp"])
         .is_some_and(|t| chrono::DateTime::parse_from_rfc3339(t).is_ok());
     deleted
@@ -148,6 +148,6 @@ pub(super) fn is_being_deleted<'a>(obj: impl Fields<'a>) -> bool {
 }
 
 /// The controller has not yet seen the latest spec, so any status it reports is stale.
-pub(super) fn generation_lags<'a>(obj: impl Fields<'a>) -> bool {
+pub(crate) fn generation_lags<'a>(obj: impl Fields<'a>) -> bool {
     int_at(obj, &["metadata", "generation"]) > int_at(obj, &["status", "observedGeneration"])
 }

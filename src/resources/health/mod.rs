@@ -12,7 +12,7 @@ mod argo_workflows;
 mod autoscaling;
 mod batch;
 mod custom;
-mod fields;
+pub(crate) mod fields;
 mod lua;
 mod networking;
 mod pods;
@@ -28,6 +28,8 @@ use HealthStatus::{Healthy, Progressing, Unknown};
 pub use lua::Customizations;
 
 pub use autoscaling::HPA_CONDITIONS_ANNOTATION;
+pub(crate) use autoscaling::HPA_DEGRADED;
+pub(crate) use pods::is_stuck_waiting_reason;
 pub use pods::{HELM_HOOK_ANNOTATION, HOOK_ANNOTATION, IGNORE_RESTART_POLICY_ANNOTATION};
 
 /// How healthy one resource, or a group of them, is.

@@ -17,7 +17,7 @@ pub const HELM_HOOK_ANNOTATION: &str = "helm.sh/hook";
 
 /// Waiting reasons that mean the container cannot start without a change (CrashLoopBackOff,
 /// ImagePullBackOff, ErrImagePull, CreateContainerConfigError, ...), not that it is starting.
-fn is_stuck_waiting_reason(reason: &str) -> bool {
+pub(crate) fn is_stuck_waiting_reason(reason: &str) -> bool {
     reason.starts_with("Err") || reason.ends_with("Error") || reason.ends_with("BackOff")
 }
 

@@ -194,7 +194,21 @@ fn rollout(view: &DeploymentView, now: DateTime<Utc>) -> Markup {
         .environment
         .as_ref()
         .and_then(|e| e.resource_group.as_ref());
+    // The live resources are the environment's last successful deployment's: their cause is
+    // this deployment's only when it is that one (SPEC 17).
+    let current = d.iid.is_some()
+        && d.environment
+            .as_ref()
+            .and_then(|e| e.last_deployment.as_ref())
+            .and_then(|l| l.iid.as_ref())
+            == d.iid.as_ref();
+    let became_healthy = d
+        .snapshot
+        .as_ref()
+        .is_some_and(|s| s.time_to_healthy.is_some());
+    let causes = now_health.map_or(&[][..], |g| g.causes.as_slice());
     html! {
+        (super::causes::of_deployment(causes, current, became_healthy))
         @if let Some(why) = &view.history_error {
             p.notice.error role="alert" { (why) }
         } @else if let Some(s) = &d.snapshot {

@@ -46,6 +46,8 @@ struct Tree<'a> {
     owned: Vec<bool>,
     /// The worst health in each resource's subtree.
     worst: Vec<u8>,
+    /// Whether each lies on a cause path (SPEC 17).
+    on_path: Vec<bool>,
 }
 
 impl<'a> Tree<'a> {
@@ -107,11 +109,17 @@ impl<'a> Tree<'a> {
         for i in 0..n {
             fill(i, &children, &mut worst, &rank, 0);
         }
+        let marks = super::causes::marks(group);
         Tree {
             resources: &group.resources,
             children,
             owned,
             worst,
+            on_path: group
+                .resources
+                .iter()
+                .map(|r| marks.nodes.contains(r.uid.as_str()))
+                .collect(),
         }
     }
 
@@ -145,19 +153,20 @@ pub fn events_mark(r: &Resource) -> String {
 
 /// A resource's line: `data-uid` and `data-ev` let the page script update its health in place
 /// from a `resourceGroupUpdated` message (`dashboard.js`).
-fn node_line(r: &Resource, href: &str, below: Option<usize>) -> Markup {
+fn node_line(r: &Resource, href: &str, below: Option<usize>, on_path: bool) -> Markup {
     let warnings = r
         .events
         .iter()
         .filter(|e| e.event_type == "Warning")
         .count();
     html! {
-        span.node data-uid=(r.uid) data-ev=(events_mark(r)) {
+        span.node.on-path[on_path] data-uid=(r.uid) data-ev=(events_mark(r)) {
             (health_badge(r.health.as_ref().map(|h| h.status.as_str())))
             span.kind { (r.kind) }
             a.name href=(href) { (r.name) }
             @if let Some(n) = below { span.below { "(" (n) " below)" } }
             @if warnings > 0 { span.badge.h-degraded { (warnings) " warning event" (if warnings == 1 { "" } else { "s" }) } }
+            @if on_path { span.badge.path { "on the cause path" } }
             @let message = r.health.as_ref().and_then(|h| h.message.as_deref());
             span.msg hidden[message.is_none()] { (message.unwrap_or_default()) }
         }
@@ -170,13 +179,13 @@ fn tree_item(tree: &Tree, i: usize, project: &str, env: &str, depth: usize) -> M
     let kids = &tree.children[i];
     html! {
         @if kids.is_empty() || depth > 32 {
-            li.leaf { (node_line(r, &href, None)) }
+            li.leaf { (node_line(r, &href, None, tree.on_path[i])) }
         } @else {
             // Open where something needs attention, or when the subtree is small.
             @let open = tree.worst[i] > health_rank("HEALTHY") || tree.descendants(i) <= 4;
             li {
                 details id={"t-" (r.uid)} open[open] {
-                    summary { (node_line(r, &href, Some(tree.descendants(i)))) }
+                    summary { (node_line(r, &href, Some(tree.descendants(i)), tree.on_path[i])) }
                     ul { @for &c in kids { (tree_item(tree, c, project, env, depth + 1)) } }
                 }
             }
@@ -185,6 +194,7 @@ fn tree_item(tree: &Tree, i: usize, project: &str, env: &str, depth: usize) -> M
 }
 
 fn graph_view(group: &ResourceGroup, project: &str, env: &str) -> Markup {
+    let marks = super::causes::marks(group);
     let index: HashMap<&str, usize> = group
         .resources
         .iter()
@@ -202,6 +212,7 @@ fn graph_view(group: &ResourceGroup, project: &str, env: &str) -> Markup {
             health: r.health.as_ref().map(|h| h.status.as_str()),
             message: r.health.as_ref().and_then(|h| h.message.as_deref()),
             href: resource_href(project, env, &r.uid),
+            cause: marks.nodes.contains(r.uid.as_str()),
         })
         .collect();
     let edges: Vec<graph::Edge> = group
@@ -212,11 +223,12 @@ fn graph_view(group: &ResourceGroup, project: &str, env: &str) -> Markup {
                 from: *index.get(e.from.as_str())?,
                 to: *index.get(e.to.as_str())?,
                 owner: e.kind == "OWNER",
+                cause: marks.edges.contains(&(e.from.as_str(), e.to.as_str())),
             })
         })
         .collect();
     html! {
-        p.legend { "Parents left of their children; solid lines are owner references, dashed ones the links Kubernetes keeps in selectors, names and fields. The bar at a resource's left is its health (green healthy, red degraded or unknown, blue progressing, grey otherwise); its title and the Tree view say it in words. Select a resource for its manifest." }
+        p.legend { "Parents left of their children; solid lines are owner references, dashed ones the links Kubernetes keeps in selectors, names and fields. A thick red outline and line mark the path from an unhealthy resource to its cause. The bar at a resource's left is its health (green healthy, red degraded or unknown, blue progressing, grey otherwise); its title and the Tree view say it in words. Select a resource for its manifest." }
         div.graph tabindex="0" role="region" aria-label="Resource graph, scrollable" { (graph::svg(&nodes, &edges)) }
     }
 }
@@ -239,6 +251,7 @@ pub fn environment_page(chrome: &Chrome, view: &EnvironmentView, now: DateTime<U
             @let notes = env.resource_group.as_ref().map(|g| g.warnings.len() + g.errors.len());
             @let edges = env.resource_group.as_ref().map(|g| g.edges.len());
             div #summary data-live-region data-notes=[notes] data-edges=[edges] {
+                @if let Some(g) = &env.resource_group { (super::causes::lead(g, project, &env.name)) }
                 dl.summary {
                     div { dt { "Project" } dd { (project) } }
                     @if let Some(t) = &env.tier { div { dt { "Tier" } dd { (title(t)) } } }
@@ -441,6 +454,7 @@ mod tests {
                 // Not an owner: the Service stays a root of its own.
                 edge("svc", "deploy", "SERVICE_SELECTOR"),
             ],
+            causes: vec![],
         };
         let tree = Tree::new(&group);
         let roots: Vec<&str> = tree

@@ -4,6 +4,7 @@
 //! the regions marked `data-live-region` from the server.
 
 pub mod agent;
+pub mod causes;
 pub mod deployment;
 pub mod environment;
 pub mod groups;

@@ -20,6 +20,9 @@ pub(crate) struct Chunk {
 pub(crate) struct Logs {
     /// `(namespace, pod)` → container ("" = any) → text.
     text: Mutex<HashMap<(String, String), BTreeMap<String, String>>>,
+    /// `(namespace, pod, container)` → the log of the container's previous, terminated run
+    /// (what `previous=true` reads).
+    previous: Mutex<HashMap<(String, String, String), String>>,
     tx: broadcast::Sender<Arc<Chunk>>,
 }
 
@@ -27,12 +30,28 @@ impl Logs {
     pub fn new() -> Self {
         Logs {
             text: Mutex::new(HashMap::new()),
+            previous: Mutex::new(HashMap::new()),
             tx: broadcast::channel(1024).0,
         }
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<(String, String), BTreeMap<String, String>>> {
         self.text.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn set_previous(&self, ns: &str, pod: &str, container: &str, text: &str) {
+        self.previous
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert((ns.into(), pod.into(), container.into()), text.into());
+    }
+
+    pub fn previous(&self, ns: &str, pod: &str, container: &str) -> Option<String> {
+        self.previous
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&(ns.into(), pod.into(), container.into()))
+            .cloned()
     }
 
     pub fn has_any(&self, ns: &str, pod: &str) -> bool {

@@ -364,6 +364,14 @@ impl KubeApi {
         self.inner.logs.set(namespace, pod, container, text);
     }
 
+    /// Sets the log of a container's previous run, which `previous=true` reads (the kubelet
+    /// keeps one terminated instance of each container).
+    pub fn set_previous_pod_log(&self, namespace: &str, pod: &str, container: &str, text: &str) {
+        self.inner
+            .logs
+            .set_previous(namespace, pod, container, text);
+    }
+
     /// Appends to a pod's log; followers (follow=true) receive the new text while connected.
     /// Goes to the pod's only stored log, else its container-less log, else its default
     /// container's (the `kubectl.kubernetes.io/default-container` annotation or the first one).

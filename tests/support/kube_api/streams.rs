@@ -305,6 +305,19 @@ pub(crate) fn pod_log(ctx: &Ctx, t: &Target) -> Result<Response, ApiError> {
         }
     }
     let (key, text, rx) = inner.logs.read(t.ns(), name, container.as_deref());
+    // `previous=true`: the last terminated run, as the kubelet words its absence.
+    let text = if ctx.query.flag("previous") {
+        match inner.logs.previous(t.ns(), name, &key) {
+            Some(text) => text,
+            None => {
+                return Err(ApiError::bad_request(format!(
+                    "previous terminated container \"{key}\" in pod \"{name}\" not found"
+                )))
+            }
+        }
+    } else {
+        text
+    };
     let text = match ctx
         .query
         .get("tailLines")
