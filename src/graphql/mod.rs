@@ -4,6 +4,7 @@ mod agents;
 mod connection;
 mod cost;
 mod documents;
+mod events;
 pub mod explorer;
 mod history;
 mod history_access;
@@ -99,6 +100,8 @@ pub struct Engine {
     pub reads: Leases,
     pub clusters: Arc<Clusters>,
     pub health: Arc<Customizations>,
+    /// Writes the health changes of the groups that queries read (SPEC 17).
+    pub recorder: subscriptions::health_record::Recorder,
 }
 
 /// Only POST with a JSON body, after authentication (and, for the session cookie, its CSRF
@@ -121,6 +124,7 @@ pub async fn execute(
         reads,
         clusters,
         health,
+        recorder,
     } = engine;
     let (parts, body) = req.into_parts();
     let request_id = parts
@@ -208,6 +212,7 @@ pub async fn execute(
         .data(db.clone())
         .data(clusters)
         .data(health)
+        .data(recorder)
         .data(splices.clone())
         .data(schemas.rendered.clone());
     if let Some(id) = request_id {
@@ -341,7 +346,8 @@ pub async fn execute_as(
     let request = request
         .data(db.clone())
         .data(engine.clusters.clone())
-        .data(engine.health.clone());
+        .data(engine.health.clone())
+        .data(engine.recorder.clone());
     let mut response = engine.schemas.strict.execute(request).await;
     for error in &mut response.errors {
         with_code(error);

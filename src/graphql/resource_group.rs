@@ -19,7 +19,10 @@ use super::splice::{self, Rendered, Splices};
 use super::types::{conn, project, DeploymentAgent, Gql, Result, Time};
 use crate::db::read::{AgentRow, EnvironmentRow};
 use crate::error::Error;
-use crate::k8s::clusters::Clusters;
+use super::subscriptions::feeds::{FeedKey, Source};
+use super::subscriptions::health_record::Recorder;
+use crate::k8s::clusters::{Cluster, Clusters};
+use axum::http::HeaderMap;
 use crate::k8s::fetch::FetchOptions;
 use crate::k8s::grants::{AccessType, Grant};
 use crate::resources::graph::{Edge, EdgeType};
@@ -50,6 +53,22 @@ pub async fn load(
     agent: AgentRow,
     namespace: String,
 ) -> Result<ResourceGroup> {
+    let (assembled, _) = assemble(ctx, environment, &agent, &namespace).await?;
+    Ok(ResourceGroup::new(
+        DeploymentAgent { agent, namespace },
+        assembled,
+    ))
+}
+
+/// What [`load`] shows, as the assembled group, with the cluster it came from (`None` for an
+/// agent without a cluster connection). Whatever shows the group's resources, or what is
+/// about them (the timeline's Events), reads them here, with the same checks.
+pub(super) async fn assemble(
+    ctx: &Context<'_>,
+    environment: &EnvironmentRow,
+    agent: &AgentRow,
+    namespace: &str,
+) -> Result<(Arc<group::ResourceGroup>, Option<Cluster>)> {
     crate::telemetry::record_agent(agent.id, Some(&environment.name));
     let (user, grant) = authorize(ctx, agent.id).await?;
     let clusters: &Arc<Clusters> = ctx.data_unchecked();
@@ -65,11 +84,8 @@ pub async fn load(
         Ok(cluster) => cluster,
         Err(none) => {
             let group =
-                group::ResourceGroup::unreadable(&namespace, &selector, 503, none.to_string());
-            return Ok(ResourceGroup::new(
-                DeploymentAgent { agent, namespace },
-                Arc::new(group),
-            ));
+                group::ResourceGroup::unreadable(namespace, &selector, 503, none.to_string());
+            return Ok((Arc::new(group), None));
         }
     };
     let options = FetchOptions {
@@ -90,7 +106,7 @@ pub async fn load(
         .resource_group(
             &cluster.discovery,
             &headers,
-            &namespace,
+            namespace,
             &selector,
             &options,
             custom,
@@ -102,7 +118,7 @@ pub async fn load(
         // to GitLab's agent server, a token it refused): one entry of code 503, as for an agent
         // without a connection (SPEC 6, 14).
         Err(crate::k8s::fetch::FetchError::Discovery(e)) if e.code == Some(503) => Arc::new(
-            group::ResourceGroup::unreadable(&namespace, &selector, 503, e.message),
+            group::ResourceGroup::unreadable(namespace, &selector, 503, e.message),
         ),
         Err(e) => return Err(unreachable(&e)),
     };
@@ -110,10 +126,22 @@ pub async fn load(
         Some(open) => Arc::new(assembled.while_away(open.since, &open.said())),
         None => assembled,
     };
-    Ok(ResourceGroup::new(
-        DeploymentAgent { agent, namespace },
-        assembled,
-    ))
+    // The group is in use: its health changes are recorded while it is (SPEC 17).
+    if let Some(recorder) = ctx.data_opt::<Recorder>() {
+        let key = FeedKey::new(agent.id, namespace, &selector, &HeaderMap::new());
+        recorder.touch(environment.id, key, || Source {
+            cluster: cluster.clone(),
+            headers: HeaderMap::new(),
+            options: FetchOptions {
+                request_timeout: clusters.response_timeout,
+                agent: Some(agent.id),
+                ..FetchOptions::default()
+            },
+            health: custom.clone(),
+            recheck: clusters.grants.ttl(),
+        });
+    }
+    Ok((assembled, Some(cluster)))
 }
 
 /// The user and their `user_access` grant on the agent; the FORBIDDEN error of SPEC 5.2
