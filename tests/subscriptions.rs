@@ -42,9 +42,9 @@ const RESOURCE_FIELDS: &str = "uid apiVersion kind namespace name labels health 
     manifest events { type reason message count }";
 
 /// An envlens on a socket, over the test cluster, with GitLab's side recorded.
-struct Server {
-    app: TestApp,
-    addr: SocketAddr,
+pub(crate) struct Server {
+    pub(crate) app: TestApp,
+    pub(crate) addr: SocketAddr,
     _stop: tokio::sync::oneshot::Sender<()>,
 }
 
@@ -118,7 +118,7 @@ async fn serve(state: AppState, database: postgres::TestDatabase) -> Server {
     }
 }
 
-async fn start(served: &Served) -> Server {
+pub(crate) async fn start(served: &Served) -> Server {
     start_with(served, "", SocketLimits::default()).await
 }
 
@@ -244,7 +244,7 @@ impl Client {
             .expect("a message within 10 s")
     }
 
-    async fn message(&mut self) -> Value {
+    pub(crate) async fn message(&mut self) -> Value {
         match self.receive().await {
             Received::Message(m) => m,
             other => panic!("expected a message, got {other:?}"),

@@ -108,8 +108,10 @@ pub async fn last_id(db: impl PgExecutor<'_>, environment_id: i64) -> Result<i64
 }
 
 /// Records `marks` observed at `at`: a mark whose resource's last recorded health differs
-/// becomes a `HealthChanged` (`GroupHealthChanged` for the group) event; one seen for the first
-/// time becomes an event only when it is not Healthy (it appeared unhealthy).
+/// becomes a `HealthChanged` (`GroupHealthChanged` for the group) event. A resource seen for the
+/// first time (or again after its mark was pruned) is only marked: its health then is where it
+/// stands, not a change, and a first view of an environment writes no burst of events (what
+/// the cluster said about a new resource is in its own Events).
 ///
 /// Several replicas may observe the same change and all call this: the upsert of the mark is
 /// conditional on the health differing, and PostgreSQL re-checks that condition on the row as
@@ -149,7 +151,7 @@ pub async fn record_health(
                 i.message || CASE WHEN p.health IS NULL THEN '' ELSE ' (was ' || p.health || ')' END,
                 NULLIF(i.resource_key, ''), $7, $7
          FROM marked JOIN input i USING (resource_key) LEFT JOIN prev p USING (resource_key)
-         WHERE p.health IS NOT NULL OR i.health <> 'Healthy'",
+         WHERE p.health IS NOT NULL",
     )
     .bind(environment_id)
     .bind(&keys)
