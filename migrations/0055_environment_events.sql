@@ -42,7 +42,10 @@ CREATE FUNCTION envlens_deployment_event() RETURNS trigger LANGUAGE plpgsql AS $
 DECLARE
   label text := 'Deployment #' || COALESCE(NEW.iid, NEW.id)::text;
   what  text := concat_ws(' ', NULLIF(NEW.ref, ''), CASE WHEN NEW.sha IS NULL THEN NULL ELSE '(' || left(NEW.sha, 8) || ')' END);
-  at    timestamptz := COALESCE(NEW.status_changed_at, now());
+  -- When GitLab says the status changed; a deployment created running started when created.
+  at    timestamptz := COALESCE(NEW.status_changed_at,
+                                CASE WHEN NEW.status = 'running' THEN NEW.created_at END,
+                                NEW.finished_at, now());
 BEGIN
   IF NEW.environment_id IS NULL THEN
     RETURN NULL;

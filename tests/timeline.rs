@@ -330,3 +330,95 @@ async fn wait_until_listening(api: &KubeApi) {
     // The feed's first assembly, which the subscriber's Events wait for.
     tokio::time::sleep(Duration::from_millis(300)).await;
 }
+
+/// The timeline on the environment page, in headless Chromium: beside the resources at 1440
+/// px, below them at 390 px without overflowing, linked to its resources, and a new Event shown
+/// without a reload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_environment_page_shows_the_timeline_beside_the_resources_in_chromium() {
+    use crate::support::browser::Browser;
+    use crate::support::demo::Demo;
+    let Some(browser) = Browser::launch().await else {
+        return;
+    };
+    let shots = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/browser");
+    let demo = Demo::start().await;
+    let page = browser.page().await;
+    page.screen(1440, false).await;
+    demo.sign_in(&page).await;
+    page.wait_for("document.querySelector('h1') && document.querySelector('h1').innerText === 'Your groups'", Duration::from_secs(20))
+        .await
+        .unwrap();
+    let env_url = format!("{}/environments?project=acme/platform/shop&name=production", demo.url);
+    page.goto(&env_url).await;
+    let ready = page
+        .wait_for("document.querySelectorAll('ol.timeline li').length >= 2", Duration::from_secs(20))
+        .await;
+    if let Err(e) = ready {
+        page.screenshot(&shots.join("failed-timeline.png")).await;
+        panic!("{e}: {}", page.text().await);
+    }
+    // Beside: the timeline's left edge is right of the resources' right edge, their tops level.
+    let beside = page
+        .eval("(() => { const r = document.getElementById('resources').getBoundingClientRect(); \
+               const t = document.querySelector('section.timeline').getBoundingClientRect(); \
+               return t.left >= r.right && Math.abs(t.top - r.top) < 80; })()")
+        .await;
+    assert_eq!(beside, json!(true));
+    // Newest first, each with its type, reason, time; Kubernetes ones linked to their resource.
+    let times = page
+        .eval("[...document.querySelectorAll('ol.timeline li time')].map(t => t.getAttribute('datetime'))")
+        .await;
+    let times: Vec<&str> = times.as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+    assert!(times.windows(2).all(|w| w[0] >= w[1]), "{times:?}");
+    let linked = page
+        .eval("[...document.querySelectorAll('ol.timeline li .about a')].every(a => a.href.includes('/resources?'))")
+        .await;
+    assert_eq!(linked, json!(true));
+
+    // The live status first, then a new Event about a worker Pod: shown without a reload.
+    page.wait_for("document.getElementById('live').dataset.state === 'live'", Duration::from_secs(20))
+        .await
+        .unwrap();
+    page.eval("window.__notReloaded = true").await;
+    let pod_name = demo
+        .cluster
+        .names("Pod", "shop-production")
+        .into_iter()
+        .find(|n| n.starts_with("worker-"))
+        .unwrap();
+    let pod = demo.cluster.get("Pod", "shop-production", &pod_name).unwrap();
+    demo.cluster.put(json!({"apiVersion": "v1", "kind": "Event",
+        "metadata": {"name": format!("{pod_name}.oom"), "namespace": "shop-production"},
+        "involvedObject": {"kind": "Pod", "name": pod_name, "namespace": "shop-production", "uid": pod["metadata"]["uid"]},
+        "type": "Warning", "reason": "OOMKilling", "message": "Memory cgroup out of memory: Killed process 4242 (worker)",
+        "firstTimestamp": chrono::Utc::now().to_rfc3339(), "lastTimestamp": chrono::Utc::now().to_rfc3339(),
+        "count": 3, "source": {"component": "kernel-monitor"}}));
+    let shown = page
+        .wait_for(
+            "window.__notReloaded && document.querySelector('ol.timeline li').innerText.includes('OOMKilling') \
+             && document.querySelector('ol.timeline li').innerText.includes('×3')",
+            Duration::from_secs(30),
+        )
+        .await;
+    if let Err(e) = shown {
+        page.screenshot(&shots.join("failed-timeline-live.png")).await;
+        panic!("{e}: {}", page.text().await);
+    }
+    page.screenshot(&shots.join("environment-timeline-1440-light.png")).await;
+    page.screenshot_screen(&shots.join("environment-timeline-1440-light.screen.png")).await;
+
+    // A phone: the timeline below the resources, nothing wider than the screen.
+    page.screen(390, true).await;
+    page.goto(&env_url).await;
+    page.wait_for("document.querySelectorAll('ol.timeline li').length >= 2", Duration::from_secs(20))
+        .await
+        .unwrap();
+    let below = page
+        .eval("(() => { const r = document.getElementById('resources').getBoundingClientRect(); \
+               const t = document.querySelector('section.timeline').getBoundingClientRect(); \
+               return t.top >= r.bottom && document.documentElement.scrollWidth <= 390; })()")
+        .await;
+    assert_eq!(below, json!(true));
+    page.screenshot(&shots.join("environment-timeline-390-dark.png")).await;
+}

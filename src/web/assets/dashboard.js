@@ -123,6 +123,7 @@
 
   // --- Subscriptions --------------------------------------------------------------------
   const query = body.dataset.subscription;
+  const TIMELINE = "subscription($environmentId: ID!) { environmentEventsUpdated(environmentId: $environmentId) { id } }";
   let variables = {};
   try { variables = JSON.parse(body.dataset.variables || "{}"); } catch (e) { variables = {}; }
   let delay = 1000, poll = null, socket = null, wasLive = false;
@@ -148,6 +149,10 @@
       if (msg.type === "connection_ack") {
         acked = true; delay = 1000;
         socket.send(JSON.stringify({ id: "1", type: "subscribe", payload: { query: query, variables: variables } }));
+        // The environment's timeline: a new entry re-renders its region from the server.
+        if (document.querySelector("[data-timeline]") && variables.environmentId) {
+          socket.send(JSON.stringify({ id: "2", type: "subscribe", payload: { query: TIMELINE, variables: { environmentId: variables.environmentId } } }));
+        }
         say("live", wasLive ? "Live again" : "Live");
         wasLive = true;
         stopPolling();
@@ -158,6 +163,10 @@
         // something did. The first message is the whole state (the page may be older).
         const data = msg.payload && msg.payload.data;
         if (!(data && data.resourceGroupUpdated && apply(data.resourceGroupUpdated))) refresh();
+      } else if (msg.id === "2") {
+        // The timeline's own: a new entry is shown by re-rendering; its end (a viewer who may
+        // not follow it) leaves the rest of the page live.
+        if (msg.type === "next") refresh();
       } else if (msg.type === "error" || msg.type === "complete") {
         say("down", "Live updates ended; reload the page");
         socket.onclose = null;
