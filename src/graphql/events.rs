@@ -67,12 +67,13 @@ pub(super) fn filter(
     since: Option<Time>,
     types: Option<Vec<String>>,
 ) -> Result<Filter> {
-    let after = match after {
-        None => None,
-        Some(text) => Some(Cursor::decode(text).ok_or_else(|| {
-            Error::invalid("after", "is not a cursor of this list").to_graphql()
-        })?),
-    };
+    let after =
+        match after {
+            None => None,
+            Some(text) => Some(Cursor::decode(text).ok_or_else(|| {
+                Error::invalid("after", "is not a cursor of this list").to_graphql()
+            })?),
+        };
     if let Some(bad) = types
         .iter()
         .flatten()

@@ -16,13 +16,12 @@ use async_graphql::{
 
 use super::plain::{self, optional, string, Plain};
 use super::splice::{self, Rendered, Splices};
+use super::subscriptions::feeds::{FeedKey, Source};
+use super::subscriptions::health_record::Recorder;
 use super::types::{conn, project, DeploymentAgent, Gql, Result, Time};
 use crate::db::read::{AgentRow, EnvironmentRow};
 use crate::error::Error;
-use super::subscriptions::feeds::{FeedKey, Source};
-use super::subscriptions::health_record::Recorder;
 use crate::k8s::clusters::{Cluster, Clusters};
-use axum::http::HeaderMap;
 use crate::k8s::fetch::FetchOptions;
 use crate::k8s::grants::{AccessType, Grant};
 use crate::resources::graph::{Edge, EdgeType};
@@ -31,6 +30,7 @@ use crate::resources::health::{self, Customizations, Health};
 use crate::resources::listing::{ListError, ResourceEvent};
 use crate::resources::object::Object;
 use crate::telemetry::RequestId;
+use axum::http::HeaderMap;
 
 /// What a user without `user_access` to the agent reads (GitLab's wording).
 pub const FORBIDDEN_MESSAGE: &str = "You don't have access to an agent that deployed to this \

@@ -53,9 +53,9 @@ use crate::k8s::observe::ForAgent;
 use crate::k8s::own_rules::{self, OwnView};
 use crate::resources::graph;
 use crate::resources::listing::{ListError, Listing, ResourceEvent};
-use crate::resources::timeline;
 use crate::resources::object::Object;
 use crate::resources::page;
+use crate::resources::timeline;
 
 /// `(group, kind)` of the kinds listed without the selector, because Kubernetes' controllers
 /// create them for a parent without copying its labels:
@@ -1068,7 +1068,10 @@ mod tests {
         let a = timeline_entry(&core.to_string()).unwrap();
         let b = timeline_entry(&events_api.to_string()).unwrap();
         assert_eq!(a, b);
-        assert_eq!((a.id.as_str(), a.resource_uid.as_deref(), a.count), ("ev-1", Some("pod-1"), 4));
+        assert_eq!(
+            (a.id.as_str(), a.resource_uid.as_deref(), a.count),
+            ("ev-1", Some("pod-1"), 4)
+        );
         assert_eq!(a.last_time.to_rfc3339(), "2024-03-01T09:05:00+00:00");
         assert_eq!(timeline_entry(r#"{"metadata": {"name": "no-uid"}}"#), None);
     }

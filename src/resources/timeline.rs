@@ -82,11 +82,7 @@ impl Cursor {
     }
 
     pub fn encode(&self) -> String {
-        URL_SAFE_NO_PAD.encode(format!(
-            "{}|{}",
-            self.last_time.timestamp_micros(),
-            self.id
-        ))
+        URL_SAFE_NO_PAD.encode(format!("{}|{}", self.last_time.timestamp_micros(), self.id))
     }
 
     /// `None` for text that is not a cursor of this list.
@@ -123,7 +119,7 @@ impl Filter {
             && self
                 .types
                 .as_ref()
-                .is_none_or(|t| t.iter().any(|t| *t == entry.event_type))
+                .is_none_or(|t| t.contains(&entry.event_type))
     }
 }
 
@@ -327,13 +323,21 @@ mod tests {
             types: Some(vec!["Warning".into()]),
             ..Filter::default()
         };
-        let ids: Vec<_> = events.page(&group, &warnings, 10).into_iter().map(|e| e.id).collect();
+        let ids: Vec<_> = events
+            .page(&group, &warnings, 10)
+            .into_iter()
+            .map(|e| e.id)
+            .collect();
         assert_eq!(ids, ["c", "b"]);
         let since = Filter {
             since: Some(Utc.timestamp_opt(1_700_000_002, 0).unwrap()),
             ..Filter::default()
         };
-        let ids: Vec<_> = events.page(&group, &since, 10).into_iter().map(|e| e.id).collect();
+        let ids: Vec<_> = events
+            .page(&group, &since, 10)
+            .into_iter()
+            .map(|e| e.id)
+            .collect();
         assert_eq!(ids, ["c", "b"]);
     }
 
@@ -387,14 +391,32 @@ mod tests {
             errors: Vec::new(),
         };
         let mut sent = HashMap::new();
-        let first = GroupDelta::complete(&group(vec![pod("a", HealthStatus::Healthy)], HealthStatus::Healthy));
+        let first = GroupDelta::complete(&group(
+            vec![pod("a", HealthStatus::Healthy)],
+            HealthStatus::Healthy,
+        ));
         assert_eq!(changes(&mut sent, &first).len(), 2);
-        assert!(changes(&mut sent, &first).is_empty(), "the same health is not a change");
-        let broken = group(vec![pod("a", HealthStatus::Degraded)], HealthStatus::Degraded);
-        let delta = crate::resources::delta::diff(&group(vec![pod("a", HealthStatus::Healthy)], HealthStatus::Healthy), &broken);
+        assert!(
+            changes(&mut sent, &first).is_empty(),
+            "the same health is not a change"
+        );
+        let broken = group(
+            vec![pod("a", HealthStatus::Degraded)],
+            HealthStatus::Degraded,
+        );
+        let delta = crate::resources::delta::diff(
+            &group(vec![pod("a", HealthStatus::Healthy)], HealthStatus::Healthy),
+            &broken,
+        );
         let marks = changes(&mut sent, &delta);
         let reasons: Vec<_> = marks.iter().map(|m| (m.reason(), m.event_type())).collect();
-        assert_eq!(reasons, [("GroupHealthChanged", "Warning"), ("HealthChanged", "Warning")]);
+        assert_eq!(
+            reasons,
+            [
+                ("GroupHealthChanged", "Warning"),
+                ("HealthChanged", "Warning")
+            ]
+        );
         assert_eq!(marks[1].message, "Pod a is Degraded");
         let gone = GroupDelta::complete(&group(Vec::new(), HealthStatus::Healthy));
         changes(&mut sent, &gone);

@@ -121,7 +121,9 @@ async fn record(
         if marks.is_empty() {
             continue;
         }
-        if let Err(e) = events::record_health(pool.pg(), environment, &marks, chrono::Utc::now()).await {
+        if let Err(e) =
+            events::record_health(pool.pg(), environment, &marks, chrono::Utc::now()).await
+        {
             // Sent again with the next message that carries them.
             for mark in &marks {
                 sent.remove(&mark.key);
