@@ -174,6 +174,7 @@ impl axum::extract::FromRef<AppState> for crate::graphql::Engine {
             reads: state.reads.clone(),
             clusters: state.clusters.clone(),
             health: state.health.clone(),
+            recorder: state.live.recorder(),
         }
     }
 }

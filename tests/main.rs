@@ -46,6 +46,7 @@ mod support;
 mod system_hooks;
 mod telemetry;
 mod test_databases;
+mod timeline;
 mod user_state;
 mod watch_api;
 mod watch_cache;

@@ -43,9 +43,9 @@ const RESOURCE_FIELDS: &str = "uid apiVersion kind namespace name labels health 
     manifest events { type reason message count }";
 
 /// An envlens on a socket, over the test cluster, with GitLab's side recorded.
-struct Server {
-    app: TestApp,
-    addr: SocketAddr,
+pub(crate) struct Server {
+    pub(crate) app: TestApp,
+    pub(crate) addr: SocketAddr,
     reached: Reached,
     _stop: tokio::sync::oneshot::Sender<()>,
 }
@@ -109,7 +109,7 @@ async fn start_with(reach: Reach, served: &Served, extra: &str, limits: SocketLi
     }
 }
 
-async fn start(reach: Reach, served: &Served) -> Server {
+pub(crate) async fn start(reach: Reach, served: &Served) -> Server {
     start_with(reach, served, "", SocketLimits::default()).await
 }
 
@@ -235,7 +235,7 @@ impl Client {
             .expect("a message within 10 s")
     }
 
-    async fn message(&mut self) -> Value {
+    pub(crate) async fn message(&mut self) -> Value {
         match self.receive().await {
             Received::Message(m) => m,
             other => panic!("expected a message, got {other:?}"),

@@ -202,7 +202,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     report_unconnected_agents(&state).await;
     database.register_metrics(&state.metrics);
     state.live.relay_notices();
-    let pruning = tokio::spawn(prune_deliveries(state.db.clone()));
+    let pruning = tokio::spawn(prune_deliveries(
+        state.db.clone(),
+        settings.history.events_keep,
+    ));
     let history = tokio::spawn(
         crate::history::worker::Worker::new(
             state.db.pg().clone(),
@@ -333,7 +336,7 @@ async fn shutdown_signal() {
 
 /// Forgets webhook deliveries older than a week, and expired dashboard sessions, sign-in links
 /// and sign-in attempts, and finished GitLab follow-ups, hourly.
-async fn prune_deliveries(pool: db::pool::Pool) {
+async fn prune_deliveries(pool: db::pool::Pool, events_keep: std::time::Duration) {
     let mut every = tokio::time::interval(std::time::Duration::from_secs(3600));
     loop {
         every.tick().await;
@@ -345,6 +348,15 @@ async fn prune_deliveries(pool: db::pool::Pool) {
         }
         if let Err(e) = db::followups::prune(pool.pg(), 7).await {
             tracing::warn!(error = %e, "cannot prune finished GitLab follow-ups");
+        }
+        // `history.events_keep`: envlens' own events of the environments' timelines.
+        let before = chrono::Duration::from_std(events_keep)
+            .ok()
+            .and_then(|keep| chrono::Utc::now().checked_sub_signed(keep));
+        if let Some(before) = before {
+            if let Err(e) = db::events::prune(pool.pg(), before).await {
+                tracing::warn!(error = %e, "cannot prune the timelines' events");
+            }
         }
     }
 }

@@ -30,6 +30,7 @@
 //! history:                                # deployment history (SPEC 10)
 //!   settle_timeout: 10m                   # the second snapshot at the latest this long after the first
 //!   keep_per_environment: 100             # deployments per environment that keep snapshots
+//!   events_keep: 30d                      # how long envlens' own timeline events are kept (SPEC 17)
 //! ```
 //!
 //! Unknown keys are refused, so that a typo does not silently leave a cluster unconfigured.
@@ -115,6 +116,10 @@ pub struct HistorySettings {
     /// Deployments per environment that keep their snapshots (the newest).
     #[serde(default = "default_keep_per_environment")]
     pub keep_per_environment: u32,
+    /// How long envlens' own events of an environment's timeline (deployments, health
+    /// changes; SPEC 17) are kept.
+    #[serde(default = "default_events_keep", deserialize_with = "duration")]
+    pub events_keep: Duration,
 }
 
 impl Default for HistorySettings {
@@ -124,8 +129,13 @@ impl Default for HistorySettings {
             settle_poll: default_settle_poll(),
             retry_backoff: default_retry_backoff(),
             keep_per_environment: default_keep_per_environment(),
+            events_keep: default_events_keep(),
         }
     }
+}
+
+fn default_events_keep() -> Duration {
+    Duration::from_secs(30 * 24 * 3600)
 }
 
 fn default_settle_timeout() -> Duration {
@@ -488,8 +498,10 @@ impl Settings {
             "history.keep_per_environment must be at least 1"
         );
         anyhow::ensure!(
-            !self.history.settle_poll.is_zero() && !self.history.retry_backoff.is_zero(),
-            "history.settle_poll and history.retry_backoff must be longer than zero"
+            !self.history.settle_poll.is_zero()
+                && !self.history.retry_backoff.is_zero()
+                && !self.history.events_keep.is_zero(),
+            "history.settle_poll, history.retry_backoff and history.events_keep must be longer than zero"
         );
         let mut groups = std::collections::HashSet::new();
         for hook in self.gitlab.iter().flat_map(|g| &g.webhooks) {
@@ -563,6 +575,7 @@ mod tests {
         assert!(s.cors.allowed_origins.is_empty());
         assert_eq!(s.history.settle_timeout, Duration::from_secs(600));
         assert_eq!(s.history.keep_per_environment, 100);
+        assert_eq!(s.history.events_keep, Duration::from_secs(30 * 24 * 3600));
     }
 
     #[test]

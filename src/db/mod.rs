@@ -5,6 +5,7 @@ pub mod agents;
 pub mod deliveries;
 pub mod deployments;
 pub mod embedded;
+pub mod events;
 pub mod followups;
 pub mod history;
 pub mod identity;

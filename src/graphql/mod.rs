@@ -5,6 +5,7 @@ mod causes;
 mod connection;
 mod cost;
 mod documents;
+mod events;
 pub mod explorer;
 mod history;
 mod history_access;
@@ -114,6 +115,8 @@ pub struct Engine {
     pub reads: Leases,
     pub clusters: Arc<Clusters>,
     pub health: Arc<Customizations>,
+    /// Writes the health changes of the groups that queries read (SPEC 17).
+    pub recorder: subscriptions::health_record::Recorder,
 }
 
 /// Only POST with a JSON body, after authentication (and, for the session cookie, its CSRF
@@ -136,6 +139,7 @@ pub async fn execute(
         reads,
         clusters,
         health,
+        recorder,
     } = engine;
     let (parts, body) = req.into_parts();
     let request_id = parts
@@ -223,6 +227,7 @@ pub async fn execute(
         .data(db.clone())
         .data(clusters)
         .data(health)
+        .data(recorder)
         .data(splices.clone())
         .data(schemas.rendered.clone())
         .data(schemas.logs.clone());
@@ -364,7 +369,8 @@ pub async fn execute_as(
         .data(db.clone())
         .data(engine.clusters.clone())
         .data(engine.health.clone())
-        .data(engine.schemas.logs.clone());
+        .data(engine.schemas.logs.clone())
+        .data(engine.recorder.clone());
     let mut response = engine.schemas.strict.execute(request).await;
     for error in &mut response.errors {
         with_code(error);

@@ -17,10 +17,12 @@ use async_graphql::{
 use super::causes::{self, Causes, LogView, ResourceCause};
 use super::plain::{self, optional, string, Plain};
 use super::splice::{self, Rendered, Splices};
+use super::subscriptions::feeds::{FeedKey, Source};
+use super::subscriptions::health_record::Recorder;
 use super::types::{conn, project, DeploymentAgent, Gql, Result, Time};
 use crate::db::read::{AgentRow, EnvironmentRow};
 use crate::error::Error;
-use crate::k8s::clusters::Clusters;
+use crate::k8s::clusters::{Cluster, Clusters};
 use crate::k8s::fetch::FetchOptions;
 use crate::k8s::grants::{AccessType, Grant};
 use crate::resources::graph::{Edge, EdgeType};
@@ -29,6 +31,7 @@ use crate::resources::health::{self, Customizations, Health};
 use crate::resources::listing::{ListError, ResourceEvent};
 use crate::resources::object::Object;
 use crate::telemetry::RequestId;
+use axum::http::HeaderMap;
 
 /// What a user without `user_access` to the agent reads (GitLab's wording).
 pub const FORBIDDEN_MESSAGE: &str = "You don't have access to an agent that deployed to this \
@@ -51,6 +54,44 @@ pub async fn load(
     agent: AgentRow,
     namespace: String,
 ) -> Result<ResourceGroup> {
+    let assembled = assemble(ctx, environment, &agent, &namespace).await?;
+    // A crash's previous log is read as the listing is: the same identity (SPEC 17).
+    let logs = assembled.cluster.map(|cluster| {
+        let clusters: &Arc<Clusters> = ctx.data_unchecked();
+        Arc::new(LogView::new(
+            cluster.client.clone(),
+            agent.id,
+            assembled.headers,
+            namespace.clone(),
+            clusters.response_timeout,
+            causes::cache(ctx),
+        ))
+    });
+    Ok(ResourceGroup::new(
+        DeploymentAgent { agent, namespace },
+        assembled.group,
+        logs,
+    ))
+}
+
+/// What [`assemble`] read.
+pub(super) struct Assembled {
+    pub group: Arc<group::ResourceGroup>,
+    /// The cluster it came from: `None` for an agent without a cluster connection.
+    pub cluster: Option<Cluster>,
+    /// The viewer's headers of its requests (impersonation, the request's ids).
+    pub headers: HeaderMap,
+}
+
+/// What [`load`] shows, as the assembled group, with the cluster it came from and the
+/// viewer's headers. Whatever shows the group's resources, or what is about them (the
+/// timeline's Events, a crash's previous log), reads them here, with the same checks.
+pub(super) async fn assemble(
+    ctx: &Context<'_>,
+    environment: &EnvironmentRow,
+    agent: &AgentRow,
+    namespace: &str,
+) -> Result<Assembled> {
     crate::telemetry::record_agent(agent.id, Some(&environment.name));
     let (user, grant) = authorize(ctx, agent.id).await?;
     let clusters: &Arc<Clusters> = ctx.data_unchecked();
@@ -66,12 +107,12 @@ pub async fn load(
         Ok(cluster) => cluster,
         Err(none) => {
             let group =
-                group::ResourceGroup::unreadable(&namespace, &selector, 503, none.to_string());
-            return Ok(ResourceGroup::new(
-                DeploymentAgent { agent, namespace },
-                Arc::new(group),
-                None,
-            ));
+                group::ResourceGroup::unreadable(namespace, &selector, 503, none.to_string());
+            return Ok(Assembled {
+                group: Arc::new(group),
+                cluster: None,
+                headers: HeaderMap::new(),
+            });
         }
     };
     let options = FetchOptions {
@@ -83,15 +124,6 @@ pub async fn load(
     if let Some(id) = ctx.data_opt::<RequestId>() {
         id.outgoing_headers(&mut headers);
     }
-    // A crash's previous log is read as the listing is: the same identity (SPEC 17).
-    let logs = Arc::new(LogView::new(
-        cluster.client.clone(),
-        agent.id,
-        headers.clone(),
-        namespace.clone(),
-        clusters.response_timeout,
-        causes::cache(ctx),
-    ));
     // From the watch cache (SPEC 8.1): the same answer as a fresh list, from memory, and
     // the same group as the last view's while nothing changed (assembled off the runtime's
     // threads when something did).
@@ -101,7 +133,7 @@ pub async fn load(
         .resource_group(
             &cluster.discovery,
             &headers,
-            &namespace,
+            namespace,
             &selector,
             &options,
             custom,
@@ -113,7 +145,7 @@ pub async fn load(
         // to GitLab's agent server, a token it refused): one entry of code 503, as for an agent
         // without a connection (SPEC 6, 14).
         Err(crate::k8s::fetch::FetchError::Discovery(e)) if e.code == Some(503) => Arc::new(
-            group::ResourceGroup::unreadable(&namespace, &selector, 503, e.message),
+            group::ResourceGroup::unreadable(namespace, &selector, 503, e.message),
         ),
         Err(e) => return Err(unreachable(&e)),
     };
@@ -121,11 +153,26 @@ pub async fn load(
         Some(open) => Arc::new(assembled.while_away(open.since, &open.said())),
         None => assembled,
     };
-    Ok(ResourceGroup::new(
-        DeploymentAgent { agent, namespace },
-        assembled,
-        Some(logs),
-    ))
+    // The group is in use: its health changes are recorded while it is (SPEC 17).
+    if let Some(recorder) = ctx.data_opt::<Recorder>() {
+        let key = FeedKey::new(agent.id, namespace, &selector, &HeaderMap::new());
+        recorder.touch(environment.id, key, || Source {
+            cluster: cluster.clone(),
+            headers: HeaderMap::new(),
+            options: FetchOptions {
+                request_timeout: clusters.response_timeout,
+                agent: Some(agent.id),
+                ..FetchOptions::default()
+            },
+            health: custom.clone(),
+            recheck: clusters.grants.ttl(),
+        });
+    }
+    Ok(Assembled {
+        group: assembled,
+        cluster: Some(cluster),
+        headers,
+    })
 }
 
 /// The user and their `user_access` grant on the agent; the FORBIDDEN error of SPEC 5.2

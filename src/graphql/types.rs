@@ -690,6 +690,28 @@ impl Environment {
             None => Ok(None),
         }
     }
+
+    /// The environment's timeline (SPEC 17), newest first by last time: the Kubernetes Events
+    /// of its group's resources (a series once, with its count) and envlens' own events
+    /// (deployments started and finished, health changes). `types` keeps `Normal` or
+    /// `Warning` ones, `since` those last seen at or after it. The Kubernetes Events and the
+    /// health changes need the viewer's `user_access` to the agent; without it the timeline
+    /// has the deployments only.
+    #[graphql(complexity = "resource_group::COST + page_cost(first, child_complexity)")]
+    async fn events(
+        &self,
+        ctx: &Context<'_>,
+        first: Option<i32>,
+        after: Option<String>,
+        since: Option<Time>,
+        types: Option<Vec<String>>,
+    ) -> Result<Connection<String, super::events::EnvironmentEvent>> {
+        let agent = self
+            .last_agent(ctx)
+            .await?
+            .map(|(agent, row)| (agent, row.kubernetes_namespace));
+        super::events::page(ctx, &self.row, agent, first, after, since, types).await
+    }
 }
 
 pub struct Deployment(pub DeploymentRow);

@@ -55,6 +55,7 @@ use crate::resources::graph;
 use crate::resources::listing::{ListError, Listing, ResourceEvent};
 use crate::resources::object::Object;
 use crate::resources::page;
+use crate::resources::timeline;
 
 /// `(group, kind)` of the kinds listed without the selector, because Kubernetes' controllers
 /// create them for a parent without copying its labels:
@@ -615,22 +616,31 @@ fn unique_by_uid(
 }
 
 /// What is read of a core/v1 Event: old style (`firstTimestamp`, `lastTimestamp`, `count`) or
-/// new style (`eventTime`, `series`). Parsed straight into this, not into a JSON tree.
+/// new style (`eventTime`, `series`). Parsed straight into this, not into a JSON tree. The
+/// same object read through `events.k8s.io/v1` names some fields differently (`regarding`,
+/// `note`, `deprecated…`): those names are read too.
 #[derive(Debug, Clone, Deserialize, Default)]
 #[serde(rename_all = "camelCase", default)]
 pub(crate) struct EventDoc {
     metadata: Option<EventMetadata>,
+    #[serde(alias = "regarding")]
     involved_object: Option<InvolvedObject>,
     #[serde(rename = "type")]
     event_type: Option<String>,
     reason: Option<String>,
+    #[serde(alias = "note")]
     message: Option<String>,
+    #[serde(alias = "deprecatedCount")]
     count: Option<u64>,
+    #[serde(alias = "deprecatedFirstTimestamp")]
     first_timestamp: Option<String>,
+    #[serde(alias = "deprecatedLastTimestamp")]
     last_timestamp: Option<String>,
     event_time: Option<String>,
     series: Option<EventSeries>,
+    #[serde(alias = "deprecatedSource")]
     source: Option<EventSource>,
+    #[serde(alias = "reportingController")]
     reporting_component: Option<String>,
 }
 
@@ -638,6 +648,7 @@ pub(crate) struct EventDoc {
 #[serde(rename_all = "camelCase", default)]
 struct EventMetadata {
     name: Option<String>,
+    uid: Option<String>,
     creation_timestamp: Option<String>,
 }
 
@@ -702,6 +713,27 @@ impl From<EventDoc> for ResourceEvent {
                 .or_else(|| non_empty(event.reporting_component)),
         }
     }
+}
+
+/// An Event's text as an entry of the environment's timeline (SPEC 17), identified by the
+/// Event's uid, linked to its object by uid; `None` for text that is not a dated Event with a
+/// uid.
+pub(crate) fn timeline_entry(text: &str) -> Option<timeline::Entry> {
+    let mut doc: EventDoc = serde_json::from_str(text).ok()?;
+    let id = doc.metadata.as_mut().and_then(|m| m.uid.take())?;
+    let about = doc.involved_object.as_mut().and_then(|o| o.uid.take());
+    let event = ResourceEvent::from(doc);
+    Some(timeline::Entry {
+        id,
+        event_type: event.event_type,
+        reason: event.reason,
+        message: event.message,
+        count: event.count,
+        first_time: event.first_seen?,
+        last_time: event.last_seen?,
+        resource_uid: about.filter(|u| !u.is_empty()),
+        source: timeline::Source::Kubernetes,
+    })
 }
 
 /// Events by `involvedObject.uid`, only for uids in `keep`; each object's most recent first (by
@@ -1012,5 +1044,37 @@ mod tests {
             serde_json::from_value::<EventDoc>(json!({"eventTime": null, "series": null})).unwrap(),
         );
         assert_eq!((bare.count, bare.first_seen, bare.source), (1, None, None));
+    }
+
+    #[test]
+    fn an_event_reads_the_same_through_either_api() {
+        // One object as `/api/v1` and as `/apis/events.k8s.io/v1` serve it (the apiserver's
+        // conversion: involvedObject/regarding, message/note, count/deprecatedCount, …).
+        let core = json!({
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": "web.1", "uid": "ev-1", "creationTimestamp": "2024-03-01T09:00:00Z"},
+            "involvedObject": {"kind": "Pod", "name": "web", "uid": "pod-1"},
+            "type": "Warning", "reason": "BackOff", "message": "Back-off restarting failed container",
+            "count": 4, "firstTimestamp": "2024-03-01T09:00:00Z", "lastTimestamp": "2024-03-01T09:05:00Z",
+            "source": {"component": "kubelet"},
+        });
+        let events_api = json!({
+            "apiVersion": "events.k8s.io/v1", "kind": "Event",
+            "metadata": {"name": "web.1", "uid": "ev-1", "creationTimestamp": "2024-03-01T09:00:00Z"},
+            "regarding": {"kind": "Pod", "name": "web", "uid": "pod-1"},
+            "type": "Warning", "reason": "BackOff", "note": "Back-off restarting failed container",
+            "deprecatedCount": 4, "deprecatedFirstTimestamp": "2024-03-01T09:00:00Z",
+            "deprecatedLastTimestamp": "2024-03-01T09:05:00Z",
+            "deprecatedSource": {"component": "kubelet"},
+        });
+        let a = timeline_entry(&core.to_string()).unwrap();
+        let b = timeline_entry(&events_api.to_string()).unwrap();
+        assert_eq!(a, b);
+        assert_eq!(
+            (a.id.as_str(), a.resource_uid.as_deref(), a.count),
+            ("ev-1", Some("pod-1"), 4)
+        );
+        assert_eq!(a.last_time.to_rfc3339(), "2024-03-01T09:05:00+00:00");
+        assert_eq!(timeline_entry(r#"{"metadata": {"name": "no-uid"}}"#), None);
     }
 }

@@ -13,6 +13,7 @@ pub mod masking;
 pub mod object;
 pub mod page;
 pub mod text;
+pub mod timeline;
 pub mod tree;
 
 /// Groups from this many objects on are worked on by two threads where the work splits in two:

@@ -32,7 +32,8 @@ pub const ENVIRONMENT: &str = r#"query($project: ID!, $name: String!) {
         resources { uid apiVersion kind namespace name createdAt health { status message }
           events { type reason message count lastSeen } }
         causes { path message sentence logLines }
-        edges { from to type } } } } }"#;
+        edges { from to type } }
+      events(first: 50) { nodes { id type reason message count lastTime resourceUid source } } } } }"#;
 
 pub const RESOURCE: &str = r#"query($project: ID!, $name: String!) {
   currentUser { username }
@@ -392,6 +393,25 @@ pub struct Environment {
     #[serde(default)]
     pub deployments: Option<Nodes<Deployment>>,
     pub resource_group: Option<ResourceGroup>,
+    /// The timeline (SPEC 17), newest first.
+    #[serde(default)]
+    pub events: Option<Nodes<TimelineEvent>>,
+}
+
+/// One entry of an environment's timeline.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TimelineEvent {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub event_type: String,
+    pub reason: String,
+    pub message: String,
+    pub count: i64,
+    pub last_time: String,
+    pub resource_uid: Option<String>,
+    /// `KUBERNETES` or `ENVLENS`.
+    pub source: String,
 }
 
 #[derive(Debug, Deserialize)]

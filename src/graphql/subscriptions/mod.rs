@@ -4,7 +4,9 @@
 //! replica hears what any of them recorded).
 
 mod environments;
-mod feeds;
+mod events;
+pub(crate) mod feeds;
+pub(crate) mod health_record;
 mod resource_group;
 pub mod socket;
 
@@ -35,6 +37,8 @@ pub struct Live {
     pool: Pool,
     feeds: Arc<feeds::Feeds>,
     notices: Arc<environments::Notices>,
+    /// Writes the health changes of the groups in use (SPEC 17).
+    recorder: health_record::Recorder,
     /// Set when the server shuts down: every socket closes with 1001 (going away), so that
     /// clients reconnect to another replica.
     closing: Arc<watch::Sender<bool>>,
@@ -42,13 +46,15 @@ pub struct Live {
 
 impl Live {
     pub fn new(pool: &Pool, origins: Origins, limits: SocketLimits, slots: Slots) -> Self {
+        let feeds: Arc<feeds::Feeds> = Arc::default();
         Live {
             origins: Arc::new(origins),
             limits,
             connections: Arc::new(Semaphore::new(limits.max_connections)),
             slots,
             pool: pool.clone(),
-            feeds: Arc::default(),
+            recorder: health_record::Recorder::new(pool.clone(), feeds.clone()),
+            feeds,
             notices: Arc::new(environments::Notices::new(pool.clone())),
             closing: Arc::new(watch::Sender::new(false)),
         }
@@ -83,6 +89,11 @@ impl Live {
         self
     }
 
+    /// The recorder of health changes, which queries touch too.
+    pub fn recorder(&self) -> health_record::Recorder {
+        self.recorder.clone()
+    }
+
     /// Resource group feeds running now.
     pub fn feeds(&self) -> usize {
         self.feeds.len()
@@ -104,6 +115,21 @@ impl Subscription {
     ) -> Result<impl Stream<Item = Result<UpdateMessage>>> {
         let slot = slot(ctx).await?;
         let stream = resource_group::subscribe(ctx, &environment_id).await?;
+        Ok(holding(stream, slot))
+    }
+
+    /// The environment's timeline (SPEC 17), live: each new entry, and a Kubernetes Event
+    /// again whenever its series goes on (same `id`, a higher `count`). envlens' own events
+    /// reach every replica's subscribers through PostgreSQL's notifications. Needs the
+    /// user's `user_access` to the agent of the last successful deployment, checked again
+    /// every `kubernetes.access_cache` (`FORBIDDEN` once gone).
+    async fn environment_events_updated(
+        &self,
+        ctx: &Context<'_>,
+        environment_id: ID,
+    ) -> Result<impl Stream<Item = Result<crate::graphql::events::EnvironmentEvent>>> {
+        let slot = slot(ctx).await?;
+        let stream = events::subscribe(ctx, &environment_id).await?;
         Ok(holding(stream, slot))
     }
 

@@ -354,6 +354,7 @@ impl Authenticator {
         )));
         data.insert(self.engine.clusters.clone());
         data.insert(self.engine.health.clone());
+        data.insert(self.engine.recorder.clone());
         data.insert(self.live.clone());
         data.insert(self.splices.clone());
         data.insert(session);

@@ -24,6 +24,7 @@
 pub(crate) mod access;
 mod consistent;
 mod kind;
+mod timeline;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -105,6 +106,8 @@ struct Namespace {
     /// One assembly at a time: viewers that arrive together after a change wait for the first
     /// one's group instead of each assembling the same.
     assembling: tokio::sync::Mutex<()>,
+    /// The Events as the timeline last read them ([`timeline`]).
+    timeline: Mutex<timeline::Memo>,
 }
 
 /// An assembled group, and what it was assembled from besides the namespace's objects.
@@ -161,6 +164,7 @@ impl Namespace {
             generation: Arc::new(AtomicU64::new(0)),
             groups: Mutex::new(Vec::new()),
             assembling: tokio::sync::Mutex::new(()),
+            timeline: Mutex::new(timeline::Memo::default()),
         })
     }
 
@@ -248,6 +252,11 @@ impl WatchCache {
         self.inner.settings.max_objects > 0
     }
 
+    /// How long a namespace nobody reads keeps its watches (`kubernetes.cache_idle`).
+    pub fn idle(&self) -> Duration {
+        self.inner.settings.idle
+    }
+
     /// Objects held now, across namespaces.
     pub fn objects(&self) -> usize {
         self.inner.total.load(Ordering::Relaxed)
@@ -272,6 +281,23 @@ impl WatchCache {
             .or_insert_with(Namespace::new)
             .changes
             .subscribe()
+    }
+
+    /// The namespace's Kubernetes Events for the environment's timeline (SPEC 17), newest
+    /// first, each once: `None` unless a view of the namespace started their watch and it has
+    /// listed. Whoever shows them checks first that the viewer may see them (a view of the
+    /// group as the viewer, whose errors name a refused `v1 Event`).
+    pub fn timeline(&self, namespace: &str) -> Option<Arc<crate::resources::timeline::Events>> {
+        let ns = lock(&self.inner.namespaces).get(namespace)?.clone();
+        let watch = lock(&ns.kinds).get(&events_kind())?.clone();
+        if !matches!(*watch.phase.borrow(), Phase::Synced) {
+            return None;
+        }
+        // The generation first: objects newer than it are never paired with an older one.
+        let generation = ns.generation.load(Ordering::Acquire);
+        let objects = watch.objects();
+        let events = lock(&ns.timeline).read(generation, objects);
+        Some(events)
     }
 
     /// The resource group of `label_selector` in `namespace`, from the cache: the same answer

@@ -129,8 +129,62 @@
     return whole;
   }
 
+  // --- The timeline: an entry from environmentEventsUpdated, in place ----------------------
+  function ago(time) {
+    const s = Math.max(0, Math.round((Date.now() - Date.parse(time)) / 1000));
+    if (s < 60) return s + " s ago";
+    if (s < 3600) return Math.floor(s / 60) + " min ago";
+    if (s < 86400) return Math.floor(s / 3600) + " h ago";
+    const d = Math.floor(s / 86400);
+    return d === 1 ? "1 day ago" : d + " days ago";
+  }
+  function el(tag, className, text) {
+    const e = document.createElement(tag);
+    if (className) e.className = className;
+    if (text !== undefined) e.textContent = text;
+    return e;
+  }
+  function showEvent(e) {
+    const list = document.querySelector("ol.timeline");
+    if (!list) { refresh(); return; }
+    const warning = e.type === "Warning";
+    const li = el("li", warning ? "warning" : "normal");
+    li.dataset.event = e.id;
+    const head = el("div", "head");
+    head.append(el("span", "badge " + (warning ? "h-degraded" : "h-none"), e.type), el("strong", "", e.reason));
+    if (e.count > 1) head.append(el("span", "count", "×" + e.count));
+    const time = el("time", "", ago(e.lastTime));
+    time.setAttribute("datetime", e.lastTime);
+    head.append(time);
+    li.append(head);
+    // The resource's kind and link, as the page shows them already.
+    const node = e.resourceUid && document.querySelector('.node[data-uid="' + CSS.escape(e.resourceUid) + '"]');
+    if (node && node.querySelector("a.name")) {
+      const about = el("div", "about");
+      const link = el("a", "", node.querySelector("a.name").textContent);
+      link.href = node.querySelector("a.name").getAttribute("href");
+      about.append(el("span", "kind", (node.querySelector(".kind") || {}).textContent || ""), " ", link);
+      li.append(about);
+    } else if (e.source === "ENVLENS") {
+      const about = el("div", "about");
+      about.append(el("span", "kind", "envlens"));
+      li.append(about);
+    }
+    li.append(el("p", "msg", e.message));
+    const old = list.querySelector('li[data-event="' + CSS.escape(e.id) + '"]');
+    if (old) old.remove();
+    const later = [...list.children].find(function (item) {
+      const t = item.querySelector("time");
+      return t && t.getAttribute("datetime") < e.lastTime;
+    });
+    list.insertBefore(li, later || null);
+    body.dataset.timeline = String(Date.now());
+  }
+
   // --- Subscriptions --------------------------------------------------------------------
   const query = body.dataset.subscription;
+  const TIMELINE = "subscription($environmentId: ID!) { environmentEventsUpdated(environmentId: $environmentId) " +
+    "{ id type reason message count lastTime resourceUid source } }";
   let variables = {};
   try { variables = JSON.parse(body.dataset.variables || "{}"); } catch (e) { variables = {}; }
   let delay = 1000, poll = null, socket = null, wasLive = false;
@@ -156,6 +210,10 @@
       if (msg.type === "connection_ack") {
         acked = true; delay = 1000;
         socket.send(JSON.stringify({ id: "1", type: "subscribe", payload: { query: query, variables: variables } }));
+        // The environment's timeline: a new entry re-renders its region from the server.
+        if (document.querySelector("[data-timeline]") && variables.environmentId) {
+          socket.send(JSON.stringify({ id: "2", type: "subscribe", payload: { query: TIMELINE, variables: { environmentId: variables.environmentId } } }));
+        }
         say("live", wasLive ? "Live again" : "Live");
         wasLive = true;
         stopPolling();
@@ -166,6 +224,11 @@
         // something did. The first message is the whole state (the page may be older).
         const data = msg.payload && msg.payload.data;
         if (!(data && data.resourceGroupUpdated && apply(data.resourceGroupUpdated))) refresh();
+      } else if (msg.id === "2") {
+        // The timeline's own: a new or continued entry is put in place; its end (a viewer who
+        // may not follow it) leaves the rest of the page live.
+        const data = msg.type === "next" && msg.payload && msg.payload.data;
+        if (data && data.environmentEventsUpdated) showEvent(data.environmentEventsUpdated);
       } else if (msg.type === "error" || msg.type === "complete") {
         say("down", "Live updates ended; reload the page");
         socket.onclose = null;

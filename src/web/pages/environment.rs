@@ -291,18 +291,21 @@ pub fn environment_page(chrome: &Chrome, view: &EnvironmentView, now: DateTime<U
                     a href=(here) aria-current=[(view.tab == Tab::Tree).then_some("page")] { "Tree" }
                     a href={(here) "&view=graph"} aria-current=[(view.tab == Tab::Graph).then_some("page")] { "Graph" }
                 }
-                div #resources data-live-region {
-                    @if view.tab == Tab::Graph {
-                        (graph_view(g, project, &env.name))
-                    } @else {
-                        @let tree = Tree::new(g);
-                        ul.tree aria-label="Resources, owners above what they own" {
-                            @for i in tree.roots() { (tree_item(&tree, i, project, &env.name, 0)) }
+                div.beside {
+                    div #resources data-live-region {
+                        @if view.tab == Tab::Graph {
+                            (graph_view(g, project, &env.name))
+                        } @else {
+                            @let tree = Tree::new(g);
+                            ul.tree aria-label="Resources, owners above what they own" {
+                                @for i in tree.roots() { (tree_item(&tree, i, project, &env.name, 0)) }
+                            }
                         }
                     }
+                    (timeline_section(env, Some(g), project, now))
                 }
-                h2 #events-heading { "Events" }
-                div #events data-live-region { (events(g, project, &env.name, now)) }
+            } @else if env.events.is_some() {
+                (timeline_section(env, None, project, now))
             }
             h2 { "Deployments" }
             div #deployments data-live-region { (deployments(env, project, &view.snapshots_refused, now)) }
@@ -336,36 +339,44 @@ pub(super) fn connection(c: &AgentConnection, now: DateTime<Utc>) -> Markup {
     }
 }
 
-/// The most recent events of every resource, warnings first.
-fn events(g: &ResourceGroup, project: &str, env: &str, now: DateTime<Utc>) -> Markup {
-    let mut all: Vec<(&Resource, &crate::web::data::Event)> = g
-        .resources
-        .iter()
-        .flat_map(|r| r.events.iter().map(move |e| (r, e)))
-        .collect();
-    all.sort_by(|a, b| {
-        (b.1.event_type == "Warning")
-            .cmp(&(a.1.event_type == "Warning"))
-            .then_with(|| b.1.last_seen.cmp(&a.1.last_seen))
-    });
-    let shown = all.len().min(50);
+/// The timeline (SPEC 17) beside the resources: newest first, each entry's type, reason,
+/// count, message and time, linked to its resource. `data-timeline` has the page script
+/// follow `environmentEventsUpdated` and re-render the region.
+fn timeline_section(
+    env: &Environment,
+    group: Option<&ResourceGroup>,
+    project: &str,
+    now: DateTime<Utc>,
+) -> Markup {
+    let entries = env.events.as_ref().map_or(&[][..], |e| e.nodes.as_slice());
+    let resource = |uid: &str| group.and_then(|g| g.resources.iter().find(|r| r.uid == uid));
     html! {
-        @if all.is_empty() {
-            p.empty { "No recent events." }
-        } @else {
-            div.table-wrap { table.stack {
-                caption.skip { "Events" }
-                thead { tr { th scope="col" { "Type" } th scope="col" { "Resource" } th scope="col" { "Reason and message" } th scope="col" { "Last seen" } } }
-                tbody { @for (r, e) in &all[..shown] {
-                    tr {
-                        td data-label="Type" { span class={"badge " (if e.event_type == "Warning" { "h-degraded" } else { "h-none" })} { (e.event_type) } }
-                        td data-label="Resource" { span.msg { (r.kind) } a href=(resource_href(project, env, &r.uid)) { (r.name) } }
-                        td data-label="Reason" { strong { (e.reason) } @if e.count > 1 { " ×" (e.count) } span.msg { (e.message) } }
-                        td data-label="Last seen" { @if let Some(t) = &e.last_seen { time datetime=(t) { (ago(t, now)) } } }
+        section.timeline aria-labelledby="events-heading" data-timeline {
+            h2 #events-heading { "Timeline" }
+            div #events data-live-region {
+                @if entries.is_empty() {
+                    p.empty { "Nothing happened lately." }
+                } @else {
+                    ol.timeline aria-label="Events, newest first" tabindex="0" {
+                        @for e in entries {
+                            li data-event=(e.id) class=(if e.event_type == "Warning" { "warning" } else { "normal" }) {
+                                div.head {
+                                    span class={"badge " (if e.event_type == "Warning" { "h-degraded" } else { "h-none" })} { (e.event_type) }
+                                    strong { (e.reason) }
+                                    @if e.count > 1 { span.count { "×" (e.count) } }
+                                    time datetime=(e.last_time) { (ago(&e.last_time, now)) }
+                                }
+                                @if let Some(r) = e.resource_uid.as_deref().and_then(resource) {
+                                    div.about { span.kind { (r.kind) } " " a href=(resource_href(project, &env.name, &r.uid)) { (r.name) } }
+                                } @else if e.source == "ENVLENS" {
+                                    div.about { span.kind { "envlens" } }
+                                }
+                                p.msg { (e.message) }
+                            }
+                        }
                     }
-                } }
-            } }
-            @if all.len() > shown { p.msg { "The 50 most recent of " (all.len()) "." } }
+                }
+            }
         }
     }
 }
