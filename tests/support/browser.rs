@@ -63,6 +63,20 @@ impl Browser {
             eprintln!("skipped: no chromium on the PATH (Debian: apt-get install chromium)");
             return None;
         };
+        // On a loaded machine (the suite starts several browsers at once beside its servers)
+        // a start can be slow, or end before it listens: one more try, saying why.
+        let mut said = Vec::new();
+        for _ in 0..2 {
+            match Self::start(&binary).await {
+                Ok(browser) => return Some(browser),
+                Err(lines) => said = lines,
+            }
+        }
+        panic!("chromium did not print its DevTools address twice; it said: {said:#?}");
+    }
+
+    /// One start: the browser, or what Chromium printed before it stopped or 90 s passed.
+    async fn start(binary: &Path) -> Result<Browser, Vec<String>> {
         let profile = tempfile::tempdir().expect("a profile folder");
         let mut child = tokio::process::Command::new(binary)
             .args([
@@ -87,18 +101,23 @@ impl Browser {
             .spawn()
             .expect("chromium starts");
         let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let url = tokio::time::timeout(Duration::from_secs(30), async {
+        let mut said = Vec::new();
+        let url = tokio::time::timeout(Duration::from_secs(90), async {
             while let Ok(Some(line)) = lines.next_line().await {
                 if let Some(url) = line.strip_prefix("DevTools listening on ") {
                     return Some(url.trim().to_owned());
                 }
+                said.push(line);
             }
             None
         })
         .await
         .ok()
-        .flatten()
-        .expect("chromium prints its DevTools address");
+        .flatten();
+        let Some(url) = url else {
+            let _ = child.kill().await;
+            return Err(said);
+        };
         // Keep reading stderr so that Chromium never blocks on a full pipe.
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
 
@@ -135,7 +154,7 @@ impl Browser {
                 }
             }
         });
-        Some(Browser {
+        Ok(Browser {
             child,
             _profile: profile,
             out,
