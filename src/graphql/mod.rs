@@ -1,6 +1,7 @@
 //! GraphQL at `POST /api/graphql` (SPEC 5.1), and its explorer at `GET /-/graphql-explorer`.
 
 mod agents;
+mod away;
 mod connection;
 mod cost;
 mod documents;
@@ -68,6 +69,8 @@ pub struct Schemas {
     /// The JSON of the watch cache's shared groups as `POST /api/graphql` answered them
     /// (`splice`): a warm view writes its answer without building it again.
     rendered: Arc<splice::Rendered<crate::resources::group::ResourceGroup>>,
+    /// Those groups as shown while their agent is away (`away`), one each, so rendered once too.
+    away: Arc<away::AwayViews>,
 }
 
 impl Schemas {
@@ -76,6 +79,7 @@ impl Schemas {
             strict: schema(ValidationMode::Strict),
             fast: schema(ValidationMode::Fast),
             rendered: Arc::default(),
+            away: Arc::default(),
         }
     }
 }
@@ -209,7 +213,8 @@ pub async fn execute(
         .data(clusters)
         .data(health)
         .data(splices.clone())
-        .data(schemas.rendered.clone());
+        .data(schemas.rendered.clone())
+        .data(schemas.away.clone());
     if let Some(id) = request_id {
         request = request.data(id);
     }

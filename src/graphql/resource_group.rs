@@ -14,6 +14,7 @@ use async_graphql::{
     ServerResult, SimpleObject, Value, ID,
 };
 
+use super::away::AwayViews;
 use super::plain::{self, optional, string, Plain};
 use super::splice::{self, Rendered, Splices};
 use super::types::{conn, project, DeploymentAgent, Gql, Result, Time};
@@ -107,7 +108,11 @@ pub async fn load(
         Err(e) => return Err(unreachable(&e)),
     };
     let assembled = match cluster.condition.circuit().open() {
-        Some(open) => Arc::new(assembled.while_away(open.since, &open.said())),
+        // One view of the group for the opening, so rendered once (`away`).
+        Some(open) => match ctx.data_opt::<Arc<AwayViews>>() {
+            Some(away) => away.of(&assembled, &open),
+            None => Arc::new(assembled.while_away(open.since, &open.said())),
+        },
         None => assembled,
     };
     Ok(ResourceGroup::new(
