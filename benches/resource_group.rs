@@ -126,11 +126,14 @@ fn live_by_size() -> [isize; 40] {
     std::array::from_fn(|i| LIVE_BY_SIZE[i].load(std::sync::atomic::Ordering::Relaxed))
 }
 
+#[path = "fixtures/callgrind.rs"]
+mod callgrind;
 #[path = "fixtures/stats.rs"]
 mod stats;
 #[allow(dead_code)]
 #[path = "../tests/support/mod.rs"]
 mod support;
+use callgrind::counted;
 use stats::{median, ms};
 
 use std::time::{Duration, Instant};
@@ -625,46 +628,6 @@ async fn run(a: Args) {
 fn median_ratio(mut ratios: Vec<f64>) -> f64 {
     ratios.sort_by(f64::total_cmp);
     ratios[ratios.len() / 2]
-}
-
-/// Callgrind's client requests (valgrind.h's protocol on x86-64): a no-op sequence natively,
-/// a request under valgrind. `request` is one of [`ZERO_STATS`], [`DUMP_STATS_AT`].
-#[cfg(target_arch = "x86_64")]
-fn callgrind(request: usize, arg: usize) {
-    let args: [usize; 6] = [request, arg, 0, 0, 0, 0];
-    // SAFETY: the rotations of rdi add up to 128 bits (rdi is as before) and `xchg rbx, rbx`
-    // changes nothing; valgrind reads `args` through rax and answers in rdx.
-    unsafe {
-        std::arch::asm!(
-            "rol rdi, 3", "rol rdi, 13", "rol rdi, 61", "rol rdi, 51", "xchg rbx, rbx",
-            in("rax") args.as_ptr(),
-            inout("rdx") 0usize => _,
-            inout("rdi") 0usize => _,
-        );
-    }
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-fn callgrind(_: usize, _: usize) {}
-
-/// `VG_USERREQ_TOOL_BASE('C', 'T')`: callgrind's requests.
-const CALLGRIND: usize = (b'C' as usize) << 24 | (b'T' as usize) << 16;
-const ZERO_STATS: usize = CALLGRIND + 1;
-const DUMP_STATS_AT: usize = CALLGRIND + 3;
-
-/// Runs `view` `times` times between a zero and a dump named `name`.
-async fn counted<F: std::future::Future>(name: &str, times: usize, mut view: impl FnMut() -> F) {
-    let label = std::ffi::CString::new(name).expect("name");
-    let mut views = Vec::with_capacity(times);
-    callgrind(ZERO_STATS, 0);
-    for _ in 0..times {
-        views.push(view().await);
-    }
-    callgrind(DUMP_STATS_AT, label.as_ptr() as usize);
-    // Freeing a view is not part of answering it (a fresh watch cache's watches stop here).
-    drop(views);
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    println!("{name}: {times} views counted");
 }
 
 /// `--count R`: instructions per view under callgrind (see the module's documentation).
