@@ -4,12 +4,12 @@
 //! `cargo bench --bench kube_server -- DIR [PODS] [LATENCY_MS]` serves `PODS` pods (default 20)
 //! in namespace `apps`, writes `DIR/kubeconfig`, prints the server's URL, and serves until killed.
 
+#[path = "fixtures/pods.rs"]
+mod fixture;
 #[path = "../tests/support/kube_api/mod.rs"]
 mod kube_api;
 
 use std::time::Duration;
-
-use serde_json::json;
 
 #[tokio::main]
 async fn main() {
@@ -24,17 +24,7 @@ async fn main() {
     api.set_recording(false);
     api.set_latency(Duration::from_millis(latency));
     for i in 0..pods {
-        api.insert(json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": format!("web-{i}"), "namespace": "apps",
-                         "labels": {"app": "web", "pod-template-hash": "5d8f7c9b4"}},
-            "spec": {"containers": [{"name": "app", "image": "registry.example.com/web:1.4.2",
-                                     "ports": [{"containerPort": 8080}]}]},
-            "status": {"phase": "Running", "podIP": format!("10.0.0.{}", i % 250),
-                       "conditions": [{"type": "Ready", "status": "True"}],
-                       "containerStatuses": [{"name": "app", "ready": true, "restartCount": 0,
-                                              "state": {"running": {"startedAt": "2026-11-21T10:00:00Z"}}}]}
-        }));
+        api.insert(fixture::pod("apps", i));
     }
     let served = api.serve(&dir).await;
     println!("{}", served.url());

@@ -134,16 +134,19 @@ fn live_by_size() -> [isize; 40] {
     std::array::from_fn(|i| LIVE_BY_SIZE[i].load(std::sync::atomic::Ordering::Relaxed))
 }
 
+#[path = "fixtures/callgrind.rs"]
+mod callgrind;
 #[path = "fixtures/stats.rs"]
 mod stats;
 #[allow(dead_code)]
 #[path = "../tests/support/mod.rs"]
 mod support;
+use callgrind::counted;
 use stats::{median, ms};
 
 use std::time::{Duration, Instant};
 
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::http::{header, HeaderMap, Request};
 use envlens::auth::mint_session;
 use envlens::k8s::discovery::{ApiKind, DiscoveryCache};
@@ -232,6 +235,10 @@ fn args() -> Args {
 
 #[path = "fixtures/group.rs"]
 mod fixture;
+#[allow(dead_code)] // `group` is for benches that read errors
+#[path = "fixtures/views.rs"]
+mod views;
+use views::QUERY;
 
 struct Bench {
     /// The service, with GitLab's side recorded: a developer's `user_access` to agent 7, whose
@@ -296,14 +303,6 @@ async fn setup() -> (Bench, usize) {
 
 // ---- the measurements ----
 
-/// What a page showing the environment's resources asks for: everything but the manifests.
-const QUERY: &str = r#"{ project(fullPath: "acme/apps/web") { environment(name: "production") {
-    resourceGroup { namespace labelSelector health healthMessage warnings
-      errors { apiVersion kind code message }
-      resources { uid apiVersion kind namespace name labels createdAt health { status message }
-                  events { type reason message count lastSeen } }
-      edges { from to type } } } } }"#;
-
 /// The same group with the least of an answer: each resource's uid.
 const MINIMAL_QUERY: &str = r#"{ project(fullPath: "acme/apps/web") { environment(name: "production") {
     resourceGroup { errors { kind } resources { uid } } } } }"#;
@@ -311,28 +310,7 @@ const MINIMAL_QUERY: &str = r#"{ project(fullPath: "acme/apps/web") { environmen
 /// (a) The service's answer to `query`: its body, checked by the caller after the time is
 /// taken.
 async fn measure_graphql(b: &Bench, query: &str) -> Vec<u8> {
-    measure_graphql_on(&b.app, &b.token, query).await
-}
-
-/// [`measure_graphql`] through `app`.
-async fn measure_graphql_on(app: &TestApp, token: &str, query: &str) -> Vec<u8> {
-    let request = Request::post("/api/graphql")
-        .header(header::AUTHORIZATION, format!("Bearer {token}"))
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(Body::from(json!({ "query": query }).to_string()))
-        .expect("request");
-    let response = app.send(request).await;
-    assert_eq!(response.status, 200, "{}", response.text());
-    response.body
-}
-
-/// The resources of a [`measure_graphql`] answer, which must have no errors.
-fn graphql_resources(body: &[u8]) -> usize {
-    let answer: Value = serde_json::from_slice(body).expect("JSON");
-    assert!(answer.get("errors").is_none(), "{answer}");
-    let group = &answer["data"]["project"]["environment"]["resourceGroup"];
-    assert_eq!(group["errors"], json!([]), "{}", group["errors"]);
-    group["resources"].as_array().map_or(0, Vec::len)
+    views::graphql(&b.app, &b.token, query).await
 }
 
 /// (a') One view of the resource group by the library. The view is returned, so that the caller
@@ -522,7 +500,7 @@ async fn run(a: Args) {
         "resources of a cold view"
     );
     drop((cold_view, cache));
-    let answered = graphql_resources(&measure_graphql(&b, query).await);
+    let answered = views::resources(&measure_graphql(&b, query).await);
     assert_eq!(answered, RESOURCES, "resources in the GraphQL answer");
     let mut conns = connect(&authority, uris.len()).await;
     let floor_bytes = measure_floor(&authority, &mut conns, &uris).await;
@@ -670,55 +648,15 @@ fn median_ratio(mut ratios: Vec<f64>) -> f64 {
     ratios[ratios.len() / 2]
 }
 
-/// Callgrind's client requests (valgrind.h's protocol on x86-64): a no-op sequence natively,
-/// a request under valgrind. `request` is one of [`ZERO_STATS`], [`DUMP_STATS_AT`].
-#[cfg(target_arch = "x86_64")]
-fn callgrind(request: usize, arg: usize) {
-    let args: [usize; 6] = [request, arg, 0, 0, 0, 0];
-    // SAFETY: the rotations of rdi add up to 128 bits (rdi is as before) and `xchg rbx, rbx`
-    // changes nothing; valgrind reads `args` through rax and answers in rdx.
-    unsafe {
-        std::arch::asm!(
-            "rol rdi, 3", "rol rdi, 13", "rol rdi, 61", "rol rdi, 51", "xchg rbx, rbx",
-            in("rax") args.as_ptr(),
-            inout("rdx") 0usize => _,
-            inout("rdi") 0usize => _,
-        );
-    }
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-fn callgrind(_: usize, _: usize) {}
-
-/// `VG_USERREQ_TOOL_BASE('C', 'T')`: callgrind's requests.
-const CALLGRIND: usize = (b'C' as usize) << 24 | (b'T' as usize) << 16;
-const ZERO_STATS: usize = CALLGRIND + 1;
-const DUMP_STATS_AT: usize = CALLGRIND + 3;
-
-/// Runs `view` `times` times between a zero and a dump named `name`.
-async fn counted<F: std::future::Future>(name: &str, times: usize, mut view: impl FnMut() -> F) {
-    let label = std::ffi::CString::new(name).expect("name");
-    let mut views = Vec::with_capacity(times);
-    callgrind(ZERO_STATS, 0);
-    for _ in 0..times {
-        views.push(view().await);
-    }
-    callgrind(DUMP_STATS_AT, label.as_ptr() as usize);
-    // Freeing a view is not part of answering it (a fresh watch cache's watches stop here).
-    drop(views);
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    println!("{name}: {times} views counted");
-}
-
 /// `--count R`: instructions per view under callgrind (see the module's documentation).
 async fn run_count(a: &Args, b: &Bench, query: &str) {
     let cold_app = environment::gitlab_with(&b.served, "  cache_max_objects: 0\n").await;
     assert_eq!(
-        graphql_resources(&measure_graphql(b, query).await),
+        views::resources(&measure_graphql(b, query).await),
         RESOURCES
     );
     assert_eq!(
-        graphql_resources(&measure_graphql_on(&cold_app, &b.token, query).await),
+        views::resources(&views::graphql(&cold_app, &b.token, query).await),
         RESOURCES
     );
     let (view, uris) = recorded_lists(b, measure_envlens(b)).await;
@@ -733,7 +671,7 @@ async fn run_count(a: &Args, b: &Bench, query: &str) {
     let r = a.count;
     counted("w-warm-graphql", r * 10, || measure_graphql(b, query)).await;
     counted("a-uncached-graphql", r, || {
-        measure_graphql_on(&cold_app, &b.token, query)
+        views::graphql(&cold_app, &b.token, query)
     })
     .await;
     counted("a-cold-through-cache", r, || measure_cold(b)).await;
@@ -764,11 +702,11 @@ fn us(d: Duration) -> String {
 /// `--warm`: (w) from the synced cache against (a) without it, interleaved.
 async fn run_warm(a: &Args, b: &Bench, query: &str) {
     let cold_app = environment::gitlab_with(&b.served, "  cache_max_objects: 0\n").await;
-    let cold = |query| measure_graphql_on(&cold_app, &b.token, query);
+    let cold = |query| views::graphql(&cold_app, &b.token, query);
     // The first view starts the watches and waits for their lists.
     let first = measure_graphql(b, query).await;
-    assert_eq!(graphql_resources(&first), RESOURCES);
-    assert_eq!(graphql_resources(&cold(query).await), RESOURCES);
+    assert_eq!(views::resources(&first), RESOURCES);
+    assert_eq!(views::resources(&cold(query).await), RESOURCES);
     assert_eq!(
         measure_graphql(b, query).await,
         cold(query).await,
@@ -863,7 +801,7 @@ async fn run_causes(a: &Args, b: &Bench) {
         let body = measure_graphql(b, CAUSES_QUERY).await;
         let (causes, crashes) = graphql_causes(&body);
         if crashes == CRASHING {
-            assert_eq!(graphql_resources(&body), RESOURCES);
+            assert_eq!(views::resources(&body), RESOURCES);
             break causes;
         }
         assert!(
@@ -944,8 +882,8 @@ async fn run_viewers(a: &Args, b: &Bench, query: &str) {
                 let mut views = 0;
                 while started.elapsed() < minute {
                     ticks.tick().await;
-                    let body = measure_graphql_on(&app, &token, &query).await;
-                    assert_eq!(graphql_resources(&body), RESOURCES);
+                    let body = views::graphql(&app, &token, &query).await;
+                    assert_eq!(views::resources(&body), RESOURCES);
                     views += 1;
                 }
                 views

@@ -1,6 +1,7 @@
 //! GraphQL at `POST /api/graphql` (SPEC 5.1), and its explorer at `GET /-/graphql-explorer`.
 
 mod agents;
+mod away;
 mod causes;
 mod connection;
 mod cost;
@@ -68,6 +69,8 @@ pub struct Schemas {
     rendered: Arc<splice::Rendered<crate::resources::group::ResourceGroup>>,
     /// Crashed containers' previous logs read lately, per viewer (SPEC 17).
     logs: Arc<crate::k8s::previous_log::PreviousLogs>,
+    /// Those groups as shown while their agent is away (`away`), one each, so rendered once too.
+    away: Arc<away::AwayViews>,
 }
 
 impl Schemas {
@@ -78,6 +81,7 @@ impl Schemas {
             measuring: limits::measuring(),
             rendered: Arc::default(),
             logs: Arc::default(),
+            away: Arc::default(),
         }
     }
 }
@@ -230,7 +234,8 @@ pub async fn execute(
         .data(recorder)
         .data(splices.clone())
         .data(schemas.rendered.clone())
-        .data(schemas.logs.clone());
+        .data(schemas.logs.clone())
+        .data(schemas.away.clone());
     if let Some(id) = request_id {
         request = request.data(id);
     }
@@ -370,6 +375,7 @@ pub async fn execute_as(
         .data(engine.clusters.clone())
         .data(engine.health.clone())
         .data(engine.schemas.logs.clone())
+        .data(engine.schemas.away.clone())
         .data(engine.recorder.clone());
     let mut response = engine.schemas.strict.execute(request).await;
     for error in &mut response.errors {

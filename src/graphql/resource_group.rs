@@ -14,6 +14,7 @@ use async_graphql::{
     ServerResult, SimpleObject, Value, ID,
 };
 
+use super::away::AwayViews;
 use super::causes::{self, Causes, LogView, ResourceCause};
 use super::plain::{self, optional, string, Plain};
 use super::splice::{self, Rendered, Splices};
@@ -150,7 +151,11 @@ pub(super) async fn assemble(
         Err(e) => return Err(unreachable(&e)),
     };
     let assembled = match cluster.condition.circuit().open() {
-        Some(open) => Arc::new(assembled.while_away(open.since, &open.said())),
+        // One view of the group for the opening, so rendered once (`away`).
+        Some(open) => match ctx.data_opt::<Arc<AwayViews>>() {
+            Some(away) => away.of(&assembled, &open),
+            None => Arc::new(assembled.while_away(open.since, &open.said())),
+        },
         None => assembled,
     };
     // The group is in use: its health changes are recorded while it is (SPEC 17).
