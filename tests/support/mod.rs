@@ -7,6 +7,7 @@ pub mod environment;
 pub mod gitlab;
 pub mod gitlab_kas;
 pub mod gitlab_rest;
+pub mod gitops;
 pub mod kas;
 pub mod kube_api;
 pub mod postgres;
