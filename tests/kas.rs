@@ -501,6 +501,30 @@ async fn a_disconnected_agents_circuit_answers_at_once_until_the_agent_is_back()
     );
     assert!(took < Duration::from_secs(2), "{took:?}");
     assert!(w.kas.received().len() <= asked + 1, "KAS was asked");
+    // The probes due meanwhile (1 s after the opening, then 2 s after that one came back) are
+    // envlens' own `GET /version`: no viewer's request is one, so none waits for KAS.
+    let probes = |kas: &TestKas| {
+        kas.received()
+            .iter()
+            .filter(|(method, path, _)| method == "GET" && path.ends_with("/version"))
+            .count()
+    };
+    let probed = probes(&w.kas);
+    let until = Instant::now() + Duration::from_secs(4);
+    while Instant::now() < until {
+        let started = Instant::now();
+        let proxied = w
+            .app
+            .send(proxy_request(&format!(
+                "/k8s-proxy/api/v1/namespaces/{NS}/pods"
+            )))
+            .await;
+        assert_eq!(proxied.status, 503, "{}", proxied.text());
+        let took = started.elapsed();
+        assert!(took < Duration::from_secs(2), "a caller waited {took:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(probes(&w.kas) > probed, "no probe was sent");
     for group in [&again, &never_viewed, &cached] {
         let errors = group["errors"].as_array().unwrap();
         assert!(!errors.is_empty(), "{group}");
@@ -565,6 +589,52 @@ async fn a_disconnected_agents_circuit_answers_at_once_until_the_agent_is_back()
     assert!(metric(&w.app, CHANGES_TO_CONNECTED).await >= 2.0);
     // Resumed from their versions: the production Deployments were not listed again.
     assert_eq!(lists_of(&w.api, &deployments), listed);
+}
+
+/// An agent away before its first view: the view gives up (on its own timeouts, shorter than
+/// KAS' wait), but KAS' answer that comes after is still read, so the circuit opens and the
+/// next views are answered at once rather than each waiting out its timeout.
+#[tokio::test]
+async fn an_agent_away_before_its_first_view_opens_its_circuit_all_the_same() {
+    let w = world(|gitlab, kas| gitlab.kas.set_proxy_url(&kas.proxy_url())).await;
+    // Longer than the response timeout (5 s) and than discovery's (10 s).
+    w.kas.set_wait(Duration::from_secs(12));
+    w.kas.disconnect(AGENT);
+    // Discovery gives up first: the view is a GraphQL error.
+    let query = format!(
+        r#"{{ project(fullPath: "acme/apps/web") {{ environment(name: "{SLUG}") {{
+            resourceGroup {{ {GROUP_FIELDS} }} }} }} }}"#
+    );
+    let first = w.app.graphql(DEV, &query).await;
+    assert!(
+        first["errors"][0]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("no answer within")),
+        "{first}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while connection(&w.app).await["status"] != "AGENT_NOT_CONNECTED" {
+        assert!(
+            Instant::now() < deadline,
+            "the circuit never opened: {}",
+            connection(&w.app).await
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let started = Instant::now();
+    let group = view(&w.app, SLUG).await;
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    let errors = group["errors"].as_array().unwrap();
+    assert!(!errors.is_empty(), "{group}");
+    for e in errors {
+        assert_eq!(e["code"], 503, "{group}");
+        let message = e["message"].as_str().unwrap();
+        assert!(
+            message.contains(&format!("agent {AGENT} is not connected")),
+            "{message}"
+        );
+    }
 }
 
 /// The environment page says how the agent's cluster is reached and how its last request went,

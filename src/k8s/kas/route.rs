@@ -37,6 +37,9 @@ use crate::k8s::connection::{Condition, ConnectionStatus};
 const MAX_ERROR_BODY: usize = 64 * 1024;
 /// How long an error body may take to arrive.
 const ERROR_BODY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long KAS may take to answer (its headers; a watch's body streams on after): its own
+/// wait for a disconnected agent is 20 s, so its answer of that comes in time.
+const KAS_ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
 /// The prefix of every message of KAS' own errors.
 pub const KAS_PREFIX: &str = "GitLab Agent Server:";
 
@@ -76,7 +79,7 @@ pub struct Route<S> {
 impl<S, B> Service<Request<B>> for Route<S>
 where
     S: Service<Request<B>, Response = Response<Incoming>> + Clone + Send + 'static,
-    S::Error: Into<BoxError>,
+    S::Error: Into<BoxError> + Send,
     S::Future: Send,
     B: From<Vec<u8>> + Send + 'static,
 {
@@ -91,86 +94,160 @@ where
     fn call(&mut self, request: Request<B>) -> Self::Future {
         // The service that was made ready is the one to call (tower's contract).
         let ready = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, ready);
-        let kas = self.kas.clone();
-        let agent = self.agent;
-        let condition = self.condition.clone();
-        Box::pin(async move {
-            let (mut parts, body) = request.into_parts();
-            // While the circuit is open, the agent's answer is known: said at once, not after
-            // KAS' wait. The probe's guard lives until its outcome is recorded.
-            let _probe = match condition.circuit().admit() {
-                Admission::Send => None,
-                Admission::Probe(guard) => {
-                    // A token rotated since KAS refused it is the one to try.
-                    if guard.open_for() == Some(ConnectionStatus::TokenRefused) {
-                        kas.reread_token();
-                    }
-                    Some(guard)
-                }
-                Admission::Refuse(open) => {
-                    return Ok(status(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        &refusal(agent, open.status, open.message.as_deref().unwrap_or("")),
-                    ))
-                }
-            };
-            let review = review::take(&mut parts);
-            let url = match kas.reach() {
-                Reach::Usable { url, .. } => url,
-                Reach::Unusable(why) => {
-                    kas.suspect();
-                    let message = format!("GitLab's agent server cannot be used: {why}");
-                    condition.record(ConnectionStatus::Unreachable, Some(message.clone()));
-                    return Ok(status(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        &format!("agent {agent}: {message}"),
-                    ));
-                }
-            };
-            let Some(credential) = kas.credential(agent) else {
-                return Ok(status(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    &format!("agent {agent}: no token for GitLab's agent server"),
-                ));
-            };
-            match review {
-                None => {}
-                Some(Err(why)) => {
-                    return Ok(status(
-                        StatusCode::FORBIDDEN,
-                        &format!("agent {agent}: {why}"),
-                    ))
-                }
-                Some(Ok(review)) => {
-                    let ask = Ask {
-                        url: &url,
-                        credential: &credential,
-                        headers: &parts.headers,
-                    };
-                    if let Some(refused) = ask
-                        .review(inner.clone(), review, (&kas, agent, &condition))
-                        .await?
-                    {
-                        return Ok(refused);
-                    }
-                }
-            }
-            let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-            parts.uri = url.join(path)?;
-            parts.headers.insert(header::AUTHORIZATION, credential);
-            let response = match inner.call(Request::from_parts(parts, body)).await {
-                Ok(response) => response,
-                Err(e) => {
-                    kas.suspect();
-                    let e: BoxError = e.into();
-                    condition.record(ConnectionStatus::Unreachable, Some(e.to_string()));
-                    return Err(e);
-                }
-            };
-            Ok(read_answer(response, &kas, agent, &condition).await)
-        })
+        let inner = std::mem::replace(&mut self.inner, ready);
+        let send = send(
+            inner,
+            request,
+            self.kas.clone(),
+            self.agent,
+            self.condition.clone(),
+        );
+        // Its own task, so that KAS' answer is read and recorded even when the caller gives up
+        // first: a view that waits 10 s for discovery must still learn, from the answer KAS
+        // gives after its 20 s wait, that the agent is away, or the circuit never opens.
+        let task = tokio::spawn(tracing::Instrument::in_current_span(send));
+        Box::pin(async move { task.await? })
     }
+}
+
+/// Sends one request through KAS (see the module's comment), bounded by [`KAS_ANSWER_TIMEOUT`].
+async fn send<S, B>(
+    inner: S,
+    request: Request<B>,
+    kas: Arc<Kas>,
+    agent: i64,
+    condition: Condition,
+) -> Result<Response<RouteBody>, BoxError>
+where
+    S: Service<Request<B>, Response = Response<Incoming>> + Clone + Send + 'static,
+    S::Error: Into<BoxError> + Send,
+    S::Future: Send,
+    B: From<Vec<u8>> + Send + 'static,
+{
+    let (mut parts, body) = request.into_parts();
+    // While the circuit is open, the agent's answer is known: said at once, not after KAS'
+    // wait. When a probe is due, it is a `GET /version` of its own, not this request: the
+    // caller is answered at once either way, and nothing it asked is sent behind its back.
+    let probe = match condition.circuit().admit() {
+        Admission::Send => None,
+        Admission::Probe(guard) => {
+            // A token rotated since KAS refused it is the one to try.
+            if guard.open_for() == Some(ConnectionStatus::TokenRefused) {
+                kas.reread_token();
+            }
+            Some(guard)
+        }
+        Admission::Refuse(open) => return Ok(open_refusal(agent, &open)),
+    };
+    let review = review::take(&mut parts);
+    let url = match kas.reach() {
+        Reach::Usable { url, .. } => url,
+        Reach::Unusable(why) => {
+            kas.suspect();
+            let message = format!("GitLab's agent server cannot be used: {why}");
+            condition.record(ConnectionStatus::Unreachable, Some(message.clone()));
+            return Ok(status(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &format!("agent {agent}: {message}"),
+            ));
+        }
+    };
+    let Some(credential) = kas.credential(agent) else {
+        return Ok(status(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &format!("agent {agent}: no token for GitLab's agent server"),
+        ));
+    };
+    if let Some(guard) = probe {
+        if let Some(open) = condition.circuit().open() {
+            let probe = Request::get(url.join("/version")?)
+                .header(header::AUTHORIZATION, credential)
+                .header(header::ACCEPT, "application/json")
+                .body(B::from(Vec::new()))?;
+            tokio::spawn(tracing::Instrument::in_current_span(async move {
+                // Whatever it brings back is recorded by `answer`; the guard goes after it.
+                let _ = answer(inner, probe, &kas, agent, &condition).await;
+                drop(guard);
+            }));
+            return Ok(open_refusal(agent, &open));
+        }
+        // Closed meanwhile: this request goes as any other.
+    }
+    match review {
+        None => {}
+        Some(Err(why)) => {
+            return Ok(status(
+                StatusCode::FORBIDDEN,
+                &format!("agent {agent}: {why}"),
+            ))
+        }
+        Some(Ok(review)) => {
+            let ask = Ask {
+                url: &url,
+                credential: &credential,
+                headers: &parts.headers,
+            };
+            if let Some(refused) = ask
+                .review(inner.clone(), review, (&kas, agent, &condition))
+                .await?
+            {
+                return Ok(refused);
+            }
+        }
+    }
+    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    parts.uri = url.join(path)?;
+    parts.headers.insert(header::AUTHORIZATION, credential);
+    answer(
+        inner,
+        Request::from_parts(parts, body),
+        &kas,
+        agent,
+        &condition,
+    )
+    .await
+}
+
+/// Sends `request` to KAS and reads its answer as the caller is to see it: a connection that
+/// fails, or no answer within [`KAS_ANSWER_TIMEOUT`], has KAS' address suspected and the
+/// agent recorded unreachable.
+async fn answer<S, B>(
+    inner: S,
+    request: Request<B>,
+    kas: &Kas,
+    agent: i64,
+    condition: &Condition,
+) -> Result<Response<RouteBody>, BoxError>
+where
+    S: Service<Request<B>, Response = Response<Incoming>> + Send,
+    S::Error: Into<BoxError> + Send,
+    S::Future: Send,
+{
+    use tower::ServiceExt as _;
+    let failed = |e: BoxError| {
+        kas.suspect();
+        condition.record(ConnectionStatus::Unreachable, Some(e.to_string()));
+        e
+    };
+    match tokio::time::timeout(KAS_ANSWER_TIMEOUT, inner.oneshot(request)).await {
+        Ok(Ok(response)) => Ok(read_answer(response, kas, agent, condition).await),
+        Ok(Err(e)) => Err(failed(e.into())),
+        Err(_) => Err(failed(
+            format!(
+                "GitLab's agent server gave no answer within {} s",
+                KAS_ANSWER_TIMEOUT.as_secs()
+            )
+            .into(),
+        )),
+    }
+}
+
+/// The answer while the circuit is open: the 503 that opened it.
+fn open_refusal(agent: i64, open: &crate::k8s::circuit::Open) -> Response<RouteBody> {
+    status(
+        StatusCode::SERVICE_UNAVAILABLE,
+        &refusal(agent, open.status, open.message.as_deref().unwrap_or("")),
+    )
 }
 
 /// The `kube::Client` of `agent` through KAS, counted by `metrics` like every cluster's. TLS
@@ -227,7 +304,7 @@ impl Ask<'_> {
     ) -> Result<Option<Response<RouteBody>>, BoxError>
     where
         S: Service<Request<B>, Response = Response<Incoming>> + Send,
-        S::Error: Into<BoxError>,
+        S::Error: Into<BoxError> + Send,
         S::Future: Send,
         B: From<Vec<u8>>,
     {

@@ -605,13 +605,18 @@ impl WatchCache {
         let Some(terms) = terms else {
             return Ok(None);
         };
-        let discovered = observe::caused_by(headers, discovery.kinds()).await?;
         // The watches run as the connection's own identity, whoever views: only the kinds it
-        // may list and watch in the namespace are watched, and no refused list is sent.
+        // may list and watch in the namespace are watched, and no refused list is sent. Its
+        // rules are asked beside discovery, not after it: through KAS each is a round trip
+        // that a first view would otherwise wait for twice.
         let rules = discovery
             .own_rules()
             .get(namespace, options.request_timeout);
-        let rules = observe::caused_by(headers, rules).await;
+        let (discovered, rules) = tokio::join!(
+            observe::caused_by(headers, discovery.kinds()),
+            observe::caused_by(headers, rules)
+        );
+        let discovered = discovered?;
         let watched = |k: &ApiKind| k.watchable && own_rules::may_watch(rules.as_deref(), k);
         let mut kinds: Vec<ApiKind> = discovered
             .kinds
