@@ -244,15 +244,14 @@ pub(crate) async fn into_listing(
     }
 
     // CPU work over what may be 100,000 objects: off the async runtime's threads.
-    let (selected, owned) = tokio::task::spawn_blocking(move || {
+    let (selected, owned) = super::off_runtime(move || {
         let selected = unique_by_uid(selected, &HashSet::new());
         let owned = owned_candidates(&selected, candidates);
         // Objects from the watch cache stay shared with it: the listing and the group hold
         // them, nothing copies them.
         (selected, owned)
     })
-    .await
-    .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+    .await;
     let in_group: HashSet<&str> = selected
         .iter()
         .chain(&owned)

@@ -18,6 +18,17 @@ pub mod request_info;
 pub mod watch;
 pub mod watch_api;
 
+/// Runs CPU work over many objects on the blocking pool, off the async runtime's threads. A
+/// panic in `work` goes on in the caller; a cancellation (only while the runtime shuts down,
+/// when the caller is dropped too) never resolves rather than panicking at exit.
+pub(crate) async fn off_runtime<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(done) => done,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(_) => std::future::pending().await,
+    }
+}
+
 /// Sends `request` and reads its whole answer: the status and the body's bytes (the reviews
 /// envlens creates, `own_rules` and the watch cache's `access`).
 pub(crate) async fn exchange(

@@ -993,9 +993,7 @@ struct Prepared {
 /// Assembles `listing` off the runtime's threads.
 async fn assemble(listing: Listing, custom: &Arc<Customizations>) -> Arc<ResourceGroup> {
     let custom = custom.clone();
-    tokio::task::spawn_blocking(move || Arc::new(group::assemble(listing, &custom)))
-        .await
-        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
+    crate::k8s::off_runtime(move || Arc::new(group::assemble(listing, &custom))).await
 }
 
 /// Waits until every watch has listed once (or failed), at most `timeout`.
