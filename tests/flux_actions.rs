@@ -23,7 +23,8 @@ const FORBIDDEN: &str = "You don't have access to an agent that deployed to this
     Please contact agent administrator if you are allowed in \"user_access\" in agent config file.";
 
 fn kustomization(name: &str, annotations: Option<Value>) -> Value {
-    let mut metadata = json!({"namespace": "flux-system", "name": name, "uid": format!("uid-ks-{name}")});
+    let mut metadata =
+        json!({"namespace": "flux-system", "name": name, "uid": format!("uid-ks-{name}")});
     if let Some(annotations) = annotations {
         metadata["annotations"] = annotations;
     }
@@ -102,7 +103,8 @@ fn patches(api: &KubeApi) -> Vec<crate::support::kube_api::RecordedRequest> {
 }
 
 fn ks(api: &KubeApi, name: &str) -> Value {
-    api.get("kustomizations", Some("flux-system"), name).unwrap()
+    api.get("kustomizations", Some("flux-system"), name)
+        .unwrap()
 }
 
 /// RBAC enforced; the group `gitlab:user` (every impersonated user) may read everything, and
@@ -112,9 +114,11 @@ fn rbac(api: &KubeApi, patch: bool) {
     if patch {
         verbs.push("patch");
     }
-    api.insert(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+    api.insert(
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
         "metadata": {"name": "read-all"},
-        "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["get", "list", "watch"]}]}));
+        "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["get", "list", "watch"]}]}),
+    );
     api.insert(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
         "metadata": {"name": "flux"},
         "rules": [{"apiGroups": ["kustomize.toolkit.fluxcd.io"], "resources": ["kustomizations"], "verbs": verbs}]}));
@@ -147,7 +151,9 @@ async fn actions_are_refused_without_user_access_and_audited() {
     }
     assert!(patches(&api).is_empty(), "nothing was sent to the cluster");
     assert!(
-        api.requests().iter().all(|r| !r.path.contains("kustomizations")),
+        api.requests()
+            .iter()
+            .all(|r| !r.path.contains("kustomizations")),
         "the object was not even read"
     );
     let rows = audit(&app).await;
@@ -205,19 +211,32 @@ async fn allowed_actions_are_patched_as_gitlab_patches_them_and_audited() {
     let content_type = sent[0].headers.iter().find(|(n, _)| n == "content-type");
     assert_eq!(content_type.unwrap().1, "application/json-patch+json");
     let body: Value = serde_json::from_slice(&sent[0].body).unwrap();
-    let first = body[0]["value"]["reconcile.fluxcd.io/requestedAt"].as_str().unwrap().to_owned();
-    assert_eq!(body, json!([{"op": "add", "path": "/metadata/annotations",
-                             "value": {"reconcile.fluxcd.io/requestedAt": first}}]));
+    let first = body[0]["value"]["reconcile.fluxcd.io/requestedAt"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        body,
+        json!([{"op": "add", "path": "/metadata/annotations",
+                             "value": {"reconcile.fluxcd.io/requestedAt": first}}])
+    );
     chrono::DateTime::parse_from_rfc3339(&first).expect("RFC 3339");
-    assert_eq!(ks(&api, "app")["metadata"]["annotations"]["reconcile.fluxcd.io/requestedAt"], first);
+    assert_eq!(
+        ks(&api, "app")["metadata"]["annotations"]["reconcile.fluxcd.io/requestedAt"],
+        first
+    );
 
     // Now it has annotations: GitLab's `replace`.
     tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     act(&app, DEV, "fluxReconcile", "app").await;
     let body: Value = serde_json::from_slice(&patches(&api)[1].body).unwrap();
     assert_eq!(body[0]["op"], "replace");
-    assert_eq!(body[0]["path"], "/metadata/annotations/reconcile.fluxcd.io~1requestedAt");
-    let second = ks(&api, "app")["metadata"]["annotations"]["reconcile.fluxcd.io/requestedAt"].clone();
+    assert_eq!(
+        body[0]["path"],
+        "/metadata/annotations/reconcile.fluxcd.io~1requestedAt"
+    );
+    let second =
+        ks(&api, "app")["metadata"]["annotations"]["reconcile.fluxcd.io/requestedAt"].clone();
     assert_eq!(body[0]["value"], second);
     assert_ne!(second, json!(first));
 
@@ -226,18 +245,33 @@ async fn allowed_actions_are_patched_as_gitlab_patches_them_and_audited() {
         assert_eq!(payload["errors"], json!([]), "{payload}");
         let sent = patches(&api);
         let body: Value = serde_json::from_slice(&sent.last().unwrap().body).unwrap();
-        assert_eq!(body, json!([{"op": "replace", "path": "/spec/suspend", "value": suspended}]));
+        assert_eq!(
+            body,
+            json!([{"op": "replace", "path": "/spec/suspend", "value": suspended}])
+        );
         assert_eq!(ks(&api, "app")["spec"]["suspend"], suspended);
     }
 
     let rows = audit(&app).await;
     let kinds: Vec<&Value> = rows.iter().map(|r| &r["kind"]).collect();
-    assert_eq!(kinds, [&json!("RECONCILE"), &json!("RECONCILE"), &json!("SUSPEND"), &json!("RESUME")]);
-    assert!(rows.iter().all(|r| r["answer_code"] == 200 && r["username"] == "dev" && r["resource"] == BOUND));
+    assert_eq!(
+        kinds,
+        [
+            &json!("RECONCILE"),
+            &json!("RECONCILE"),
+            &json!("SUSPEND"),
+            &json!("RESUME")
+        ]
+    );
+    assert!(rows
+        .iter()
+        .all(|r| r["answer_code"] == 200 && r["username"] == "dev" && r["resource"] == BOUND));
 
     // Read back newest first, a page at a time, and on the timeline.
     let read = |after: Option<&str>| {
-        let after = after.map(|a| format!(r#", after: "{a}""#)).unwrap_or_default();
+        let after = after
+            .map(|a| format!(r#", after: "{a}""#))
+            .unwrap_or_default();
         format!(
             r#"{{ project(fullPath: "acme/apps/web") {{ environment(name: "production") {{
                 fluxActions(first: 3{after}) {{ pageInfo {{ hasNextPage endCursor }}
@@ -249,8 +283,16 @@ async fn allowed_actions_are_patched_as_gitlab_patches_them_and_audited() {
     assert!(body.get("errors").is_none(), "{body}");
     let environment = &body["data"]["project"]["environment"];
     let page = &environment["fluxActions"];
-    let kinds: Vec<&Value> = page["nodes"].as_array().unwrap().iter().map(|n| &n["kind"]).collect();
-    assert_eq!(kinds, [&json!("RESUME"), &json!("SUSPEND"), &json!("RECONCILE")]);
+    let kinds: Vec<&Value> = page["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| &n["kind"])
+        .collect();
+    assert_eq!(
+        kinds,
+        [&json!("RESUME"), &json!("SUSPEND"), &json!("RECONCILE")]
+    );
     assert_eq!(page["pageInfo"]["hasNextPage"], true);
     let cursor = page["pageInfo"]["endCursor"].as_str().unwrap();
     let rest = app.graphql(DEV, &read(Some(cursor))).await;
@@ -258,15 +300,22 @@ async fn allowed_actions_are_patched_as_gitlab_patches_them_and_audited() {
     assert_eq!(rest["nodes"].as_array().unwrap().len(), 1);
     assert_eq!(rest["pageInfo"]["hasNextPage"], false);
     let events = environment["events"]["nodes"].as_array().unwrap();
-    let suspended = events.iter().find(|e| e["reason"] == "FluxSuspend").expect("on the timeline");
+    let suspended = events
+        .iter()
+        .find(|e| e["reason"] == "FluxSuspend")
+        .expect("on the timeline");
     assert_eq!(suspended["type"], "Normal");
     assert_eq!(suspended["source"], "ENVLENS");
-    assert_eq!(suspended["message"], format!("dev asked to suspend {BOUND}: done"));
+    assert_eq!(
+        suspended["message"],
+        format!("dev asked to suspend {BOUND}: done")
+    );
 }
 
 #[tokio::test]
 async fn an_object_with_annotations_has_its_annotation_replaced() {
-    let (api, served, _dir) = cluster(Some(json!({"kustomize.toolkit.fluxcd.io/ssa": "merge"}))).await;
+    let (api, served, _dir) =
+        cluster(Some(json!({"kustomize.toolkit.fluxcd.io/ssa": "merge"}))).await;
     let app = gitlab(&served).await;
     let payload = act(&app, DEV, "fluxReconcile", "app").await;
     assert_eq!(payload["errors"], json!([]), "{payload}");
@@ -274,7 +323,10 @@ async fn an_object_with_annotations_has_its_annotation_replaced() {
     assert_eq!(body[0]["op"], "replace");
     let annotations = &ks(&api, "app")["metadata"]["annotations"];
     assert_eq!(annotations["kustomize.toolkit.fluxcd.io/ssa"], "merge");
-    assert_eq!(annotations["reconcile.fluxcd.io/requestedAt"], body[0]["value"]);
+    assert_eq!(
+        annotations["reconcile.fluxcd.io/requestedAt"],
+        body[0]["value"]
+    );
 }
 
 #[tokio::test]
@@ -285,13 +337,21 @@ async fn only_the_environments_flux_objects_are_acted_on() {
     let other = "kustomize.toolkit.fluxcd.io/v1/namespaces/flux-system/kustomizations/other";
     assert_eq!(payload["action"]["answerCode"], 403, "{payload}");
     assert_eq!(payload["action"]["resource"], other);
-    assert!(payload["errors"][0].as_str().unwrap().contains("neither"), "{payload}");
+    assert!(
+        payload["errors"][0].as_str().unwrap().contains("neither"),
+        "{payload}"
+    );
     assert!(patches(&api).is_empty());
     assert!(ks(&api, "other")["spec"].get("suspend").is_none());
 
     // A Flux object that the group holds (labelled for the environment) may be.
     let mut labelled = kustomization("other", None);
-    labelled["metadata"] = meta("flux-system", "other", "uid-ks-other", gitlab_labels(SLUG, "other"));
+    labelled["metadata"] = meta(
+        "flux-system",
+        "other",
+        "uid-ks-other",
+        gitlab_labels(SLUG, "other"),
+    );
     api.insert(labelled);
     app.graphql(ROOT, r#"mutation { environmentNamespacesUpdate(input: {environmentId: "gid://gitlab/Environment/100",
         namespaces: ["flux-system"]}) { errors } }"#).await;
@@ -308,7 +368,13 @@ async fn only_the_environments_flux_objects_are_acted_on() {
         )
         .await;
     let payload = &body["data"]["fluxResume"];
-    assert!(payload["errors"][0].as_str().unwrap().contains("not a Flux API version"), "{body}");
+    assert!(
+        payload["errors"][0]
+            .as_str()
+            .unwrap()
+            .contains("not a Flux API version"),
+        "{body}"
+    );
     assert!(payload["action"].is_null());
     let body = app
         .graphql(
@@ -350,12 +416,16 @@ async fn set_application(app: &TestApp, user: (i64, &str), application: &str) ->
 async fn project_maintainers_set_the_namespaces_and_the_argo_application() {
     let (_api, served, _dir) = cluster(None).await;
     let app = gitlab(&served).await;
-    let refusal = json!(["Only Maintainers of acme/apps/web may change its environments' settings."]);
+    let refusal =
+        json!(["Only Maintainers of acme/apps/web may change its environments' settings."]);
     // A Developer may not.
     let payload = set_namespaces(&app, DEV, r#"["green"]"#).await;
     assert_eq!(payload["errors"], refusal, "{payload}");
     assert!(payload["environment"].is_null());
-    assert_eq!(set_application(&app, DEV, r#""argocd/web""#).await["errors"], refusal);
+    assert_eq!(
+        set_application(&app, DEV, r#""argocd/web""#).await["errors"],
+        refusal
+    );
 
     // A Maintainer of a group above the project may (GitLab's roles are inherited).
     let res = app
@@ -366,29 +436,55 @@ async fn project_maintainers_set_the_namespaces_and_the_argo_application() {
     assert_eq!(res.status, 200, "{}", res.text());
     let payload = set_namespaces(&app, REP, r#"["green", "blue", "green"]"#).await;
     assert_eq!(payload["errors"], json!([]), "{payload}");
-    assert_eq!(payload["environment"]["addedNamespaces"], json!(["green", "blue"]));
+    assert_eq!(
+        payload["environment"]["addedNamespaces"],
+        json!(["green", "blue"])
+    );
     let payload = set_application(&app, REP, r#""argocd/web""#).await;
     assert_eq!(payload["environment"]["argoApplication"], "argocd/web");
-    assert_eq!(payload["environment"]["addedNamespaces"], json!(["green", "blue"]));
+    assert_eq!(
+        payload["environment"]["addedNamespaces"],
+        json!(["green", "blue"])
+    );
     let stored = app
         .rows("SELECT namespaces, argo_application_namespace, argo_application_name FROM environment_settings")
         .await;
     assert_eq!(
         stored,
-        [json!({"namespaces": ["green", "blue"], "argo_application_namespace": "argocd", "argo_application_name": "web"})]
+        [
+            json!({"namespaces": ["green", "blue"], "argo_application_namespace": "argocd", "argo_application_name": "web"})
+        ]
     );
 
     // Bad input in words, nothing changed; never a server error.
     for (namespaces, said) in [
         (r#"["Green"]"#, "namespaces[0]"),
-        (&format!("[{}]", (0..21).map(|i| format!("\"ns-{i}\"")).collect::<Vec<_>>().join(",")), "at most 20"),
+        (
+            &format!(
+                "[{}]",
+                (0..21)
+                    .map(|i| format!("\"ns-{i}\""))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+            "at most 20",
+        ),
     ] {
         let payload = set_namespaces(&app, ROOT, namespaces).await;
-        assert!(payload["errors"][0].as_str().unwrap().contains(said), "{payload}");
+        assert!(
+            payload["errors"][0].as_str().unwrap().contains(said),
+            "{payload}"
+        );
     }
     for bad in [r#""web""#, r#""argocd/Web""#, r#""a/b/c""#] {
         let payload = set_application(&app, ROOT, bad).await;
-        assert!(payload["errors"][0].as_str().unwrap().starts_with("application"), "{payload}");
+        assert!(
+            payload["errors"][0]
+                .as_str()
+                .unwrap()
+                .starts_with("application"),
+            "{payload}"
+        );
     }
     // An admin may; null unbinds, [] removes the namespaces.
     assert!(set_application(&app, ROOT, "null").await["environment"]["argoApplication"].is_null());
@@ -400,7 +496,12 @@ async fn project_maintainers_set_the_namespaces_and_the_argo_application() {
 async fn the_labels_source_applies_in_the_namespaces_added() {
     let (api, served, _dir) = cluster(None).await;
     // Blue/green: the same app labelled for `production` in a second namespace.
-    api.insert(environment::deployment("green", "web", "uid-green-web", SLUG));
+    api.insert(environment::deployment(
+        "green",
+        "web",
+        "uid-green-web",
+        SLUG,
+    ));
     api.insert(environment::service("green", "web", "uid-green-svc", SLUG));
     let app = gitlab(&served).await;
     let names = |body: &Value| -> Vec<String> {
@@ -409,27 +510,52 @@ async fn the_labels_source_applies_in_the_namespaces_added() {
             .as_array()
             .unwrap_or_else(|| panic!("{body}"))
             .iter()
-            .map(|r| format!("{} {}/{}", r["kind"].as_str().unwrap(), r["namespace"].as_str().unwrap(), r["name"].as_str().unwrap()))
+            .map(|r| {
+                format!(
+                    "{} {}/{}",
+                    r["kind"].as_str().unwrap(),
+                    r["namespace"].as_str().unwrap(),
+                    r["name"].as_str().unwrap()
+                )
+            })
             .collect()
     };
     let query = r#"{ project(fullPath: "acme/apps/web") { environment(name: "production") {
         addedNamespaces resourceGroup { namespace resources { kind namespace name } edges { from to type } warnings } } } }"#;
     let before = app.graphql(DEV, query).await;
-    assert!(!names(&before).iter().any(|n| n.contains("green/")), "{before}");
+    assert!(
+        !names(&before).iter().any(|n| n.contains("green/")),
+        "{before}"
+    );
 
     let payload = set_namespaces(&app, ROOT, r#"["green"]"#).await;
     assert_eq!(payload["errors"], json!([]));
     let after = app.graphql(DEV, query).await;
     let shown = names(&after);
-    assert!(shown.contains(&"Deployment green/web".to_owned()), "{shown:?}");
+    assert!(
+        shown.contains(&"Deployment green/web".to_owned()),
+        "{shown:?}"
+    );
     assert!(shown.contains(&"Service green/web".to_owned()), "{shown:?}");
     assert!(shown.contains(&format!("Deployment {NS}/web")), "{shown:?}");
     let group = &after["data"]["project"]["environment"]["resourceGroup"];
-    assert_eq!(group["namespace"], NS, "the deployment's namespace comes first");
+    assert_eq!(
+        group["namespace"], NS,
+        "the deployment's namespace comes first"
+    );
     assert_eq!(group["warnings"], json!([]));
     // In the group's order, by apiVersion, kind, namespace, name.
-    let deployments: Vec<&String> = shown.iter().filter(|n| n.starts_with("Deployment ")).collect();
-    assert_eq!(deployments, [&"Deployment green/web".to_owned(), &format!("Deployment {NS}/web")]);
+    let deployments: Vec<&String> = shown
+        .iter()
+        .filter(|n| n.starts_with("Deployment "))
+        .collect();
+    assert_eq!(
+        deployments,
+        [
+            &"Deployment green/web".to_owned(),
+            &format!("Deployment {NS}/web")
+        ]
+    );
 }
 
 /// The environment page in Chromium: the Flux resource with its buttons, a click on
@@ -446,8 +572,19 @@ async fn the_environment_page_acts_and_shows_the_audit_in_chromium() {
         return;
     };
     let (api, served, _dir) = cluster(None).await;
-    api.insert(environment::deployment("green", "web", "uid-green-web", SLUG));
-    let reached = Reached::new(Reach::Kubeconfig, &served, &[("7", 7), ("8", 8)], environment::AGENTS_PROJECT).await;
+    api.insert(environment::deployment(
+        "green",
+        "web",
+        "uid-green-web",
+        SLUG,
+    ));
+    let reached = Reached::new(
+        Reach::Kubeconfig,
+        &served,
+        &[("7", 7), ("8", 8)],
+        environment::AGENTS_PROJECT,
+    )
+    .await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let site = envlens::web::Site::new(&url, envlens::web::DEFAULT_SESSION_LIFETIME).unwrap();
@@ -464,32 +601,52 @@ async fn the_environment_page_acts_and_shows_the_audit_in_chromium() {
     set_namespaces(&app, ROOT, r#"["green"]"#).await;
     let served_state = state.clone();
     tokio::spawn(async move {
-        envlens::run(served_state, listener, std::future::pending(), Duration::from_secs(1)).await
+        envlens::run(
+            served_state,
+            listener,
+            std::future::pending(),
+            Duration::from_secs(1),
+        )
+        .await
     });
 
     let page = browser.page().await;
     page.screen(1440, false).await;
-    let link = envlens::web::sign_in::create_link(&state.db, &url, 2).await.unwrap();
+    let link = envlens::web::sign_in::create_link(&state.db, &url, 2)
+        .await
+        .unwrap();
     page.goto(&link).await;
     let r = page
         .wait_for("[...document.querySelectorAll('form button')].some(b => b.innerText.startsWith('Continue as'))", Duration::from_secs(20))
         .await;
     check(&page, "flux-sign-in", r).await;
-    page.eval("document.querySelector('form button').click()").await;
+    page.eval("document.querySelector('form button').click()")
+        .await;
     let r = page
-        .wait_for("location.pathname === '/' && document.readyState === 'complete'", Duration::from_secs(20))
+        .wait_for(
+            "location.pathname === '/' && document.readyState === 'complete'",
+            Duration::from_secs(20),
+        )
         .await;
     check(&page, "flux-signed-in", r).await;
 
-    page.goto(&format!("{url}/environments?project=acme/apps/web&name=production")).await;
+    page.goto(&format!(
+        "{url}/environments?project=acme/apps/web&name=production"
+    ))
+    .await;
     let r = page
-        .wait_for("!!document.querySelector('section.flux button')", Duration::from_secs(20))
+        .wait_for(
+            "!!document.querySelector('section.flux button')",
+            Duration::from_secs(20),
+        )
         .await;
     check(&page, "flux-section", r).await;
     let text = page.text().await;
     assert!(text.contains("No Flux action was asked for yet."), "{text}");
     assert!(text.contains(BOUND), "{text}");
-    let added = page.eval("document.getElementById('added-namespaces').innerText").await;
+    let added = page
+        .eval("document.getElementById('added-namespaces').innerText")
+        .await;
     assert_eq!(added, "green");
     page.eval("[...document.querySelectorAll('section.flux button')].find(b => b.getAttribute('aria-label') === 'Reconcile Kustomization flux-system/app').click()").await;
     let r = page
@@ -499,14 +656,26 @@ async fn the_environment_page_acts_and_shows_the_audit_in_chromium() {
         )
         .await;
     check(&page, "flux-reconciled", r).await;
-    let row = page.eval("document.querySelector('tr[data-flux-action]').innerText").await;
+    let row = page
+        .eval("document.querySelector('tr[data-flux-action]').innerText")
+        .await;
     let row = row.as_str().unwrap();
-    assert!(row.contains("dev") && row.contains("Reconcile") && row.contains("200"), "{row}");
-    assert!(ks(&api, "app")["metadata"]["annotations"]["reconcile.fluxcd.io/requestedAt"].is_string());
+    assert!(
+        row.contains("dev") && row.contains("Reconcile") && row.contains("200"),
+        "{row}"
+    );
+    assert!(
+        ks(&api, "app")["metadata"]["annotations"]["reconcile.fluxcd.io/requestedAt"].is_string()
+    );
     let r = page
-        .wait_for("!!document.querySelector('section.flux')", Duration::from_secs(5))
+        .wait_for(
+            "!!document.querySelector('section.flux')",
+            Duration::from_secs(5),
+        )
         .await;
     check(&page, "flux-after", r).await;
-    page.eval("document.querySelector('section.flux').scrollIntoView()").await;
-    page.screenshot_screen(&shots().join("environment-flux-actions-1440-light.png")).await;
+    page.eval("document.querySelector('section.flux').scrollIntoView()")
+        .await;
+    page.screenshot_screen(&shots().join("environment-flux-actions-1440-light.png"))
+        .await;
 }

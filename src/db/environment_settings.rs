@@ -8,12 +8,11 @@ use crate::error::Result;
 
 /// The namespaces added to the environment, in the order they were given; none by default.
 pub async fn namespaces(db: impl PgExecutor<'_>, environment_id: i64) -> Result<Vec<String>> {
-    let found: Option<Vec<String>> = sqlx::query_scalar(
-        "SELECT namespaces FROM environment_settings WHERE environment_id = $1",
-    )
-    .bind(environment_id)
-    .fetch_optional(db)
-    .await?;
+    let found: Option<Vec<String>> =
+        sqlx::query_scalar("SELECT namespaces FROM environment_settings WHERE environment_id = $1")
+            .bind(environment_id)
+            .fetch_optional(db)
+            .await?;
     Ok(found.unwrap_or_default())
 }
 

@@ -39,7 +39,8 @@ const COLUMNS: &str = "id, type, reason, message, resource_uid, first_time, last
 
 /// The reasons of events shown only to viewers with `user_access` to the agent: the health
 /// changes, and the Flux actions (`db::flux_actions::EVENT_REASONS`).
-const GATED: &str = "('HealthChanged', 'GroupHealthChanged', 'FluxReconcile', 'FluxSuspend', 'FluxResume')";
+const GATED: &str =
+    "('HealthChanged', 'GroupHealthChanged', 'FluxReconcile', 'FluxSuspend', 'FluxResume')";
 
 /// Up to `limit` of the environment's own events that `filter` admits, newest first (the
 /// timeline's order: last time, then [`timeline::envlens_id`], compared bytewise). Without

@@ -163,7 +163,9 @@ mod tests {
     fn namespaces_each_once_labels_bounded() {
         let given = vec!["green".to_owned(), "blue".to_owned(), "green".to_owned()];
         assert_eq!(checked_namespaces(given).unwrap(), ["green", "blue"]);
-        assert!(checked_namespaces(vec!["Green".into()]).unwrap_err().contains("namespaces[0]"));
+        assert!(checked_namespaces(vec!["Green".into()])
+            .unwrap_err()
+            .contains("namespaces[0]"));
         let many: Vec<String> = (0..=MAX_NAMESPACES).map(|i| format!("ns-{i}")).collect();
         assert!(checked_namespaces(many).unwrap_err().contains("at most 20"));
         assert!(checked_namespaces(Vec::new()).unwrap().is_empty());

@@ -222,7 +222,11 @@ async fn record(
     })
 }
 
-async fn act(ctx: &Context<'_>, input: FluxActionInput, action: Action) -> Result<FluxActionPayload> {
+async fn act(
+    ctx: &Context<'_>,
+    input: FluxActionInput,
+    action: Action,
+) -> Result<FluxActionPayload> {
     let (environment, _) = match readable_environment(ctx, &input.environment_id).await? {
         Ok(found) => found,
         Err(message) => return Ok(FluxActionPayload::refused(message)),
@@ -235,7 +239,15 @@ async fn act(ctx: &Context<'_>, input: FluxActionInput, action: Action) -> Resul
     let shown = Environment::new(environment.clone());
     let Some((agent, deployment)) = shown.last_agent(ctx).await? else {
         let message = "The environment has no agent: no deployment through one succeeded.";
-        return record(ctx, &environment, action, &guessed, 403, Some(message.into())).await;
+        return record(
+            ctx,
+            &environment,
+            action,
+            &guessed,
+            403,
+            Some(message.into()),
+        )
+        .await;
     };
     // `user_access`, failing closed: refused before anything is asked of the cluster.
     let user_id = loader(ctx).loader().user().await.gql()?.id;
@@ -246,7 +258,15 @@ async fn act(ctx: &Context<'_>, input: FluxActionInput, action: Action) -> Resul
         .await
         .gql()?;
     if grant.is_none() {
-        return record(ctx, &environment, action, &guessed, 403, Some(FORBIDDEN_MESSAGE.to_owned())).await;
+        return record(
+            ctx,
+            &environment,
+            action,
+            &guessed,
+            403,
+            Some(FORBIDDEN_MESSAGE.to_owned()),
+        )
+        .await;
     }
     let namespace = deployment.kubernetes_namespace.clone();
     let assembled = resource_group::assemble(ctx, &environment, &agent, &namespace).await?;
@@ -289,7 +309,15 @@ async fn act(ctx: &Context<'_>, input: FluxActionInput, action: Action) -> Resul
         timeout: clusters.response_timeout,
     };
     let answer = flux::send(&target, action, Utc::now()).await;
-    record(ctx, &environment, action, &resource, answer.code, answer.message).await
+    record(
+        ctx,
+        &environment,
+        action,
+        &resource,
+        answer.code,
+        answer.message,
+    )
+    .await
 }
 
 /// `Environment.fluxActions`: a page of the audit, newest first, for viewers with `user_access`
@@ -338,20 +366,43 @@ mod tests {
 
     #[test]
     fn the_bound_path_names_the_object_at_any_version() {
-        let input = input("kustomize.toolkit.fluxcd.io/v1", "Kustomization", "flux-system", "app");
+        let input = input(
+            "kustomize.toolkit.fluxcd.io/v1",
+            "Kustomization",
+            "flux-system",
+            "app",
+        );
         let named = Named::of(&input).unwrap();
         let path = "kustomize.toolkit.fluxcd.io/v1beta2/namespaces/flux-system/kustomizations/app";
         assert!(named.is_bound("kustomizations", Some(path)));
-        assert!(!named.is_bound("kustomizations", Some("kustomize.toolkit.fluxcd.io/v1/namespaces/flux-system/kustomizations/other")));
+        assert!(!named.is_bound(
+            "kustomizations",
+            Some("kustomize.toolkit.fluxcd.io/v1/namespaces/flux-system/kustomizations/other")
+        ));
         assert!(!named.is_bound("kustomizations", Some("path/to/flux/resource")));
         assert!(!named.is_bound("kustomizations", None));
-        assert_eq!(named.resource("kustomizations"), "kustomize.toolkit.fluxcd.io/v1/namespaces/flux-system/kustomizations/app");
+        assert_eq!(
+            named.resource("kustomizations"),
+            "kustomize.toolkit.fluxcd.io/v1/namespaces/flux-system/kustomizations/app"
+        );
     }
 
     #[test]
     fn only_flux_objects_with_kubernetes_names_are_named() {
         assert!(Named::of(&input("apps/v1", "Deployment", "shop", "web")).is_err());
-        assert!(Named::of(&input("kustomize.toolkit.fluxcd.io/v1", "Kustomization", "Shop", "web")).is_err());
-        assert!(Named::of(&input("kustomize.toolkit.fluxcd.io/v1", "Kustomization", "shop", "../x")).is_err());
+        assert!(Named::of(&input(
+            "kustomize.toolkit.fluxcd.io/v1",
+            "Kustomization",
+            "Shop",
+            "web"
+        ))
+        .is_err());
+        assert!(Named::of(&input(
+            "kustomize.toolkit.fluxcd.io/v1",
+            "Kustomization",
+            "shop",
+            "../x"
+        ))
+        .is_err());
     }
 }

@@ -21,8 +21,8 @@ use async_graphql::{
     Schema, SchemaBuilder, ServerError, ValidationMode, ValidationResult, Variables,
 };
 
-use super::subscriptions::Subscription;
 use super::mutations::Mutation;
+use super::subscriptions::Subscription;
 use super::types::Query;
 use super::EnvlensSchema;
 

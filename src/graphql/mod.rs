@@ -46,9 +46,9 @@ use crate::http::extract::read_body;
 use crate::k8s::clusters::Clusters;
 use crate::resources::health::Customizations;
 use loaders::SessionUser;
+use mutations::Mutation;
 pub use resource_group::FORBIDDEN_MESSAGE;
 use subscriptions::Subscription;
-use mutations::Mutation;
 use types::Query;
 
 pub type EnvlensSchema = Schema<Query, Mutation, Subscription>;

@@ -14,8 +14,7 @@ pub struct Mutation(FluxMutation, EnvironmentSettingsMutation);
 
 /// What a mutation says of an environment the viewer may not read, or that does not exist: the
 /// same, so that nobody learns which.
-pub(super) const NO_ENVIRONMENT: &str =
-    "The environment does not exist, or you may not see it.";
+pub(super) const NO_ENVIRONMENT: &str = "The environment does not exist, or you may not see it.";
 
 /// The environment a mutation names (`gid://gitlab/Environment/<n>`, or the bare id), with its
 /// project, when the viewer may read it; else the words to answer.

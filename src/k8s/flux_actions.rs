@@ -127,7 +127,9 @@ async fn exchange(
     method: Method,
     patch: Option<Value>,
 ) -> Result<(StatusCode, bytes::Bytes), Answer> {
-    let body = patch.map(|p| p.to_string().into_bytes()).unwrap_or_default();
+    let body = patch
+        .map(|p| p.to_string().into_bytes())
+        .unwrap_or_default();
     let mut request = Request::new(kube::client::Body::from(body));
     *request.method_mut() = method.clone();
     *request.uri_mut() = target.path.parse().map_err(|_| Answer {
@@ -176,7 +178,8 @@ mod tests {
     fn reconcile_replaces_the_annotation_where_the_object_has_annotations() {
         let replace = json!([{"op": "replace", "path": "/metadata/annotations/reconcile.fluxcd.io~1requestedAt",
                               "value": "2026-11-27T18:00:00.250Z"}]);
-        let with_it = json!({"metadata": {"annotations": {REQUESTED_AT: "2026-01-01T00:00:00Z", "a": "b"}}});
+        let with_it =
+            json!({"metadata": {"annotations": {REQUESTED_AT: "2026-01-01T00:00:00Z", "a": "b"}}});
         assert_eq!(reconcile_patch(&with_it, at()), replace);
         let others = json!({"metadata": {"annotations": {"a": "b"}}});
         assert_eq!(reconcile_patch(&others, at()), replace);
@@ -184,7 +187,10 @@ mod tests {
 
     #[test]
     fn reconcile_adds_the_annotations_an_object_lacks() {
-        for object in [json!({"metadata": {"name": "app"}}), json!({"metadata": {"annotations": null}})] {
+        for object in [
+            json!({"metadata": {"name": "app"}}),
+            json!({"metadata": {"annotations": null}}),
+        ] {
             assert_eq!(
                 reconcile_patch(&object, at()),
                 json!([{"op": "add", "path": "/metadata/annotations",
@@ -211,8 +217,14 @@ mod tests {
         let body = br#"{"kind":"Status","message":"kustomizations is forbidden"}"#;
         assert_eq!(
             refused(StatusCode::FORBIDDEN, body),
-            Answer { code: 403, message: Some("kustomizations is forbidden".into()) }
+            Answer {
+                code: 403,
+                message: Some("kustomizations is forbidden".into())
+            }
         );
-        assert_eq!(refused(StatusCode::CONFLICT, b"").message.unwrap(), "the cluster answered 409 Conflict");
+        assert_eq!(
+            refused(StatusCode::CONFLICT, b"").message.unwrap(),
+            "the cluster answered 409 Conflict"
+        );
     }
 }

@@ -29,7 +29,12 @@ pub fn merge(mut groups: Vec<Arc<ResourceGroup>>) -> Arc<ResourceGroup> {
         return groups.remove(0);
     }
     let Some(first) = groups.first() else {
-        return Arc::new(ResourceGroup::unreadable("", "", 500, "no namespace".into()));
+        return Arc::new(ResourceGroup::unreadable(
+            "",
+            "",
+            500,
+            "no namespace".into(),
+        ));
     };
     let (namespace, label_selector) = (first.namespace.clone(), first.label_selector.clone());
     // (group, index in it), in the order shown.
@@ -110,7 +115,12 @@ mod tests {
     use crate::resources::object::Object;
     use serde_json::{json, Value};
 
-    fn resource(kind: &str, namespace: &str, name: &str, status: HealthStatus) -> super::super::group::Resource {
+    fn resource(
+        kind: &str,
+        namespace: &str,
+        name: &str,
+        status: HealthStatus,
+    ) -> super::super::group::Resource {
         let object = json!({"apiVersion": "v1", "kind": kind,
             "metadata": {"namespace": namespace, "name": name, "uid": format!("{namespace}-{name}")}});
         super::super::group::Resource {
@@ -121,16 +131,26 @@ mod tests {
             name: name.into(),
             labels: Value::Object(Default::default()),
             created_at: None,
-            health: Some(Health { status, message: None }),
+            health: Some(Health {
+                status,
+                message: None,
+            }),
             object: Arc::new(Object::parse_text(object.to_string().into(), "v1", kind).unwrap()),
             events: Vec::new(),
         }
     }
 
-    fn group(namespace: &str, resources: Vec<super::super::group::Resource>, edges: Vec<Edge>) -> Arc<ResourceGroup> {
+    fn group(
+        namespace: &str,
+        resources: Vec<super::super::group::Resource>,
+        edges: Vec<Edge>,
+    ) -> Arc<ResourceGroup> {
         let mut group = ResourceGroup::unreadable(namespace, "app=web", 0, String::new());
         group.errors.clear();
-        group.health = Health { status: HealthStatus::Healthy, message: None };
+        group.health = Health {
+            status: HealthStatus::Healthy,
+            message: None,
+        };
         if resources.is_empty() {
             group.warnings.push(NO_RESOURCES_WARNING.into());
         }
@@ -150,13 +170,27 @@ mod tests {
     fn groups_of_two_namespaces_merge_in_order_with_their_edges() {
         let blue = group(
             "blue",
-            vec![resource("Pod", "blue", "web-a", HealthStatus::Healthy), resource("Service", "blue", "web", HealthStatus::Healthy)],
-            vec![Edge { from: 1, to: 0, kind: EdgeType::ServiceSelector }],
+            vec![
+                resource("Pod", "blue", "web-a", HealthStatus::Healthy),
+                resource("Service", "blue", "web", HealthStatus::Healthy),
+            ],
+            vec![Edge {
+                from: 1,
+                to: 0,
+                kind: EdgeType::ServiceSelector,
+            }],
         );
         let green = group(
             "green",
-            vec![resource("Pod", "green", "web-b", HealthStatus::Degraded), resource("Service", "green", "web", HealthStatus::Healthy)],
-            vec![Edge { from: 1, to: 0, kind: EdgeType::ServiceSelector }],
+            vec![
+                resource("Pod", "green", "web-b", HealthStatus::Degraded),
+                resource("Service", "green", "web", HealthStatus::Healthy),
+            ],
+            vec![Edge {
+                from: 1,
+                to: 0,
+                kind: EdgeType::ServiceSelector,
+            }],
         );
         let merged = merge(vec![blue, green]);
         let shown: Vec<String> = merged
@@ -164,20 +198,40 @@ mod tests {
             .iter()
             .map(|r| format!("{} {}/{}", r.kind, r.namespace.as_deref().unwrap(), r.name))
             .collect();
-        assert_eq!(shown, ["Pod blue/web-a", "Pod green/web-b", "Service blue/web", "Service green/web"]);
         assert_eq!(
-            merged.edges.iter().map(|e| (e.from, e.to)).collect::<Vec<_>>(),
+            shown,
+            [
+                "Pod blue/web-a",
+                "Pod green/web-b",
+                "Service blue/web",
+                "Service green/web"
+            ]
+        );
+        assert_eq!(
+            merged
+                .edges
+                .iter()
+                .map(|e| (e.from, e.to))
+                .collect::<Vec<_>>(),
             [(2, 0), (3, 1)]
         );
         assert_eq!(merged.health.status, HealthStatus::Degraded);
-        assert!(merged.health.message.as_deref().unwrap().contains("web-b"), "{:?}", merged.health);
+        assert!(
+            merged.health.message.as_deref().unwrap().contains("web-b"),
+            "{:?}",
+            merged.health
+        );
         assert_eq!(merged.namespace, "blue");
         assert!(merged.warnings.is_empty());
     }
 
     #[test]
     fn an_empty_namespace_beside_a_full_one_is_no_empty_group() {
-        let blue = group("blue", vec![resource("Pod", "blue", "web-a", HealthStatus::Healthy)], vec![]);
+        let blue = group(
+            "blue",
+            vec![resource("Pod", "blue", "web-a", HealthStatus::Healthy)],
+            vec![],
+        );
         let green = group("green", vec![], vec![]);
         assert!(merge(vec![blue, green.clone()]).warnings.is_empty());
         let empty = merge(vec![green.clone(), green]);

@@ -488,7 +488,9 @@ async fn flux_action(
             .iter()
             .find(|(name, _)| Some(*name) == action.as_deref())
             .map(|(_, document)| *document)
-            .ok_or_else(|| Error::BadRequest("action must be reconcile, suspend or resume".into()))?;
+            .ok_or_else(|| {
+                Error::BadRequest("action must be reconcile, suspend or resume".into())
+            })?;
         let mut input = serde_json::Map::new();
         for (key, name) in [
             ("environmentId", "environment_id"),
@@ -504,7 +506,9 @@ async fn flux_action(
             data::run(&engine, reader.session, document, json!({"input": input})).await?;
         let result = &answer["result"];
         if result["action"].is_null() {
-            let words = result["errors"][0].as_str().unwrap_or("The action was refused.");
+            let words = result["errors"][0]
+                .as_str()
+                .unwrap_or("The action was refused.");
             return Err(Error::BadRequest(words.to_owned()));
         }
         Ok(super::session::see_other(

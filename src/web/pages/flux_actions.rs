@@ -80,7 +80,9 @@ pub fn targets(env: &Environment) -> Vec<FluxObject> {
             namespace: namespace.clone(),
             name: r.name.clone(),
         };
-        if !objects.iter().any(|o| o.kind == object.kind && o.namespace == object.namespace && o.name == object.name) {
+        if !objects.iter().any(|o| {
+            o.kind == object.kind && o.namespace == object.namespace && o.name == object.name
+        }) {
             objects.push(object);
         }
     }
@@ -127,7 +129,13 @@ pub fn section(env: &Environment, project: &str, csrf: Option<&str>, now: DateTi
     }
 }
 
-fn button(env: &Environment, project: &str, csrf: Option<&str>, o: &FluxObject, action: &str) -> Markup {
+fn button(
+    env: &Environment,
+    project: &str,
+    csrf: Option<&str>,
+    o: &FluxObject,
+    action: &str,
+) -> Markup {
     html! {
         form.inline method="post" action=(ACTION_PATH) {
             @if let Some(csrf) = csrf { input type="hidden" name="csrf" value=(csrf); }
@@ -172,7 +180,12 @@ mod tests {
                 name: "app".into(),
             })
         );
-        assert_eq!(bound("helm.toolkit.fluxcd.io/v2/namespaces/apps/helmreleases/web").unwrap().kind, "HelmRelease");
+        assert_eq!(
+            bound("helm.toolkit.fluxcd.io/v2/namespaces/apps/helmreleases/web")
+                .unwrap()
+                .kind,
+            "HelmRelease"
+        );
         assert_eq!(bound("path/to/flux/resource"), None);
         assert_eq!(bound("apps/v1/namespaces/shop/deployments/web"), None);
     }

@@ -252,7 +252,9 @@ fn replace(target: &mut Value, path: &str, v: Value) -> Result<(), String> {
             remove(target, path)?;
             add(target, path, v)
         }
-        _ => Err(format!("replace operation does not apply: doc is missing path: {path}")),
+        _ => Err(format!(
+            "replace operation does not apply: doc is missing path: {path}"
+        )),
     }
 }
 
