@@ -163,7 +163,7 @@ async fn actions_are_refused_without_user_access_and_audited() {
         json!({"environment_id": 100, "user_id": 3, "username": "rep", "kind": "RECONCILE",
                "resource": BOUND, "answer_code": 403})
     );
-    // Nor may they read the audit.
+    // Nor may they read the audit, on its own or on the timeline.
     let body = app
         .graphql(
             REP,
@@ -171,7 +171,47 @@ async fn actions_are_refused_without_user_access_and_audited() {
                 fluxActions { nodes { kind } } } } }"#,
         )
         .await;
-    assert_eq!(body["errors"][0]["message"], FORBIDDEN, "{body}");
+    assert!(body.get("errors").is_none(), "{body}");
+    let environment = &body["data"]["project"]["environment"];
+    assert_eq!(environment["fluxActions"]["nodes"], json!([]), "{body}");
+    let timeline = |user| {
+        let app = &app;
+        async move {
+            let body = app
+                .graphql(
+                    user,
+                    r#"{ project(fullPath: "acme/apps/web") { environment(name: "production") {
+                        events(first: 50) { nodes { reason } } } } }"#,
+                )
+                .await;
+            let reasons: Vec<String> = body["data"]["project"]["environment"]["events"]["nodes"]
+                .as_array()
+                .unwrap_or_else(|| panic!("{body}"))
+                .iter()
+                .map(|e| e["reason"].as_str().unwrap().to_owned())
+                .collect();
+            reasons
+        }
+    };
+    assert!(!timeline(REP).await.iter().any(|r| r.starts_with("Flux")));
+    // Their environment page is the page without the Flux section; the Developer's has it.
+    let path = "/environments?project=acme/apps/web&name=production";
+    let page = app.page_as(REP.0, path).await;
+    assert!(
+        page.contains("<h1>production</h1>") && !page.contains("flux-heading"),
+        "{page}"
+    );
+    let page = app.page_as(DEV.0, path).await;
+    assert!(
+        page.contains("flux-heading") && page.contains("data-flux-action"),
+        "{page}"
+    );
+    let seen = timeline(DEV).await;
+    assert_eq!(
+        seen.iter().filter(|r| r.starts_with("Flux")).count(),
+        3,
+        "{seen:?}"
+    );
 }
 
 #[tokio::test]

@@ -699,7 +699,7 @@ impl Environment {
     }
 
     /// The Flux actions asked for on the environment (SPEC 15), newest first, refusals
-    /// included. Needs the viewer's `user_access` to the agent.
+    /// included. Only for viewers with `user_access` to the agent: none for others.
     #[graphql(complexity = "page_cost(first, child_complexity)")]
     async fn flux_actions(
         &self,

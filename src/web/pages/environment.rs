@@ -312,7 +312,7 @@ pub fn environment_page(chrome: &Chrome, view: &EnvironmentView, now: DateTime<U
             } @else if env.events.is_some() {
                 (timeline_section(env, None, project, now))
             }
-            (super::flux_actions::section(env, project, chrome.csrf, now))
+            (super::flux_actions::section(env, project, chrome.csrf, view.group_error.is_some(), now))
             h2 { "Deployments" }
             div #deployments data-live-region { (deployments(env, project, &view.snapshots_refused, now)) }
         },

@@ -89,9 +89,16 @@ pub fn targets(env: &Environment) -> Vec<FluxObject> {
     objects
 }
 
-/// The section: nothing when the viewer may not read the audit (no `user_access`).
-pub fn section(env: &Environment, project: &str, csrf: Option<&str>, now: DateTime<Utc>) -> Markup {
-    let Some(actions) = &env.flux_actions else {
+/// The section: nothing when the viewer may not use the agent (`refused`: the resource group
+/// was refused them), or the audit could not be read.
+pub fn section(
+    env: &Environment,
+    project: &str,
+    csrf: Option<&str>,
+    refused: bool,
+    now: DateTime<Utc>,
+) -> Markup {
+    let (Some(actions), false) = (&env.flux_actions, refused) else {
         return html! {};
     };
     let objects = targets(env);
