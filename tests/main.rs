@@ -18,6 +18,7 @@ mod embedded;
 mod environment_lookup;
 mod explorer;
 mod first_steps;
+mod flux_actions;
 mod fuzz;
 mod gitlab_frontend;
 mod gitlab_sync;

@@ -37,6 +37,11 @@ impl From<Row> for Entry {
 
 const COLUMNS: &str = "id, type, reason, message, resource_uid, first_time, last_time";
 
+/// The reasons of events shown only to viewers with `user_access` to the agent: the health
+/// changes, and the Flux actions (`db::flux_actions::EVENT_REASONS`).
+const GATED: &str =
+    "('HealthChanged', 'GroupHealthChanged', 'FluxReconcile', 'FluxSuspend', 'FluxResume')";
+
 /// Up to `limit` of the environment's own events that `filter` admits, newest first (the
 /// timeline's order: last time, then [`timeline::envlens_id`], compared bytewise). Without
 /// `resources`, the health events are left out (a viewer who may not see the group).
@@ -58,7 +63,7 @@ pub async fn page(
                 OR (last_time, 'envlens-' || lpad(id::text, 19, '0') COLLATE \"C\") < ($2, $3::text COLLATE \"C\"))
            AND ($4::timestamptz IS NULL OR last_time >= $4)
            AND ($5::text[] IS NULL OR type = ANY ($5))
-           AND ($6 OR reason NOT IN ('HealthChanged', 'GroupHealthChanged'))
+           AND ($6 OR reason NOT IN {GATED})
          ORDER BY last_time DESC, id DESC LIMIT $7"
     ))
     .bind(environment_id)
@@ -85,7 +90,7 @@ pub async fn since_id(
     let rows: Vec<Row> = sqlx::query_as(&format!(
         "SELECT {COLUMNS} FROM environment_events
          WHERE environment_id = $1 AND id > $2
-           AND ($3 OR reason NOT IN ('HealthChanged', 'GroupHealthChanged'))
+           AND ($3 OR reason NOT IN {GATED})
          ORDER BY id LIMIT $4"
     ))
     .bind(environment_id)

@@ -152,7 +152,14 @@ pub const ROLES: [(i32, &str); 6] = [
     (50, "owner"),
 ];
 const DEVELOPER: i32 = 30;
+const MAINTAINER: i32 = 40;
 const OWNER: i32 = 50;
+
+/// Whether the user maintains a project, as GitLab's project policy decides: Maintainer (40) or
+/// Owner through the project or an ancestor group (`level`, their highest), or an admin.
+pub fn maintains_project(admin: bool, level: Option<i32>) -> bool {
+    admin || level.is_some_and(|level| level >= MAINTAINER)
+}
 
 /// One `user_access` entry of an agent, with the user's access to what it names: their
 /// effective access for a project, their own or an ancestor group's membership for a group.
@@ -281,6 +288,15 @@ pub fn read_cluster_agent(admin: bool, agent: &AgentReaders) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn maintainers_owners_and_admins_maintain_a_project() {
+        assert!(maintains_project(false, Some(40)));
+        assert!(maintains_project(false, Some(50)));
+        assert!(maintains_project(true, None));
+        assert!(!maintains_project(false, Some(30)));
+        assert!(!maintains_project(false, None));
+    }
 
     #[test]
     fn reading_an_agent_needs_developer_somewhere_it_serves() {

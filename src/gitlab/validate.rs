@@ -147,6 +147,57 @@ pub fn dns_label(field: &str, value: &str) -> Result<()> {
     }
 }
 
+/// A DNS-1123 subdomain, as Kubernetes requires of most objects' names: at most 253 lower-case
+/// letters, digits, '-' and '.', starting and ending with a letter or digit.
+pub fn dns_subdomain(field: &str, value: &str) -> Result<()> {
+    let bytes = value.as_bytes();
+    let edge = |b: Option<&u8>| b.is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+    let valid = bytes.len() <= 253
+        && edge(bytes.first())
+        && edge(bytes.last())
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-' || *b == b'.');
+    if valid {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            field,
+            format!("`{value}` must be a DNS-1123 subdomain: at most 253 lower-case letters, digits, '-' and '.', starting and ending with a letter or digit"),
+        ))
+    }
+}
+
+/// The API groups of Flux's controllers all end so (`kustomize.toolkit.fluxcd.io`,
+/// `helm.toolkit.fluxcd.io`, `source.toolkit.fluxcd.io`, ...).
+pub const FLUX_GROUP_SUFFIX: &str = ".toolkit.fluxcd.io";
+
+/// A Flux object's `apiVersion` (`<group>.toolkit.fluxcd.io/<version>`) and `kind` (a Kubernetes
+/// kind: a letter, then letters and digits, at most 63): the group and version.
+pub fn flux_kind<'a>(api_version: &'a str, kind: &str) -> Result<(&'a str, &'a str)> {
+    let parsed = api_version.split_once('/').filter(|(group, version)| {
+        group.ends_with(FLUX_GROUP_SUFFIX)
+            && dns_subdomain("apiVersion", group).is_ok()
+            && dns_label("apiVersion", version).is_ok()
+    });
+    let Some(parsed) = parsed else {
+        return Err(Error::invalid(
+            "apiVersion",
+            format!("`{api_version}` is not a Flux API version (`<group>{FLUX_GROUP_SUFFIX}/<version>`, e.g. `kustomize.toolkit.fluxcd.io/v1`)"),
+        ));
+    };
+    let valid_kind = kind.len() <= 63
+        && kind.starts_with(|c: char| c.is_ascii_uppercase())
+        && kind.chars().all(|c| c.is_ascii_alphanumeric());
+    if !valid_kind {
+        return Err(Error::invalid(
+            "kind",
+            format!("`{kind}` is not a Kubernetes kind (e.g. `Kustomization`)"),
+        ));
+    }
+    Ok(parsed)
+}
+
 /// GitLab's bounds for a Flux resource path (its `environment:kubernetes:dashboard` schema: 1 to
 /// 255 characters, the length of the environment's column).
 pub const FLUX_RESOURCE_PATH_MAX: usize = 255;
@@ -282,6 +333,22 @@ mod tests {
         assert!(dns_label("f", &"a".repeat(63)).is_ok());
         for bad in ["", "-a", "a-", "A", "a.b", "a_b", &"a".repeat(64)] {
             assert!(dns_label("f", bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn flux_kinds_and_names() {
+        assert_eq!(
+            flux_kind("kustomize.toolkit.fluxcd.io/v1", "Kustomization").unwrap(),
+            ("kustomize.toolkit.fluxcd.io", "v1")
+        );
+        assert!(flux_kind("apps/v1", "Deployment").is_err());
+        assert!(flux_kind("kustomize.toolkit.fluxcd.io", "Kustomization").is_err());
+        assert!(flux_kind("kustomize.toolkit.fluxcd.io/v1", "kustomization").is_err());
+        assert!(flux_kind("kustomize.toolkit.fluxcd.io/v1/x", "Kustomization").is_err());
+        assert!(dns_subdomain("name", "web.prod-1").is_ok());
+        for bad in ["", "-web", "web.", "Web", "a/b", &"a".repeat(254)] {
+            assert!(dns_subdomain("name", bad).is_err(), "{bad}");
         }
     }
 

@@ -18,9 +18,10 @@ use std::sync::{Arc, Mutex};
 use async_graphql::extensions::{Extension, ExtensionContext, ExtensionFactory, NextValidation};
 use async_graphql::parser::types::ExecutableDocument;
 use async_graphql::{
-    EmptyMutation, Schema, SchemaBuilder, ServerError, ValidationMode, ValidationResult, Variables,
+    Schema, SchemaBuilder, ServerError, ValidationMode, ValidationResult, Variables,
 };
 
+use super::mutations::Mutation;
 use super::subscriptions::Subscription;
 use super::types::Query;
 use super::EnvlensSchema;
@@ -39,8 +40,8 @@ const TOO_DEEP: &str = "Query is nested too deep.";
 
 /// The schema's builder with the limits.
 pub fn limited(
-    builder: SchemaBuilder<Query, EmptyMutation, Subscription>,
-) -> SchemaBuilder<Query, EmptyMutation, Subscription> {
+    builder: SchemaBuilder<Query, Mutation, Subscription>,
+) -> SchemaBuilder<Query, Mutation, Subscription> {
     builder
         .limit_depth(MAX_DEPTH)
         .limit_complexity(MAX_COMPLEXITY)
@@ -76,7 +77,7 @@ impl Figures {
 /// The schema that measures: no limits, fast validation (the figures are the same in both
 /// modes), and [`Measure`], which stops every request once validated.
 pub fn measuring() -> EnvlensSchema {
-    Schema::build(Query, EmptyMutation, Subscription)
+    Schema::build(Query, Mutation::default(), Subscription)
         .validation_mode(ValidationMode::Fast)
         .extension(Measure)
         .finish()

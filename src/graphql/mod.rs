@@ -6,13 +6,16 @@ mod causes;
 mod connection;
 mod cost;
 mod documents;
+mod environment_settings;
 mod events;
 pub mod explorer;
+mod flux_actions;
 mod history;
 mod history_access;
 mod inputs;
 mod limits;
 mod loaders;
+mod mutations;
 mod plain;
 mod resource_group;
 mod splice;
@@ -25,7 +28,7 @@ pub use subscriptions::{socket::upgrade as subscribe, Live, Origins, SocketLimit
 use std::sync::Arc;
 
 use async_graphql::dataloader::{DataLoader, HashMapCache};
-use async_graphql::{EmptyMutation, Schema, ValidationMode};
+use async_graphql::{Schema, ValidationMode};
 use axum::extract::{Request, State};
 use axum::http::header::CONTENT_TYPE;
 use axum::http::StatusCode;
@@ -43,14 +46,15 @@ use crate::http::extract::read_body;
 use crate::k8s::clusters::Clusters;
 use crate::resources::health::Customizations;
 use loaders::SessionUser;
+use mutations::Mutation;
 pub use resource_group::FORBIDDEN_MESSAGE;
 use subscriptions::Subscription;
 use types::Query;
 
-pub type EnvlensSchema = Schema<Query, EmptyMutation, Subscription>;
+pub type EnvlensSchema = Schema<Query, Mutation, Subscription>;
 
 fn schema(mode: ValidationMode) -> EnvlensSchema {
-    limits::limited(Schema::build(Query, EmptyMutation, Subscription))
+    limits::limited(Schema::build(Query, Mutation::default(), Subscription))
         .validation_mode(mode)
         .finish()
 }

@@ -21,6 +21,7 @@ use super::splice::{self, Rendered, Splices};
 use super::subscriptions::feeds::{FeedKey, Source};
 use super::subscriptions::health_record::Recorder;
 use super::types::{conn, project, DeploymentAgent, Gql, Result, Time};
+use crate::db::environment_settings;
 use crate::db::read::{AgentRow, EnvironmentRow};
 use crate::error::Error;
 use crate::k8s::clusters::{Cluster, Clusters};
@@ -30,6 +31,7 @@ use crate::resources::graph::{Edge, EdgeType};
 use crate::resources::group::{self, label_selector};
 use crate::resources::health::{self, Customizations, Health};
 use crate::resources::listing::{ListError, ResourceEvent};
+use crate::resources::namespaces;
 use crate::resources::object::Object;
 use crate::telemetry::RequestId;
 use axum::http::HeaderMap;
@@ -97,6 +99,10 @@ pub(super) async fn assemble(
     let (user, grant) = authorize(ctx, agent.id).await?;
     let clusters: &Arc<Clusters> = ctx.data_unchecked();
     let agent_project = project(ctx, agent.project_id).await?;
+    // The labels source applies in the namespaces Maintainers added too (SPEC 15).
+    let added = environment_settings::namespaces(&mut **conn(ctx).await?, environment.id)
+        .await
+        .gql()?;
     super::types::loader(ctx).loader().release().await;
 
     let unreachable = |e: &dyn std::fmt::Display| Error::BadGateway(e.to_string()).to_graphql();
@@ -129,9 +135,9 @@ pub(super) async fn assemble(
     // the same group as the last view's while nothing changed (assembled off the runtime's
     // threads when something did).
     let custom: &Arc<Customizations> = ctx.data_unchecked();
-    let assembled = cluster
-        .watch
-        .resource_group(
+    let spanned = namespaces::spanned(namespace, &added);
+    let groups = spanned.iter().map(|namespace| {
+        cluster.watch.resource_group(
             &cluster.discovery,
             &headers,
             namespace,
@@ -139,7 +145,10 @@ pub(super) async fn assemble(
             &options,
             custom,
         )
-        .await;
+    });
+    let assembled = async_graphql::futures_util::future::try_join_all(groups)
+        .await
+        .map(namespaces::merge);
     let assembled = match assembled {
         Ok(assembled) => assembled,
         // The connection answered 503 before any kind could be listed (an agent not connected

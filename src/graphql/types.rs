@@ -32,7 +32,7 @@ use crate::gitlab::deployment_status::DeploymentStatus;
 pub(super) type Result<T> = async_graphql::Result<T>;
 
 /// `gid://gitlab/<Kind>/<id>`, GitLab's global ids.
-fn gid(kind: &str, id: i64) -> ID {
+pub(super) fn gid(kind: &str, id: i64) -> ID {
     ID(format!("gid://gitlab/{kind}/{id}"))
 }
 
@@ -206,21 +206,27 @@ impl Query {
 
     /// The signed-in user.
     async fn current_user(&self, ctx: &Context<'_>) -> Result<UserCore> {
-        let user = loader(ctx).loader().user().await.gql()?;
-        Ok(UserCore(user.clone()))
+        let user: &CurrentUser = loader(ctx).loader().user().await.gql()?;
+        Ok(UserCore {
+            id: user.id,
+            username: user.username.clone(),
+        })
     }
 }
 
-pub struct UserCore(CurrentUser);
+pub struct UserCore {
+    pub(super) id: i64,
+    pub(super) username: String,
+}
 
 #[Object]
 impl UserCore {
     async fn id(&self) -> ID {
-        gid("User", self.0.id)
+        gid("User", self.id)
     }
 
     async fn username(&self) -> &str {
-        &self.0.username
+        &self.username
     }
 }
 
@@ -508,7 +514,7 @@ async fn preload(ctx: &Context<'_>, environments: &[EnvironmentRow]) -> Result<(
 }
 
 pub struct Environment {
-    row: EnvironmentRow,
+    pub(super) row: EnvironmentRow,
     /// The last successful deployment, read once for every field that shows it
     /// (`clusterAgent`, `kubernetesNamespace`, `resourceGroup`, `lastDeployment(status:
     /// SUCCESS)`): outside lists its loads do not go through the DataLoader's cache (see
@@ -542,8 +548,9 @@ impl Environment {
         }
     }
 
-    /// The agent of the last successful deployment, with its `agent_deployments` row.
-    async fn last_agent(
+    /// The agent of the last successful deployment, with its `agent_deployments` row: the
+    /// agent whatever shows or acts on the environment's resources goes through.
+    pub(super) async fn last_agent(
         &self,
         ctx: &Context<'_>,
     ) -> Result<Option<(AgentRow, AgentDeploymentRow)>> {
@@ -689,6 +696,36 @@ impl Environment {
             }
             None => Ok(None),
         }
+    }
+
+    /// The Flux actions asked for on the environment (SPEC 15), newest first, refusals
+    /// included. Only for viewers with `user_access` to the agent: none for others.
+    #[graphql(complexity = "page_cost(first, child_complexity)")]
+    async fn flux_actions(
+        &self,
+        ctx: &Context<'_>,
+        first: Option<i32>,
+        after: Option<String>,
+    ) -> Result<Connection<String, super::flux_actions::FluxAction>> {
+        super::flux_actions::page_of(ctx, self, first, after).await
+    }
+
+    /// The namespaces project Maintainers added to the environment, beyond its deployment's:
+    /// its labels source applies in them too (SPEC 15).
+    async fn added_namespaces(&self, ctx: &Context<'_>) -> Result<Vec<String>> {
+        crate::db::environment_settings::namespaces(&mut **conn(ctx).await?, self.row.id)
+            .await
+            .gql()
+    }
+
+    /// The Argo CD Application bound to the environment, `<namespace>/<name>` in the cluster of
+    /// its agent; null when unbound.
+    async fn argo_application(&self, ctx: &Context<'_>) -> Result<Option<String>> {
+        let bound =
+            crate::db::environment_settings::argo_application(&mut **conn(ctx).await?, self.row.id)
+                .await
+                .gql()?;
+        Ok(bound.map(|(namespace, name)| format!("{namespace}/{name}")))
     }
 
     /// The environment's timeline (SPEC 17), newest first by last time: the Kubernetes Events

@@ -8,6 +8,7 @@ pub mod clusters;
 pub mod connection;
 pub mod discovery;
 pub mod fetch;
+pub mod flux_actions;
 pub mod grants;
 pub mod kas;
 pub mod observe;

@@ -10,6 +10,7 @@ pub mod keys;
 pub mod listing;
 pub mod manifests;
 pub mod masking;
+pub mod namespaces;
 pub mod object;
 pub mod page;
 pub mod text;

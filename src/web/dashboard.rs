@@ -49,6 +49,10 @@ where
     Router::new()
         .merge(compressed)
         .route("/logs/stream", get(logs_stream))
+        .route(
+            pages::flux_actions::ACTION_PATH,
+            axum::routing::post(flux_action),
+        )
 }
 
 /// Who looks: the signed-in viewer, as the GraphQL schema takes a session.
@@ -446,6 +450,70 @@ async fn environment(
         Ok::<_, Error>(html(
             StatusCode::OK,
             pages::environment::environment_page(&chrome, &view, Utc::now()),
+        ))
+    }
+    .await;
+    result.unwrap_or_else(|e| error_page(&e, Some(&reader)))
+}
+
+// --- `POST /environments/flux-actions`: a Flux action's button -----------------------------
+
+/// A button of the environment page (`pages::flux_actions`): the action asked through the
+/// same mutation as the API, as the viewer, then back to the page, whose audit shows how it
+/// went. Only refusals without an audit row (bad input) answer a page of their own.
+async fn flux_action(
+    State(engine): State<Engine>,
+    viewer: Viewer,
+    body: axum::body::Bytes,
+) -> Response {
+    let reader = Reader {
+        session: Session {
+            user_id: viewer.user_id,
+            via: crate::auth::Via::Cookie,
+        },
+        csrf: Some(viewer.csrf.clone()),
+    };
+    let result = async {
+        let field = |name: &str| {
+            url::form_urlencoded::parse(&body)
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.into_owned())
+        };
+        viewer.check_csrf(field(super::session::CSRF_FIELD).as_deref())?;
+        let (project, environment) = (field("project"), field("environment"));
+        let project = required("project", &project)?;
+        let environment = required("environment", &environment)?;
+        let action = field("action");
+        let document = data::FLUX_ACTIONS
+            .iter()
+            .find(|(name, _)| Some(*name) == action.as_deref())
+            .map(|(_, document)| *document)
+            .ok_or_else(|| {
+                Error::BadRequest("action must be reconcile, suspend or resume".into())
+            })?;
+        let mut input = serde_json::Map::new();
+        for (key, name) in [
+            ("environmentId", "environment_id"),
+            ("apiVersion", "api_version"),
+            ("kind", "kind"),
+            ("namespace", "namespace"),
+            ("name", "name"),
+        ] {
+            let value = field(name);
+            input.insert(key.into(), json!(required(name, &value)?));
+        }
+        let (answer, _): (serde_json::Value, Vec<FieldError>) =
+            data::run(&engine, reader.session, document, json!({"input": input})).await?;
+        let result = &answer["result"];
+        if result["action"].is_null() {
+            let words = result["errors"][0]
+                .as_str()
+                .unwrap_or("The action was refused.");
+            return Err(Error::BadRequest(words.to_owned()));
+        }
+        Ok(super::session::see_other(
+            &pages::environment_href(project, environment),
+            None,
         ))
     }
     .await;

@@ -33,7 +33,27 @@ pub const ENVIRONMENT: &str = r#"query($project: ID!, $name: String!) {
           events { type reason message count lastSeen } }
         causes { path message sentence logLines }
         edges { from to type } }
-      events(first: 50) { nodes { id type reason message count lastTime resourceUid source } } } } }"#;
+      events(first: 50) { nodes { id type reason message count lastTime resourceUid source } }
+      fluxResourcePath addedNamespaces argoApplication
+      fluxActions(first: 10) { nodes { kind user { username } createdAt resource answerCode } } } } }"#;
+
+/// A Flux action of the environment page's buttons (SPEC 15), by the field it asks.
+macro_rules! flux_action {
+    ($field:literal) => {
+        concat!(
+            "mutation($input: FluxActionInput!) { result: ",
+            $field,
+            "(input: $input) { errors action { answerCode } } }"
+        )
+    };
+}
+
+/// The buttons' actions (`action` of the form) and their documents.
+pub const FLUX_ACTIONS: [(&str, &str); 3] = [
+    ("reconcile", flux_action!("fluxReconcile")),
+    ("suspend", flux_action!("fluxSuspend")),
+    ("resume", flux_action!("fluxResume")),
+];
 
 pub const RESOURCE: &str = r#"query($project: ID!, $name: String!) {
   currentUser { username }
@@ -124,7 +144,7 @@ impl FieldError {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CurrentUser {
     pub username: String,
@@ -396,6 +416,27 @@ pub struct Environment {
     /// The timeline (SPEC 17), newest first.
     #[serde(default)]
     pub events: Option<Nodes<TimelineEvent>>,
+    #[serde(default)]
+    pub flux_resource_path: Option<String>,
+    /// Namespaces Maintainers added (SPEC 15).
+    #[serde(default)]
+    pub added_namespaces: Vec<String>,
+    #[serde(default)]
+    pub argo_application: Option<String>,
+    /// The Flux actions' audit, newest first; `None` when the viewer may not read it.
+    #[serde(default)]
+    pub flux_actions: Option<Nodes<FluxActionRecord>>,
+}
+
+/// One audited Flux action (SPEC 15).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FluxActionRecord {
+    pub kind: String,
+    pub user: CurrentUser,
+    pub created_at: String,
+    pub resource: String,
+    pub answer_code: i32,
 }
 
 /// One entry of an environment's timeline.
@@ -511,6 +552,9 @@ mod tests {
             ("GROUP_ENVIRONMENTS", GROUP_ENVIRONMENTS),
             ("HEALTH", HEALTH),
             ("ENVIRONMENT", ENVIRONMENT),
+            ("FLUX_RECONCILE", FLUX_ACTIONS[0].1),
+            ("FLUX_SUSPEND", FLUX_ACTIONS[1].1),
+            ("FLUX_RESUME", FLUX_ACTIONS[2].1),
             ("RESOURCE", RESOURCE),
             ("DEPLOYMENT", DEPLOYMENT),
             ("ENVIRONMENTS_UPDATED", ENVIRONMENTS_UPDATED),

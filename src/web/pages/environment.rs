@@ -260,6 +260,11 @@ pub fn environment_page(chrome: &Chrome, view: &EnvironmentView, now: DateTime<U
                         div { dt { "Connection" } dd #agent-connection { (connection(c, now)) } }
                     }
                     @if env.state != "available" { div { dt { "State" } dd { (title(&env.state)) } } }
+                    @if let Some(f) = &env.flux_resource_path { div { dt { "Flux resource" } dd.mono { (f) } } }
+                    @if !env.added_namespaces.is_empty() {
+                        div { dt { "Added namespaces" } dd.mono #added-namespaces { (env.added_namespaces.join(", ")) } }
+                    }
+                    @if let Some(a) = &env.argo_application { div { dt { "Argo CD Application" } dd.mono { (a) } } }
                     @if let Some(g) = &env.resource_group {
                         div { dt { "Namespace" } dd.mono { (g.namespace) } }
                         div { dt { "Label selector" } dd.mono { (g.label_selector) } }
@@ -307,6 +312,7 @@ pub fn environment_page(chrome: &Chrome, view: &EnvironmentView, now: DateTime<U
             } @else if env.events.is_some() {
                 (timeline_section(env, None, project, now))
             }
+            (super::flux_actions::section(env, project, chrome.csrf, view.group_error.is_some(), now))
             h2 { "Deployments" }
             div #deployments data-live-region { (deployments(env, project, &view.snapshots_refused, now)) }
         },

@@ -7,6 +7,7 @@ pub mod agent;
 pub mod causes;
 pub mod deployment;
 pub mod environment;
+pub mod flux_actions;
 pub mod groups;
 pub mod resource;
 

@@ -177,10 +177,7 @@ pub(crate) fn json_patch(target: &mut Value, ops: &Value) -> Result<(), String> 
             "remove" => {
                 remove(target, path)?;
             }
-            "replace" => {
-                remove(target, path)?;
-                add(target, path, value()?)?;
-            }
+            "replace" => replace(target, path, value()?)?,
             "move" => {
                 let v = remove(target, from()?)?;
                 add(target, path, v)?;
@@ -235,6 +232,29 @@ fn add(target: &mut Value, path: &str, v: Value) -> Result<(), String> {
             Ok(())
         }
         _ => Err(format!("doc is missing path: {path:?}")),
+    }
+}
+
+/// As the apiserver's evanphx/json-patch v4 replaces: the parent must exist, an array's element
+/// too, but a member an object lacks is set (v4 looks a member up without checking it is there).
+fn replace(target: &mut Value, path: &str, v: Value) -> Result<(), String> {
+    if path.is_empty() {
+        *target = v;
+        return Ok(());
+    }
+    let (parent, last) = split_pointer(path)?;
+    match target.pointer_mut(parent) {
+        Some(Value::Object(m)) => {
+            m.insert(last, v);
+            Ok(())
+        }
+        Some(Value::Array(_)) => {
+            remove(target, path)?;
+            add(target, path, v)
+        }
+        _ => Err(format!(
+            "replace operation does not apply: doc is missing path: {path}"
+        )),
     }
 }
 
