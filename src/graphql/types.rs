@@ -542,15 +542,35 @@ impl Environment {
         }
     }
 
-    /// The agent of the last successful deployment, with its `agent_deployments` row.
+    /// The environment's agent (SPEC 15): that of its last successful deployment, with its
+    /// `agent_deployments` row; else the agent GitLab's environments API names for it, as the
+    /// sync read it and `ci_access` allowed it (`deployment_id` 0: no deployment).
     async fn last_agent(
         &self,
         ctx: &Context<'_>,
     ) -> Result<Option<(AgentRow, AgentDeploymentRow)>> {
-        match self.last(ctx, DeploymentStatus::Success).await? {
-            Some(d) => deployment_agent(ctx, d.id).await,
-            None => Ok(None),
+        if let Some(d) = self.last(ctx, DeploymentStatus::Success).await? {
+            if let Some(found) = deployment_agent(ctx, d.id).await? {
+                return Ok(Some(found));
+            }
         }
+        let named = crate::db::pull::environment_agents(&mut **conn(ctx).await?, &[self.row.id])
+            .await
+            .gql()?;
+        let Some((_, agent_id, kubernetes_namespace, flux_resource_path)) = named.into_iter().next()
+        else {
+            return Ok(None);
+        };
+        let agent = loader(ctx).load_one(AgentId(agent_id)).await.gql()?;
+        Ok(agent.map(|a| {
+            let row = AgentDeploymentRow {
+                deployment_id: 0,
+                agent_id,
+                kubernetes_namespace,
+                flux_resource_path,
+            };
+            (a, row)
+        }))
     }
 }
 
