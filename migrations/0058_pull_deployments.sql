@@ -45,6 +45,9 @@ CREATE TABLE pull_deployments (
     -- The Flux resource path of the object that applied it, and the revision as Flux wrote it.
     source         text NOT NULL,
     revision       text NOT NULL,
+    -- The object's `metadata.resourceVersion` when seen: an older look (a lagging cache, another
+    -- replica's) never records after a newer one.
+    resource_version bigint,
     -- GitLab's id once its `POST /projects/:id/deployments` answered.
     gitlab_id      bigint UNIQUE,
     -- Why no deployment was sent to GitLab (no branch, no `api` token); NULL when one is.

@@ -127,6 +127,9 @@ pub async fn bound(db: impl PgExecutor<'_>) -> Result<Vec<Bound>> {
 pub struct Applied<'a> {
     pub bound: &'a Bound,
     pub revision: &'a str,
+    /// The object's `metadata.resourceVersion`, as a number (etcd's revision, as every API
+    /// server backed by etcd writes it), when it is one.
+    pub resource_version: Option<i64>,
     pub sha: Option<&'a str>,
     pub git_ref: Option<&'a str>,
     pub tag: bool,
@@ -137,7 +140,8 @@ pub struct Applied<'a> {
 /// Records the revision as a `running` deployment of the environment (its agent, namespace,
 /// snapshot job, and GitLab's creation when it is to be told), unless it is the environment's
 /// last recorded revision. The environment's row is locked first, so that replicas and a
-/// restart record a revision once. envlens' own (negative) id and the follow-up that tells
+/// restart record a revision once; a look older than the recorded one (by the object's
+/// resourceVersion: a lagging cache, another replica's) records nothing either. envlens' own (negative) id and the follow-up that tells
 /// GitLab, or `None` when nothing was recorded.
 pub async fn record(conn: &mut PgConnection, a: &Applied<'_>) -> Result<Option<(i64, Option<i64>)>> {
     let b = a.bound;
@@ -148,14 +152,18 @@ pub async fn record(conn: &mut PgConnection, a: &Applied<'_>) -> Result<Option<(
     if locked.is_none() {
         return Ok(None);
     }
-    let last: Option<String> = sqlx::query_scalar(
-        "SELECT revision FROM pull_deployments WHERE environment_id = $1 ORDER BY own_id LIMIT 1",
+    let last: Option<(String, Option<i64>)> = sqlx::query_as(
+        "SELECT revision, resource_version FROM pull_deployments WHERE environment_id = $1
+         ORDER BY own_id LIMIT 1",
     )
     .bind(b.environment_id)
     .fetch_optional(&mut *conn)
     .await?;
-    if last.as_deref() == Some(a.revision) {
-        return Ok(None);
+    if let Some((revision, seen)) = last {
+        let older = seen.zip(a.resource_version).is_some_and(|(seen, now)| now <= seen);
+        if revision == a.revision || older {
+            return Ok(None);
+        }
     }
     let id: i64 = sqlx::query_scalar("SELECT -nextval('pull_deployment_ids')")
         .fetch_one(&mut *conn)
@@ -192,13 +200,15 @@ pub async fn record(conn: &mut PgConnection, a: &Applied<'_>) -> Result<Option<(
     .execute(&mut *conn)
     .await?;
     sqlx::query(
-        "INSERT INTO pull_deployments (deployment_id, own_id, environment_id, source, revision, gitlab_reason)
-         VALUES ($1, $1, $2, $3, $4, $5)",
+        "INSERT INTO pull_deployments (deployment_id, own_id, environment_id, source, revision,
+                                       resource_version, gitlab_reason)
+         VALUES ($1, $1, $2, $3, $4, $5, $6)",
     )
     .bind(id)
     .bind(b.environment_id)
     .bind(&b.flux_resource_path)
     .bind(a.revision)
+    .bind(a.resource_version)
     .bind(a.gitlab_reason)
     .execute(&mut *conn)
     .await?;
@@ -350,5 +360,18 @@ pub async fn revisions(db: impl PgExecutor<'_>, environment_id: i64) -> Result<V
     )
     .bind(environment_id)
     .fetch_all(db)
+    .await?)
+}
+
+/// What made deployment `id`, when Flux did: `(source, revision, why GitLab was not told)`.
+pub async fn made_by_flux(
+    db: impl PgExecutor<'_>,
+    deployment_id: i64,
+) -> Result<Option<(String, String, Option<String>)>> {
+    Ok(sqlx::query_as(
+        "SELECT source, revision, gitlab_reason FROM pull_deployments WHERE deployment_id = $1",
+    )
+    .bind(deployment_id)
+    .fetch_optional(db)
     .await?)
 }

@@ -736,6 +736,17 @@ impl Environment {
 
 pub struct Deployment(pub DeploymentRow);
 
+/// A deployment Flux made (SPEC 15).
+#[derive(async_graphql::SimpleObject)]
+pub struct PullDeployment {
+    /// The Flux resource path of the object that applied it.
+    pub source: String,
+    /// The revision it applied, as Flux wrote it (`main@sha1:…`).
+    pub revision: String,
+    /// Why no deployment was created in GitLab (no branch, no `api` token); null when one was.
+    pub gitlab_reason: Option<String>,
+}
+
 #[Object]
 impl Deployment {
     async fn id(&self) -> ID {
@@ -784,6 +795,19 @@ impl Deployment {
             .await
             .gql()?;
         Ok(row.map(Environment::new))
+    }
+
+    /// Set when Flux made the deployment (SPEC 15: a new revision its bound object applied),
+    /// not a deployment job.
+    async fn pull_based(&self, ctx: &Context<'_>) -> Result<Option<PullDeployment>> {
+        let made = crate::db::pull::made_by_flux(&mut **conn(ctx).await?, self.0.id)
+            .await
+            .gql()?;
+        Ok(made.map(|(source, revision, gitlab_reason)| PullDeployment {
+            source,
+            revision,
+            gitlab_reason,
+        }))
     }
 
     /// The agent and namespace the deployment job deployed to (its `agent_deployments` row).

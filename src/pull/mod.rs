@@ -56,6 +56,14 @@ impl Watcher {
         }
     }
 
+    /// Stops following (shutdown; a test's restart).
+    pub fn stop(&self) {
+        let mut following = self.following.lock().unwrap_or_else(|e| e.into_inner());
+        for (_, task) in following.drain() {
+            task.abort();
+        }
+    }
+
     /// Reads the bound environments every `every` and follows each (a follower that stopped,
     /// its cluster unreachable say, starts again then).
     pub async fn run(self, every: Duration) {
@@ -166,9 +174,13 @@ impl Watcher {
         let Some(object) = objects.iter().find(|o| name_of(o) == path.name) else {
             return Ok(());
         };
-        let Some(applied) = revision::applied(path, &object.manifest()) else {
+        let manifest = object.manifest();
+        let Some(applied) = revision::applied(path, &manifest) else {
             return Ok(());
         };
+        let resource_version = manifest["metadata"]["resourceVersion"]
+            .as_str()
+            .and_then(|v| v.parse::<i64>().ok());
         // The GitRepository's branch, read from the cache too, when the source is one.
         let repository = match (&applied.source, repositories) {
             (Some((kind, namespace, name)), Some(repositories)) if kind == "GitRepository" => {
@@ -194,6 +206,7 @@ impl Watcher {
                 &Applied {
                     bound: b,
                     revision: &applied.revision,
+                    resource_version,
                     sha: applied.sha.as_deref(),
                     git_ref: git_ref.as_ref().map(|(r, _)| r.as_str()),
                     tag: git_ref.as_ref().is_some_and(|(_, tag)| *tag),
