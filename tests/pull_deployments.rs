@@ -430,3 +430,58 @@ async fn gitlabs_cluster_agent_binds_an_environment_without_a_deployment_as_ci_a
         .unwrap();
     assert!(envlens::db::pull::bound(&app.db).await.unwrap().is_empty());
 }
+
+#[tokio::test]
+async fn gitlab_down_loses_nothing_the_deployment_is_created_later() {
+    let s = setup(2, "30s").await;
+    let gitlab = gitlab(&["api"]).await;
+    gitlab.rest.down.store(true, std::sync::atomic::Ordering::SeqCst);
+    let followups = followups(&s, &gitlab);
+    let watcher = Watcher::new(s.world.db.clone(), s.clusters.clone(), Some(Arc::new(|_| {})));
+    watcher.follow_bound().await.unwrap();
+    let done = work_until(&s, Some(&followups), "success", |p| p.len() == 1 && p[0].2 == "success").await;
+    assert!(done[0].0 < 0, "GitLab is down: {done:?}");
+    let (attempts, error): (i32, Option<String>) = sqlx::query_as(
+        "SELECT attempts, last_error FROM gitlab_followups WHERE kind = 'pull_create'",
+    )
+    .fetch_one(&s.world.db)
+    .await
+    .unwrap();
+    assert!(attempts >= 1 && error.as_deref().is_some_and(|e| e.contains("500")), "{attempts} {error:?}");
+    // Not due yet: left alone.
+    assert_eq!(followups.run_due(16).await.unwrap(), 0);
+    // GitLab is back and the retries are due: created, then finished, once each.
+    gitlab.rest.down.store(false, std::sync::atomic::Ordering::SeqCst);
+    for _ in 0..3 {
+        sqlx::query("UPDATE gitlab_followups SET due_at = now() WHERE finished_at IS NULL")
+            .execute(&s.world.db)
+            .await
+            .unwrap();
+        followups.run_due(16).await.unwrap();
+    }
+    let writes: Vec<(String, Value)> =
+        gitlab.rest.with(|d| d.writes.iter().map(|(m, _, b)| (m.clone(), b["status"].clone())).collect());
+    assert_eq!(
+        writes,
+        vec![("POST".to_owned(), json!("running")), ("PUT".to_owned(), json!("success"))]
+    );
+    assert_eq!(pulls(&s.world).await[0].0, 9001);
+    watcher.stop();
+}
+
+#[tokio::test]
+async fn a_token_without_the_api_scope_creates_nothing_in_gitlab() {
+    let s = setup(2, "30s").await;
+    let gitlab = gitlab(&["read_api"]).await;
+    let followups = followups(&s, &gitlab);
+    let watcher = Watcher::new(s.world.db.clone(), s.clusters.clone(), Some(Arc::new(|_| {})));
+    watcher.follow_bound().await.unwrap();
+    work_until(&s, Some(&followups), "success", |p| p.len() == 1 && p[0].2 == "success").await;
+    for _ in 0..3 {
+        followups.run_due(16).await.unwrap();
+    }
+    let reason: Option<String> = scalar(&s.world, "SELECT gitlab_reason FROM pull_deployments").await;
+    assert!(reason.as_deref().is_some_and(|r| r.contains("no `api` scope")), "{reason:?}");
+    assert_eq!(gitlab.rest.with(|d| d.writes.len()), 0);
+    watcher.stop();
+}
