@@ -103,9 +103,15 @@ async fn setup(updated: u32, settle_timeout: &str) -> Setup {
     })).await;
     assert_eq!(res.status, 201, "{}", res.text());
     hook(&world, 50, "success").await;
-    let settings = Settings::parse(&world.reached.config("  response_timeout: 3s\n", &history)).unwrap();
+    let settings =
+        Settings::parse(&world.reached.config("  response_timeout: 3s\n", &history)).unwrap();
     let clusters = Arc::new(crate::support::clusters(&settings).await);
-    let history = History::new(world.db.clone(), clusters.clone(), Arc::default(), settings.history);
+    let history = History::new(
+        world.db.clone(),
+        clusters.clone(),
+        Arc::default(),
+        settings.history,
+    );
     Setup {
         world,
         api,
@@ -140,7 +146,11 @@ async fn pulls(app: &TestApp) -> Vec<(i64, String, String)> {
 }
 
 /// Waits (a minute at most) until `done` holds of the pull-based deployments.
-async fn until(app: &TestApp, what: &str, done: impl Fn(&[(i64, String, String)]) -> bool) -> Vec<(i64, String, String)> {
+async fn until(
+    app: &TestApp,
+    what: &str,
+    done: impl Fn(&[(i64, String, String)]) -> bool,
+) -> Vec<(i64, String, String)> {
     let start = Instant::now();
     loop {
         let now = pulls(app).await;
@@ -157,7 +167,12 @@ fn revisions(pulls: &[(i64, String, String)]) -> Vec<String> {
 }
 
 /// Gives the history and the follow-ups turns until `done`, a minute at most.
-async fn work_until(s: &Setup, followups: Option<&Followups>, what: &str, done: impl Fn(&[(i64, String, String)]) -> bool) -> Vec<(i64, String, String)> {
+async fn work_until(
+    s: &Setup,
+    followups: Option<&Followups>,
+    what: &str,
+    done: impl Fn(&[(i64, String, String)]) -> bool,
+) -> Vec<(i64, String, String)> {
     let start = Instant::now();
     loop {
         s.history.run_until_idle().await.unwrap();
@@ -189,13 +204,20 @@ async fn a_revision_change_is_recorded_once_here_and_in_gitlab() {
     let s = setup(2, "30s").await;
     let gitlab = gitlab(&["api"]).await;
     let followups = followups(&s, &gitlab);
-    let watcher = Watcher::new(s.world.db.clone(), s.clusters.clone(), Some(Arc::new(|_| {})));
+    let watcher = Watcher::new(
+        s.world.db.clone(),
+        s.clusters.clone(),
+        Some(Arc::new(|_| {})),
+    );
     assert_eq!(watcher.follow_bound().await.unwrap(), 1);
 
     // The revision applied when envlens first looks is recorded, running, with its snapshot job.
     let first = until(&s.world, "the first revision", |p| p.len() == 1).await;
     assert_eq!(revisions(&first), [format!("main@sha1:{A}")]);
-    assert!(first[0].0 < 0, "envlens' own id until GitLab's is known: {first:?}");
+    assert!(
+        first[0].0 < 0,
+        "envlens' own id until GitLab's is known: {first:?}"
+    );
     assert_eq!(first[0].2, "running");
 
     // Healthy: success, and GitLab has it: created running, then finished.
@@ -215,15 +237,23 @@ async fn a_revision_change_is_recorded_once_here_and_in_gitlab() {
     assert_eq!(
         writes,
         vec![
-            ("POST".to_owned(), "/api/v4/projects/42/deployments".to_owned(),
-             json!({"environment": "flux", "sha": A, "ref": "main", "tag": false, "status": "running"})),
-            ("PUT".to_owned(), "/api/v4/projects/42/deployments/9001".to_owned(),
-             json!({"status": "success"})),
+            (
+                "POST".to_owned(),
+                "/api/v4/projects/42/deployments".to_owned(),
+                json!({"environment": "flux", "sha": A, "ref": "main", "tag": false, "status": "running"})
+            ),
+            (
+                "PUT".to_owned(),
+                "/api/v4/projects/42/deployments/9001".to_owned(),
+                json!({"status": "success"})
+            ),
         ]
     );
     // envlens' deployment took GitLab's id; its agent, namespace and snapshot followed.
     assert_eq!(done[0].0, 9001);
-    let gitlab_status = gitlab.rest.with(|d| d.deployments[&PROJECT][0]["status"].clone());
+    let gitlab_status = gitlab
+        .rest
+        .with(|d| d.deployments[&PROJECT][0]["status"].clone());
     assert_eq!(gitlab_status, "success");
     let agent: (i64, String, String) = sqlx::query_as(
         "SELECT agent_id, kubernetes_namespace, flux_resource_path FROM agent_deployments WHERE deployment_id = 9001",
@@ -232,8 +262,11 @@ async fn a_revision_change_is_recorded_once_here_and_in_gitlab() {
     .await
     .unwrap();
     assert_eq!(agent, (7, NS.to_owned(), FLUX_PATH.to_owned()));
-    let healthy: Option<f64> =
-        scalar(&s.world, "SELECT time_to_healthy FROM deployment_snapshots WHERE deployment_id = 9001").await;
+    let healthy: Option<f64> = scalar(
+        &s.world,
+        "SELECT time_to_healthy FROM deployment_snapshots WHERE deployment_id = 9001",
+    )
+    .await;
     assert!(healthy.is_some_and(|t| t >= 0.0), "{healthy:?}");
 
     // The environment page's list shows it among the deployments, marked pull-based.
@@ -242,8 +275,16 @@ async fn a_revision_change_is_recorded_once_here_and_in_gitlab() {
     let nodes = body["data"]["project"]["environment"]["deployments"]["nodes"].clone();
     assert_eq!(nodes[0]["id"], "gid://gitlab/Deployment/9001", "{body}");
     assert_eq!(nodes[0]["pullBased"]["source"], FLUX_PATH, "{body}");
-    assert_eq!(nodes[0]["pullBased"]["revision"], format!("main@sha1:{A}"), "{body}");
-    assert_eq!(nodes[1]["pullBased"], Value::Null, "the job's deployment: {body}");
+    assert_eq!(
+        nodes[0]["pullBased"]["revision"],
+        format!("main@sha1:{A}"),
+        "{body}"
+    );
+    assert_eq!(
+        nodes[1]["pullBased"],
+        Value::Null,
+        "the job's deployment: {body}"
+    );
     watcher.stop();
 }
 
@@ -257,20 +298,32 @@ async fn a_b_a_records_three_and_the_same_revision_nothing() {
     let mut again = kustomization("GitRepository", &format!("main@sha1:{A}"));
     again["status"]["conditions"][0]["lastTransitionTime"] = json!("2026-11-27T11:00:00Z");
     s.api.insert(again);
-    s.api.insert(kustomization("GitRepository", &format!("main@sha1:{B}")));
+    s.api
+        .insert(kustomization("GitRepository", &format!("main@sha1:{B}")));
     until(&s.world, "B", |p| p.len() == 2).await;
-    s.api.insert(kustomization("GitRepository", &format!("main@sha1:{A}")));
+    s.api
+        .insert(kustomization("GitRepository", &format!("main@sha1:{A}")));
     let three = until(&s.world, "A again", |p| p.len() == 3).await;
     assert_eq!(
         revisions(&three),
-        [format!("main@sha1:{A}"), format!("main@sha1:{B}"), format!("main@sha1:{A}")]
+        [
+            format!("main@sha1:{A}"),
+            format!("main@sha1:{B}"),
+            format!("main@sha1:{A}")
+        ]
     );
     // Without a GitLab token: envlens' own, with the reason.
-    let reasons: Vec<Option<String>> = sqlx::query_scalar("SELECT gitlab_reason FROM pull_deployments")
-        .fetch_all(&s.world.db)
-        .await
-        .unwrap();
-    assert!(reasons.iter().all(|r| r.as_deref() == Some(envlens::pull::NO_TOKEN)), "{reasons:?}");
+    let reasons: Vec<Option<String>> =
+        sqlx::query_scalar("SELECT gitlab_reason FROM pull_deployments")
+            .fetch_all(&s.world.db)
+            .await
+            .unwrap();
+    assert!(
+        reasons
+            .iter()
+            .all(|r| r.as_deref() == Some(envlens::pull::NO_TOKEN)),
+        "{reasons:?}"
+    );
     watcher.stop();
 }
 
@@ -286,7 +339,8 @@ async fn a_restart_does_not_record_the_revision_twice() {
     let replica = Watcher::new(s.world.db.clone(), s.clusters.clone(), None);
     again.follow_bound().await.unwrap();
     replica.follow_bound().await.unwrap();
-    s.api.insert(kustomization("GitRepository", &format!("main@sha1:{C}")));
+    s.api
+        .insert(kustomization("GitRepository", &format!("main@sha1:{C}")));
     let after = until(&s.world, "C", |p| p.len() >= 2).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
@@ -303,9 +357,16 @@ async fn a_group_not_healthy_by_the_deadline_fails() {
     let s = setup(0, "2s").await;
     let gitlab = gitlab(&["api"]).await;
     let followups = followups(&s, &gitlab);
-    let watcher = Watcher::new(s.world.db.clone(), s.clusters.clone(), Some(Arc::new(|_| {})));
+    let watcher = Watcher::new(
+        s.world.db.clone(),
+        s.clusters.clone(),
+        Some(Arc::new(|_| {})),
+    );
     watcher.follow_bound().await.unwrap();
-    let failed = work_until(&s, Some(&followups), "failed", |p| p.len() == 1 && p[0].2 == "failed").await;
+    let failed = work_until(&s, Some(&followups), "failed", |p| {
+        p.len() == 1 && p[0].2 == "failed"
+    })
+    .await;
     let id = failed[0].0;
     let healthy: Option<f64> = scalar(
         &s.world,
@@ -321,22 +382,40 @@ async fn a_group_not_healthy_by_the_deadline_fails() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let writes = gitlab.rest.with(|d| d.writes.clone());
-    assert_eq!(writes.last().unwrap().2, json!({"status": "failed"}), "{writes:?}");
+    assert_eq!(
+        writes.last().unwrap().2,
+        json!({"status": "failed"}),
+        "{writes:?}"
+    );
     watcher.stop();
 }
 
 #[tokio::test]
 async fn without_a_branch_envlens_records_its_own_with_the_reason() {
     let s = setup(2, "30s").await;
-    s.api.insert(kustomization("OCIRepository", "latest@sha256:4b1e0c5d2a"));
+    s.api
+        .insert(kustomization("OCIRepository", "latest@sha256:4b1e0c5d2a"));
     let gitlab = gitlab(&["api"]).await;
     let followups = followups(&s, &gitlab);
-    let watcher = Watcher::new(s.world.db.clone(), s.clusters.clone(), Some(Arc::new(|_| {})));
+    let watcher = Watcher::new(
+        s.world.db.clone(),
+        s.clusters.clone(),
+        Some(Arc::new(|_| {})),
+    );
     watcher.follow_bound().await.unwrap();
-    let done = work_until(&s, Some(&followups), "success", |p| p.len() == 1 && p[0].2 == "success").await;
+    let done = work_until(&s, Some(&followups), "success", |p| {
+        p.len() == 1 && p[0].2 == "success"
+    })
+    .await;
     assert!(done[0].0 < 0, "never GitLab's: {done:?}");
-    let reason: Option<String> = scalar(&s.world, "SELECT gitlab_reason FROM pull_deployments").await;
-    assert!(reason.as_deref().is_some_and(|r| r.contains("OCIRepository")), "{reason:?}");
+    let reason: Option<String> =
+        scalar(&s.world, "SELECT gitlab_reason FROM pull_deployments").await;
+    assert!(
+        reason
+            .as_deref()
+            .is_some_and(|r| r.contains("OCIRepository")),
+        "{reason:?}"
+    );
     assert_eq!(gitlab.rest.with(|d| d.writes.len()), 0);
     watcher.stop();
 }
@@ -346,12 +425,19 @@ async fn gitlabs_hook_for_it_is_matched_not_doubled() {
     let s = setup(0, "30s").await;
     let gitlab = gitlab(&["api"]).await;
     let followups = followups(&s, &gitlab);
-    let watcher = Watcher::new(s.world.db.clone(), s.clusters.clone(), Some(Arc::new(|_| {})));
+    let watcher = Watcher::new(
+        s.world.db.clone(),
+        s.clusters.clone(),
+        Some(Arc::new(|_| {})),
+    );
     watcher.follow_bound().await.unwrap();
     until(&s.world, "recorded", |p| p.len() == 1).await;
     // GitLab's hook for the deployment it is about to create (9001) comes first.
     hook(&s.world, 9001, "running").await;
-    work_until(&s, Some(&followups), "GitLab's id", |p| p.len() == 1 && p[0].0 == 9001).await;
+    work_until(&s, Some(&followups), "GitLab's id", |p| {
+        p.len() == 1 && p[0].0 == 9001
+    })
+    .await;
     hook(&s.world, 9001, "running").await;
     let count: i64 = scalar(
         &s.world,
@@ -367,7 +453,11 @@ async fn gitlabs_hook_for_it_is_matched_not_doubled() {
 /// environment naming agent 7 and a Kustomization, without any deployment.
 fn populate(gitlab: &TestGitLab) {
     gitlab.rest.with(|d| {
-        d.groups = vec![rest::group(1, "acme"), rest::group(2, "acme/apps"), rest::group(3, "acme/ops")];
+        d.groups = vec![
+            rest::group(1, "acme"),
+            rest::group(2, "acme/apps"),
+            rest::group(3, "acme/ops"),
+        ];
         d.projects = vec![
             rest::project(10, "acme/agents", Some("main")),
             rest::project(42, "acme/apps/web", Some("main")),
@@ -375,13 +465,20 @@ fn populate(gitlab: &TestGitLab) {
         ];
         d.users = vec![rest::user(1, "root", true)];
         d.group_members.insert(1, vec![rest::member(1, "root", 50)]);
-        d.agents.insert(10, vec![rest::agent(7, "prod", (10, "acme/agents"))]);
+        d.agents
+            .insert(10, vec![rest::agent(7, "prod", (10, "acme/agents"))]);
         d.files.insert(
             (10, ".gitlab/agents/prod/config.yaml".into(), "main".into()),
             "ci_access:\n  groups:\n    - id: acme/apps\n      default_namespace: apps\n".into(),
         );
         for (project, env) in [(42, 100), (43, 110)] {
-            let mut e = rest::environment(env, "production", None, Some(rest::agent(7, "prod", (10, "acme/agents"))), None);
+            let mut e = rest::environment(
+                env,
+                "production",
+                None,
+                Some(rest::agent(7, "prod", (10, "acme/agents"))),
+                None,
+            );
             e["flux_resource_path"] = json!(FLUX_PATH);
             d.environments.insert(project, vec![e]);
         }
@@ -398,14 +495,25 @@ async fn gitlabs_cluster_agent_binds_an_environment_without_a_deployment_as_ci_a
         max_projects: 100,
         timeout: Duration::from_secs(60),
     };
-    envlens::ingest::sync::pass(&app.db, &api(&gitlab), &scope, &Default::default(), &mut |_| {})
-        .await
-        .unwrap();
+    envlens::ingest::sync::pass(
+        &app.db,
+        &api(&gitlab),
+        &scope,
+        &Default::default(),
+        &mut |_| {},
+    )
+    .await
+    .unwrap();
     // acme/apps/web may use agent 7: the environment is bound, in the entry's default namespace.
     let bound = envlens::db::pull::bound(&app.db).await.unwrap();
     assert_eq!(bound.len(), 1, "{bound:?}");
     assert_eq!(
-        (bound[0].environment_id, bound[0].agent_id, bound[0].namespace.as_str(), bound[0].flux_resource_path.as_str()),
+        (
+            bound[0].environment_id,
+            bound[0].agent_id,
+            bound[0].namespace.as_str(),
+            bound[0].flux_resource_path.as_str()
+        ),
         (100, 7, "apps", FLUX_PATH)
     );
     let body = app.graphql((1, "root"), r#"{ project(fullPath: "acme/apps/web") {
@@ -415,19 +523,40 @@ async fn gitlabs_cluster_agent_binds_an_environment_without_a_deployment_as_ci_a
     assert_eq!(env["fluxResourcePath"], FLUX_PATH, "{body}");
     assert_eq!(env["clusterAgent"]["name"], "prod", "{body}");
     // acme/ops/tools may not: refused, in words, and nothing shows.
-    let reason: String = sqlx::query_scalar("SELECT reason FROM environment_agents WHERE environment_id = 110")
-        .fetch_one(&app.db)
-        .await
-        .unwrap();
-    assert!(reason.contains("acme/ops/tools is not authorized to use agent acme/agents:prod"), "{reason}");
-    let body = app.graphql((1, "root"), r#"{ project(fullPath: "acme/ops/tools") {
-        environment(name: "production") { kubernetesNamespace clusterAgent { name } } } }"#).await;
-    assert_eq!(body["data"]["project"]["environment"]["kubernetesNamespace"], Value::Null, "{body}");
+    let reason: String =
+        sqlx::query_scalar("SELECT reason FROM environment_agents WHERE environment_id = 110")
+            .fetch_one(&app.db)
+            .await
+            .unwrap();
+    assert!(
+        reason.contains("acme/ops/tools is not authorized to use agent acme/agents:prod"),
+        "{reason}"
+    );
+    let body = app
+        .graphql(
+            (1, "root"),
+            r#"{ project(fullPath: "acme/ops/tools") {
+        environment(name: "production") { kubernetesNamespace clusterAgent { name } } } }"#,
+        )
+        .await;
+    assert_eq!(
+        body["data"]["project"]["environment"]["kubernetesNamespace"],
+        Value::Null,
+        "{body}"
+    );
     // GitLab names no agent any more: the binding goes.
-    gitlab.rest.with(|d| d.environments.get_mut(&42).unwrap()[0]["cluster_agent"] = Value::Null);
-    envlens::ingest::sync::pass(&app.db, &api(&gitlab), &scope, &Default::default(), &mut |_| {})
-        .await
-        .unwrap();
+    gitlab
+        .rest
+        .with(|d| d.environments.get_mut(&42).unwrap()[0]["cluster_agent"] = Value::Null);
+    envlens::ingest::sync::pass(
+        &app.db,
+        &api(&gitlab),
+        &scope,
+        &Default::default(),
+        &mut |_| {},
+    )
+    .await
+    .unwrap();
     assert!(envlens::db::pull::bound(&app.db).await.unwrap().is_empty());
 }
 
@@ -435,11 +564,21 @@ async fn gitlabs_cluster_agent_binds_an_environment_without_a_deployment_as_ci_a
 async fn gitlab_down_loses_nothing_the_deployment_is_created_later() {
     let s = setup(2, "30s").await;
     let gitlab = gitlab(&["api"]).await;
-    gitlab.rest.down.store(true, std::sync::atomic::Ordering::SeqCst);
+    gitlab
+        .rest
+        .down
+        .store(true, std::sync::atomic::Ordering::SeqCst);
     let followups = followups(&s, &gitlab);
-    let watcher = Watcher::new(s.world.db.clone(), s.clusters.clone(), Some(Arc::new(|_| {})));
+    let watcher = Watcher::new(
+        s.world.db.clone(),
+        s.clusters.clone(),
+        Some(Arc::new(|_| {})),
+    );
     watcher.follow_bound().await.unwrap();
-    let done = work_until(&s, Some(&followups), "success", |p| p.len() == 1 && p[0].2 == "success").await;
+    let done = work_until(&s, Some(&followups), "success", |p| {
+        p.len() == 1 && p[0].2 == "success"
+    })
+    .await;
     assert!(done[0].0 < 0, "GitLab is down: {done:?}");
     let (attempts, error): (i32, Option<String>) = sqlx::query_as(
         "SELECT attempts, last_error FROM gitlab_followups WHERE kind = 'pull_create'",
@@ -447,11 +586,17 @@ async fn gitlab_down_loses_nothing_the_deployment_is_created_later() {
     .fetch_one(&s.world.db)
     .await
     .unwrap();
-    assert!(attempts >= 1 && error.as_deref().is_some_and(|e| e.contains("500")), "{attempts} {error:?}");
+    assert!(
+        attempts >= 1 && error.as_deref().is_some_and(|e| e.contains("500")),
+        "{attempts} {error:?}"
+    );
     // Not due yet: left alone.
     assert_eq!(followups.run_due(16).await.unwrap(), 0);
     // GitLab is back and the retries are due: created, then finished, once each.
-    gitlab.rest.down.store(false, std::sync::atomic::Ordering::SeqCst);
+    gitlab
+        .rest
+        .down
+        .store(false, std::sync::atomic::Ordering::SeqCst);
     for _ in 0..3 {
         sqlx::query("UPDATE gitlab_followups SET due_at = now() WHERE finished_at IS NULL")
             .execute(&s.world.db)
@@ -459,11 +604,18 @@ async fn gitlab_down_loses_nothing_the_deployment_is_created_later() {
             .unwrap();
         followups.run_due(16).await.unwrap();
     }
-    let writes: Vec<(String, Value)> =
-        gitlab.rest.with(|d| d.writes.iter().map(|(m, _, b)| (m.clone(), b["status"].clone())).collect());
+    let writes: Vec<(String, Value)> = gitlab.rest.with(|d| {
+        d.writes
+            .iter()
+            .map(|(m, _, b)| (m.clone(), b["status"].clone()))
+            .collect()
+    });
     assert_eq!(
         writes,
-        vec![("POST".to_owned(), json!("running")), ("PUT".to_owned(), json!("success"))]
+        vec![
+            ("POST".to_owned(), json!("running")),
+            ("PUT".to_owned(), json!("success"))
+        ]
     );
     assert_eq!(pulls(&s.world).await[0].0, 9001);
     watcher.stop();
@@ -474,14 +626,96 @@ async fn a_token_without_the_api_scope_creates_nothing_in_gitlab() {
     let s = setup(2, "30s").await;
     let gitlab = gitlab(&["read_api"]).await;
     let followups = followups(&s, &gitlab);
-    let watcher = Watcher::new(s.world.db.clone(), s.clusters.clone(), Some(Arc::new(|_| {})));
+    let watcher = Watcher::new(
+        s.world.db.clone(),
+        s.clusters.clone(),
+        Some(Arc::new(|_| {})),
+    );
     watcher.follow_bound().await.unwrap();
-    work_until(&s, Some(&followups), "success", |p| p.len() == 1 && p[0].2 == "success").await;
+    work_until(&s, Some(&followups), "success", |p| {
+        p.len() == 1 && p[0].2 == "success"
+    })
+    .await;
     for _ in 0..3 {
         followups.run_due(16).await.unwrap();
     }
-    let reason: Option<String> = scalar(&s.world, "SELECT gitlab_reason FROM pull_deployments").await;
-    assert!(reason.as_deref().is_some_and(|r| r.contains("no `api` scope")), "{reason:?}");
+    let reason: Option<String> =
+        scalar(&s.world, "SELECT gitlab_reason FROM pull_deployments").await;
+    assert!(
+        reason
+            .as_deref()
+            .is_some_and(|r| r.contains("no `api` scope")),
+        "{reason:?}"
+    );
     assert_eq!(gitlab.rest.with(|d| d.writes.len()), 0);
     watcher.stop();
+}
+
+/// The environment page lists the deployments Flux made among the others, marked pull-based,
+/// with the revision and why GitLab was not told (Chromium, over the demo).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_environment_page_lists_flux_deployments_marked_pull_based() {
+    let Some(browser) = crate::support::browser::Browser::launch().await else {
+        return;
+    };
+    let demo = crate::support::demo::Demo::start().await;
+    let db = &demo.app.db;
+    // The demo's acme/web/site production, bound to a Kustomization through its agent.
+    let bound: envlens::db::pull::Bound = sqlx::query_as(
+        "SELECT e.id AS environment_id, e.project_id, e.name AS environment, a.id AS agent_id,
+                p.full_path AS agent_project_path, a.name AS agent_name,
+                ad.kubernetes_namespace AS namespace, $1 AS flux_resource_path
+         FROM environments e JOIN projects ep ON ep.id = e.project_id
+         JOIN deployments d ON d.environment_id = e.id
+         JOIN agent_deployments ad ON ad.deployment_id = d.id
+         JOIN cluster_agents a ON a.id = ad.agent_id JOIN projects p ON p.id = a.project_id
+         WHERE ep.full_path = 'acme/web/site' AND e.name = 'production' ORDER BY d.id DESC LIMIT 1",
+    )
+    .bind(FLUX_PATH)
+    .fetch_one(db)
+    .await
+    .unwrap();
+    let revision = format!("main@sha1:{B}");
+    let mut tx = db.begin().await.unwrap();
+    envlens::db::pull::record(
+        &mut tx,
+        &envlens::db::pull::Applied {
+            bound: &bound,
+            revision: &revision,
+            resource_version: Some(1),
+            sha: Some(B),
+            git_ref: Some("main"),
+            tag: false,
+            gitlab_reason: Some(envlens::pull::NO_TOKEN),
+        },
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    tx.commit().await.unwrap();
+
+    let page = browser.page().await;
+    page.screen(1440, false).await;
+    demo.sign_in(&page).await;
+    page.goto(&format!(
+        "{}/environments?project=acme/web/site&name=production",
+        demo.url
+    ))
+    .await;
+    let r = page
+        .wait_for(
+            "document.body.innerText.includes('Pull-based (Flux)')",
+            Duration::from_secs(20),
+        )
+        .await;
+    crate::dashboard::check(&page, "pull-based", r).await;
+    page.screenshot(&crate::dashboard::shots().join("environment-pull-based.png"))
+        .await;
+    let row = page
+        .eval("[...document.querySelectorAll('tbody tr')].map(r => r.innerText).find(t => t.includes('Pull-based'))")
+        .await;
+    let row = row.as_str().unwrap_or_default().to_owned();
+    assert!(row.contains(&revision), "{row}");
+    assert!(row.contains("no GitLab token"), "{row}");
+    assert!(row.contains("Running"), "{row}");
 }

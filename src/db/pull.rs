@@ -18,7 +18,10 @@ pub struct EnvironmentAgent<'a> {
 }
 
 /// Writes the environment's agent as GitLab names it (nothing when unchanged).
-pub async fn put_environment_agent(conn: &mut PgConnection, a: &EnvironmentAgent<'_>) -> Result<()> {
+pub async fn put_environment_agent(
+    conn: &mut PgConnection,
+    a: &EnvironmentAgent<'_>,
+) -> Result<()> {
     let (agent_id, namespace, reason) = match a.decision {
         Ok((agent, namespace)) => (Some(agent), Some(namespace), None),
         Err(reason) => (None, None, Some(reason)),
@@ -143,12 +146,16 @@ pub struct Applied<'a> {
 /// restart record a revision once; a look older than the recorded one (by the object's
 /// resourceVersion: a lagging cache, another replica's) records nothing either. envlens' own (negative) id and the follow-up that tells
 /// GitLab, or `None` when nothing was recorded.
-pub async fn record(conn: &mut PgConnection, a: &Applied<'_>) -> Result<Option<(i64, Option<i64>)>> {
+pub async fn record(
+    conn: &mut PgConnection,
+    a: &Applied<'_>,
+) -> Result<Option<(i64, Option<i64>)>> {
     let b = a.bound;
-    let locked: Option<i64> = sqlx::query_scalar("SELECT id FROM environments WHERE id = $1 FOR UPDATE")
-        .bind(b.environment_id)
-        .fetch_optional(&mut *conn)
-        .await?;
+    let locked: Option<i64> =
+        sqlx::query_scalar("SELECT id FROM environments WHERE id = $1 FOR UPDATE")
+            .bind(b.environment_id)
+            .fetch_optional(&mut *conn)
+            .await?;
     if locked.is_none() {
         return Ok(None);
     }
@@ -160,7 +167,9 @@ pub async fn record(conn: &mut PgConnection, a: &Applied<'_>) -> Result<Option<(
     .fetch_optional(&mut *conn)
     .await?;
     if let Some((revision, seen)) = last {
-        let older = seen.zip(a.resource_version).is_some_and(|(seen, now)| now <= seen);
+        let older = seen
+            .zip(a.resource_version)
+            .is_some_and(|(seen, now)| now <= seen);
         if revision == a.revision || older {
             return Ok(None);
         }
@@ -271,11 +280,13 @@ pub async fn own_id(db: impl PgExecutor<'_>, deployment_id: i64) -> Result<Optio
 /// Keeps GitLab's id of the deployment, as soon as GitLab answered (before the id changes, so
 /// that a retry never creates it twice).
 pub async fn set_gitlab_id(db: &PgPool, own_id: i64, gitlab_id: i64) -> Result<()> {
-    sqlx::query("UPDATE pull_deployments SET gitlab_id = $2 WHERE own_id = $1 AND gitlab_id IS NULL")
-        .bind(own_id)
-        .bind(gitlab_id)
-        .execute(db)
-        .await?;
+    sqlx::query(
+        "UPDATE pull_deployments SET gitlab_id = $2 WHERE own_id = $1 AND gitlab_id IS NULL",
+    )
+    .bind(own_id)
+    .bind(gitlab_id)
+    .execute(db)
+    .await?;
     Ok(())
 }
 
@@ -286,11 +297,12 @@ pub async fn take_gitlab_id(conn: &mut PgConnection, own_id: i64, gitlab_id: i64
         .bind(gitlab_id)
         .execute(&mut *conn)
         .await?;
-    let current: Option<i64> =
-        sqlx::query_scalar("SELECT deployment_id FROM pull_deployments WHERE own_id = $1 FOR UPDATE")
-            .bind(own_id)
-            .fetch_optional(&mut *conn)
-            .await?;
+    let current: Option<i64> = sqlx::query_scalar(
+        "SELECT deployment_id FROM pull_deployments WHERE own_id = $1 FOR UPDATE",
+    )
+    .bind(own_id)
+    .fetch_optional(&mut *conn)
+    .await?;
     if current != Some(own_id) {
         return Ok(false);
     }
@@ -352,7 +364,10 @@ pub async fn add_followup(
 
 /// Every pull-based deployment of the environment with its revision, newest first (tests,
 /// `envlens` views).
-pub async fn revisions(db: impl PgExecutor<'_>, environment_id: i64) -> Result<Vec<(i64, String, String)>> {
+pub async fn revisions(
+    db: impl PgExecutor<'_>,
+    environment_id: i64,
+) -> Result<Vec<(i64, String, String)>> {
     Ok(sqlx::query_as(
         "SELECT x.deployment_id, x.revision, d.status FROM pull_deployments x
          JOIN deployments d ON d.id = x.deployment_id

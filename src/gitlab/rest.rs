@@ -264,7 +264,10 @@ mod tests {
         assert_eq!(no_agent, NotTaken::NoAgent);
         // Without a deployment, the environment's own agent.
         let named = named_agent(&environment(None, true)).unwrap();
-        assert_eq!((named.agent_id, named.reference.as_str()), (7, "acme/agents:prod"));
+        assert_eq!(
+            (named.agent_id, named.reference.as_str()),
+            (7, "acme/agents:prod")
+        );
         assert!(named_agent(&environment(Some(42), false)).is_none());
         assert!(NotTaken::NotLast { last: Some(43) }
             .reason(42)

@@ -557,7 +557,8 @@ impl Environment {
         let named = crate::db::pull::environment_agents(&mut **conn(ctx).await?, &[self.row.id])
             .await
             .gql()?;
-        let Some((_, agent_id, kubernetes_namespace, flux_resource_path)) = named.into_iter().next()
+        let Some((_, agent_id, kubernetes_namespace, flux_resource_path)) =
+            named.into_iter().next()
         else {
             return Ok(None);
         };
@@ -803,11 +804,13 @@ impl Deployment {
         let made = crate::db::pull::made_by_flux(&mut **conn(ctx).await?, self.0.id)
             .await
             .gql()?;
-        Ok(made.map(|(source, revision, gitlab_reason)| PullDeployment {
-            source,
-            revision,
-            gitlab_reason,
-        }))
+        Ok(
+            made.map(|(source, revision, gitlab_reason)| PullDeployment {
+                source,
+                revision,
+                gitlab_reason,
+            }),
+        )
     }
 
     /// The agent and namespace the deployment job deployed to (its `agent_deployments` row).

@@ -107,13 +107,23 @@ impl Watcher {
     async fn follow(&self, b: Bound) -> Result<(), String> {
         let path = FluxPath::parse(&b.flux_resource_path)
             .filter(|p| p.is_kustomization() || p.is_helm_release())
-            .ok_or_else(|| format!("{} is no Kustomization or HelmRelease path", b.flux_resource_path))?;
+            .ok_or_else(|| {
+                format!(
+                    "{} is no Kustomization or HelmRelease path",
+                    b.flux_resource_path
+                )
+            })?;
         let cluster = self
             .clusters
             .for_agent(b.agent_id, &b.agent_project_path, &b.agent_name)
             .await
             .map_err(|e| e.to_string())?;
-        let kinds = cluster.discovery.kinds().await.map_err(|e| e.message)?.kinds;
+        let kinds = cluster
+            .discovery
+            .kinds()
+            .await
+            .map_err(|e| e.message)?
+            .kinds;
         let find = |group: &str, version: Option<&str>, plural: &str| {
             kinds
                 .iter()
@@ -128,7 +138,8 @@ impl Watcher {
         // Listen first, then read: no change falls between the two.
         let mut changes = cluster.watch.changes(&path.namespace);
         let view = self.view(&cluster, &path.namespace, &kind).await?;
-        self.look(&b, &path, &cluster, &view, repositories.as_ref()).await?;
+        self.look(&b, &path, &cluster, &view, repositories.as_ref())
+            .await?;
         loop {
             match changes.recv().await {
                 Ok(c) if c.kind == kind => {
@@ -138,23 +149,37 @@ impl Watcher {
                         Change::Reset => true,
                     };
                     if ours {
-                        self.look(&b, &path, &cluster, &view, repositories.as_ref()).await?;
+                        self.look(&b, &path, &cluster, &view, repositories.as_ref())
+                            .await?;
                     }
                 }
                 Ok(_) => {}
                 Err(RecvError::Lagged(_)) => {
-                    self.look(&b, &path, &cluster, &view, repositories.as_ref()).await?
+                    self.look(&b, &path, &cluster, &view, repositories.as_ref())
+                        .await?
                 }
                 Err(RecvError::Closed) => return Err("the watch cache's feed ended".into()),
             }
         }
     }
 
-    async fn view(&self, cluster: &Cluster, namespace: &str, kind: &ApiKind) -> Result<KindView, String> {
+    async fn view(
+        &self,
+        cluster: &Cluster,
+        namespace: &str,
+        kind: &ApiKind,
+    ) -> Result<KindView, String> {
         let timeout = self.clusters.response_timeout;
         let view = cluster
             .watch
-            .view_kind(&cluster.discovery, &HeaderMap::new(), namespace, kind, 500, timeout)
+            .view_kind(
+                &cluster.discovery,
+                &HeaderMap::new(),
+                namespace,
+                kind,
+                500,
+                timeout,
+            )
             .await
             .map_err(|f| f.message)?;
         view.synced(timeout).await;
@@ -217,7 +242,9 @@ impl Watcher {
             tx.commit().await?;
             crate::error::Result::Ok(recorded)
         };
-        let recorded = record.await.map_err(|e: crate::error::Error| e.to_string())?;
+        let recorded = record
+            .await
+            .map_err(|e: crate::error::Error| e.to_string())?;
         if let Some((own_id, followup)) = recorded {
             tracing::info!(environment = b.environment_id, deployment = own_id, revision = %applied.revision, "pull-based deployment recorded");
             if let (Some(tell), Some(followup)) = (&self.gitlab, followup) {

@@ -72,10 +72,13 @@ pub fn applied(path: &FluxPath, object: &Value) -> Option<Applied> {
         }
         let (named_ref, sha) = split_revision(revision);
         let source = &object["spec"]["sourceRef"];
-        let source = source["kind"].as_str().zip(source["name"].as_str()).map(|(kind, name)| {
-            let namespace = source["namespace"].as_str().unwrap_or(&path.namespace);
-            (kind.to_owned(), namespace.to_owned(), name.to_owned())
-        });
+        let source = source["kind"]
+            .as_str()
+            .zip(source["name"].as_str())
+            .map(|(kind, name)| {
+                let namespace = source["namespace"].as_str().unwrap_or(&path.namespace);
+                (kind.to_owned(), namespace.to_owned(), name.to_owned())
+            });
         Some(Applied {
             revision: revision.to_owned(),
             sha,
@@ -178,11 +181,16 @@ mod tests {
     #[test]
     fn paths() {
         let path = kustomization();
-        assert_eq!((path.namespace.as_str(), path.name.as_str()), ("flux-system", "app"));
+        assert_eq!(
+            (path.namespace.as_str(), path.name.as_str()),
+            ("flux-system", "app")
+        );
         assert!(path.is_kustomization() && !path.is_helm_release());
-        assert!(FluxPath::parse("helm.toolkit.fluxcd.io/v2/namespaces/a/helmreleases/b")
-            .unwrap()
-            .is_helm_release());
+        assert!(
+            FluxPath::parse("helm.toolkit.fluxcd.io/v2/namespaces/a/helmreleases/b")
+                .unwrap()
+                .is_helm_release()
+        );
         for bad in ["", "a/b/c", "g/v/ns/a/plural/name", "g/v/namespaces//p/n"] {
             assert_eq!(FluxPath::parse(bad), None, "{bad:?}");
         }
@@ -192,14 +200,20 @@ mod tests {
     fn kustomization_revisions() {
         let path = kustomization();
         let with = |revision: &str| {
-            applied(&path, &json!({"spec": {"sourceRef": {"kind": "GitRepository", "name": "app"}},
-                                   "status": {"lastAppliedRevision": revision}}))
+            applied(
+                &path,
+                &json!({"spec": {"sourceRef": {"kind": "GitRepository", "name": "app"}},
+                                   "status": {"lastAppliedRevision": revision}}),
+            )
             .unwrap()
         };
         let a = with(&format!("main@sha1:{SHA}"));
         assert_eq!(a.sha.as_deref(), Some(SHA));
         assert_eq!(git_ref(&a, None), Some(("main".into(), false)));
-        assert_eq!(a.source, Some(("GitRepository".into(), "flux-system".into(), "app".into())));
+        assert_eq!(
+            a.source,
+            Some(("GitRepository".into(), "flux-system".into(), "app".into()))
+        );
         assert_eq!(not_for_gitlab(&a, git_ref(&a, None).as_ref()), None);
 
         let tag = with(&format!("refs/tags/v1.2@sha1:{SHA}"));
@@ -207,37 +221,59 @@ mod tests {
         let heads = with(&format!("refs/heads/release@sha1:{SHA}"));
         assert_eq!(git_ref(&heads, None), Some(("release".into(), false)));
         let legacy = with(&format!("main/{SHA}"));
-        assert_eq!((legacy.sha.as_deref(), git_ref(&legacy, None)), (Some(SHA), Some(("main".into(), false))));
+        assert_eq!(
+            (legacy.sha.as_deref(), git_ref(&legacy, None)),
+            (Some(SHA), Some(("main".into(), false)))
+        );
 
         let commit = with(&format!("sha1:{SHA}"));
         assert_eq!(git_ref(&commit, None), None);
-        assert!(not_for_gitlab(&commit, None).unwrap().contains("names no branch"));
+        assert!(not_for_gitlab(&commit, None)
+            .unwrap()
+            .contains("names no branch"));
         // The GitRepository's branch wins over the revision's prefix.
         let repo = json!({"spec": {"ref": {"branch": "production"}}});
-        assert_eq!(git_ref(&commit, Some(&repo)), Some(("production".into(), false)));
+        assert_eq!(
+            git_ref(&commit, Some(&repo)),
+            Some(("production".into(), false))
+        );
 
-        let oci = applied(&path, &json!({"spec": {"sourceRef": {"kind": "OCIRepository", "name": "app"}},
-            "status": {"lastAppliedRevision": "latest@sha256:0123abcd"}})).unwrap();
+        let oci = applied(
+            &path,
+            &json!({"spec": {"sourceRef": {"kind": "OCIRepository", "name": "app"}},
+            "status": {"lastAppliedRevision": "latest@sha256:0123abcd"}}),
+        )
+        .unwrap();
         assert_eq!(oci.sha, None);
-        assert!(not_for_gitlab(&oci, git_ref(&oci, None).as_ref()).unwrap().contains("OCIRepository"));
+        assert!(not_for_gitlab(&oci, git_ref(&oci, None).as_ref())
+            .unwrap()
+            .contains("OCIRepository"));
 
         assert_eq!(applied(&path, &json!({"status": {}})), None);
-        assert_eq!(applied(&path, &json!({"status": {"lastAppliedRevision": ""}})), None);
+        assert_eq!(
+            applied(&path, &json!({"status": {"lastAppliedRevision": ""}})),
+            None
+        );
     }
 
     #[test]
     fn helm_release_history() {
-        let path = FluxPath::parse("helm.toolkit.fluxcd.io/v2/namespaces/apps/helmreleases/web").unwrap();
-        let release = |version: i64| json!({"status": {"history": [
+        let path =
+            FluxPath::parse("helm.toolkit.fluxcd.io/v2/namespaces/apps/helmreleases/web").unwrap();
+        let release = |version: i64| {
+            json!({"status": {"history": [
             {"name": "web", "namespace": "apps", "version": version, "status": "deployed",
              "chartName": "web", "chartVersion": "1.0.0", "digest": format!("sha256:{version:064}")},
             {"name": "web", "namespace": "apps", "version": version - 1, "status": "superseded",
-             "chartName": "web", "chartVersion": "0.9.0", "digest": "sha256:00"}]}});
+             "chartName": "web", "chartVersion": "0.9.0", "digest": "sha256:00"}]}})
+        };
         let two = applied(&path, &release(2)).unwrap();
         assert!(two.revision.starts_with("web.v2@sha256:"));
         assert_ne!(two.revision, applied(&path, &release(3)).unwrap().revision);
         assert_eq!(two.sha, None);
-        assert!(not_for_gitlab(&two, None).unwrap().contains("no Git commit"));
+        assert!(not_for_gitlab(&two, None)
+            .unwrap()
+            .contains("no Git commit"));
         assert_eq!(applied(&path, &json!({"status": {"history": []}})), None);
     }
 }

@@ -353,7 +353,11 @@ pub async fn handle(
 
 /// GitLab's 400 for a missing or invalid parameter (`{"error": "<name> is missing"}`).
 fn bad_request(message: &str) -> Response {
-    (StatusCode::BAD_REQUEST, axum::Json(json!({"error": message}))).into_response()
+    (
+        StatusCode::BAD_REQUEST,
+        axum::Json(json!({"error": message})),
+    )
+        .into_response()
 }
 
 const DEPLOYMENT_STATUSES: [&str; 4] = ["running", "success", "failed", "canceled"];
@@ -374,7 +378,8 @@ fn write(rest: &Rest, method: &axum::http::Method, uri: &Uri, body: &[u8]) -> Re
         .collect();
     let s: Vec<&str> = segments.iter().map(String::as_str).collect();
     let mut data = rest.data.lock().unwrap();
-    data.writes.push((method.to_string(), path.clone(), body.clone()));
+    data.writes
+        .push((method.to_string(), path.clone(), body.clone()));
     let project = |id: &str| {
         id.parse::<i64>()
             .ok()
@@ -404,7 +409,10 @@ fn write(rest: &Rest, method: &axum::http::Method, uri: &Uri, body: &[u8]) -> Re
                 "status": body["status"], "user": {"id": 1, "name": "envlens", "username": "envlens",
                 "state": "active"}, "deployable": null,
                 "environment": {"id": 500, "name": body["environment"], "external_url": null}});
-            data.deployments.entry(id).or_default().push(deployment.clone());
+            data.deployments
+                .entry(id)
+                .or_default()
+                .push(deployment.clone());
             (StatusCode::CREATED, axum::Json(deployment)).into_response()
         }
         ("PUT", ["projects", id, "deployments", deployment]) => {

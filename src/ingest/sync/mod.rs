@@ -543,11 +543,15 @@ async fn bind_agent(
     let outcome = match target {
         Some(Ok(target)) => authorize(conn, &job, project.id, &target).await?,
         Some(Err(err)) => Outcome::Refused(format!("GitLab names {}: {err}", named.reference)),
-        None => Outcome::Refused(format!("GitLab names {}, no agent reference", named.reference)),
+        None => Outcome::Refused(format!(
+            "GitLab names {}, no agent reference",
+            named.reference
+        )),
     };
-    let flux = named.flux_resource_path.as_deref().filter(|path| {
-        validate::flux_resource_path("flux_resource_path", path).is_ok()
-    });
+    let flux = named
+        .flux_resource_path
+        .as_deref()
+        .filter(|path| validate::flux_resource_path("flux_resource_path", path).is_ok());
     let decision = match &outcome {
         Outcome::Written(row) => Ok((row.agent_id, row.kubernetes_namespace.as_str())),
         Outcome::Refused(reason) => Err(reason.as_str()),
