@@ -36,6 +36,7 @@ mod kube_api;
 mod leases;
 mod ops;
 mod proxy;
+mod pull_deployments;
 mod replicas;
 mod resource_fetch;
 mod resource_group;

@@ -82,6 +82,27 @@ async fn sync(args: SyncArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The follower of Flux-bound environments (SPEC 15): with a GitLab token, a recorded
+/// deployment's creation in GitLab is tried at once (and again by the follow-ups' worker).
+fn pull_watcher(state: &AppState) -> crate::pull::Watcher {
+    let tell = state
+        .gitlab
+        .as_ref()
+        .filter(|g| g.api.has_token())
+        .map(|gitlab| {
+            let worker = crate::ingest::followups::Worker::new(
+                state.db.pg().clone(),
+                gitlab.api.clone(),
+                state.metrics.clone(),
+            );
+            std::sync::Arc::new(move |id: i64| {
+                let worker = worker.clone();
+                tokio::spawn(async move { worker.try_now(id).await });
+            }) as crate::pull::OnRecorded
+        });
+    crate::pull::Watcher::new(state.db.pg().clone(), state.clusters.clone(), tell)
+}
+
 /// `serve`'s work with GitLab's API: the follow-ups of hooks, and a sync pass every
 /// `gitlab.sync_interval` (the first one at start).
 fn gitlab_tasks(
@@ -215,6 +236,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         )
         .run(),
     );
+    let pulls = tokio::spawn(pull_watcher(&state).run(std::time::Duration::from_secs(5)));
     let gitlab_work = match &settings.gitlab {
         Some(gitlab) => gitlab_tasks(&state, gitlab),
         None => Vec::new(),
@@ -235,6 +257,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     .await?;
     pruning.abort();
     history.abort();
+    pulls.abort();
     for task in gitlab_work {
         task.abort();
     }

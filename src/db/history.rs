@@ -124,6 +124,8 @@ pub struct Target {
     /// A newer successful deployment of the environment went through an agent: the cluster
     /// shows that one now.
     pub superseded: bool,
+    /// A pull-based deployment (SPEC 15): its status follows the group's health.
+    pub pull: bool,
 }
 
 pub async fn target(pool: &PgPool, deployment_id: i64) -> Result<Option<Target>> {
@@ -132,8 +134,11 @@ pub async fn target(pool: &PgPool, deployment_id: i64) -> Result<Option<Target>>
                 c.name AS agent_name, p.full_path AS agent_project_path,
                 a.kubernetes_namespace AS namespace,
                 EXISTS (SELECT 1 FROM deployments n JOIN agent_deployments na ON na.deployment_id = n.id
-                        WHERE n.environment_id = d.environment_id AND n.id > d.id
-                          AND n.status = 'success') AS superseded
+                        WHERE n.environment_id = d.environment_id AND n.status = 'success'
+                          -- envlens' own ids (pull-based, negative) are newer as they are made.
+                          AND CASE WHEN d.id < 0 OR n.id < 0 THEN n.created_at > d.created_at
+                                   ELSE n.id > d.id END) AS superseded,
+                EXISTS (SELECT 1 FROM pull_deployments x WHERE x.deployment_id = d.id) AS pull
          FROM deployments d
          JOIN agent_deployments a ON a.deployment_id = d.id
          JOIN cluster_agents c ON c.id = a.agent_id

@@ -14,6 +14,7 @@ pub mod identity;
 pub mod lease;
 pub mod live;
 pub mod pool;
+pub mod pull;
 pub mod read;
 pub mod read_agents;
 pub mod sessions;

@@ -392,7 +392,9 @@ impl GitLab {
             let last = attempt >= self.policy.attempts;
             let started = std::time::Instant::now();
             self.sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let outcome = self.once(&url, credential, request_id).await;
+            let outcome = self
+                .once(Method::GET, &url, None, credential, request_id)
+                .await;
             let code = match &outcome {
                 Ok(answer) => Some(answer.status.as_u16()),
                 Err(_) => None,
@@ -439,21 +441,65 @@ impl GitLab {
         }
     }
 
+    /// A write (`POST`, `PUT`) of `body` as JSON to a path under the instance, with the
+    /// instance's token, parsed as `T`. Sent once: a write GitLab may have done is not sent
+    /// again here (its caller keeps it and decides, as the follow-ups do).
+    pub async fn send_json<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        endpoint: &'static str,
+        path: &str,
+        body: &serde_json::Value,
+    ) -> Result<T, ApiError> {
+        let url = format!("{}{path}", self.base);
+        let started = std::time::Instant::now();
+        self.sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let outcome = self
+            .once(
+                method,
+                &url,
+                Some(body.to_string().into_bytes()),
+                self.token.as_ref().map(Credential::Private),
+                None,
+            )
+            .await;
+        let code = outcome.as_ref().ok().map(|a| a.status.as_u16());
+        self.metrics
+            .gitlab_request(endpoint, code, started.elapsed());
+        match outcome {
+            Ok(answer) if answer.status.is_success() => parse(endpoint, &answer.body),
+            Ok(answer) if answer.status == StatusCode::UNAUTHORIZED => {
+                Err(ApiError::Unauthorized { endpoint })
+            }
+            Ok(answer) => Err(ApiError::Status {
+                endpoint,
+                status: answer.status,
+            }),
+            Err(reason) => Err(ApiError::Unreachable { endpoint, reason }),
+        }
+    }
+
     async fn once(
         &self,
+        method: Method,
         url: &str,
+        body: Option<Vec<u8>>,
         credential: Option<Credential<'_>>,
         request_id: Option<&RequestId>,
     ) -> Result<Answer, String> {
         let mut request = Request::builder()
-            .method(Method::GET)
+            .method(method)
             .uri(url)
             .header(header::ACCEPT, "application/json")
             .header(
                 header::USER_AGENT,
                 concat!("envlens/", env!("CARGO_PKG_VERSION")),
-            )
-            .body(Full::new(Bytes::new()))
+            );
+        if body.is_some() {
+            request = request.header(header::CONTENT_TYPE, "application/json");
+        }
+        let mut request = request
+            .body(Full::new(Bytes::from(body.unwrap_or_default())))
             .map_err(|e| format!("bad URL: {e}"))?;
         let headers = request.headers_mut();
         match credential {

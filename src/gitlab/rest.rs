@@ -185,9 +185,21 @@ pub fn environment_agent(
             last: last.map(|d| d.id),
         });
     }
-    let agent = env.cluster_agent.as_ref().ok_or(NotTaken::NoAgent)?;
+    let mut taken = named_agent(env).ok_or(NotTaken::NoAgent)?;
+    taken.tag = last
+        .and_then(|d| d.deployable.as_ref())
+        .and_then(|j| j.tag)
+        .unwrap_or(false);
+    Ok(taken)
+}
+
+/// The agent, namespace and Flux resource path an environment names (`cluster_agent`, GitLab
+/// 17.5+), whoever set them: SPEC 15's agent of an environment without a deployment job, which
+/// `ci_access` must allow for the environment's project as for a deployment.
+pub fn named_agent(env: &Environment) -> Option<EnvironmentAgent> {
+    let agent = env.cluster_agent.as_ref()?;
     let non_empty = |v: &Option<String>| v.as_deref().filter(|s| !s.is_empty()).map(str::to_owned);
-    Ok(EnvironmentAgent {
+    Some(EnvironmentAgent {
         reference: format!(
             "{}:{}",
             agent.config_project.path_with_namespace, agent.name
@@ -198,10 +210,7 @@ pub fn environment_agent(
         agent_name: agent.name.clone(),
         namespace: non_empty(&env.kubernetes_namespace),
         flux_resource_path: non_empty(&env.flux_resource_path),
-        tag: last
-            .and_then(|d| d.deployable.as_ref())
-            .and_then(|j| j.tag)
-            .unwrap_or(false),
+        tag: false,
     })
 }
 
@@ -253,6 +262,13 @@ mod tests {
         );
         let no_agent = environment_agent(&environment(Some(42), false), 42).unwrap_err();
         assert_eq!(no_agent, NotTaken::NoAgent);
+        // Without a deployment, the environment's own agent.
+        let named = named_agent(&environment(None, true)).unwrap();
+        assert_eq!(
+            (named.agent_id, named.reference.as_str()),
+            (7, "acme/agents:prod")
+        );
+        assert!(named_agent(&environment(Some(42), false)).is_none());
         assert!(NotTaken::NotLast { last: Some(43) }
             .reason(42)
             .contains("last deployment is 43, not 42"));

@@ -548,16 +548,36 @@ impl Environment {
         }
     }
 
-    /// The agent of the last successful deployment, with its `agent_deployments` row: the
-    /// agent whatever shows or acts on the environment's resources goes through.
+    /// The environment's agent (SPEC 15): that of its last successful deployment, with its
+    /// `agent_deployments` row; else the agent GitLab's environments API names for it, as the
+    /// sync read it and `ci_access` allowed it (`deployment_id` 0: no deployment).
     pub(super) async fn last_agent(
         &self,
         ctx: &Context<'_>,
     ) -> Result<Option<(AgentRow, AgentDeploymentRow)>> {
-        match self.last(ctx, DeploymentStatus::Success).await? {
-            Some(d) => deployment_agent(ctx, d.id).await,
-            None => Ok(None),
+        if let Some(d) = self.last(ctx, DeploymentStatus::Success).await? {
+            if let Some(found) = deployment_agent(ctx, d.id).await? {
+                return Ok(Some(found));
+            }
         }
+        let named = crate::db::pull::environment_agents(&mut **conn(ctx).await?, &[self.row.id])
+            .await
+            .gql()?;
+        let Some((_, agent_id, kubernetes_namespace, flux_resource_path)) =
+            named.into_iter().next()
+        else {
+            return Ok(None);
+        };
+        let agent = loader(ctx).load_one(AgentId(agent_id)).await.gql()?;
+        Ok(agent.map(|a| {
+            let row = AgentDeploymentRow {
+                deployment_id: 0,
+                agent_id,
+                kubernetes_namespace,
+                flux_resource_path,
+            };
+            (a, row)
+        }))
     }
 }
 
@@ -753,6 +773,17 @@ impl Environment {
 
 pub struct Deployment(pub DeploymentRow);
 
+/// A deployment Flux made (SPEC 15).
+#[derive(async_graphql::SimpleObject)]
+pub struct PullDeployment {
+    /// The Flux resource path of the object that applied it.
+    pub source: String,
+    /// The revision it applied, as Flux wrote it (`main@sha1:…`).
+    pub revision: String,
+    /// Why no deployment was created in GitLab (no branch, no `api` token); null when one was.
+    pub gitlab_reason: Option<String>,
+}
+
 #[Object]
 impl Deployment {
     async fn id(&self) -> ID {
@@ -801,6 +832,21 @@ impl Deployment {
             .await
             .gql()?;
         Ok(row.map(Environment::new))
+    }
+
+    /// Set when Flux made the deployment (SPEC 15: a new revision its bound object applied),
+    /// not a deployment job.
+    async fn pull_based(&self, ctx: &Context<'_>) -> Result<Option<PullDeployment>> {
+        let made = crate::db::pull::made_by_flux(&mut **conn(ctx).await?, self.0.id)
+            .await
+            .gql()?;
+        Ok(
+            made.map(|(source, revision, gitlab_reason)| PullDeployment {
+                source,
+                revision,
+                gitlab_reason,
+            }),
+        )
     }
 
     /// The agent and namespace the deployment job deployed to (its `agent_deployments` row).

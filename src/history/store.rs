@@ -55,8 +55,8 @@ async fn put_content(
     Ok(hashes)
 }
 
-/// Stores the first snapshot of a deployment (as the settled one too when the group is not
-/// PROGRESSING), then applies retention. False when the deployment had one already (nothing
+/// Stores the first snapshot of a deployment (as the settled one too when `settled`: the group
+/// is not PROGRESSING, or for a pull-based deployment HEALTHY), then applies retention. False when the deployment had one already (nothing
 /// is written then).
 pub async fn save_first(
     pool: &PgPool,
@@ -64,6 +64,7 @@ pub async fn save_first(
     environment_id: i64,
     snap: &Snapshot,
     errors: &[ListError],
+    settled: bool,
     keep: i64,
 ) -> Result<bool> {
     let mut tx = pool.begin().await?;
@@ -89,7 +90,7 @@ pub async fn save_first(
             health_message: snap.health_message.as_deref(),
             chunks: &chunks,
             errors,
-            settled: snap.health != HealthStatus::Progressing,
+            settled,
         },
     )
     .await?;

@@ -157,6 +157,7 @@ impl Worker {
             return self.settle(job, &target, slug).await;
         }
         if target.superseded {
+            self.conclude(id, &target, "canceled").await?;
             db::finish(&self.pool, id, "superseded", None).await?;
             return Ok(Turn::Superseded);
         }
@@ -165,13 +166,15 @@ impl Worker {
             Err(error) => return self.failed(job, error).await,
         };
         let keep = i64::from(self.settings.keep_per_environment);
-        store::save_first(&self.pool, id, environment_id, &snap, &errors, keep).await?;
-        if snap.health == HealthStatus::Progressing {
+        let done = settled(&target, snap.health);
+        store::save_first(&self.pool, id, environment_id, &snap, &errors, done, keep).await?;
+        if !done {
             let poll = self.settings.settle_poll.as_secs_f64();
             db::reschedule(&self.pool, id, "settling", poll, None, false).await?;
             return Ok(Turn::Taken { settled: false });
         }
         // Already settled: the first snapshot is the settled one (`save_first` said so).
+        self.conclude(id, &target, "success").await?;
         db::finish(&self.pool, id, "done", None).await?;
         Ok(Turn::Taken { settled: true })
     }
@@ -187,13 +190,17 @@ impl Worker {
         let timed_out = elapsed >= self.settings.settle_timeout;
         if target.superseded {
             store::settle_unseen(&self.pool, &first).await?;
+            self.conclude(id, target, "canceled").await?;
             db::finish(&self.pool, id, "superseded", None).await?;
             return Ok(Turn::Superseded);
         }
         let poll = self.settings.settle_poll.as_secs_f64();
         match self.read(target, slug, Read::Cached).await {
-            Ok((snap, _)) if snap.health != HealthStatus::Progressing || timed_out => {
+            Ok((snap, _)) if settled(target, snap.health) || timed_out => {
                 store::save_settled(&self.pool, &first, &snap).await?;
+                let healthy = snap.health == HealthStatus::Healthy;
+                self.conclude(id, target, if healthy { "success" } else { "failed" })
+                    .await?;
                 db::finish(&self.pool, id, "done", None).await?;
                 Ok(Turn::Settled)
             }
@@ -203,6 +210,7 @@ impl Worker {
             }
             Err(error) if timed_out => {
                 store::settle_unseen(&self.pool, &first).await?;
+                self.conclude(id, target, "failed").await?;
                 db::finish(&self.pool, id, "done", Some(&error)).await?;
                 Ok(Turn::Failed {
                     error,
@@ -219,11 +227,26 @@ impl Worker {
         }
     }
 
+    /// A pull-based deployment ends with its rollout (SPEC 15): `success` once the group is
+    /// healthy, `failed` at the settle deadline, `canceled` when a newer one took over; GitLab
+    /// is told through a follow-up kept in the same transaction. Nothing for the others.
+    async fn conclude(&self, id: i64, target: &Target, status: &str) -> Result<()> {
+        if target.pull {
+            let mut tx = self.pool.begin().await?;
+            crate::db::pull::finish(&mut tx, id, status).await?;
+            tx.commit().await?;
+        }
+        Ok(())
+    }
+
     /// Records a failed attempt at the first snapshot: due again after the backoff, or given
     /// up after [`MAX_ATTEMPTS`].
     async fn failed(&self, job: &Job, error: String) -> Result<Turn> {
         let attempt = job.attempts + 1;
         if attempt >= MAX_ATTEMPTS {
+            let mut tx = self.pool.begin().await?;
+            crate::db::pull::finish(&mut tx, job.deployment_id, "failed").await?;
+            tx.commit().await?;
             db::finish(&self.pool, job.deployment_id, "failed", Some(&error)).await?;
             return Ok(Turn::Failed {
                 error,
@@ -323,6 +346,16 @@ impl Worker {
             .await
             .map_err(|e| e.to_string())?;
         Ok((snap, errors))
+    }
+}
+
+/// Whether a rollout has settled at `health`: no longer PROGRESSING; for a pull-based
+/// deployment, whose status it decides, HEALTHY (else it waits for the deadline).
+fn settled(target: &Target, health: HealthStatus) -> bool {
+    if target.pull {
+        health == HealthStatus::Healthy
+    } else {
+        health != HealthStatus::Progressing
     }
 }
 

@@ -3,7 +3,8 @@
 //!   called `POST /api/v4/ci/deployments`, no GitLab called 4.3), the lookup of its
 //!   environment: `cluster_agent` and `kubernetes_namespace` are taken when the environment's
 //!   `last_deployment` is this deployment;
-//! - after a push touching `.gitlab/agents/`, the reading of that project's agents.
+//! - after a push touching `.gitlab/agents/`, the reading of that project's agents;
+//! - a pull-based deployment's creation and final status in GitLab (`pull`, SPEC 15).
 //!
 //! The work is kept (`gitlab_followups`) in the transaction that acknowledges the hook, then
 //! tried once at once with a short timeout; what fails (GitLab down, slow, rate limited) is
@@ -20,6 +21,7 @@ use sqlx::{PgConnection, PgPool};
 use super::deployments::{claim, record, KubernetesIn, Succeeded};
 use super::sync::{agents, Failed};
 use crate::db::followups::{self as db, Followup, AGENT_REFRESH, ENVIRONMENT_LOOKUP};
+use crate::db::pull::{PULL_CREATE, PULL_FINISH};
 use crate::db::{agents as db_agents, deployments, identity};
 use crate::error::{Error, Result};
 use crate::gitlab::access::Job;
@@ -121,15 +123,19 @@ impl Worker {
     }
 
     async fn run(&self, api: &GitLab, f: Followup) {
-        let kind = if f.kind == AGENT_REFRESH {
-            AGENT_REFRESH
-        } else {
-            ENVIRONMENT_LOOKUP
+        let kind = match f.kind.as_str() {
+            AGENT_REFRESH => AGENT_REFRESH,
+            PULL_CREATE => PULL_CREATE,
+            PULL_FINISH => PULL_FINISH,
+            _ => ENVIRONMENT_LOOKUP,
         };
-        let result = match kind {
-            AGENT_REFRESH => agents::refresh_project(&self.db, api, f.project_id)
+        let result = match (kind, f.deployment_id) {
+            (AGENT_REFRESH, _) => agents::refresh_project(&self.db, api, f.project_id)
                 .await
                 .map(|done| ("refreshed", done)),
+            (PULL_CREATE, Some(own_id)) => super::pull::create(&self.db, api, own_id).await,
+            (PULL_FINISH, Some(own_id)) => super::pull::finish(&self.db, api, own_id).await,
+            (PULL_CREATE | PULL_FINISH, None) => Ok(("gone", "without its deployment".to_owned())),
             _ => self.lookup(api, &f).await,
         };
         let stored = match result {

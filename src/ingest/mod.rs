@@ -7,4 +7,5 @@ pub mod deployments;
 pub mod followups;
 pub mod hooks;
 pub mod identity;
+pub mod pull;
 pub mod sync;

@@ -26,6 +26,7 @@ pub const ENVIRONMENT: &str = r#"query($project: ID!, $name: String!) {
     environment(name: $name) { id name tier state
       clusterAgent { id name project { fullPath } connection { kind status message checkedAt } }
       deployments(first: 20) { nodes { iid status ref sha createdAt finishedAt agent { name kubernetesNamespace }
+        pullBased { source revision gitlabReason }
         snapshot { settledAt health timeToHealthy } snapshotStatus { state } } }
       resourceGroup { namespace labelSelector health healthMessage warnings
         errors { apiVersion kind code message }
@@ -247,6 +248,19 @@ pub struct Deployment {
     pub snapshot: Option<SnapshotSummary>,
     #[serde(default)]
     pub snapshot_status: Option<SnapshotStatus>,
+    /// Set when Flux made it (SPEC 15).
+    #[serde(default)]
+    pub pull_based: Option<PullBased>,
+}
+
+/// A deployment Flux made: the object that applied it, the revision, and why GitLab was not
+/// told, if it was not.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PullBased {
+    pub source: String,
+    pub revision: String,
+    pub gitlab_reason: Option<String>,
 }
 
 /// What a list of deployments shows of a snapshot: its time to healthy.

@@ -39,6 +39,11 @@ pub struct Data {
     /// `(project, tag)` → protected, as GitLab computes it from its protected tags (wildcards
     /// included) for `GET /projects/:id/repository/tags/:tag_name`.
     pub tags: HashMap<(i64, String), bool>,
+    /// Deployments created through `POST /projects/:id/deployments`, by project, as GitLab
+    /// answers them (`doc/api/deployments.md`); ids from 9001.
+    pub deployments: HashMap<i64, Vec<Value>>,
+    /// Every write (`POST`, `PUT`): method, path and JSON body.
+    pub writes: Vec<(String, String, Value)>,
 }
 
 /// A fault to answer the next REST call with.
@@ -278,9 +283,11 @@ fn keyset(uri: &Uri, query: &HashMap<String, String>, mut items: Vec<Value>) -> 
 /// Every REST call under `/api/v4` that the router does not route itself.
 pub async fn handle(
     State(rest): State<Rest>,
+    method: axum::http::Method,
     uri: Uri,
     headers: HeaderMap,
     Query(query): Query<HashMap<String, String>>,
+    body: axum::body::Bytes,
 ) -> Response {
     rest.calls.lock().unwrap().push(
         uri.path_and_query()
@@ -332,12 +339,103 @@ pub async fn handle(
         )
             .into_response();
     }
-    let mut response = route(&rest, &uri, &query);
+    let mut response = if method == axum::http::Method::GET {
+        route(&rest, &uri, &query)
+    } else {
+        write(&rest, &method, &uri, &body)
+    };
     let h = response.headers_mut();
     h.insert("ratelimit-limit", HeaderValue::from_static("2000"));
     h.insert("ratelimit-remaining", HeaderValue::from_static("1999"));
     h.insert("ratelimit-reset", HeaderValue::from_static("1893456000"));
     response
+}
+
+/// GitLab's 400 for a missing or invalid parameter (`{"error": "<name> is missing"}`).
+fn bad_request(message: &str) -> Response {
+    (
+        StatusCode::BAD_REQUEST,
+        axum::Json(json!({"error": message})),
+    )
+        .into_response()
+}
+
+const DEPLOYMENT_STATUSES: [&str; 4] = ["running", "success", "failed", "canceled"];
+
+/// The writes envlens makes (`doc/api/deployments.md`): `POST /projects/:id/deployments`
+/// (`environment`, `sha`, `ref`, `tag`, `status` required; 201 with the deployment, its
+/// environment created when GitLab had none of that name) and `PUT
+/// /projects/:id/deployments/:deployment_id` (`status` required; 200 with the deployment).
+fn write(rest: &Rest, method: &axum::http::Method, uri: &Uri, body: &[u8]) -> Response {
+    let Ok(body) = serde_json::from_slice::<Value>(body) else {
+        return bad_request("the body is not JSON");
+    };
+    let path = uri.path().to_owned();
+    let segments: Vec<String> = path
+        .trim_start_matches("/api/v4/")
+        .split('/')
+        .map(decode)
+        .collect();
+    let s: Vec<&str> = segments.iter().map(String::as_str).collect();
+    let mut data = rest.data.lock().unwrap();
+    data.writes
+        .push((method.to_string(), path.clone(), body.clone()));
+    let project = |id: &str| {
+        id.parse::<i64>()
+            .ok()
+            .filter(|id| data.projects.iter().any(|p| p["id"] == *id))
+    };
+    let status_ok = |v: &Value| v.as_str().is_some_and(|s| DEPLOYMENT_STATUSES.contains(&s));
+    match (method.as_str(), s.as_slice()) {
+        ("POST", ["projects", id, "deployments"]) => {
+            let Some(id) = project(id) else {
+                return not_found("Project");
+            };
+            for field in ["environment", "sha", "ref"] {
+                if !body[field].is_string() {
+                    return bad_request(&format!("{field} is missing"));
+                }
+            }
+            if !body["tag"].is_boolean() {
+                return bad_request("tag is missing");
+            }
+            if !status_ok(&body["status"]) {
+                return bad_request("status does not have a valid value");
+            }
+            let next = 9001 + data.deployments.values().map(Vec::len).sum::<usize>() as i64;
+            let iid = data.deployments.get(&id).map_or(0, Vec::len) as i64 + 1;
+            let deployment = json!({"id": next, "iid": iid, "ref": body["ref"], "sha": body["sha"],
+                "created_at": "2026-11-27T10:00:00.000Z", "updated_at": "2026-11-27T10:00:00.000Z",
+                "status": body["status"], "user": {"id": 1, "name": "envlens", "username": "envlens",
+                "state": "active"}, "deployable": null,
+                "environment": {"id": 500, "name": body["environment"], "external_url": null}});
+            data.deployments
+                .entry(id)
+                .or_default()
+                .push(deployment.clone());
+            (StatusCode::CREATED, axum::Json(deployment)).into_response()
+        }
+        ("PUT", ["projects", id, "deployments", deployment]) => {
+            let Some(id) = project(id) else {
+                return not_found("Project");
+            };
+            if !status_ok(&body["status"]) {
+                return bad_request("status does not have a valid value");
+            }
+            let found = data.deployments.get_mut(&id).and_then(|list| {
+                list.iter_mut()
+                    .find(|d| deployment.parse::<i64>().ok() == d["id"].as_i64())
+            });
+            match found {
+                Some(d) => {
+                    d["status"] = body["status"].clone();
+                    axum::Json(d.clone()).into_response()
+                }
+                None => not_found("Deployment"),
+            }
+        }
+        _ => not_found("Path"),
+    }
 }
 
 fn route(rest: &Rest, uri: &Uri, query: &HashMap<String, String>) -> Response {

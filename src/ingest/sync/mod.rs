@@ -22,7 +22,7 @@ use tokio::task::JoinSet;
 
 use crate::config::file::GitLabSettings;
 use crate::db::identity::{self, Snapshot};
-use crate::db::{deployments, sync as db};
+use crate::db::{deployments, pull, sync as db};
 use crate::error::Error;
 use crate::gitlab::api::{encode, ApiError, GitLab};
 use crate::gitlab::rest;
@@ -487,6 +487,7 @@ async fn write(
                 },
             )
             .await?;
+            bind_agent(conn, &p.project, e).await?;
             environment_ids.push(e.id);
         }
     }
@@ -511,6 +512,61 @@ async fn write(
     )
     .await?;
     Ok(report)
+}
+
+/// SPEC 15: the agent GitLab names for the environment (`cluster_agent`, 17.5+) is its agent
+/// when no successful deployment names one, if `ci_access` lets the environment's project use
+/// it, as for a deployment (decided by the same code; without a deployment there is no ref, so
+/// an entry with `protected_branches_only` refuses).
+async fn bind_agent(
+    conn: &mut sqlx::PgConnection,
+    project: &rest::Project,
+    e: &rest::Environment,
+) -> Result<(), Failed> {
+    use super::deployments::{authorize, KubernetesIn, Outcome};
+    let Some(named) = rest::named_agent(e) else {
+        pull::remove_environment_agent(conn, e.id).await?;
+        return Ok(());
+    };
+    let mut kubernetes = serde_json::json!({"agent": named.reference});
+    if let Some(namespace) = &named.namespace {
+        kubernetes["namespace"] = serde_json::json!(namespace);
+    }
+    let kubernetes: Option<KubernetesIn> = serde_json::from_value(kubernetes).ok();
+    let target = kubernetes.as_ref().map(|k| k.target());
+    let job = crate::gitlab::access::Job {
+        project_path: &project.path_with_namespace,
+        environment: &e.name,
+        git_ref: "(no deployment job)",
+        protected_ref: false,
+    };
+    let outcome = match target {
+        Some(Ok(target)) => authorize(conn, &job, project.id, &target).await?,
+        Some(Err(err)) => Outcome::Refused(format!("GitLab names {}: {err}", named.reference)),
+        None => Outcome::Refused(format!(
+            "GitLab names {}, no agent reference",
+            named.reference
+        )),
+    };
+    let flux = named
+        .flux_resource_path
+        .as_deref()
+        .filter(|path| validate::flux_resource_path("flux_resource_path", path).is_ok());
+    let decision = match &outcome {
+        Outcome::Written(row) => Ok((row.agent_id, row.kubernetes_namespace.as_str())),
+        Outcome::Refused(reason) => Err(reason.as_str()),
+    };
+    pull::put_environment_agent(
+        conn,
+        &pull::EnvironmentAgent {
+            environment_id: e.id,
+            reference: &named.reference,
+            decision,
+            flux_resource_path: flux,
+        },
+    )
+    .await?;
+    Ok(())
 }
 
 const TIERS: [&str; 5] = ["production", "staging", "testing", "development", "other"];

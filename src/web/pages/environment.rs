@@ -407,7 +407,14 @@ fn deployments(
                 thead { tr { th scope="col" { "Deployment" } th scope="col" { "Status" } th scope="col" { "Ref and commit" } th scope="col" { "Agent and namespace" } th scope="col" { "Time to healthy" } th scope="col" { "When" } } }
                 tbody { @for (i, d) in list.iter().enumerate() {
                     tr {
-                        td data-label="Deployment" { @if let Some(iid) = &d.iid { a href=(deployment_href(project, iid)) { "#" (iid) } } }
+                        td data-label="Deployment" {
+                            @if let Some(iid) = &d.iid { a href=(deployment_href(project, iid)) { "#" (iid) } }
+                            @if let Some(p) = &d.pull_based {
+                                " " span.badge.pull title=(p.source) { "Pull-based (Flux)" }
+                                span.msg.mono { (p.revision) }
+                                @if let Some(why) = &p.gitlab_reason { span.msg { (why) } }
+                            }
+                        }
                         td data-label="Status" { @let s = d.status.as_deref().unwrap_or("unknown"); span class={"badge s-" (s.to_ascii_lowercase())} { (title(s)) } }
                         td data-label="Ref" { @if let Some(r) = &d.git_ref { span.mono { (r) } } " " @if let Some(s) = &d.sha { span.mono { (short_sha(s)) } } }
                         td data-label="Agent" { @if let Some(a) = &d.agent { span.mono { (a.name) } span.msg { (a.kubernetes_namespace) } } @else { span.msg { "No agent" } } }
