@@ -20,6 +20,7 @@ mod explorer;
 mod first_steps;
 mod fuzz;
 mod gitlab_frontend;
+mod gitops;
 mod gitlab_sync;
 mod gitlab_tokens;
 mod graphql;

@@ -3,6 +3,7 @@
 //! (`.envlens-demo`), so a real installation's database never sees the sample.
 
 mod broken;
+mod flux;
 pub mod cluster;
 pub mod world;
 

@@ -8,6 +8,7 @@ mod cost;
 mod documents;
 mod events;
 pub mod explorer;
+mod gitops;
 mod history;
 mod history_access;
 mod inputs;

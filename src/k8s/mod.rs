@@ -8,6 +8,7 @@ pub mod clusters;
 pub mod connection;
 pub mod discovery;
 pub mod fetch;
+pub mod gitops;
 pub mod grants;
 pub mod kas;
 pub mod observe;
