@@ -33,6 +33,7 @@ pub struct Loaded {
     by_key: HashMap<Key, Arc<Object>>,
     by_namespace: HashMap<String, Vec<Arc<Object>>>,
     cluster_asked: HashSet<Key>,
+    kinds_asked: HashSet<(String, String)>,
     helm: HashMap<(String, String), Result<Vec<ObjRef>, String>>,
 }
 
@@ -61,6 +62,12 @@ impl Loaded {
             .insert((storage_namespace.to_owned(), release.to_owned()), objects);
     }
 
+    /// A group version whose kinds were asked for (whatever the answer).
+    pub fn add_kinds_asked(&mut self, group: &str, version: &str) {
+        self.kinds_asked
+            .insert((group.to_owned(), version.to_owned()));
+    }
+
     /// Whether `namespace` is listed.
     pub fn has_namespace(&self, namespace: &str) -> bool {
         self.by_namespace.contains_key(namespace)
@@ -80,11 +87,17 @@ pub struct Needs {
     pub cluster: Vec<ObjRef>,
     /// `(storage namespace, release name)` of Helm releases to read from their Secret.
     pub helm: BTreeSet<(String, String)>,
+    /// `(group, version)` whose kinds discovery did not give (cluster-scoped kinds: discovery
+    /// keeps what a namespace lists).
+    pub kinds: BTreeSet<(String, String)>,
 }
 
 impl Needs {
     pub fn is_empty(&self) -> bool {
-        self.namespaces.is_empty() && self.cluster.is_empty() && self.helm.is_empty()
+        self.namespaces.is_empty()
+            && self.cluster.is_empty()
+            && self.helm.is_empty()
+            && self.kinds.is_empty()
     }
 }
 
@@ -168,6 +181,13 @@ impl Walk<'_> {
         let by = || parent.map_or(String::new(), |(_, name)| format!(" (applied by {name})"));
         let mut r = r.clone();
         let Some(namespaced) = (self.namespaced)(&r.group, &r.kind) else {
+            if let Some(version) = &r.version {
+                let gv = (r.group.clone(), version.clone());
+                if !self.loaded.kinds_asked.contains(&gv) {
+                    self.out.needs.kinds.insert(gv);
+                    return None;
+                }
+            }
             self.out.warnings.push(format!(
                 "{}{}: the cluster serves no such kind",
                 r.describe(),
@@ -400,6 +420,10 @@ mod tests {
                     of.namespace.is_none() && of.kind == c.kind && of.name == c.name
                 }).cloned();
                 loaded.add_cluster(c, found);
+            }
+            // The tests' kinds are all known up front: a group version asked for serves none.
+            for (group, version) in &r.needs.kinds {
+                loaded.add_kinds_asked(group, version);
             }
             for (ns, release) in &r.needs.helm {
                 let found = helm.iter().find(|(n, r, _)| n == ns && r == release);

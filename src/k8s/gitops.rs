@@ -74,13 +74,8 @@ pub async fn resource_group(
     custom: &Arc<Customizations>,
 ) -> Result<GitOpsGroup, FetchError> {
     let discovered = reader.discovery.kinds().await?;
-    let kinds = discovered.kinds.clone();
-    let namespaced = |group: &str, kind: &str| {
-        kinds
-            .iter()
-            .find(|k| k.group == group && k.kind == kind)
-            .map(|k| k.namespaced)
-    };
+    // Discovery's kinds, then those of the group versions the sources name beyond them.
+    let mut kinds: Vec<ApiKind> = discovered.kinds.to_vec();
     let mut loaded = Loaded::default();
     let mut listings: Vec<Listing> = Vec::new();
     let mut errors: Vec<ListError> = Vec::new();
@@ -92,6 +87,12 @@ pub async fn resource_group(
     }
     let mut resolution = Resolution::default();
     for _ in 0..MAX_ROUNDS {
+        let namespaced = |group: &str, kind: &str| {
+            kinds
+                .iter()
+                .find(|k| k.group == group && k.kind == kind)
+                .map(|k| k.namespaced)
+        };
         resolution = resolve::resolve(sources, &loaded, &namespaced);
         let needs = &resolution.needs;
         if needs.is_empty() {
@@ -140,6 +141,13 @@ pub async fn resource_group(
                     loaded.add_cluster(r, None);
                 }
             }
+        }
+        for (group, version) in &needs.kinds {
+            match group_version_kinds(reader, group, version).await {
+                Ok(found) => kinds.extend(found),
+                Err(e) => warnings.push(format!("The kinds of {group}/{version}: {e}")),
+            }
+            loaded.add_kinds_asked(group, version);
         }
         for (ns, release) in &needs.helm {
             let objects = helm_release_objects(reader, ns, release).await;
@@ -340,6 +348,32 @@ async fn get_cluster_scoped(
             code: failure.code,
             message: failure.message,
         }),
+    }
+}
+
+/// The kinds a group version serves, from its `APIResourceList`; none when it is not served.
+async fn group_version_kinds(
+    reader: &Reader<'_>,
+    group: &str,
+    version: &str,
+) -> Result<Vec<ApiKind>, String> {
+    let path = if group.is_empty() {
+        format!("/api/{}", encode(version))
+    } else {
+        format!("/apis/{}/{}", encode(group), encode(version))
+    };
+    match discovery::get(
+        reader.client,
+        &path,
+        &HeaderMap::new(),
+        reader.options.agent.map(ForAgent),
+        reader.options.request_timeout,
+    )
+    .await
+    {
+        Ok(body) => discovery::readable_kinds(group, version, &body).map_err(|e| e.to_string()),
+        Err(failure) if failure.code == Some(404) => Ok(Vec::new()),
+        Err(failure) => Err(failure.message),
     }
 }
 
