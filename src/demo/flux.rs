@@ -37,7 +37,11 @@ pub fn objects(cluster: &DemoCluster) {
         "site",
         "./deploy/site",
         &site,
-        ("True", "ReconciliationSucceeded", "Applied revision: main@sha1:4f2a9c1e"),
+        (
+            "True",
+            "ReconciliationSucceeded",
+            "Applied revision: main@sha1:4f2a9c1e",
+        ),
     ));
     let config: Vec<String> = [BLUE, GREEN]
         .iter()

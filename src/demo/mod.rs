@@ -3,8 +3,8 @@
 //! (`.envlens-demo`), so a real installation's database never sees the sample.
 
 mod broken;
-mod flux;
 pub mod cluster;
+mod flux;
 pub mod world;
 
 use std::time::Duration;

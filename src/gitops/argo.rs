@@ -7,12 +7,7 @@ use crate::resources::tree::Tree;
 /// What `application` says it manages; `None` before Argo CD wrote any status.
 pub fn resources(application: &Tree) -> Option<Vec<ObjRef>> {
     let list = at(application, &["status", "resources"])?.as_array()?;
-    let field = |r: &Tree, key: &str| {
-        r.get(key)
-            .and_then(Tree::as_str)
-            .unwrap_or("")
-            .to_owned()
-    };
+    let field = |r: &Tree, key: &str| r.get(key).and_then(Tree::as_str).unwrap_or("").to_owned();
     Some(
         list.iter()
             .filter(|r| !field(r, "kind").is_empty() && !field(r, "name").is_empty())

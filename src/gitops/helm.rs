@@ -87,10 +87,7 @@ pub fn target_namespace(helm_release: &Tree) -> String {
 
 /// Of Secrets as the API lists them, the newest `deployed` one of `release` (by the revision
 /// its name ends with), and its `data.release`.
-pub fn newest_deployed<'a>(
-    secrets: &'a [serde_json::Value],
-    release: &str,
-) -> Option<&'a str> {
+pub fn newest_deployed<'a>(secrets: &'a [serde_json::Value], release: &str) -> Option<&'a str> {
     let prefix = format!("{SECRET_PREFIX}{release}.v");
     secrets
         .iter()
@@ -169,7 +166,11 @@ fn gunzip(bytes: &[u8]) -> Result<Vec<u8>, DecodeError> {
     }
     for flag in [FNAME, FCOMMENT] {
         if flags & flag != 0 {
-            let end = bytes.get(pos..).ok_or_else(short)?.iter().position(|&b| b == 0);
+            let end = bytes
+                .get(pos..)
+                .ok_or_else(short)?
+                .iter()
+                .position(|&b| b == 0);
             pos += end.ok_or_else(short)? + 1;
         }
     }
@@ -177,11 +178,11 @@ fn gunzip(bytes: &[u8]) -> Result<Vec<u8>, DecodeError> {
         pos += 2;
     }
     let body = bytes.get(pos..).ok_or_else(short)?;
-    miniz_oxide::inflate::decompress_to_vec_with_limit(body, MAX_RELEASE_BYTES).map_err(|e| {
-        match e.status {
-            miniz_oxide::inflate::TINFLStatus::HasMoreOutput => DecodeError::TooLarge,
-            status => DecodeError::Gzip(format!("{status:?}")),
-        }
+    miniz_oxide::inflate::decompress_to_vec_with_limit(body, MAX_RELEASE_BYTES).map_err(|e| match e
+        .status
+    {
+        miniz_oxide::inflate::TINFLStatus::HasMoreOutput => DecodeError::TooLarge,
+        status => DecodeError::Gzip(format!("{status:?}")),
     })
 }
 
@@ -299,8 +300,10 @@ mod tests {
     #[test]
     fn release_names_follow_helm_controller() {
         let hr = |spec: serde_json::Value, status: serde_json::Value| {
-            tree(json!({"metadata": {"name": "podinfo", "namespace": "flux-system"},
-                "spec": spec, "status": status}))
+            tree(
+                json!({"metadata": {"name": "podinfo", "namespace": "flux-system"},
+                "spec": spec, "status": status}),
+            )
         };
         assert_eq!(release_name(&hr(json!({}), json!({}))), "podinfo");
         assert_eq!(
@@ -342,8 +345,10 @@ mod tests {
         let hr = tree(json!({"metadata": {"name": "p", "namespace": "flux-system"}, "spec": {}}));
         assert_eq!(storage_namespace(&hr), "flux-system");
         assert_eq!(target_namespace(&hr), "flux-system");
-        let hr = tree(json!({"metadata": {"name": "p", "namespace": "flux-system"},
-            "spec": {"storageNamespace": "store", "targetNamespace": "apps"}}));
+        let hr = tree(
+            json!({"metadata": {"name": "p", "namespace": "flux-system"},
+            "spec": {"storageNamespace": "store", "targetNamespace": "apps"}}),
+        );
         assert_eq!(storage_namespace(&hr), "store");
         assert_eq!(target_namespace(&hr), "apps");
     }
@@ -368,9 +373,10 @@ mod tests {
     /// `tests/fixtures/helm/` holds a release Secret as Helm v3 writes it (see its README).
     #[test]
     fn a_real_helm_v3_release_decodes() {
-        let secret: serde_json::Value =
-            serde_json::from_str(include_str!("../../tests/fixtures/helm/release-secret.json"))
-                .unwrap();
+        let secret: serde_json::Value = serde_json::from_str(include_str!(
+            "../../tests/fixtures/helm/release-secret.json"
+        ))
+        .unwrap();
         let data = newest_deployed(std::slice::from_ref(&secret), "apps-podinfo").unwrap();
         let release = decode_release(data).unwrap();
         assert_eq!(release.name, "apps-podinfo");
@@ -404,9 +410,13 @@ mod tests {
             Err(DecodeError::Gzip(_))
         ));
         let truncated = b64.encode(b64.encode([0x1f, 0x8b, 8, FNAME_FLAG, 0, 0, 0, 0, 0, 0, b'a']));
-        assert!(matches!(decode_release(&truncated), Err(DecodeError::Gzip(_))));
+        assert!(matches!(
+            decode_release(&truncated),
+            Err(DecodeError::Gzip(_))
+        ));
         // Plain JSON, as Helm's decodeRelease accepts too.
-        let plain = b64.encode(b64.encode(r#"{"name": "x", "manifest": "kind: A\nmetadata:\n  name: a\n"}"#));
+        let plain = b64
+            .encode(b64.encode(r#"{"name": "x", "manifest": "kind: A\nmetadata:\n  name: a\n"}"#));
         let release = decode_release(&plain).unwrap();
         assert_eq!(manifest_objects(&release.manifest)[0].kind, "A");
         assert!(matches!(

@@ -87,7 +87,10 @@ mod tests {
             parse_id("apps_web__Service").unwrap(),
             r("", "Service", Some("apps"), "web")
         );
-        assert_eq!(parse_id("_apps__Namespace").unwrap(), r("", "Namespace", None, "apps"));
+        assert_eq!(
+            parse_id("_apps__Namespace").unwrap(),
+            r("", "Namespace", None, "apps")
+        );
         // `__` in the name is a colon (RBAC).
         assert_eq!(
             parse_id("_system__controller__web_rbac.authorization.k8s.io_ClusterRole").unwrap(),
@@ -101,7 +104,12 @@ mod tests {
         // Names with dots and dashes stay whole.
         assert_eq!(
             parse_id("flux-system_podinfo.v2_helm.toolkit.fluxcd.io_HelmRelease").unwrap(),
-            r("helm.toolkit.fluxcd.io", "HelmRelease", Some("flux-system"), "podinfo.v2")
+            r(
+                "helm.toolkit.fluxcd.io",
+                "HelmRelease",
+                Some("flux-system"),
+                "podinfo.v2"
+            )
         );
     }
 
@@ -135,7 +143,9 @@ mod tests {
         assert!(entries(&tree(json!({"status": {}}))).is_none());
         // An inventory with no entries is one, empty.
         assert_eq!(
-            entries(&tree(json!({"status": {"inventory": {}}}))).unwrap().0,
+            entries(&tree(json!({"status": {"inventory": {}}})))
+                .unwrap()
+                .0,
             vec![]
         );
     }

@@ -47,7 +47,12 @@ mod tests {
         assert_eq!(p.plural, "kustomizations");
         assert_eq!(p.name, "app");
         assert!(parse("helm.toolkit.fluxcd.io/v2/namespaces/apps/helmreleases/podinfo").is_some());
-        for bad in ["", "a/b", "g/v/ns/x/plural/name", "g/v/namespaces//plural/name"] {
+        for bad in [
+            "",
+            "a/b",
+            "g/v/ns/x/plural/name",
+            "g/v/namespaces//plural/name",
+        ] {
             assert!(parse(bad).is_none(), "{bad:?}");
         }
     }

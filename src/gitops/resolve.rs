@@ -57,7 +57,12 @@ impl Loaded {
     }
 
     /// The objects of a Helm release's manifest, or why they could not be read.
-    pub fn add_helm(&mut self, storage_namespace: &str, release: &str, objects: Result<Vec<ObjRef>, String>) {
+    pub fn add_helm(
+        &mut self,
+        storage_namespace: &str,
+        release: &str,
+        objects: Result<Vec<ObjRef>, String>,
+    ) {
         self.helm
             .insert((storage_namespace.to_owned(), release.to_owned()), objects);
     }
@@ -200,7 +205,9 @@ impl Walk<'_> {
                 r.namespace = default_ns.map(str::to_owned);
             }
             let Some(ns) = r.namespace.clone() else {
-                self.out.warnings.push(format!("{}{}: no namespace", r.describe(), by()));
+                self.out
+                    .warnings
+                    .push(format!("{}{}: no namespace", r.describe(), by()));
                 return None;
             };
             self.namespace_seen(&ns);
@@ -301,9 +308,10 @@ impl Walk<'_> {
 
     fn id_errors(&mut self, r: &ObjRef, errors: Vec<inventory::IdError>) {
         for e in errors {
-            self.out
-                .warnings
-                .push(format!("{}: an inventory entry was skipped: {e}", r.describe()));
+            self.out.warnings.push(format!(
+                "{}: an inventory entry was skipped: {e}",
+                r.describe()
+            ));
         }
     }
 
@@ -364,7 +372,13 @@ mod tests {
     use super::*;
     use serde_json::{json, Value};
 
-    fn object(api_version: &str, kind: &str, ns: Option<&str>, name: &str, extra: Value) -> Arc<Object> {
+    fn object(
+        api_version: &str,
+        kind: &str,
+        ns: Option<&str>,
+        name: &str,
+        extra: Value,
+    ) -> Arc<Object> {
         let mut v = json!({"apiVersion": api_version, "kind": kind,
             "metadata": {"name": name, "uid": format!("{kind}-{}-{name}", ns.unwrap_or(""))}});
         if let Some(ns) = ns {
@@ -384,26 +398,43 @@ mod tests {
 
     fn ks(ns: &str, name: &str, ids: &[&str]) -> Arc<Object> {
         let entries: Vec<Value> = ids.iter().map(|id| json!({"id": id, "v": "v1"})).collect();
-        object("kustomize.toolkit.fluxcd.io/v1", "Kustomization", Some(ns), name,
-            json!({"status": {"inventory": {"entries": entries}}}))
+        object(
+            "kustomize.toolkit.fluxcd.io/v1",
+            "Kustomization",
+            Some(ns),
+            name,
+            json!({"status": {"inventory": {"entries": entries}}}),
+        )
     }
 
     fn kinds(group: &str, kind: &str) -> Option<bool> {
         match (group, kind) {
             ("", "Namespace") | ("rbac.authorization.k8s.io", "ClusterRole") => Some(false),
-            ("", _) | ("apps", _) | ("kustomize.toolkit.fluxcd.io", _)
-            | ("helm.toolkit.fluxcd.io", _) | ("argoproj.io", _) => Some(true),
+            ("", _)
+            | ("apps", _)
+            | ("kustomize.toolkit.fluxcd.io", _)
+            | ("helm.toolkit.fluxcd.io", _)
+            | ("argoproj.io", _) => Some(true),
             _ => None,
         }
     }
 
     fn source(group: &str, kind: &str, ns: &str, name: &str) -> ObjRef {
-        ObjRef { group: group.into(), version: None, kind: kind.into(),
-            namespace: Some(ns.into()), name: name.into() }
+        ObjRef {
+            group: group.into(),
+            version: None,
+            kind: kind.into(),
+            namespace: Some(ns.into()),
+            name: name.into(),
+        }
     }
 
     /// Resolves, listing what is asked for from `world` until nothing is.
-    fn settle(sources: &[ObjRef], world: &[Arc<Object>], helm: &[(&str, &str, Vec<ObjRef>)]) -> (Resolution, usize) {
+    fn settle(
+        sources: &[ObjRef],
+        world: &[Arc<Object>],
+        helm: &[(&str, &str, Vec<ObjRef>)],
+    ) -> (Resolution, usize) {
         let mut loaded = Loaded::default();
         for round in 1..10 {
             let r = resolve(sources, &loaded, &kinds);
@@ -411,14 +442,21 @@ mod tests {
                 return (r, round);
             }
             for ns in &r.needs.namespaces {
-                let objects = world.iter().filter(|o| super::super::text(&o.view, &["metadata", "namespace"]) == ns).cloned().collect();
+                let objects = world
+                    .iter()
+                    .filter(|o| super::super::text(&o.view, &["metadata", "namespace"]) == ns)
+                    .cloned()
+                    .collect();
                 loaded.add_namespace(ns, objects);
             }
             for c in &r.needs.cluster {
-                let found = world.iter().find(|o| {
-                    let of = ObjRef::of(&o.view);
-                    of.namespace.is_none() && of.kind == c.kind && of.name == c.name
-                }).cloned();
+                let found = world
+                    .iter()
+                    .find(|o| {
+                        let of = ObjRef::of(&o.view);
+                        of.namespace.is_none() && of.kind == c.kind && of.name == c.name
+                    })
+                    .cloned();
                 loaded.add_cluster(c, found);
             }
             // The tests' kinds are all known up front: a group version asked for serves none.
@@ -427,38 +465,79 @@ mod tests {
             }
             for (ns, release) in &r.needs.helm {
                 let found = helm.iter().find(|(n, r, _)| n == ns && r == release);
-                loaded.add_helm(ns, release, found.map(|f| f.2.clone()).ok_or_else(|| "no deployed release".into()));
+                loaded.add_helm(
+                    ns,
+                    release,
+                    found
+                        .map(|f| f.2.clone())
+                        .ok_or_else(|| "no deployed release".into()),
+                );
             }
         }
         panic!("did not settle");
     }
 
     fn names(r: &Resolution) -> Vec<String> {
-        r.objects.iter().map(|o| ObjRef::of(&o.view).describe()).collect()
+        r.objects
+            .iter()
+            .map(|o| ObjRef::of(&o.view).describe())
+            .collect()
     }
 
     #[test]
     fn a_kustomization_spans_namespaces_and_cluster_scoped_entries() {
         let world = vec![
-            ks("flux-system", "apps", &["_shop__Namespace", "shop_web_apps_Deployment",
-                "blue_web__Service", "green_web__Service",
-                "_shop__reader_rbac.authorization.k8s.io_ClusterRole"]),
+            ks(
+                "flux-system",
+                "apps",
+                &[
+                    "_shop__Namespace",
+                    "shop_web_apps_Deployment",
+                    "blue_web__Service",
+                    "green_web__Service",
+                    "_shop__reader_rbac.authorization.k8s.io_ClusterRole",
+                ],
+            ),
             object("v1", "Namespace", None, "shop", json!({})),
             object("apps/v1", "Deployment", Some("shop"), "web", json!({})),
             object("v1", "Service", Some("blue"), "web", json!({})),
             object("v1", "Service", Some("green"), "web", json!({})),
-            object("rbac.authorization.k8s.io/v1", "ClusterRole", None, "shop:reader", json!({})),
+            object(
+                "rbac.authorization.k8s.io/v1",
+                "ClusterRole",
+                None,
+                "shop:reader",
+                json!({}),
+            ),
             object("v1", "Service", Some("shop"), "unrelated", json!({})),
         ];
-        let (r, _) = settle(&[source("kustomize.toolkit.fluxcd.io", "Kustomization", "flux-system", "apps")], &world, &[]);
-        assert_eq!(names(&r), [
-            "kustomize.toolkit.fluxcd.io/Kustomization flux-system/apps",
-            "Namespace shop", "apps/Deployment shop/web", "Service blue/web", "Service green/web",
-            "rbac.authorization.k8s.io/ClusterRole shop:reader",
-        ]);
+        let (r, _) = settle(
+            &[source(
+                "kustomize.toolkit.fluxcd.io",
+                "Kustomization",
+                "flux-system",
+                "apps",
+            )],
+            &world,
+            &[],
+        );
+        assert_eq!(
+            names(&r),
+            [
+                "kustomize.toolkit.fluxcd.io/Kustomization flux-system/apps",
+                "Namespace shop",
+                "apps/Deployment shop/web",
+                "Service blue/web",
+                "Service green/web",
+                "rbac.authorization.k8s.io/ClusterRole shop:reader",
+            ]
+        );
         assert_eq!(r.namespaces, ["flux-system", "shop", "blue", "green"]);
         assert_eq!(r.applies.len(), 5);
-        assert!(r.applies.iter().all(|(from, _)| from == "Kustomization-flux-system-apps"));
+        assert!(r
+            .applies
+            .iter()
+            .all(|(from, _)| from == "Kustomization-flux-system-apps"));
         assert!(r.warnings.is_empty(), "{:?}", r.warnings);
         assert!(r.sources[0].object.is_some());
     }
@@ -466,80 +545,211 @@ mod tests {
     #[test]
     fn three_levels_nest_and_a_cycle_is_warned_once() {
         let world = vec![
-            ks("flux-system", "root", &["flux-system_infra_kustomize.toolkit.fluxcd.io_Kustomization"]),
-            ks("flux-system", "infra", &["apps_podinfo_helm.toolkit.fluxcd.io_HelmRelease",
-                "flux-system_root_kustomize.toolkit.fluxcd.io_Kustomization"]),
-            object("helm.toolkit.fluxcd.io/v2", "HelmRelease", Some("apps"), "podinfo",
-                json!({"status": {"inventory": {"entries": [{"id": "apps_podinfo_apps_Deployment", "v": "v1"}]}}})),
+            ks(
+                "flux-system",
+                "root",
+                &["flux-system_infra_kustomize.toolkit.fluxcd.io_Kustomization"],
+            ),
+            ks(
+                "flux-system",
+                "infra",
+                &[
+                    "apps_podinfo_helm.toolkit.fluxcd.io_HelmRelease",
+                    "flux-system_root_kustomize.toolkit.fluxcd.io_Kustomization",
+                ],
+            ),
+            object(
+                "helm.toolkit.fluxcd.io/v2",
+                "HelmRelease",
+                Some("apps"),
+                "podinfo",
+                json!({"status": {"inventory": {"entries": [{"id": "apps_podinfo_apps_Deployment", "v": "v1"}]}}}),
+            ),
             object("apps/v1", "Deployment", Some("apps"), "podinfo", json!({})),
         ];
-        let (r, _) = settle(&[source("kustomize.toolkit.fluxcd.io", "Kustomization", "flux-system", "root")], &world, &[]);
+        let (r, _) = settle(
+            &[source(
+                "kustomize.toolkit.fluxcd.io",
+                "Kustomization",
+                "flux-system",
+                "root",
+            )],
+            &world,
+            &[],
+        );
         assert_eq!(r.objects.len(), 4);
-        assert!(r.applies.contains(&("HelmRelease-apps-podinfo".into(), "Deployment-apps-podinfo".into())));
-        assert!(r.applies.contains(&("Kustomization-flux-system-infra".into(), "Kustomization-flux-system-root".into())));
+        assert!(r.applies.contains(&(
+            "HelmRelease-apps-podinfo".into(),
+            "Deployment-apps-podinfo".into()
+        )));
+        assert!(r.applies.contains(&(
+            "Kustomization-flux-system-infra".into(),
+            "Kustomization-flux-system-root".into()
+        )));
         assert_eq!(r.warnings.len(), 1, "{:?}", r.warnings);
-        assert!(r.warnings[0].starts_with("A cycle of sources"), "{}", r.warnings[0]);
+        assert!(
+            r.warnings[0].starts_with("A cycle of sources"),
+            "{}",
+            r.warnings[0]
+        );
     }
 
     #[test]
     fn nesting_stops_after_five_levels() {
         let mut world: Vec<Arc<Object>> = (0..8)
-            .map(|i| ks("f", &format!("k{i}"), &[&format!("f_k{}_kustomize.toolkit.fluxcd.io_Kustomization", i + 1)]))
+            .map(|i| {
+                ks(
+                    "f",
+                    &format!("k{i}"),
+                    &[&format!(
+                        "f_k{}_kustomize.toolkit.fluxcd.io_Kustomization",
+                        i + 1
+                    )],
+                )
+            })
             .collect();
         world.push(ks("f", "k8", &[]));
-        let (r, _) = settle(&[source("kustomize.toolkit.fluxcd.io", "Kustomization", "f", "k0")], &world, &[]);
+        let (r, _) = settle(
+            &[source(
+                "kustomize.toolkit.fluxcd.io",
+                "Kustomization",
+                "f",
+                "k0",
+            )],
+            &world,
+            &[],
+        );
         // k0 (level 0) to k5 (level 5) are shown; k5's own inventory is not expanded.
         assert_eq!(r.objects.len(), 6);
         assert_eq!(r.warnings.len(), 1);
-        assert!(r.warnings[0].contains("k5 is nested more than 5"), "{}", r.warnings[0]);
+        assert!(
+            r.warnings[0].contains("k5 is nested more than 5"),
+            "{}",
+            r.warnings[0]
+        );
     }
 
     #[test]
     fn helm_releases_fall_back_to_labels_then_to_their_release() {
-        let labelled = object("helm.toolkit.fluxcd.io/v2", "HelmRelease", Some("flux-system"), "web",
-            json!({"spec": {"targetNamespace": "apps"}}));
-        let stored = object("helm.toolkit.fluxcd.io/v2", "HelmRelease", Some("flux-system"), "podinfo",
-            json!({"spec": {"targetNamespace": "apps"}}));
+        let labelled = object(
+            "helm.toolkit.fluxcd.io/v2",
+            "HelmRelease",
+            Some("flux-system"),
+            "web",
+            json!({"spec": {"targetNamespace": "apps"}}),
+        );
+        let stored = object(
+            "helm.toolkit.fluxcd.io/v2",
+            "HelmRelease",
+            Some("flux-system"),
+            "podinfo",
+            json!({"spec": {"targetNamespace": "apps"}}),
+        );
         let world = vec![
             labelled,
             stored,
-            object("apps/v1", "Deployment", Some("apps"), "web", json!({"labels": {
-                "helm.toolkit.fluxcd.io/name": "web", "helm.toolkit.fluxcd.io/namespace": "flux-system"}})),
-            object("apps/v1", "Deployment", Some("apps"), "other", json!({"labels": {
-                "helm.toolkit.fluxcd.io/name": "web", "helm.toolkit.fluxcd.io/namespace": "elsewhere"}})),
+            object(
+                "apps/v1",
+                "Deployment",
+                Some("apps"),
+                "web",
+                json!({"labels": {
+                "helm.toolkit.fluxcd.io/name": "web", "helm.toolkit.fluxcd.io/namespace": "flux-system"}}),
+            ),
+            object(
+                "apps/v1",
+                "Deployment",
+                Some("apps"),
+                "other",
+                json!({"labels": {
+                "helm.toolkit.fluxcd.io/name": "web", "helm.toolkit.fluxcd.io/namespace": "elsewhere"}}),
+            ),
             object("apps/v1", "Deployment", Some("apps"), "podinfo", json!({})),
             object("v1", "Service", Some("apps"), "podinfo", json!({})),
         ];
-        let (r, _) = settle(&[source("helm.toolkit.fluxcd.io", "HelmRelease", "flux-system", "web")], &world, &[]);
+        let (r, _) = settle(
+            &[source(
+                "helm.toolkit.fluxcd.io",
+                "HelmRelease",
+                "flux-system",
+                "web",
+            )],
+            &world,
+            &[],
+        );
         assert_eq!(names(&r)[1..], ["apps/Deployment apps/web"]);
         let manifest = helm::manifest_objects("apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: podinfo\n---\napiVersion: v1\nkind: Service\nmetadata:\n  name: podinfo\n");
-        let (r, _) = settle(&[source("helm.toolkit.fluxcd.io", "HelmRelease", "flux-system", "podinfo")], &world,
-            &[("flux-system", "apps-podinfo", manifest)]);
+        let (r, _) = settle(
+            &[source(
+                "helm.toolkit.fluxcd.io",
+                "HelmRelease",
+                "flux-system",
+                "podinfo",
+            )],
+            &world,
+            &[("flux-system", "apps-podinfo", manifest)],
+        );
         // The manifest's objects without a namespace are in the target namespace.
-        assert_eq!(names(&r)[1..], ["apps/Deployment apps/podinfo", "Service apps/podinfo"]);
+        assert_eq!(
+            names(&r)[1..],
+            ["apps/Deployment apps/podinfo", "Service apps/podinfo"]
+        );
         // No release stored: a warning, the HelmRelease still shown.
-        let (r, _) = settle(&[source("helm.toolkit.fluxcd.io", "HelmRelease", "flux-system", "podinfo")], &world, &[]);
+        let (r, _) = settle(
+            &[source(
+                "helm.toolkit.fluxcd.io",
+                "HelmRelease",
+                "flux-system",
+                "podinfo",
+            )],
+            &world,
+            &[],
+        );
         assert_eq!(r.objects.len(), 1);
-        assert!(r.warnings[0].contains("apps-podinfo could not be read"), "{:?}", r.warnings);
+        assert!(
+            r.warnings[0].contains("apps-podinfo could not be read"),
+            "{:?}",
+            r.warnings
+        );
     }
 
     #[test]
     fn argo_applications_and_missing_or_unknown_entries() {
         let world = vec![
-            object("argoproj.io/v1alpha1", "Application", Some("argocd"), "shop", json!({"status": {"resources": [
-                {"group": "apps", "version": "v1", "kind": "Deployment", "namespace": "shop", "name": "web"},
-                {"version": "v1", "kind": "Service", "namespace": "shop", "name": "gone"},
-                {"group": "example.com", "version": "v1", "kind": "Widget", "namespace": "shop", "name": "w"},
-            ]}})),
+            object(
+                "argoproj.io/v1alpha1",
+                "Application",
+                Some("argocd"),
+                "shop",
+                json!({"status": {"resources": [
+                    {"group": "apps", "version": "v1", "kind": "Deployment", "namespace": "shop", "name": "web"},
+                    {"version": "v1", "kind": "Service", "namespace": "shop", "name": "gone"},
+                    {"group": "example.com", "version": "v1", "kind": "Widget", "namespace": "shop", "name": "w"},
+                ]}}),
+            ),
             object("apps/v1", "Deployment", Some("shop"), "web", json!({})),
         ];
-        let (r, _) = settle(&[source("argoproj.io", "Application", "argocd", "shop")], &world, &[]);
-        assert_eq!(names(&r), ["argoproj.io/Application argocd/shop", "apps/Deployment shop/web"]);
+        let (r, _) = settle(
+            &[source("argoproj.io", "Application", "argocd", "shop")],
+            &world,
+            &[],
+        );
+        assert_eq!(
+            names(&r),
+            [
+                "argoproj.io/Application argocd/shop",
+                "apps/Deployment shop/web"
+            ]
+        );
         assert_eq!(r.warnings.len(), 2, "{:?}", r.warnings);
         assert!(r.warnings[0].contains("Service shop/gone"));
         assert!(r.warnings[1].contains("no such kind"));
         // A bound source that is not there is a warning, with no object.
-        let (r, _) = settle(&[source("argoproj.io", "Application", "argocd", "nope")], &world, &[]);
+        let (r, _) = settle(
+            &[source("argoproj.io", "Application", "argocd", "nope")],
+            &world,
+            &[],
+        );
         assert!(r.sources[0].object.is_none());
         assert_eq!(r.warnings.len(), 1);
     }

@@ -93,33 +93,48 @@ mod tests {
         assert_eq!(
             status(&ks(
                 None,
-                json!([c("Stalled", "True", "X"), c("Ready", "Unknown", "Progressing")])
+                json!([
+                    c("Stalled", "True", "X"),
+                    c("Ready", "Unknown", "Progressing")
+                ])
             )),
             Stalled
         );
         assert_eq!(
             status(&ks(
                 None,
-                json!([c("Ready", "Unknown", "Progressing"), c("Reconciling", "True", "P")])
+                json!([
+                    c("Ready", "Unknown", "Progressing"),
+                    c("Reconciling", "True", "P")
+                ])
             )),
             ReconcilingWithBadConfig
         );
         assert_eq!(
             status(&ks(
                 None,
-                json!([c("Ready", "Unknown", "Other"), c("Reconciling", "True", "P")])
+                json!([
+                    c("Ready", "Unknown", "Other"),
+                    c("Reconciling", "True", "P")
+                ])
             )),
             Reconciling
         );
         assert_eq!(
             status(&ks(
                 None,
-                json!([c("Ready", "True", "ReconciliationSucceeded"), c("Stalled", "False", "")])
+                json!([
+                    c("Ready", "True", "ReconciliationSucceeded"),
+                    c("Stalled", "False", "")
+                ])
             )),
             Reconciled
         );
         assert_eq!(status(&ks(None, json!([]))), Unknown);
-        assert_eq!(status(&ks(None, json!([c("Ready", "Unknown", "Other")]))), Unknown);
+        assert_eq!(
+            status(&ks(None, json!([c("Ready", "Unknown", "Other")]))),
+            Unknown
+        );
         assert_eq!(status(&tree(json!({"kind": "Kustomization"}))), Unknown);
     }
 
@@ -128,8 +143,10 @@ mod tests {
         assert_eq!(of(&ks(Some(true), json!([]))), Some(Suspended));
         let hr = tree(json!({"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease"}));
         assert_eq!(of(&hr), Some(Unknown));
-        let app = tree(json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
-            "status": {"conditions": [c("Ready", "True", "")]}}));
+        let app = tree(
+            json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+            "status": {"conditions": [c("Ready", "True", "")]}}),
+        );
         assert_eq!(of(&app), None);
         assert_eq!(of(&tree(json!({"apiVersion": "v1", "kind": "Pod"}))), None);
     }

@@ -75,4 +75,3 @@ pub fn bound_source(path: &FluxPath) -> Option<ObjRef> {
         name: path.name.clone(),
     })
 }
-

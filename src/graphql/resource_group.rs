@@ -178,7 +178,9 @@ pub(super) async fn connect(
 /// The group of an agent without a cluster connection (SPEC 6): one entry of code 503.
 fn unreadable(namespace: &str, selector: &str, why: String) -> Assembled {
     Assembled {
-        group: Arc::new(group::ResourceGroup::unreadable(namespace, selector, 503, why)),
+        group: Arc::new(group::ResourceGroup::unreadable(
+            namespace, selector, 503, why,
+        )),
         cluster: None,
         headers: HeaderMap::new(),
     }
@@ -741,10 +743,11 @@ impl Plain for group::Resource {
             "health" => optional(self.health.as_ref(), |h| plain::object(h, selection)),
             "manifest" => json(&self.object.manifest()),
             "events" => plain::list(&self.events, selection),
-            "fluxSyncStatus" => optional(
-                crate::gitops::sync::of(&self.object.view).as_ref(),
-                |s| enum_value(FluxSyncStatus::from(*s)),
-            ),
+            "fluxSyncStatus" => {
+                optional(crate::gitops::sync::of(&self.object.view).as_ref(), |s| {
+                    enum_value(FluxSyncStatus::from(*s))
+                })
+            }
             _ => Value::Null,
         }
     }

@@ -614,7 +614,9 @@ pub(crate) fn readable_kinds(
     Ok(list
         .resources
         .into_iter()
-        .filter(|r| !r.name.is_empty() && !r.name.contains('/') && r.verbs.iter().any(|v| v == "get"))
+        .filter(|r| {
+            !r.name.is_empty() && !r.name.contains('/') && r.verbs.iter().any(|v| v == "get")
+        })
         .map(|r| ApiKind {
             group: group.into(),
             version: version.into(),

@@ -8,8 +8,8 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use futures_util::future::join_all;
 use axum::http::HeaderMap;
+use futures_util::future::join_all;
 
 use super::discovery::{self, ApiKind, DiscoveryCache};
 use super::fetch::{self, encode, FetchError, FetchOptions};
@@ -107,7 +107,11 @@ pub async fn resource_group(
         if !dropped.is_empty() {
             warnings.push(format!(
                 "The group spans more than {MAX_NAMESPACES} namespaces; left out: {}",
-                dropped.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+                dropped
+                    .iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ));
         }
         let lists = join_all(wanted.iter().map(|ns| list_namespace(reader, ns))).await;
@@ -199,9 +203,7 @@ pub async fn resource_group(
     group.namespace = namespaces.first().cloned().unwrap_or_default();
     group.label_selector = labels.map(|l| l.selector.clone()).unwrap_or_default();
     if !group.resources.is_empty() {
-        group
-            .warnings
-            .retain(|w| w != group::NO_RESOURCES_WARNING);
+        group.warnings.retain(|w| w != group::NO_RESOURCES_WARNING);
     }
     Ok(GitOpsGroup {
         group: Arc::new(group),
@@ -214,7 +216,13 @@ pub async fn resource_group(
 async fn list_namespace(reader: &Reader<'_>, namespace: &str) -> Result<Listing, FetchError> {
     reader
         .watch
-        .list_resource_group(reader.discovery, reader.headers, namespace, "", reader.options)
+        .list_resource_group(
+            reader.discovery,
+            reader.headers,
+            namespace,
+            "",
+            reader.options,
+        )
         .await
 }
 
@@ -306,7 +314,10 @@ async fn get_cluster_scoped(
     kinds: &[ApiKind],
     r: &ObjRef,
 ) -> Result<Option<Arc<Object>>, ListError> {
-    let Some(kind) = kinds.iter().find(|k| k.group == r.group && k.kind == r.kind) else {
+    let Some(kind) = kinds
+        .iter()
+        .find(|k| k.group == r.group && k.kind == r.kind)
+    else {
         return Ok(None);
     };
     let version = r.version.clone().unwrap_or_else(|| kind.version.clone());
