@@ -545,3 +545,42 @@ async fn the_environment_page_shows_the_flux_tree_in_chromium() {
         );
     }
 }
+
+/// An inventory is outside input: 600 cluster-scoped entries cost at most 500 requests, and the
+/// warnings about what is missing stay a readable few.
+#[tokio::test]
+async fn a_huge_inventory_is_read_within_bounds() {
+    let (api, served, _dir) = cluster().await;
+    let ids: Vec<String> = (0..600)
+        .map(|i| format!("_role-{i}_rbac.authorization.k8s.io_ClusterRole"))
+        .collect();
+    let ids: Vec<(&str, &str)> = ids.iter().map(|id| (id.as_str(), "v1")).collect();
+    api.insert(kustomization(
+        "flux-system",
+        "huge",
+        &ids,
+        ready("True", "ReconciliationSucceeded"),
+    ));
+    let world =
+        environment::gitlab_via(crate::support::reach::Reach::Kubeconfig, &served, "").await;
+    deploy_bound(
+        &world,
+        25,
+        (125, "huge"),
+        &path(KS, "kustomizations", "flux-system", "huge"),
+    )
+    .await;
+    let env = group(&world, "huge").await;
+    let g = &env["resourceGroup"];
+    let gets = api
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.contains("/clusterroles/role-"))
+        .count();
+    // Two views: `resourceGroup` and `fluxSyncStatus`, each reading its 500.
+    assert_eq!(gets, 2 * 500);
+    let warnings = g["warnings"].as_array().unwrap();
+    assert_eq!(warnings.len(), 51, "{warnings:?}");
+    assert!(warnings[50].as_str().unwrap().contains("more warnings"));
+    assert_eq!(env["fluxSyncStatus"], "RECONCILED");
+}

@@ -27,6 +27,12 @@ use crate::resources::object::Object;
 /// A group spans at most this many namespaces: the rest are named in a warning.
 pub const MAX_NAMESPACES: usize = 64;
 
+/// Cluster-scoped objects are read by name, one request each: at most this many a view.
+pub const MAX_CLUSTER_SCOPED: usize = 500;
+
+/// Warnings of the sources shown at most (an inventory of objects not yet created names each).
+pub const MAX_WARNINGS: usize = 50;
+
 /// Rounds of listing and resolving: each level of nesting may name new namespaces.
 const MAX_ROUNDS: usize = resolve::MAX_DEPTH + 3;
 
@@ -86,6 +92,7 @@ pub async fn resource_group(
         listings.push(listing);
     }
     let mut resolution = Resolution::default();
+    let mut cluster_read = 0;
     for _ in 0..MAX_ROUNDS {
         let namespaced = |group: &str, kind: &str| {
             kinds
@@ -130,21 +137,30 @@ pub async fn resource_group(
         for ns in dropped {
             loaded.add_namespace(ns, Vec::new());
         }
-        let cluster = join_all(
-            needs
-                .cluster
-                .iter()
-                .map(|r| get_cluster_scoped(reader, &kinds, r)),
-        )
-        .await;
-        for (r, got) in needs.cluster.iter().zip(cluster) {
-            match got {
-                Ok(object) => loaded.add_cluster(r, object),
-                Err(e) => {
-                    errors.push(e);
-                    loaded.add_cluster(r, None);
+        // Read one by one, at most `max_in_flight` at once and [`MAX_CLUSTER_SCOPED`] a view.
+        let room = MAX_CLUSTER_SCOPED.saturating_sub(cluster_read);
+        let (reading, skipped) = needs.cluster.split_at(needs.cluster.len().min(room));
+        for chunk in reading.chunks(reader.options.max_in_flight.max(1)) {
+            let got = join_all(chunk.iter().map(|r| get_cluster_scoped(reader, &kinds, r))).await;
+            for (r, got) in chunk.iter().zip(got) {
+                match got {
+                    Ok(object) => loaded.add_cluster(r, object),
+                    Err(e) => {
+                        errors.push(e);
+                        loaded.add_cluster(r, None);
+                    }
                 }
             }
+        }
+        cluster_read += reading.len();
+        if !skipped.is_empty() {
+            warnings.push(format!(
+                "More than {MAX_CLUSTER_SCOPED} cluster-scoped objects: {} are not shown",
+                skipped.len()
+            ));
+        }
+        for r in skipped {
+            loaded.add_cluster(r, None);
         }
         for (group, version) in &needs.kinds {
             match group_version_kinds(reader, group, version).await {
@@ -170,6 +186,11 @@ pub async fn resource_group(
         ..
     } = resolution;
     warnings.extend(said);
+    if warnings.len() > MAX_WARNINGS {
+        let more = warnings.len() - MAX_WARNINGS;
+        warnings.truncate(MAX_WARNINGS);
+        warnings.push(format!("… and {more} more warnings"));
+    }
 
     // The namespaces: the labels source's first, then as the sources met them.
     let mut namespaces: Vec<String> = Vec::new();
