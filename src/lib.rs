@@ -8,6 +8,7 @@ pub mod db;
 pub mod demo;
 pub mod error;
 pub mod gitlab;
+pub mod gitops;
 pub mod graphql;
 pub mod history;
 pub mod http;

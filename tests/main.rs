@@ -23,6 +23,7 @@ mod fuzz;
 mod gitlab_frontend;
 mod gitlab_sync;
 mod gitlab_tokens;
+mod gitops;
 mod graphql;
 mod health_cli;
 mod health_conformance;

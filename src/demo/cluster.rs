@@ -102,6 +102,13 @@ const KINDS: &[Kind] = &[
         kind: "Ingress",
         plural: "ingresses",
     },
+    // Flux's, for the GitOps environment (`super::flux`).
+    Kind {
+        group: "kustomize.toolkit.fluxcd.io",
+        version: "v1",
+        kind: "Kustomization",
+        plural: "kustomizations",
+    },
 ];
 
 fn api_version(k: &Kind) -> String {

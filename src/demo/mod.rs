@@ -4,6 +4,7 @@
 
 mod broken;
 pub mod cluster;
+mod flux;
 pub mod world;
 
 use std::time::Duration;

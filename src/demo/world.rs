@@ -23,6 +23,8 @@ pub struct Env {
     pub tier: &'static str,
     /// The namespace its deployments went to; none for an environment deployed without an agent.
     pub namespace: Option<&'static str>,
+    /// The Flux object its deployments name (`flux_resource_path`, SPEC 15), if any.
+    pub flux: Option<&'static str>,
 }
 
 pub const ENVIRONMENTS: &[Env] = &[
@@ -33,6 +35,7 @@ pub const ENVIRONMENTS: &[Env] = &[
         slug: "production",
         tier: "production",
         namespace: Some("shop-production"),
+        flux: None,
     },
     Env {
         id: 12,
@@ -41,6 +44,7 @@ pub const ENVIRONMENTS: &[Env] = &[
         slug: "staging",
         tier: "staging",
         namespace: Some("shop-staging"),
+        flux: None,
     },
     Env {
         id: 13,
@@ -49,6 +53,7 @@ pub const ENVIRONMENTS: &[Env] = &[
         slug: "review-checkout-8k2j1d",
         tier: "development",
         namespace: None,
+        flux: None,
     },
     Env {
         id: 21,
@@ -57,6 +62,7 @@ pub const ENVIRONMENTS: &[Env] = &[
         slug: "production",
         tier: "production",
         namespace: Some("payments-production"),
+        flux: None,
     },
     Env {
         id: 22,
@@ -65,6 +71,7 @@ pub const ENVIRONMENTS: &[Env] = &[
         slug: "staging",
         tier: "staging",
         namespace: Some("payments-staging"),
+        flux: None,
     },
     Env {
         id: 31,
@@ -73,6 +80,17 @@ pub const ENVIRONMENTS: &[Env] = &[
         slug: "production",
         tier: "production",
         namespace: Some("site-production"),
+        flux: None,
+    },
+    // Deployed by Flux (`super::flux`): blue and green in two namespaces.
+    Env {
+        id: 32,
+        project: (203, "acme/web/site"),
+        name: "gitops",
+        slug: "gitops",
+        tier: "production",
+        namespace: Some(super::flux::BLUE),
+        flux: Some(super::flux::PATH),
     },
 ];
 
@@ -269,6 +287,9 @@ pub async fn deploy(
     });
     if let Some(ns) = env.namespace {
         body["kubernetes"] = json!({"agent": AGENT, "namespace": ns});
+        if let Some(path) = env.flux {
+            body["kubernetes"]["flux_resource_path"] = json!(path);
+        }
     }
     send(
         app,
@@ -523,6 +544,24 @@ impl World {
                 "registry.acme.test/web/site:2026.11.20",
                 &["app"],
             ),
+            app(
+                super::flux::BLUE,
+                203,
+                "gitops",
+                "site",
+                2,
+                "registry.acme.test/web/site:2026.11.20",
+                &["app"],
+            ),
+            app(
+                super::flux::GREEN,
+                203,
+                "gitops",
+                "site",
+                1,
+                "registry.acme.test/web/site:2026.11.20",
+                &["app"],
+            ),
         ];
         World {
             cluster,
@@ -586,6 +625,7 @@ impl World {
                 self.shared(ns);
             }
         }
+        super::flux::objects(&self.cluster);
         self.broken_rollouts(None);
         for _ in 0..20 {
             self.logs();

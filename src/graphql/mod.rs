@@ -10,6 +10,7 @@ mod environment_settings;
 mod events;
 pub mod explorer;
 mod flux_actions;
+mod gitops;
 mod history;
 mod history_access;
 mod inputs;

@@ -16,6 +16,7 @@ use async_graphql::{
 
 use super::away::AwayViews;
 use super::causes::{self, Causes, LogView, ResourceCause};
+use super::gitops::{FluxSyncStatus, ResourceGroupSource};
 use super::plain::{self, optional, string, Plain};
 use super::splice::{self, Rendered, Splices};
 use super::subscriptions::feeds::{FeedKey, Source};
@@ -26,6 +27,7 @@ use crate::db::read::{AgentRow, EnvironmentRow};
 use crate::error::Error;
 use crate::k8s::clusters::{Cluster, Clusters};
 use crate::k8s::fetch::FetchOptions;
+use crate::k8s::gitops;
 use crate::k8s::grants::{AccessType, Grant};
 use crate::resources::graph::{Edge, EdgeType};
 use crate::resources::group::{self, label_selector};
@@ -95,42 +97,16 @@ pub(super) async fn assemble(
     agent: &AgentRow,
     namespace: &str,
 ) -> Result<Assembled> {
-    crate::telemetry::record_agent(agent.id, Some(&environment.name));
-    let (user, grant) = authorize(ctx, agent.id).await?;
-    let clusters: &Arc<Clusters> = ctx.data_unchecked();
-    let agent_project = project(ctx, agent.project_id).await?;
-    // The labels source applies in the namespaces Maintainers added too (SPEC 15).
+    // The labels source applies in the namespaces Maintainers added too (SPEC 15); read
+    // before `connect` gives the request's database connection back.
     let added = environment_settings::namespaces(&mut **conn(ctx).await?, environment.id)
         .await
         .gql()?;
-    super::types::loader(ctx).loader().release().await;
-
-    let unreachable = |e: &dyn std::fmt::Display| Error::BadGateway(e.to_string()).to_graphql();
     let selector = label_selector(environment.project_id, &environment.slug);
-    let cluster = match clusters
-        .for_agent(agent.id, &agent_project.0.full_path, &agent.name)
-        .await
-    {
-        Ok(cluster) => cluster,
-        Err(none) => {
-            let group =
-                group::ResourceGroup::unreadable(namespace, &selector, 503, none.to_string());
-            return Ok(Assembled {
-                group: Arc::new(group),
-                cluster: None,
-                headers: HeaderMap::new(),
-            });
-        }
+    let (cluster, headers, options) = match connect(ctx, environment, agent).await? {
+        Ok(connected) => connected,
+        Err(none) => return Ok(unreadable(namespace, &selector, none)),
     };
-    let options = FetchOptions {
-        request_timeout: clusters.response_timeout,
-        agent: Some(agent.id),
-        ..FetchOptions::default()
-    };
-    let mut headers = grant.impersonation(AccessType::from(user.via));
-    if let Some(id) = ctx.data_opt::<RequestId>() {
-        id.outgoing_headers(&mut headers);
-    }
     // From the watch cache (SPEC 8.1): the same answer as a fresh list, from memory, and
     // the same group as the last view's while nothing changed (assembled off the runtime's
     // threads when something did).
@@ -151,24 +127,12 @@ pub(super) async fn assemble(
         .map(namespaces::merge);
     let assembled = match assembled {
         Ok(assembled) => assembled,
-        // The connection answered 503 before any kind could be listed (an agent not connected
-        // to GitLab's agent server, a token it refused): one entry of code 503, as for an agent
-        // without a connection (SPEC 6, 14).
-        Err(crate::k8s::fetch::FetchError::Discovery(e)) if e.code == Some(503) => Arc::new(
-            group::ResourceGroup::unreadable(namespace, &selector, 503, e.message),
-        ),
-        Err(e) => return Err(unreachable(&e)),
+        Err(e) => return unreachable_or(e, namespace, &selector),
     };
-    let assembled = match cluster.condition.circuit().open() {
-        // One view of the group for the opening, so rendered once (`away`).
-        Some(open) => match ctx.data_opt::<Arc<AwayViews>>() {
-            Some(away) => away.of(&assembled, &open),
-            None => Arc::new(assembled.while_away(open.since, &open.said())),
-        },
-        None => assembled,
-    };
+    let assembled = while_away(ctx, &cluster, assembled);
     // The group is in use: its health changes are recorded while it is (SPEC 17).
     if let Some(recorder) = ctx.data_opt::<Recorder>() {
+        let clusters: &Arc<Clusters> = ctx.data_unchecked();
         let key = FeedKey::new(agent.id, namespace, &selector, &HeaderMap::new());
         recorder.touch(environment.id, key, || Source {
             cluster: cluster.clone(),
@@ -187,6 +151,141 @@ pub(super) async fn assemble(
         cluster: Some(cluster),
         headers,
     })
+}
+
+/// The viewer's way to `agent`'s cluster, after their `user_access` is checked: the cluster,
+/// the headers of their requests (impersonation, the request's ids) and the options; or why
+/// the agent has no cluster connection. The request's database connection is given back first.
+pub(super) async fn connect(
+    ctx: &Context<'_>,
+    environment: &EnvironmentRow,
+    agent: &AgentRow,
+) -> Result<std::result::Result<(Cluster, HeaderMap, FetchOptions), String>> {
+    crate::telemetry::record_agent(agent.id, Some(&environment.name));
+    let (user, grant) = authorize(ctx, agent.id).await?;
+    let clusters: &Arc<Clusters> = ctx.data_unchecked();
+    let agent_project = project(ctx, agent.project_id).await?;
+    super::types::loader(ctx).loader().release().await;
+    let cluster = match clusters
+        .for_agent(agent.id, &agent_project.0.full_path, &agent.name)
+        .await
+    {
+        Ok(cluster) => cluster,
+        Err(none) => return Ok(Err(none.to_string())),
+    };
+    let options = FetchOptions {
+        request_timeout: clusters.response_timeout,
+        agent: Some(agent.id),
+        ..FetchOptions::default()
+    };
+    let mut headers = grant.impersonation(AccessType::from(user.via));
+    if let Some(id) = ctx.data_opt::<RequestId>() {
+        id.outgoing_headers(&mut headers);
+    }
+    Ok(Ok((cluster, headers, options)))
+}
+
+/// The group of an agent without a cluster connection (SPEC 6): one entry of code 503.
+fn unreadable(namespace: &str, selector: &str, why: String) -> Assembled {
+    Assembled {
+        group: Arc::new(group::ResourceGroup::unreadable(
+            namespace, selector, 503, why,
+        )),
+        cluster: None,
+        headers: HeaderMap::new(),
+    }
+}
+
+/// A listing that failed: the connection answered 503 before any kind could be listed (an
+/// agent not connected to GitLab's agent server, a token it refused): one entry of code 503,
+/// as for an agent without a connection (SPEC 6, 14); anything else is a 502.
+fn unreachable_or(
+    e: crate::k8s::fetch::FetchError,
+    namespace: &str,
+    selector: &str,
+) -> Result<Assembled> {
+    match e {
+        crate::k8s::fetch::FetchError::Discovery(e) if e.code == Some(503) => {
+            Ok(unreadable(namespace, selector, e.message))
+        }
+        e => Err(Error::BadGateway(e.to_string()).to_graphql()),
+    }
+}
+
+/// While the agent's circuit is open, the group as last seen, with a warning: one view of the
+/// group per opening, so rendered once (`away`).
+fn while_away(
+    ctx: &Context<'_>,
+    cluster: &Cluster,
+    assembled: Arc<group::ResourceGroup>,
+) -> Arc<group::ResourceGroup> {
+    match cluster.condition.circuit().open() {
+        Some(open) => match ctx.data_opt::<Arc<AwayViews>>() {
+            Some(away) => away.of(&assembled, &open),
+            None => Arc::new(assembled.while_away(open.since, &open.said())),
+        },
+        None => assembled,
+    }
+}
+
+/// The group of an environment bound to GitOps sources (SPEC 15): the sources' objects across
+/// the namespaces they name, what those own, and the labels source in `labels_namespace` when
+/// the environment has one. Read through the watch cache as the viewer, with the same checks as
+/// [`load`].
+pub async fn load_gitops(
+    ctx: &Context<'_>,
+    environment: &EnvironmentRow,
+    agent: AgentRow,
+    labels_namespace: Option<String>,
+    sources: Vec<crate::gitops::ObjRef>,
+) -> Result<ResourceGroup> {
+    let selector = label_selector(environment.project_id, &environment.slug);
+    let first = labels_namespace
+        .clone()
+        .or_else(|| sources.iter().find_map(|s| s.namespace.clone()))
+        .unwrap_or_default();
+    let deployed = DeploymentAgent {
+        agent: agent.clone(),
+        namespace: first.clone(),
+    };
+    let (cluster, headers, options) = match connect(ctx, environment, &agent).await? {
+        Ok(connected) => connected,
+        Err(none) => {
+            let assembled = unreadable(&first, &selector, none);
+            return Ok(ResourceGroup::new(deployed, assembled.group, None));
+        }
+    };
+    let custom: &Arc<Customizations> = ctx.data_unchecked();
+    let reader = gitops::Reader {
+        watch: &cluster.watch,
+        client: &cluster.client,
+        discovery: &cluster.discovery,
+        headers: &headers,
+        options: &options,
+    };
+    let labels = labels_namespace.map(|namespace| gitops::LabelsSource {
+        namespace,
+        selector: selector.clone(),
+    });
+    let grouped = match gitops::resource_group(&reader, &sources, labels.as_ref(), custom).await {
+        Ok(grouped) => grouped,
+        Err(e) => {
+            let assembled = unreachable_or(e, &first, &selector)?;
+            return Ok(ResourceGroup::new(deployed, assembled.group, None));
+        }
+    };
+    let group = while_away(ctx, &cluster, grouped.group);
+    let mut shown = ResourceGroup::new(
+        DeploymentAgent {
+            agent,
+            namespace: group.namespace.clone(),
+        },
+        group,
+        None,
+    );
+    shown.namespaces = grouped.namespaces;
+    shown.sources = grouped.sources.into_iter().map(Into::into).collect();
+    Ok(shown)
 }
 
 /// The user and their `user_access` grant on the agent; the FORBIDDEN error of SPEC 5.2
@@ -213,8 +312,15 @@ pub(super) async fn authorize<'a>(
 pub struct ResourceGroup {
     /// The agent and namespace of the last successful deployment.
     agent: DeploymentAgent,
+    /// The first of `namespaces`.
     namespace: String,
-    /// The selector the resources were listed with: the two labels GitLab preserves.
+    /// Every namespace the group spans: the deployment's, and those its GitOps sources name.
+    namespaces: Vec<String>,
+    /// The GitOps sources the group is the union of, beside the labels (none for a group of
+    /// labels only).
+    sources: Vec<ResourceGroupSource>,
+    /// The selector the resources were listed with: the two labels GitLab preserves; empty
+    /// when the group has no labels source.
     label_selector: String,
     /// The worst health among the resources; HEALTHY when none has a health.
     health: HealthStatus,
@@ -233,6 +339,11 @@ pub struct ResourceGroup {
 }
 
 impl ResourceGroup {
+    /// The sync status of the group's first source (the environment's bound Flux object).
+    pub(super) fn flux_sync_status(&self) -> Option<FluxSyncStatus> {
+        self.sources.first().and_then(|s| s.flux_sync_status)
+    }
+
     fn new(
         agent: DeploymentAgent,
         group: Arc<group::ResourceGroup>,
@@ -241,6 +352,8 @@ impl ResourceGroup {
         ResourceGroup {
             agent,
             namespace: group.namespace.clone(),
+            namespaces: vec![group.namespace.clone()],
+            sources: Vec::new(),
             label_selector: group.label_selector.clone(),
             health: group.health.status.into(),
             health_message: group.health.message.clone(),
@@ -464,6 +577,8 @@ pub struct KubernetesResource {
     /// Why it is not healthy, from it down (SPEC 17); null when nothing at it or below it
     /// explains anything, and in a deployment's history.
     cause: Option<ResourceCause>,
+    /// GitLab's sync status of a Flux object (SPEC 15); null for anything else.
+    flux_sync_status: Option<FluxSyncStatus>,
     #[graphql(skip)]
     object: Arc<Object>,
 }
@@ -489,6 +604,7 @@ impl From<group::Resource> for KubernetesResource {
             health: r.health.map(Into::into),
             events: r.events.into_iter().map(Into::into).collect(),
             cause: None,
+            flux_sync_status: crate::gitops::sync::of(&r.object.view).map(Into::into),
             object: r.object,
         }
     }
@@ -529,6 +645,7 @@ impl KubernetesResource {
             }),
             events: Vec::new(),
             cause: None,
+            flux_sync_status: crate::gitops::sync::of(&object.view).map(Into::into),
             object: Arc::new(object),
         }
     }
@@ -566,6 +683,8 @@ pub enum ResourceEdgeType {
     VolumeClaim,
     /// An autoscaler's scale target.
     ScaleTarget,
+    /// A GitOps source (Flux Kustomization or HelmRelease, Argo CD Application) applied it.
+    Applies,
 }
 
 impl From<EdgeType> for ResourceEdgeType {
@@ -578,6 +697,7 @@ impl From<EdgeType> for ResourceEdgeType {
             EdgeType::IngressBackend => ResourceEdgeType::IngressBackend,
             EdgeType::VolumeClaim => ResourceEdgeType::VolumeClaim,
             EdgeType::ScaleTarget => ResourceEdgeType::ScaleTarget,
+            EdgeType::Applies => ResourceEdgeType::Applies,
         }
     }
 }
@@ -614,6 +734,7 @@ impl Plain for KubernetesResource {
             "health" => optional(self.health.as_ref(), |h| plain::object(h, selection)),
             "manifest" => json(&self.object.manifest()),
             "events" => plain::list(&self.events, selection),
+            "fluxSyncStatus" => optional(self.flux_sync_status.as_ref(), |s| enum_value(*s)),
             _ => Value::Null,
         }
     }
@@ -632,6 +753,11 @@ impl Plain for group::Resource {
             "health" => optional(self.health.as_ref(), |h| plain::object(h, selection)),
             "manifest" => json(&self.object.manifest()),
             "events" => plain::list(&self.events, selection),
+            "fluxSyncStatus" => {
+                optional(crate::gitops::sync::of(&self.object.view).as_ref(), |s| {
+                    enum_value(FluxSyncStatus::from(*s))
+                })
+            }
             _ => Value::Null,
         }
     }

@@ -581,6 +581,12 @@ impl Environment {
     }
 }
 
+/// The Flux object an environment's `fluxResourcePath` binds it to, when it names one.
+fn bound_flux_source(row: &AgentDeploymentRow) -> Option<crate::gitops::ObjRef> {
+    let path = crate::gitops::path::parse(row.flux_resource_path.as_deref()?)?;
+    super::gitops::bound_source(&path)
+}
+
 pub(super) async fn deployment_agent(
     ctx: &Context<'_>,
     deployment_id: i64,
@@ -706,15 +712,24 @@ impl Environment {
     /// The live resources of the last successful deployment's namespace, labelled for this
     /// environment, and what they own; `null` when no successful deployment went through an
     /// agent. Needs the user's `user_access` to that agent.
+    ///
+    /// An environment bound to a Flux object by its `fluxResourcePath` has that object's
+    /// inventory too, across the namespaces it names (SPEC 15).
     #[graphql(complexity = "resource_group::COST + child_complexity")]
     async fn resource_group(&self, ctx: &Context<'_>) -> Result<Option<ResourceGroup>> {
-        match self.last_agent(ctx).await? {
-            Some((agent, row)) => {
-                resource_group::load(ctx, &self.row, agent, row.kubernetes_namespace)
+        let Some((agent, row)) = self.last_agent(ctx).await? else {
+            return Ok(None);
+        };
+        match bound_flux_source(&row) {
+            Some(source) => {
+                let labels = Some(row.kubernetes_namespace).filter(|ns| !ns.is_empty());
+                resource_group::load_gitops(ctx, &self.row, agent, labels, vec![source])
                     .await
                     .map(Some)
             }
-            None => Ok(None),
+            None => resource_group::load(ctx, &self.row, agent, row.kubernetes_namespace)
+                .await
+                .map(Some),
         }
     }
 
@@ -746,6 +761,28 @@ impl Environment {
                 .await
                 .gql()?;
         Ok(bound.map(|(namespace, name)| format!("{namespace}/{name}")))
+    }
+
+    /// GitLab's sync status of the Flux object the environment is bound to by its
+    /// `fluxResourcePath` (SPEC 15); null without one, when it is not found, or without the
+    /// viewer's `user_access` to the agent.
+    #[graphql(complexity = "resource_group::COST")]
+    async fn flux_sync_status(
+        &self,
+        ctx: &Context<'_>,
+    ) -> Result<Option<super::gitops::FluxSyncStatus>> {
+        let Some((agent, row)) = self.last_agent(ctx).await? else {
+            return Ok(None);
+        };
+        let Some(source) = bound_flux_source(&row) else {
+            return Ok(None);
+        };
+        let group =
+            match resource_group::load_gitops(ctx, &self.row, agent, None, vec![source]).await {
+                Ok(group) => group,
+                Err(_) => return Ok(None),
+            };
+        Ok(group.flux_sync_status())
     }
 
     /// The environment's timeline (SPEC 17), newest first by last time: the Kubernetes Events

@@ -602,6 +602,32 @@ fn listable_kinds(
         .collect())
 }
 
+/// Every kind of an `APIResourceList` that can be read by name (the `get` verb, not a
+/// subresource), cluster-scoped ones included: a GitOps inventory names kinds of both scopes
+/// (`k8s::gitops`), where [`listable_kinds`] keeps only what a namespace's group lists.
+pub(crate) fn readable_kinds(
+    group: &str,
+    version: &str,
+    resource_list: &[u8],
+) -> Result<Vec<ApiKind>, serde_json::Error> {
+    let list: ApiResourceList = serde_json::from_slice(resource_list)?;
+    Ok(list
+        .resources
+        .into_iter()
+        .filter(|r| {
+            !r.name.is_empty() && !r.name.contains('/') && r.verbs.iter().any(|v| v == "get")
+        })
+        .map(|r| ApiKind {
+            group: group.into(),
+            version: version.into(),
+            kind: r.kind,
+            watchable: r.verbs.iter().any(|v| v == "watch"),
+            plural: r.name,
+            namespaced: r.namespaced,
+        })
+        .collect())
+}
+
 /// Kinds that are not resources of an environment, whatever their labels:
 /// - Events (core and `events.k8s.io`): they are fetched once for the namespace and attached to
 ///   the objects they are about;

@@ -274,7 +274,10 @@ pub(crate) async fn into_listing(
 }
 
 /// The candidates whose ownership chain leads to `selected`, one per uid and none selected.
-fn owned_candidates(selected: &[Arc<Object>], candidates: Vec<Arc<Object>>) -> Vec<Arc<Object>> {
+pub(crate) fn owned_candidates(
+    selected: &[Arc<Object>],
+    candidates: Vec<Arc<Object>>,
+) -> Vec<Arc<Object>> {
     let mut keep = vec![false; candidates.len()];
     {
         let roots: Vec<&Tree> = selected.iter().map(|o| &o.view).collect();

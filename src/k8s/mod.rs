@@ -9,6 +9,7 @@ pub mod connection;
 pub mod discovery;
 pub mod fetch;
 pub mod flux_actions;
+pub mod gitops;
 pub mod grants;
 pub mod kas;
 pub mod observe;

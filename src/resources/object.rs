@@ -304,6 +304,10 @@ pub const KEPT: Keep = Fields(&[
             ("backend", All),
             ("scaleTargetRef", All),
             ("volumes", Fields(&[("persistentVolumeClaim", All)])),
+            // GitOps sources (crate::gitops): where a HelmRelease's release is and goes.
+            ("releaseName", All),
+            ("storageNamespace", All),
+            ("targetNamespace", All),
         ]),
     ),
     ("status", All),

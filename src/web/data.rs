@@ -28,10 +28,11 @@ pub const ENVIRONMENT: &str = r#"query($project: ID!, $name: String!) {
       deployments(first: 20) { nodes { iid status ref sha createdAt finishedAt agent { name kubernetesNamespace }
         pullBased { source revision gitlabReason }
         snapshot { settledAt health timeToHealthy } snapshotStatus { state } } }
-      resourceGroup { namespace labelSelector health healthMessage warnings
+      resourceGroup { namespace namespaces labelSelector health healthMessage warnings
+        sources { kind apiVersion namespace name fluxSyncStatus }
         errors { apiVersion kind code message }
         resources { uid apiVersion kind namespace name createdAt health { status message }
-          events { type reason message count lastSeen } }
+          fluxSyncStatus events { type reason message count lastSeen } }
         causes { path message sentence logLines }
         edges { from to type } }
       events(first: 50) { nodes { id type reason message count lastTime resourceUid source } }
@@ -473,6 +474,12 @@ pub struct TimelineEvent {
 #[serde(rename_all = "camelCase")]
 pub struct ResourceGroup {
     pub namespace: String,
+    /// Every namespace the group spans (SPEC 15).
+    #[serde(default)]
+    pub namespaces: Vec<String>,
+    /// Its GitOps sources, with their sync status.
+    #[serde(default)]
+    pub sources: Vec<GroupSource>,
     #[serde(default)]
     pub label_selector: String,
     #[serde(default)]
@@ -488,6 +495,17 @@ pub struct ResourceGroup {
     pub edges: Vec<Edge>,
     #[serde(default)]
     pub causes: Vec<Cause>,
+}
+
+/// A GitOps source of a group (SPEC 15).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupSource {
+    pub kind: String,
+    pub api_version: String,
+    pub namespace: Option<String>,
+    pub name: String,
+    pub flux_sync_status: Option<String>,
 }
 
 /// Why the group is not healthy, from one root (SPEC 17).
@@ -521,6 +539,9 @@ pub struct Resource {
     pub name: String,
     pub created_at: Option<String>,
     pub health: Option<Health>,
+    /// GitLab's sync status of a Flux object.
+    #[serde(default)]
+    pub flux_sync_status: Option<String>,
     #[serde(default)]
     pub events: Vec<Event>,
     #[serde(default)]

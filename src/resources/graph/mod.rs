@@ -53,6 +53,9 @@ pub enum EdgeType {
     IngressBackend,
     VolumeClaim,
     ScaleTarget,
+    /// A GitOps source (Flux Kustomization or HelmRelease, Argo CD Application) and what it
+    /// applied (`crate::k8s::gitops`).
+    Applies,
 }
 
 /// A directed link from parent to child, as indices into the objects the graph was built from.

@@ -124,6 +124,7 @@ mod tests {
                 status: status.into(),
                 message: None,
             }),
+            flux_sync_status: None,
             events: vec![],
             manifest: None,
         }
@@ -141,6 +142,8 @@ mod tests {
     fn group(health: &str, causes: Vec<Cause>) -> ResourceGroup {
         ResourceGroup {
             namespace: "ns".into(),
+            namespaces: vec![],
+            sources: vec![],
             label_selector: String::new(),
             health: Some(health.into()),
             health_message: None,

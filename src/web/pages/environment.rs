@@ -61,8 +61,9 @@ impl<'a> Tree<'a> {
         let n = group.resources.len();
         let mut children = vec![Vec::new(); n];
         let mut owned = vec![false; n];
+        // A GitOps source holds what it applied as an owner holds what it owns (SPEC 15).
         for e in &group.edges {
-            if e.kind != "OWNER" {
+            if e.kind != "OWNER" && e.kind != "APPLIES" {
                 continue;
             }
             if let (Some(&from), Some(&to)) = (index.get(e.from.as_str()), index.get(e.to.as_str()))
@@ -144,6 +145,20 @@ impl<'a> Tree<'a> {
     }
 }
 
+/// GitLab's sync status of a Flux object, in words (SPEC 15); the colour repeats them.
+fn sync_badge(status: &str) -> Markup {
+    let (class, words) = match status {
+        "RECONCILED" => ("h-healthy", "Reconciled"),
+        "RECONCILING" => ("h-progressing", "Reconciling"),
+        "RECONCILING_WITH_BAD_CONFIG" => ("h-progressing", "Reconciling with bad config"),
+        "STALLED" => ("h-degraded", "Stalled"),
+        "FAILED" => ("h-degraded", "Failed"),
+        "SUSPENDED" => ("h-suspended", "Suspended"),
+        _ => ("h-unknown", "Sync unknown"),
+    };
+    html! { span.badge.sync.(class) title="Flux sync status" { (words) } }
+}
+
 /// What the page script compares with a live message to tell whether a resource's events
 /// changed (then it re-renders the regions from the server): how many, and their counts summed.
 pub fn events_mark(r: &Resource) -> String {
@@ -162,7 +177,9 @@ fn node_line(r: &Resource, href: &str, below: Option<usize>, on_path: bool) -> M
     html! {
         span.node.on-path[on_path] data-uid=(r.uid) data-ev=(events_mark(r)) {
             (health_badge(r.health.as_ref().map(|h| h.status.as_str())))
+            @if let Some(sync) = &r.flux_sync_status { (sync_badge(sync)) }
             span.kind { (r.kind) }
+            @if let Some(ns) = &r.namespace { span.ns.mono title="Namespace" { (ns) "/" } }
             a.name href=(href) { (r.name) }
             @if let Some(n) = below { span.below { "(" (n) " below)" } }
             @if warnings > 0 { span.badge.h-degraded { (warnings) " warning event" (if warnings == 1 { "" } else { "s" }) } }
@@ -266,8 +283,20 @@ pub fn environment_page(chrome: &Chrome, view: &EnvironmentView, now: DateTime<U
                     }
                     @if let Some(a) = &env.argo_application { div { dt { "Argo CD Application" } dd.mono { (a) } } }
                     @if let Some(g) = &env.resource_group {
-                        div { dt { "Namespace" } dd.mono { (g.namespace) } }
-                        div { dt { "Label selector" } dd.mono { (g.label_selector) } }
+                        @if g.namespaces.len() > 1 {
+                            div { dt { "Namespaces" } dd.mono { (g.namespaces.join(", ")) } }
+                        } @else {
+                            div { dt { "Namespace" } dd.mono { (g.namespace) } }
+                        }
+                        @if !g.label_selector.is_empty() {
+                            div { dt { "Label selector" } dd.mono { (g.label_selector) } }
+                        }
+                        @for source in &g.sources {
+                            div.source { dt title=(source.api_version) { (source.kind) } dd {
+                                span.mono { (source.namespace.as_deref().map(|ns| format!("{ns}/")).unwrap_or_default()) (source.name) }
+                                @if let Some(sync) = &source.flux_sync_status { " " (sync_badge(sync)) }
+                            } }
+                        }
                         div { dt { "Health" } dd #group-health { (health_badge(g.health.as_deref())) } }
                         div { dt { "Resources" } dd { (g.resources.len()) } }
                     }
@@ -444,6 +473,7 @@ mod tests {
                 status: s.into(),
                 message: None,
             }),
+            flux_sync_status: None,
             events: vec![],
             manifest: None,
         }
@@ -461,6 +491,8 @@ mod tests {
     fn owners_hold_their_children_and_the_worst_subtree_comes_first() {
         let group = ResourceGroup {
             namespace: "ns".into(),
+            namespaces: vec![],
+            sources: vec![],
             label_selector: String::new(),
             health: Some("DEGRADED".into()),
             health_message: None,

@@ -1,0 +1,77 @@
+//! GitOps as GraphQL shows it (SPEC 15): a group's sources, GitLab's sync status of Flux
+//! objects, and the binding of an environment to its Flux object.
+
+use async_graphql::{Enum, SimpleObject};
+
+use crate::gitops::path::FluxPath;
+use crate::gitops::sync;
+use crate::gitops::ObjRef;
+use crate::k8s::gitops::GroupSource;
+
+/// GitLab's sync status of a Flux object, in the order it is decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Enum)]
+pub enum FluxSyncStatus {
+    Suspended,
+    Failed,
+    Stalled,
+    ReconcilingWithBadConfig,
+    Reconciling,
+    Reconciled,
+    Unknown,
+}
+
+impl From<sync::FluxSyncStatus> for FluxSyncStatus {
+    fn from(s: sync::FluxSyncStatus) -> Self {
+        use sync::FluxSyncStatus as S;
+        match s {
+            S::Suspended => FluxSyncStatus::Suspended,
+            S::Failed => FluxSyncStatus::Failed,
+            S::Stalled => FluxSyncStatus::Stalled,
+            S::ReconcilingWithBadConfig => FluxSyncStatus::ReconcilingWithBadConfig,
+            S::Reconciling => FluxSyncStatus::Reconciling,
+            S::Reconciled => FluxSyncStatus::Reconciled,
+            S::Unknown => FluxSyncStatus::Unknown,
+        }
+    }
+}
+
+/// A GitOps source of a resource group: a Flux Kustomization or HelmRelease, an Argo CD
+/// Application.
+#[derive(Debug, Clone, SimpleObject)]
+pub struct ResourceGroupSource {
+    pub kind: String,
+    pub api_version: String,
+    pub namespace: Option<String>,
+    pub name: String,
+    /// Null unless a Flux object that was found.
+    pub flux_sync_status: Option<FluxSyncStatus>,
+}
+
+impl From<GroupSource> for ResourceGroupSource {
+    fn from(s: GroupSource) -> Self {
+        ResourceGroupSource {
+            kind: s.kind,
+            api_version: s.api_version,
+            namespace: s.namespace,
+            name: s.name,
+            flux_sync_status: s.flux_sync_status.map(Into::into),
+        }
+    }
+}
+
+/// The source an environment's Flux resource path names, its kind found by its plural among
+/// Flux's kinds (GitLab binds Kustomizations and HelmReleases).
+pub fn bound_source(path: &FluxPath) -> Option<ObjRef> {
+    let kind = match (path.group.as_str(), path.plural.as_str()) {
+        (crate::gitops::KUSTOMIZE_GROUP, "kustomizations") => "Kustomization",
+        (crate::gitops::HELM_GROUP, "helmreleases") => "HelmRelease",
+        _ => return None,
+    };
+    Some(ObjRef {
+        group: path.group.clone(),
+        version: Some(path.version.clone()),
+        kind: kind.to_owned(),
+        namespace: Some(path.namespace.clone()),
+        name: path.name.clone(),
+    })
+}

@@ -1,0 +1,444 @@
+//! A resource group whose sources are GitOps objects (SPEC 15): the pure resolution
+//! (`crate::gitops::resolve`) asks for namespaces, cluster-scoped objects and Helm releases;
+//! this lists them, as the viewer, from the watch cache (a watch set per namespace it needs) or
+//! with a request of its own, and resolves again until nothing is missing. Then what the
+//! objects own is added and the group assembled as any other, with an `APPLIES` edge from each
+//! source to what it applied.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use axum::http::HeaderMap;
+use futures_util::future::join_all;
+
+use super::discovery::{self, ApiKind, DiscoveryCache};
+use super::fetch::{self, encode, FetchError, FetchOptions};
+use super::observe::ForAgent;
+use super::watch::WatchCache;
+use crate::gitops::resolve::{self, Loaded, Resolution};
+use crate::gitops::sync::{self, FluxSyncStatus};
+use crate::gitops::{helm, ObjRef};
+use crate::resources::graph::{Edge, EdgeType};
+use crate::resources::group::{self, ResourceGroup};
+use crate::resources::health::Customizations;
+use crate::resources::listing::{ListError, Listing};
+use crate::resources::object::Object;
+
+/// A group spans at most this many namespaces: the rest are named in a warning.
+pub const MAX_NAMESPACES: usize = 64;
+
+/// Cluster-scoped objects are read by name, one request each: at most this many a view.
+pub const MAX_CLUSTER_SCOPED: usize = 500;
+
+/// Warnings of the sources shown at most (an inventory of objects not yet created names each).
+pub const MAX_WARNINGS: usize = 50;
+
+/// Rounds of listing and resolving: each level of nesting may name new namespaces.
+const MAX_ROUNDS: usize = resolve::MAX_DEPTH + 3;
+
+/// A source of the group, as `ResourceGroup.sources` shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupSource {
+    pub kind: String,
+    pub api_version: String,
+    pub namespace: Option<String>,
+    pub name: String,
+    /// `None` unless a Flux object that was found.
+    pub flux_sync_status: Option<FluxSyncStatus>,
+}
+
+/// The group of some GitOps sources, with the labels source when the environment has one.
+#[derive(Debug, Clone)]
+pub struct GitOpsGroup {
+    pub group: Arc<ResourceGroup>,
+    /// Every namespace the group spans, the first one first (`ResourceGroup.namespace`).
+    pub namespaces: Vec<String>,
+    pub sources: Vec<GroupSource>,
+}
+
+/// The labels source (SPEC 5.2): a selector in a namespace.
+#[derive(Debug, Clone)]
+pub struct LabelsSource {
+    pub namespace: String,
+    pub selector: String,
+}
+
+/// What a round needs to read the cluster.
+pub struct Reader<'a> {
+    pub watch: &'a WatchCache,
+    pub client: &'a kube::Client,
+    pub discovery: &'a DiscoveryCache,
+    pub headers: &'a HeaderMap,
+    pub options: &'a FetchOptions,
+}
+
+/// Lists and assembles the group of `sources` (and `labels`).
+pub async fn resource_group(
+    reader: &Reader<'_>,
+    sources: &[ObjRef],
+    labels: Option<&LabelsSource>,
+    custom: &Arc<Customizations>,
+) -> Result<GitOpsGroup, FetchError> {
+    let discovered = reader.discovery.kinds().await?;
+    // Discovery's kinds, then those of the group versions the sources name beyond them.
+    let mut kinds: Vec<ApiKind> = discovered.kinds.to_vec();
+    let mut loaded = Loaded::default();
+    let mut listings: Vec<Listing> = Vec::new();
+    let mut errors: Vec<ListError> = Vec::new();
+    let mut warnings: Vec<String> = Vec::new();
+    if let Some(labels) = labels {
+        let listing = list_namespace(reader, &labels.namespace).await?;
+        loaded.add_namespace(&labels.namespace, listing.selected.clone());
+        listings.push(listing);
+    }
+    let mut resolution = Resolution::default();
+    let mut cluster_read = 0;
+    for _ in 0..MAX_ROUNDS {
+        let namespaced = |group: &str, kind: &str| {
+            kinds
+                .iter()
+                .find(|k| k.group == group && k.kind == kind)
+                .map(|k| k.namespaced)
+        };
+        resolution = resolve::resolve(sources, &loaded, &namespaced);
+        let needs = &resolution.needs;
+        if needs.is_empty() {
+            break;
+        }
+        let room = MAX_NAMESPACES.saturating_sub(listings.len());
+        let (wanted, dropped): (Vec<&String>, Vec<&String>) = {
+            let all: Vec<&String> = needs.namespaces.iter().collect();
+            let cut = all.len().min(room);
+            (all[..cut].to_vec(), all[cut..].to_vec())
+        };
+        if !dropped.is_empty() {
+            warnings.push(format!(
+                "The group spans more than {MAX_NAMESPACES} namespaces; left out: {}",
+                dropped
+                    .iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        let lists = join_all(wanted.iter().map(|ns| list_namespace(reader, ns))).await;
+        for (ns, listed) in wanted.iter().zip(lists) {
+            match listed {
+                Ok(listing) => {
+                    loaded.add_namespace(ns, listing.selected.clone());
+                    listings.push(listing);
+                }
+                Err(e) => {
+                    warnings.push(format!("The namespace {ns} could not be listed: {e}"));
+                    loaded.add_namespace(ns, Vec::new());
+                }
+            }
+        }
+        for ns in dropped {
+            loaded.add_namespace(ns, Vec::new());
+        }
+        // Read one by one, at most `max_in_flight` at once and [`MAX_CLUSTER_SCOPED`] a view.
+        let room = MAX_CLUSTER_SCOPED.saturating_sub(cluster_read);
+        let (reading, skipped) = needs.cluster.split_at(needs.cluster.len().min(room));
+        for chunk in reading.chunks(reader.options.max_in_flight.max(1)) {
+            let got = join_all(chunk.iter().map(|r| get_cluster_scoped(reader, &kinds, r))).await;
+            for (r, got) in chunk.iter().zip(got) {
+                match got {
+                    Ok(object) => loaded.add_cluster(r, object),
+                    Err(e) => {
+                        errors.push(e);
+                        loaded.add_cluster(r, None);
+                    }
+                }
+            }
+        }
+        cluster_read += reading.len();
+        if !skipped.is_empty() {
+            warnings.push(format!(
+                "More than {MAX_CLUSTER_SCOPED} cluster-scoped objects: {} are not shown",
+                skipped.len()
+            ));
+        }
+        for r in skipped {
+            loaded.add_cluster(r, None);
+        }
+        for (group, version) in &needs.kinds {
+            match group_version_kinds(reader, group, version).await {
+                Ok(found) => kinds.extend(found),
+                Err(e) => warnings.push(format!("The kinds of {group}/{version}: {e}")),
+            }
+            loaded.add_kinds_asked(group, version);
+        }
+        for (ns, release) in &needs.helm {
+            let objects = helm_release_objects(reader, ns, release).await;
+            loaded.add_helm(ns, release, objects);
+        }
+    }
+    if !resolution.needs.is_empty() {
+        warnings.push("Sources nest deeper than could be listed; some are not shown".into());
+    }
+    let Resolution {
+        objects: applied,
+        applies,
+        sources: found,
+        namespaces: spanned,
+        warnings: said,
+        ..
+    } = resolution;
+    warnings.extend(said);
+    if warnings.len() > MAX_WARNINGS {
+        let more = warnings.len() - MAX_WARNINGS;
+        warnings.truncate(MAX_WARNINGS);
+        warnings.push(format!("… and {more} more warnings"));
+    }
+
+    // The namespaces: the labels source's first, then as the sources met them.
+    let mut namespaces: Vec<String> = Vec::new();
+    for ns in labels.map(|l| &l.namespace).into_iter().chain(&spanned) {
+        if !namespaces.contains(ns) {
+            namespaces.push(ns.clone());
+        }
+    }
+    let group_sources = found
+        .iter()
+        .map(|s| GroupSource {
+            kind: s.reference.kind.clone(),
+            api_version: s
+                .object
+                .as_ref()
+                .map(|o| crate::gitops::text(&o.view, &["apiVersion"]).to_owned())
+                .or_else(|| s.reference.api_version())
+                .unwrap_or_else(|| s.reference.group.clone()),
+            namespace: s.reference.namespace.clone(),
+            name: s.reference.name.clone(),
+            flux_sync_status: s.object.as_ref().and_then(|o| sync::of(&o.view)),
+        })
+        .collect();
+
+    let listing = combine(listings, applied, labels, errors, warnings, &discovered);
+    let custom = custom.clone();
+    let mut group = tokio::task::spawn_blocking(move || group::assemble(listing, &custom))
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+    add_applies(&mut group, &applies);
+    group.namespace = namespaces.first().cloned().unwrap_or_default();
+    group.label_selector = labels.map(|l| l.selector.clone()).unwrap_or_default();
+    if !group.resources.is_empty() {
+        group.warnings.retain(|w| w != group::NO_RESOURCES_WARNING);
+    }
+    Ok(GitOpsGroup {
+        group: Arc::new(group),
+        namespaces,
+        sources: group_sources,
+    })
+}
+
+/// Every object of `namespace`, from the watch cache (an empty selector selects them all).
+async fn list_namespace(reader: &Reader<'_>, namespace: &str) -> Result<Listing, FetchError> {
+    reader
+        .watch
+        .list_resource_group(
+            reader.discovery,
+            reader.headers,
+            namespace,
+            "",
+            reader.options,
+        )
+        .await
+}
+
+/// The listing to assemble: what the sources applied and what the labels select, then what
+/// those own among everything listed; the Events of what is in the group.
+fn combine(
+    listings: Vec<Listing>,
+    applied: Vec<Arc<Object>>,
+    labels: Option<&LabelsSource>,
+    mut errors: Vec<ListError>,
+    warnings: Vec<String>,
+    discovered: &discovery::Discovered,
+) -> Listing {
+    let uid = |o: &Object| crate::gitops::text(&o.view, &["metadata", "uid"]).to_owned();
+    let mut selected = applied;
+    let mut chosen: HashSet<String> = selected.iter().map(|o| uid(o)).collect();
+    if let (Some(labels), Some(first)) = (labels, listings.first()) {
+        let terms = fetch::equality_terms(&labels.selector).unwrap_or_default();
+        for o in &first.selected {
+            let labels = o
+                .view
+                .get("metadata")
+                .and_then(|m| m.get("labels"))
+                .and_then(|l| l.as_object());
+            if fetch::labels_match(&terms, labels) && chosen.insert(uid(o)) {
+                selected.push(o.clone());
+            }
+        }
+    }
+    let mut events = HashMap::new();
+    let mut warnings = warnings;
+    let mut candidates = Vec::new();
+    for listing in listings {
+        errors.extend(listing.errors);
+        warnings.extend(listing.warnings);
+        events.extend(listing.events);
+        candidates.extend(
+            listing
+                .selected
+                .into_iter()
+                .filter(|o| !chosen.contains(&uid(o))),
+        );
+    }
+    let owned = fetch::owned_candidates(&selected, candidates);
+    let in_group: HashSet<String> = selected.iter().chain(&owned).map(|o| uid(o)).collect();
+    events.retain(|uid, _| in_group.contains(uid));
+    errors.sort();
+    errors.dedup_by(|a, b| a.api_version == b.api_version && a.kind == b.kind);
+    Listing {
+        namespace: String::new(),
+        label_selector: String::new(),
+        selected,
+        owned,
+        events,
+        errors,
+        unavailable: discovered.failures.clone(),
+        warnings,
+    }
+}
+
+/// The `APPLIES` edges, by uid, among the assembled resources: after the others, each once, in
+/// the order the sources met what they applied.
+fn add_applies(group: &mut ResourceGroup, applies: &[(String, String)]) {
+    let index: HashMap<&str, u32> = group
+        .resources
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (r.uid.as_str(), i as u32))
+        .collect();
+    let mut seen = HashSet::new();
+    let edges: Vec<Edge> = applies
+        .iter()
+        .filter_map(|(from, to)| {
+            Some(Edge {
+                from: *index.get(from.as_str())?,
+                to: *index.get(to.as_str())?,
+                kind: EdgeType::Applies,
+            })
+        })
+        .filter(|e| seen.insert(*e))
+        .collect();
+    group.edges.extend(edges);
+}
+
+/// A cluster-scoped object, read as the viewer at the entry's version when the cluster serves
+/// it (else at the one discovery found); `None` when it is not there.
+async fn get_cluster_scoped(
+    reader: &Reader<'_>,
+    kinds: &[ApiKind],
+    r: &ObjRef,
+) -> Result<Option<Arc<Object>>, ListError> {
+    let Some(kind) = kinds
+        .iter()
+        .find(|k| k.group == r.group && k.kind == r.kind)
+    else {
+        return Ok(None);
+    };
+    let version = r.version.clone().unwrap_or_else(|| kind.version.clone());
+    let base = if r.group.is_empty() {
+        format!("/api/{version}")
+    } else {
+        format!("/apis/{}/{version}", r.group)
+    };
+    let path = format!("{base}/{}/{}", encode(&kind.plural), encode(&r.name));
+    let api_version = if r.group.is_empty() {
+        version.clone()
+    } else {
+        format!("{}/{version}", r.group)
+    };
+    let answer = discovery::get(
+        reader.client,
+        &path,
+        reader.headers,
+        reader.options.agent.map(ForAgent),
+        reader.options.request_timeout,
+    )
+    .await;
+    match answer {
+        Ok(body) => {
+            let text = String::from_utf8_lossy(&body).into_owned().into_boxed_str();
+            Object::parse_text(text, &api_version, &r.kind)
+                .map(|o| Some(Arc::new(o)))
+                .map_err(|e| ListError {
+                    api_version,
+                    kind: r.kind.clone(),
+                    code: None,
+                    message: e.to_string(),
+                })
+        }
+        Err(failure) if failure.code == Some(404) => Ok(None),
+        Err(failure) => Err(ListError {
+            api_version,
+            kind: r.kind.clone(),
+            code: failure.code,
+            message: failure.message,
+        }),
+    }
+}
+
+/// The kinds a group version serves, from its `APIResourceList`; none when it is not served.
+async fn group_version_kinds(
+    reader: &Reader<'_>,
+    group: &str,
+    version: &str,
+) -> Result<Vec<ApiKind>, String> {
+    let path = if group.is_empty() {
+        format!("/api/{}", encode(version))
+    } else {
+        format!("/apis/{}/{}", encode(group), encode(version))
+    };
+    match discovery::get(
+        reader.client,
+        &path,
+        &HeaderMap::new(),
+        reader.options.agent.map(ForAgent),
+        reader.options.request_timeout,
+    )
+    .await
+    {
+        Ok(body) => discovery::readable_kinds(group, version, &body).map_err(|e| e.to_string()),
+        Err(failure) if failure.code == Some(404) => Ok(Vec::new()),
+        Err(failure) => Err(failure.message),
+    }
+}
+
+/// The objects of the newest deployed Helm release `release` stored in `namespace`: its
+/// Secrets listed as the viewer (Helm's own labels select them), the newest decoded.
+async fn helm_release_objects(
+    reader: &Reader<'_>,
+    namespace: &str,
+    release: &str,
+) -> Result<Vec<ObjRef>, String> {
+    let selector = format!("owner=helm,name={release},status=deployed");
+    let path = format!(
+        "/api/v1/namespaces/{}/secrets?labelSelector={}",
+        encode(namespace),
+        encode(&selector)
+    );
+    let body = discovery::get(
+        reader.client,
+        &path,
+        reader.headers,
+        reader.options.agent.map(ForAgent),
+        reader.options.request_timeout,
+    )
+    .await
+    .map_err(|f| f.message)?;
+    #[derive(serde::Deserialize)]
+    struct List {
+        #[serde(default)]
+        items: Vec<serde_json::Value>,
+    }
+    let list: List = serde_json::from_slice(&body).map_err(|e| e.to_string())?;
+    let data = helm::newest_deployed(&list.items, release)
+        .ok_or_else(|| format!("no deployed release Secret in {namespace}"))?;
+    let decoded = helm::decode_release(data).map_err(|e| e.to_string())?;
+    Ok(helm::manifest_objects(&decoded.manifest))
+}

@@ -1,0 +1,586 @@
+//! GitOps environments' resource groups (SPEC 15), end to end: an environment bound to its Flux
+//! object by `fluxResourcePath`, the object's inventory listed from the test Kubernetes server
+//! (Flux's and Argo CD's kinds served as their CRDs declare them) across the namespaces it
+//! names, nested sources expanded, GitLab's sync status on each Flux object.
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{header, Method, Request};
+use envlens::auth::mint_session;
+use serde_json::{json, Value};
+use tempfile::TempDir;
+
+use crate::support::environment::{self, meta, owner_ref, NS, PROJECT};
+use crate::support::gitops::serve_gitops_kinds;
+use crate::support::kube_api::{KubeApi, Served};
+use crate::support::*;
+
+const DEV: (i64, &str) = (2, "dev");
+
+const KS: &str = "kustomize.toolkit.fluxcd.io/v1";
+const HR: &str = "helm.toolkit.fluxcd.io/v2";
+
+async fn cluster() -> (KubeApi, Served, TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let api = KubeApi::new();
+    environment::environment(&api);
+    serve_gitops_kinds(&api);
+    let served = api.serve(dir.path()).await;
+    (api, served, dir)
+}
+
+/// A deployment of acme/apps/web to `env` through agent 7 into `shop`, with GitLab's Flux
+/// resource path, successful.
+async fn deploy_bound(app: &TestApp, id: i64, env: (i64, &str), flux: &str) {
+    let res = app.internal(Method::POST, "/api/v4/internal/deployments", &json!({
+        "deployment": {"id": id, "iid": id, "status": "created", "ref": "main", "sha": "abc", "tag": false,
+                       "created_at": "2026-11-21T10:00:00Z"},
+        "project": {"id": PROJECT, "full_path": "acme/apps/web"},
+        "environment": {"id": env.0, "name": env.1, "slug": env.1, "tier": "production"},
+        "job": {"id": id, "name": "deploy", "protected_ref": true},
+        "kubernetes": {"agent": "acme/agents:prod", "dashboard": {"namespace": NS, "flux_resource_path": flux}}
+    })).await;
+    assert_eq!(res.status, 201, "{}", res.text());
+    let hook = json!({"object_kind": "deployment", "deployment_id": id, "status": "success",
+        "status_changed_at": "2026-11-21 10:05:00 UTC", "environment": env.1,
+        "project": {"id": PROJECT, "path_with_namespace": "acme/apps/web"}});
+    let res = app.hook("Deployment Hook", hook.to_string(), None).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+}
+
+fn path(api_version: &str, plural: &str, ns: &str, name: &str) -> String {
+    format!("{api_version}/namespaces/{ns}/{plural}/{name}")
+}
+
+fn ready(status: &str, reason: &str) -> Value {
+    json!([{"type": "Ready", "status": status, "reason": reason, "message": "",
+            "lastTransitionTime": "2026-11-27T10:00:00Z"}])
+}
+
+/// A Kustomization as kustomize-controller writes its status (`api/v1/kustomization_types.go`:
+/// `ResourceInventory{entries: [{id, v}]}`, `lastAppliedRevision`, conditions).
+fn kustomization(ns: &str, name: &str, ids: &[(&str, &str)], conditions: Value) -> Value {
+    let entries: Vec<Value> = ids
+        .iter()
+        .map(|(id, v)| json!({"id": id, "v": v}))
+        .collect();
+    json!({"apiVersion": KS, "kind": "Kustomization", "metadata": meta(ns, name, &format!("uid-ks-{name}"), json!({})),
+        "spec": {"interval": "10m", "path": "./apps", "prune": true,
+                 "sourceRef": {"kind": "GitRepository", "name": "flux-system"}},
+        "status": {"conditions": conditions, "inventory": {"entries": entries},
+                   "lastAppliedRevision": "main@sha1:0123456789abcdef", "observedGeneration": 1}})
+}
+
+fn deployment(ns: &str, name: &str, uid: &str) -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta(ns, name, uid, json!({})),
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
+                 "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": []}}},
+        "status": {"replicas": 1, "readyReplicas": 1, "updatedReplicas": 1, "availableReplicas": 1, "observedGeneration": 1}})
+}
+
+async fn group(app: &TestApp, env: &str) -> Value {
+    let query = format!(
+        r#"{{ project(fullPath: "acme/apps/web") {{ environment(name: "{env}") {{
+            fluxSyncStatus
+            resourceGroup {{ namespace namespaces labelSelector warnings
+              sources {{ kind apiVersion namespace name fluxSyncStatus }}
+              resources {{ uid apiVersion kind namespace name fluxSyncStatus }}
+              edges {{ from to type }} errors {{ kind code message }} }} }} }} }}"#
+    );
+    let body = app.graphql(DEV, &query).await;
+    assert!(body.get("errors").is_none(), "{body}");
+    body["data"]["project"]["environment"].clone()
+}
+
+fn names(group: &Value) -> Vec<String> {
+    group["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let ns = r["namespace"].as_str().unwrap_or("-");
+            format!(
+                "{} {ns}/{}",
+                r["kind"].as_str().unwrap(),
+                r["name"].as_str().unwrap()
+            )
+        })
+        .collect()
+}
+
+fn uid_of(group: &Value, kind: &str, ns: Option<&str>, name: &str) -> String {
+    group["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["kind"] == kind && r["name"] == name && r["namespace"].as_str() == ns)
+        .unwrap_or_else(|| panic!("no {kind} {ns:?}/{name} in {group}"))["uid"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+fn applies(group: &Value) -> Vec<(String, String)> {
+    group["edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == "APPLIES")
+        .map(|e| {
+            (
+                e["from"].as_str().unwrap().to_owned(),
+                e["to"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_kustomization_spans_three_namespaces_and_a_cluster_scoped_entry() {
+    let (api, served, _dir) = cluster().await;
+    // blue/green in two namespaces, a Namespace and an RBAC name with a colon (`__` in the id).
+    api.insert(kustomization(
+        "flux-system",
+        "apps",
+        &[
+            ("_blue__Namespace", "v1"),
+            ("blue_web_apps_Deployment", "v1"),
+            ("green_web_apps_Deployment", "v1"),
+            ("green_web__Service", "v1"),
+            ("_shop__reader_rbac.authorization.k8s.io_ClusterRole", "v1"),
+        ],
+        ready("True", "ReconciliationSucceeded"),
+    ));
+    api.insert(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "blue", "uid": "uid-ns-blue"}}));
+    api.insert(
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "shop:reader", "uid": "uid-cr"}, "rules": []}),
+    );
+    api.insert(deployment("blue", "web", "uid-blue-web"));
+    let mut rs = meta("blue", "web-1a2b", "uid-blue-rs", json!({"app": "web"}));
+    rs["ownerReferences"] = owner_ref("apps/v1", "Deployment", "web", "uid-blue-web");
+    api.insert(
+        json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": rs,
+        "spec": {"replicas": 1}, "status": {"replicas": 1, "readyReplicas": 1}}),
+    );
+    api.insert(deployment("green", "web", "uid-green-web"));
+    api.insert(json!({"apiVersion": "v1", "kind": "Service", "metadata": meta("green", "web", "uid-green-svc", json!({})),
+        "spec": {"selector": {"app": "web"}}}));
+    // Not in the inventory: stays out.
+    api.insert(deployment("green", "other", "uid-green-other"));
+
+    let world =
+        environment::gitlab_via(crate::support::reach::Reach::Kubeconfig, &served, "").await;
+    deploy_bound(
+        &world,
+        20,
+        (120, "flux"),
+        &path(KS, "kustomizations", "flux-system", "apps"),
+    )
+    .await;
+    let env = group(&world, "flux").await;
+    let g = &env["resourceGroup"];
+
+    assert_eq!(env["fluxSyncStatus"], "RECONCILED");
+    assert_eq!(g["namespace"], NS);
+    assert_eq!(g["namespaces"], json!([NS, "flux-system", "blue", "green"]));
+    assert!(g["labelSelector"]
+        .as_str()
+        .unwrap()
+        .contains("environment_slug=flux"));
+    assert_eq!(
+        g["sources"],
+        json!([{"kind": "Kustomization", "apiVersion": KS,
+        "namespace": "flux-system", "name": "apps", "fluxSyncStatus": "RECONCILED"}])
+    );
+    let shown = names(g);
+    for expected in [
+        "Kustomization flux-system/apps",
+        "Namespace -/blue",
+        "Deployment blue/web",
+        "ReplicaSet blue/web-1a2b",
+        "Deployment green/web",
+        "Service green/web",
+        "ClusterRole -/shop:reader",
+    ] {
+        assert!(
+            shown.contains(&expected.to_owned()),
+            "{expected} not in {shown:?}"
+        );
+    }
+    assert!(
+        !shown.contains(&"Deployment green/other".to_owned()),
+        "{shown:?}"
+    );
+    assert_eq!(g["warnings"], json!([]), "{g}");
+
+    let ks = uid_of(g, "Kustomization", Some("flux-system"), "apps");
+    let mut got = applies(g);
+    got.sort();
+    let mut want: Vec<(String, String)> = [
+        "uid-ns-blue",
+        "uid-blue-web",
+        "uid-green-web",
+        "uid-green-svc",
+        "uid-cr",
+    ]
+    .iter()
+    .map(|to| (ks.clone(), to.to_string()))
+    .collect();
+    want.sort();
+    assert_eq!(got, want);
+    // What the applied Deployment owns comes along, by ownership as always.
+    assert!(g["edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["from"] == "uid-blue-web" && e["to"] == "uid-blue-rs" && e["type"] == "OWNER"));
+    // Only Flux objects carry a sync status.
+    for r in g["resources"].as_array().unwrap() {
+        let flux = r["apiVersion"]
+            .as_str()
+            .unwrap()
+            .contains("toolkit.fluxcd.io");
+        assert_eq!(r["fluxSyncStatus"].is_null(), !flux, "{r}");
+    }
+}
+
+#[tokio::test]
+async fn sources_nest_three_levels_deep_and_a_cycle_is_warned() {
+    let (api, served, _dir) = cluster().await;
+    api.insert(kustomization(
+        "flux-system",
+        "root",
+        &[(
+            "flux-system_infra_kustomize.toolkit.fluxcd.io_Kustomization",
+            "v1",
+        )],
+        ready("True", "ReconciliationSucceeded"),
+    ));
+    // infra applies a HelmRelease, an Argo CD Application, and root again (a cycle).
+    api.insert(kustomization(
+        "flux-system",
+        "infra",
+        &[
+            ("apps_podinfo_helm.toolkit.fluxcd.io_HelmRelease", "v2"),
+            ("argocd_shop_argoproj.io_Application", "v1alpha1"),
+            (
+                "flux-system_root_kustomize.toolkit.fluxcd.io_Kustomization",
+                "v1",
+            ),
+        ],
+        ready("Unknown", "Progressing"),
+    ));
+    // helm-controller 1.5's inventory (`api/v2/helmrelease_types.go`: `Inventory *ResourceInventory`).
+    api.insert(json!({"apiVersion": HR, "kind": "HelmRelease", "metadata": meta("apps", "podinfo", "uid-hr", json!({})),
+        "spec": {"interval": "5m", "chart": {"spec": {"chart": "podinfo", "sourceRef": {"kind": "HelmRepository", "name": "podinfo"}}}, "suspend": true},
+        "status": {"conditions": ready("True", "InstallSucceeded"),
+                   "inventory": {"entries": [{"id": "apps_podinfo_apps_Deployment", "v": "v1"}]},
+                   "history": [{"name": "podinfo", "namespace": "apps", "version": 1, "status": "deployed"}]}}));
+    api.insert(deployment("apps", "podinfo", "uid-podinfo"));
+    // Argo CD's `ApplicationStatus.resources` (`ResourceStatus`: group version kind namespace name).
+    api.insert(json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application", "metadata": meta("argocd", "shop", "uid-app", json!({})),
+        "spec": {"project": "default", "destination": {"namespace": "shop-argo"}},
+        "status": {"resources": [{"group": "apps", "version": "v1", "kind": "Deployment", "namespace": "shop-argo",
+                                  "name": "cart", "status": "Synced", "health": {"status": "Healthy"}}],
+                   "sync": {"status": "Synced"}, "health": {"status": "Healthy"}}}));
+    api.insert(deployment("shop-argo", "cart", "uid-cart"));
+
+    let world =
+        environment::gitlab_via(crate::support::reach::Reach::Kubeconfig, &served, "").await;
+    deploy_bound(
+        &world,
+        21,
+        (121, "nested"),
+        &path(KS, "kustomizations", "flux-system", "root"),
+    )
+    .await;
+    let env = group(&world, "nested").await;
+    let g = &env["resourceGroup"];
+    let shown = names(g);
+    for expected in [
+        "Kustomization flux-system/root",
+        "Kustomization flux-system/infra",
+        "HelmRelease apps/podinfo",
+        "Deployment apps/podinfo",
+        "Application argocd/shop",
+        "Deployment shop-argo/cart",
+    ] {
+        assert!(
+            shown.contains(&expected.to_owned()),
+            "{expected} not in {shown:?}"
+        );
+    }
+    let edges = applies(g);
+    for (from, to) in [
+        ("uid-ks-root", "uid-ks-infra"),
+        ("uid-ks-infra", "uid-hr"),
+        ("uid-hr", "uid-podinfo"),
+        ("uid-ks-infra", "uid-app"),
+        ("uid-app", "uid-cart"),
+        ("uid-ks-infra", "uid-ks-root"),
+    ] {
+        assert!(
+            edges.contains(&(from.into(), to.into())),
+            "{from} → {to} not in {edges:?}"
+        );
+    }
+    let warnings = g["warnings"].as_array().unwrap();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].as_str().unwrap().contains("cycle"),
+        "{warnings:?}"
+    );
+    let status = |kind: &str, name: &str| {
+        g["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["kind"] == kind && r["name"] == name)
+            .unwrap()["fluxSyncStatus"]
+            .clone()
+    };
+    assert_eq!(
+        status("Kustomization", "infra"),
+        "RECONCILING_WITH_BAD_CONFIG"
+    );
+    assert_eq!(status("HelmRelease", "podinfo"), "SUSPENDED");
+    assert_eq!(status("Application", "shop"), Value::Null);
+    assert_eq!(
+        g["namespaces"],
+        json!([NS, "flux-system", "apps", "argocd", "shop-argo"])
+    );
+}
+
+#[tokio::test]
+async fn helm_releases_without_an_inventory_fall_back_to_labels_then_to_their_release_secret() {
+    let (api, served, _dir) = cluster().await;
+    let helm_release = |name: &str, uid: &str, status: Value| {
+        json!({"apiVersion": HR, "kind": "HelmRelease",
+        "metadata": meta("flux-system", name, uid, json!({})),
+        "spec": {"interval": "5m", "targetNamespace": "apps", "chart": {"spec": {"chart": name}}},
+        "status": status})
+    };
+    // Labelled by helm-controller's post-renderer.
+    api.insert(helm_release(
+        "web",
+        "uid-hr-web",
+        json!({"conditions": ready("False", "UpgradeFailed")}),
+    ));
+    let mut labelled = deployment("apps", "web", "uid-apps-web");
+    labelled["metadata"]["labels"] = json!({"helm.toolkit.fluxcd.io/name": "web", "helm.toolkit.fluxcd.io/namespace": "flux-system"});
+    api.insert(labelled);
+    // Neither: the release Secret (a real Helm v3 payload, tests/fixtures/helm) names the objects.
+    api.insert(helm_release(
+        "podinfo",
+        "uid-hr-podinfo",
+        json!({"conditions": ready("True", "UpgradeSucceeded")}),
+    ));
+    let secret: Value =
+        serde_json::from_str(include_str!("fixtures/helm/release-secret.json")).unwrap();
+    api.insert(secret);
+    api.insert(deployment("apps", "podinfo", "uid-apps-podinfo"));
+    api.insert(json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta("apps", "podinfo", "uid-sa", json!({}))}));
+    api.insert(
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "podinfo:reader", "uid": "uid-cr-podinfo"}, "rules": []}),
+    );
+
+    let world =
+        environment::gitlab_via(crate::support::reach::Reach::Kubeconfig, &served, "").await;
+    deploy_bound(
+        &world,
+        22,
+        (122, "labelled"),
+        &path(HR, "helmreleases", "flux-system", "web"),
+    )
+    .await;
+    deploy_bound(
+        &world,
+        23,
+        (123, "stored"),
+        &path(HR, "helmreleases", "flux-system", "podinfo"),
+    )
+    .await;
+
+    let env = group(&world, "labelled").await;
+    assert_eq!(env["fluxSyncStatus"], "FAILED");
+    let g = &env["resourceGroup"];
+    assert!(names(g).contains(&"Deployment apps/web".to_owned()), "{g}");
+    assert!(applies(g).contains(&("uid-hr-web".into(), "uid-apps-web".into())));
+
+    let env = group(&world, "stored").await;
+    let g = &env["resourceGroup"];
+    let shown = names(g);
+    for expected in [
+        "ServiceAccount apps/podinfo",
+        "Deployment apps/podinfo",
+        "ClusterRole -/podinfo:reader",
+    ] {
+        assert!(
+            shown.contains(&expected.to_owned()),
+            "{expected} not in {shown:?}"
+        );
+    }
+    // The manifest's Service is not in the cluster: said, not fatal.
+    let warnings = g["warnings"].as_array().unwrap();
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.as_str().unwrap().contains("Service apps/podinfo")
+                && w.as_str().unwrap().contains("not found")),
+        "{warnings:?}"
+    );
+    assert!(applies(g).contains(&("uid-hr-podinfo".into(), "uid-cr-podinfo".into())));
+    // The Secret itself is not part of the group.
+    assert!(!shown.iter().any(|s| s.starts_with("Secret")), "{shown:?}");
+}
+
+#[tokio::test]
+async fn an_environment_without_a_flux_path_keeps_its_labels_group() {
+    let (_api, served, _dir) = cluster().await;
+    let world =
+        environment::gitlab_via(crate::support::reach::Reach::Kubeconfig, &served, "").await;
+    let env = group(&world, environment::SLUG).await;
+    assert_eq!(env["fluxSyncStatus"], Value::Null);
+    assert_eq!(env["resourceGroup"]["namespaces"], json!([NS]));
+    assert_eq!(env["resourceGroup"]["sources"], json!([]));
+}
+
+/// GitLab's `getEnvironmentClusterAgentWithFluxResource`, as its frontend sends it, answers as
+/// before on an environment whose Flux object is live.
+#[tokio::test]
+async fn gitlabs_flux_resource_query_runs_unchanged() {
+    let (api, served, _dir) = cluster().await;
+    api.insert(kustomization(
+        "flux-system",
+        "apps",
+        &[],
+        ready("True", "ReconciliationSucceeded"),
+    ));
+    let world =
+        environment::gitlab_via(crate::support::reach::Reach::Kubeconfig, &served, "").await;
+    let flux = path(KS, "kustomizations", "flux-system", "apps");
+    deploy_bound(&world, 24, (124, "flux"), &flux).await;
+    let query = include_str!(
+        "fixtures/frontend_queries/environment_cluster_agent_with_flux_resource.query.graphql"
+    );
+    let (token, _) = mint_session(SESSION_KEY, DEV.0, DEV.1, Duration::from_secs(600)).unwrap();
+    let variables = json!({"projectFullPath": "acme/apps/web", "environmentName": "flux"});
+    let req = Request::post("/api/graphql")
+        .header(header::AUTHORIZATION, format!("Bearer {token}"))
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(
+            json!({"query": query, "variables": variables}).to_string(),
+        ))
+        .unwrap();
+    let res = world.send(req).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    let body = res.json();
+    assert!(body.get("errors").is_none(), "{body}");
+    let env = &body["data"]["project"]["environment"];
+    assert_eq!(env["fluxResourcePath"], flux);
+    assert_eq!(env["kubernetesNamespace"], NS);
+    assert_eq!(env["clusterAgent"]["name"], "prod");
+}
+
+/// The demo's Flux-managed environment in Chromium: its Kustomization holds what it applied in
+/// two namespaces, the nested Kustomization under it, each with its sync badge and every
+/// resource with its namespace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_environment_page_shows_the_flux_tree_in_chromium() {
+    use crate::dashboard::{check, check_contrast, shots};
+    let Some(browser) = crate::support::browser::Browser::launch().await else {
+        return;
+    };
+    let demo = crate::support::demo::Demo::start().await;
+    let page = browser.page().await;
+    page.screen(1440, false).await;
+    demo.sign_in(&page).await;
+    page.goto(&format!(
+        "{}/environments?project=acme/web/site&name=gitops",
+        demo.url
+    ))
+    .await;
+    let r = page
+        .wait_for(
+            "document.querySelectorAll('ul.tree .node').length >= 8",
+            Duration::from_secs(30),
+        )
+        .await;
+    check(&page, "gitops-environment", r).await;
+    page.screenshot(&shots().join("gitops-environment-1440-light.png"))
+        .await;
+    check_contrast(&page, "gitops-environment").await;
+    let text = page.text().await;
+    for expected in [
+        "Namespaces",
+        "site-blue, flux-system, site-green",
+        "Kustomization",
+        "flux-system/site",
+        "Reconciled",
+        "Reconciling with bad config",
+        "site-green/",
+        "site-blue/",
+    ] {
+        assert!(text.contains(expected), "{expected} missing:\n{text}");
+    }
+    // The Kustomization is a root; the blue Deployment sits below it, the green one too.
+    let nested = page
+        .eval(
+            "[...document.querySelectorAll('ul.tree > li > details')].filter(d => \
+               d.querySelector(':scope > summary .kind').innerText === 'Kustomization' && \
+               d.querySelector(':scope > summary .name').innerText === 'site').map(d => \
+               [...d.querySelectorAll(':scope > ul > li .node')].map(n => n.innerText.replace(/\\s+/g, ' ')).join(' | '))",
+        )
+        .await;
+    let nested = nested[0]
+        .as_str()
+        .unwrap_or_else(|| panic!("no Kustomization root: {nested}"));
+    for expected in ["site-blue/", "site-green/", "Kustomization", "site-config"] {
+        assert!(
+            nested.contains(expected),
+            "{expected} not under the Kustomization: {nested}"
+        );
+    }
+}
+
+/// An inventory is outside input: 600 cluster-scoped entries cost at most 500 requests, and the
+/// warnings about what is missing stay a readable few.
+#[tokio::test]
+async fn a_huge_inventory_is_read_within_bounds() {
+    let (api, served, _dir) = cluster().await;
+    let ids: Vec<String> = (0..600)
+        .map(|i| format!("_role-{i}_rbac.authorization.k8s.io_ClusterRole"))
+        .collect();
+    let ids: Vec<(&str, &str)> = ids.iter().map(|id| (id.as_str(), "v1")).collect();
+    api.insert(kustomization(
+        "flux-system",
+        "huge",
+        &ids,
+        ready("True", "ReconciliationSucceeded"),
+    ));
+    let world =
+        environment::gitlab_via(crate::support::reach::Reach::Kubeconfig, &served, "").await;
+    deploy_bound(
+        &world,
+        25,
+        (125, "huge"),
+        &path(KS, "kustomizations", "flux-system", "huge"),
+    )
+    .await;
+    let env = group(&world, "huge").await;
+    let g = &env["resourceGroup"];
+    let gets = api
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.contains("/clusterroles/role-"))
+        .count();
+    // Two views: `resourceGroup` and `fluxSyncStatus`, each reading its 500.
+    assert_eq!(gets, 2 * 500);
+    let warnings = g["warnings"].as_array().unwrap();
+    assert_eq!(warnings.len(), 51, "{warnings:?}");
+    assert!(warnings[50].as_str().unwrap().contains("more warnings"));
+    assert_eq!(env["fluxSyncStatus"], "RECONCILED");
+}
