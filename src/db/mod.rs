@@ -7,6 +7,7 @@ pub mod deployments;
 pub mod embedded;
 pub mod events;
 pub mod followups;
+pub mod health;
 pub mod history;
 pub mod identity;
 pub mod lease;

@@ -13,6 +13,7 @@ mod history_access;
 mod inputs;
 mod limits;
 mod loaders;
+mod org;
 mod plain;
 mod resource_group;
 mod splice;
@@ -20,6 +21,7 @@ mod subscriptions;
 mod types;
 
 pub use limits::{Figures, MAX_COMPLEXITY, MAX_DEPTH};
+pub use subscriptions::health_keeper::Keeper as HealthKeeper;
 pub use subscriptions::{socket::upgrade as subscribe, Live, Origins, SocketLimits};
 
 use std::sync::Arc;
