@@ -32,6 +32,7 @@ mod image;
 mod kas;
 mod kas_user;
 mod kube_api;
+mod organization;
 mod leases;
 mod ops;
 mod proxy;
