@@ -163,7 +163,11 @@ fn names(list: &[(String, Value)]) -> Vec<&str> {
 
 /// acme's counts (`tier` as GraphQL takes it, or none) as `user` sees them, by status.
 async fn counts(app: &TestApp, user: (i64, &str), tier: &str) -> HashMap<String, i64> {
-    let args = if tier.is_empty() { String::new() } else { format!("(tier: {tier})") };
+    let args = if tier.is_empty() {
+        String::new()
+    } else {
+        format!("(tier: {tier})")
+    };
     let answer = app
         .graphql(
             user,
@@ -175,7 +179,12 @@ async fn counts(app: &TestApp, user: (i64, &str), tier: &str) -> HashMap<String,
         .as_array()
         .unwrap()
         .iter()
-        .map(|c| (c["status"].as_str().unwrap().to_owned(), c["count"].as_i64().unwrap()))
+        .map(|c| {
+            (
+                c["status"].as_str().unwrap().to_owned(),
+                c["count"].as_i64().unwrap(),
+            )
+        })
         .collect()
 }
 
@@ -193,7 +202,10 @@ async fn the_kept_health_follows_the_group_without_a_view_and_equals_a_fresh_one
     let (api, served, _dir) = cluster().await;
     let (w, _) = keeping(Reach::Kubeconfig, &served, 100_000).await;
     // Nobody views anything: the keeper reads the group.
-    let first = until("production's health is kept", || kept(&w, DEV, "production")).await;
+    let first = until("production's health is kept", || {
+        kept(&w, DEV, "production")
+    })
+    .await;
     let (status, message) = fresh(&w, "production").await;
     assert_eq!(first["status"], status, "{first}");
     assert_eq!(first["message"], message, "{first}");
@@ -203,16 +215,28 @@ async fn the_kept_health_follows_the_group_without_a_view_and_equals_a_fresh_one
     api.insert(pod);
     let degraded = until("the crash reaches the kept health", || async {
         let h = health(&w, DEV, "production").await;
-        if h["status"] == "DEGRADED" { Ok(h) } else { Err(h.to_string()) }
+        if h["status"] == "DEGRADED" {
+            Ok(h)
+        } else {
+            Err(h.to_string())
+        }
     })
     .await;
     let (status, message) = fresh(&w, "production").await;
     assert_eq!(degraded["status"], status);
     assert_eq!(degraded["message"], message);
-    assert!(degraded["since"].as_str() >= first["since"].as_str(), "{degraded} {first}");
+    assert!(
+        degraded["since"].as_str() >= first["since"].as_str(),
+        "{degraded} {first}"
+    );
     // Recorded in PostgreSQL, once.
-    let rows = w.rows("SELECT status, message FROM environment_health WHERE environment_id = 100").await;
-    assert_eq!(rows, vec![json!({"status": "DEGRADED", "message": degraded["message"]})]);
+    let rows = w
+        .rows("SELECT status, message FROM environment_health WHERE environment_id = 100")
+        .await;
+    assert_eq!(
+        rows,
+        vec![json!({"status": "DEGRADED", "message": degraded["message"]})]
+    );
     // Never connected (only a failed deployment): null, even for an admin.
     assert!(health(&w, ROOT, "canary").await.is_null());
 }
@@ -221,7 +245,10 @@ async fn the_kept_health_follows_the_group_without_a_view_and_equals_a_fresh_one
 async fn environments_updated_carries_a_health_change() {
     let (api, served, _dir) = cluster().await;
     let (w, addr) = keeping(Reach::Kubeconfig, &served, 100_000).await;
-    until("production's health is kept", || kept(&w, DEV, "production")).await;
+    until("production's health is kept", || {
+        kept(&w, DEV, "production")
+    })
+    .await;
     let mut client = Client::connect(addr, "graphql-transport-ws", DEV).await;
     client
         .subscribe(
@@ -242,7 +269,10 @@ async fn environments_updated_carries_a_health_change() {
         if env["name"] == "production" && env["health"]["status"] == "DEGRADED" {
             break;
         }
-        assert!(Instant::now() < deadline, "no health change sent: {payload}");
+        assert!(
+            Instant::now() < deadline,
+            "no health change sent: {payload}"
+        );
     }
 }
 
@@ -252,14 +282,21 @@ async fn filters_sorts_and_counts_show_only_healths_the_viewer_may_see() {
     let (w, _) = keeping(Reach::Kubeconfig, &served, 100_000).await;
     deploy(&w, 4, (103, "staging"), "success").await;
     for name in ["production", "review", "staging"] {
-        until("every bound environment's health is kept", || kept(&w, DEV, name)).await;
+        until("every bound environment's health is kept", || {
+            kept(&w, DEV, name)
+        })
+        .await;
     }
     let mut pod = api.get("pods", Some(NS), "web-new222-a").unwrap();
     crashing(&mut pod);
     api.insert(pod);
     until("production degrades", || async {
         let h = health(&w, DEV, "production").await;
-        if h["status"] == "DEGRADED" { Ok(()) } else { Err(h.to_string()) }
+        if h["status"] == "DEGRADED" {
+            Ok(())
+        } else {
+            Err(h.to_string())
+        }
     })
     .await;
     let mut expected: Vec<(String, String)> = Vec::new();
@@ -276,20 +313,48 @@ async fn filters_sorts_and_counts_show_only_healths_the_viewer_may_see() {
     assert!(all[2].1.is_null());
 
     // HEALTH_DESC: worst first (5.2's order), null last.
-    let severity = |s: &str| ["HEALTHY", "SUSPENDED", "PROGRESSING", "MISSING", "DEGRADED", "UNKNOWN"]
-        .iter().position(|x| *x == s).unwrap();
+    let severity = |s: &str| {
+        [
+            "HEALTHY",
+            "SUSPENDED",
+            "PROGRESSING",
+            "MISSING",
+            "DEGRADED",
+            "UNKNOWN",
+        ]
+        .iter()
+        .position(|x| *x == s)
+        .unwrap()
+    };
     let sorted = listed(&w, DEV, "sort: HEALTH_DESC").await;
     assert_eq!(sorted[0].0, "production", "{sorted:?}");
     assert_eq!(sorted.last().unwrap().0, "canary", "{sorted:?}");
-    let severities: Vec<usize> = sorted[..3].iter().map(|(_, h)| severity(h["status"].as_str().unwrap())).collect();
+    let severities: Vec<usize> = sorted[..3]
+        .iter()
+        .map(|(_, h)| severity(h["status"].as_str().unwrap()))
+        .collect();
     assert!(severities.windows(2).all(|w| w[0] >= w[1]), "{sorted:?}");
     // NAME_ASC, and pages of it follow one another.
     let by_name = listed(&w, DEV, "sort: NAME_ASC").await;
-    assert_eq!(names(&by_name), ["canary", "production", "review", "staging"]);
+    assert_eq!(
+        names(&by_name),
+        ["canary", "production", "review", "staging"]
+    );
     let answer = w.graphql(DEV, r#"{ group(fullPath: "acme") { environments(sort: NAME_ASC, first: 2) { pageInfo { endCursor hasNextPage } } } }"#).await;
-    let cursor = answer["data"]["group"]["environments"]["pageInfo"]["endCursor"].as_str().unwrap().to_owned();
-    assert_eq!(answer["data"]["group"]["environments"]["pageInfo"]["hasNextPage"], true);
-    let rest = listed(&w, DEV, &format!(r#"sort: NAME_ASC, first: 2, after: "{cursor}""#)).await;
+    let cursor = answer["data"]["group"]["environments"]["pageInfo"]["endCursor"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        answer["data"]["group"]["environments"]["pageInfo"]["hasNextPage"],
+        true
+    );
+    let rest = listed(
+        &w,
+        DEV,
+        &format!(r#"sort: NAME_ASC, first: 2, after: "{cursor}""#),
+    )
+    .await;
     assert_eq!(names(&rest), ["review", "staging"]);
 
     // The health filter and the counts: what the viewer sees, and nothing else.
@@ -309,7 +374,11 @@ async fn filters_sorts_and_counts_show_only_healths_the_viewer_may_see() {
     let theirs = listed(&w, REP, "sort: HEALTH_DESC").await;
     assert_eq!(theirs.len(), 4);
     assert!(theirs.iter().all(|(_, h)| h.is_null()), "{theirs:?}");
-    assert!(listed(&w, REP, "health: [DEGRADED, HEALTHY, PROGRESSING, UNKNOWN]").await.is_empty());
+    assert!(
+        listed(&w, REP, "health: [DEGRADED, HEALTHY, PROGRESSING, UNKNOWN]")
+            .await
+            .is_empty()
+    );
     assert_eq!(counts(&w, REP, "").await.values().sum::<i64>(), 0);
 }
 
@@ -337,14 +406,26 @@ async fn under_access_as_user_the_health_shows_only_when_the_viewer_may_list_eve
     // no kind the developer could be refused.
     until("review's health is kept", || kept(&w, DEV, "review")).await;
     until("production's health is kept", || async {
-        let rows = w.rows("SELECT status FROM environment_health WHERE environment_id = 100").await;
-        if rows.is_empty() { Err("no row".into()) } else { Ok(()) }
+        let rows = w
+            .rows("SELECT status FROM environment_health WHERE environment_id = 100")
+            .await;
+        if rows.is_empty() {
+            Err("no row".into())
+        } else {
+            Ok(())
+        }
     })
     .await;
     // production's group has Services, ConfigMaps, CronJobs… the developer may not list.
     assert!(health(&w, DEV, "production").await.is_null());
-    assert!(listed(&w, DEV, "health: [HEALTHY, PROGRESSING, DEGRADED, UNKNOWN, MISSING, SUSPENDED]").await
-        .iter().all(|(n, _)| n != "production"));
+    assert!(listed(
+        &w,
+        DEV,
+        "health: [HEALTHY, PROGRESSING, DEGRADED, UNKNOWN, MISSING, SUSPENDED]"
+    )
+    .await
+    .iter()
+    .all(|(n, _)| n != "production"));
     let shown = counts(&w, DEV, "").await;
     assert_eq!(shown.values().sum::<i64>(), 1, "review only: {shown:?}");
 
@@ -352,7 +433,11 @@ async fn under_access_as_user_the_health_shows_only_when_the_viewer_may_list_eve
     configure(&w, 7, &agent_config("agent")).await;
     let h = until("the health shows as the agent", || async {
         let h = health(&w, DEV, "production").await;
-        if h.is_null() { Err("still hidden".into()) } else { Ok(h) }
+        if h.is_null() {
+            Err("still hidden".into())
+        } else {
+            Ok(h)
+        }
     })
     .await;
     assert!(h["status"].is_string(), "{h}");
@@ -363,25 +448,48 @@ async fn under_access_as_user_the_health_shows_only_when_the_viewer_may_list_eve
 async fn an_agent_that_lost_its_connection_is_unknown_with_the_reason() {
     let (_api, served, _dir) = cluster().await;
     let (w, _) = keeping(Reach::Kas, &served, 100_000).await;
-    let before = until("production's health is kept", || kept(&w, ROOT, "production")).await;
+    let before = until("production's health is kept", || {
+        kept(&w, ROOT, "production")
+    })
+    .await;
     assert_ne!(before["status"], "UNKNOWN", "{before}");
     w.reached.kas.as_ref().unwrap().kas.disconnect(7);
     let lost = until("the lost connection shows", || async {
         let h = health(&w, ROOT, "production").await;
-        if h["status"] == "UNKNOWN" { Ok(h) } else { Err(h.to_string()) }
+        if h["status"] == "UNKNOWN" {
+            Ok(h)
+        } else {
+            Err(h.to_string())
+        }
     })
     .await;
     let message = lost["message"].as_str().unwrap();
-    assert!(message.starts_with("The agent's cluster cannot be reached"), "{message}");
+    assert!(
+        message.starts_with("The agent's cluster cannot be reached"),
+        "{message}"
+    );
     // Counted and sorted as what it is now, not as its last healthy state.
     let unknown = listed(&w, ROOT, "health: [UNKNOWN]").await;
     assert!(names(&unknown).contains(&"production"), "{unknown:?}");
-    assert!(!names(&listed(&w, ROOT, &format!("health: [{}]", before["status"].as_str().unwrap())).await)
-        .contains(&"production"));
+    assert!(!names(
+        &listed(
+            &w,
+            ROOT,
+            &format!("health: [{}]", before["status"].as_str().unwrap())
+        )
+        .await
+    )
+    .contains(&"production"));
     // Recorded so, for every replica.
     until("UNKNOWN is recorded", || async {
-        let rows = w.rows("SELECT status FROM environment_health WHERE environment_id = 100").await;
-        if rows == vec![json!({"status": "UNKNOWN"})] { Ok(()) } else { Err(format!("{rows:?}")) }
+        let rows = w
+            .rows("SELECT status FROM environment_health WHERE environment_id = 100")
+            .await;
+        if rows == vec![json!({"status": "UNKNOWN"})] {
+            Ok(())
+        } else {
+            Err(format!("{rows:?}"))
+        }
     })
     .await;
 }
@@ -399,7 +507,10 @@ async fn past_the_budget_the_least_recently_viewed_groups_are_not_kept() {
         }
     })
     .await;
-    let since = over["message"].as_str().unwrap().trim_start_matches("Not kept current: over the watch budget since ");
+    let since = over["message"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("Not kept current: over the watch budget since ");
     chrono::DateTime::parse_from_rfc3339(since).unwrap_or_else(|e| panic!("{since}: {e}"));
     // Not kept: a crash does not reach it; it stays the last recorded health.
     let mut pod = api.get("pods", Some(NS), "web-new222-a").unwrap();
@@ -412,7 +523,13 @@ async fn past_the_budget_the_least_recently_viewed_groups_are_not_kept() {
     // review (no resources) is viewed: the most recently viewed fits and is kept.
     fresh(&w, "review").await;
     let review = until("review is kept", || kept(&w, DEV, "review")).await;
-    assert!(!review["message"].as_str().unwrap_or("").starts_with("Not kept current"), "{review}");
+    assert!(
+        !review["message"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("Not kept current"),
+        "{review}"
+    );
 }
 
 /// A Pod labelled for environment `slug` in `ns`, in one of the states the randomized test
@@ -424,8 +541,10 @@ fn pod(ns: &str, slug: &str, state: u32) -> Value {
     pod["status"] = match state {
         0 => json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}],
                     "containerStatuses": [{"name": "app", "ready": true, "restartCount": 0, "state": {"running": {}}}]}),
-        1 => json!({"phase": "Running", "containerStatuses": [{"name": "app", "ready": false, "restartCount": 5,
-                    "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off restarting failed container"}}}]}),
+        1 => {
+            json!({"phase": "Running", "containerStatuses": [{"name": "app", "ready": false, "restartCount": 5,
+                    "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off restarting failed container"}}}]})
+        }
         2 => json!({"phase": "Pending"}),
         _ => json!({"phase": "Failed", "message": "the node was low on memory"}),
     };
@@ -437,7 +556,10 @@ async fn the_kept_health_of_200_environments_equals_fresh_groups_through_random_
     let (api, served, _dir) = cluster().await;
     let (w, _) = keeping(Reach::Kubeconfig, &served, 100_000).await;
     const ENVIRONMENTS: i64 = 200;
-    let seed: u64 = std::env::var("ORG_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(rand::random);
+    let seed: u64 = std::env::var("ORG_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
     println!("ORG_SEED={seed}");
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let ns = |i: i64| format!("org-{}", i % 10);
@@ -447,7 +569,14 @@ async fn the_kept_health_of_200_environments_equals_fresh_groups_through_random_
         let state = rng.random_range(0..4);
         api.insert(pod(&ns(i), &slug(i), state));
         states.push(Some(state));
-        deploy_through(&w, 1000 + i, (1000 + i, &slug(i)), "success", ("acme/agents:prod", &ns(i))).await;
+        deploy_through(
+            &w,
+            1000 + i,
+            (1000 + i, &slug(i)),
+            "success",
+            ("acme/agents:prod", &ns(i)),
+        )
+        .await;
     }
     for round in 0..4 {
         if round > 0 {
@@ -466,19 +595,27 @@ async fn the_kept_health_of_200_environments_equals_fresh_groups_through_random_
         // Every environment's kept health equals its group built afresh.
         for i in 0..ENVIRONMENTS {
             let name = slug(i);
-            until(&format!("round {round} (seed {seed}): {name} ({:?})", states[i as usize]), || async {
-                let kept = health(&w, ROOT, &name).await;
-                let (status, message) = fresh(&w, &name).await;
-                if kept["status"] == status && kept["message"] == message {
-                    Ok(())
-                } else {
-                    Err(format!("kept {kept}, fresh {status} {message}"))
-                }
-            })
+            until(
+                &format!(
+                    "round {round} (seed {seed}): {name} ({:?})",
+                    states[i as usize]
+                ),
+                || async {
+                    let kept = health(&w, ROOT, &name).await;
+                    let (status, message) = fresh(&w, &name).await;
+                    if kept["status"] == status && kept["message"] == message {
+                        Ok(())
+                    } else {
+                        Err(format!("kept {kept}, fresh {status} {message}"))
+                    }
+                },
+            )
             .await;
         }
     }
-    let rows = w.rows("SELECT count(*) AS n FROM environment_health WHERE environment_id >= 1000").await;
+    let rows = w
+        .rows("SELECT count(*) AS n FROM environment_health WHERE environment_id >= 1000")
+        .await;
     assert_eq!(rows, vec![json!({"n": ENVIRONMENTS})]);
 }
 
@@ -517,31 +654,53 @@ async fn the_group_page_leads_with_the_counts_and_the_unhealthy_first_live() {
         let first = page
             .eval("document.querySelector('tbody tr') ? document.querySelector('tbody tr').innerText : ''")
             .await;
-        let counts = page.eval("document.getElementById('health-counts').innerText").await;
-        if first.as_str().unwrap_or("").contains("Degraded") && counts.as_str().unwrap_or("").contains("need") {
+        let counts = page
+            .eval("document.getElementById('health-counts').innerText")
+            .await;
+        if first.as_str().unwrap_or("").contains("Degraded")
+            && counts.as_str().unwrap_or("").contains("need")
+        {
             break;
         }
-        let r = if Instant::now() < deadline { Ok(()) } else { Err(format!("first row {first}, counts {counts}")) };
+        let r = if Instant::now() < deadline {
+            Ok(())
+        } else {
+            Err(format!("first row {first}, counts {counts}"))
+        };
         check(&page, "organization-unhealthy-first", r).await;
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let rows = page
         .eval("[...document.querySelectorAll('tbody tr')].map(r => r.innerText)")
         .await;
-    let rows: Vec<String> = rows.as_array().unwrap().iter().map(|r| r.as_str().unwrap().to_owned()).collect();
-    assert!(rows[0].contains("payments") && rows[0].contains("staging"), "{rows:?}");
+    let rows: Vec<String> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_str().unwrap().to_owned())
+        .collect();
+    assert!(
+        rows[0].contains("payments") && rows[0].contains("staging"),
+        "{rows:?}"
+    );
     // The counts lead the page: above the filter and the table.
     let order = page
         .eval("document.getElementById('health-counts').compareDocumentPosition(document.querySelector('form.filters')) & Node.DOCUMENT_POSITION_FOLLOWING")
         .await;
     assert_ne!(order, json!(0), "the counts come first");
-    let before = page.eval("document.getElementById('health-counts').innerText").await;
+    let before = page
+        .eval("document.getElementById('health-counts').innerText")
+        .await;
     for (width, name) in [(390, "phone"), (1440, "desktop")] {
         page.screen(width, false).await;
         page.goto(&group).await;
-        page.screenshot(&shots().join(format!("organization-group-{name}.png"))).await;
+        page.screenshot(&shots().join(format!("organization-group-{name}.png")))
+            .await;
         let r = page
-            .wait_for("document.documentElement.scrollWidth <= window.innerWidth + 1", Duration::from_secs(2))
+            .wait_for(
+                "document.documentElement.scrollWidth <= window.innerWidth + 1",
+                Duration::from_secs(2),
+            )
             .await;
         check(&page, &format!("organization-{name}-width"), r).await;
     }
@@ -553,7 +712,10 @@ async fn the_group_page_leads_with_the_counts_and_the_unhealthy_first_live() {
     check(&page, "organization-live-connected", r).await;
     page.eval("window.__notReloaded = true").await;
     for pod_name in demo.cluster.names("Pod", "shop-production") {
-        let mut pod = demo.cluster.get("Pod", "shop-production", &pod_name).unwrap();
+        let mut pod = demo
+            .cluster
+            .get("Pod", "shop-production", &pod_name)
+            .unwrap();
         pod["status"]["phase"] = json!("Running");
         pod["status"]["containerStatuses"] = json!([{"name": "app", "ready": false, "restartCount": 7,
             "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 10s restarting failed container"}}}]);
@@ -568,5 +730,6 @@ async fn the_group_page_leads_with_the_counts_and_the_unhealthy_first_live() {
         )
         .await;
     check(&page, "organization-live-degraded", r).await;
-    page.screenshot(&shots().join("organization-group-live-desktop.png")).await;
+    page.screenshot(&shots().join("organization-group-live-desktop.png"))
+        .await;
 }

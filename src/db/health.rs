@@ -84,7 +84,11 @@ pub async fn lost(
 
 /// These environments' groups are not kept current from `at` (over the watch budget); those
 /// already marked keep their first time.
-pub async fn unkept(db: impl PgExecutor<'_>, environment_ids: &[i64], at: DateTime<Utc>) -> Result<()> {
+pub async fn unkept(
+    db: impl PgExecutor<'_>,
+    environment_ids: &[i64],
+    at: DateTime<Utc>,
+) -> Result<()> {
     if environment_ids.is_empty() {
         return Ok(());
     }

@@ -111,7 +111,12 @@ pub(super) async fn shown(
                             match kinds {
                                 Some(kinds) => cluster
                                     .watch
-                                    .access(&headers, &row.namespace, &kinds, clusters.response_timeout)
+                                    .access(
+                                        &headers,
+                                        &row.namespace,
+                                        &kinds,
+                                        clusters.response_timeout,
+                                    )
                                     .await
                                     .iter()
                                     .all(Option::is_none),
@@ -167,7 +172,8 @@ pub(super) async fn shown(
 /// `group/version/plural/Kind` as the recorder keeps it.
 fn api_kind(text: &str) -> Option<ApiKind> {
     let mut parts = text.splitn(4, '/');
-    let (group, version, plural, kind) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let (group, version, plural, kind) =
+        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
     Some(ApiKind {
         group: group.to_owned(),
         version: version.to_owned(),

@@ -1,7 +1,6 @@
 //! The dashboard's pages (SPEC 9): each handler reads as the signed-in [`Viewer`] through the
 //! GraphQL schema (`data`) and renders with `pages`.
 
-
 use axum::body::Body;
 use axum::extract::{FromRef, FromRequestParts, Query, State};
 use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE};

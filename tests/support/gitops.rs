@@ -8,16 +8,40 @@
 //! v1alpha1). Tests register them with [`serve_gitops_kinds`], then insert objects shaped as the
 //! controllers write them.
 
-
 use super::kube_api::KubeApi;
 
 /// (group, version, kind, plural), every one namespaced.
 pub const GITOPS_KINDS: &[(&str, &str, &str, &str)] = &[
-    ("kustomize.toolkit.fluxcd.io", "v1", "Kustomization", "kustomizations"),
-    ("helm.toolkit.fluxcd.io", "v2", "HelmRelease", "helmreleases"),
-    ("source.toolkit.fluxcd.io", "v1", "GitRepository", "gitrepositories"),
-    ("source.toolkit.fluxcd.io", "v1", "HelmRepository", "helmrepositories"),
-    ("source.toolkit.fluxcd.io", "v1", "OCIRepository", "ocirepositories"),
+    (
+        "kustomize.toolkit.fluxcd.io",
+        "v1",
+        "Kustomization",
+        "kustomizations",
+    ),
+    (
+        "helm.toolkit.fluxcd.io",
+        "v2",
+        "HelmRelease",
+        "helmreleases",
+    ),
+    (
+        "source.toolkit.fluxcd.io",
+        "v1",
+        "GitRepository",
+        "gitrepositories",
+    ),
+    (
+        "source.toolkit.fluxcd.io",
+        "v1",
+        "HelmRepository",
+        "helmrepositories",
+    ),
+    (
+        "source.toolkit.fluxcd.io",
+        "v1",
+        "OCIRepository",
+        "ocirepositories",
+    ),
     ("source.toolkit.fluxcd.io", "v1", "Bucket", "buckets"),
     ("source.toolkit.fluxcd.io", "v1", "HelmChart", "helmcharts"),
     ("argoproj.io", "v1alpha1", "Application", "applications"),

@@ -194,7 +194,8 @@ mod tests {
 
     #[test]
     fn a_group_of_unknown_size_is_kept_while_the_budget_is_not_used_up() {
-        let (kept, over) = within_budget([c(1, None, None), c(2, None, Some(5)), c(3, None, None)], 5);
+        let (kept, over) =
+            within_budget([c(1, None, None), c(2, None, Some(5)), c(3, None, None)], 5);
         assert_eq!(kept, vec![1, 2]);
         assert_eq!(over, vec![3]);
         let (kept, over) = within_budget([c(1, None, None)], 0);

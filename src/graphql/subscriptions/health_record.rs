@@ -223,7 +223,9 @@ async fn record(task: Task, mut feed: super::feeds::Subscriber) {
                 // The group cannot be read at all (the agent's connection is lost before any
                 // kind was listed): what was kept is not its health any more.
                 let message = format!("The agent's cluster cannot be reached: {why}");
-                if let Err(e) = kept::lost(pool.pg(), environment, &message, chrono::Utc::now()).await {
+                if let Err(e) =
+                    kept::lost(pool.pg(), environment, &message, chrono::Utc::now()).await
+                {
                     tracing::warn!(environment, error = %e, "cannot record a lost group's health");
                 }
                 break;
