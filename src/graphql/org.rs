@@ -10,6 +10,7 @@
 //! state) or the group is not kept current (its last health, with the reason as message).
 
 use std::cmp::Ordering;
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -74,13 +75,13 @@ pub(super) async fn shown(
     let clusters: &Arc<Clusters> = ctx.data_unchecked();
     let mut grants = HashMap::new();
     for row in rows {
-        if !grants.contains_key(&row.agent_id) {
+        if let Entry::Vacant(entry) = grants.entry(row.agent_id) {
             let grant = clusters
                 .grants
                 .authorize(&mut **conn(ctx).await?, row.agent_id, user.id)
                 .await
                 .gql()?;
-            grants.insert(row.agent_id, grant);
+            entry.insert(grant);
         }
     }
     // What follows may ask clusters: the connection goes back meanwhile.
@@ -91,11 +92,11 @@ pub(super) async fn shown(
         let Some(Some(grant)) = grants.get(&row.agent_id) else {
             continue;
         };
-        if !connections.contains_key(&row.agent_id) {
+        if let Entry::Vacant(entry) = connections.entry(row.agent_id) {
             let cluster = clusters
                 .for_agent(row.agent_id, &row.agent_project, &row.agent_name)
                 .await;
-            connections.insert(row.agent_id, cluster);
+            entry.insert(cluster);
         }
         let cluster = &connections[&row.agent_id];
         let headers = grant.impersonation(AccessType::from(user.via));
