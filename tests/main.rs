@@ -36,6 +36,7 @@ mod kas_user;
 mod kube_api;
 mod leases;
 mod ops;
+mod organization;
 mod proxy;
 mod pull_deployments;
 mod replicas;

@@ -18,6 +18,10 @@ use crate::k8s::clusters::Clusters;
 use crate::resources::health::Customizations;
 use crate::state::AppState;
 
+/// How often the health keeper looks for environments bound to an agent (a new deployment's
+/// group is kept from its next round on; a kept group's changes are followed at once).
+const KEEPER_ROUND: std::time::Duration = std::time::Duration::from_secs(10);
+
 pub async fn run(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Serve(args) => serve(args).await,
@@ -237,6 +241,17 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .run(),
     );
     let pulls = tokio::spawn(pull_watcher(&state).run(std::time::Duration::from_secs(5)));
+    let keeper = tokio::spawn(
+        crate::graphql::HealthKeeper::new(
+            &state.db,
+            state.clusters.clone(),
+            state.health.clone(),
+            &state.live,
+            settings.kubernetes.health_budget_objects,
+            KEEPER_ROUND,
+        )
+        .run(),
+    );
     let gitlab_work = match &settings.gitlab {
         Some(gitlab) => gitlab_tasks(&state, gitlab),
         None => Vec::new(),
@@ -258,6 +273,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     pruning.abort();
     history.abort();
     pulls.abort();
+    keeper.abort();
     for task in gitlab_work {
         task.abort();
     }

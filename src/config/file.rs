@@ -9,6 +9,7 @@
 //!   access_cache: 5s                      # how long a user_access decision is reused
 //!   cache_idle: 10m                       # a namespace's watches stop after this long unread
 //!   cache_max_objects: 200000             # past it, the namespace read least recently is dropped; 0: no cache
+//!   health_budget_objects: 100000         # resources of the groups whose health is kept current (SPEC 18)
 //!   agents:
 //!     - agent: 7                          # an agent id ...
 //!       context: production
@@ -293,6 +294,10 @@ pub struct KubernetesSettings {
     /// The most objects the watch cache holds per cluster connection.
     #[serde(default = "default_cache_max_objects")]
     pub cache_max_objects: usize,
+    /// The most resources, across every environment's group, whose health the keeper keeps
+    /// current (SPEC 18); past it, the least recently viewed groups are not kept.
+    #[serde(default = "default_health_budget_objects")]
+    pub health_budget_objects: usize,
     #[serde(default)]
     pub agents: Vec<AgentCluster>,
     /// The namespace envlens runs in, whose Secrets the proxy never forwards (SPEC 13);
@@ -310,6 +315,7 @@ impl Default for KubernetesSettings {
             access_cache: default_access_cache(),
             cache_idle: default_cache_idle(),
             cache_max_objects: default_cache_max_objects(),
+            health_budget_objects: default_health_budget_objects(),
             agents: Vec::new(),
             own_namespace: None,
         }
@@ -420,6 +426,10 @@ fn default_cache_idle() -> Duration {
 
 fn default_cache_max_objects() -> usize {
     200_000
+}
+
+fn default_health_budget_objects() -> usize {
+    100_000
 }
 
 fn default_response_timeout() -> Duration {

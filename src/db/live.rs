@@ -52,12 +52,14 @@ pub struct VersionedEnvironment {
 
 /// The fingerprint of [`VersionedEnvironment`]: the row versions (`xmin`, the transaction that
 /// wrote each row last) of the environment and of the newest deployment of each status, which
-/// is what `lastDeployment(status:)` shows, with its agent row. Any write to them changes it.
+/// is what `lastDeployment(status:)` shows, with its agent row, and of its kept health
+/// (`health`). Any write to them changes it.
 const VERSION: &str = "('x' || left(md5(concat_ws(',', e.xmin::text, (
       SELECT string_agg(concat(l.id, '/', l.status, '/', l.xmin::text, '/', ad.xmin::text), ',' ORDER BY l.status)
       FROM (SELECT DISTINCT ON (d.status) d.id, d.status, d.xmin FROM deployments d
             WHERE d.environment_id = e.id ORDER BY d.status, d.id DESC) l
-      LEFT JOIN agent_deployments ad ON ad.deployment_id = l.id))), 16))::bit(64)::bigint AS version";
+      LEFT JOIN agent_deployments ad ON ad.deployment_id = l.id),
+      (SELECT h.xmin::text FROM environment_health h WHERE h.environment_id = e.id))), 16))::bit(64)::bigint AS version";
 
 /// Those of `ids` (all when `None`) that the viewer may read and `filter` admits, by id, at
 /// most `limit`, with their versions.

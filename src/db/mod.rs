@@ -9,6 +9,7 @@ pub mod environment_settings;
 pub mod events;
 pub mod flux_actions;
 pub mod followups;
+pub mod health;
 pub mod history;
 pub mod identity;
 pub mod lease;

@@ -98,6 +98,18 @@ pub async fn run(
     .context("cannot seed the sample GitLab")?;
     world.start();
     let snapshots = tokio::spawn(history.run());
+    // Every environment's health kept current, as `serve` keeps it (SPEC 18).
+    let keeper = tokio::spawn(
+        crate::graphql::HealthKeeper::new(
+            &state.db,
+            state.clusters.clone(),
+            state.health.clone(),
+            &state.live,
+            KubernetesSettings::default().health_budget_objects,
+            Duration::from_secs(2),
+        )
+        .run(),
+    );
 
     let story_app = app.clone();
     let story = tokio::spawn(async move {
@@ -148,6 +160,7 @@ pub async fn run(
     crate::run(state, listener, shutdown, Duration::from_secs(5)).await?;
     story.abort();
     snapshots.abort();
+    keeper.abort();
     database.close().await;
     Ok(())
 }

@@ -17,6 +17,7 @@ mod inputs;
 mod limits;
 mod loaders;
 mod mutations;
+mod org;
 mod plain;
 mod resource_group;
 mod splice;
@@ -24,6 +25,7 @@ mod subscriptions;
 mod types;
 
 pub use limits::{Figures, MAX_COMPLEXITY, MAX_DEPTH};
+pub use subscriptions::health_keeper::Keeper as HealthKeeper;
 pub use subscriptions::{socket::upgrade as subscribe, Live, Origins, SocketLimits};
 
 use std::sync::Arc;

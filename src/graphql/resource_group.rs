@@ -545,6 +545,47 @@ pub enum HealthStatus {
     Unknown,
 }
 
+impl HealthStatus {
+    const ALL: [HealthStatus; 6] = [
+        HealthStatus::Healthy,
+        HealthStatus::Progressing,
+        HealthStatus::Degraded,
+        HealthStatus::Suspended,
+        HealthStatus::Missing,
+        HealthStatus::Unknown,
+    ];
+
+    /// As GraphQL spells it, and as `environment_health` keeps it.
+    pub fn name(self) -> &'static str {
+        match self {
+            HealthStatus::Healthy => "HEALTHY",
+            HealthStatus::Progressing => "PROGRESSING",
+            HealthStatus::Degraded => "DEGRADED",
+            HealthStatus::Suspended => "SUSPENDED",
+            HealthStatus::Missing => "MISSING",
+            HealthStatus::Unknown => "UNKNOWN",
+        }
+    }
+
+    /// The status [`HealthStatus::name`] spells.
+    pub fn parse(name: &str) -> Option<HealthStatus> {
+        Self::ALL.into_iter().find(|s| s.name() == name)
+    }
+
+    /// SPEC 5.2's order: HEALTHY (0) < SUSPENDED < PROGRESSING < MISSING < DEGRADED < UNKNOWN (5).
+    pub fn severity(self) -> u8 {
+        let status = match self {
+            HealthStatus::Healthy => health::HealthStatus::Healthy,
+            HealthStatus::Progressing => health::HealthStatus::Progressing,
+            HealthStatus::Degraded => health::HealthStatus::Degraded,
+            HealthStatus::Suspended => health::HealthStatus::Suspended,
+            HealthStatus::Missing => health::HealthStatus::Missing,
+            HealthStatus::Unknown => health::HealthStatus::Unknown,
+        };
+        status.severity()
+    }
+}
+
 impl From<health::HealthStatus> for HealthStatus {
     fn from(status: health::HealthStatus) -> Self {
         match status {

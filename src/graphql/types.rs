@@ -19,7 +19,8 @@ use super::loaders::{
     feed_agents, load, AgentId, AgentOfDeployment, Db, DeploymentCount, EnvironmentName,
     LastDeployment, LoadError, ProjectId,
 };
-use super::resource_group::{self, ResourceGroup};
+use super::org::{self, EnvironmentSort};
+use super::resource_group::{self, HealthStatus, ResourceGroup};
 use crate::auth::CurrentUser;
 use crate::db::lease::Lease;
 use crate::db::read::{
@@ -288,10 +289,9 @@ impl Project {
                 .await
                 .gql()?;
             preload(ctx, &rows).await?;
-            Ok(rows
-                .into_iter()
-                .map(|e| (e.id, Environment::new(e)))
-                .collect())
+            let nodes: Vec<Environment> = rows.into_iter().map(Environment::new).collect();
+            seed_health(ctx, &nodes).await?;
+            Ok(nodes.into_iter().map(|e| (e.row.id, e)).collect())
         })
         .await
     }
@@ -378,16 +378,25 @@ impl Group {
     }
 
     /// The environments of every project in the group and its subgroups that the user may
-    /// read: the organization-level view.
+    /// read: the organization-level view. `health` keeps those whose health the viewer sees
+    /// and is one of these; `sort` orders them (by id without one).
     #[graphql(complexity = "page_cost(first, child_complexity)")]
+    #[allow(clippy::too_many_arguments)]
     async fn environments(
         &self,
         ctx: &Context<'_>,
         tier: Option<DeploymentTier>,
         search: Option<String>,
+        health: Option<Vec<HealthStatus>>,
+        sort: Option<EnvironmentSort>,
         first: Option<i32>,
         after: Option<String>,
     ) -> Result<Connection<String, Environment>> {
+        if health.is_some() || sort.is_some() {
+            return self
+                .arranged(ctx, tier, search, health, sort, first, after)
+                .await;
+        }
         page(first, after, |after, limit| async move {
             let filter = EnvironmentFilter {
                 tier: tier.map(DeploymentTier::as_str),
@@ -402,13 +411,99 @@ impl Group {
                     .await
                     .gql()?;
             preload(ctx, &rows).await?;
-            Ok(rows
-                .into_iter()
-                .map(|e| (e.id, Environment::new(e)))
-                .collect())
+            let nodes: Vec<Environment> = rows.into_iter().map(Environment::new).collect();
+            seed_health(ctx, &nodes).await?;
+            Ok(nodes.into_iter().map(|e| (e.row.id, e)).collect())
         })
         .await
     }
+
+    /// How many of the group's environments (of `tier`) have each health, among those whose
+    /// health the viewer may see; worst first.
+    async fn environment_health_counts(
+        &self,
+        ctx: &Context<'_>,
+        tier: Option<DeploymentTier>,
+    ) -> Result<Vec<org::EnvironmentHealthCount>> {
+        let viewer = viewer(ctx).await?;
+        let listed = crate::db::health::in_group(
+            &mut **conn(ctx).await?,
+            viewer,
+            self.0.id,
+            tier.map(DeploymentTier::as_str),
+            None,
+        )
+        .await
+        .gql()?;
+        let rows: Vec<_> = listed.into_iter().filter_map(|l| l.health).collect();
+        Ok(org::counts(&org::shown(ctx, &rows).await?))
+    }
+}
+
+impl Group {
+    /// `environments` filtered or sorted by health: every matching environment is read with
+    /// its kept health, the viewer's access decided per agent, then ordered; the cursor is the
+    /// position in that order.
+    #[allow(clippy::too_many_arguments)]
+    async fn arranged(
+        &self,
+        ctx: &Context<'_>,
+        tier: Option<DeploymentTier>,
+        search: Option<String>,
+        health: Option<Vec<HealthStatus>>,
+        sort: Option<EnvironmentSort>,
+        first: Option<i32>,
+        after: Option<String>,
+    ) -> Result<Connection<String, Environment>> {
+        page(first, after, |after, limit| async move {
+            let viewer = viewer(ctx).await?;
+            let listed = crate::db::health::in_group(
+                &mut **conn(ctx).await?,
+                viewer,
+                self.0.id,
+                tier.map(DeploymentTier::as_str),
+                search.as_deref(),
+            )
+            .await
+            .gql()?;
+            let rows: Vec<_> = listed.iter().filter_map(|l| l.health.clone()).collect();
+            let mut shown = org::shown(ctx, &rows).await?;
+            let start = after.map_or(0, |a| a.saturating_add(1).max(0)) as usize;
+            let arranged = org::arrange(listed, &mut shown, health.as_deref(), sort);
+            let window: Vec<(i64, Environment)> = arranged
+                .into_iter()
+                .enumerate()
+                .skip(start)
+                .take(limit as usize)
+                .map(|(at, (listed, health))| {
+                    let node = Environment::new(listed.row);
+                    let _ = node.health.set(health);
+                    (at as i64, node)
+                })
+                .collect();
+            let rows: Vec<EnvironmentRow> = window.iter().map(|(_, e)| e.row.clone()).collect();
+            preload(ctx, &rows).await?;
+            Ok(window)
+        })
+        .await
+    }
+}
+
+/// Reads the health of `nodes` at once when the page's nodes select it, so that a page costs
+/// one statement and one decision per agent, not one per environment.
+async fn seed_health(ctx: &Context<'_>, nodes: &[Environment]) -> Result<()> {
+    if nodes.is_empty() || !node_fields(ctx).iter().any(|f| f.name() == "health") {
+        return Ok(());
+    }
+    let ids: Vec<i64> = nodes.iter().map(|e| e.row.id).collect();
+    let rows = crate::db::health::of_environments(&mut **conn(ctx).await?, &ids)
+        .await
+        .gql()?;
+    let mut shown = org::shown(ctx, &rows).await?;
+    for node in nodes {
+        let _ = node.health.set(shown.remove(&node.row.id));
+    }
+    Ok(())
 }
 
 /// The fields a page's nodes select, through `nodes` or `edges { node }`.
@@ -520,6 +615,8 @@ pub struct Environment {
     /// SUCCESS)`): outside lists its loads do not go through the DataLoader's cache (see
     /// `loaders::load`).
     last_success: OnceCell<Option<DeploymentRow>>,
+    /// What the viewer sees of its kept health, when a list read it for every node at once.
+    health: std::sync::OnceLock<Option<org::EnvironmentHealth>>,
 }
 
 impl Environment {
@@ -527,6 +624,7 @@ impl Environment {
         Environment {
             row,
             last_success: OnceCell::new(),
+            health: std::sync::OnceLock::new(),
         }
     }
 
@@ -783,6 +881,20 @@ impl Environment {
                 Err(_) => return Ok(None),
             };
         Ok(group.flux_sync_status())
+    }
+
+    /// Its group's health as kept current (SPEC 18), without building the group: `null` when
+    /// the viewer lacks `user_access` to the agent (or, under `access_as: user`, may not list
+    /// every kind of the group), and when no group was ever read. `UNKNOWN` with the
+    /// connection's message while the agent's connection is lost.
+    async fn health(&self, ctx: &Context<'_>) -> Result<Option<org::EnvironmentHealth>> {
+        if let Some(seeded) = self.health.get() {
+            return Ok(seeded.clone());
+        }
+        let rows = crate::db::health::of_environments(&mut **conn(ctx).await?, &[self.row.id])
+            .await
+            .gql()?;
+        Ok(org::shown(ctx, &rows).await?.remove(&self.row.id))
     }
 
     /// The environment's timeline (SPEC 17), newest first by last time: the Kubernetes Events

@@ -1,9 +1,6 @@
 //! The dashboard's pages (SPEC 9): each handler reads as the signed-in [`Viewer`] through the
 //! GraphQL schema (`data`) and renders with `pages`.
 
-use std::collections::HashMap;
-use std::sync::Arc;
-
 use axum::body::Body;
 use axum::extract::{FromRef, FromRequestParts, Query, State};
 use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE};
@@ -191,9 +188,8 @@ async fn groups_inner(engine: &Engine, pool: &Pool, reader: &Reader) -> Result<R
         crate::db::read::visible_groups(&mut *conn, viewer, 200).await?
     };
     let mut cards = Vec::new();
-    let mut all = Vec::new();
     for row in rows {
-        let (envs, more, _) = environments(
+        let listed = environments(
             engine,
             reader.session,
             &row.full_path,
@@ -202,10 +198,8 @@ async fn groups_inner(engine: &Engine, pool: &Pool, reader: &Reader) -> Result<R
             1,
         )
         .await?;
-        all.extend(envs.iter().cloned());
-        cards.push((row.full_path, envs, more));
+        cards.push((row.full_path, listed.environments, listed.truncated));
     }
-    let health = healths(engine, reader.session, &all).await;
     let cards = cards
         .into_iter()
         .map(|(full_path, envs, more)| GroupCard {
@@ -213,7 +207,7 @@ async fn groups_inner(engine: &Engine, pool: &Pool, reader: &Reader) -> Result<R
             environments: envs
                 .into_iter()
                 .map(|e| {
-                    let h = health.get(&e.id).cloned().unwrap_or(HealthCell::NoAgent);
+                    let h = health_cell(&e);
                     (e, h)
                 })
                 .collect(),
@@ -228,7 +222,16 @@ async fn groups_inner(engine: &Engine, pool: &Pool, reader: &Reader) -> Result<R
     ))
 }
 
-/// A group's environments, at most `pages` pages of 100; whether more matched.
+/// A group's environments, worst kept health first, at most `pages` pages of 100.
+struct Listed {
+    environments: Vec<EnvironmentSummary>,
+    /// More matched than were read.
+    truncated: bool,
+    username: Option<String>,
+    /// How many of the tier's environments have each health, among those the viewer sees.
+    counts: Vec<data::HealthCount>,
+}
+
 async fn environments(
     engine: &Engine,
     session: Session,
@@ -236,90 +239,53 @@ async fn environments(
     tier: Option<&str>,
     search: Option<&str>,
     pages: usize,
-) -> Result<(Vec<EnvironmentSummary>, bool, Option<String>), Error> {
-    let mut out = Vec::new();
-    let mut username = None;
+) -> Result<Listed, Error> {
+    let mut listed = Listed {
+        environments: Vec::new(),
+        truncated: true,
+        username: None,
+        counts: Vec::new(),
+    };
     let mut after: Option<String> = None;
     for _ in 0..pages {
         let (data, _): (data::GroupData, _) = data::run(
             engine,
             session,
             data::GROUP_ENVIRONMENTS,
-            json!({"path": path, "tier": tier, "search": search, "after": after}),
+            json!({"path": path, "tier": tier, "search": search, "after": after,
+                   "counts": after.is_none()}),
         )
         .await?;
         let Some(group) = data.group else {
             return Err(not_found(&format!("The group {path}")));
         };
-        username = data.current_user.map(|u| u.username);
-        out.extend(group.environments.nodes);
+        listed.username = data.current_user.map(|u| u.username);
+        if let Some(counts) = group.environment_health_counts {
+            listed.counts = counts;
+        }
+        listed.environments.extend(group.environments.nodes);
         if !group.environments.page_info.has_next_page {
-            return Ok((out, false, username));
+            listed.truncated = false;
+            break;
         }
         after = group.environments.page_info.end_cursor;
     }
-    Ok((out, true, username))
+    Ok(listed)
 }
 
-/// The health of each environment with an agent, read a few at a time.
-async fn healths(
-    engine: &Engine,
-    session: Session,
-    envs: &[EnvironmentSummary],
-) -> HashMap<String, HealthCell> {
-    let limit = Arc::new(tokio::sync::Semaphore::new(6));
-    let mut tasks = tokio::task::JoinSet::new();
-    let mut out = HashMap::new();
-    for env in envs {
-        if env.cluster_agent.is_none() {
-            out.insert(env.id.clone(), HealthCell::NoAgent);
-            continue;
-        }
-        if out.contains_key(&env.id) {
-            continue;
-        }
-        out.insert(env.id.clone(), HealthCell::NoAgent);
-        let (engine, limit) = (engine.clone(), limit.clone());
-        let (id, project, name) = (
-            env.id.clone(),
-            env.project.full_path.clone(),
-            env.name.clone(),
-        );
-        tasks.spawn(async move {
-            let _slot = limit.acquire().await;
-            let answer = data::run::<data::HealthData>(
-                &engine,
-                session,
-                data::HEALTH,
-                json!({"project": project, "name": name}),
-            )
-            .await;
-            let cell = match answer {
-                Err(e) => HealthCell::Unavailable(e.to_string()),
-                Ok((data, errors)) => {
-                    let group = data
-                        .project
-                        .and_then(|p| p.environment)
-                        .and_then(|e| e.resource_group);
-                    match (group, errors.first()) {
-                        (Some(g), _) => HealthCell::Status {
-                            status: g.health,
-                            message: g.health_message,
-                        },
-                        (None, Some(e)) => HealthCell::Unavailable(e.message.clone()),
-                        (None, None) => HealthCell::NoAgent,
-                    }
-                }
-            };
-            (id, cell)
-        });
+/// An environment's health as kept (SPEC 18): none without an agent; without a kept health
+/// the viewer may see, why not.
+fn health_cell(env: &EnvironmentSummary) -> HealthCell {
+    match (&env.health, &env.cluster_agent) {
+        (Some(h), _) => HealthCell::Status {
+            status: h.status.clone(),
+            message: h.message.clone(),
+        },
+        (None, None) => HealthCell::NoAgent,
+        (None, Some(_)) => HealthCell::Unavailable(
+            "No health shown: you may not use its agent, or its group was never read".into(),
+        ),
     }
-    while let Some(done) = tasks.join_next().await {
-        if let Ok((id, cell)) = done {
-            out.insert(id, cell);
-        }
-    }
-    out
 }
 
 // --- `/groups/<path>` ---------------------------------------------------------------------
@@ -353,7 +319,7 @@ async fn group(
             .trim()
             .to_owned();
         let upper = tier.as_deref().map(str::to_ascii_uppercase);
-        let (envs, truncated, username) = environments(
+        let listed = environments(
             &engine,
             reader.session,
             &path,
@@ -362,11 +328,17 @@ async fn group(
             3,
         )
         .await?;
-        let health = healths(&engine, reader.session, &envs).await;
-        let rows = envs
+        let (truncated, username) = (listed.truncated, listed.username);
+        let counts = listed
+            .counts
+            .into_iter()
+            .map(|c| (c.status, c.count))
+            .collect();
+        let rows = listed
+            .environments
             .into_iter()
             .map(|e| {
-                let h = health.get(&e.id).cloned().unwrap_or(HealthCell::NoAgent);
+                let h = health_cell(&e);
                 (e, h)
             })
             .collect();
@@ -375,6 +347,7 @@ async fn group(
         let view = GroupView {
             full_path: path.clone(),
             rows,
+            counts,
             tier,
             search,
             truncated,

@@ -9,16 +9,17 @@ use crate::auth::Session;
 use crate::error::Error;
 use crate::graphql::Engine;
 
-pub const GROUP_ENVIRONMENTS: &str = r#"query($path: ID!, $tier: DeploymentTier, $search: String, $after: String) {
+/// A page of a group's environments, worst kept health first (SPEC 18), and on the first page
+/// the counts by health.
+pub const GROUP_ENVIRONMENTS: &str = r#"query($path: ID!, $tier: DeploymentTier, $search: String, $after: String, $counts: Boolean!) {
   currentUser { username }
   group(fullPath: $path) {
-    environments(tier: $tier, search: $search, first: 100, after: $after) {
+    environmentHealthCounts(tier: $tier) @include(if: $counts) { status count }
+    environments(tier: $tier, search: $search, sort: HEALTH_DESC, first: 100, after: $after) {
       pageInfo { hasNextPage endCursor }
       nodes { id name tier state project { fullPath } kubernetesNamespace clusterAgent { name project { fullPath } }
+        health { status message since }
         deployments(first: 1) { nodes { iid status ref sha createdAt finishedAt } } } } } }"#;
-
-pub const HEALTH: &str = r#"query($project: ID!, $name: String!) {
-  project(fullPath: $project) { environment(name: $name) { resourceGroup { health healthMessage } } } }"#;
 
 pub const ENVIRONMENT: &str = r#"query($project: ID!, $name: String!) {
   currentUser { username }
@@ -168,6 +169,22 @@ pub struct GroupData {
 #[serde(rename_all = "camelCase")]
 pub struct Group {
     pub environments: EnvironmentPage,
+    /// Asked on the first page only.
+    #[serde(default)]
+    pub environment_health_counts: Option<Vec<HealthCount>>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct HealthCount {
+    pub status: String,
+    pub count: i64,
+}
+
+/// An environment's kept health (SPEC 18).
+#[derive(Debug, Clone, Deserialize)]
+pub struct KeptHealth {
+    pub status: String,
+    pub message: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -187,13 +204,15 @@ pub struct PageInfo {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct EnvironmentSummary {
-    pub id: String,
     pub name: String,
     pub tier: Option<String>,
     pub state: String,
     pub project: ProjectRef,
     pub kubernetes_namespace: Option<String>,
     pub cluster_agent: Option<AgentRef>,
+    /// `null` where the viewer may not see it, or it was never read.
+    #[serde(default)]
+    pub health: Option<KeptHealth>,
     pub deployments: Nodes<Deployment>,
 }
 
@@ -374,22 +393,6 @@ pub struct ImageChange {
 pub struct DeploymentAgent {
     pub name: String,
     pub kubernetes_namespace: String,
-}
-
-#[derive(Debug, Deserialize)]
-pub struct HealthData {
-    pub project: Option<HealthProject>,
-}
-
-#[derive(Debug, Deserialize)]
-pub struct HealthProject {
-    pub environment: Option<HealthEnvironment>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct HealthEnvironment {
-    pub resource_group: Option<GroupHealth>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -585,7 +588,6 @@ mod tests {
         let mut largest = (0, "");
         for (name, text) in [
             ("GROUP_ENVIRONMENTS", GROUP_ENVIRONMENTS),
-            ("HEALTH", HEALTH),
             ("ENVIRONMENT", ENVIRONMENT),
             ("FLUX_RECONCILE", FLUX_ACTIONS[0].1),
             ("FLUX_SUSPEND", FLUX_ACTIONS[1].1),

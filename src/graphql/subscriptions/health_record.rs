@@ -11,8 +11,15 @@
 //! ([`events::record_health`]), so the first replica's write records the event and the others'
 //! change nothing. A replica that starts (or restarts) sends the whole group once: what changed
 //! while nobody watched is recorded then.
+//!
+//! The same recorder keeps the group's own health, message and time of change
+//! (`environment_health`, SPEC 18) for the organization view: the health keeper
+//! ([`super::health_keeper`]) [`Recorder::keep`]s every environment with a connection within
+//! its budget, so that those recorders run without a view; views only mark which groups were
+//! viewed last ([`Recorder::viewed`]), the order the budget keeps them in.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -20,7 +27,11 @@ use tokio::time::Instant;
 
 use super::feeds::{FeedKey, Feeds, Source};
 use crate::db::events;
+use crate::db::health::{self as kept, Observed};
 use crate::db::pool::Pool;
+use crate::graphql::resource_group::HealthStatus;
+use crate::k8s::discovery::DiscoveryCache;
+use crate::resources::delta::GroupDelta;
 use crate::resources::timeline;
 
 /// The recorders running, one per environment. Cheap to clone.
@@ -29,11 +40,19 @@ pub struct Recorder {
     pool: Pool,
     feeds: Arc<Feeds>,
     running: Arc<Mutex<HashMap<i64, Running>>>,
+    /// When each environment's group was last viewed (not kept): the budget keeps the most
+    /// recently viewed first.
+    viewed: Arc<Mutex<HashMap<i64, Instant>>>,
+    /// Each environment's group size as its recorder last read it.
+    sizes: Arc<Mutex<HashMap<i64, usize>>>,
 }
 
 struct Running {
     key: FeedKey,
     used: Arc<Mutex<Instant>>,
+    /// Kept by the health keeper: runs with no use.
+    pinned: Arc<AtomicBool>,
+    idle: Duration,
     task: tokio::task::AbortHandle,
 }
 
@@ -47,6 +66,8 @@ impl Recorder {
             pool,
             feeds,
             running: Arc::default(),
+            viewed: Arc::default(),
+            sizes: Arc::default(),
         }
     }
 
@@ -54,31 +75,97 @@ impl Recorder {
     /// its recorder runs (started, or moved to the new group after another deployment) for at
     /// least the watch cache's idle time from now.
     pub(crate) fn touch(&self, environment: i64, key: FeedKey, source: impl FnOnce() -> Source) {
+        lock(&self.viewed).insert(environment, Instant::now());
+        self.run(environment, key, source, None);
+    }
+
+    /// The health keeper keeps `environment`'s group current: its recorder runs with no view.
+    pub(crate) fn keep(&self, environment: i64, key: FeedKey, source: impl FnOnce() -> Source) {
+        self.run(environment, key, source, Some(true));
+    }
+
+    /// The health keeper no longer keeps `environment`'s group: its recorder stops now, unless
+    /// a view used it within the idle time (it then stops that long after the view).
+    pub(crate) fn unpin(&self, environment: i64) {
+        let mut running = lock(&self.running);
+        let Some(r) = running.get(&environment) else {
+            return;
+        };
+        if !r.pinned.swap(false, Ordering::Relaxed) {
+            return;
+        }
+        let viewed = self.viewed(environment);
+        if viewed.is_none_or(|at| at.elapsed() >= r.idle) {
+            r.task.abort();
+            running.remove(&environment);
+        }
+    }
+
+    /// When `environment`'s group was last viewed in this process.
+    pub(crate) fn viewed(&self, environment: i64) -> Option<Instant> {
+        lock(&self.viewed).get(&environment).copied()
+    }
+
+    /// How many resources `environment`'s group had when its recorder last read it.
+    pub(crate) fn size(&self, environment: i64) -> Option<usize> {
+        lock(&self.sizes).get(&environment).copied()
+    }
+
+    /// Environments whose recorder runs now.
+    pub(crate) fn recording(&self) -> Vec<i64> {
         let mut running = lock(&self.running);
         running.retain(|_, r| !r.task.is_finished());
+        running.keys().copied().collect()
+    }
+
+    fn run(
+        &self,
+        environment: i64,
+        key: FeedKey,
+        source: impl FnOnce() -> Source,
+        pin: Option<bool>,
+    ) {
+        let mut running = lock(&self.running);
+        running.retain(|_, r| !r.task.is_finished());
+        let mut pinned = false;
         if let Some(r) = running.get(&environment) {
             if r.key == key && !r.task.is_finished() {
                 *lock(&r.used) = Instant::now();
+                if let Some(pin) = pin {
+                    r.pinned.store(pin, Ordering::Relaxed);
+                }
                 return;
             }
+            pinned = r.pinned.load(Ordering::Relaxed);
             r.task.abort();
         }
+        let pinned = Arc::new(AtomicBool::new(pin.unwrap_or(pinned)));
         let source = source();
         let idle = source.cluster.watch.idle();
+        let discovery = source.cluster.discovery.clone();
         let used = Arc::new(Mutex::new(Instant::now()));
         let subscriber = self.feeds.subscribe(key.clone(), || source);
         let task = tokio::spawn(record(
-            self.pool.clone(),
-            environment,
+            Task {
+                pool: self.pool.clone(),
+                environment,
+                agent: key.agent,
+                namespace: key.namespace.clone(),
+                discovery,
+                sizes: self.sizes.clone(),
+                used: used.clone(),
+                pinned: pinned.clone(),
+                idle,
+            },
             subscriber,
-            used.clone(),
-            idle,
         ));
         running.insert(
             environment,
             Running {
                 key,
                 used,
+                pinned,
+                idle,
                 task: task.abort_handle(),
             },
         );
@@ -93,30 +180,70 @@ impl Recorder {
     }
 }
 
-/// Follows the feed, writing the health marks that changed, until unused for `idle`.
-async fn record(
+/// What one recorder writes about.
+struct Task {
     pool: Pool,
     environment: i64,
-    mut feed: super::feeds::Subscriber,
+    agent: i64,
+    namespace: String,
+    discovery: DiscoveryCache,
+    sizes: Arc<Mutex<HashMap<i64, usize>>>,
     used: Arc<Mutex<Instant>>,
+    pinned: Arc<AtomicBool>,
     idle: Duration,
-) {
+}
+
+/// Follows the feed, writing the health marks that changed and the group's health, until
+/// unused for `idle` (never while kept).
+async fn record(task: Task, mut feed: super::feeds::Subscriber) {
+    let Task {
+        pool,
+        environment,
+        used,
+        idle,
+        ..
+    } = &task;
+    let environment = *environment;
     let mut sent = HashMap::new();
-    let every = (idle / 4).clamp(Duration::from_millis(10), Duration::from_secs(60));
+    let mut group = Group::default();
+    let every = (*idle / 4).clamp(Duration::from_millis(10), Duration::from_secs(60));
     loop {
         let message = tokio::select! {
             message = feed.next() => message,
             () = tokio::time::sleep(every) => {
-                if lock(&used).elapsed() >= idle {
+                if !task.pinned.load(Ordering::Relaxed) && lock(used).elapsed() >= *idle {
                     break;
                 }
                 continue;
             }
         };
-        let Some(Ok(update)) = message else {
-            // The feed stopped, or cannot read the group: the next use starts again.
-            break;
+        let update = match message {
+            Some(Ok(update)) => update,
+            Some(Err(why)) => {
+                // The group cannot be read at all (the agent's connection is lost before any
+                // kind was listed): what was kept is not its health any more.
+                let message = format!("The agent's cluster cannot be reached: {why}");
+                if let Err(e) =
+                    kept::lost(pool.pg(), environment, &message, chrono::Utc::now()).await
+                {
+                    tracing::warn!(environment, error = %e, "cannot record a lost group's health");
+                }
+                break;
+            }
+            // The feed stopped: the next use starts again.
+            None => break,
         };
+        group.apply(&update.delta);
+        lock(&task.sizes).insert(environment, group.kinds.len());
+        let observed = group.observed(&task, &update.delta);
+        if group.written.as_ref() != Some(&observed) {
+            match kept::record(pool.pg(), environment, &observed, chrono::Utc::now()).await {
+                Ok(_) => group.written = Some(observed),
+                Err(e) => {
+                    tracing::warn!(environment, error = %e, "cannot record the group's health; trying with the next change")
+                }
+            }
+        }
         let marks = timeline::changes(&mut sent, &update.delta);
         if marks.is_empty() {
             continue;
@@ -132,4 +259,55 @@ async fn record(
         }
     }
     tracing::debug!(environment, "health recorder: unused; stopped");
+}
+
+/// The group as its recorder follows it: each resource's kind, and the health last written.
+#[derive(Default)]
+struct Group {
+    /// uid -> (apiVersion, kind).
+    kinds: HashMap<String, (String, String)>,
+    written: Option<Observed>,
+}
+
+impl Group {
+    fn apply(&mut self, delta: &GroupDelta) {
+        if delta.complete {
+            self.kinds.clear();
+        }
+        for uid in &delta.removed {
+            self.kinds.remove(uid);
+        }
+        for r in &delta.upserted {
+            self.kinds
+                .insert(r.uid.clone(), (r.api_version.clone(), r.kind.clone()));
+        }
+    }
+
+    /// The group's health now, with its kinds as `group/version/plural/Kind` (a kind discovery
+    /// does not know is left out: nobody lists it).
+    fn observed(&self, task: &Task, delta: &GroupDelta) -> Observed {
+        let discovered = task.discovery.cached();
+        let kinds: BTreeSet<String> = self
+            .kinds
+            .values()
+            .filter_map(|(api_version, kind)| {
+                let d = discovered.as_ref()?;
+                let k = d
+                    .kinds
+                    .iter()
+                    .find(|k| &k.kind == kind && &k.api_version() == api_version)?;
+                Some(format!("{}/{}/{}/{}", k.group, k.version, k.plural, k.kind))
+            })
+            .collect();
+        let status = HealthStatus::from(delta.health.status);
+        Observed {
+            agent_id: task.agent,
+            namespace: task.namespace.clone(),
+            status: status.name(),
+            severity: delta.health.status.severity() as i16,
+            message: delta.health.message.clone(),
+            kinds: kinds.into_iter().collect(),
+            objects: i32::try_from(self.kinds.len()).unwrap_or(i32::MAX),
+        }
+    }
 }

@@ -6,6 +6,7 @@
 mod environments;
 mod events;
 pub(crate) mod feeds;
+pub mod health_keeper;
 pub(crate) mod health_record;
 mod resource_group;
 pub mod socket;

@@ -113,6 +113,9 @@ pub fn groups_page(chrome: &Chrome, mut cards: Vec<GroupCard>) -> Markup {
 pub struct GroupView {
     pub full_path: String,
     pub rows: Vec<(EnvironmentSummary, HealthCell)>,
+    /// How many of the environments (of the tier asked) have each health, among those whose
+    /// health the viewer may see (`Group.environmentHealthCounts`).
+    pub counts: Vec<(String, i64)>,
     /// The filter as asked, in the URL's spelling.
     pub tier: Option<String>,
     pub search: String,
@@ -120,16 +123,54 @@ pub struct GroupView {
     pub truncated: bool,
 }
 
-/// Production first, worst health first, then by project and name.
+/// Worst health first (the unhealthy ones lead), production first among equals, then by
+/// project and name.
 pub fn sort_rows(rows: &mut [(EnvironmentSummary, HealthCell)]) {
     rows.sort_by_key(|(e, h)| {
         (
-            tier_rank(e.tier.as_deref()),
             Reverse(h.rank()),
+            tier_rank(e.tier.as_deref()),
             e.project.full_path.clone(),
             e.name.clone(),
         )
     });
+}
+
+/// The counts by health, worst first, those with none left out; all of them sum up what the
+/// viewer sees.
+fn health_counts(full_path: &str, tier: Option<&str>, counts: &[(String, i64)]) -> Markup {
+    let mut shown: Vec<&(String, i64)> = counts.iter().filter(|(_, n)| *n > 0).collect();
+    shown.sort_by_key(|(s, _)| Reverse(health_rank(s)));
+    let total: i64 = counts.iter().map(|(_, n)| n).sum();
+    let unhealthy: i64 = counts
+        .iter()
+        .filter(|(s, _)| health_rank(s) > health_rank("HEALTHY"))
+        .map(|(_, n)| n)
+        .sum();
+    let scope = match tier {
+        Some(t) => format!("{} environments", title(t)),
+        None => "Environments".to_owned(),
+    };
+    html! {
+        section #health-counts .counts data-live-region aria-label={"Health of the environments of " (full_path)} {
+            @if total == 0 {
+                p.msg { "No environment health to show yet: none is deployed through an agent you may use." }
+            } @else {
+                p.lead {
+                    @if unhealthy > 0 {
+                        strong { (unhealthy) " of " (total) } " " (scope.to_lowercase()) " need" (if unhealthy == 1 { "s" } else { "" }) " attention"
+                    } @else {
+                        (scope) ": all " (total) " healthy"
+                    }
+                }
+                ul.count-list {
+                    @for (status, n) in shown {
+                        li { (health_badge(Some(status))) " " strong.count { (n) } }
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// `/groups/<path>`: every environment of the group's projects and subgroups.
@@ -146,6 +187,7 @@ pub fn group_page(chrome: &Chrome, mut view: GroupView, now: DateTime<Utc>) -> M
                 }
             }
             h1 { (view.full_path) }
+            (health_counts(&view.full_path, view.tier.as_deref(), &view.counts))
             form.filters method="get" role="search" aria-label="Filter environments" {
                 label for="tier" { "Tier"
                     select #tier name="tier" {
@@ -167,7 +209,7 @@ pub fn group_page(chrome: &Chrome, mut view: GroupView, now: DateTime<Utc>) -> M
                 @if view.rows.is_empty() {
                     p.empty { "No environments match." }
                 } @else {
-                    p.sub { (view.rows.len()) " environment" (if view.rows.len() == 1 { "" } else { "s" }) ", production first, worst health first"
+                    p.sub { (view.rows.len()) " environment" (if view.rows.len() == 1 { "" } else { "s" }) ", unhealthy first"
                         @if view.truncated { " (the first " (view.rows.len()) "; narrow the search for the rest)" } "." }
                     div.table-wrap {
                         table.stack {
@@ -227,7 +269,6 @@ mod tests {
 
     fn env(name: &str, tier: Option<&str>) -> EnvironmentSummary {
         EnvironmentSummary {
-            id: name.into(),
             name: name.into(),
             tier: tier.map(Into::into),
             state: "available".into(),
@@ -236,6 +277,7 @@ mod tests {
             },
             kubernetes_namespace: None,
             cluster_agent: None,
+            health: None,
             deployments: Nodes { nodes: vec![] },
         }
     }
@@ -248,7 +290,7 @@ mod tests {
     }
 
     #[test]
-    fn production_first_then_worst_health_first() {
+    fn the_unhealthy_first_then_production_first() {
         let mut rows = vec![
             (env("review", None), HealthCell::NoAgent),
             (env("staging", Some("STAGING")), status("DEGRADED")),
@@ -266,8 +308,8 @@ mod tests {
             [
                 "prod-unreadable",
                 "prod-bad",
-                "prod-ok",
                 "staging",
+                "prod-ok",
                 "review"
             ]
         );
@@ -287,6 +329,7 @@ mod tests {
                 env("<script>x</script>", Some("PRODUCTION")),
                 status("HEALTHY"),
             )],
+            counts: vec![("HEALTHY".into(), 1)],
             tier: Some("production".into()),
             search: "\"q".into(),
             truncated: false,
