@@ -26,9 +26,49 @@ fn return_freed_memory() {
         });
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+/// How often a runtime thread, when it goes idle, hands back what its own heap holds free.
+const OWN_HEAP_COLLECT_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Called by each runtime thread as it parks (goes idle): at most every
+/// [`OWN_HEAP_COLLECT_EVERY`], collects that thread's own mimalloc heap. mimalloc keeps pages
+/// in the heap of the thread that allocated them; blocks freed there by other threads (a
+/// connection's buffers dropped elsewhere) wait in the page until its own thread looks, and
+/// [`return_freed_memory`]'s collect from a thread of its own cannot reach them. A thread that
+/// idles after a burst is the one with time to spare for it.
+fn collect_own_heap() {
+    use std::cell::Cell;
+    use std::time::Instant;
+    thread_local!(static LAST: Cell<Option<Instant>> = const { Cell::new(None) });
+    let now = Instant::now();
+    let due = LAST.with(|last| match last.get() {
+        Some(at) if now.duration_since(at) < OWN_HEAP_COLLECT_EVERY => false,
+        _ => {
+            last.set(Some(now));
+            true
+        }
+    });
+    if due {
+        // SAFETY: takes no pointer; collects the calling thread's heap.
+        unsafe { mi_collect(false) };
+    }
+}
+
+fn main() -> ExitCode {
     return_freed_memory();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .on_thread_park(collect_own_heap)
+        .build();
+    match runtime {
+        Ok(runtime) => runtime.block_on(run()),
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> ExitCode {
     let cli = envlens::config::Cli::parse();
     let _traces =
         match envlens::telemetry::init_logging(cli.log_format, cli.otlp_endpoint.as_deref()) {

@@ -20,26 +20,31 @@ use crate::support::gitlab::TestGitLab;
 use crate::support::gitlab_rest::{self as rest, API_TOKEN};
 use crate::support::{keys, postgres, TestApp};
 
-/// A client of the test GitLab with its API token; retries kept short for the tests.
+/// A client of the test GitLab with its API token (an administrator's); retries kept short for
+/// the tests.
 pub fn api(gitlab: &TestGitLab) -> GitLab {
+    api_with_token(gitlab, API_TOKEN)
+}
+
+/// A client of the test GitLab with `token` (`API_TOKEN` or `REGULAR_API_TOKEN`).
+pub fn api_with_token(gitlab: &TestGitLab, token: &str) -> GitLab {
     let policy = Policy {
         attempts: 3,
         backoff: std::time::Duration::from_millis(10),
         ..Policy::default()
     };
-    GitLab::new(
-        &gitlab.url,
-        Some(Token::new(API_TOKEN)),
-        Arc::default(),
-        policy,
-    )
-    .unwrap()
+    GitLab::new(&gitlab.url, Some(Token::new(token)), Arc::default(), policy).unwrap()
 }
 
 /// envlens beside the test GitLab, with its API token.
 pub async fn app_with_api(gitlab: &TestGitLab) -> TestApp {
+    app_with_token(gitlab, API_TOKEN).await
+}
+
+/// envlens beside the test GitLab, with `token` as its own.
+pub async fn app_with_token(gitlab: &TestGitLab, token: &str) -> TestApp {
     let database = postgres::fresh_database().await;
-    let api = api(gitlab);
+    let api = api_with_token(gitlab, token);
     let instance = Instance::new(
         api,
         "https://envlens.example.com",

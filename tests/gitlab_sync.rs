@@ -17,7 +17,7 @@ use envlens::ingest::sync::{pass, Report, Scope};
 use envlens::telemetry::Metrics;
 use serde_json::{json, Value};
 
-use crate::environment_lookup::{api, app_with_api};
+use crate::environment_lookup::{api, api_with_token, app_with_api};
 use crate::support::gitlab::TestGitLab;
 use crate::support::gitlab_rest::{self as rest, Fault};
 use crate::support::TestApp;
@@ -77,6 +77,16 @@ fn populate(gitlab: &TestGitLab) {
 }
 
 async fn sync(app: &TestApp, gitlab: &TestGitLab, groups: &[&str]) -> Result<Report, String> {
+    sync_with(app, gitlab, rest::API_TOKEN, groups).await
+}
+
+/// A pass with `token` as envlens' own.
+async fn sync_with(
+    app: &TestApp,
+    gitlab: &TestGitLab,
+    token: &str,
+    groups: &[&str],
+) -> Result<Report, String> {
     let scope = Scope {
         groups: groups.iter().map(|g| g.to_string()).collect(),
         max_projects: 10_000,
@@ -86,7 +96,7 @@ async fn sync(app: &TestApp, gitlab: &TestGitLab, groups: &[&str]) -> Result<Rep
     let mut progress = |step: &str| steps.push(step.to_owned());
     let report = pass(
         &app.db,
-        &api(gitlab),
+        &api_with_token(gitlab, token),
         &scope,
         &Metrics::default(),
         &mut progress,
@@ -170,7 +180,8 @@ async fn a_pass_mirrors_gitlab_and_the_next_writes_nothing() {
     // Keyset pages for the projects, offset pages elsewhere; the faults were retried.
     let calls = gitlab.rest.calls();
     assert!(calls.iter().any(|c| c.contains("id_after=")), "{calls:?}");
-    assert_eq!(report.requests as usize, calls.len());
+    // And `GET /user` (whether the token is an administrator's), which the REST log leaves out.
+    assert_eq!(report.requests as usize, calls.len() + 1);
 
     // Nothing changed in GitLab: the same reads, nothing written.
     let before = app.fingerprint().await;
@@ -181,7 +192,8 @@ async fn a_pass_mirrors_gitlab_and_the_next_writes_nothing() {
     assert_eq!(
         again.requests as usize,
         3 * (2 + FILLER as usize) + 1 /* config file */ + 3 /* group members */
-            + 2 /* projects: 2 keyset pages */ + 1 /* groups */ + 1, /* users */
+            + 2 /* projects: 2 keyset pages */ + 1 /* groups */ + 1 /* users */
+            + 1, /* the token's own user */
         "{again}"
     );
 }
@@ -246,7 +258,7 @@ async fn what_gitlab_no_longer_has_goes_after_a_complete_pass_only() {
             .await
             .unwrap();
     assert_eq!(kept, vec![77]);
-    // Users are kept in a group's scope (they may belong elsewhere).
+    // A user who left the group is kept: an administrator's token lists them still.
     assert!(m.contains(&"user 3 rep".to_owned()));
 }
 
@@ -864,10 +876,259 @@ async fn the_sync_carries_user_state_and_a_blocked_users_session_is_refused() {
     sync(&app, &gitlab, &[]).await.unwrap();
     assert_eq!(app.get_as("/api/user", 2, "dev").await.status, 200);
 
-    // A pass scoped to groups reads no `/users`: the members API's state is the one it has.
+    // A pass with a token that is no administrator's reads no `/users`: the members API's
+    // state is the one it has.
     gitlab.rest.with(|d| {
         d.project_members.get_mut(&42).unwrap()[0]["state"] = json!("ldap_blocked");
     });
-    sync(&app, &gitlab, &["acme"]).await.unwrap();
+    sync_with(&app, &gitlab, rest::REGULAR_API_TOKEN, &["acme"])
+        .await
+        .unwrap();
     assert_eq!(app.get_as("/api/user", 2, "dev").await.status, 401);
+}
+
+// ---- Every user, with an administrator's token only (issue 37, item 5) ----
+
+/// The mirror's users: `username state external[ admin]`, by id.
+async fn users(app: &TestApp) -> Vec<String> {
+    rows(
+        app,
+        "SELECT format('%s %s %s%s', username, state, external, CASE WHEN admin THEN ' admin' ELSE '' END)
+         FROM users ORDER BY id",
+    )
+    .await
+}
+
+/// acme/apps/web (42, with its environments) public, acme/agents (10) internal, the rest
+/// private.
+fn with_visibilities(gitlab: &TestGitLab) {
+    gitlab.rest.with(|d| {
+        for p in &mut d.projects {
+            match p["id"].as_i64() {
+                Some(42) => p["visibility"] = json!("public"),
+                Some(10) => p["visibility"] = json!("internal"),
+                _ => {}
+            }
+        }
+    });
+}
+
+const READS: &str = r#"{ public: project(fullPath: "acme/apps/web") { environments { nodes { name } } }
+    internal: project(fullPath: "acme/agents") { fullPath }
+    private: project(fullPath: "acme/apps/svc-0") { fullPath } }"#;
+
+/// What `READS` shows: the public project's environments, whether the internal and the private
+/// projects are there.
+fn reads(answer: &Value) -> (Vec<String>, bool, bool) {
+    let data = &answer["data"];
+    assert!(answer["errors"].is_null(), "{answer}");
+    let names = data["public"]["environments"]["nodes"]
+        .as_array()
+        .map(|n| {
+            n.iter()
+                .map(|e| e["name"].as_str().unwrap().to_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    (
+        names,
+        !data["internal"].is_null(),
+        !data["private"].is_null(),
+    )
+}
+
+#[tokio::test]
+async fn an_administrators_sync_mirrors_every_user_members_or_not() {
+    let gitlab = TestGitLab::start().await;
+    populate(&gitlab);
+    with_visibilities(&gitlab);
+    gitlab.rest.with(|d| {
+        d.users.push(rest::user(6, "newcomer", false));
+        let mut away = rest::user(7, "away", false);
+        away["state"] = json!("deactivated");
+        d.users.push(away);
+        let mut contractor = rest::user(8, "contractor", false);
+        contractor["external"] = json!(true);
+        d.users.push(contractor);
+    });
+    let app = app_with_api(&gitlab).await;
+    // Scoped to a group (`gitlab.groups`), with an administrator's token: still every user,
+    // members of something or not.
+    let report = sync(&app, &gitlab, &["acme"]).await.unwrap();
+    assert_eq!((report.users, report.members), (8, 4), "{report}");
+    assert_eq!(
+        users(&app).await,
+        [
+            "root active f admin",
+            "dev active f",
+            "rep active f",
+            "ops active f",
+            "guest-min active f",
+            "newcomer active f",
+            "away deactivated f",
+            "contractor active t",
+        ]
+    );
+    // The newcomer, a member of nothing, is someone: what GitLab lets anyone read, and null
+    // for the rest. The external contractor reads no internal project; the deactivated user
+    // is refused.
+    let expected = vec!["production".to_owned(), "review/fix-login".to_owned()];
+    assert_eq!(
+        reads(&app.graphql((6, "newcomer"), READS).await),
+        (expected.clone(), true, false)
+    );
+    assert_eq!(
+        reads(&app.graphql((8, "contractor"), READS).await),
+        (expected, false, false)
+    );
+    assert_eq!(app.get_as("/api/user", 7, "away").await.status, 401);
+    // GitLab deletes the newcomer: the next complete pass removes them.
+    gitlab.rest.with(|d| d.users.retain(|u| u["id"] != 6));
+    let report = sync(&app, &gitlab, &["acme"]).await.unwrap();
+    assert_eq!(report.users, 7, "{report}");
+    assert_eq!(app.get_as("/api/user", 6, "newcomer").await.status, 401);
+}
+
+#[tokio::test]
+async fn a_sync_with_a_token_that_is_no_administrators_does_not_pretend() {
+    let gitlab = TestGitLab::start().await;
+    populate(&gitlab);
+    with_visibilities(&gitlab);
+    gitlab.rest.with(|d| {
+        d.users[2]["external"] = json!(true);
+        d.users.push(rest::user(6, "newcomer", false));
+    });
+    let app = app_with_api(&gitlab).await;
+    sync(&app, &gitlab, &[]).await.unwrap();
+    let known = users(&app).await;
+    assert!(
+        known.contains(&"root active f admin".to_owned()),
+        "{known:?}"
+    );
+    // Then envlens runs with a regular user's token. A new member of acme/apps/web, whom
+    // GitLab knows as external, and someone GitLab has added since.
+    gitlab.rest.with(|d| {
+        let mut contractor = rest::user(8, "contractor", false);
+        contractor["external"] = json!(true);
+        d.users.push(contractor);
+        d.users.push(rest::user(9, "later", false));
+        d.project_members
+            .get_mut(&42)
+            .unwrap()
+            .push(rest::member(8, "contractor", 30));
+    });
+    let calls_before = gitlab.rest.calls().len();
+    let mut steps = Vec::new();
+    let report = pass(
+        &app.db,
+        &api_with_token(&gitlab, rest::REGULAR_API_TOKEN),
+        &Scope {
+            groups: vec![],
+            max_projects: 10_000,
+            timeout: Duration::from_secs(60),
+        },
+        &Metrics::default(),
+        &mut |s: &str| steps.push(s.to_owned()),
+    )
+    .await
+    .unwrap();
+    // GitLab shows such a token nobody's admin or external flag: the sync takes the users it
+    // sees as members, says so, keeps what an administrator's pass knew, removes nobody, and
+    // takes the new member as external until GitLab says otherwise.
+    assert!(
+        steps.iter().any(|s| s.starts_with("users: members only")),
+        "{steps:?}"
+    );
+    let users_read: Vec<String> = gitlab.rest.calls()[calls_before..]
+        .iter()
+        .filter(|c| c.starts_with("/api/v4/users"))
+        .cloned()
+        .collect();
+    assert!(users_read.is_empty(), "{users_read:?}");
+    assert_eq!(report.users, 5, "{report}");
+    assert_eq!(
+        users(&app).await,
+        [
+            "root active f admin",
+            "dev active f",
+            "rep active t",
+            "ops active f",
+            "guest-min active f",
+            "newcomer active f",
+            "contractor active t",
+        ]
+    );
+    let expected = vec!["production".to_owned(), "review/fix-login".to_owned()];
+    assert_eq!(
+        reads(&app.graphql((8, "contractor"), READS).await),
+        (expected, false, false)
+    );
+}
+
+#[tokio::test]
+async fn users_gitlab_vouches_for_read_what_gitlab_lets_them() {
+    let gitlab = TestGitLab::start().await;
+    populate(&gitlab);
+    with_visibilities(&gitlab);
+    gitlab
+        .rest
+        .with(|d| d.users.push(rest::user(12, "proxyonly", false)));
+    // envlens' own token is a regular user's: GitLab shows it no one's `external` flag.
+    let app = crate::environment_lookup::app_with_token(&gitlab, rest::REGULAR_API_TOKEN).await;
+    sync_with(&app, &gitlab, rest::REGULAR_API_TOKEN, &[])
+        .await
+        .unwrap();
+    let ask = |token: &str| {
+        axum::http::Request::post("/api/graphql")
+            .header("authorization", format!("Bearer {token}"))
+            .header("content-type", "application/json")
+            .body(axum::body::Body::from(
+                json!({ "query": READS }).to_string(),
+            ))
+            .unwrap()
+    };
+    let expected = vec!["production".to_owned(), "review/fix-login".to_owned()];
+    // A member of nothing with a GitLab token: public and internal projects, null for the
+    // private one.
+    gitlab.accept_token("glpat-newcomer", 10, "newcomer");
+    let res = app.send(ask("glpat-newcomer")).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    assert_eq!(reads(&res.json()), (expected.clone(), true, false));
+    // An external user (their own profile says so): no internal project.
+    let mut outsider = crate::support::gitlab::own_user(&gitlab.url, 11, "outsider");
+    outsider["external"] = json!(true);
+    gitlab.add_token(
+        "glpat-outsider",
+        crate::support::gitlab::TestToken {
+            user: outsider,
+            kind: crate::support::gitlab::TokenKind::Access {
+                scopes: vec!["api".into()],
+                active: true,
+            },
+        },
+    );
+    let res = app.send(ask("glpat-outsider")).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    assert_eq!(reads(&res.json()), (expected.clone(), false, false));
+    // A `k8s_proxy` token may not read its own profile: envlens reads the user with its own
+    // token, whose answer has no `external` flag. Unknown, it opens nothing.
+    gitlab.accept_access_token("glpat-proxyonly", 12, "proxyonly", &["k8s_proxy"]);
+    let res = app
+        .send(
+            axum::http::Request::get("/k8s-proxy/api/v1/namespaces/shop/pods")
+                .header("authorization", "Bearer glpat-proxyonly")
+                .header("Gitlab-Agent-Id", "7")
+                .body(axum::body::Body::empty())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(res.status, 401, "{}", res.text());
+    assert_eq!(
+        users(&app).await.last().map(String::as_str),
+        Some("proxyonly active t")
+    );
+    assert_eq!(
+        reads(&app.graphql((12, "proxyonly"), READS).await),
+        (expected, false, false)
+    );
 }

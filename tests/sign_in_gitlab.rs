@@ -454,6 +454,20 @@ async fn a_gitlab_user_envlens_does_not_know_is_added_and_a_blocked_one_refused(
     .await
     .unwrap();
     assert_eq!(bob, ("bob".to_owned(), 0));
+    // Taken as external meanwhile (a sync whose token GitLab shows no one's flag): GitLab's
+    // profile at the next sign-in says bob is not.
+    sqlx::query("UPDATE users SET external = true WHERE id = 99")
+        .execute(&app.db)
+        .await
+        .unwrap();
+    let (authorize, cookie) = start(&app, "/-/sign-in/gitlab").await;
+    let res = back(&app, &at_gitlab(&authorize).await, &cookie).await;
+    assert_eq!(res.status, StatusCode::SEE_OTHER, "{}", res.text());
+    let external: bool = sqlx::query_scalar("SELECT external FROM users WHERE id = 99")
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert!(!external);
     // A user the mirror knows as blocked is refused, saying so.
     sqlx::query("UPDATE users SET state = 'blocked' WHERE id = 99")
         .execute(&app.db)
@@ -474,7 +488,7 @@ async fn a_gitlab_user_envlens_does_not_know_is_added_and_a_blocked_one_refused(
     let res = back(&app, &at_gitlab(&authorize).await, &cookie).await;
     assert_eq!(res.status, StatusCode::FORBIDDEN);
     assert!(res.text().contains("access_denied"), "{}", res.text());
-    assert_eq!(gitlab.oauth.lock().unwrap().token_requests, 2);
+    assert_eq!(gitlab.oauth.lock().unwrap().token_requests, 3);
 }
 
 #[tokio::test]

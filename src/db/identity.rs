@@ -49,7 +49,9 @@ pub struct UserState {
 }
 
 /// Adds a user GitLab vouched for (their token, their sign-in) that the mirror lacks, with no
-/// memberships; a user the mirror has meanwhile is left as it is.
+/// memberships; a user the mirror has meanwhile is left as it is. An answer without the
+/// `external` flag (GitLab shows it to administrators and to the user themselves) adds them as
+/// external: an unknown flag opens no internal project (SPEC 13).
 pub async fn add_vouched_user(
     conn: &mut PgConnection,
     id: i64,
@@ -57,7 +59,7 @@ pub async fn add_vouched_user(
     state: &UserState,
 ) -> Result<()> {
     sqlx::query(
-        "INSERT INTO users (id, username, state, external) VALUES ($1, $2, $3, COALESCE($4, false))
+        "INSERT INTO users (id, username, state, external) VALUES ($1, $2, $3, COALESCE($4, true))
          ON CONFLICT (id) DO NOTHING",
     )
     .bind(id)
@@ -83,6 +85,18 @@ pub async fn set_user_state(db: impl PgExecutor<'_>, id: i64, state: &UserState)
     .execute(db)
     .await?;
     Ok(done.rows_affected() == 1)
+}
+
+/// Records a user's `external` flag as GitLab's profile of them says (their sign-in).
+pub async fn set_user_external(db: impl PgExecutor<'_>, id: i64, external: bool) -> Result<()> {
+    sqlx::query(
+        "UPDATE users SET external = $2, updated_at = now() WHERE id = $1 AND external <> $2",
+    )
+    .bind(id)
+    .bind(external)
+    .execute(db)
+    .await?;
+    Ok(())
 }
 
 pub async fn find_user_by_username(

@@ -6,8 +6,11 @@ use sqlx::PgConnection;
 
 use crate::error::Result;
 
-/// Creates or renames users seen as members, keeping the admin flag the mirror has, with the
-/// state the members API shows (`None` keeps the mirror's; `active` when new).
+/// Creates or renames users seen as members, keeping the admin and external flags the mirror
+/// has, with the state the members API shows (`None` keeps the mirror's; `active` when new).
+/// The members API does not say who is external: a user new to the mirror counts as external
+/// (no internal project they are not a member of) until GitLab says otherwise (an
+/// administrator's sync, their own profile at sign-in), so that an unknown flag opens nothing.
 pub async fn put_member_users(
     conn: &mut PgConnection,
     ids: &[i64],
@@ -15,7 +18,7 @@ pub async fn put_member_users(
     states: &[Option<String>],
 ) -> Result<()> {
     sqlx::query(
-        "INSERT INTO users (id, username) SELECT * FROM UNNEST($1::bigint[], $2::text[])
+        "INSERT INTO users (id, username, external) SELECT id, username, true FROM UNNEST($1::bigint[], $2::text[]) AS t(id, username)
          ON CONFLICT (id) DO UPDATE SET username = EXCLUDED.username, updated_at = now()
          WHERE users.username IS DISTINCT FROM EXCLUDED.username",
     )
@@ -37,12 +40,14 @@ pub async fn put_member_users(
 
 /// What a complete pass saw, to remove the rest.
 pub struct Seen<'a> {
-    /// Lower-cased full paths of the top-level groups synced; `None`: everything (an
-    /// administrator's token), users included.
+    /// Lower-cased full paths of the top-level groups synced; `None`: every group.
     pub roots: Option<&'a [String]>,
+    /// Whether `user_ids` is every user of the instance (an administrator's token): only then
+    /// are the users it lacks removed.
+    pub all_users: bool,
     pub group_ids: &'a [i64],
     pub project_ids: &'a [i64],
-    /// Every user GitLab listed (only when `roots` is `None`).
+    /// Every user GitLab listed, and those seen as members.
     pub user_ids: &'a [i64],
     /// Direct memberships: `(user, 'group'|'project', source)` as columns.
     pub member_users: &'a [i64],
@@ -118,7 +123,7 @@ pub async fn remove_unseen(conn: &mut PgConnection, seen: &Seen<'_>) -> Result<u
     .execute(&mut *conn)
     .await?
     .rows_affected();
-    if seen.roots.is_none() {
+    if seen.all_users {
         removed += sqlx::query("DELETE FROM users WHERE id <> ALL ($1::bigint[])")
             .bind(seen.user_ids)
             .execute(&mut *conn)

@@ -1,7 +1,8 @@
 //! GitLab's users as envlens asks about them (SPEC 13, "User state"): the profile of a token's
 //! own user (`GET /api/v4/user`, to add a user GitLab vouches for that the mirror lacks), a
-//! user's state by id (`GET /api/v4/users/:id`), and when a signed-in user's state is due to
-//! be read again (at most every `gitlab.token_cache`).
+//! user's state by id (`GET /api/v4/users/:id`), whether envlens' own token is an
+//! administrator's (which decides what the sync may take from `GET /users`), and when a
+//! signed-in user's state is due to be read again (at most every `gitlab.token_cache`).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -28,6 +29,9 @@ pub struct Profile {
     pub state: Option<String>,
     #[serde(default)]
     pub external: Option<bool>,
+    /// Only in an administrator's answers (GitLab's `UserWithAdmin`); absent otherwise.
+    #[serde(default)]
+    pub is_admin: Option<bool>,
 }
 
 impl Profile {
@@ -67,6 +71,25 @@ pub async fn profile(
 ) -> Result<Option<Profile>, ApiError> {
     api.get_optional("/users/:id", &format!("/api/v4/users/{id}"), request_id)
         .await
+}
+
+/// Whether envlens' own token (`gitlab.token_file`) is an administrator's: its `GET /user`
+/// says `is_admin: true`. GitLab shows `is_admin`, and the `external` flag of others, only to
+/// administrators, so anything else (a regular user, a group or project token's bot, a token
+/// that may not read `/user`) is no administrator's: the sync then takes no user from
+/// `GET /users` (SPEC 13: an unknown `external` flag must not open internal projects).
+pub async fn own_token_is_admin(
+    api: &GitLab,
+    request_id: Option<&RequestId>,
+) -> Result<bool, ApiError> {
+    match api
+        .get_optional::<Profile>("/user", "/api/v4/user", request_id)
+        .await
+    {
+        Ok(profile) => Ok(profile.and_then(|p| p.is_admin) == Some(true)),
+        Err(ApiError::Status { status, .. }) if status == StatusCode::FORBIDDEN => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 /// When each signed-in user's state was last read from GitLab.

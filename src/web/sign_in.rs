@@ -338,12 +338,16 @@ pub async fn callback(
         }
     };
     // A user GitLab signed in whom the mirror lacks is added from their profile (SPEC 13),
-    // with no memberships; only an active one is let in.
+    // with no memberships; one it has takes the profile's external flag (GitLab's word about
+    // oneself, which a sync with a token that is no administrator's lacks, and which took
+    // them as external meanwhile). Only an active user is let in.
     let known = async {
         let mut conn = db.acquire().await?;
         if let Some(profile) = &user.profile {
             if !db::identity::user_mirrored(&mut *conn, user.id).await? {
                 crate::auth::vouched::add_profile(&mut conn, user.id, profile).await?;
+            } else if let Some(external) = profile.external {
+                db::identity::set_user_external(&mut *conn, user.id, external).await?;
             }
         }
         db::identity::find_user(&mut *conn, user.id).await

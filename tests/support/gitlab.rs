@@ -117,7 +117,37 @@ impl TestGitLab {
         let key_fetches = Arc::new(AtomicUsize::new(0));
         let fetches = key_fetches.clone();
         let issuer = url.clone();
+        // The REST API's own tokens are users' tokens too: `GET /user` names their user.
         let tokens: Tokens = Arc::default();
+        {
+            use super::gitlab_rest::{
+                API_TOKEN, API_TOKEN_USER, REGULAR_API_TOKEN, REGULAR_API_TOKEN_USER,
+            };
+            let mut admin = own_user(&url, API_TOKEN_USER.0, API_TOKEN_USER.1);
+            admin["is_admin"] = json!(true);
+            let mut regular = own_user(&url, REGULAR_API_TOKEN_USER.0, REGULAR_API_TOKEN_USER.1);
+            // GitLab's `UserPublic`: `is_admin` only in an administrator's answers.
+            regular.as_object_mut().unwrap().remove("is_admin");
+            let read_api = || TokenKind::Access {
+                scopes: vec!["read_api".into()],
+                active: true,
+            };
+            let mut known = tokens.lock().unwrap();
+            known.insert(
+                API_TOKEN.into(),
+                TestToken {
+                    user: admin,
+                    kind: read_api(),
+                },
+            );
+            known.insert(
+                REGULAR_API_TOKEN.into(),
+                TestToken {
+                    user: regular,
+                    kind: read_api(),
+                },
+            );
+        }
         let user_requests = Arc::new(AtomicUsize::new(0));
         let token_checks = Arc::new(AtomicUsize::new(0));
         let failing = Arc::new(std::sync::atomic::AtomicBool::new(false));

@@ -15,8 +15,40 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
-/// The token the test GitLab accepts for its API (`PRIVATE-TOKEN`).
+/// The token the test GitLab accepts for its API (`PRIVATE-TOKEN`): an administrator's
+/// ([`API_TOKEN_USER`]), as SPEC 12.1 has it for a whole self-managed instance.
 pub const API_TOKEN: &str = "glpat-envlens-sync-0123456789";
+
+/// A `read_api` token of a user who is no administrator (a group access token's bot, say): the
+/// REST API answers it as GitLab answers a regular user, `GET /users` without `is_admin`,
+/// `external` or e-mail (`doc/api/users.md`, "As a regular user").
+pub const REGULAR_API_TOKEN: &str = "glpat-envlens-regular-0123456789";
+
+/// The users of [`API_TOKEN`] and [`REGULAR_API_TOKEN`] (`GET /user`), apart from the test's
+/// own users.
+pub const API_TOKEN_USER: (i64, &str) = (900_001, "envlens-admin");
+pub const REGULAR_API_TOKEN_USER: (i64, &str) = (900_002, "group_100_bot");
+
+/// What `GET /users` and `GET /users/:id` show a user who is no administrator: GitLab's
+/// `UserBasic` (id, username, name, state, locked, avatar_url, web_url), whatever the
+/// administrator's answer holds.
+pub fn as_regular_user_sees(user: &Value) -> Value {
+    let mut shown = serde_json::Map::new();
+    for key in [
+        "id",
+        "username",
+        "name",
+        "state",
+        "locked",
+        "avatar_url",
+        "web_url",
+    ] {
+        if let Some(v) = user.get(key) {
+            shown.insert(key.to_owned(), v.clone());
+        }
+    }
+    Value::Object(shown)
+}
 
 /// What the test GitLab holds, in GitLab's answer shapes (our own values).
 #[derive(Default)]
@@ -332,15 +364,19 @@ pub async fn handle(
         )
             .into_response();
     }
-    if headers.get("private-token").and_then(|v| v.to_str().ok()) != Some(API_TOKEN) {
-        return (
-            StatusCode::UNAUTHORIZED,
-            axum::Json(json!({"message": "401 Unauthorized"})),
-        )
-            .into_response();
-    }
+    let admin = match headers.get("private-token").and_then(|v| v.to_str().ok()) {
+        Some(API_TOKEN) => true,
+        Some(REGULAR_API_TOKEN) => false,
+        _ => {
+            return (
+                StatusCode::UNAUTHORIZED,
+                axum::Json(json!({"message": "401 Unauthorized"})),
+            )
+                .into_response()
+        }
+    };
     let mut response = if method == axum::http::Method::GET {
-        route(&rest, &uri, &query)
+        route(&rest, &uri, &query, admin)
     } else {
         write(&rest, &method, &uri, &body)
     };
@@ -438,7 +474,8 @@ fn write(rest: &Rest, method: &axum::http::Method, uri: &Uri, body: &[u8]) -> Re
     }
 }
 
-fn route(rest: &Rest, uri: &Uri, query: &HashMap<String, String>) -> Response {
+/// One REST call, answered as GitLab answers an administrator (`admin`) or a regular user.
+fn route(rest: &Rest, uri: &Uri, query: &HashMap<String, String>, admin: bool) -> Response {
     let Some(path) = uri.path().strip_prefix("/api/v4/") else {
         return not_found("Path");
     };
@@ -501,14 +538,22 @@ fn route(rest: &Rest, uri: &Uri, query: &HashMap<String, String>) -> Response {
             ),
             None => not_found("Group"),
         },
-        ["users"] => paginate(uri, query, data.users.clone()),
+        ["users"] if admin => paginate(uri, query, data.users.clone()),
+        ["users"] => paginate(
+            uri,
+            query,
+            data.users.iter().map(as_regular_user_sees).collect(),
+        ),
         ["users", id] => data
             .users
             .iter()
             .find(|u| id.parse::<i64>().ok() == u["id"].as_i64())
             .map_or_else(
                 || not_found("User"),
-                |u| axum::Json(u.clone()).into_response(),
+                |u| match admin {
+                    true => axum::Json(u.clone()).into_response(),
+                    false => axum::Json(as_regular_user_sees(u)).into_response(),
+                },
             ),
         ["projects"] if query.get("pagination").map(String::as_str) == Some("keyset") => {
             keyset(uri, query, data.projects.clone())

@@ -11,6 +11,12 @@
 //! out by the client. What it costs GitLab: for each project three lists (members, agents,
 //! environments), one page each for most projects, and one file per agent; for each group one
 //! list of members; plus the lists of groups, projects and (administrator) users.
+//!
+//! Users: with an administrator's token, every user of the instance (`GET /users`, with their
+//! admin and external flags and their state; a blocked or deactivated one is mirrored and
+//! refused), members or not, and those GitLab no longer lists are removed. With any other token
+//! only the users seen as members, never removed by a pass: GitLab does not show such a token
+//! who is an administrator or external.
 
 pub mod agents;
 
@@ -26,6 +32,7 @@ use crate::db::{deployments, pull, sync as db};
 use crate::error::Error;
 use crate::gitlab::api::{encode, ApiError, GitLab};
 use crate::gitlab::rest;
+use crate::gitlab::users;
 use crate::gitlab::validate;
 use crate::telemetry::Metrics;
 
@@ -301,12 +308,22 @@ async fn run(
     }
     progress(&format!("projects: {}", projects.len()));
 
-    // Users: every one with an administrator's token (the admin flag is only there).
-    let users: Vec<rest::User> = if scope.groups.is_empty() {
-        api.get_all("/users", "/api/v4/users?order_by=id&sort=asc", None)
-            .await?
+    // Users: every one, with an administrator's token only. GitLab shows others `is_admin`
+    // and `external` only then: a regular user's `GET /users` would make every admin a
+    // non-admin and every external user one who reads internal projects (SPEC 13). Otherwise
+    // the users are those seen as members, and no user is removed.
+    let users: Option<Vec<rest::User>> = if users::own_token_is_admin(api, None).await? {
+        let all: Vec<rest::User> = api
+            .get_all("/users", "/api/v4/users?order_by=id&sort=asc", None)
+            .await?;
+        progress(&format!("users: {}", all.len()));
+        Some(all)
     } else {
-        Vec::new()
+        progress(
+            "users: members only (the token is no administrator's: GitLab shows it no user's \
+             admin or external flag)",
+        );
+        None
     };
 
     // Each group's direct members.
@@ -347,7 +364,15 @@ async fn run(
 
     let mut tx = db.begin().await.map_err(Error::from)?;
     let written_before = db::rows_written(&mut tx).await?;
-    let report = write(&mut tx, scope, &groups, &users, &group_members, &read).await?;
+    let report = write(
+        &mut tx,
+        scope,
+        &groups,
+        users.as_deref(),
+        &group_members,
+        &read,
+    )
+    .await?;
     let rows_written = db::rows_written(&mut tx).await? - written_before;
     tx.commit().await.map_err(Error::from)?;
     progress("written");
@@ -382,11 +407,13 @@ async fn read_project(api: &GitLab, project: rest::Project) -> Result<ProjectRea
     })
 }
 
+/// Writes a pass. `users` is every user of the instance (an administrator's token), or `None`:
+/// then only users seen as members are written, and none removed.
 async fn write(
     conn: &mut sqlx::PgConnection,
     scope: &Scope,
     groups: &[rest::Group],
-    users: &[rest::User],
+    users: Option<&[rest::User]>,
     group_members: &[(i64, Vec<rest::Member>)],
     read: &[ProjectRead],
 ) -> Result<Report, Failed> {
@@ -432,7 +459,7 @@ async fn write(
         s.project_paths.push(p.project.path_with_namespace.clone());
         s.project_visibilities.push(visibility);
     }
-    for u in users {
+    for u in users.unwrap_or_default() {
         s.user_ids.push(u.id);
         s.usernames.push(u.username.clone());
         s.user_admins.push(u.is_admin.unwrap_or(false));
@@ -500,6 +527,7 @@ async fn write(
         conn,
         &db::Seen {
             roots: (!roots.is_empty()).then_some(&roots[..]),
+            all_users: users.is_some(),
             group_ids: &s.group_ids,
             project_ids: &s.project_ids,
             user_ids: &all_users,
