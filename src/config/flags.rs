@@ -326,19 +326,22 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let n: u64 = number
         .parse()
         .map_err(|_| format!("`{s}` is not a duration like 30s, 5m or 250ms"))?;
-    let d = match unit {
-        "ms" => Duration::from_millis(n),
-        "" | "s" => Duration::from_secs(n),
-        "m" => Duration::from_secs(n * 60),
-        "h" => Duration::from_secs(n * 3600),
-        "d" => Duration::from_secs(n * 86400),
+    let seconds_per = match unit {
+        "ms" => return Ok(Duration::from_millis(n)),
+        "" | "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86400,
         _ => {
             return Err(format!(
                 "`{s}`: unknown unit `{unit}` (use ms, s, m, h or d)"
             ))
         }
     };
-    Ok(d)
+    // Checked: a product past 64 bits would wrap to a short duration.
+    n.checked_mul(seconds_per)
+        .map(Duration::from_secs)
+        .ok_or_else(|| format!("`{s}` is too long a duration"))
 }
 
 /// How `envlens health` prints its answer.
@@ -361,6 +364,25 @@ mod tests {
         assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
         assert!(parse_duration("5 weeks").is_err());
         assert!(parse_duration("s").is_err());
+    }
+
+    /// Found with the fuzz target `config_yaml` (docs/fuzzing.md): a number of minutes, hours or days
+    /// whose seconds do not fit in 64 bits overflowed (a panic with overflow checks, a short
+    /// duration after wrapping without them) instead of being refused.
+    #[test]
+    fn a_duration_too_long_to_count_is_refused() {
+        for text in [
+            "307445734561825861m",
+            "5124095576030432h",
+            "213503982334602d",
+        ] {
+            let refused = parse_duration(text).unwrap_err();
+            assert!(refused.contains("too long"), "{text}: {refused}");
+        }
+        assert_eq!(
+            parse_duration("213503982334601d"),
+            Ok(Duration::from_secs(213_503_982_334_601 * 86_400))
+        );
     }
 
     #[test]

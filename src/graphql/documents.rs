@@ -174,13 +174,13 @@ pub fn prepare(request: &mut async_graphql::Request) -> Result<Prepared, ServerE
 }
 
 /// The text's document, if its size and names allow parsing it and it parses.
-fn parse(text: &str) -> Result<ExecutableDocument, ServerError> {
+pub(super) fn parse(text: &str) -> Result<ExecutableDocument, ServerError> {
     cost::check_text(text).map_err(bad_input)?;
     parse_query(text).map_err(|e| coded(e.into(), "GRAPHQL_PARSE_FAILED"))
 }
 
 /// What a parsed document must pass before it runs, whatever its variables.
-fn checks(doc: &ExecutableDocument) -> Result<(), String> {
+pub(super) fn checks(doc: &ExecutableDocument) -> Result<(), String> {
     cost::check_document(doc)?;
     inputs::check_document(doc)
 }

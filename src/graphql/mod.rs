@@ -108,8 +108,30 @@ pub fn sdl() -> String {
 /// [`MAX_COMPLEXITY`] and [`MAX_DEPTH`]; the first error of a text that cannot be measured.
 pub async fn figures(text: &str, variables: serde_json::Value) -> Result<Figures, String> {
     let doc = async_graphql::parser::parse_query(text).map_err(|e| e.to_string())?;
+    measure_once(doc, variables).await
+}
+
+/// What `POST /api/graphql` makes of a query text before anything runs: the bounds on its size
+/// and names, the parse, the bounds on its selections and inputs (`documents`), then its
+/// figures against [`MAX_COMPLEXITY`] and [`MAX_DEPTH`]. The text of the first refusal, or the
+/// figures (which may still be over a limit: [`Figures::refusal`] words that). The document
+/// parser is the server's widest face to outside input, so this is also what the fuzz target
+/// `graphql` drives.
+pub async fn admit(text: &str, variables: serde_json::Value) -> Result<Figures, String> {
+    let doc = documents::parse(text).map_err(|e| e.message)?;
+    documents::checks(&doc)?;
+    measure_once(doc, variables).await
+}
+
+/// The figures of a parsed document, measured by one schema kept for the process.
+async fn measure_once(
+    doc: async_graphql::parser::types::ExecutableDocument,
+    variables: serde_json::Value,
+) -> Result<Figures, String> {
+    static MEASURING: std::sync::OnceLock<EnvlensSchema> = std::sync::OnceLock::new();
+    let schema = MEASURING.get_or_init(limits::measuring);
     let variables = async_graphql::Variables::from_json(variables);
-    limits::measure(&limits::measuring(), doc, variables, None)
+    limits::measure(schema, doc, variables, None)
         .await
         .map_err(|errors| {
             errors

@@ -24,7 +24,7 @@ where
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Error> {
         let body = read_body(req, Limits::from_ref(state).body_limit).await?;
-        parse_shape(&body, Shape::Array).map(JsonList)
+        parse_list(&body).map(JsonList)
     }
 }
 
@@ -58,6 +58,11 @@ pub async fn read_body(req: Request, limit: usize) -> Result<Bytes, Error> {
 /// are 422 naming the field.
 pub fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, Error> {
     parse_shape(body, Shape::Object)
+}
+
+/// Parses a request body that is a JSON array of `T`, with [`parse`]'s order of refusals.
+pub fn parse_list<T: DeserializeOwned>(body: &[u8]) -> Result<Vec<T>, Error> {
+    parse_shape(body, Shape::Array)
 }
 
 /// The JSON value a body must be: serde reads a struct from an array too, so the shape is

@@ -140,6 +140,20 @@ impl KubernetesIn {
             flux_resource_path: keys.flux_resource_path,
         })
     }
+
+    /// Whether the job's request is one envlens takes (`POST /api/v4/ci/deployments`), as
+    /// checked before anything is written.
+    pub fn check(&self) -> Result<()> {
+        self.target().map(drop)
+    }
+}
+
+impl CreationBody {
+    /// Whether the body is one envlens takes (`POST /api/v4/internal/deployments`), as checked
+    /// before anything is written.
+    pub fn check(&self) -> Result<()> {
+        self.validate().map(drop)
+    }
 }
 
 const TIERS: [&str; 5] = ["production", "staging", "testing", "development", "other"];

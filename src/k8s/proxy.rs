@@ -207,7 +207,8 @@ pub async fn current_grant(
     }
 }
 
-fn agent_id(headers: &HeaderMap, uri: &Uri) -> Option<i64> {
+/// The agent a proxied request names: `Gitlab-Agent-Id`, else the query's parameter.
+pub fn agent_id(headers: &HeaderMap, uri: &Uri) -> Option<i64> {
     let from_header = headers.get(AGENT_HEADER).and_then(|v| v.to_str().ok());
     let from_query = || {
         uri.query()?
@@ -224,7 +225,7 @@ fn agent_id(headers: &HeaderMap, uri: &Uri) -> Option<i64> {
 
 /// The cluster's URI for the request: the path after the prefix, the query without envlens'
 /// own parameters; `None` when the path is refused (see [`unambiguous_path`]).
-fn upstream_uri(uri: &Uri) -> Option<Uri> {
+pub fn upstream_uri(uri: &Uri) -> Option<Uri> {
     let path = uri.path().strip_prefix(PREFIX)?;
     let path = if path.is_empty() { "/" } else { path };
     if !unambiguous_path(path) {
@@ -292,7 +293,7 @@ fn percent_decode(segment: &str) -> Option<Vec<u8>> {
 
 /// The client's headers minus this hop's, the GitLab credentials, any `Impersonate-*` (the
 /// identity is envlens' to set), and the framing the upstream request sets anew.
-fn request_headers(mut headers: HeaderMap) -> HeaderMap {
+pub fn request_headers(mut headers: HeaderMap) -> HeaderMap {
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
