@@ -366,8 +366,8 @@ mod tests {
         assert!(parse_duration("s").is_err());
     }
 
-    /// Found with the fuzz target `config_yaml` (docs/fuzzing.md): a number of minutes, hours or days
-    /// whose seconds do not fit in 64 bits overflowed (a panic with overflow checks, a short
+    /// Found while writing the fuzz target `config_yaml` (docs/fuzzing.md): a number of minutes,
+    /// hours or days whose seconds do not fit in 64 bits overflowed (a panic with overflow checks, a short
     /// duration after wrapping without them) instead of being refused.
     #[test]
     fn a_duration_too_long_to_count_is_refused() {
