@@ -13,6 +13,7 @@ pub mod history;
 pub mod http;
 pub mod ingest;
 pub mod k8s;
+pub mod replicas;
 pub mod resources;
 pub mod state;
 pub mod telemetry;

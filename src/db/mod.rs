@@ -14,6 +14,7 @@ pub mod live;
 pub mod pool;
 pub mod read;
 pub mod read_agents;
+pub mod replicas;
 pub mod sessions;
 pub mod slots;
 pub mod sync;
