@@ -13,6 +13,8 @@ use envlens::config::Limits;
 use envlens::state::AppState;
 use serde_json::{json, Value};
 
+mod ownership;
+
 use crate::subscriptions::{Client, Received};
 use crate::support::environment::{self, NS};
 use crate::support::*;
@@ -26,12 +28,20 @@ const ENVIRONMENTS: &str = "subscription($project: ID) {
 struct Replica {
     child: Child,
     addr: SocketAddr,
+    /// Its id in the coordination (SPEC 16) and the address it advertises.
+    id: String,
+    advertise_url: String,
     stderr: Arc<Mutex<Vec<String>>>,
     _data: tempfile::TempDir,
 }
 
 impl Replica {
     async fn start(database_url: &str, secrets: &std::path::Path) -> Replica {
+        Replica::start_with(database_url, secrets, &[]).await
+    }
+
+    /// [`Replica::start`] with more arguments.
+    async fn start_with(database_url: &str, secrets: &std::path::Path, extra: &[&str]) -> Replica {
         let data = tempfile::tempdir().unwrap();
         let mut child = Command::new(env!("CARGO_BIN_EXE_envlens"))
             .arg("serve")
@@ -44,6 +54,7 @@ impl Replica {
             .arg(secrets.join("internal"))
             .arg("--webhook-token-file")
             .arg(secrets.join("webhook"))
+            .args(extra)
             .env("ENVLENS_LOG", "info")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -59,19 +70,25 @@ impl Replica {
         });
         let mut stdout = BufReader::new(child.stdout.take().unwrap());
         let seen = stderr.clone();
-        let addr = tokio::task::spawn_blocking(move || {
+        let (addr, id, advertise_url) = tokio::task::spawn_blocking(move || {
             let mut line = String::new();
+            let mut replica = (String::new(), String::new());
             loop {
                 line.clear();
                 if stdout.read_line(&mut line).unwrap() == 0 {
                     std::thread::sleep(Duration::from_millis(200));
                     panic!("serve exited before listening: {:#?}", seen.lock().unwrap());
                 }
+                if let Some(rest) = line.trim().strip_prefix("replica ") {
+                    let (id, rest) = rest.split_once(" advertised at ").unwrap();
+                    let url = rest.split(';').next().unwrap();
+                    replica = (id.to_owned(), url.to_owned());
+                }
                 if let Some(at) = line.find("listening on http://") {
                     let host = line[at + 20..].split(['/', ';']).next().unwrap().trim();
                     let addr: SocketAddr = host.parse().unwrap();
                     std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
-                    return addr;
+                    return (addr, replica.0, replica.1);
                 }
             }
         })
@@ -80,6 +97,8 @@ impl Replica {
         Replica {
             child,
             addr,
+            id,
+            advertise_url,
             stderr,
             _data: data,
         }
