@@ -13,6 +13,8 @@ use envlens::config::Limits;
 use envlens::state::AppState;
 use serde_json::{json, Value};
 
+mod fenced_cache;
+mod leases;
 mod ownership;
 
 use crate::subscriptions::{Client, Received};
