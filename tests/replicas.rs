@@ -74,23 +74,24 @@ impl Replica {
         let seen = stderr.clone();
         let (addr, id, advertise_url) = tokio::task::spawn_blocking(move || {
             let mut line = String::new();
-            let mut replica = (String::new(), String::new());
+            let mut addr = None;
             loop {
                 line.clear();
                 if stdout.read_line(&mut line).unwrap() == 0 {
                     std::thread::sleep(Duration::from_millis(200));
                     panic!("serve exited before listening: {:#?}", seen.lock().unwrap());
                 }
+                if let Some(at) = line.find("listening on http://") {
+                    let host = line[at + 20..].split(['/', ';']).next().unwrap().trim();
+                    addr = Some(host.parse::<SocketAddr>().unwrap());
+                }
+                // The replica's line follows the listening one.
                 if let Some(rest) = line.trim().strip_prefix("replica ") {
                     let (id, rest) = rest.split_once(" advertised at ").unwrap();
                     let url = rest.split(';').next().unwrap();
-                    replica = (id.to_owned(), url.to_owned());
-                }
-                if let Some(at) = line.find("listening on http://") {
-                    let host = line[at + 20..].split(['/', ';']).next().unwrap().trim();
-                    let addr: SocketAddr = host.parse().unwrap();
+                    let addr = addr.expect("the listening line first");
                     std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
-                    return (addr, replica.0, replica.1);
+                    return (addr, id.to_owned(), url.to_owned());
                 }
             }
         })

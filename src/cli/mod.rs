@@ -253,6 +253,14 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     crate::telemetry::announce(
         tracing::Level::INFO,
         &format!(
+            "envlens listening on http://{addr}; GraphQL explorer at http://{addr}/-/graphql-explorer"
+        ),
+        &[("address", &addr.to_string())],
+    );
+    // After the line above: tools that take the first address they see take the public one.
+    crate::telemetry::announce(
+        tracing::Level::INFO,
+        &format!(
             "replica {} advertised at {}; internal listener on {internal_addr}",
             ownership.id, ownership.advertise_url
         ),
@@ -260,13 +268,6 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             ("replica", &ownership.id),
             ("advertise_url", &ownership.advertise_url),
         ],
-    );
-    crate::telemetry::announce(
-        tracing::Level::INFO,
-        &format!(
-            "envlens listening on http://{addr}; GraphQL explorer at http://{addr}/-/graphql-explorer"
-        ),
-        &[("address", &addr.to_string())],
     );
     crate::run(
         state,

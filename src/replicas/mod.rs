@@ -70,7 +70,7 @@ mod tests {
             ),
             "http://envlens-0.envlens:8081"
         );
-        let flag = Some("192.168.0.9:7000".parse().unwrap());
-        assert_eq!(internal_listen(flag, Some("10.1.2.3")), flag.unwrap());
+        let flag: SocketAddr = "192.168.0.9:7000".parse().unwrap();
+        assert_eq!(internal_listen(Some(flag), Some("10.1.2.3")), flag);
     }
 }

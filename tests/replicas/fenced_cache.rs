@@ -97,7 +97,7 @@ async fn a_connection_is_watched_only_while_its_fence_is_held() {
     // Held: watched, and the same answer.
     fence.grant(1, tokio::time::Instant::now() + Duration::from_secs(3600));
     assert_eq!(*view().await, *unheld);
-    assert!(watches(&api) > 0);
+    eventually("its kinds are watched", || watches(&api) > 0).await;
     eventually("the held connection's watches run", || {
         api.open_streams() > 0
     })
@@ -117,7 +117,7 @@ async fn a_connection_is_watched_only_while_its_fence_is_held() {
     // Held again (a new term): the namespace starts over, watched and current.
     fence.grant(2, tokio::time::Instant::now() + Duration::from_secs(3600));
     assert_eq!(*view().await, *unheld);
-    assert!(watches(&api) > 0);
+    eventually("its kinds are watched", || watches(&api) > 0).await;
     eventually("watched again", || api.open_streams() > 0).await;
     fence.release();
     eventually("released: the watches stop", || api.open_streams() == 0).await;
