@@ -15,6 +15,7 @@ pub mod http;
 pub mod ingest;
 pub mod k8s;
 pub mod pull;
+pub mod replicas;
 pub mod resources;
 pub mod state;
 pub mod telemetry;

@@ -124,6 +124,10 @@ async fn envlens_starts_as_the_chart_runs_it_and_writes_nothing() {
             assert_eq!(args[i + 1], "0.0.0.0:8080");
             args[i + 1] = "127.0.0.1:0".into();
         }
+        if arg == "--internal-listen" {
+            assert_eq!(args[i + 1], "0.0.0.0:8081");
+            args[i + 1] = "127.0.0.1:0".into();
+        }
     }
     // Every file argument names a file the pod's volumes hold.
     for flag in [

@@ -13,6 +13,10 @@ use envlens::config::Limits;
 use envlens::state::AppState;
 use serde_json::{json, Value};
 
+mod fenced_cache;
+mod leases;
+mod ownership;
+
 use crate::subscriptions::{Client, Received};
 use crate::support::environment::{self, NS};
 use crate::support::*;
@@ -26,12 +30,20 @@ const ENVIRONMENTS: &str = "subscription($project: ID) {
 struct Replica {
     child: Child,
     addr: SocketAddr,
+    /// Its id in the coordination (SPEC 16) and the address it advertises.
+    id: String,
+    advertise_url: String,
     stderr: Arc<Mutex<Vec<String>>>,
     _data: tempfile::TempDir,
 }
 
 impl Replica {
     async fn start(database_url: &str, secrets: &std::path::Path) -> Replica {
+        Replica::start_with(database_url, secrets, &[]).await
+    }
+
+    /// [`Replica::start`] with more arguments.
+    async fn start_with(database_url: &str, secrets: &std::path::Path, extra: &[&str]) -> Replica {
         let data = tempfile::tempdir().unwrap();
         let mut child = Command::new(env!("CARGO_BIN_EXE_envlens"))
             .arg("serve")
@@ -44,6 +56,7 @@ impl Replica {
             .arg(secrets.join("internal"))
             .arg("--webhook-token-file")
             .arg(secrets.join("webhook"))
+            .args(extra)
             .env("ENVLENS_LOG", "info")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -59,8 +72,9 @@ impl Replica {
         });
         let mut stdout = BufReader::new(child.stdout.take().unwrap());
         let seen = stderr.clone();
-        let addr = tokio::task::spawn_blocking(move || {
+        let (addr, id, advertise_url) = tokio::task::spawn_blocking(move || {
             let mut line = String::new();
+            let mut addr = None;
             loop {
                 line.clear();
                 if stdout.read_line(&mut line).unwrap() == 0 {
@@ -69,9 +83,15 @@ impl Replica {
                 }
                 if let Some(at) = line.find("listening on http://") {
                     let host = line[at + 20..].split(['/', ';']).next().unwrap().trim();
-                    let addr: SocketAddr = host.parse().unwrap();
+                    addr = Some(host.parse::<SocketAddr>().unwrap());
+                }
+                // The replica's line follows the listening one.
+                if let Some(rest) = line.trim().strip_prefix("replica ") {
+                    let (id, rest) = rest.split_once(" advertised at ").unwrap();
+                    let url = rest.split(';').next().unwrap();
+                    let addr = addr.expect("the listening line first");
                     std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
-                    return addr;
+                    return (addr, id.to_owned(), url.to_owned());
                 }
             }
         })
@@ -80,6 +100,8 @@ impl Replica {
         Replica {
             child,
             addr,
+            id,
+            advertise_url,
             stderr,
             _data: data,
         }

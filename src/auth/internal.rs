@@ -76,9 +76,108 @@ pub fn mint_internal(key: &[u8], ttl: std::time::Duration) -> anyhow::Result<Str
     )?)
 }
 
+/// The header a replica signs its requests to another with (SPEC 16).
+pub const REPLICA_HEADER: &str = "envlens-replica-request";
+/// Tokens between replicas are for replicas only: GitLab's internal tokens (`aud: envlens`)
+/// are refused there, and these are refused on GitLab's internal API.
+const REPLICA_AUDIENCE: &str = "envlens-replica";
+/// A replica signs each request just before sending it.
+const REPLICA_LIFETIME_SECONDS: i64 = 60;
+
+#[derive(serde::Serialize, Deserialize)]
+struct ReplicaClaims {
+    iat: i64,
+    exp: i64,
+    /// The viewer's own credential (their session token or cookie value), for the owner to
+    /// authenticate afresh: never a claim of who the viewer is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    credential: Option<String>,
+}
+
+impl TimeClaims for ReplicaClaims {
+    fn iat(&self) -> i64 {
+        self.iat
+    }
+    fn exp(&self) -> i64 {
+        self.exp
+    }
+}
+
+/// Signs a request to another replica with the internal secret, carrying `credential`.
+pub fn mint_replica(key: &[u8], credential: Option<&str>) -> anyhow::Result<String> {
+    #[derive(serde::Serialize)]
+    struct Signed<'a> {
+        iss: &'a str,
+        aud: &'a str,
+        #[serde(flatten)]
+        claims: ReplicaClaims,
+    }
+    let now = chrono::Utc::now().timestamp();
+    let signed = Signed {
+        iss: ISSUER,
+        aud: REPLICA_AUDIENCE,
+        claims: ReplicaClaims {
+            iat: now,
+            exp: now + REPLICA_LIFETIME_SECONDS,
+            credential: credential.map(str::to_owned),
+        },
+    };
+    Ok(jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        &signed,
+        &jsonwebtoken::EncodingKey::from_secret(key),
+    )?)
+}
+
+/// A request signed by another replica of this envlens, and the viewer's credential it carries.
+#[derive(Debug, Clone)]
+pub struct FromReplica {
+    pub credential: Option<String>,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for FromReplica
+where
+    Arc<Keys>: FromRef<S>,
+{
+    type Rejection = Error;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Error> {
+        let keys = Arc::<Keys>::from_ref(state);
+        let token = parts
+            .headers
+            .get(REPLICA_HEADER)
+            .ok_or_else(|| Error::Unauthorized("missing Envlens-Replica-Request header".into()))?
+            .to_str()
+            .map_err(|_| Error::Unauthorized("token is malformed".into()))?;
+        let claims = verify::<ReplicaClaims>(
+            token,
+            &keys.internal,
+            REPLICA_AUDIENCE,
+            REPLICA_LIFETIME_SECONDS,
+        )?;
+        Ok(FromReplica {
+            credential: claims.credential,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn replicas_and_gitlab_do_not_accept_each_others_tokens() {
+        let key = [7u8; 32];
+        let right = jsonwebtoken::DecodingKey::from_secret(&key);
+        let token = mint_replica(&key, Some("viewer-token")).unwrap();
+        let claims = verify::<ReplicaClaims>(&token, &right, REPLICA_AUDIENCE, 60).unwrap();
+        assert_eq!(claims.credential.as_deref(), Some("viewer-token"));
+        assert!(verify::<Claims>(&token, &right, AUDIENCE, MAX_LIFETIME_SECONDS).is_err());
+        let gitlab = mint_internal(&key, std::time::Duration::from_secs(60)).unwrap();
+        assert!(verify::<ReplicaClaims>(&gitlab, &right, REPLICA_AUDIENCE, 60).is_err());
+        let wrong = jsonwebtoken::DecodingKey::from_secret(&[8; 32]);
+        assert!(verify::<ReplicaClaims>(&token, &wrong, REPLICA_AUDIENCE, 60).is_err());
+    }
 
     #[test]
     fn a_minted_token_is_accepted_and_short_lived() {

@@ -14,7 +14,9 @@ use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde::de::DeserializeOwned;
 
-pub use internal::{mint_internal, Internal, INTERNAL_HEADER};
+pub use internal::{
+    mint_internal, mint_replica, FromReplica, Internal, INTERNAL_HEADER, REPLICA_HEADER,
+};
 pub use session::{
     authenticate, mint_session, verify_session, CurrentUser, Session, SessionClaims, Via,
     CSRF_HEADER, SESSION_COOKIE,

@@ -177,7 +177,15 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         None => Settings::default(),
     };
     let metrics = std::sync::Arc::new(crate::telemetry::Metrics::default());
-    let mut clusters = Clusters::load(&settings.kubernetes, metrics.clone()).await?;
+    // With --share-clusters, each connection's watches run only while this replica holds its
+    // lease (SPEC 16); else always.
+    let fences = if args.replicas.share_clusters {
+        crate::k8s::watch::fence::Fences::shared()
+    } else {
+        crate::k8s::watch::fence::Fences::solo()
+    };
+    let mut clusters =
+        Clusters::load_fenced(&settings.kubernetes, metrics.clone(), fences.clone()).await?;
     // GitLab's agent server (SPEC 14): says where it is, or why it cannot be used.
     if let Some(gitlab) = &settings.gitlab {
         if let Some(kas) = crate::k8s::kas::Kas::start(gitlab, metrics).await? {
@@ -203,6 +211,23 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let addr = listener.local_addr()?;
+    let pod_ip = std::env::var("POD_IP").ok().filter(|ip| !ip.is_empty());
+    let internal_addr =
+        crate::replicas::internal_listen(args.replicas.internal_listen, pod_ip.as_deref());
+    let internal = TcpListener::bind(internal_addr)
+        .await
+        .with_context(|| format!("cannot listen on {internal_addr} (--internal-listen)"))?;
+    let internal_addr = internal.local_addr()?;
+    let ownership = crate::replicas::Ownership::new(
+        database.pool.pg().clone(),
+        fences,
+        crate::replicas::advertise_url(
+            args.replicas.advertise_url.as_deref(),
+            pod_ip.as_deref(),
+            internal_addr,
+        ),
+        args.replicas.replica_window,
+    );
     let public_url = args
         .public_url
         .clone()
@@ -256,12 +281,35 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         Some(gitlab) => gitlab_tasks(&state, gitlab),
         None => Vec::new(),
     };
+    ownership
+        .join()
+        .await
+        .context("cannot register this replica in the database")?;
+    let coordinating = tokio::spawn(ownership.clone().run());
+    let internal_app = crate::replicas::internal::router(state.keys.clone(), ownership.clone());
+    let internal_serving = tokio::spawn(async move {
+        if let Err(e) = axum::serve(internal, internal_app).await {
+            tracing::error!(error = %e, "the internal listener stopped");
+        }
+    });
     crate::telemetry::announce(
         tracing::Level::INFO,
         &format!(
             "envlens listening on http://{addr}; GraphQL explorer at http://{addr}/-/graphql-explorer"
         ),
         &[("address", &addr.to_string())],
+    );
+    // After the line above: tools that take the first address they see take the public one.
+    crate::telemetry::announce(
+        tracing::Level::INFO,
+        &format!(
+            "replica {} advertised at {}; internal listener on {internal_addr}",
+            ownership.id, ownership.advertise_url
+        ),
+        &[
+            ("replica", &ownership.id),
+            ("advertise_url", &ownership.advertise_url),
+        ],
     );
     crate::run(
         state,
@@ -270,6 +318,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         args.limits.shutdown_timeout,
     )
     .await?;
+    coordinating.abort();
+    ownership.leave().await;
+    internal_serving.abort();
     pruning.abort();
     history.abort();
     pulls.abort();

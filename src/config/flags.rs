@@ -189,6 +189,56 @@ pub struct ServeArgs {
     /// How long a dashboard session lasts after signing in (1m to 7d).
     #[arg(long, env = "ENVLENS_SESSION_LIFETIME", default_value = "12h", value_parser = parse_duration)]
     pub session_lifetime: Duration,
+    #[command(flatten)]
+    pub replicas: ReplicaArgs,
+}
+
+/// Replicas that share the clusters (SPEC 16).
+#[derive(Debug, Clone, Args)]
+pub struct ReplicaArgs {
+    /// The address other replicas reach this one's internal listener at, e.g.
+    /// `http://10.0.0.7:8081`. Default: in a pod (`POD_IP` set) `http://<POD_IP>:<internal
+    /// port>`, else the internal listener's own address.
+    #[arg(long, env = "ENVLENS_ADVERTISE_URL", value_parser = parse_advertise_url)]
+    pub advertise_url: Option<String>,
+    /// Address of the internal listener, for other replicas only. Default: in a pod
+    /// `0.0.0.0:8081`, else a free port on 127.0.0.1.
+    #[arg(long, env = "ENVLENS_INTERNAL_LISTEN")]
+    pub internal_listen: Option<SocketAddr>,
+    /// A replica whose heartbeat is older than this is dead, and its connections go to the
+    /// others (1s to 10m); also the length of each connection's lease.
+    #[arg(long, env = "ENVLENS_REPLICA_WINDOW", default_value = "10s", value_parser = parse_replica_window)]
+    pub replica_window: Duration,
+    /// Share the clusters with the other replicas: each connection is watched by one replica
+    /// alone, its lease holder (SPEC 16). Off by default until views and subscriptions are
+    /// routed to the owner: without routing, a replica that does not own a connection lists
+    /// it fresh for each view and its subscriptions get no changes, so every replica watches
+    /// every connection (as before replicas were known).
+    #[arg(long, env = "ENVLENS_SHARE_CLUSTERS")]
+    pub share_clusters: bool,
+}
+
+/// An `--advertise-url`: an http(s) URL with a host (and a port), nothing after it.
+fn parse_advertise_url(url: &str) -> Result<String, String> {
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+        .ok_or_else(|| format!("`{url}`: the advertise URL must start with http:// or https://"))?;
+    let rest = rest.trim_end_matches('/');
+    if rest.is_empty() || rest.contains(['/', '?', '#', '@', ' ']) {
+        return Err(format!(
+            "`{url}`: the advertise URL is a scheme, a host and a port, e.g. http://10.0.0.7:8081"
+        ));
+    }
+    Ok(url.trim_end_matches('/').to_owned())
+}
+
+fn parse_replica_window(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if !(Duration::from_secs(1)..=Duration::from_secs(600)).contains(&d) {
+        return Err(format!("`{s}`: the replica window is between 1s and 10m"));
+    }
+    Ok(d)
 }
 
 #[derive(Debug, Clone, Args)]
@@ -356,6 +406,27 @@ pub enum OutputFormat {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn advertise_urls_and_replica_windows_are_checked() {
+        assert_eq!(
+            parse_advertise_url("https://envlens-1.envlens:8081/").unwrap(),
+            "https://envlens-1.envlens:8081"
+        );
+        assert!(parse_advertise_url("http://10.0.0.7:8081").is_ok());
+        for bad in [
+            "10.0.0.7:8081",
+            "ftp://x",
+            "http://",
+            "http://x/path",
+            "http://u@x",
+        ] {
+            assert!(parse_advertise_url(bad).is_err(), "{bad}");
+        }
+        assert_eq!(parse_replica_window("3s"), Ok(Duration::from_secs(3)));
+        assert!(parse_replica_window("500ms").is_err());
+        assert!(parse_replica_window("1h").is_err());
+    }
 
     #[test]
     fn durations() {

@@ -18,6 +18,7 @@ pub mod pool;
 pub mod pull;
 pub mod read;
 pub mod read_agents;
+pub mod replicas;
 pub mod sessions;
 pub mod slots;
 pub mod sync;

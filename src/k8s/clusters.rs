@@ -27,6 +27,7 @@ use crate::k8s::connection::{Checked, Condition, ConnectionStatus, RecordLayer};
 use crate::k8s::discovery::DiscoveryCache;
 use crate::k8s::kas::Kas;
 use crate::k8s::observe::{KnownResources, ObserveLayer};
+use crate::k8s::watch::fence::{Fence, Fences};
 use crate::k8s::watch::{WatchCache, WatchSettings};
 use crate::telemetry::Metrics;
 
@@ -90,6 +91,8 @@ pub struct Clusters {
     through_kas: Option<ThroughKas>,
     connect_timeout: Duration,
     watch_settings: WatchSettings,
+    /// Whether this process holds each connection's watches (SPEC 16), by `source`.
+    fences: Fences,
     /// The namespace envlens runs in: the proxy never forwards its Secrets
     /// ([`crate::k8s::request_info`]).
     pub own_namespace: Option<String>,
@@ -131,15 +134,28 @@ impl Clusters {
         settings: &KubernetesSettings,
         metrics: Arc<Metrics>,
     ) -> anyhow::Result<Self> {
+        Self::load_fenced(settings, metrics, Fences::solo()).await
+    }
+
+    /// As [`Clusters::load`], each connection's watches held under its fence of `fences`
+    /// (keyed by the connection's `source`), for replicas that share the clusters.
+    pub async fn load_fenced(
+        settings: &KubernetesSettings,
+        metrics: Arc<Metrics>,
+        fences: Fences,
+    ) -> anyhow::Result<Self> {
         let mut configured = HashMap::new();
         for entry in &settings.agents {
-            let cluster = connect(entry, settings, &metrics).await.with_context(|| {
-                format!("kubernetes.agents: {}, {}", entry.agent, entry.target())
-            })?;
+            let cluster = connect(entry, settings, &metrics, &fences)
+                .await
+                .with_context(|| {
+                    format!("kubernetes.agents: {}, {}", entry.agent, entry.target())
+                })?;
             configured.insert(entry.agent.clone(), cluster);
         }
         Ok(Clusters {
             configured,
+            fences,
             ..Clusters::none(settings, metrics)
         })
     }
@@ -156,6 +172,7 @@ impl Clusters {
             through_kas: None,
             connect_timeout: settings.connect_timeout,
             watch_settings: watch_settings(settings),
+            fences: Fences::solo(),
             own_namespace,
             response_timeout: settings.response_timeout,
             grants: crate::k8s::grants::GrantCache::new(settings.access_cache),
@@ -221,13 +238,13 @@ impl Clusters {
             })
         };
         // The watch cache's streams get a client, so a connection pool, of their own.
+        let source = format!("GitLab's agent server, as agent {id}");
+        let fence = self.fences.fence(&source);
         let cluster = cluster(
             build()?,
             build()?,
-            (
-                ConnectionKind::Kas,
-                format!("GitLab's agent server, as agent {id}"),
-            ),
+            (ConnectionKind::Kas, source),
+            fence,
             condition,
             known,
             self.watch_settings.clone(),
@@ -308,6 +325,7 @@ async fn connect(
     entry: &AgentCluster,
     settings: &KubernetesSettings,
     metrics: &Arc<Metrics>,
+    fences: &Fences,
 ) -> anyhow::Result<Cluster> {
     let kubeconfig = entry.kubeconfig.as_ref().or(settings.kubeconfig.as_ref());
     let (mut config, source) = match (&entry.context, kubeconfig) {
@@ -374,10 +392,12 @@ async fn connect(
     // The watch cache's streams get a client, so a connection pool, of their own.
     let streams = build(config.clone())?;
     let client = build(config)?;
+    let fence = fences.fence(&source);
     Ok(cluster(
         client,
         streams,
         (kind, source),
+        fence,
         condition,
         known,
         watch_settings(settings),
@@ -386,11 +406,14 @@ async fn connect(
 }
 
 /// A cluster over its clients: its discovery and its watch cache, the same for every kind of
-/// connection; `reach` is the kind of connection and where it leads (for messages).
+/// connection; `reach` is the kind of connection and where it leads (for messages), `fence`
+/// whether this process holds its watches.
+#[allow(clippy::too_many_arguments)]
 fn cluster(
     client: kube::Client,
     streams: kube::Client,
     (kind, source): (ConnectionKind, String),
+    fence: Fence,
     condition: Condition,
     known: KnownResources,
     watch: WatchSettings,
@@ -401,7 +424,14 @@ fn cluster(
         kind,
         condition,
         discovery: DiscoveryCache::telling(client.clone(), DiscoveryCache::DEFAULT_TTL, known),
-        watch: WatchCache::on_circuit(client.clone(), streams, circuit, watch, metrics.clone()),
+        watch: WatchCache::held_by(
+            client.clone(),
+            streams,
+            circuit,
+            fence,
+            watch,
+            metrics.clone(),
+        ),
         client,
         source,
     }

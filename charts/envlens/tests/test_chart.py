@@ -220,8 +220,8 @@ def test_default_objects():
     objs = render()
     kinds = sorted(o["kind"] for o in objs)
     assert kinds == sorted(
-        ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment", "PodDisruptionBudget",
-         "Secret", "Service", "ServiceAccount"]
+        ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment", "NetworkPolicy",
+         "PodDisruptionBudget", "Secret", "Service", "ServiceAccount"]
     ), kinds
     for o in objs:
         assert o["apiVersion"] != "monitoring.coreos.com/v1"
@@ -230,7 +230,7 @@ def test_default_objects():
 def test_deployment():
     objs = render()
     deployment = one(objs, "Deployment")
-    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["replicas"] == 3
     template = deployment["spec"]["template"]
     labels = template["metadata"]["labels"]
     selector = deployment["spec"]["selector"]["matchLabels"]
@@ -239,7 +239,7 @@ def test_deployment():
     assert c["args"][0] == "serve"
     assert flag(c["args"], "--listen") == "0.0.0.0:8080"
     port = {p["name"]: p["containerPort"] for p in c["ports"]}
-    assert port == {"http": 8080}
+    assert port == {"http": 8080, "internal": 8081}
     for probe, path in (("livenessProbe", "/-/liveness"), ("readinessProbe", "/-/readiness")):
         assert c[probe]["httpGet"] == {"path": path, "port": "http"}, c[probe]
     assert c["startupProbe"]["httpGet"]["port"] == "http"
@@ -264,6 +264,36 @@ def test_deployment():
     assert pdb["apiVersion"] == "policy/v1"
     assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
     assert pdb["spec"]["maxUnavailable"] == 1
+
+
+def test_replicas_reach_each_other_on_the_internal_port_alone():
+    """SPEC 16: each pod advertises http://<its IP>:<internal port>, and only envlens' own pods
+    may reach that port; the public one is left open."""
+    objs = render()
+    c = container(objs)
+    assert flag(c["args"], "--internal-listen") == "0.0.0.0:8081"
+    assert flag(c["args"], "--replica-window") == "10s"
+    env = {e["name"]: e for e in c["env"]}
+    assert env["POD_IP"]["valueFrom"]["fieldRef"] == {"fieldPath": "status.podIP"}
+    assert "ENVLENS_ADVERTISE_URL" not in env
+    labels = one(objs, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    policy = one(objs, "NetworkPolicy")
+    assert policy["apiVersion"] == "networking.k8s.io/v1"
+    spec = policy["spec"]
+    assert spec["podSelector"]["matchLabels"].items() <= labels.items()
+    assert spec["policyTypes"] == ["Ingress"]
+    internal, public = spec["ingress"]
+    assert internal["ports"] == [{"port": "internal", "protocol": "TCP"}]
+    (source,) = internal["from"]
+    assert set(source) == {"podSelector"}, "no namespaceSelector or ipBlock"
+    assert source["podSelector"]["matchLabels"] == spec["podSelector"]["matchLabels"]
+    assert public == {"ports": [{"port": "http", "protocol": "TCP"}]}
+    # Another port for the internal listener moves all three.
+    objs = render({"replicas": {"internalPort": 9443, "networkPolicy": False}})
+    c = container(objs)
+    assert flag(c["args"], "--internal-listen") == "0.0.0.0:9443"
+    assert {p["name"]: p["containerPort"] for p in c["ports"]}["internal"] == 9443
+    assert by_kind(objs, "NetworkPolicy") == []
 
 
 def test_non_root_read_only():

@@ -134,6 +134,10 @@ impl Drop for KindWatch {
 /// How long a watch may stay open before the server is asked to end it; client-go picks 5 to
 /// 10 minutes so that load spreads over the apiserver's instances.
 const WATCH_SECONDS: u64 = 290;
+
+/// Why a kind's watch stopped when this replica lost the connection's lease.
+pub(crate) const NOT_HELD: &str =
+    "this envlens replica no longer holds the cluster connection's watches";
 const BACKOFF_START: Duration = Duration::from_millis(250);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
 
@@ -173,7 +177,23 @@ impl KindWatch {
             encode(&watch.kind.plural)
         );
         let weak = Arc::downgrade(&watch);
-        let task = tokio::spawn(run(route, weak, path, page_size, cause));
+        let fence = route.fence.clone();
+        let task = tokio::spawn(async move {
+            // The fence first: a watch of a connection not held sends nothing at all.
+            tokio::select! {
+                biased;
+                () = fence.lost() => {
+                    if let Some(watch) = weak.upgrade() {
+                        watch.set_phase(Phase::Failed(Failure {
+                            code: Some(503),
+                            message: NOT_HELD.into(),
+                            answered: false,
+                        }));
+                    }
+                }
+                () = run(route, weak.clone(), path, page_size, cause) => {}
+            }
+        });
         let _ = watch.task.set(task.abort_handle());
         watch
     }
@@ -354,6 +374,8 @@ pub(crate) struct Route {
     pub streams: kube::Client,
     pub circuit: Circuit,
     pub handover: Duration,
+    /// This replica's hold of the connection: the watch ends when it is lost.
+    pub fence: super::fence::Fence,
 }
 
 /// Waits out `backoff` after a failure, or less: until the connection's circuit closes (the

@@ -23,6 +23,7 @@
 
 pub(crate) mod access;
 mod consistent;
+pub mod fence;
 mod kind;
 mod timeline;
 
@@ -75,6 +76,11 @@ struct Inner {
     streams: kube::Client,
     /// The connection's circuit: a kind backing off after a failure goes on when it closes.
     circuit: Circuit,
+    /// This replica's hold of the connection ([`fence`]): no watch runs without it.
+    fence: fence::Fence,
+    /// The hold ([`fence::Fence::term`]) the namespaces' watches were started under: a
+    /// namespace of an earlier hold is dropped at the next use ([`Inner::spaces`]).
+    held_as: Mutex<Option<u64>>,
     settings: WatchSettings,
     metrics: Arc<Metrics>,
     namespaces: Mutex<HashMap<String, Arc<Namespace>>>,
@@ -90,7 +96,24 @@ impl Inner {
             streams: self.streams.clone(),
             circuit: self.circuit.clone(),
             handover: self.settings.handover,
+            fence: self.fence.clone(),
         }
+    }
+
+    /// The namespaces, after dropping those watched under another hold of the connection
+    /// than the current one (their watches stopped when it was lost).
+    fn spaces(&self) -> MutexGuard<'_, HashMap<String, Arc<Namespace>>> {
+        let mut spaces = lock(&self.namespaces);
+        let now = self.fence.term();
+        let mut held_as = lock(&self.held_as);
+        if *held_as != now {
+            if !spaces.is_empty() {
+                tracing::info!(from = ?*held_as, to = ?now, "watch cache: the connection's hold changed; its namespaces start over");
+            }
+            spaces.clear();
+            *held_as = now;
+        }
+        spaces
     }
 }
 
@@ -231,11 +254,34 @@ impl WatchCache {
         settings: WatchSettings,
         metrics: Arc<Metrics>,
     ) -> Self {
+        Self::held_by(
+            client,
+            streams,
+            circuit,
+            fence::Fence::always(),
+            settings,
+            metrics,
+        )
+    }
+
+    /// As [`WatchCache::on_circuit`], for a connection shared with other replicas: its
+    /// watches run only while `fence` is held ([`fence`]); meanwhile every view is listed
+    /// fresh, as with the cache off.
+    pub fn held_by(
+        client: kube::Client,
+        streams: kube::Client,
+        circuit: Circuit,
+        fence: fence::Fence,
+        settings: WatchSettings,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         WatchCache {
             inner: Arc::new(Inner {
                 client,
                 streams,
                 circuit,
+                held_as: Mutex::new(fence.term()),
+                fence,
                 access: Arc::new(access::AccessCache::new(settings.access_ttl)),
                 settings,
                 metrics,
@@ -249,7 +295,12 @@ impl WatchCache {
     /// Whether the cache keeps anything: `kubernetes.cache_max_objects: 0` turns it off, and
     /// every view is then listed fresh.
     pub fn enabled(&self) -> bool {
-        self.inner.settings.max_objects > 0
+        self.inner.settings.max_objects > 0 && self.held()
+    }
+
+    /// Whether this replica holds the connection's watches now ([`fence`]).
+    pub fn held(&self) -> bool {
+        self.inner.fence.generation().is_some()
     }
 
     /// How long a namespace nobody reads keeps its watches (`kubernetes.cache_idle`).
@@ -264,7 +315,7 @@ impl WatchCache {
 
     /// Namespaces watched now.
     pub fn namespaces(&self) -> Vec<String> {
-        let mut names: Vec<String> = lock(&self.inner.namespaces).keys().cloned().collect();
+        let mut names: Vec<String> = self.inner.spaces().keys().cloned().collect();
         names.sort();
         names
     }
@@ -276,7 +327,8 @@ impl WatchCache {
     /// must read the group again.
     pub fn changes(&self, namespace: &str) -> tokio::sync::broadcast::Receiver<KindChange> {
         self.start_sweeper();
-        lock(&self.inner.namespaces)
+        self.inner
+            .spaces()
             .entry(namespace.to_owned())
             .or_insert_with(Namespace::new)
             .changes
@@ -288,7 +340,7 @@ impl WatchCache {
     /// listed. Whoever shows them checks first that the viewer may see them (a view of the
     /// group as the viewer, whose errors name a refused `v1 Event`).
     pub fn timeline(&self, namespace: &str) -> Option<Arc<crate::resources::timeline::Events>> {
-        let ns = lock(&self.inner.namespaces).get(namespace)?.clone();
+        let ns = self.inner.spaces().get(namespace)?.clone();
         let watch = lock(&ns.kinds).get(&events_kind())?.clone();
         if !matches!(*watch.phase.borrow(), Phase::Synced) {
             return None;
@@ -772,7 +824,9 @@ impl WatchCache {
         cause: Option<&HeaderValue>,
     ) -> (Arc<Namespace>, Vec<Arc<KindWatch>>) {
         self.start_sweeper();
-        let ns = lock(&self.inner.namespaces)
+        let ns = self
+            .inner
+            .spaces()
             .entry(namespace.to_owned())
             .or_insert_with(Namespace::new)
             .clone();
@@ -919,6 +973,13 @@ impl WatchCache {
         page_size: usize,
         timeout: Duration,
     ) -> Result<KindView, Failure> {
+        if !self.held() {
+            return Err(Failure {
+                code: Some(503),
+                message: kind::NOT_HELD.into(),
+                answered: false,
+            });
+        }
         // The watch runs as the connection's own identity: never one it would refuse.
         let rules =
             observe::caused_by(headers, discovery.own_rules().get(namespace, timeout)).await;
@@ -939,7 +1000,9 @@ impl WatchCache {
             return Err(refused);
         }
         self.start_sweeper();
-        let ns = lock(&self.inner.namespaces)
+        let ns = self
+            .inner
+            .spaces()
             .entry(namespace.to_owned())
             .or_insert_with(Namespace::new)
             .clone();
