@@ -64,7 +64,13 @@ impl Setup {
         Replica::start_with(
             database_url,
             self.secrets.path(),
-            &["--config", config, "--replica-window", WINDOW, "--share-clusters"],
+            &[
+                "--config",
+                config,
+                "--replica-window",
+                WINDOW,
+                "--share-clusters",
+            ],
         )
         .await
     }
