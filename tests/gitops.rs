@@ -31,15 +31,19 @@ async fn cluster() -> (KubeApi, Served, TempDir) {
 }
 
 /// A deployment of acme/apps/web to `env` through agent 7 into `shop`, with GitLab's Flux
-/// resource path, successful.
+/// resource path (none when empty), successful.
 async fn deploy_bound(app: &TestApp, id: i64, env: (i64, &str), flux: &str) {
+    let mut dashboard = json!({"namespace": NS, "flux_resource_path": flux});
+    if flux.is_empty() {
+        dashboard = json!({"namespace": NS});
+    }
     let res = app.internal(Method::POST, "/api/v4/internal/deployments", &json!({
         "deployment": {"id": id, "iid": id, "status": "created", "ref": "main", "sha": "abc", "tag": false,
                        "created_at": "2026-11-21T10:00:00Z"},
         "project": {"id": PROJECT, "full_path": "acme/apps/web"},
         "environment": {"id": env.0, "name": env.1, "slug": env.1, "tier": "production"},
         "job": {"id": id, "name": "deploy", "protected_ref": true},
-        "kubernetes": {"agent": "acme/agents:prod", "dashboard": {"namespace": NS, "flux_resource_path": flux}}
+        "kubernetes": {"agent": "acme/agents:prod", "dashboard": dashboard}
     })).await;
     assert_eq!(res.status, 201, "{}", res.text());
     let hook = json!({"object_kind": "deployment", "deployment_id": id, "status": "success",
@@ -583,4 +587,94 @@ async fn a_huge_inventory_is_read_within_bounds() {
     assert_eq!(warnings.len(), 51, "{warnings:?}");
     assert!(warnings[50].as_str().unwrap().contains("more warnings"));
     assert_eq!(env["fluxSyncStatus"], "RECONCILED");
+}
+
+/// An environment bound to an Argo CD Application by a Maintainer
+/// (`environmentArgoApplicationUpdate`) has the Application's `status.resources` as its group,
+/// across namespaces; and a Flux object found in a bound Kustomization's inventory (not the
+/// bound one) is a target of the Flux actions (SPEC 15: "the group's sources and the Flux
+/// objects in it").
+#[tokio::test]
+async fn an_argo_application_bound_by_a_maintainer_and_a_nested_kustomization_acted_on() {
+    let (api, served, _dir) = cluster().await;
+    api.insert(json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application", "metadata": meta("argocd", "shop", "uid-app", json!({})),
+        "spec": {"project": "default", "destination": {"namespace": "shop-argo"}},
+        "status": {"resources": [{"group": "apps", "version": "v1", "kind": "Deployment", "namespace": "shop-argo",
+                                  "name": "cart", "status": "Synced", "health": {"status": "Healthy"}}],
+                   "sync": {"status": "Synced"}, "health": {"status": "Healthy"}}}));
+    api.insert(deployment("shop-argo", "cart", "uid-cart"));
+    api.insert(kustomization(
+        "flux-system",
+        "root",
+        &[(
+            "flux-system_child_kustomize.toolkit.fluxcd.io_Kustomization",
+            "v1",
+        )],
+        ready("True", "ReconciliationSucceeded"),
+    ));
+    api.insert(kustomization(
+        "flux-system",
+        "child",
+        &[("apps_podinfo_apps_Deployment", "v1")],
+        ready("True", "ReconciliationSucceeded"),
+    ));
+    api.insert(deployment("apps", "podinfo", "uid-podinfo"));
+    let world =
+        environment::gitlab_via(crate::support::reach::Reach::Kubeconfig, &served, "").await;
+
+    // Argo CD: bound by an administrator (a Maintainer of every project).
+    deploy_bound(&world, 31, (131, "argo"), "").await;
+    let before = group(&world, "argo").await;
+    assert!(
+        !names(&before["resourceGroup"]).contains(&"Deployment shop-argo/cart".to_owned()),
+        "{before}"
+    );
+    let bind = r#"mutation { environmentArgoApplicationUpdate(input: {environmentId: "gid://gitlab/Environment/131", application: "argocd/shop"}) { errors } }"#;
+    let body = world.graphql((1, "root"), bind).await;
+    assert_eq!(
+        body["data"]["environmentArgoApplicationUpdate"]["errors"],
+        json!([]),
+        "{body}"
+    );
+    let env = group(&world, "argo").await;
+    let g = &env["resourceGroup"];
+    let shown = names(g);
+    assert!(shown.contains(&"Application argocd/shop".to_owned()), "{g}");
+    assert!(
+        shown.contains(&"Deployment shop-argo/cart".to_owned()),
+        "{g}"
+    );
+    let app = uid_of(g, "Application", Some("argocd"), "shop");
+    let cart = uid_of(g, "Deployment", Some("shop-argo"), "cart");
+    assert!(applies(g).contains(&(app, cart)), "{g}");
+    assert!(
+        g["namespaces"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("shop-argo")),
+        "{g}"
+    );
+
+    // Flux: the child Kustomization is in root's inventory, so it may be reconciled.
+    deploy_bound(
+        &world,
+        32,
+        (132, "flux"),
+        &path(KS, "kustomizations", "flux-system", "root"),
+    )
+    .await;
+    let reconcile = r#"mutation { fluxReconcile(input: {environmentId: "gid://gitlab/Environment/132",
+        apiVersion: "kustomize.toolkit.fluxcd.io/v1", kind: "Kustomization",
+        namespace: "flux-system", name: "child"}) { errors action { answerCode } } }"#;
+    let body = world.graphql(DEV, reconcile).await;
+    let payload = &body["data"]["fluxReconcile"];
+    assert_eq!(payload["errors"], json!([]), "{body}");
+    assert_eq!(payload["action"]["answerCode"], 200, "{body}");
+    let child = api
+        .get("kustomizations", Some("flux-system"), "child")
+        .unwrap();
+    assert!(
+        child["metadata"]["annotations"]["reconcile.fluxcd.io/requestedAt"].is_string(),
+        "{child}"
+    );
 }

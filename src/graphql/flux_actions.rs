@@ -17,7 +17,7 @@ use super::mutations::readable_environment;
 use super::resource_group::{self, FORBIDDEN_MESSAGE};
 use super::types::{conn, gid, loader, page, Environment, Gql, Result, Time, UserCore};
 use crate::db::flux_actions::{self as audit, FluxActionRow, NewAction};
-use crate::db::read::EnvironmentRow;
+use crate::db::read::{AgentDeploymentRow, AgentRow, EnvironmentRow};
 use crate::gitlab::validate;
 use crate::k8s::clusters::Clusters;
 use crate::k8s::flux_actions::{self as flux, FluxAction as Action, Target};
@@ -295,7 +295,11 @@ async fn act(
     };
     let resource = named.resource(&plural);
     let bound = named.is_bound(&plural, deployment.flux_resource_path.as_deref());
-    if !bound && !named.in_group(&assembled.group) {
+    // The Flux objects of a GitOps group (an inventory's, across its namespaces) count too.
+    let in_group = bound
+        || named.in_group(&assembled.group)
+        || in_gitops_group(ctx, &shown, &environment, (&agent, &deployment), &named).await?;
+    if !in_group {
         let message = format!(
             "{resource} is neither the environment's Flux resource nor a Flux object of its group."
         );
@@ -353,6 +357,23 @@ pub(super) async fn page_of(
         Ok(rows.into_iter().map(|r| (r.id, FluxAction(r))).collect())
     })
     .await
+}
+
+/// Whether `named` is in the environment's GitOps group (SPEC 15): its bound sources' objects,
+/// as the viewer reads them.
+async fn in_gitops_group(
+    ctx: &Context<'_>,
+    shown: &Environment,
+    environment: &EnvironmentRow,
+    (agent, deployment): (&AgentRow, &AgentDeploymentRow),
+    named: &Named<'_>,
+) -> Result<bool> {
+    let sources = shown.gitops_sources(ctx, deployment).await?;
+    if sources.is_empty() {
+        return Ok(false);
+    }
+    let group = resource_group::load_gitops(ctx, environment, agent.clone(), None, sources).await?;
+    Ok(named.in_group(group.assembled()))
 }
 
 #[cfg(test)]

@@ -248,6 +248,10 @@ pub async fn load_gitops(
         agent: agent.clone(),
         namespace: first.clone(),
     };
+    // The labels source applies in the namespaces Maintainers added too (SPEC 15).
+    let added = environment_settings::namespaces(&mut **conn(ctx).await?, environment.id)
+        .await
+        .gql()?;
     let (cluster, headers, options) = match connect(ctx, environment, &agent).await? {
         Ok(connected) => connected,
         Err(none) => {
@@ -264,7 +268,7 @@ pub async fn load_gitops(
         options: &options,
     };
     let labels = labels_namespace.map(|namespace| gitops::LabelsSource {
-        namespace,
+        namespaces: namespaces::spanned(&namespace, &added),
         selector: selector.clone(),
     });
     let grouped = match gitops::resource_group(&reader, &sources, labels.as_ref(), custom).await {
@@ -374,6 +378,13 @@ impl ResourceGroup {
 /// async-graphql, from copies made for this answer.
 /// A `cause` among the fields sends the selection through async-graphql too.
 pub struct Resources(Arc<group::ResourceGroup>, Option<Arc<LogView>>);
+
+impl ResourceGroup {
+    /// The assembled group, for what acts on its resources (the Flux actions' targets).
+    pub(super) fn assembled(&self) -> &group::ResourceGroup {
+        &self.resources.0
+    }
+}
 
 impl OutputType for Resources {
     fn type_name() -> Cow<'static, str> {

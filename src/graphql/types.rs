@@ -646,6 +646,30 @@ impl Environment {
         }
     }
 
+    /// The GitOps sources the environment is bound to (SPEC 15): the Flux object its
+    /// `fluxResourcePath` names, and the Argo CD Application Maintainers bound it to.
+    pub(super) async fn gitops_sources(
+        &self,
+        ctx: &Context<'_>,
+        row: &AgentDeploymentRow,
+    ) -> Result<Vec<crate::gitops::ObjRef>> {
+        let mut sources: Vec<_> = bound_flux_source(row).into_iter().collect();
+        let argo =
+            crate::db::environment_settings::argo_application(&mut **conn(ctx).await?, self.row.id)
+                .await
+                .gql()?;
+        if let Some((namespace, name)) = argo {
+            sources.push(crate::gitops::ObjRef {
+                group: "argoproj.io".into(),
+                version: Some("v1alpha1".into()),
+                kind: "Application".into(),
+                namespace: Some(namespace),
+                name,
+            });
+        }
+        Ok(sources)
+    }
+
     /// The environment's agent (SPEC 15): that of its last successful deployment, with its
     /// `agent_deployments` row; else the agent GitLab's environments API names for it, as the
     /// sync read it and `ci_access` allowed it (`deployment_id` 0: no deployment).
@@ -818,17 +842,16 @@ impl Environment {
         let Some((agent, row)) = self.last_agent(ctx).await? else {
             return Ok(None);
         };
-        match bound_flux_source(&row) {
-            Some(source) => {
-                let labels = Some(row.kubernetes_namespace).filter(|ns| !ns.is_empty());
-                resource_group::load_gitops(ctx, &self.row, agent, labels, vec![source])
-                    .await
-                    .map(Some)
-            }
-            None => resource_group::load(ctx, &self.row, agent, row.kubernetes_namespace)
+        let sources = self.gitops_sources(ctx, &row).await?;
+        if sources.is_empty() {
+            return resource_group::load(ctx, &self.row, agent, row.kubernetes_namespace)
                 .await
-                .map(Some),
+                .map(Some);
         }
+        let labels = Some(row.kubernetes_namespace).filter(|ns| !ns.is_empty());
+        resource_group::load_gitops(ctx, &self.row, agent, labels, sources)
+            .await
+            .map(Some)
     }
 
     /// The Flux actions asked for on the environment (SPEC 15), newest first, refusals

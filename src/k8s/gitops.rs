@@ -56,10 +56,11 @@ pub struct GitOpsGroup {
     pub sources: Vec<GroupSource>,
 }
 
-/// The labels source (SPEC 5.2): a selector in a namespace.
+/// The labels source (SPEC 5.2): a selector in the deployment's namespace and in those
+/// Maintainers added (SPEC 15).
 #[derive(Debug, Clone)]
 pub struct LabelsSource {
-    pub namespace: String,
+    pub namespaces: Vec<String>,
     pub selector: String,
 }
 
@@ -86,9 +87,9 @@ pub async fn resource_group(
     let mut listings: Vec<Listing> = Vec::new();
     let mut errors: Vec<ListError> = Vec::new();
     let mut warnings: Vec<String> = Vec::new();
-    if let Some(labels) = labels {
-        let listing = list_namespace(reader, &labels.namespace).await?;
-        loaded.add_namespace(&labels.namespace, listing.selected.clone());
+    for namespace in labels.iter().flat_map(|l| &l.namespaces) {
+        let listing = list_namespace(reader, namespace).await?;
+        loaded.add_namespace(namespace, listing.selected.clone());
         listings.push(listing);
     }
     let mut resolution = Resolution::default();
@@ -194,7 +195,7 @@ pub async fn resource_group(
 
     // The namespaces: the labels source's first, then as the sources met them.
     let mut namespaces: Vec<String> = Vec::new();
-    for ns in labels.map(|l| &l.namespace).into_iter().chain(&spanned) {
+    for ns in labels.iter().flat_map(|l| &l.namespaces).chain(&spanned) {
         if !namespaces.contains(ns) {
             namespaces.push(ns.clone());
         }
@@ -260,9 +261,11 @@ fn combine(
     let uid = |o: &Object| crate::gitops::text(&o.view, &["metadata", "uid"]).to_owned();
     let mut selected = applied;
     let mut chosen: HashSet<String> = selected.iter().map(|o| uid(o)).collect();
-    if let (Some(labels), Some(first)) = (labels, listings.first()) {
+    // The labels' listings come first, one per namespace.
+    if let Some(labels) = labels {
         let terms = fetch::equality_terms(&labels.selector).unwrap_or_default();
-        for o in &first.selected {
+        let listed = listings.iter().take(labels.namespaces.len());
+        for o in listed.flat_map(|l| &l.selected) {
             let labels = o
                 .view
                 .get("metadata")
