@@ -8,8 +8,8 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use async_graphql::futures_util::future::join_all;
 use axum::http::HeaderMap;
-use futures_util::future::join_all;
 
 use super::discovery::{self, ApiKind, DiscoveryCache};
 use super::fetch::{self, encode, FetchError, FetchOptions};
