@@ -395,6 +395,29 @@ async fn only_the_environments_flux_objects_are_acted_on() {
     api.insert(labelled);
     app.graphql(ROOT, r#"mutation { environmentNamespacesUpdate(input: {environmentId: "gid://gitlab/Environment/100",
         namespaces: ["flux-system"]}) { errors } }"#).await;
+    // Acted on once the page shows it in the group, as a person would.
+    let query = r#"{ project(fullPath: "acme/apps/web") { environment(name: "production") {
+        resourceGroup { resources { kind namespace name } } } } }"#;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let body = app.graphql(DEV, query).await;
+        let resources = &body["data"]["project"]["environment"]["resourceGroup"]["resources"];
+        let shown = resources.as_array().is_some_and(|all| {
+            all.iter().any(|r| {
+                r["kind"] == "Kustomization"
+                    && r["namespace"] == "flux-system"
+                    && r["name"] == "other"
+            })
+        });
+        if shown {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never in the group: {body}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     let payload = act(&app, DEV, "fluxSuspend", "other").await;
     assert_eq!(payload["errors"], json!([]), "{payload}");
     assert_eq!(ks(&api, "other")["spec"]["suspend"], true);

@@ -522,14 +522,18 @@ async fn past_the_budget_the_least_recently_viewed_groups_are_not_kept() {
     assert_eq!(still["message"], over["message"], "{still}");
     // review (no resources) is viewed: the most recently viewed fits and is kept.
     fresh(&w, "review").await;
-    let review = until("review is kept", || kept(&w, DEV, "review")).await;
-    assert!(
-        !review["message"]
-            .as_str()
-            .unwrap_or("")
-            .starts_with("Not kept current"),
-        "{review}"
-    );
+    // It may have been marked over the budget before it was viewed: kept again, the mark goes.
+    until("review is kept again", || async {
+        let h = kept(&w, DEV, "review").await?;
+        match h["message"].as_str() {
+            Some(m) if m.starts_with("Not kept current") => Err(h.to_string()),
+            _ => Ok(h),
+        }
+    })
+    .await;
+    // production stays past the budget.
+    let still = health(&w, DEV, "production").await;
+    assert_eq!(still["message"], over["message"], "{still}");
 }
 
 /// A Pod labelled for environment `slug` in `ns`, in one of the states the randomized test
