@@ -10,7 +10,8 @@
 //! the same changes. The write is conditional on the last recorded health of each resource
 //! ([`events::record_health`]), so the first replica's write records the event and the others'
 //! change nothing. A replica that starts (or restarts) sends the whole group once: what changed
-//! while nobody watched is recorded then.
+//! while nobody watched is recorded then, but not over a mark written since it started (another
+//! replica following the group saw more recently than its first sight may).
 //!
 //! The same recorder keeps the group's own health, message and time of change
 //! (`environment_health`, SPEC 18) for the organization view: the health keeper
@@ -205,6 +206,7 @@ async fn record(task: Task, mut feed: super::feeds::Subscriber) {
     } = &task;
     let environment = *environment;
     let mut sent = HashMap::new();
+    let started = chrono::Utc::now();
     let mut group = Group::default();
     let every = (*idle / 4).clamp(Duration::from_millis(10), Duration::from_secs(60));
     loop {
@@ -244,12 +246,14 @@ async fn record(task: Task, mut feed: super::feeds::Subscriber) {
                 }
             }
         }
+        let first_sight = sent.is_empty().then_some(started);
         let marks = timeline::changes(&mut sent, &update.delta);
         if marks.is_empty() {
             continue;
         }
+        let now = chrono::Utc::now();
         if let Err(e) =
-            events::record_health(pool.pg(), environment, &marks, chrono::Utc::now()).await
+            events::record_health(pool.pg(), environment, &marks, now, first_sight).await
         {
             // Sent again with the next message that carries them.
             for mark in &marks {
