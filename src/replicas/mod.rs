@@ -4,7 +4,9 @@
 //! lease per connection) and the internal listener other replicas reach this one at
 //! (`internal`). A single process is the same code with a set of one.
 
+pub mod forward;
 pub mod internal;
+pub mod wire;
 pub mod ownership;
 pub mod rendezvous;
 
