@@ -56,9 +56,8 @@ impl Credential {
             .flat_map(|v| v.split(';'))
             .map(str::trim)
             .filter(|pair| {
-                pair.split_once('=').is_some_and(|(name, _)| {
-                    name == SESSION_COOKIE || name == DASHBOARD_COOKIE
-                })
+                pair.split_once('=')
+                    .is_some_and(|(name, _)| name == SESSION_COOKIE || name == DASHBOARD_COOKIE)
             })
             .collect();
         Credential {

@@ -150,6 +150,7 @@ pub(super) async fn assemble(
                 ..FetchOptions::default()
             },
             health: custom.clone(),
+            through: None,
             recheck: clusters.grants.ttl(),
         });
     }

@@ -49,9 +49,10 @@ pub(super) async fn through_owner(
     };
     match forward.resource_group(&owner, credential, &ask).await {
         Ok(group) => Through::Owner(Ok(Arc::new(group))),
-        Err(NotForwarded::Decided(Error::Forbidden(_))) => Through::Owner(Err(
-            Error::Forbidden(FORBIDDEN_MESSAGE.to_owned()).to_graphql(),
-        )),
+        Err(NotForwarded::Decided(Error::Forbidden(_))) => Through::Owner(Err(Error::Forbidden(
+            FORBIDDEN_MESSAGE.to_owned(),
+        )
+        .to_graphql())),
         Err(NotForwarded::Decided(e)) => Through::Owner(Err(e.to_graphql())),
         Err(NotForwarded::Unreachable(why)) => {
             tracing::warn!(owner = %owner.id, url = %owner.advertise_url, agent, reason = %why,

@@ -22,6 +22,16 @@ type Https = hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::H
 
 /// The route of a forwarded view on the owner's internal listener.
 pub const RESOURCE_GROUP_PATH: &str = "/-/replica/resource-group";
+/// The route of a forwarded subscription's changes on the owner's internal listener.
+pub const CHANGES_PATH: &str = "/-/replica/changes";
+/// A line of the changes: something changed in a namespace followed.
+pub const CHANGE: &[u8] = b"c\n";
+/// A line of the changes: nothing changed, the owner is there.
+pub const KEEPALIVE: &[u8] = b"k\n";
+/// How often the owner says it is there.
+pub const KEEPALIVE_EVERY: Duration = Duration::from_secs(5);
+/// An owner silent this long is taken for gone.
+const SILENT: Duration = Duration::from_secs(15);
 /// The largest answer read: a group of the cache's whole bound of objects fits.
 const MAX_ANSWER: usize = 512 * 1024 * 1024;
 /// How long the owner may take to be reached at all.
@@ -45,6 +55,13 @@ pub enum NotForwarded {
     /// The owner could not be asked, or did not answer usably (gone, stopped mid-answer,
     /// not ours): the view is read here instead, saying so.
     Unreachable(String),
+}
+
+/// A viewer's way to the owners: what a subscription's feed reads through.
+#[derive(Clone)]
+pub struct AsViewer {
+    pub forward: Forward,
+    pub credential: Credential,
 }
 
 /// Forwards views to their owners; a process that shares nothing never does.
@@ -87,6 +104,40 @@ impl Forward {
         self.0.as_ref()?.ownership.owner_elsewhere(connection)
     }
 
+    /// The changes `ask`'s namespaces have at `owner` from now on, as `credential`'s viewer:
+    /// open once the owner listens.
+    pub async fn changes(
+        &self,
+        owner: &Member,
+        credential: &Credential,
+        ask: &GroupAsk,
+    ) -> Result<Changes, NotForwarded> {
+        let inner = self.inner()?;
+        let request = inner.request(owner, CHANGES_PATH, credential, ask)?;
+        let response = tokio::time::timeout(inner.timeout, inner.client.request(request))
+            .await
+            .map_err(|_| {
+                NotForwarded::Unreachable(format!("no answer within {:?}", inner.timeout))
+            })?
+            .map_err(|e| NotForwarded::Unreachable(e.to_string()))?;
+        let (parts, body) = response.into_parts();
+        if parts.status != StatusCode::OK {
+            let body = Limited::new(body, 64 * 1024)
+                .collect()
+                .await
+                .map(|b| b.to_bytes())
+                .unwrap_or_default();
+            return answer(parts.status, &body).map(|_| Changes { body: None });
+        }
+        Ok(Changes { body: Some(body) })
+    }
+
+    fn inner(&self) -> Result<&Inner, NotForwarded> {
+        self.0
+            .as_deref()
+            .ok_or_else(|| NotForwarded::Unreachable("this replica shares no connection".into()))
+    }
+
     /// The group `ask` names, from `owner`, as `credential`'s viewer.
     pub async fn resource_group(
         &self,
@@ -94,21 +145,8 @@ impl Forward {
         credential: &Credential,
         ask: &GroupAsk,
     ) -> Result<ResourceGroup, NotForwarded> {
-        let inner = self.0.as_ref().ok_or_else(|| {
-            NotForwarded::Unreachable("this replica shares no connection".into())
-        })?;
-        let token = inner
-            .keys
-            .sign_for_replica(Some(credential))
-            .map_err(|e| NotForwarded::Unreachable(e.to_string()))?;
-        let body = serde_json::to_vec(ask).map_err(|e| NotForwarded::Unreachable(e.to_string()))?;
-        let request = Request::builder()
-            .method(Method::POST)
-            .uri(format!("{}{RESOURCE_GROUP_PATH}", owner.advertise_url))
-            .header(REPLICA_HEADER, token)
-            .header("content-type", "application/json")
-            .body(Full::new(Bytes::from(body)))
-            .map_err(|e| NotForwarded::Unreachable(e.to_string()))?;
+        let inner = self.inner()?;
+        let request = inner.request(owner, RESOURCE_GROUP_PATH, credential, ask)?;
         let exchange = async {
             let response = inner
                 .client
@@ -129,6 +167,59 @@ impl Forward {
             .and_then(|answered| answered)
             .map_err(NotForwarded::Unreachable)?;
         answer(status, &body)
+    }
+}
+
+impl Inner {
+    /// A request to `owner`'s `path`, signed, carrying `credential` and `ask`.
+    fn request(
+        &self,
+        owner: &Member,
+        path: &str,
+        credential: &Credential,
+        ask: &GroupAsk,
+    ) -> Result<Request<Full<Bytes>>, NotForwarded> {
+        let unreachable = |e: String| NotForwarded::Unreachable(e);
+        let token = self
+            .keys
+            .sign_for_replica(Some(credential))
+            .map_err(|e| unreachable(e.to_string()))?;
+        let body = serde_json::to_vec(ask).map_err(|e| unreachable(e.to_string()))?;
+        Request::builder()
+            .method(Method::POST)
+            .uri(format!("{}{path}", owner.advertise_url))
+            .header(REPLICA_HEADER, token)
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(body)))
+            .map_err(|e| unreachable(e.to_string()))
+    }
+}
+
+/// The changes an owner sends ([`Forward::changes`]).
+pub struct Changes {
+    body: Option<hyper::body::Incoming>,
+}
+
+impl Changes {
+    /// Resolves at the next change; `None` once the owner ended them, went away or stayed
+    /// silent past [`SILENT`]: whoever follows them then asks who owns the connection now.
+    pub async fn next(&mut self) -> Option<()> {
+        let body = self.body.as_mut()?;
+        loop {
+            let frame = match tokio::time::timeout(SILENT, body.frame()).await {
+                Ok(Some(Ok(frame))) => frame,
+                _ => {
+                    self.body = None;
+                    return None;
+                }
+            };
+            if frame
+                .data_ref()
+                .is_some_and(|data| data.windows(CHANGE.len()).any(|w| w == CHANGE))
+            {
+                return Some(());
+            }
+        }
     }
 }
 
@@ -167,7 +258,8 @@ mod tests {
             Err(NotForwarded::Decided(Error::Forbidden(m))) => assert_eq!(m, "no access"),
             other => panic!("{other:?}"),
         }
-        let cluster = br#"{"error": {"code": "bad_gateway", "message": "cannot reach the cluster"}}"#;
+        let cluster =
+            br#"{"error": {"code": "bad_gateway", "message": "cannot reach the cluster"}}"#;
         assert!(matches!(
             answer(StatusCode::BAD_GATEWAY, cluster),
             Err(NotForwarded::Decided(Error::BadGateway(_)))

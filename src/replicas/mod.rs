@@ -6,9 +6,9 @@
 
 pub mod forward;
 pub mod internal;
-pub mod wire;
 pub mod ownership;
 pub mod rendezvous;
+pub mod wire;
 
 use std::net::SocketAddr;
 

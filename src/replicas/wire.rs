@@ -181,7 +181,8 @@ mod tests {
     fn what_is_not_a_group_is_refused() {
         assert!(decode(b"{}").is_err());
         assert!(decode(b"not json").is_err());
-        let bad_edge = br#"{"namespace":"a","labelSelector":"","health":{"status":"Healthy","message":null},
+        let bad_edge =
+            br#"{"namespace":"a","labelSelector":"","health":{"status":"Healthy","message":null},
             "resources":[],"edges":[[0,1,"Owner"]],"warnings":[],"errors":[]}"#;
         assert!(decode(bad_edge).unwrap_err().contains("edge"));
     }

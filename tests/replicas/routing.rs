@@ -116,12 +116,20 @@ async fn a_view_through_a_non_owner_is_the_owners_own_answer_byte_for_byte() {
         let (status, body) = whole_group(other, (3, "rep"));
         assert_eq!(status, 200, "{body}");
         let body: Value = serde_json::from_str(&body).unwrap();
-        assert_eq!(body["errors"][0]["extensions"]["code"], "FORBIDDEN", "{body}");
+        assert_eq!(
+            body["errors"][0]["extensions"]["code"], "FORBIDDEN",
+            "{body}"
+        );
     }
 }
 
 /// POSTs `body` to `path` of a replica's internal listener: the status and the body.
-fn post_internal(advertise_url: &str, path: &str, headers: &[(&str, &str)], body: &Value) -> (u16, String) {
+fn post_internal(
+    advertise_url: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &Value,
+) -> (u16, String) {
     let host = advertise_url.strip_prefix("http://").unwrap();
     let mut stream = std::net::TcpStream::connect(host).unwrap();
     stream
@@ -191,9 +199,13 @@ async fn the_owner_authenticates_the_viewer_and_decides_their_access_itself() {
     let (status, body) = post_internal(at, path, &[(header, &carrying(None))], &ask);
     assert_eq!(status, 401, "{body}");
     let forged = {
-        let (token, _) =
-            envlens::auth::mint_session(b"another-key-another-key-another!", 2, "dev", Duration::from_secs(60))
-                .unwrap();
+        let (token, _) = envlens::auth::mint_session(
+            b"another-key-another-key-another!",
+            2,
+            "dev",
+            Duration::from_secs(60),
+        )
+        .unwrap();
         let credential = format!(r#"{{"authorization": "Bearer {token}"}}"#);
         envlens::auth::mint_replica(INTERNAL_KEY, Some(&credential)).unwrap()
     };
@@ -252,4 +264,62 @@ async fn an_owner_that_does_not_answer_is_said_and_the_group_listed_here() {
         .map(|r| json!({"kind": r["kind"], "name": r["name"]}))
         .collect();
     assert_eq!(json!(shown), before["resources"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_change_in_the_cluster_reaches_a_subscriber_on_a_non_owner() {
+    use crate::subscriptions::{Client, Received};
+    let api = KubeApi::new();
+    environment::environment(&api);
+    let dir = tempfile::tempdir().unwrap();
+    let served = api.serve(dir.path()).await;
+    let setup = setup(&served).await;
+    let replicas = [
+        setup.replica(&setup.url).await,
+        setup.replica(&setup.url).await,
+    ];
+    let owner = setup.settled_owner(&replicas).await;
+    let other = replicas.iter().find(|r| r.id != owner.id).unwrap();
+    let mut client = Client::connect(other.addr, "graphql-transport-ws", (2, "dev")).await;
+    client
+        .subscribe(
+            "1",
+            "subscription($id: ID!) { resourceGroupUpdated(environmentId: $id) {
+                complete upserted { kind name } removed } }",
+            json!({"id": super::PRODUCTION}),
+        )
+        .await;
+    let first = client.next_payload("1").await;
+    let first = &first["data"]["resourceGroupUpdated"];
+    assert_eq!(first["complete"], true, "{first}");
+    assert!(
+        first["upserted"].as_array().is_some_and(|r| r.len() > 3),
+        "{first}"
+    );
+
+    // A new object of the group, in the cluster: the owner's watches see it, and the
+    // subscriber on the other replica gets it.
+    api.insert(json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": environment::meta(environment::NS, "late", "uid-late",
+                                      environment::gitlab_labels(environment::SLUG, "web"))}));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let message = client.receive_within(left).await;
+        let Some(Received::Message(m)) = message else {
+            panic!(
+                "no change reached the subscriber on the non-owner: {message:?}\n{}\nOWNER\n{}",
+                other.logs(),
+                owner.logs()
+            );
+        };
+        let update = &m["payload"]["data"]["resourceGroupUpdated"];
+        assert!(m["payload"].get("errors").is_none(), "{m}");
+        let upserted = update["upserted"].as_array().unwrap();
+        if upserted.iter().any(|r| r["name"] == "late") {
+            assert_eq!(update["complete"], false, "only the change: {update}");
+            assert_eq!(upserted.len(), 1, "{update}");
+            break;
+        }
+    }
 }
