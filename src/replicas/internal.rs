@@ -72,19 +72,14 @@ async fn resource_group(
     body: axum::body::Bytes,
 ) -> Result<Response, Error> {
     let (ask, viewer) = authorized(&state, from, &body).await?;
-    let (session, grant) = match viewer {
-        Viewer::Granted { session, grant } => (session, grant),
+    let (session, grant, cluster) = match viewer {
+        Viewer::Granted {
+            session,
+            grant,
+            cluster,
+        } => (session, grant, cluster),
         Viewer::NoConnection(group) => return group_answer(&group),
     };
-    let cluster = state
-        .clusters
-        .for_agent(
-            grant.agent.id,
-            &grant.agent.project_full_path,
-            &grant.agent.name,
-        )
-        .await
-        .map_err(|none| Error::Internal(anyhow::anyhow!("{none}")))?;
     let first = &ask.namespaces[0];
     let headers = grant.impersonation(AccessType::from(session.via));
     let options = FetchOptions {
@@ -125,6 +120,7 @@ enum Viewer {
     Granted {
         session: crate::auth::Session,
         grant: Arc<crate::k8s::grants::Grant>,
+        cluster: crate::k8s::clusters::Cluster,
     },
     NoConnection(ResourceGroup),
 }
@@ -178,7 +174,11 @@ async fn authorized(
         )
         .await;
     let viewer = match connected {
-        Ok(_) => Viewer::Granted { session, grant },
+        Ok(cluster) => Viewer::Granted {
+            session,
+            grant,
+            cluster,
+        },
         Err(none) => Viewer::NoConnection(ResourceGroup::unreadable(
             &ask.namespaces[0],
             &ask.selector,
@@ -200,21 +200,12 @@ async fn changes(
     body: axum::body::Bytes,
 ) -> Result<Response, Error> {
     let (ask, viewer) = authorized(&state, from, &body).await?;
-    let Viewer::Granted { grant, .. } = viewer else {
+    let Viewer::Granted { cluster, .. } = viewer else {
         return Err(Error::NoConnection(format!(
             "No cluster connection is configured for agent {}",
             ask.agent
         )));
     };
-    let cluster = state
-        .clusters
-        .for_agent(
-            grant.agent.id,
-            &grant.agent.project_full_path,
-            &grant.agent.name,
-        )
-        .await
-        .map_err(|none| Error::Internal(anyhow::anyhow!("{none}")))?;
     let (tx, rx) = tokio::sync::mpsc::channel::<&'static [u8]>(4);
     for namespace in &ask.namespaces {
         let mut changes = cluster.watch.changes(namespace);
