@@ -21,6 +21,7 @@ use super::plain::{self, optional, string, Plain};
 use super::splice::{self, Rendered, Splices};
 use super::subscriptions::feeds::{FeedKey, Source};
 use super::subscriptions::health_record::Recorder;
+use super::through_owner::{through_owner, warned, Through};
 use super::types::{conn, project, DeploymentAgent, Gql, Result, Time};
 use crate::db::environment_settings;
 use crate::db::read::{AgentRow, EnvironmentRow};
@@ -122,12 +123,18 @@ pub(super) async fn assemble(
             custom,
         )
     });
-    let assembled = async_graphql::futures_util::future::try_join_all(groups)
-        .await
-        .map(namespaces::merge);
-    let assembled = match assembled {
-        Ok(assembled) => assembled,
-        Err(e) => return unreachable_or(e, namespace, &selector),
+    // A connection another replica owns is read through it (SPEC 16).
+    let assembled = match through_owner(ctx, &cluster, agent.id, &spanned, &selector).await {
+        Through::Owner(group) => group?,
+        Through::Here { warning } => {
+            let assembled = async_graphql::futures_util::future::try_join_all(groups)
+                .await
+                .map(namespaces::merge);
+            match assembled {
+                Ok(assembled) => warned(assembled, warning),
+                Err(e) => return unreachable_or(e, namespace, &selector),
+            }
+        }
     };
     let assembled = while_away(ctx, &cluster, assembled);
     // The group is in use: its health changes are recorded while it is (SPEC 17).
@@ -143,6 +150,7 @@ pub(super) async fn assemble(
                 ..FetchOptions::default()
             },
             health: custom.clone(),
+            through: None,
             recheck: clusters.grants.ttl(),
         });
     }

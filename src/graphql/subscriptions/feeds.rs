@@ -14,7 +14,7 @@
 //! too, while the group stays the same.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use axum::http::HeaderMap;
@@ -24,6 +24,7 @@ use tokio::time::Instant;
 use crate::graphql::splice::PerSelection;
 use crate::k8s::clusters::Cluster;
 use crate::k8s::fetch::FetchOptions;
+use crate::replicas::forward::AsViewer;
 use crate::resources::delta::{self, GroupDelta};
 use crate::resources::group::ResourceGroup;
 use crate::resources::health::Customizations;
@@ -88,6 +89,10 @@ type Running = Arc<Mutex<HashMap<FeedKey, Arc<Feed>>>>;
 
 struct Feed {
     state: Mutex<State>,
+    /// The first subscriber's way to the owner of the connection (SPEC 16), kept for the
+    /// feed's life: a feed started without one (the health keeper's, as the agent) takes it
+    /// from the first subscriber who brings one.
+    through: OnceLock<AsViewer>,
 }
 
 struct State {
@@ -132,6 +137,9 @@ pub struct Source {
     /// How often an impersonated group is assembled again with no change: access reviews
     /// (RBAC) may have changed meanwhile.
     pub recheck: Duration,
+    /// A subscriber's way to the owner of the connection, when another replica may own it
+    /// (SPEC 16): the feed then hears of changes and reads the group through it.
+    pub through: Option<crate::replicas::forward::AsViewer>,
 }
 
 /// A subscriber's end of a feed.
@@ -167,6 +175,11 @@ impl Feeds {
     pub fn subscribe(&self, key: FeedKey, source: impl FnOnce() -> Source) -> Subscriber {
         let mut running = lock(&self.running);
         if let Some(feed) = running.get(&key) {
+            if feed.through.get().is_none() {
+                if let Some(through) = source().through {
+                    let _ = feed.through.set(through);
+                }
+            }
             let state = lock(&feed.state);
             return Subscriber {
                 feed: feed.clone(),
@@ -175,7 +188,13 @@ impl Feeds {
             };
         }
         let (tx, rx) = broadcast::channel(BACKLOG);
+        let mut source = source();
+        let through = OnceLock::new();
+        if let Some(given) = source.through.take() {
+            let _ = through.set(given);
+        }
         let feed = Arc::new(Feed {
+            through,
             state: Mutex::new(State {
                 current: None,
                 complete: None,
@@ -183,7 +202,7 @@ impl Feeds {
             }),
         });
         running.insert(key.clone(), feed.clone());
-        tokio::spawn(run(self.running.clone(), key, feed.clone(), source()));
+        tokio::spawn(run(self.running.clone(), key, feed.clone(), source));
         Subscriber {
             feed,
             first: None,
@@ -200,8 +219,8 @@ impl Feeds {
 /// The feed's task: reads the group, then follows the namespace's changes until nobody
 /// subscribes any more.
 async fn run(running: Running, key: FeedKey, feed: Arc<Feed>, source: Source) {
-    let mut changes = source.cluster.watch.changes(&key.namespace);
-    let mut current = match assemble(&source, &key).await {
+    let mut heard = super::routed::listen(&source, &key, feed.through.get()).await;
+    let mut current = match assemble(&source, &key, feed.through.get()).await {
         Ok(group) => group,
         Err(message) => {
             leave(&running, &key, &feed);
@@ -215,9 +234,11 @@ async fn run(running: Running, key: FeedKey, feed: Arc<Feed>, source: Source) {
     let mut recheck = tokio::time::interval_at(Instant::now() + source.recheck, source.recheck);
     loop {
         let dirty = tokio::select! {
-            change = changes.recv() => {
-                if let Err(RecvError::Closed) = change {
-                    changes = source.cluster.watch.changes(&key.namespace);
+            heard_of = heard.next(&source, &key, feed.through.get()) => {
+                if !heard_of {
+                    // Ended, or the connection changed hands: heard from its owner now.
+                    tokio::time::sleep(WINDOW).await;
+                    heard = super::routed::listen(&source, &key, feed.through.get()).await;
                 }
                 true
             }
@@ -234,8 +255,8 @@ async fn run(running: Running, key: FeedKey, feed: Arc<Feed>, source: Source) {
             tokio::time::sleep_until(due).await;
         }
         // Whatever arrived meanwhile is in the assembly below.
-        while let Ok(_) | Err(broadcast::error::TryRecvError::Lagged(_)) = changes.try_recv() {}
-        match assemble(&source, &key).await {
+        heard.drain();
+        match assemble(&source, &key, feed.through.get()).await {
             Ok(next) => {
                 let delta = delta::diff(&current, &next);
                 if delta::changed(&current, &delta) {
@@ -293,7 +314,14 @@ fn leave(running: &Running, key: &FeedKey, feed: &Arc<Feed>) {
 /// views of the same group at the same generation); while the agent's circuit is open, as a
 /// view shows it then ([`ResourceGroup::while_away`]). The circuit opens and closes as the
 /// watches fail and resume, which are changes the feed reads the group again for.
-async fn assemble(source: &Source, key: &FeedKey) -> Result<Arc<ResourceGroup>, String> {
+async fn assemble(
+    source: &Source,
+    key: &FeedKey,
+    through: Option<&AsViewer>,
+) -> Result<Arc<ResourceGroup>, String> {
+    if let Some(owners) = super::routed::through_owner(source, key, through).await {
+        return owners;
+    }
     let group = source
         .cluster
         .watch

@@ -168,6 +168,8 @@ struct Running {
     key: FeedKey,
     subscriber: Subscriber,
     recheck: tokio::time::Interval,
+    /// The subscriber's way to the owner of the connection (SPEC 16).
+    through: Option<crate::replicas::forward::AsViewer>,
     done: bool,
 }
 
@@ -182,7 +184,9 @@ pub(super) async fn subscribe(
     let live: Live = ctx.data::<Live>()?.clone();
     let target = target(&db, &clusters, &health, environment).await;
     db.loader().release().await;
-    let Target { key, source } = target?;
+    let through = super::routed::as_viewer(ctx);
+    let Target { key, mut source } = target?;
+    source.through = through.clone();
     let subscriber = live.feeds.subscribe(key.clone(), || source);
     let every = clusters
         .grants
@@ -198,6 +202,7 @@ pub(super) async fn subscribe(
         key,
         subscriber,
         recheck,
+        through,
         done: false,
     };
     Ok(stream::unfold(running, |mut s| async move {
@@ -228,7 +233,8 @@ impl Running {
                     self.db.loader().release().await;
                     match target {
                         Ok(target) if target.key == self.key => {}
-                        Ok(Target { key, source }) => {
+                        Ok(Target { key, mut source }) => {
+                            source.through = self.through.clone();
                             // Another deployment, namespace or identity: the new group, whole.
                             self.subscriber = self.live.feeds.subscribe(key.clone(), || source);
                             self.key = key;
@@ -314,6 +320,7 @@ pub(super) async fn target(
             ..FetchOptions::default()
         },
         health: health.clone(),
+        through: None,
         recheck: clusters.grants.ttl(),
     };
     Ok(Target { key, source })
