@@ -16,12 +16,12 @@ use crate::support::gitops::serve_gitops_kinds;
 use crate::support::kube_api::{KubeApi, Served};
 use crate::support::*;
 
-const DEV: (i64, &str) = (2, "dev");
+pub(crate) const DEV: (i64, &str) = (2, "dev");
 
-const KS: &str = "kustomize.toolkit.fluxcd.io/v1";
-const HR: &str = "helm.toolkit.fluxcd.io/v2";
+pub(crate) const KS: &str = "kustomize.toolkit.fluxcd.io/v1";
+pub(crate) const HR: &str = "helm.toolkit.fluxcd.io/v2";
 
-async fn cluster() -> (KubeApi, Served, TempDir) {
+pub(crate) async fn cluster() -> (KubeApi, Served, TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let api = KubeApi::new();
     environment::environment(&api);
@@ -32,7 +32,7 @@ async fn cluster() -> (KubeApi, Served, TempDir) {
 
 /// A deployment of acme/apps/web to `env` through agent 7 into `shop`, with GitLab's Flux
 /// resource path (none when empty), successful.
-async fn deploy_bound(app: &TestApp, id: i64, env: (i64, &str), flux: &str) {
+pub(crate) async fn deploy_bound(app: &TestApp, id: i64, env: (i64, &str), flux: &str) {
     let mut dashboard = json!({"namespace": NS, "flux_resource_path": flux});
     if flux.is_empty() {
         dashboard = json!({"namespace": NS});
@@ -53,18 +53,23 @@ async fn deploy_bound(app: &TestApp, id: i64, env: (i64, &str), flux: &str) {
     assert_eq!(res.status, 200, "{}", res.text());
 }
 
-fn path(api_version: &str, plural: &str, ns: &str, name: &str) -> String {
+pub(crate) fn path(api_version: &str, plural: &str, ns: &str, name: &str) -> String {
     format!("{api_version}/namespaces/{ns}/{plural}/{name}")
 }
 
-fn ready(status: &str, reason: &str) -> Value {
+pub(crate) fn ready(status: &str, reason: &str) -> Value {
     json!([{"type": "Ready", "status": status, "reason": reason, "message": "",
             "lastTransitionTime": "2026-11-27T10:00:00Z"}])
 }
 
 /// A Kustomization as kustomize-controller writes its status (`api/v1/kustomization_types.go`:
 /// `ResourceInventory{entries: [{id, v}]}`, `lastAppliedRevision`, conditions).
-fn kustomization(ns: &str, name: &str, ids: &[(&str, &str)], conditions: Value) -> Value {
+pub(crate) fn kustomization(
+    ns: &str,
+    name: &str,
+    ids: &[(&str, &str)],
+    conditions: Value,
+) -> Value {
     let entries: Vec<Value> = ids
         .iter()
         .map(|(id, v)| json!({"id": id, "v": v}))
@@ -76,14 +81,14 @@ fn kustomization(ns: &str, name: &str, ids: &[(&str, &str)], conditions: Value) 
                    "lastAppliedRevision": "main@sha1:0123456789abcdef", "observedGeneration": 1}})
 }
 
-fn deployment(ns: &str, name: &str, uid: &str) -> Value {
+pub(crate) fn deployment(ns: &str, name: &str, uid: &str) -> Value {
     json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta(ns, name, uid, json!({})),
         "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
                  "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": []}}},
         "status": {"replicas": 1, "readyReplicas": 1, "updatedReplicas": 1, "availableReplicas": 1, "observedGeneration": 1}})
 }
 
-async fn group(app: &TestApp, env: &str) -> Value {
+pub(crate) async fn group(app: &TestApp, env: &str) -> Value {
     let query = format!(
         r#"{{ project(fullPath: "acme/apps/web") {{ environment(name: "{env}") {{
             fluxSyncStatus
@@ -97,7 +102,7 @@ async fn group(app: &TestApp, env: &str) -> Value {
     body["data"]["project"]["environment"].clone()
 }
 
-fn names(group: &Value) -> Vec<String> {
+pub(crate) fn names(group: &Value) -> Vec<String> {
     group["resources"]
         .as_array()
         .unwrap()
@@ -113,7 +118,7 @@ fn names(group: &Value) -> Vec<String> {
         .collect()
 }
 
-fn uid_of(group: &Value, kind: &str, ns: Option<&str>, name: &str) -> String {
+pub(crate) fn uid_of(group: &Value, kind: &str, ns: Option<&str>, name: &str) -> String {
     group["resources"]
         .as_array()
         .unwrap()

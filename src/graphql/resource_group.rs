@@ -262,6 +262,7 @@ pub async fn load_gitops(
     let custom: &Arc<Customizations> = ctx.data_unchecked();
     let reader = gitops::Reader {
         watch: &cluster.watch,
+        memo: &cluster.gitops,
         client: &cluster.client,
         discovery: &cluster.discovery,
         headers: &headers,
