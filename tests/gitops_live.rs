@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::gitops::{cluster, deploy_bound, deployment, kustomization, path, ready, DEV, KS};
+use crate::subscriptions::{update_of, Client};
 use crate::support::environment::{self, meta};
 use crate::support::kube_api::KubeApi;
 use crate::support::reach::{both_ways, Reach};
@@ -150,4 +151,103 @@ async fn a_warm_gitops_view_asks_nothing_of_the_cluster_and_follows_changes(reac
     })
     .await;
     assert_eq!(failed["fluxSyncStatus"], "FAILED");
+}
+
+/// The subscription of the environment `flux`, its resources' kind, name, health, labels and
+/// sync status.
+const SUBSCRIPTION: &str = "subscription($id: ID!) { resourceGroupUpdated(environmentId: $id) {
+    complete health upserted { uid kind namespace name labels health { status } fluxSyncStatus }
+    removed warnings errors { kind code message } } }";
+
+/// The uids of what `update` upserted.
+fn upserted(update: &Value) -> Vec<String> {
+    update["upserted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["uid"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// The next update of subscription "1" that upserts `uid` (within 10 s): messages about
+/// nothing else may come first (a watch starting), never one that misses it.
+async fn update_about(client: &mut Client, uid: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        assert!(Instant::now() < deadline, "no message about {uid}");
+        let payload = client.next_payload("1").await;
+        let update = update_of(&payload).clone();
+        if upserted(&update).iter().any(|u| u == uid) {
+            return update;
+        }
+    }
+}
+
+both_ways!(a_gitops_subscriber_hears_of_its_objects_in_every_namespace_and_of_its_flux_object);
+async fn a_gitops_subscriber_hears_of_its_objects_in_every_namespace_and_of_its_flux_object(
+    reach: Reach,
+) {
+    let (api, served, _dir) = cluster().await;
+    apps(&api);
+    let server = crate::subscriptions::start(reach, &served).await;
+    deploy_bound(
+        &server.app,
+        20,
+        (120, "flux"),
+        &path(KS, "kustomizations", "flux-system", "apps"),
+    )
+    .await;
+    let mut client = Client::connect(server.addr, "graphql-transport-ws", DEV).await;
+    client
+        .subscribe(
+            "1",
+            SUBSCRIPTION,
+            json!({"id": "gid://gitlab/Environment/120"}),
+        )
+        .await;
+    let whole = update_of(&client.next_payload("1").await).clone();
+    assert_eq!(whole["complete"], true, "{whole}");
+    let uids = upserted(&whole);
+    for uid in [
+        "uid-ks-apps",
+        "uid-ns-blue",
+        "uid-cr",
+        "uid-blue-web",
+        "uid-green-web",
+        "uid-green-svc",
+    ] {
+        assert!(uids.contains(&uid.to_owned()), "{uid} not in {whole}");
+    }
+
+    // An inventory object in a namespace of its own: a message about it alone.
+    let mut web = api.get("deployments", Some("green"), "web").unwrap();
+    web["status"]["readyReplicas"] = json!(0);
+    web["status"]["availableReplicas"] = json!(0);
+    api.insert(web);
+    let update = update_about(&mut client, "uid-green-web").await;
+    assert_eq!(upserted(&update), ["uid-green-web"], "{update}");
+    assert_eq!(update["complete"], false);
+    assert_ne!(update["upserted"][0]["health"]["status"], "HEALTHY");
+
+    // A cluster-scoped entry.
+    let mut ns = api.get("namespaces", None, "blue").unwrap();
+    ns["metadata"]["labels"] = json!({"team": "blue"});
+    api.insert(ns);
+    let update = update_about(&mut client, "uid-ns-blue").await;
+    assert_eq!(upserted(&update), ["uid-ns-blue"], "{update}");
+    assert_eq!(update["upserted"][0]["labels"]["team"], "blue");
+
+    // The Kustomization itself: its Ready condition.
+    let mut ks = api
+        .get(
+            "kustomizations.kustomize.toolkit.fluxcd.io",
+            Some("flux-system"),
+            "apps",
+        )
+        .unwrap();
+    ks["status"]["conditions"] = ready("False", "BuildFailed");
+    api.insert(ks);
+    let update = update_about(&mut client, "uid-ks-apps").await;
+    assert_eq!(upserted(&update), ["uid-ks-apps"], "{update}");
+    assert_eq!(update["upserted"][0]["fluxSyncStatus"], "FAILED");
 }

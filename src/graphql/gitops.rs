@@ -75,3 +75,31 @@ pub fn bound_source(path: &FluxPath) -> Option<ObjRef> {
         name: path.name.clone(),
     })
 }
+
+/// The GitOps sources an environment is bound to (SPEC 15): the Flux object the
+/// `fluxResourcePath` of `row` (its agent's deployment) names, and the Argo CD Application
+/// Maintainers bound it to. None: a group of labels only.
+pub async fn bound_sources(
+    db: impl sqlx::PgExecutor<'_>,
+    environment_id: i64,
+    row: &crate::db::read::AgentDeploymentRow,
+) -> crate::error::Result<Vec<ObjRef>> {
+    let mut sources: Vec<ObjRef> = row
+        .flux_resource_path
+        .as_deref()
+        .and_then(crate::gitops::path::parse)
+        .and_then(|path| bound_source(&path))
+        .into_iter()
+        .collect();
+    let argo = crate::db::environment_settings::argo_application(db, environment_id).await?;
+    if let Some((namespace, name)) = argo {
+        sources.push(ObjRef {
+            group: "argoproj.io".into(),
+            version: Some("v1alpha1".into()),
+            kind: "Application".into(),
+            namespace: Some(namespace),
+            name,
+        });
+    }
+    Ok(sources)
+}

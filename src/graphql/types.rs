@@ -653,21 +653,9 @@ impl Environment {
         ctx: &Context<'_>,
         row: &AgentDeploymentRow,
     ) -> Result<Vec<crate::gitops::ObjRef>> {
-        let mut sources: Vec<_> = bound_flux_source(row).into_iter().collect();
-        let argo =
-            crate::db::environment_settings::argo_application(&mut **conn(ctx).await?, self.row.id)
-                .await
-                .gql()?;
-        if let Some((namespace, name)) = argo {
-            sources.push(crate::gitops::ObjRef {
-                group: "argoproj.io".into(),
-                version: Some("v1alpha1".into()),
-                kind: "Application".into(),
-                namespace: Some(namespace),
-                name,
-            });
-        }
-        Ok(sources)
+        super::gitops::bound_sources(&mut **conn(ctx).await?, self.row.id, row)
+            .await
+            .gql()
     }
 
     /// The environment's agent (SPEC 15): that of its last successful deployment, with its
