@@ -251,3 +251,56 @@ async fn a_gitops_subscriber_hears_of_its_objects_in_every_namespace_and_of_its_
     assert_eq!(upserted(&update), ["uid-ks-apps"], "{update}");
     assert_eq!(update["upserted"][0]["fluxSyncStatus"], "FAILED");
 }
+
+/// The environment `flux`'s own sync status, nothing else asked.
+async fn sync_status(app: &crate::support::TestApp) -> Value {
+    let query = r#"{ project(fullPath: "acme/apps/web") { environment(name: "flux") { fluxSyncStatus } } }"#;
+    let body = app.graphql(DEV, query).await;
+    assert!(body.get("errors").is_none(), "{body}");
+    body["data"]["project"]["environment"]["fluxSyncStatus"].clone()
+}
+
+#[tokio::test]
+async fn the_environments_sync_status_reads_its_flux_object_alone() {
+    let (api, served, _dir) = cluster().await;
+    apps(&api);
+    let world = environment::gitlab_via(Reach::Kubeconfig, &served, "").await;
+    deploy_bound(
+        &world,
+        20,
+        (120, "flux"),
+        &path(KS, "kustomizations", "flux-system", "apps"),
+    )
+    .await;
+    api.reset_request_counts();
+    assert_eq!(sync_status(&world).await, "RECONCILED");
+    // Neither the inventory's objects nor the other kinds of flux-system were read.
+    let read: Vec<_> = api
+        .request_counts()
+        .into_iter()
+        .filter(|((verb, _), _)| ["get", "list", "watch"].contains(&verb.as_str()))
+        .map(|((_, resource), _)| resource)
+        .collect();
+    assert!(!read.is_empty());
+    assert!(
+        read.iter()
+            .all(|r| r == "kustomizations.kustomize.toolkit.fluxcd.io"),
+        "{read:?}"
+    );
+
+    // And it follows the object.
+    let mut ks = api
+        .get(
+            "kustomizations.kustomize.toolkit.fluxcd.io",
+            Some("flux-system"),
+            "apps",
+        )
+        .unwrap();
+    ks["spec"]["suspend"] = json!(true);
+    api.insert(ks);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sync_status(&world).await != "SUSPENDED" {
+        assert!(Instant::now() < deadline, "the suspension never shown");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -344,11 +344,6 @@ pub struct ResourceGroup {
 }
 
 impl ResourceGroup {
-    /// The sync status of the group's first source (the environment's bound Flux object).
-    pub(super) fn flux_sync_status(&self) -> Option<FluxSyncStatus> {
-        self.sources.first().and_then(|s| s.flux_sync_status)
-    }
-
     fn new(
         agent: DeploymentAgent,
         group: Arc<group::ResourceGroup>,

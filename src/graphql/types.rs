@@ -886,12 +886,10 @@ impl Environment {
         let Some(source) = bound_flux_source(&row) else {
             return Ok(None);
         };
-        let group =
-            match resource_group::load_gitops(ctx, &self.row, agent, None, vec![source]).await {
-                Ok(group) => group,
-                Err(_) => return Ok(None),
-            };
-        Ok(group.flux_sync_status())
+        // Only the bound object is read, not its group.
+        super::gitops::source_status(ctx, &self.row, &agent, &source)
+            .await
+            .or(Ok(None))
     }
 
     /// Its group's health as kept current (SPEC 18), without building the group: `null` when
