@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 use tempfile::TempDir;
 
 use crate::support::environment::{self, meta, owner_ref, NS, PROJECT};
+pub(crate) use crate::support::gitops::deploy_bound;
 use crate::support::gitops::serve_gitops_kinds;
 use crate::support::kube_api::{KubeApi, Served};
 use crate::support::*;
@@ -28,29 +29,6 @@ pub(crate) async fn cluster() -> (KubeApi, Served, TempDir) {
     serve_gitops_kinds(&api);
     let served = api.serve(dir.path()).await;
     (api, served, dir)
-}
-
-/// A deployment of acme/apps/web to `env` through agent 7 into `shop`, with GitLab's Flux
-/// resource path (none when empty), successful.
-pub(crate) async fn deploy_bound(app: &TestApp, id: i64, env: (i64, &str), flux: &str) {
-    let mut dashboard = json!({"namespace": NS, "flux_resource_path": flux});
-    if flux.is_empty() {
-        dashboard = json!({"namespace": NS});
-    }
-    let res = app.internal(Method::POST, "/api/v4/internal/deployments", &json!({
-        "deployment": {"id": id, "iid": id, "status": "created", "ref": "main", "sha": "abc", "tag": false,
-                       "created_at": "2026-11-21T10:00:00Z"},
-        "project": {"id": PROJECT, "full_path": "acme/apps/web"},
-        "environment": {"id": env.0, "name": env.1, "slug": env.1, "tier": "production"},
-        "job": {"id": id, "name": "deploy", "protected_ref": true},
-        "kubernetes": {"agent": "acme/agents:prod", "dashboard": dashboard}
-    })).await;
-    assert_eq!(res.status, 201, "{}", res.text());
-    let hook = json!({"object_kind": "deployment", "deployment_id": id, "status": "success",
-        "status_changed_at": "2026-11-21 10:05:00 UTC", "environment": env.1,
-        "project": {"id": PROJECT, "path_with_namespace": "acme/apps/web"}});
-    let res = app.hook("Deployment Hook", hook.to_string(), None).await;
-    assert_eq!(res.status, 200, "{}", res.text());
 }
 
 pub(crate) fn path(api_version: &str, plural: &str, ns: &str, name: &str) -> String {
