@@ -167,7 +167,6 @@ fn cluster(api: &KubeApi) -> Vec<Value> {
 }
 
 struct Bench {
-    api: KubeApi,
     client: kube::Client,
     streams: kube::Client,
     discovery: DiscoveryCache,
@@ -241,7 +240,6 @@ async fn run(a: Args) {
     let discovery = DiscoveryCache::new(client.clone(), Duration::from_secs(3600));
     discovery.kinds().await.expect("discovery");
     let b = Bench {
-        api: api.clone(),
         client,
         streams,
         discovery,
