@@ -149,7 +149,6 @@ use stats::{median, ms};
 
 use std::time::{Duration, Instant};
 
-use axum::body::Bytes;
 use axum::http::{header, HeaderMap, Request};
 use envlens::auth::mint_session;
 use envlens::k8s::discovery::{ApiKind, DiscoveryCache};
@@ -157,12 +156,10 @@ use envlens::k8s::fetch::{list_resource_group, FetchOptions};
 use envlens::k8s::watch::{WatchCache, WatchSettings};
 use envlens::resources::group;
 use fixture::RESOURCES;
-use http_body_util::{BodyExt, Empty};
 use serde_json::{json, Value};
 use support::environment::{self, NS, PROJECT, SLUG};
 use support::kube_api::{KubeApi, Served};
 use support::TestApp;
-use tokio::net::TcpStream;
 
 const LATENCY: Duration = Duration::from_millis(5);
 

@@ -6,12 +6,12 @@
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::http::{header, Method, Request};
+use axum::http::{header, Request};
 use envlens::auth::mint_session;
 use serde_json::{json, Value};
 use tempfile::TempDir;
 
-use crate::support::environment::{self, meta, owner_ref, NS, PROJECT};
+use crate::support::environment::{self, meta, owner_ref, NS};
 pub(crate) use crate::support::gitops::deploy_bound;
 use crate::support::gitops::serve_gitops_kinds;
 use crate::support::kube_api::{KubeApi, Served};
