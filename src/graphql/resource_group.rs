@@ -270,6 +270,7 @@ pub async fn load_gitops(
     let custom: &Arc<Customizations> = ctx.data_unchecked();
     let reader = gitops::Reader {
         watch: &cluster.watch,
+        memo: &cluster.gitops,
         client: &cluster.client,
         discovery: &cluster.discovery,
         headers: &headers,
@@ -351,11 +352,6 @@ pub struct ResourceGroup {
 }
 
 impl ResourceGroup {
-    /// The sync status of the group's first source (the environment's bound Flux object).
-    pub(super) fn flux_sync_status(&self) -> Option<FluxSyncStatus> {
-        self.sources.first().and_then(|s| s.flux_sync_status)
-    }
-
     fn new(
         agent: DeploymentAgent,
         group: Arc<group::ResourceGroup>,

@@ -653,21 +653,9 @@ impl Environment {
         ctx: &Context<'_>,
         row: &AgentDeploymentRow,
     ) -> Result<Vec<crate::gitops::ObjRef>> {
-        let mut sources: Vec<_> = bound_flux_source(row).into_iter().collect();
-        let argo =
-            crate::db::environment_settings::argo_application(&mut **conn(ctx).await?, self.row.id)
-                .await
-                .gql()?;
-        if let Some((namespace, name)) = argo {
-            sources.push(crate::gitops::ObjRef {
-                group: "argoproj.io".into(),
-                version: Some("v1alpha1".into()),
-                kind: "Application".into(),
-                namespace: Some(namespace),
-                name,
-            });
-        }
-        Ok(sources)
+        super::gitops::bound_sources(&mut **conn(ctx).await?, self.row.id, row)
+            .await
+            .gql()
     }
 
     /// The environment's agent (SPEC 15): that of its last successful deployment, with its
@@ -898,12 +886,10 @@ impl Environment {
         let Some(source) = bound_flux_source(&row) else {
             return Ok(None);
         };
-        let group =
-            match resource_group::load_gitops(ctx, &self.row, agent, None, vec![source]).await {
-                Ok(group) => group,
-                Err(_) => return Ok(None),
-            };
-        Ok(group.flux_sync_status())
+        // Only the bound object is read, not its group.
+        super::gitops::source_status(ctx, &self.row, &agent, &source)
+            .await
+            .or(Ok(None))
     }
 
     /// Its group's health as kept current (SPEC 18), without building the group: `null` when

@@ -7,12 +7,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::broadcast::{self, error::RecvError};
-
 use super::feeds::{FeedKey, Source};
 use crate::auth::Credential;
 use crate::db::replicas::Member;
-use crate::k8s::watch::KindChange;
 use crate::replicas::forward::{AsViewer, Changes, Forward, GroupAsk, NotForwarded};
 use crate::resources::group::ResourceGroup;
 
@@ -36,15 +33,20 @@ const LOOK_AGAIN: Duration = Duration::from_secs(2);
 
 /// Where a feed hears of changes.
 pub(super) enum Heard {
-    /// This replica's watch cache.
-    Here(broadcast::Receiver<KindChange>),
+    /// This replica's watch cache, which the feed follows itself (every namespace its group
+    /// spans).
+    Here,
     /// The owner's, `id`.
     Owner { id: String, changes: Changes },
 }
 
 /// The owner of the feed's connection, when another live replica and the feed can read
-/// through it (`through`: a subscriber's way there).
-fn owner(source: &Source, through: Option<&AsViewer>) -> Option<Member> {
+/// through it (`through`: a subscriber's way there). A GitOps group is read here: the owner
+/// answers labels groups only.
+fn owner(source: &Source, key: &FeedKey, through: Option<&AsViewer>) -> Option<Member> {
+    if key.gitops.is_some() {
+        return None;
+    }
     through?.forward.owner_of(&source.cluster.source)
 }
 
@@ -59,7 +61,7 @@ fn ask(key: &FeedKey) -> GroupAsk {
 /// Starts hearing of the changes of `key`'s namespace: from the owner when another replica
 /// owns it and answers, else here.
 pub(super) async fn listen(source: &Source, key: &FeedKey, through: Option<&AsViewer>) -> Heard {
-    if let (Some(owner), Some(through)) = (owner(source, through), through) {
+    if let (Some(owner), Some(through)) = (owner(source, key, through), through) {
         match through
             .forward
             .changes(&owner, &through.credential, &ask(key))
@@ -76,17 +78,10 @@ pub(super) async fn listen(source: &Source, key: &FeedKey, through: Option<&AsVi
             }
         }
     }
-    Heard::Here(source.cluster.watch.changes(&key.namespace))
+    Heard::Here
 }
 
 impl Heard {
-    /// Drops the changes heard here already (the next assembly has them).
-    pub(super) fn drain(&mut self) {
-        if let Heard::Here(changes) = self {
-            while let Ok(_) | Err(broadcast::error::TryRecvError::Lagged(_)) = changes.try_recv() {}
-        }
-    }
-
     /// Resolves at the next change; `false` when the feed must [`listen`] again (the owner's
     /// changes ended, the connection's owner is another one now), which is a change too.
     pub(super) async fn next(
@@ -99,18 +94,15 @@ impl Heard {
             tokio::time::interval_at(tokio::time::Instant::now() + LOOK_AGAIN, LOOK_AGAIN);
         loop {
             match self {
-                Heard::Here(changes) => tokio::select! {
-                    change = changes.recv() => {
-                        if let Err(RecvError::Closed) = change {
-                            *changes = source.cluster.watch.changes(&key.namespace);
-                        }
-                        return true;
+                Heard::Here => {
+                    look.tick().await;
+                    if owner(source, key, through).is_some() {
+                        return false;
                     }
-                    _ = look.tick() => if owner(source, through).is_some() { return false },
-                },
+                }
                 Heard::Owner { id, changes } => tokio::select! {
                     change = changes.next() => return change.is_some(),
-                    _ = look.tick() => if owner(source, through).is_none_or(|o| o.id != *id) { return false },
+                    _ = look.tick() => if owner(source, key, through).is_none_or(|o| o.id != *id) { return false },
                 },
             }
         }
@@ -125,7 +117,7 @@ pub(super) async fn through_owner(
     key: &FeedKey,
     through: Option<&AsViewer>,
 ) -> Option<Result<Arc<ResourceGroup>, String>> {
-    let owner = owner(source, through)?;
+    let owner = owner(source, key, through)?;
     let through = through?;
     match through
         .forward
