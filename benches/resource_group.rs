@@ -71,68 +71,11 @@
 /// that `--memory` can read the bytes live (resident memory under mimalloc says nothing about
 /// one structure: freed pages are kept and reused).
 #[global_allocator]
-static GLOBAL: Counting = Counting(mimalloc::MiMalloc);
+static GLOBAL: counting::Counting = counting::Counting(mimalloc::MiMalloc);
 
-/// Bytes allocated and not yet freed, as asked for (the allocator's rounding up not counted).
-static LIVE: std::sync::atomic::AtomicIsize = std::sync::atomic::AtomicIsize::new(0);
-
-/// [`LIVE`] by the size of the allocations: bucket `i` counts those of `2^(i-1)` to `2^i - 1`
-/// bytes, so that `--memory` can tell objects' small allocations from large buffers.
-static LIVE_BY_SIZE: [std::sync::atomic::AtomicIsize; 40] =
-    [const { std::sync::atomic::AtomicIsize::new(0) }; 40];
-
-fn count(size: usize, sign: isize) {
-    use std::sync::atomic::Ordering::Relaxed;
-    LIVE.fetch_add(sign * size as isize, Relaxed);
-    let bucket = (usize::BITS - size.leading_zeros()) as usize;
-    LIVE_BY_SIZE[bucket.min(39)].fetch_add(sign * size as isize, Relaxed);
-}
-
-/// Counts the live bytes of every allocation around the allocator it wraps.
-struct Counting(mimalloc::MiMalloc);
-
-// SAFETY: every call goes to the wrapped allocator unchanged; only a counter is added.
-unsafe impl std::alloc::GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
-        let p = self.0.alloc(layout);
-        if !p.is_null() {
-            count(layout.size(), 1);
-        }
-        p
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
-        let p = self.0.alloc_zeroed(layout);
-        if !p.is_null() {
-            count(layout.size(), 1);
-        }
-        p
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
-        self.0.dealloc(ptr, layout);
-        count(layout.size(), -1);
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new: usize) -> *mut u8 {
-        let p = self.0.realloc(ptr, layout, new);
-        if !p.is_null() {
-            count(layout.size(), -1);
-            count(new, 1);
-        }
-        p
-    }
-}
-
-/// Bytes live now ([`Counting`]).
-fn live() -> isize {
-    LIVE.load(std::sync::atomic::Ordering::Relaxed)
-}
-
-/// Bytes live now by size of allocation ([`LIVE_BY_SIZE`]).
-fn live_by_size() -> [isize; 40] {
-    std::array::from_fn(|i| LIVE_BY_SIZE[i].load(std::sync::atomic::Ordering::Relaxed))
-}
+#[path = "fixtures/counting.rs"]
+mod counting;
+use counting::{live, live_by_size};
 
 #[path = "fixtures/callgrind.rs"]
 mod callgrind;
@@ -915,7 +858,7 @@ async fn synced_cache_bytes(
 }
 
 /// `--memory`: the bytes the synced cache holds per cached object, against the size of the
-/// objects' JSON as the cluster sends them. Measured with the counting allocator ([`LIVE`]):
+/// objects' JSON as the cluster sends them. Measured with the counting allocator ([`counting::live`]):
 /// the cache of an empty namespace (41 open watches, no object) is subtracted from that of the
 /// benchmark's namespace, so that what is left is the objects' own cost (their text, their tree,
 /// the maps and counts that hold them). Then the same objects parsed alone ([`Object::parse`],
