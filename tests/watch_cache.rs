@@ -909,3 +909,62 @@ async fn with_no_room_for_objects_the_cache_is_off_and_every_view_lists(reach: R
     assert_eq!(counts[&("list".to_string(), "pods".to_string())], 1);
     assert!(s.cache.namespaces().is_empty());
 }
+
+/// How long the test below holds a list: far longer than anything else in a view takes.
+const HELD: Duration = Duration::from_secs(2);
+
+both_ways!(a_viewers_access_reviews_go_beside_the_first_views_lists);
+/// A first view as a user: the user's access reviews are sent while the lists are still
+/// coming (here while ConfigMaps are held [`HELD`]), not after the slowest list; and what the
+/// user may not list is still refused.
+async fn a_viewers_access_reviews_go_beside_the_first_views_lists(reach: Reach) {
+    let s = setup(reach, 200_000).await;
+    s.api.insert(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "workloads", "namespace": NS},
+        "rules": [{"apiGroups": ["", "apps"], "resources": ["pods", "deployments", "replicasets", "events"], "verbs": ["list", "watch"]}]}));
+    s.api.insert(
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "devs", "namespace": NS},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "workloads"},
+        "subjects": [{"kind": "Group", "name": "devs"}]}),
+    );
+    s.api.enforce_rbac();
+    let started = Instant::now();
+    let arrivals: Arc<std::sync::Mutex<Vec<(String, String, Duration)>>> = Arc::default();
+    let seen = arrivals.clone();
+    s.api.fault(move |r| {
+        let mut seen = seen.lock().unwrap();
+        let listed = |v: &str, res: &str| v == "list" && res == "configmaps";
+        let first = listed(&r.verb, &r.resource) && !seen.iter().any(|(v, res, _)| listed(v, res));
+        seen.push((r.verb.clone(), r.resource.clone(), started.elapsed()));
+        first.then_some(crate::support::kube_api::Fault::Delay(HELD))
+    });
+    let dev = user("gitlab:user:dev", "devs");
+    let view = s.cached(&dev).await;
+    let kinds: std::collections::BTreeSet<&str> =
+        view.resources.iter().map(|r| r.kind.as_str()).collect();
+    assert_eq!(
+        kinds,
+        ["Deployment", "Pod", "ReplicaSet"].into_iter().collect()
+    );
+    assert!(view
+        .errors
+        .iter()
+        .any(|e| e.kind == "ConfigMap" && e.code == Some(403)));
+    let seen = arrivals.lock().unwrap().clone();
+    let held_from = seen
+        .iter()
+        .find(|(v, res, _)| v == "list" && res == "configmaps")
+        .map(|(_, _, at)| *at)
+        .expect("ConfigMaps listed");
+    let reviews: Vec<Duration> = seen
+        .iter()
+        .filter(|(v, res, _)| v == "create" && res == "subjectaccessreviews")
+        .map(|(_, _, at)| *at)
+        .collect();
+    assert!(!reviews.is_empty(), "the user's access was reviewed");
+    assert!(
+        reviews.iter().all(|at| *at < held_from + HELD),
+        "reviews waited for the lists: ConfigMaps held from {held_from:?}, reviews at {reviews:?}"
+    );
+}
