@@ -275,3 +275,15 @@ pub(super) fn counts(counted: &[(String, i64)]) -> Vec<EnvironmentHealthCount> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unknown_kind_is_no_kind_a_review_could_allow() {
+        assert!(api_kind("apps/v1/deployments/Deployment").is_some());
+        assert!(api_kind("unknown apps/v1 Deployment").is_none());
+        assert!(api_kind("unknown v1 Pod").is_none());
+    }
+}
