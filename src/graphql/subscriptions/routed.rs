@@ -125,7 +125,13 @@ pub(super) async fn through_owner(
         .await
     {
         Ok(group) => Some(Ok(Arc::new(group))),
-        Err(NotForwarded::Decided(e)) => Some(Err(e.to_string())),
+        // The owner judged the credential the feed carries, its first subscriber's, who may
+        // have lost access since; every subscriber is judged here (on subscribing and at each
+        // recheck), so the others go on with the group read here.
+        Err(NotForwarded::Decided(e)) => {
+            tracing::info!(owner = %owner.advertise_url, reason = %e, "resource group feed: the owner refused the feed's credential; reading here");
+            None
+        }
         Err(NotForwarded::Unreachable(why)) => {
             tracing::warn!(owner = %owner.advertise_url, reason = %why, "resource group feed: the owner did not answer; reading here");
             None
