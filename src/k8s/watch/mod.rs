@@ -997,22 +997,8 @@ impl WatchCache {
                 answered: true,
             });
         }
-        let decision = self
-            .access(headers, namespace, std::slice::from_ref(kind), timeout)
-            .await;
-        if let Some(Some(refused)) = decision.into_iter().next() {
-            return Err(refused);
-        }
-        self.start_sweeper();
-        let (_, watches) = self.watch_more(
-            namespace,
-            std::slice::from_ref(kind),
-            page_size.max(1),
-            headers.get(AUDIT_ID_HEADER),
-        );
-        self.bound(namespace);
-        let watch = watches.into_iter().next().expect("one watch per kind");
-        Ok(KindView { watch })
+        self.watch_one(headers, namespace, kind, page_size, timeout)
+            .await
     }
 }
 
@@ -1075,20 +1061,35 @@ impl WatchCache {
                 answered: false,
             });
         }
+        self.watch_one(headers, CLUSTER_SCOPE, kind, page_size, timeout)
+            .await
+    }
+
+    /// The tail of [`Self::view_kind`] and [`Self::view_cluster_kind`]: the viewer's access
+    /// review of `kind` in `namespace` (or [`CLUSTER_SCOPE`]), then its watch, started where
+    /// missing.
+    async fn watch_one(
+        &self,
+        headers: &HeaderMap,
+        namespace: &str,
+        kind: &ApiKind,
+        page_size: usize,
+        timeout: Duration,
+    ) -> Result<KindView, Failure> {
         let decision = self
-            .access(headers, CLUSTER_SCOPE, std::slice::from_ref(kind), timeout)
+            .access(headers, namespace, std::slice::from_ref(kind), timeout)
             .await;
         if let Some(Some(refused)) = decision.into_iter().next() {
             return Err(refused);
         }
         self.start_sweeper();
         let (_, watches) = self.watch_more(
-            CLUSTER_SCOPE,
+            namespace,
             std::slice::from_ref(kind),
             page_size.max(1),
             headers.get(AUDIT_ID_HEADER),
         );
-        self.bound(CLUSTER_SCOPE);
+        self.bound(namespace);
         let watch = watches.into_iter().next().expect("one watch per kind");
         Ok(KindView { watch })
     }
