@@ -85,7 +85,7 @@ async fn a_data_folder_the_server_user_cannot_reach() {
 }
 
 /// `serve`'s settings for a data folder (the embedded server whatever `DATABASE_URL` says).
-fn serve_args(dir: &Path) -> DatabaseArgs {
+pub(crate) fn serve_args(dir: &Path) -> DatabaseArgs {
     let cli = Cli::try_parse_from(
         ["envlens", "serve", "--data-dir"]
             .map(OsStr::new)

@@ -13,6 +13,7 @@ use envlens::config::Limits;
 use envlens::state::AppState;
 use serde_json::{json, Value};
 
+mod database_restart;
 mod fenced_cache;
 mod leases;
 mod ownership;

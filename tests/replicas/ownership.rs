@@ -35,6 +35,11 @@ pub(super) async fn setup(served: &Served) -> Setup {
         AppState::new((*database).clone(), keys(), Limits::default()),
         database,
     );
+    setup_on(served, url, app).await
+}
+
+/// [`setup`] on a database of the caller's: `url` for the replicas, `app` to seed it.
+pub(super) async fn setup_on(served: &Served, url: String, app: TestApp) -> Setup {
     environment::seed(&app).await;
     environment::configure(&app, 7, &agent_config("agent")).await;
     let secrets = tempfile::tempdir().unwrap();
