@@ -15,6 +15,7 @@ use serde_json::{json, Value};
 
 mod database_restart;
 mod fenced_cache;
+mod keeper;
 mod leases;
 mod ownership;
 mod routing;

@@ -22,7 +22,7 @@ use super::health_record::Recorder;
 use super::Live;
 use crate::db::health::{self, Bound};
 use crate::db::pool::Pool;
-use crate::k8s::clusters::Clusters;
+use crate::k8s::clusters::{Cluster, Clusters};
 use crate::k8s::fetch::FetchOptions;
 use crate::resources::group::label_selector;
 use crate::resources::health::Customizations;
@@ -69,10 +69,28 @@ impl Keeper {
     }
 
     /// One round: keeps what fits the budget, lets the rest go.
+    ///
+    /// With replicas sharing the clusters (SPEC 16), each keeps the environments of the
+    /// connections it holds: their owner writes their health, which every replica reads from
+    /// the database, and nobody else lists their groups. A connection that moves is kept by
+    /// its new owner from its next round on, and let go by the old one.
     pub async fn round(&self) -> crate::error::Result<()> {
         let bound = health::bound(self.pool.pg()).await?;
+        let mut here = Vec::with_capacity(bound.len());
+        for b in bound {
+            // No connection: its health stays null.
+            if let Ok(cluster) = self
+                .clusters
+                .for_agent(b.agent_id, &b.agent_project, &b.agent_name)
+                .await
+            {
+                if cluster.watch.held() {
+                    here.push((b, cluster));
+                }
+            }
+        }
         let (kept, over) = within_budget(
-            bound.iter().map(|b| Candidate {
+            here.iter().map(|(b, _)| Candidate {
                 environment: b.environment_id,
                 viewed: self.recorder.viewed(b.environment_id),
                 size: self.recorder.size(b.environment_id),
@@ -80,14 +98,14 @@ impl Keeper {
             self.budget,
         );
         let kept: HashSet<i64> = kept.into_iter().collect();
-        for b in &bound {
+        for (b, cluster) in here.iter() {
             if kept.contains(&b.environment_id) {
-                self.keep(b).await;
+                self.keep(b, cluster.clone());
             } else {
                 self.recorder.unpin(b.environment_id);
             }
         }
-        let all: HashSet<i64> = bound.iter().map(|b| b.environment_id).collect();
+        let all: HashSet<i64> = here.iter().map(|(b, _)| b.environment_id).collect();
         for environment in self.recorder.recording() {
             if !all.contains(&environment) {
                 self.recorder.unpin(environment);
@@ -96,15 +114,7 @@ impl Keeper {
         health::unkept(self.pool.pg(), &over, chrono::Utc::now()).await
     }
 
-    async fn keep(&self, b: &Bound) {
-        let Ok(cluster) = self
-            .clusters
-            .for_agent(b.agent_id, &b.agent_project, &b.agent_name)
-            .await
-        else {
-            // No connection: its health stays null.
-            return;
-        };
+    fn keep(&self, b: &Bound, cluster: Cluster) {
         let selector = label_selector(b.project_id, &b.slug);
         let none = HeaderMap::new();
         let key = FeedKey::new(b.agent_id, &b.namespace, &selector, &none);

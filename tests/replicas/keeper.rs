@@ -1,0 +1,84 @@
+//! The health keeper among replicas that share the clusters (SPEC 16, SPEC 18): a replica
+//! keeps the health of the environments whose connection it holds, and no other. The others'
+//! owners keep theirs; a replica that keeps an environment it does not hold would list its
+//! group from the cluster (its watch cache does not watch without the hold) and write a
+//! health beside the owner's.
+
+use std::time::{Duration, Instant};
+
+use envlens::config::file::Settings;
+use envlens::config::Limits;
+use envlens::k8s::clusters::Clusters;
+use envlens::k8s::watch::fence::Fences;
+use envlens::state::AppState;
+
+use crate::support::environment::{self, AGENTS_PROJECT};
+use crate::support::kube_api::KubeApi;
+use crate::support::reach::{Reach, Reached};
+use crate::support::*;
+
+const ROUND: Duration = Duration::from_millis(100);
+
+async fn kept(app: &TestApp) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM environment_health")
+        .fetch_one(&app.db)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_keeps_the_health_of_the_connections_it_holds_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let api = KubeApi::new();
+    environment::environment(&api);
+    let served = api.serve(dir.path()).await;
+    let reached = Reached::new(Reach::Kubeconfig, &served, &[("7", 7)], AGENTS_PROJECT).await;
+    let settings = Settings::parse(&reached.config("", "")).unwrap();
+    let fences = Fences::shared();
+    let clusters = Clusters::load_fenced(&settings.kubernetes, Default::default(), fences.clone())
+        .await
+        .unwrap();
+    let database = postgres::fresh_database().await;
+    let state = AppState::new((*database).clone(), keys(), Limits::default())
+        .with_clusters(clusters, settings.cors);
+    let app = TestApp::owning(state.clone(), database);
+    environment::seed(&app).await;
+    api.reset_request_counts();
+    let keeper = tokio::spawn(
+        envlens::graphql::HealthKeeper::new(
+            &state.db,
+            state.clusters.clone(),
+            state.health.clone(),
+            &state.live,
+            100_000,
+            ROUND,
+        )
+        .run(),
+    );
+
+    // Not held here: several rounds keep nothing, and ask nothing of the cluster.
+    tokio::time::sleep(ROUND * 15).await;
+    assert_eq!(kept(&app).await, 0, "a health kept without the hold");
+    assert_eq!(
+        api.resource_requests(),
+        0,
+        "the cluster was asked without the hold: {:?}",
+        api.request_counts()
+    );
+
+    // Held: its environments' healths are kept.
+    let cluster = state
+        .clusters
+        .for_agent(7, "acme/agents", "prod")
+        .await
+        .unwrap();
+    fences
+        .fence(&cluster.source)
+        .grant(1, tokio::time::Instant::now() + Duration::from_secs(3600));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while kept(&app).await == 0 {
+        assert!(Instant::now() < deadline, "nothing kept with the hold");
+        tokio::time::sleep(ROUND).await;
+    }
+    keeper.abort();
+}
