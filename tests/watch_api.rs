@@ -597,6 +597,32 @@ async fn a_blocked_users_socket_is_closed_at_the_next_check(reach: Reach) {
     assert_eq!(close, Some(1008));
 }
 
+both_ways!(a_socket_whose_access_cannot_be_checked_is_closed);
+/// Access fails closed: a socket whose `user_access` cannot be judged again (the statement
+/// fails) keeps its last decision for a few checks, then is closed (1011), not kept open for
+/// as long as the database cannot answer.
+async fn a_socket_whose_access_cannot_be_checked_is_closed(reach: Reach) {
+    let live = live_via(reach).await;
+    let mut ws = live.socket(2, 9).await;
+    sqlx::query("ALTER TABLE agent_user_access_authorizations RENAME TO user_access_gone")
+        .execute(&live.app.db)
+        .await
+        .unwrap();
+    // `access_cache` is 5 s here: three checks, and room for a loaded machine.
+    let close = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            match ws.next().await {
+                Some(Ok(Message::Close(frame))) => return frame.map(|f| u16::from(f.code)),
+                Some(Ok(_)) => continue,
+                _ => return None,
+            }
+        }
+    })
+    .await
+    .expect("the socket is closed within 60 s");
+    assert_eq!(close, Some(1011));
+}
+
 both_ways!(watches_per_socket_are_bounded);
 async fn watches_per_socket_are_bounded(reach: Reach) {
     let live = live_via(reach).await;

@@ -6,6 +6,7 @@ pub mod attempt;
 mod credential;
 pub mod dashboard;
 mod internal;
+pub mod recheck;
 pub mod secrets;
 mod session;
 pub mod vouched;

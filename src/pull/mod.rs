@@ -77,8 +77,26 @@ impl Watcher {
 
     /// One look at the bound environments: followers started for the new, stopped for the
     /// gone. How many are followed.
+    ///
+    /// With replicas sharing the clusters (SPEC 16), a replica follows the objects of the
+    /// connections it holds: only its watch cache hears of their changes, and any other
+    /// replica's follower would list once and then hear nothing. A connection that moves is
+    /// followed by its new owner from its next look on, which reads the revision first, so a
+    /// revision applied during the handover is recorded then.
     pub async fn follow_bound(&self) -> crate::error::Result<usize> {
-        let bound = db::bound(&self.pool).await?;
+        let mut bound = db::bound(&self.pool).await?;
+        let mut held = HashMap::new();
+        for b in &bound {
+            if let Ok(cluster) = self
+                .clusters
+                .for_agent(b.agent_id, &b.agent_project_path, &b.agent_name)
+                .await
+            {
+                held.insert(b.agent_id, cluster.watch.held());
+            }
+        }
+        // An agent without a connection stays: its follower says why it cannot follow.
+        bound.retain(|b| held.get(&b.agent_id).copied().unwrap_or(true));
         let mut following = self.following.lock().unwrap_or_else(|e| e.into_inner());
         following.retain(|b, task| {
             let keep = bound.contains(b) && !task.is_finished();

@@ -168,6 +168,8 @@ struct Running {
     key: FeedKey,
     subscriber: Subscriber,
     recheck: tokio::time::Interval,
+    /// Rechecks in a row that could not decide ([`crate::auth::recheck`]).
+    undecided: crate::auth::recheck::Undecided,
     /// The subscriber's way to the owner of the connection (SPEC 16).
     through: Option<crate::replicas::forward::AsViewer>,
     done: bool,
@@ -202,6 +204,7 @@ pub(super) async fn subscribe(
         key,
         subscriber,
         recheck,
+        undecided: Default::default(),
         through,
         done: false,
     };
@@ -231,6 +234,9 @@ impl Running {
                 _ = self.recheck.tick() => {
                     let target = target(&self.db, &self.clusters, &self.health, self.environment).await;
                     self.db.loader().release().await;
+                    if target.is_ok() {
+                        self.undecided.decided();
+                    }
                     match target {
                         Ok(target) if target.key == self.key => {}
                         Ok(Target { key, mut source }) => {
@@ -247,6 +253,11 @@ impl Running {
                         }
                         Err(e) => {
                             tracing::warn!(error = %e.message, "resource group subscription: cannot check access; trying again later");
+                            if self.undecided.failed() {
+                                // Access fails closed: the last decision stands no longer.
+                                self.done = true;
+                                return Some(Err(e));
+                            }
                         }
                     }
                 }
@@ -255,7 +266,8 @@ impl Running {
     }
 }
 
-/// A refusal ends the subscription; a database away does not.
+/// A refusal ends the subscription; a database away ends it only after a few rechecks
+/// ([`crate::auth::recheck`]).
 fn is_refusal(e: &async_graphql::Error) -> bool {
     let code = e.extensions.as_ref().and_then(|x| x.get("code"));
     matches!(code, Some(async_graphql::Value::String(c)) if c == "FORBIDDEN" || c == "NOT_FOUND")

@@ -273,6 +273,7 @@ impl Socket {
             .ttl()
             .clamp(Duration::from_millis(100), RECHECK);
         let mut recheck = tokio::time::interval_at(Instant::now() + every, every);
+        let mut undecided = crate::auth::recheck::Undecided::default();
         let closing: Option<CloseFrame> = loop {
             let idle = async {
                 match idle_since {
@@ -308,8 +309,14 @@ impl Socket {
                 _ = recheck.tick() => {
                     let b = self.bound;
                     match current_grant(&self.db, &self.clusters, b.agent_id, b.user_id).await {
-                        Ok(Some(_)) | Err(_) => {}
+                        Ok(Some(_)) => undecided.decided(),
                         Ok(None) => break Some(CloseFrame { code: 1008, reason: "user_access no longer allows you".into() }),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "watch API: cannot check the socket's access");
+                            if undecided.failed() {
+                                break Some(CloseFrame { code: 1011, reason: "your access cannot be checked now".into() });
+                            }
+                        }
                     }
                 }
             }
