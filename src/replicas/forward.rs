@@ -102,6 +102,11 @@ impl Forward {
         }))))
     }
 
+    /// Whether this process shares the clusters with other replicas.
+    pub fn shares(&self) -> bool {
+        self.0.is_some()
+    }
+
     /// The live replica that owns `connection` when it is not this one (see
     /// [`Ownership::owner_elsewhere`]).
     pub fn owner_of(&self, connection: &str) -> Option<Member> {

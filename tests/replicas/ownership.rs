@@ -252,16 +252,12 @@ async fn three_replicas_watch_each_connection_once_and_answer_alike() {
 
     // The owner's view starts one watch per kind; the others' views add none.
     let first = production(owner);
-    let one_set = settled(&api).await;
+    let one_set = settled(api).await;
     assert!(one_set > 0, "the owner watches the namespace");
     for replica in &replicas {
         assert_eq!(production(replica), first, "replica {}", replica.id);
     }
-    assert_eq!(
-        settled(&api).await,
-        one_set,
-        "one set of watches, not three"
-    );
+    assert_eq!(settled(api).await, one_set, "one set of watches, not three");
 }
 
 /// A TCP relay to the test PostgreSQL that can be cut: open connections closed, new ones
@@ -356,7 +352,7 @@ async fn a_replica_cut_from_the_database_stops_watching_before_its_lease_is_take
         })
         .await;
     let before = production(&cut_off);
-    assert!(settled(&api).await > 0, "the replica watches the namespace");
+    assert!(settled(api).await > 0, "the replica watches the namespace");
 
     relay.cut();
     let other = setup.replica(&setup.url).await;
@@ -388,7 +384,7 @@ async fn a_replica_cut_from_the_database_stops_watching_before_its_lease_is_take
     // The new owner watches, and answers as the old one did.
     assert_eq!(production(&other), before);
     assert!(
-        settled(&api).await > 0,
+        settled(api).await > 0,
         "the new owner watches the namespace"
     );
 }
@@ -490,10 +486,10 @@ async fn ownership_is_unique_through_starts_stops_and_kills() {
     assert!(checks > 8, "{checks} checks");
     // And it alone watches: views through every replica add no watches to the owner's.
     production(owner);
-    let one_set = settled(&api).await;
+    let one_set = settled(api).await;
     assert!(one_set > 0);
     for replica in &replicas {
         production(replica);
     }
-    assert_eq!(settled(&api).await, one_set, "one set of watches");
+    assert_eq!(settled(api).await, one_set, "one set of watches");
 }

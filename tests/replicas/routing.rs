@@ -68,7 +68,7 @@ async fn a_view_through_a_non_owner_is_the_owners_own_answer_byte_for_byte() {
     ];
     let owner = setup.settled_owner(&replicas).await;
     production(owner);
-    assert!(settled(&api).await > 0, "the owner watches the namespace");
+    assert!(settled(api).await > 0, "the owner watches the namespace");
     let (status, owners) = whole_group(owner, (2, "dev"));
     assert_eq!(status, 200, "{owners}");
     let group: Value = serde_json::from_str(&owners).unwrap();
@@ -87,7 +87,7 @@ async fn a_view_through_a_non_owner_is_the_owners_own_answer_byte_for_byte() {
     for other in &others {
         whole_group(other, (2, "dev"));
     }
-    lists_settled(&api).await;
+    lists_settled(api).await;
     api.reset_request_counts();
     for _ in 0..3 {
         for other in &others {
@@ -102,7 +102,7 @@ async fn a_view_through_a_non_owner_is_the_owners_own_answer_byte_for_byte() {
         }
     }
     assert_eq!(
-        lists(&api),
+        lists(api),
         0,
         "the non-owners listed the cluster: {:?}",
         api.request_counts()
@@ -509,6 +509,7 @@ async fn a_watch_socket_goes_on_through_a_handover_with_nothing_lost_or_doubled(
         setup.replica(&setup.url).await,
     ];
     let owner_id = setup.settled_owner(&replicas).await.id.clone();
+    api.clear_requests();
     let at = replicas.iter().position(|r| r.id != owner_id).unwrap();
     let mut socket = open_socket(&replicas[at], &watch_token(&replicas[at]))
         .await
@@ -519,7 +520,6 @@ async fn a_watch_socket_goes_on_through_a_handover_with_nothing_lost_or_doubled(
         event(&first.expect("the first event")),
         pair("ADDED", "web-config")
     );
-    api.clear_requests();
 
     // The owner stops (it hands its connections over as it leaves); a change meanwhile.
     let gone = replicas.remove(replicas.iter().position(|r| r.id == owner_id).unwrap());
@@ -558,6 +558,7 @@ async fn after_a_kill_9_of_the_owner_a_survivors_socket_and_subscription_lose_an
         setup.replica(&setup.url).await,
     ];
     let owner_id = setup.settled_owner(&replicas).await.id.clone();
+    api.clear_requests();
     let survivor = replicas.iter().position(|r| r.id != owner_id).unwrap();
     let survivor_addr = replicas[survivor].addr;
     let mut socket = open_socket(&replicas[survivor], &watch_token(&replicas[survivor]))
@@ -583,7 +584,6 @@ async fn after_a_kill_9_of_the_owner_a_survivors_socket_and_subscription_lose_an
         whole["data"]["resourceGroupUpdated"]["complete"], true,
         "{whole}"
     );
-    api.clear_requests();
 
     // kill -9: the owner's lease runs out (the window, 3 s) before another takes it.
     let killed = Instant::now();
@@ -721,7 +721,7 @@ async fn a_proxied_watch_on_a_non_owner_is_served_by_the_owner() {
     let mut again = proxied_watch(other).await;
     let mut seen = String::new();
     read_until(&mut again, &mut seen, "\"late\"").await;
-    assert!(seen.contains("web-config"), "{seen}");
+    read_until(&mut again, &mut seen, "web-config").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -795,4 +795,46 @@ async fn the_owner_checks_the_watches_handed_to_it_itself() {
         &not_a_watch,
     );
     assert_eq!(status, 422, "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_socket_on_the_owner_follows_its_connection_to_a_new_replica() {
+    let world = world().await;
+    let (api, setup) = (&world.api, &world.setup);
+    let mut replicas = vec![setup.replica(&setup.url).await];
+    let first = setup.settled_owner(&replicas).await.id.clone();
+    api.clear_requests();
+    let mut socket = open_socket(&replicas[0], &watch_token(&replicas[0]))
+        .await
+        .unwrap();
+    watch_config_maps(&mut socket, "cm").await;
+    let added = text_within(&mut socket, Duration::from_secs(30)).await;
+    assert_eq!(
+        event(&added.expect("the first event")),
+        pair("ADDED", "web-config")
+    );
+    // A replica joins and, if it does not win the connection (odds 1/2), leaves again, until
+    // one wins: the owner hands the connection over, alive.
+    let mut changes = Vec::new();
+    for attempt in 0.. {
+        assert!(attempt < 16, "the connection never moved");
+        replicas.push(setup.replica(&setup.url).await);
+        let name = format!("joined-{attempt}");
+        api.insert(config_map(&name));
+        changes.push(name);
+        if setup.settled_owner(&replicas).await.id != first {
+            break;
+        }
+        let lost = replicas.pop().unwrap();
+        std::thread::spawn(move || drop(lost));
+    }
+    api.insert(config_map("after"));
+    changes.push("after".into());
+    let wanted: Vec<&str> = changes.iter().map(String::as_str).collect();
+    let mut seen = events_until(&mut socket, &wanted, || replicas[0].logs()).await;
+    seen.sort();
+    let mut expected: Vec<_> = wanted.iter().map(|n| pair("ADDED", n)).collect();
+    expected.sort();
+    assert_eq!(seen, expected, "each change once, nothing else");
+    assert_eq!(user_watches(api), Vec::<String>::new());
 }

@@ -82,6 +82,14 @@ impl Watcher {
             return self.at_cluster(&id, &params).await;
         };
         let kind = kind.clone();
+        // Sharing the clusters, the watch follows the connection wherever it is held.
+        let follows = self.through.as_ref().is_some_and(|through| {
+            through.forward.shares()
+                && (self.cluster.watch.enabled() || through.owner(&self.cluster).is_some())
+        });
+        if follows {
+            return self.through_owner(&id, &params, &kind, &selection).await;
+        }
         if self.cluster.watch.enabled() {
             let mut sent = Sent::default();
             if let Ended::Closed = self
@@ -93,12 +101,7 @@ impl Watcher {
             }
             return;
         }
-        match &self.through {
-            Some(through) if through.owner(&self.cluster).is_some() => {
-                self.through_owner(&id, &params, &kind, &selection).await
-            }
-            _ => self.at_cluster(&id, &params).await,
-        }
+        self.at_cluster(&id, &params).await
     }
 
     /// The watch from this replica's cache, from what the watcher was `sent` before.

@@ -109,10 +109,14 @@ impl Watcher {
             return self.at_cluster(id, params).await;
         };
         let mut sent = Sent::default();
+        // Whether the watcher was served yet (here or by an owner): until then, an owner
+        // that cannot be asked leaves the watch to the cluster.
         let mut followed = false;
         loop {
             if self.cluster.watch.enabled() {
-                // This replica holds the connection now: on from what the watcher has.
+                // This replica holds the connection: on from what the watcher has, until it
+                // no longer does (or the cache stops the namespace).
+                followed = true;
                 let ended = self
                     .cached(id, &params.namespace, kind, selection, &mut sent)
                     .await;
@@ -148,6 +152,8 @@ impl Watcher {
                         }
                     }
                 }
+            } else if !followed {
+                return self.at_cluster(id, params).await;
             }
             // Handed over, the owner gone, or this replica about to take the connection.
             if self.outbox.is_closed() {
