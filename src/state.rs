@@ -175,6 +175,7 @@ sub_states! {
     live: Live,
     trusted_proxies: TrustedProxies,
     slots: Slots,
+    forward: Forward,
 }
 
 impl axum::extract::FromRef<AppState> for crate::graphql::Engine {

@@ -112,30 +112,12 @@ impl Replica {
 
     /// A POST with a JSON body over a fresh connection: the status and the body.
     fn post(&self, path: &str, headers: &[(&str, &str)], body: &Value) -> (u16, String) {
-        let body = body.to_string();
-        let mut stream = std::net::TcpStream::connect(self.addr).unwrap();
-        stream
-            .set_read_timeout(Some(Duration::from_secs(10)))
-            .unwrap();
-        let mut request = format!(
-            "POST {path} HTTP/1.1\r\nHost: envlens\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
-            body.len()
-        );
-        for (name, value) in headers {
-            request.push_str(&format!("{name}: {value}\r\n"));
-        }
-        request.push_str("\r\n");
-        request.push_str(&body);
-        stream.write_all(request.as_bytes()).unwrap();
-        let mut answer = String::new();
-        let _ = stream.read_to_string(&mut answer);
-        let status = answer
-            .split(' ')
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0);
-        let body = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-        (status, body.to_owned())
+        http(&self.addr.to_string(), "POST", path, headers, Some(body))
+    }
+
+    /// A GET over a fresh connection: the status and the body.
+    fn get(&self, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
+        http(&self.addr.to_string(), "GET", path, headers, None)
     }
 
     fn logs(&self) -> String {
@@ -149,6 +131,46 @@ impl Drop for Replica {
         unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
         let _ = self.child.wait();
     }
+}
+
+/// One HTTP/1.1 request to `host` over a fresh connection, with a JSON body if any: the
+/// status and the body (status 0 when nothing listens there).
+fn http(
+    host: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&Value>,
+) -> (u16, String) {
+    let Ok(mut stream) = std::net::TcpStream::connect(host) else {
+        return (0, String::new());
+    };
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let body = body.map(Value::to_string).unwrap_or_default();
+    let mut request = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
+    if method == "POST" {
+        request.push_str(&format!(
+            "Content-Type: application/json\r\nContent-Length: {}\r\n",
+            body.len()
+        ));
+    }
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    request.push_str(&body);
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    let status = answer
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    (status, body.to_owned())
 }
 
 fn base64_of(bytes: &[u8]) -> String {

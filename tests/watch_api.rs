@@ -114,20 +114,20 @@ impl Live {
 
 pub type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
-fn protocols(token: &str) -> Vec<String> {
+pub fn protocols(token: &str) -> Vec<String> {
     vec![
         "gitlab-agent-watch-api".into(),
         format!("websocket-token.kas.gitlab.com.{token}"),
     ]
 }
 
-async fn watch(ws: &mut Socket, id: &str, params: Value) {
+pub async fn watch(ws: &mut Socket, id: &str, params: Value) {
     let message = json!({"type": "watch", "watch_id": id, "watch_params": params});
     ws.send(Message::text(message.to_string())).await.unwrap();
 }
 
 /// The next JSON message, within 5 s.
-async fn next(ws: &mut Socket) -> Value {
+pub async fn next(ws: &mut Socket) -> Value {
     loop {
         let message = tokio::time::timeout(Duration::from_secs(5), ws.next())
             .await

@@ -28,6 +28,11 @@ pub struct Credential {
     cookie: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     csrf: Option<String>,
+    /// The watch-API token a socket was opened with (SPEC 8.3): the one credential a socket
+    /// has, carried to the owner of the connection for the socket's watches, where it counts
+    /// for nothing else ([`Credential::watch_token`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    watch_token: Option<String>,
 }
 
 /// Never printed: it is someone's session.
@@ -61,6 +66,7 @@ impl Credential {
             })
             .collect();
         Credential {
+            watch_token: None,
             authorization,
             cookie: (!cookies.is_empty()).then(|| cookies.join("; ")),
             csrf: csrf.or_else(|| {
@@ -72,9 +78,23 @@ impl Credential {
         }
     }
 
+    /// The credential of a watch-API socket: the token it was opened with.
+    pub fn of_watch_socket(token: &str) -> Credential {
+        Credential {
+            watch_token: Some(token.to_owned()),
+            ..Credential::default()
+        }
+    }
+
+    /// The watch-API token carried, if any: the owner checks it as a spent token
+    /// (`crate::k8s::watch_api::tokens::spent`); [`Credential::authenticate`] ignores it.
+    pub fn watch_token(&self) -> Option<&str> {
+        self.watch_token.as_deref()
+    }
+
     /// Whether there is anything to carry.
     pub fn is_empty(&self) -> bool {
-        self.authorization.is_none() && self.cookie.is_none()
+        self.authorization.is_none() && self.cookie.is_none() && self.watch_token.is_none()
     }
 
     /// As carried in a replica's token.
@@ -96,6 +116,17 @@ impl Credential {
         keys: &Keys,
         gitlab: Option<&Instance>,
     ) -> Result<Session, Error> {
+        self.authenticate_for(keys, gitlab, Purpose::Api).await
+    }
+
+    /// [`Credential::authenticate`], for `purpose` (a proxied request's is
+    /// [`Purpose::Kubernetes`], as the proxy authenticates its own).
+    pub async fn authenticate_for(
+        &self,
+        keys: &Keys,
+        gitlab: Option<&Instance>,
+        purpose: Purpose,
+    ) -> Result<Session, Error> {
         let mut request = Request::post("/api/graphql");
         let headers = [
             (AUTHORIZATION.as_str(), &self.authorization),
@@ -113,7 +144,7 @@ impl Credential {
             .body(())
             .map_err(|_| Error::Unauthorized("token is malformed".into()))?
             .into_parts();
-        authenticate(&parts, keys, gitlab, Purpose::Api).await
+        authenticate(&parts, keys, gitlab, purpose).await
     }
 }
 

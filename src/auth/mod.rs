@@ -10,6 +10,7 @@ pub mod recheck;
 pub mod secrets;
 mod session;
 pub mod vouched;
+pub mod watch_token;
 mod webhook;
 
 use jsonwebtoken::errors::ErrorKind;
@@ -103,8 +104,22 @@ fn verify<C: DeserializeOwned + TimeClaims>(
     audience: &str,
     max_lifetime_seconds: i64,
 ) -> Result<C, Error> {
+    verify_with(token, key, audience, max_lifetime_seconds, true)
+}
+
+/// [`verify`], with `exp` itself checked or not (`check_exp`: a spent watch token carried
+/// from another replica's socket outlives its expiry, [`watch_token`]); the cap on how far
+/// ahead it lies always is.
+fn verify_with<C: DeserializeOwned + TimeClaims>(
+    token: &str,
+    key: &DecodingKey,
+    audience: &str,
+    max_lifetime_seconds: i64,
+    check_exp: bool,
+) -> Result<C, Error> {
     // Pinned to HS256: `alg: none` and every other algorithm fail the header check.
     let mut validation = Validation::new(Algorithm::HS256);
+    validation.validate_exp = check_exp;
     validation.leeway = LEEWAY_SECONDS;
     validation.validate_nbf = true;
     validation.set_issuer(&[ISSUER]);

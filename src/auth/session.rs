@@ -97,7 +97,8 @@ impl CurrentUser {
 }
 
 /// How the session reached envlens.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Via {
     /// A browser's cookie (`_gitlab_kas`, or the dashboard's `envlens_session`), with its CSRF
     /// token.

@@ -22,6 +22,7 @@ pub mod replicas;
 pub mod sessions;
 pub mod slots;
 pub mod sync;
+pub mod watch_tokens;
 
 use std::str::FromStr;
 use std::time::{Duration, Instant};

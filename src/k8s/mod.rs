@@ -15,6 +15,7 @@ pub mod kas;
 pub mod observe;
 pub mod own_rules;
 pub mod previous_log;
+pub mod proxied_watch;
 pub mod proxy;
 pub mod request_info;
 pub mod watch;

@@ -14,20 +14,21 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::request::Parts;
-use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
 use axum::response::Response;
 
 use crate::auth::Keys;
-use crate::auth::{authenticate, Session};
+use crate::auth::{authenticate, Session, Via};
 use crate::config::Limits;
 use crate::db::pool::Pool;
 use crate::error::{kubernetes_status, Error};
 use crate::gitlab::tokens::Purpose;
 use crate::gitlab::Instance;
-use crate::k8s::clusters::Clusters;
+use crate::k8s::clusters::{Cluster, Clusters};
 use crate::k8s::grants::{AccessType, Grant};
 use crate::k8s::observe::ForAgent;
 use crate::k8s::request_info::RequestInfo;
+use crate::replicas::forward::Forward;
 use crate::telemetry::RequestId;
 
 pub const PREFIX: &str = "/k8s-proxy";
@@ -58,6 +59,7 @@ pub async fn forward(
     State(clusters): State<Arc<Clusters>>,
     State(limits): State<Limits>,
     State(gitlab): State<Option<Arc<Instance>>>,
+    State(forward): State<Forward>,
     request: Request,
 ) -> Response {
     let (parts, body) = request.into_parts();
@@ -106,39 +108,105 @@ pub async fn forward(
         Err(none) => return Error::from(none).to_kubernetes_status(),
     };
 
-    let mut upstream = axum::http::Request::new(kube::client::Body::from(body));
-    *upstream.method_mut() = parts.method;
-    *upstream.uri_mut() = uri;
-    let headers = upstream.headers_mut();
-    *headers = request_headers(parts.headers);
-    for (name, value) in grant.impersonation_headers(AccessType::from(session.via)) {
-        headers.append(name, value.clone());
+    // A watch of a connection another replica holds is that replica's to serve (SPEC 16).
+    if is_watch(&parts.method, &uri) {
+        let credential = crate::auth::Credential::of(&parts);
+        if let Some(answer) = crate::k8s::proxied_watch::through_owner(
+            &forward,
+            &cluster,
+            &credential,
+            agent_id,
+            &uri,
+            &parts.headers,
+        )
+        .await
+        {
+            return answer;
+        }
     }
-    if let Some(id) = &request_id {
-        id.outgoing_headers(headers);
-    }
-    upstream.extensions_mut().insert(ForAgent(agent_id));
+    let upstream = Upstream {
+        method: parts.method,
+        uri,
+        headers: request_headers(parts.headers),
+        body,
+    };
+    upstream
+        .send(
+            &cluster,
+            agent_id,
+            &grant,
+            session.via,
+            request_id.as_ref(),
+            clusters.response_timeout,
+        )
+        .await
+}
 
-    let timeout = clusters.response_timeout;
-    match tokio::time::timeout(timeout, cluster.client.send(upstream)).await {
-        Ok(Ok(response)) => {
-            let (mut parts, body) = response.into_parts();
-            response_headers(&mut parts.headers);
-            Response::from_parts(parts, Body::new(body))
+/// What the proxy sends the cluster: the client's request, its headers cleaned
+/// ([`request_headers`]).
+pub struct Upstream {
+    pub method: Method,
+    pub uri: Uri,
+    pub headers: HeaderMap,
+    pub body: bytes::Bytes,
+}
+
+impl Upstream {
+    /// Sends the request to `cluster` as the viewer `grant` and `via` say (impersonation),
+    /// within `timeout` for the answer's head; the answer as the cluster gave it, less this
+    /// hop's headers and its CORS ones, or a Kubernetes `Status` of envlens' own.
+    pub async fn send(
+        self,
+        cluster: &Cluster,
+        agent_id: i64,
+        grant: &Grant,
+        via: Via,
+        request_id: Option<&RequestId>,
+        timeout: std::time::Duration,
+    ) -> Response {
+        let mut upstream = axum::http::Request::new(kube::client::Body::from(self.body));
+        *upstream.method_mut() = self.method;
+        *upstream.uri_mut() = self.uri;
+        let headers = upstream.headers_mut();
+        *headers = self.headers;
+        for (name, value) in grant.impersonation_headers(AccessType::from(via)) {
+            headers.append(name, value.clone());
         }
-        Ok(Err(e)) => {
-            tracing::warn!(agent = agent_id, cluster = %cluster.source, error = %e, "cluster unreachable");
-            Error::BadGateway(format!(
-                "the cluster of agent {agent_id} cannot be reached: {e}"
+        if let Some(id) = request_id {
+            id.outgoing_headers(headers);
+        }
+        upstream.extensions_mut().insert(ForAgent(agent_id));
+        match tokio::time::timeout(timeout, cluster.client.send(upstream)).await {
+            Ok(Ok(response)) => {
+                let (mut parts, body) = response.into_parts();
+                response_headers(&mut parts.headers);
+                Response::from_parts(parts, Body::new(body))
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(agent = agent_id, cluster = %cluster.source, error = %e, "cluster unreachable");
+                Error::BadGateway(format!(
+                    "the cluster of agent {agent_id} cannot be reached: {e}"
+                ))
+                .to_kubernetes_status()
+            }
+            Err(_) => Error::BadGateway(format!(
+                "the cluster of agent {agent_id} did not answer within {}s",
+                timeout.as_secs_f32()
             ))
-            .to_kubernetes_status()
+            .to_kubernetes_status(),
         }
-        Err(_) => Error::BadGateway(format!(
-            "the cluster of agent {agent_id} did not answer within {}s",
-            timeout.as_secs_f32()
-        ))
-        .to_kubernetes_status(),
     }
+}
+
+/// Whether a request is a watch (`GET` with `watch=true` or `watch=1`): what is served by the
+/// owner of a connection; lists, reads, logs and writes go to the cluster from here.
+pub fn is_watch(method: &Method, uri: &Uri) -> bool {
+    method == Method::GET
+        && uri
+            .query()
+            .unwrap_or("")
+            .split('&')
+            .any(|pair| matches!(pair, "watch=true" | "watch=1" | "watch=True" | "watch"))
 }
 
 /// A request that passed the session and `user_access` checks.
@@ -316,7 +384,7 @@ pub fn request_headers(mut headers: HeaderMap) -> HeaderMap {
 
 /// The cluster's headers minus this hop's and its CORS headers: which origins may read the
 /// answer is envlens' decision, not the cluster's.
-fn response_headers(headers: &mut HeaderMap) {
+pub fn response_headers(headers: &mut HeaderMap) {
     remove_where(headers, |name| {
         HOP_BY_HOP.contains(&name) || name.starts_with("access-control-")
     });

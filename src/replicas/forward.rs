@@ -24,6 +24,10 @@ type Https = hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::H
 pub const RESOURCE_GROUP_PATH: &str = "/-/replica/resource-group";
 /// The route of a forwarded subscription's changes on the owner's internal listener.
 pub const CHANGES_PATH: &str = "/-/replica/changes";
+/// The route of a forwarded watch of GitLab's watch API on the owner's internal listener.
+pub const WATCH_PATH: &str = "/-/replica/watch";
+/// The route of a forwarded proxied watch (`?watch=true`) on the owner's internal listener.
+pub const PROXY_PATH: &str = "/-/replica/proxy";
 /// A line of the changes: something changed in a namespace followed.
 pub const CHANGE: &[u8] = b"c\n";
 /// A line of the changes: nothing changed, the owner is there.
@@ -98,6 +102,11 @@ impl Forward {
         }))))
     }
 
+    /// Whether this process shares the clusters with other replicas.
+    pub fn shares(&self) -> bool {
+        self.0.is_some()
+    }
+
     /// The live replica that owns `connection` when it is not this one (see
     /// [`Ownership::owner_elsewhere`]).
     pub fn owner_of(&self, connection: &str) -> Option<Member> {
@@ -112,24 +121,70 @@ impl Forward {
         credential: &Credential,
         ask: &GroupAsk,
     ) -> Result<Changes, NotForwarded> {
+        match self.open(owner, CHANGES_PATH, credential, ask).await? {
+            Opened::Streaming(body) => Ok(Changes { body: Some(body) }),
+            Opened::Answered(status, body) => answer(status, &body).map(|_| Changes { body: None }),
+        }
+    }
+
+    /// A stream `owner` answers at `path` (of the internal listener) to `ask`, as
+    /// `credential`'s viewer: its lines ([`Lines`]) once it answers 200; else the owner's
+    /// decision, or why it could not be asked.
+    pub async fn lines(
+        &self,
+        owner: &Member,
+        path: &str,
+        credential: &Credential,
+        ask: &impl serde::Serialize,
+    ) -> Result<Lines, NotForwarded> {
+        match self.open(owner, path, credential, ask).await? {
+            Opened::Streaming(body) => Ok(Lines {
+                body: Some(body),
+                buffer: Vec::new(),
+            }),
+            Opened::Answered(status, body) => Err(decision(status, &body)),
+        }
+    }
+
+    /// A response `owner` starts to a POST of `ask` at `path`: its status, headers and body
+    /// as they come (a proxied watch, [`PROXY_PATH`]); or why it could not be asked.
+    pub async fn response(
+        &self,
+        owner: &Member,
+        path: &str,
+        credential: &Credential,
+        ask: &impl serde::Serialize,
+    ) -> Result<hyper::Response<hyper::body::Incoming>, NotForwarded> {
         let inner = self.inner()?;
-        let request = inner.request(owner, CHANGES_PATH, credential, ask)?;
-        let response = tokio::time::timeout(inner.timeout, inner.client.request(request))
+        let request = inner.request(owner, path, credential, ask)?;
+        tokio::time::timeout(inner.timeout, inner.client.request(request))
             .await
             .map_err(|_| {
                 NotForwarded::Unreachable(format!("no answer within {:?}", inner.timeout))
             })?
-            .map_err(|e| NotForwarded::Unreachable(e.to_string()))?;
-        let (parts, body) = response.into_parts();
+            .map_err(|e| NotForwarded::Unreachable(e.to_string()))
+    }
+
+    async fn open(
+        &self,
+        owner: &Member,
+        path: &str,
+        credential: &Credential,
+        ask: &impl serde::Serialize,
+    ) -> Result<Opened, NotForwarded> {
+        let (parts, body) = self
+            .response(owner, path, credential, ask)
+            .await?
+            .into_parts();
         if parts.status != StatusCode::OK {
             let body = Limited::new(body, 64 * 1024)
                 .collect()
                 .await
                 .map(|b| b.to_bytes())
                 .unwrap_or_default();
-            return answer(parts.status, &body).map(|_| Changes { body: None });
+            return Ok(Opened::Answered(parts.status, body));
         }
-        Ok(Changes { body: Some(body) })
+        Ok(Opened::Streaming(body))
     }
 
     fn inner(&self) -> Result<&Inner, NotForwarded> {
@@ -177,7 +232,7 @@ impl Inner {
         owner: &Member,
         path: &str,
         credential: &Credential,
-        ask: &GroupAsk,
+        ask: &impl serde::Serialize,
     ) -> Result<Request<Full<Bytes>>, NotForwarded> {
         let unreachable = |e: String| NotForwarded::Unreachable(e);
         let token = self
@@ -223,27 +278,83 @@ impl Changes {
     }
 }
 
+/// What an owner answered to the opening of a stream.
+enum Opened {
+    Streaming(hyper::body::Incoming),
+    Answered(StatusCode, Bytes),
+}
+
+/// The lines of a stream an owner sends ([`Forward::lines`]), each at most [`MAX_LINE`]
+/// bytes; an empty line is the owner saying it is there.
+pub struct Lines {
+    body: Option<hyper::body::Incoming>,
+    buffer: Vec<u8>,
+}
+
+/// The longest line read from an owner: an object of the cluster's (etcd keeps at most
+/// 1.5 MiB a value) in its message, and some.
+const MAX_LINE: usize = 8 * 1024 * 1024;
+
+impl Lines {
+    /// The next line that is not empty, without its end; `None` once the owner ended the
+    /// stream, broke it off, sent a line past [`MAX_LINE`] or stayed silent past [`SILENT`].
+    pub async fn next(&mut self) -> Option<Bytes> {
+        loop {
+            while let Some(end) = self.buffer.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = self.buffer.drain(..=end).collect();
+                let line = line.trim_ascii();
+                if !line.is_empty() {
+                    return Some(Bytes::copy_from_slice(line));
+                }
+            }
+            if self.buffer.len() > MAX_LINE {
+                self.body = None;
+            }
+            let body = self.body.as_mut()?;
+            match tokio::time::timeout(SILENT, body.frame()).await {
+                Ok(Some(Ok(frame))) => {
+                    if let Some(data) = frame.data_ref() {
+                        self.buffer.extend_from_slice(data);
+                    }
+                }
+                _ => {
+                    self.body = None;
+                    return None;
+                }
+            }
+        }
+    }
+}
+
 /// The owner's answer: the group, its decision, or an answer that is neither.
 fn answer(status: StatusCode, body: &[u8]) -> Result<ResourceGroup, NotForwarded> {
+    match status {
+        StatusCode::OK => wire::decode(body)
+            .map_err(|e| NotForwarded::Unreachable(format!("its answer is no group: {e}"))),
+        status => Err(decision(status, body)),
+    }
+}
+
+/// The owner's refusal of an ask: its decision (the viewer refused, the cluster unreachable
+/// from it), or an answer that is none (then the ask is served here).
+fn decision(status: StatusCode, body: &[u8]) -> NotForwarded {
     let message = || {
         serde_json::from_slice::<serde_json::Value>(body)
             .ok()
             .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
     };
     match status {
-        StatusCode::OK => wire::decode(body)
-            .map_err(|e| NotForwarded::Unreachable(format!("its answer is no group: {e}"))),
-        StatusCode::FORBIDDEN => Err(NotForwarded::Decided(Error::Forbidden(
-            message().unwrap_or_default(),
-        ))),
+        StatusCode::FORBIDDEN => {
+            NotForwarded::Decided(Error::Forbidden(message().unwrap_or_default()))
+        }
         StatusCode::BAD_GATEWAY => match message() {
-            Some(message) => Err(NotForwarded::Decided(Error::BadGateway(message))),
-            None => Err(NotForwarded::Unreachable(format!("it answered {status}"))),
+            Some(message) => NotForwarded::Decided(Error::BadGateway(message)),
+            None => NotForwarded::Unreachable(format!("it answered {status}")),
         },
-        status => Err(NotForwarded::Unreachable(match message() {
+        status => NotForwarded::Unreachable(match message() {
             Some(message) => format!("it answered {status}: {message}"),
             None => format!("it answered {status}"),
-        })),
+        }),
     }
 }
 

@@ -10,7 +10,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 
-use super::forward::{GroupAsk, CHANGE, CHANGES_PATH, KEEPALIVE, RESOURCE_GROUP_PATH};
+use super::forward::{
+    GroupAsk, CHANGE, CHANGES_PATH, KEEPALIVE, PROXY_PATH, RESOURCE_GROUP_PATH, WATCH_PATH,
+};
 use super::{wire, Ownership};
 use crate::auth::{Credential, FromReplica, Keys};
 use crate::db::pool::Pool;
@@ -50,6 +52,8 @@ pub fn router(internal: Internal) -> Router {
         .route("/-/replica", get(whoami))
         .route(RESOURCE_GROUP_PATH, post(resource_group))
         .route(CHANGES_PATH, post(changes))
+        .route(WATCH_PATH, post(super::watches::watch))
+        .route(PROXY_PATH, post(super::watches::proxied))
         .with_state(internal)
 }
 

@@ -8,6 +8,7 @@ pub mod forward;
 pub mod internal;
 pub mod ownership;
 pub mod rendezvous;
+mod watches;
 pub mod wire;
 
 use std::net::SocketAddr;

@@ -3,7 +3,6 @@
 //! their number; a replica cut from the database stops watching before its lease can be
 //! taken, and another one takes it.
 
-use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
 use envlens::config::Limits;
@@ -177,36 +176,36 @@ pub(super) async fn settled(api: &KubeApi) -> usize {
 /// (0 when nothing listens).
 pub(super) fn whoami(advertise_url: &str, headers: &[(&str, &str)]) -> (u16, String) {
     let host = advertise_url.strip_prefix("http://").unwrap();
-    let Ok(mut stream) = std::net::TcpStream::connect(host) else {
-        return (0, String::new());
-    };
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    let mut request = format!("GET /-/replica HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
-    for (name, value) in headers {
-        request.push_str(&format!("{name}: {value}\r\n"));
-    }
-    request.push_str("\r\n");
-    stream.write_all(request.as_bytes()).unwrap();
-    let mut answer = String::new();
-    let _ = stream.read_to_string(&mut answer);
-    let status = answer
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-    (status, body.to_owned())
+    super::http(host, "GET", "/-/replica", headers, None)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn three_replicas_watch_each_connection_once_and_answer_alike() {
+/// The test cluster (the production environment's objects), served on a socket, and the
+/// database and configuration the replicas share.
+pub(super) struct World {
+    pub(super) api: KubeApi,
+    pub(super) setup: Setup,
+    _served: Served,
+    _dir: tempfile::TempDir,
+}
+
+pub(super) async fn world() -> World {
     let api = KubeApi::new();
     environment::environment(&api);
     let dir = tempfile::tempdir().unwrap();
     let served = api.serve(dir.path()).await;
     let setup = setup(&served).await;
+    World {
+        api,
+        setup,
+        _served: served,
+        _dir: dir,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_replicas_watch_each_connection_once_and_answer_alike() {
+    let world = world().await;
+    let (api, setup) = (&world.api, &world.setup);
     let replicas = [
         setup.replica(&setup.url).await,
         setup.replica(&setup.url).await,
@@ -258,16 +257,12 @@ async fn three_replicas_watch_each_connection_once_and_answer_alike() {
 
     // The owner's view starts one watch per kind; the others' views add none.
     let first = production(owner);
-    let one_set = settled(&api).await;
+    let one_set = settled(api).await;
     assert!(one_set > 0, "the owner watches the namespace");
     for replica in &replicas {
         assert_eq!(production(replica), first, "replica {}", replica.id);
     }
-    assert_eq!(
-        settled(&api).await,
-        one_set,
-        "one set of watches, not three"
-    );
+    assert_eq!(settled(api).await, one_set, "one set of watches, not three");
 }
 
 /// A TCP relay to the test PostgreSQL that can be cut: open connections closed, new ones
@@ -350,13 +345,10 @@ enum Target {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_replica_cut_from_the_database_stops_watching_before_its_lease_is_taken() {
-    let api = KubeApi::new();
-    environment::environment(&api);
+    let world = world().await;
+    let (api, setup) = (&world.api, &world.setup);
     // Bookmarks keep the streams writing: a client gone is noticed at once.
     api.set_bookmark_interval(Duration::from_millis(100));
-    let dir = tempfile::tempdir().unwrap();
-    let served = api.serve(dir.path()).await;
-    let setup = setup(&served).await;
     let relay = Relay::to(&setup.app.db, &setup.url).await;
     let cut_off = setup.replica(&relay.url).await;
     setup
@@ -365,7 +357,7 @@ async fn a_replica_cut_from_the_database_stops_watching_before_its_lease_is_take
         })
         .await;
     let before = production(&cut_off);
-    assert!(settled(&api).await > 0, "the replica watches the namespace");
+    assert!(settled(api).await > 0, "the replica watches the namespace");
 
     relay.cut();
     let other = setup.replica(&setup.url).await;
@@ -397,7 +389,7 @@ async fn a_replica_cut_from_the_database_stops_watching_before_its_lease_is_take
     // The new owner watches, and answers as the old one did.
     assert_eq!(production(&other), before);
     assert!(
-        settled(&api).await > 0,
+        settled(api).await > 0,
         "the new owner watches the namespace"
     );
 }
@@ -469,11 +461,8 @@ pub(super) fn kill_9(replica: Replica) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn ownership_is_unique_through_starts_stops_and_kills() {
     use rand::{Rng, SeedableRng};
-    let api = KubeApi::new();
-    environment::environment(&api);
-    let dir = tempfile::tempdir().unwrap();
-    let served = api.serve(dir.path()).await;
-    let setup = setup(&served).await;
+    let world = world().await;
+    let (api, setup) = (&world.api, &world.setup);
     let seed: u64 = rand::random();
     eprintln!("seed {seed}");
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
@@ -502,10 +491,10 @@ async fn ownership_is_unique_through_starts_stops_and_kills() {
     assert!(checks > 8, "{checks} checks");
     // And it alone watches: views through every replica add no watches to the owner's.
     production(owner);
-    let one_set = settled(&api).await;
+    let one_set = settled(api).await;
     assert!(one_set > 0);
     for replica in &replicas {
         production(replica);
     }
-    assert_eq!(settled(&api).await, one_set, "one set of watches");
+    assert_eq!(settled(api).await, one_set, "one set of watches");
 }

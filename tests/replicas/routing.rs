@@ -4,12 +4,11 @@
 //! owner authenticates the viewer afresh and decides their `user_access` itself; an owner that
 //! cannot be reached is said, and the group is listed by the replica asked.
 
-use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::ownership::{kill_9, production, settled, setup};
+use super::ownership::{kill_9, production, settled, world};
 use super::Replica;
 use crate::support::environment;
 use crate::support::kube_api::KubeApi;
@@ -60,11 +59,8 @@ async fn lists_settled(api: &KubeApi) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_view_through_a_non_owner_is_the_owners_own_answer_byte_for_byte() {
-    let api = KubeApi::new();
-    environment::environment(&api);
-    let dir = tempfile::tempdir().unwrap();
-    let served = api.serve(dir.path()).await;
-    let setup = setup(&served).await;
+    let world = world().await;
+    let (api, setup) = (&world.api, &world.setup);
     let replicas = [
         setup.replica(&setup.url).await,
         setup.replica(&setup.url).await,
@@ -72,7 +68,7 @@ async fn a_view_through_a_non_owner_is_the_owners_own_answer_byte_for_byte() {
     ];
     let owner = setup.settled_owner(&replicas).await;
     production(owner);
-    assert!(settled(&api).await > 0, "the owner watches the namespace");
+    assert!(settled(api).await > 0, "the owner watches the namespace");
     let (status, owners) = whole_group(owner, (2, "dev"));
     assert_eq!(status, 200, "{owners}");
     let group: Value = serde_json::from_str(&owners).unwrap();
@@ -91,7 +87,7 @@ async fn a_view_through_a_non_owner_is_the_owners_own_answer_byte_for_byte() {
     for other in &others {
         whole_group(other, (2, "dev"));
     }
-    lists_settled(&api).await;
+    lists_settled(api).await;
     api.reset_request_counts();
     for _ in 0..3 {
         for other in &others {
@@ -106,7 +102,7 @@ async fn a_view_through_a_non_owner_is_the_owners_own_answer_byte_for_byte() {
         }
     }
     assert_eq!(
-        lists(&api),
+        lists(api),
         0,
         "the non-owners listed the cluster: {:?}",
         api.request_counts()
@@ -131,30 +127,7 @@ fn post_internal(
     body: &Value,
 ) -> (u16, String) {
     let host = advertise_url.strip_prefix("http://").unwrap();
-    let mut stream = std::net::TcpStream::connect(host).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    let body = body.to_string();
-    let mut request = format!(
-        "POST {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    for (name, value) in headers {
-        request.push_str(&format!("{name}: {value}\r\n"));
-    }
-    request.push_str("\r\n");
-    request.push_str(&body);
-    stream.write_all(request.as_bytes()).unwrap();
-    let mut answer = String::new();
-    let _ = stream.read_to_string(&mut answer);
-    let status = answer
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-    (status, body.to_owned())
+    super::http(host, "POST", path, headers, Some(body))
 }
 
 /// A replica's token carrying `user`'s bearer session as their credential.
@@ -174,11 +147,8 @@ fn carrying(user: Option<(i64, &str)>) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_owner_authenticates_the_viewer_and_decides_their_access_itself() {
-    let api = KubeApi::new();
-    environment::environment(&api);
-    let dir = tempfile::tempdir().unwrap();
-    let served = api.serve(dir.path()).await;
-    let setup = setup(&served).await;
+    let world = world().await;
+    let setup = &world.setup;
     let replicas = [setup.replica(&setup.url).await];
     let owner = setup.settled_owner(&replicas).await;
     let ask = json!({"agent": 7, "namespaces": [environment::NS],
@@ -227,11 +197,8 @@ async fn the_owner_authenticates_the_viewer_and_decides_their_access_itself() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_owner_that_does_not_answer_is_said_and_the_group_listed_here() {
-    let api = KubeApi::new();
-    environment::environment(&api);
-    let dir = tempfile::tempdir().unwrap();
-    let served = api.serve(dir.path()).await;
-    let setup = setup(&served).await;
+    let world = world().await;
+    let setup = &world.setup;
     // A window long enough that the killed owner is still taken for live when asked.
     let mut replicas = vec![
         setup.replica_with_window(&setup.url, "60s").await,
@@ -269,11 +236,8 @@ async fn an_owner_that_does_not_answer_is_said_and_the_group_listed_here() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_change_in_the_cluster_reaches_a_subscriber_on_a_non_owner() {
     use crate::subscriptions::{Client, Received};
-    let api = KubeApi::new();
-    environment::environment(&api);
-    let dir = tempfile::tempdir().unwrap();
-    let served = api.serve(dir.path()).await;
-    let setup = setup(&served).await;
+    let world = world().await;
+    let (api, setup) = (&world.api, &world.setup);
     let replicas = [
         setup.replica(&setup.url).await,
         setup.replica(&setup.url).await,
@@ -322,4 +286,555 @@ async fn a_change_in_the_cluster_reaches_a_subscriber_on_a_non_owner() {
             break;
         }
     }
+}
+
+// GitLab's watch-API sockets and proxied watches through the owner.
+
+use crate::watch_api::{protocols, Socket};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::Message;
+
+/// `dev`'s bearer session.
+fn dev_bearer() -> String {
+    let (token, _) =
+        envlens::auth::mint_session(SESSION_KEY, 2, "dev", Duration::from_secs(60)).unwrap();
+    format!("Bearer {token}")
+}
+
+/// A watch token for `dev` on agent 7, as the frontend asks `replica` for it.
+fn watch_token(replica: &Replica) -> String {
+    let (status, body) = replica.get(
+        crate::watch_api::TOKEN_PATH,
+        &[("Authorization", &dev_bearer()), ("Gitlab-Agent-Id", "7")],
+    );
+    assert_eq!(status, 200, "{body}\n{}", replica.logs());
+    let body: Value = serde_json::from_str(&body).unwrap();
+    body["token"].as_str().unwrap().to_owned()
+}
+
+/// A watch-API socket to `replica` opened with `token`.
+async fn open_socket(
+    replica: &Replica,
+    token: &str,
+) -> Result<Socket, tokio_tungstenite::tungstenite::Error> {
+    let mut request = format!("ws://{}/k8s-proxy/watch", replica.addr)
+        .into_client_request()
+        .unwrap();
+    request.headers_mut().insert(
+        "sec-websocket-protocol",
+        protocols(token).join(", ").parse().unwrap(),
+    );
+    tokio_tungstenite::connect_async(request)
+        .await
+        .map(|(socket, _)| socket)
+}
+
+/// The production environment's ConfigMaps: a kind the owner's cache watches for the group.
+fn config_maps() -> Value {
+    json!({"version": "v1", "resource": "configmaps", "namespace": environment::NS,
+           "labelSelector": format!("app.gitlab.com/environment_slug={}", environment::SLUG)})
+}
+
+/// Starts the watch `id` of the namespace's ConfigMaps on `socket`.
+async fn watch_config_maps(socket: &mut Socket, id: &str) {
+    crate::watch_api::watch(socket, id, config_maps()).await;
+}
+
+/// The next text message of `socket` as sent, within `wait`; `None` when none came.
+async fn text_within(socket: &mut Socket, wait: Duration) -> Option<String> {
+    use futures_util::StreamExt;
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        let message = tokio::time::timeout_at(deadline, socket.next())
+            .await
+            .ok()?;
+        match message {
+            Some(Ok(Message::Text(text))) => return Some(text.to_string()),
+            Some(Ok(Message::Close(frame))) => panic!("the socket closed: {frame:?}"),
+            Some(Ok(_)) => {}
+            other => panic!("the socket broke: {other:?}"),
+        }
+    }
+}
+
+/// `(event type, object name)` of a data message.
+fn event(text: &str) -> (String, String) {
+    let m: Value = serde_json::from_str(text).unwrap();
+    assert_eq!(m["type"], "data", "{m}");
+    (
+        m["watchEvent"]["type"].as_str().unwrap().to_owned(),
+        m["watchEvent"]["object"]["metadata"]["name"]
+            .as_str()
+            .unwrap()
+            .to_owned(),
+    )
+}
+
+/// Every message `socket` is sent until it has been quiet for 3 s, after those `wanted`
+/// names have arrived (within 60 s): `(event type, name)` each, in order.
+async fn events_until(
+    socket: &mut Socket,
+    wanted: &[&str],
+    logs: impl Fn() -> String,
+) -> Vec<(String, String)> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut seen = Vec::new();
+    loop {
+        let all_in = wanted
+            .iter()
+            .all(|w| seen.iter().any(|(_, n): &(String, String)| n == w));
+        let wait = if all_in {
+            Duration::from_secs(3)
+        } else {
+            deadline.saturating_duration_since(Instant::now())
+        };
+        match text_within(socket, wait).await {
+            Some(text) => seen.push(event(&text)),
+            None if all_in => return seen,
+            None => panic!("{wanted:?} did not all arrive: {seen:?}\n{}", logs()),
+        }
+    }
+}
+
+/// A ConfigMap of the production group, new in the cluster.
+fn config_map(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": environment::meta(environment::NS, name, &format!("uid-{name}"),
+                                      environment::gitlab_labels(environment::SLUG, "web"))})
+}
+
+/// Watches the cluster was asked for by a user's socket or proxied request rather than by a
+/// watch cache (whose watches resume from a version with bookmarks).
+fn user_watches(api: &KubeApi) -> Vec<String> {
+    api.requests()
+        .into_iter()
+        .filter(|r| r.query_param("watch").as_deref() == Some("true"))
+        .filter(|r| r.query_param("allowWatchBookmarks").is_none())
+        .map(|r| format!("{} {}?{}", r.method, r.path, r.query))
+        .collect()
+}
+
+fn pair(t: &str, n: &str) -> (String, String) {
+    (t.to_owned(), n.to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_watch_token_from_one_replica_opens_one_socket_on_any_replica() {
+    let world = world().await;
+    let setup = &world.setup;
+    let one = setup.replica(&setup.url).await;
+    let two = setup.replica(&setup.url).await;
+    let token = watch_token(&one);
+    let opened = open_socket(&two, &token).await;
+    assert!(
+        opened.is_ok(),
+        "a token of one replica refused by another: {opened:?}\n{}",
+        two.logs()
+    );
+    // Once: neither replica opens a second socket with it.
+    for replica in [&one, &two] {
+        let again = open_socket(replica, &token).await;
+        match again {
+            Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+                assert_eq!(response.status(), 401)
+            }
+            other => panic!("a spent token opened a socket: {other:?}"),
+        }
+    }
+    // A token no replica of this envlens signed is refused.
+    let forged = {
+        let other = envlens::auth::Keys::new(envlens::auth::secrets::Secrets {
+            internal: envlens::auth::secrets::Secret::new(
+                b"another-internal-secret-another!".to_vec(),
+            ),
+            session: envlens::auth::secrets::Secret::new(SESSION_KEY.to_vec()),
+            webhook_token: envlens::auth::secrets::Secret::new(WEBHOOK_TOKEN.as_bytes().to_vec()),
+            generated: Vec::new(),
+        });
+        let claims =
+            envlens::auth::watch_token::WatchClaims::new(7, 2, envlens::auth::Via::Bearer, 30);
+        other.sign_watch_token(&claims).unwrap()
+    };
+    assert!(open_socket(&two, &forged).await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_watch_socket_on_a_non_owner_is_the_owners_own_answer() {
+    let world = world().await;
+    let (api, setup) = (&world.api, &world.setup);
+    let replicas = [
+        setup.replica(&setup.url).await,
+        setup.replica(&setup.url).await,
+    ];
+    let owner = setup.settled_owner(&replicas).await;
+    let other = replicas.iter().find(|r| r.id != owner.id).unwrap();
+    production(owner);
+    assert!(settled(api).await > 0, "the owner watches the namespace");
+    api.clear_requests();
+
+    let mut on_owner = open_socket(owner, &watch_token(owner)).await.unwrap();
+    let mut on_other = open_socket(other, &watch_token(other)).await.unwrap();
+    watch_config_maps(&mut on_owner, "cm").await;
+    watch_config_maps(&mut on_other, "cm").await;
+    let wait = Duration::from_secs(30);
+    let owners = text_within(&mut on_owner, wait)
+        .await
+        .expect("the owner's first event");
+    let others = text_within(&mut on_other, wait)
+        .await
+        .unwrap_or_else(|| panic!("nothing on the non-owner's socket\n{}", other.logs()));
+    assert_eq!(event(&owners), pair("ADDED", "web-config"));
+    assert_eq!(others, owners, "the same message, byte for byte");
+
+    api.insert(config_map("late"));
+    let owners = text_within(&mut on_owner, wait)
+        .await
+        .expect("the change on the owner");
+    let others = text_within(&mut on_other, wait)
+        .await
+        .expect("the change on the non-owner");
+    assert_eq!(event(&owners), pair("ADDED", "late"));
+    assert_eq!(others, owners);
+    // Both from the owner's cache: no watch of the cluster for either socket.
+    assert_eq!(user_watches(api), Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_watch_socket_goes_on_through_a_handover_with_nothing_lost_or_doubled() {
+    let world = world().await;
+    let (api, setup) = (&world.api, &world.setup);
+    let mut replicas = vec![
+        setup.replica(&setup.url).await,
+        setup.replica(&setup.url).await,
+        setup.replica(&setup.url).await,
+    ];
+    let owner_id = setup.settled_owner(&replicas).await.id.clone();
+    api.clear_requests();
+    let at = replicas.iter().position(|r| r.id != owner_id).unwrap();
+    let mut socket = open_socket(&replicas[at], &watch_token(&replicas[at]))
+        .await
+        .unwrap();
+    watch_config_maps(&mut socket, "cm").await;
+    let first = text_within(&mut socket, Duration::from_secs(30)).await;
+    assert_eq!(
+        event(&first.expect("the first event")),
+        pair("ADDED", "web-config")
+    );
+
+    // The owner stops (it hands its connections over as it leaves); a change meanwhile.
+    let gone = replicas.remove(replicas.iter().position(|r| r.id == owner_id).unwrap());
+    let stopping = std::thread::spawn(move || drop(gone));
+    api.insert(config_map("during"));
+    let new_owner = setup.settled_owner(&replicas).await.id.clone();
+    assert_ne!(new_owner, owner_id);
+    api.insert(config_map("after"));
+    let mut seen = events_until(&mut socket, &["during", "after"], || {
+        replicas
+            .iter()
+            .map(Replica::logs)
+            .collect::<Vec<_>>()
+            .join("\n----\n")
+    })
+    .await;
+    // Changes that fall in the handover come in one sync, in name order.
+    seen.sort();
+    assert_eq!(
+        seen,
+        [pair("ADDED", "after"), pair("ADDED", "during")],
+        "each change once, nothing else"
+    );
+    assert_eq!(user_watches(api), Vec::<String>::new());
+    stopping.join().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn after_a_kill_9_of_the_owner_a_survivors_socket_and_subscription_lose_and_double_nothing() {
+    use crate::subscriptions::{Client, Received};
+    let world = world().await;
+    let (api, setup) = (&world.api, &world.setup);
+    let mut replicas = vec![
+        setup.replica(&setup.url).await,
+        setup.replica(&setup.url).await,
+        setup.replica(&setup.url).await,
+    ];
+    let owner_id = setup.settled_owner(&replicas).await.id.clone();
+    api.clear_requests();
+    let survivor = replicas.iter().position(|r| r.id != owner_id).unwrap();
+    let survivor_addr = replicas[survivor].addr;
+    let mut socket = open_socket(&replicas[survivor], &watch_token(&replicas[survivor]))
+        .await
+        .unwrap();
+    watch_config_maps(&mut socket, "cm").await;
+    let first = text_within(&mut socket, Duration::from_secs(30)).await;
+    assert_eq!(
+        event(&first.expect("the first event")),
+        pair("ADDED", "web-config")
+    );
+    let mut client = Client::connect(survivor_addr, "graphql-transport-ws", (2, "dev")).await;
+    client
+        .subscribe(
+            "1",
+            "subscription($id: ID!) { resourceGroupUpdated(environmentId: $id) {
+                complete upserted { kind name } removed } }",
+            json!({"id": super::PRODUCTION}),
+        )
+        .await;
+    let whole = client.next_payload("1").await;
+    assert_eq!(
+        whole["data"]["resourceGroupUpdated"]["complete"], true,
+        "{whole}"
+    );
+
+    // kill -9: the owner's lease runs out (the window, 3 s) before another takes it.
+    let killed = Instant::now();
+    kill_9(replicas.remove(replicas.iter().position(|r| r.id == owner_id).unwrap()));
+    api.insert(config_map("during"));
+    let logs = || {
+        replicas
+            .iter()
+            .map(Replica::logs)
+            .collect::<Vec<_>>()
+            .join("\n----\n")
+    };
+    let arrived = text_within(&mut socket, Duration::from_secs(60))
+        .await
+        .unwrap_or_else(|| panic!("no change after the kill\n{}", logs()));
+    let failover = killed.elapsed();
+    assert_eq!(event(&arrived), pair("ADDED", "during"));
+    let new_owner = setup.settled_owner(&replicas).await.id.clone();
+    eprintln!(
+        "failover: kill -9 of the owner to the first change on a survivor's socket: {failover:?} \
+         (window 3 s; new owner {new_owner}; load {})",
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .trim()
+    );
+    api.insert(config_map("after"));
+    let seen = events_until(&mut socket, &["after"], logs).await;
+    assert_eq!(
+        seen,
+        [pair("ADDED", "after")],
+        "each change once, nothing else"
+    );
+
+    // The subscription on the survivor: each change once, as a change (never the whole group
+    // again), nothing lost.
+    let mut upserted: Vec<String> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let done = ["during", "after"]
+            .iter()
+            .all(|n| upserted.iter().any(|u| u == n));
+        let wait = match done {
+            true => Duration::from_secs(3),
+            false => deadline.saturating_duration_since(Instant::now()),
+        };
+        match client.receive_within(wait).await {
+            Some(Received::Message(m)) => {
+                let update = &m["payload"]["data"]["resourceGroupUpdated"];
+                assert!(m["payload"].get("errors").is_none(), "{m}");
+                assert_eq!(update["complete"], false, "only changes: {update}");
+                assert_eq!(update["removed"], json!([]), "{update}");
+                for r in update["upserted"].as_array().unwrap() {
+                    upserted.push(r["name"].as_str().unwrap().to_owned());
+                }
+            }
+            None if done => break,
+            other => panic!(
+                "the subscription: {other:?}, upserted {upserted:?}\n{}",
+                logs()
+            ),
+        }
+    }
+    upserted.sort();
+    assert_eq!(upserted, ["after", "during"], "each change once");
+    assert_eq!(user_watches(api), Vec::<String>::new());
+}
+
+/// A proxied watch of the namespace's ConfigMaps through `replica`, as `dev`: the stream.
+async fn proxied_watch(replica: &Replica) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let mut stream = tokio::net::TcpStream::connect(replica.addr).await.unwrap();
+    let request = format!(
+        "GET /k8s-proxy/api/v1/namespaces/{}/configmaps?watch=true HTTP/1.1\r\nHost: envlens\r\n\
+         Authorization: {}\r\nGitlab-Agent-Id: 7\r\nConnection: close\r\n\r\n",
+        environment::NS,
+        dev_bearer()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    stream
+}
+
+/// Reads `stream` until `wanted` shows in what it sent (within 30 s): all it sent so far.
+async fn read_until(stream: &mut tokio::net::TcpStream, seen: &mut String, wanted: &str) {
+    use tokio::io::AsyncReadExt;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let mut buffer = [0u8; 16 * 1024];
+    while !seen.contains(wanted) {
+        let read = tokio::time::timeout_at(deadline, stream.read(&mut buffer)).await;
+        match read {
+            Ok(Ok(n)) if n > 0 => seen.push_str(&String::from_utf8_lossy(&buffer[..n])),
+            other => panic!("{wanted} never came: {other:?}\n{seen}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_proxied_watch_on_a_non_owner_is_served_by_the_owner() {
+    use tokio::io::AsyncReadExt;
+    let world = world().await;
+    let (api, setup) = (&world.api, &world.setup);
+    let mut replicas = vec![
+        setup.replica(&setup.url).await,
+        setup.replica(&setup.url).await,
+    ];
+    let owner_id = setup.settled_owner(&replicas).await.id.clone();
+    let other = replicas.iter().position(|r| r.id != owner_id).unwrap();
+    let mut stream = proxied_watch(&replicas[other]).await;
+    let mut seen = String::new();
+    read_until(&mut stream, &mut seen, "web-config").await;
+    assert!(seen.starts_with("HTTP/1.1 200"), "{seen}");
+    api.insert(config_map("late"));
+    read_until(&mut stream, &mut seen, "\"late\"").await;
+
+    // Through the owner: when it dies, the stream it served ends (a Kubernetes client then
+    // watches again, through the new owner), where a watch of this replica's own would go on.
+    kill_9(replicas.remove(replicas.iter().position(|r| r.id == owner_id).unwrap()));
+    let other = &replicas[0];
+    let ended = tokio::time::timeout(Duration::from_secs(30), async {
+        let mut buffer = [0u8; 4096];
+        loop {
+            match stream.read(&mut buffer).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await;
+    assert!(
+        ended.is_ok(),
+        "the proxied watch outlived the owner that served it\n{}",
+        other.logs()
+    );
+    // Watched again once the connection is owned again: the objects, as before.
+    setup.settled_owner(&replicas).await;
+    let mut again = proxied_watch(other).await;
+    let mut seen = String::new();
+    read_until(&mut again, &mut seen, "\"late\"").await;
+    read_until(&mut again, &mut seen, "web-config").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_owner_checks_the_watches_handed_to_it_itself() {
+    let world = world().await;
+    let setup = &world.setup;
+    let replicas = [setup.replica(&setup.url).await];
+    let owner = setup.settled_owner(&replicas).await;
+    let at = &owner.advertise_url;
+    let header = envlens::auth::REPLICA_HEADER;
+    let keys = keys();
+    let carrying_token = |token: &str| {
+        let credential = envlens::auth::Credential::of_watch_socket(token).encode();
+        envlens::auth::mint_replica(INTERNAL_KEY, Some(&credential)).unwrap()
+    };
+    let ask = json!({"agent": 7, "params": config_maps()});
+    let path = envlens::replicas::forward::WATCH_PATH;
+    // A token this envlens signed but no socket was opened with: refused.
+    let unspent = keys
+        .sign_watch_token(&envlens::auth::watch_token::WatchClaims::new(
+            7,
+            2,
+            envlens::auth::Via::Bearer,
+            30,
+        ))
+        .unwrap();
+    let (status, body) = post_internal(at, path, &[(header, &carrying_token(&unspent))], &ask);
+    assert_eq!(status, 401, "{body}");
+    // A token spent on a socket, for a viewer without user_access: refused by the owner.
+    let rep = keys
+        .sign_watch_token(&envlens::auth::watch_token::WatchClaims::new(
+            7,
+            3,
+            envlens::auth::Via::Bearer,
+            30,
+        ))
+        .unwrap();
+    assert!(
+        open_socket(owner, &rep).await.is_err(),
+        "rep has no user_access"
+    );
+    let (status, body) = post_internal(at, path, &[(header, &carrying_token(&rep))], &ask);
+    assert_eq!(status, 403, "{body}");
+    // dev's spent token, for another agent than the one asked: refused.
+    let token = watch_token(owner);
+    let _socket = open_socket(owner, &token).await.unwrap();
+    let other_agent = json!({"agent": 8, "params": config_maps()});
+    let (status, body) =
+        post_internal(at, path, &[(header, &carrying_token(&token))], &other_agent);
+    assert_eq!(status, 403, "{body}");
+    // No token at all; GitLab's own internal token: refused.
+    let (status, _) = post_internal(at, path, &[(header, &carrying(None))], &ask);
+    assert_eq!(status, 401);
+    let (status, _) = post_internal(at, path, &[(header, &internal_token())], &ask);
+    assert_eq!(status, 401);
+
+    // A proxied watch: the carried credential authenticated as the proxy does.
+    let proxy = envlens::replicas::forward::PROXY_PATH;
+    let watch_uri = format!(
+        "/api/v1/namespaces/{}/configmaps?watch=true",
+        environment::NS
+    );
+    let ask = json!({"agent": 7, "uri": watch_uri, "headers": []});
+    let (status, body) = post_internal(at, proxy, &[(header, &carrying(Some((3, "rep"))))], &ask);
+    assert_eq!(status, 401, "rep: {body}");
+    let not_a_watch = json!({"agent": 7, "uri": "/api/v1/namespaces/shop/secrets", "headers": []});
+    let (status, body) = post_internal(
+        at,
+        proxy,
+        &[(header, &carrying(Some((2, "dev"))))],
+        &not_a_watch,
+    );
+    assert_eq!(status, 422, "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_socket_on_the_owner_follows_its_connection_to_a_new_replica() {
+    let world = world().await;
+    let (api, setup) = (&world.api, &world.setup);
+    let mut replicas = vec![setup.replica(&setup.url).await];
+    let first = setup.settled_owner(&replicas).await.id.clone();
+    api.clear_requests();
+    let mut socket = open_socket(&replicas[0], &watch_token(&replicas[0]))
+        .await
+        .unwrap();
+    watch_config_maps(&mut socket, "cm").await;
+    let added = text_within(&mut socket, Duration::from_secs(30)).await;
+    assert_eq!(
+        event(&added.expect("the first event")),
+        pair("ADDED", "web-config")
+    );
+    // A replica joins and, if it does not win the connection (odds 1/2), leaves again, until
+    // one wins: the owner hands the connection over, alive.
+    let mut changes = Vec::new();
+    for attempt in 0.. {
+        assert!(attempt < 16, "the connection never moved");
+        replicas.push(setup.replica(&setup.url).await);
+        let name = format!("joined-{attempt}");
+        api.insert(config_map(&name));
+        changes.push(name);
+        if setup.settled_owner(&replicas).await.id != first {
+            break;
+        }
+        let lost = replicas.pop().unwrap();
+        std::thread::spawn(move || drop(lost));
+    }
+    api.insert(config_map("after"));
+    changes.push("after".into());
+    let wanted: Vec<&str> = changes.iter().map(String::as_str).collect();
+    let mut seen = events_until(&mut socket, &wanted, || replicas[0].logs()).await;
+    seen.sort();
+    let mut expected: Vec<_> = wanted.iter().map(|n| pair("ADDED", n)).collect();
+    expected.sort();
+    assert_eq!(seen, expected, "each change once, nothing else");
+    assert_eq!(user_watches(api), Vec::<String>::new());
 }

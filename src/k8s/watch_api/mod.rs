@@ -18,6 +18,7 @@
 
 pub mod protocol;
 mod stream;
+pub mod through_owner;
 pub mod tokens;
 
 use std::collections::HashMap;
@@ -31,6 +32,7 @@ use axum::response::{IntoResponse, Response};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
+use crate::auth::Credential;
 use crate::auth::Keys;
 use crate::db::pool::Pool;
 use crate::db::slots::{SlotKind, Slots};
@@ -40,7 +42,9 @@ use crate::k8s::clusters::{Cluster, Clusters};
 use crate::k8s::grants::AccessType;
 use crate::k8s::proxy::{admit, current_grant, unauthorized, Admitted};
 use crate::k8s::request_info::RequestInfo;
-use tokens::{Bound, Tokens};
+use crate::replicas::forward::Forward;
+pub use stream::Watcher;
+use tokens::Bound;
 
 /// The subprotocol of GitLab's watch API.
 pub const PROTOCOL: &str = "gitlab-agent-watch-api";
@@ -65,16 +69,15 @@ const OUTBOX: usize = 1024;
 /// How long a closed socket waits for the browser's own Close before it is dropped.
 const CLOSE_WAIT: Duration = Duration::from_secs(2);
 
-/// What the watch API keeps between requests: the tokens waiting, and the socket bound.
+/// What the watch API keeps between requests: the socket bound (the tokens are signed, and
+/// their uses recorded in the database: [`tokens`]).
 pub struct Shared {
-    pub tokens: Tokens,
     sockets: Arc<Semaphore>,
 }
 
 impl Default for Shared {
     fn default() -> Self {
         Shared {
-            tokens: Tokens::default(),
             sockets: Arc::new(Semaphore::new(MAX_SOCKETS)),
         }
     }
@@ -87,6 +90,7 @@ pub async fn watch(
     State(clusters): State<Arc<Clusters>>,
     State(gitlab): State<Option<Arc<Instance>>>,
     State(slots): State<Slots>,
+    State(forward): State<Forward>,
     request: Request,
 ) -> Response {
     let (mut parts, _) = request.into_parts();
@@ -113,11 +117,18 @@ pub async fn watch(
         {
             return Error::from(none).to_kubernetes_status();
         }
-        let token = clusters.watch_api.tokens.issue(Bound {
-            agent_id,
-            user_id: session.user_id,
-            via: session.via,
-        });
+        let issued = tokens::issue(
+            &keys,
+            Bound {
+                agent_id,
+                user_id: session.user_id,
+                via: session.via,
+            },
+        );
+        let token = match issued {
+            Ok(token) => token,
+            Err(e) => return Error::Internal(e).to_kubernetes_status(),
+        };
         let mut response = axum::Json(serde_json::json!({ "token": token })).into_response();
         response
             .headers_mut()
@@ -145,8 +156,16 @@ pub async fn watch(
             "the WebSocket must offer the subprotocol {TOKEN_PROTOCOL_PREFIX}<token>"
         ));
     };
-    let Some(bound) = clusters.watch_api.tokens.redeem(token) else {
-        return unauthorized("the watch token is unknown, expired or already used");
+    let bound = match tokens::redeem(&keys, &db, token).await {
+        Ok(Some(bound)) => bound,
+        Ok(None) => return unauthorized("the watch token is unknown, expired or already used"),
+        Err(e) => return e.to_kubernetes_status(),
+    };
+    // The socket's one credential, for the owners of the connection to check (SPEC 16).
+    let through = through_owner::Through {
+        forward,
+        credential: Credential::of_watch_socket(token),
+        agent: bound.agent_id,
     };
     let grant = match current_grant(&db, &clusters, bound.agent_id, bound.user_id).await {
         Ok(Some(grant)) => grant,
@@ -197,6 +216,7 @@ pub async fn watch(
         clusters: clusters.clone(),
         bound,
         timeout: clusters.response_timeout,
+        through,
     };
     upgrade
         .protocols([PROTOCOL])
@@ -243,10 +263,11 @@ struct Socket {
     clusters: Arc<Clusters>,
     bound: Bound,
     timeout: Duration,
+    through: through_owner::Through,
 }
 
 /// Aborts a watch's task when the socket drops it.
-struct Running(tokio::task::AbortHandle);
+pub struct Running(pub tokio::task::AbortHandle);
 
 impl Drop for Running {
     fn drop(&mut self) {
@@ -262,6 +283,8 @@ impl Socket {
             headers: self.headers.clone(),
             outbox,
             timeout: self.timeout,
+            through: Some(self.through.clone()),
+            for_replica: false,
         };
         let mut watches: HashMap<String, Running> = HashMap::new();
         let mut idle_since = Some(Instant::now());

@@ -33,7 +33,7 @@ pub struct Incoming {
 }
 
 /// What to watch: a resource of a group version, in a namespace or all of them.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Deserialize, serde::Serialize, PartialEq, Eq)]
 pub struct Params {
     #[serde(default)]
     pub group: String,

@@ -27,14 +27,45 @@ pub struct Watcher {
     pub headers: Arc<HeaderMap>,
     pub outbox: mpsc::Sender<String>,
     pub timeout: Duration,
+    /// The way to the owner of the connection (SPEC 16), for a socket on a replica that
+    /// shares the clusters; its watches the cache would serve are served by the owner's
+    /// cache then ([`super::through_owner`]).
+    pub through: Option<super::through_owner::Through>,
+    /// Serving another replica's socket: [`super::through_owner::SYNCED`] follows the first
+    /// complete sync, so that it knows which objects are gone.
+    pub for_replica: bool,
+}
+
+/// How a watch served from the cache ended.
+pub(super) enum Ended {
+    /// The socket went away.
+    SocketGone,
+    /// The cache stopped the namespace (idle, bounded, or the connection handed over).
+    Closed,
+}
+
+/// What a resync did.
+enum Resynced {
+    Done,
+    /// The kind's list failed: said to the watcher, who keeps what it had.
+    Failed,
+    /// This replica no longer holds the connection, and the watch follows it elsewhere.
+    NotHeld,
+    SocketGone,
 }
 
 impl Watcher {
-    async fn send(&self, message: String) -> bool {
+    pub(super) async fn send(&self, message: String) -> bool {
         self.outbox.send(message).await.is_ok()
     }
 
-    async fn fail(&self, id: &str, code: Option<u16>, message: &str) {
+    /// Whether the watch goes on elsewhere when this replica stops holding the connection:
+    /// one served for another replica, or one that can follow the owner.
+    fn follows_owner(&self) -> bool {
+        self.for_replica || self.through.is_some()
+    }
+
+    pub(super) async fn fail(&self, id: &str, code: Option<u16>, message: &str) {
         self.send(protocol::error(Some(id), code, message)).await;
     }
 
@@ -47,19 +78,41 @@ impl Watcher {
             Ok(d) => d.kinds,
             Err(e) => return self.fail(&id, e.code, &e.message).await,
         };
-        match params
-            .cached(&kinds)
-            .filter(|_| self.cluster.watch.enabled())
-        {
-            Some((kind, selection)) => {
-                let kind = kind.clone();
-                self.cached(&id, &params.namespace, &kind, &selection).await
-            }
-            None => self.at_cluster(&id, &params).await,
+        let Some((kind, selection)) = params.cached(&kinds) else {
+            return self.at_cluster(&id, &params).await;
+        };
+        let kind = kind.clone();
+        // Sharing the clusters, the watch follows the connection wherever it is held.
+        let follows = self.through.as_ref().is_some_and(|through| {
+            through.forward.shares()
+                && (self.cluster.watch.enabled() || through.owner(&self.cluster).is_some())
+        });
+        if follows {
+            return self.through_owner(&id, &params, &kind, &selection).await;
         }
+        if self.cluster.watch.enabled() {
+            let mut sent = Sent::default();
+            if let Ended::Closed = self
+                .cached(&id, &params.namespace, &kind, &selection, &mut sent)
+                .await
+            {
+                self.fail(&id, Some(503), "the watch cache stopped this namespace")
+                    .await
+            }
+            return;
+        }
+        self.at_cluster(&id, &params).await
     }
 
-    async fn cached(&self, id: &str, namespace: &str, kind: &ApiKind, selection: &Selection) {
+    /// The watch from this replica's cache, from what the watcher was `sent` before.
+    pub(super) async fn cached(
+        &self,
+        id: &str,
+        namespace: &str,
+        kind: &ApiKind,
+        selection: &Selection,
+        sent: &mut Sent,
+    ) -> Ended {
         let cache = &self.cluster.watch;
         // Listen first, then read: no change falls between the two.
         let mut changes = cache.changes(namespace);
@@ -75,13 +128,32 @@ impl Watcher {
             .await
         {
             Ok(view) => view,
-            Err(refused) => return self.fail(id, refused.code, &refused.message).await,
+            Err(_) if self.follows_owner() && !self.cluster.watch.held() => return Ended::Closed,
+            Err(refused) => {
+                self.fail(id, refused.code, &refused.message).await;
+                return Ended::SocketGone;
+            }
         };
         view.synced(self.timeout).await;
-        let mut sent = Sent::default();
-        if !self.resync(id, &view, selection, &mut sent).await {
-            return;
+        // Another replica's socket learns when the first complete sync is over.
+        let mut unmarked = self.for_replica;
+        macro_rules! resync {
+            () => {
+                match self.resync(id, &view, selection, sent).await {
+                    Resynced::SocketGone => return Ended::SocketGone,
+                    Resynced::NotHeld => return Ended::Closed,
+                    Resynced::Failed => {}
+                    Resynced::Done if unmarked => {
+                        if !self.send(super::through_owner::SYNCED.to_owned()).await {
+                            return Ended::SocketGone;
+                        }
+                        unmarked = false;
+                    }
+                    Resynced::Done => {}
+                }
+            };
         }
+        resync!();
         loop {
             let events = match changes.recv().await {
                 Ok(change) if change.kind != *kind => continue,
@@ -93,47 +165,46 @@ impl Watcher {
                     }
                     Change::Deleted(object) => sent.apply(&name(&object), None),
                     Change::Reset => {
-                        if !self.resync(id, &view, selection, &mut sent).await {
-                            return;
-                        }
+                        resync!();
                         continue;
                     }
                 },
                 Err(RecvError::Lagged(_)) => {
-                    if !self.resync(id, &view, selection, &mut sent).await {
-                        return;
-                    }
+                    resync!();
                     continue;
                 }
-                Err(RecvError::Closed) => {
-                    return self
-                        .fail(id, Some(503), "the watch cache stopped this namespace")
-                        .await
-                }
+                Err(RecvError::Closed) => return Ended::Closed,
             };
             for (event, object) in events {
                 if !self.send(protocol::data(id, event, &object, kind)).await {
-                    return;
+                    return Ended::SocketGone;
                 }
             }
         }
     }
 
-    /// Brings the watcher to the kind's objects now; false when the socket is gone. A kind
-    /// whose list fails is an error message (the watch stays, and recovers on the next reset).
+    /// Brings the watcher to the kind's objects now. A kind whose list fails is an error
+    /// message (the watch stays, and recovers on the next reset).
     async fn resync(
         &self,
         id: &str,
         view: &KindView,
         selection: &Selection,
         sent: &mut Sent,
-    ) -> bool {
+    ) -> Resynced {
         let objects = match view.objects() {
             Ok(objects) => objects,
+            // The connection handed over: a watch that can follow it to the new owner
+            // says nothing, and follows it.
+            Err(_) if self.follows_owner() && !self.cluster.watch.held() => {
+                return Resynced::NotHeld
+            }
             Err(failure) => {
-                return self
-                    .send(protocol::error(Some(id), failure.code, &failure.message))
-                    .await
+                let said = protocol::error(Some(id), failure.code, &failure.message);
+                return match self.send(said).await {
+                    true => Resynced::Failed,
+                    false => Resynced::SocketGone,
+                };
             }
         };
         let picked = objects.into_iter().filter(|o| selection.picks(o)).collect();
@@ -142,15 +213,15 @@ impl Watcher {
                 .send(protocol::data(id, event, &object, view.kind()))
                 .await
             {
-                return false;
+                return Resynced::SocketGone;
             }
         }
-        true
+        Resynced::Done
     }
 
     /// A watch of the cluster as the user, resumed from its last version when the server ends
     /// it; a version too old (`410 Gone`) or any refusal is an error message, and the end.
-    async fn at_cluster(&self, id: &str, params: &Params) {
+    pub(super) async fn at_cluster(&self, id: &str, params: &Params) {
         let mut version: Option<String> = None;
         loop {
             let mut uri = format!("{}?watch=true", params.path());
@@ -290,7 +361,7 @@ enum Forwarded {
     Gone,
 }
 
-fn name(object: &Object) -> String {
+pub(super) fn name(object: &Object) -> String {
     object
         .view
         .get("metadata")

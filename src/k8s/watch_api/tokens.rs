@@ -2,20 +2,23 @@
 //! WebSocket, so GitLab's frontend first asks for a token with its usual credentials and then
 //! names the token in a subprotocol. A token is bound to the user, the agent and how the user
 //! signed in (which decides the impersonation), lives [`TOKEN_TTL`], and opens one socket.
+//!
+//! Replicas (SPEC 16): a token is signed with the internal secret ([`WatchClaims`]), so that
+//! the replica the socket reaches need not be the one that issued it, and its one use is
+//! recorded in PostgreSQL ([`crate::db::watch_tokens`]), so that it opens one socket across
+//! all of them. A replica whose socket's watches are answered by the owner of the connection
+//! carries the spent token there as the viewer's credential ([`spent`]).
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use base64::Engine;
-use sha2::{Digest, Sha256};
-
-use crate::auth::Via;
+use crate::auth::watch_token::WatchClaims;
+use crate::auth::{Keys, Via};
+use crate::db::pool::Pool;
+use crate::db::watch_tokens;
+use crate::error::Error;
 
 /// How long a token may wait for its socket: the frontend opens it at once.
 pub const TOKEN_TTL: Duration = Duration::from_secs(30);
-/// Tokens waiting at once, across users; past it the oldest go first.
-pub const MAX_TOKENS: usize = 10_000;
 
 /// Whom a token was issued to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,98 +28,56 @@ pub struct Bound {
     pub via: Via,
 }
 
-/// Tokens issued and not yet used, by their SHA-256 (the tokens themselves are not kept).
-pub struct Tokens {
-    ttl: Duration,
-    max: usize,
-    waiting: Mutex<HashMap<[u8; 32], (Instant, Bound)>>,
-}
-
-impl Default for Tokens {
-    fn default() -> Self {
-        Tokens::new(TOKEN_TTL, MAX_TOKENS)
-    }
-}
-
-fn digest(token: &str) -> [u8; 32] {
-    Sha256::digest(token.as_bytes()).into()
-}
-
-impl Tokens {
-    pub fn new(ttl: Duration, max: usize) -> Self {
-        Tokens {
-            ttl,
-            max: max.max(1),
-            waiting: Mutex::new(HashMap::new()),
+impl From<&WatchClaims> for Bound {
+    fn from(claims: &WatchClaims) -> Self {
+        Bound {
+            agent_id: claims.agent,
+            user_id: claims.user,
+            via: claims.via,
         }
     }
-
-    /// A new token for `bound`: 256 random bits, URL-safe base64 (valid in a subprotocol name).
-    pub fn issue(&self, bound: Bound) -> String {
-        let bytes: [u8; 32] = rand::random();
-        let token = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
-        let now = Instant::now();
-        let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
-        waiting.retain(|_, (at, _)| now.duration_since(*at) < self.ttl);
-        while waiting.len() >= self.max {
-            let oldest = waiting
-                .iter()
-                .min_by_key(|(_, (at, _))| *at)
-                .map(|(k, _)| *k);
-            match oldest {
-                Some(k) => waiting.remove(&k),
-                None => break,
-            };
-        }
-        waiting.insert(digest(&token), (now, bound));
-        token
-    }
-
-    /// Whom `token` was issued to, if it is known and fresh; it is spent either way.
-    pub fn redeem(&self, token: &str) -> Option<Bound> {
-        let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
-        let (at, bound) = waiting.remove(&digest(token))?;
-        (at.elapsed() < self.ttl).then_some(bound)
-    }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+fn ttl() -> i64 {
+    TOKEN_TTL.as_secs() as i64
+}
 
-    const ALICE: Bound = Bound {
-        agent_id: 7,
-        user_id: 2,
-        via: Via::Cookie,
+/// A new token for `bound`.
+pub fn issue(keys: &Keys, bound: Bound) -> anyhow::Result<String> {
+    keys.sign_watch_token(&WatchClaims::new(
+        bound.agent_id,
+        bound.user_id,
+        bound.via,
+        ttl(),
+    ))
+}
+
+/// Whom `token` was issued to, if this envlens signed it, it has not expired and it was never
+/// used, here or on another replica: it is spent now. `Ok(None)` for a token refused; an error
+/// when the database cannot record the use (the socket is refused then too).
+pub async fn redeem(keys: &Keys, db: &Pool, token: &str) -> Result<Option<Bound>, Error> {
+    let Ok(claims) = keys.verify_watch_token(token, ttl()) else {
+        return Ok(None);
     };
+    let mut conn = db.acquire().await?;
+    let first = watch_tokens::spend(&mut *conn, &claims.jti, claims.exp).await?;
+    Ok(first.then(|| Bound::from(&claims)))
+}
 
-    #[test]
-    fn a_token_opens_once() {
-        let tokens = Tokens::default();
-        let t = tokens.issue(ALICE);
-        assert!(t.len() >= 43);
-        assert!(t
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'));
-        assert_eq!(tokens.redeem(&t), Some(ALICE));
-        assert_eq!(tokens.redeem(&t), None, "a second use");
-        assert_eq!(tokens.redeem("made-up"), None);
+/// Whom `token` was issued to, when it is one this envlens signed and some replica spent on a
+/// socket (whatever its age within [`watch_tokens::KEPT_HOURS`]): what the owner of a
+/// connection checks of a socket's watches another replica hands it.
+pub async fn spent(keys: &Keys, db: &Pool, token: &str) -> Result<Bound, Error> {
+    let claims = keys.verify_spent_watch_token(token, ttl())?;
+    let kept = watch_tokens::KEPT_HOURS * 3600 + ttl();
+    if claims.iat < chrono::Utc::now().timestamp() - kept {
+        return Err(Error::Unauthorized("the watch token is too old".into()));
     }
-
-    #[test]
-    fn tokens_expire_and_are_bounded() {
-        let tokens = Tokens::new(Duration::from_millis(1), 10);
-        let t = tokens.issue(ALICE);
-        std::thread::sleep(Duration::from_millis(5));
-        assert_eq!(tokens.redeem(&t), None, "expired");
-
-        let tokens = Tokens::new(Duration::from_secs(60), 2);
-        let first = tokens.issue(ALICE);
-        std::thread::sleep(Duration::from_millis(2));
-        let second = tokens.issue(ALICE);
-        let third = tokens.issue(ALICE);
-        assert_eq!(tokens.redeem(&first), None, "the oldest made room");
-        assert_eq!(tokens.redeem(&second), Some(ALICE));
-        assert_eq!(tokens.redeem(&third), Some(ALICE));
+    let mut conn = db.acquire().await?;
+    if !watch_tokens::was_spent(&mut *conn, &claims.jti).await? {
+        return Err(Error::Unauthorized(
+            "the watch token opened no socket".into(),
+        ));
     }
+    Ok(Bound::from(&claims))
 }
