@@ -647,10 +647,19 @@ async fn a_users_twenty_first_socket_is_429_while_another_users_first_opens(reac
     for _ in 0..20 {
         open.push(live.socket(2, 7).await);
     }
+    let spent = || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM watch_tokens_spent")
+            .fetch_one(&live.app.db)
+            .await
+            .unwrap()
+    };
+    let spent_before = spent().await;
     let token = live.token(2, 7).await;
     match live.open(&protocols(&token)).await {
         Err(tungstenite::Error::Http(response)) => {
             assert_eq!(response.status(), 429);
+            // A socket refused records no spent token: the refusals cannot fill the table.
+            assert_eq!(spent().await, spent_before);
             let retry: u64 = response.headers()["retry-after"]
                 .to_str()
                 .unwrap()

@@ -750,19 +750,22 @@ async fn the_owner_checks_the_watches_handed_to_it_itself() {
         .unwrap();
     let (status, body) = post_internal(at, path, &[(header, &carrying_token(&unspent))], &ask);
     assert_eq!(status, 401, "{body}");
-    // A token spent on a socket, for a viewer without user_access: refused by the owner.
-    let rep = keys
-        .sign_watch_token(&envlens::auth::watch_token::WatchClaims::new(
-            7,
-            3,
-            envlens::auth::Via::Bearer,
-            30,
-        ))
-        .unwrap();
+    // A token spent on a socket, for a viewer without user_access (a socket refused spends
+    // nothing: the token is recorded spent as a replica whose viewer then lost their access
+    // would have): refused by the owner.
+    let claims = envlens::auth::watch_token::WatchClaims::new(7, 3, envlens::auth::Via::Bearer, 30);
+    let rep = keys.sign_watch_token(&claims).unwrap();
     assert!(
         open_socket(owner, &rep).await.is_err(),
         "rep has no user_access"
     );
+    sqlx::query(
+        "INSERT INTO watch_tokens_spent (id, expires_at) VALUES ($1, now() + interval '1 day')",
+    )
+    .bind(&claims.jti)
+    .execute(&setup.app.db)
+    .await
+    .unwrap();
     let (status, body) = post_internal(at, path, &[(header, &carrying_token(&rep))], &ask);
     assert_eq!(status, 403, "{body}");
     // dev's spent token, for another agent than the one asked: refused.

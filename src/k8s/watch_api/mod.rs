@@ -156,11 +156,11 @@ pub async fn watch(
             "the WebSocket must offer the subprotocol {TOKEN_PROTOCOL_PREFIX}<token>"
         ));
     };
-    let bound = match tokens::redeem(&keys, &db, token).await {
-        Ok(Some(bound)) => bound,
-        Ok(None) => return unauthorized("the watch token is unknown, expired or already used"),
-        Err(e) => return e.to_kubernetes_status(),
+    const REFUSED_TOKEN: &str = "the watch token is unknown, expired or already used";
+    let Some(verified) = tokens::verify(&keys, token) else {
+        return unauthorized(REFUSED_TOKEN);
     };
+    let bound = verified.bound();
     // The socket's one credential, for the owners of the connection to check (SPEC 16).
     let through = through_owner::Through {
         forward,
@@ -194,6 +194,12 @@ pub async fn watch(
         Ok(None) => return too_many_sockets(slots.limits().watch_sockets),
         Err(e) => return e.to_kubernetes_status(),
     };
+    // Spent only now: a socket refused above records nothing.
+    match verified.spend(&db).await {
+        Ok(true) => {}
+        Ok(false) => return unauthorized(REFUSED_TOKEN),
+        Err(e) => return e.to_kubernetes_status(),
+    }
     let Ok(permit) = clusters.watch_api.sockets.clone().try_acquire_owned() else {
         return kubernetes_status(
             StatusCode::SERVICE_UNAVAILABLE,

@@ -52,16 +52,27 @@ pub fn issue(keys: &Keys, bound: Bound) -> anyhow::Result<String> {
     ))
 }
 
-/// Whom `token` was issued to, if this envlens signed it, it has not expired and it was never
-/// used, here or on another replica: it is spent now. `Ok(None)` for a token refused; an error
-/// when the database cannot record the use (the socket is refused then too).
-pub async fn redeem(keys: &Keys, db: &Pool, token: &str) -> Result<Option<Bound>, Error> {
-    let Ok(claims) = keys.verify_watch_token(token, ttl()) else {
-        return Ok(None);
-    };
-    let mut conn = db.acquire().await?;
-    let first = watch_tokens::spend(&mut *conn, &claims.jti, claims.exp).await?;
-    Ok(first.then(|| Bound::from(&claims)))
+/// A token this envlens signed, not expired: whom it was issued to. Not spent yet: the
+/// socket spends it ([`Verified::spend`]) once the user's place among their sockets is taken,
+/// so that a user refused a socket leaves no row behind.
+pub fn verify(keys: &Keys, token: &str) -> Option<Verified> {
+    keys.verify_watch_token(token, ttl()).ok().map(Verified)
+}
+
+/// A token [`verify`] accepted.
+pub struct Verified(WatchClaims);
+
+impl Verified {
+    pub fn bound(&self) -> Bound {
+        Bound::from(&self.0)
+    }
+
+    /// Spends the token: `true` the first time, here or on another replica; an error when the
+    /// database cannot record the use (the socket is refused then too).
+    pub async fn spend(&self, db: &Pool) -> Result<bool, Error> {
+        let mut conn = db.acquire().await?;
+        Ok(watch_tokens::spend(&mut *conn, &self.0.jti, self.0.exp).await?)
+    }
 }
 
 /// Whom `token` was issued to, when it is one this envlens signed and some replica spent on a
