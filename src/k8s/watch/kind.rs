@@ -149,7 +149,7 @@ impl KindWatch {
     #[allow(clippy::too_many_arguments)]
     pub fn start(
         route: Route,
-        cause: Option<HeaderValue>,
+        first: FirstList,
         kind: ApiKind,
         namespace: &str,
         page_size: usize,
@@ -191,7 +191,7 @@ impl KindWatch {
                         }));
                     }
                 }
-                () = run(route, weak.clone(), path, page_size, cause) => {}
+                () = run(route, weak.clone(), path, page_size, first) => {}
             }
         });
         let _ = watch.task.set(task.abort_handle());
@@ -388,13 +388,28 @@ async fn back_off(circuit: &Circuit, backoff: &mut Duration) {
     }
 }
 
+/// What a kind's first list is for: the view that caused it (its `Audit-ID`), and that view's
+/// end, which the first watch waits for. A first view lists every kind at once; the watches
+/// that follow each list would otherwise be sent while the other lists are still coming, and
+/// compete with them (through GitLab's agent server, 41 more requests) for what the viewer
+/// waits for.
+#[derive(Default)]
+pub struct FirstList {
+    pub cause: Option<HeaderValue>,
+    pub watch_after: Option<watch::Receiver<bool>>,
+}
+
 async fn run(
     route: Route,
     watch: std::sync::Weak<KindWatch>,
     path: String,
     page_size: usize,
-    mut cause: Option<HeaderValue>,
+    first: FirstList,
 ) {
+    let FirstList {
+        mut cause,
+        mut watch_after,
+    } = first;
     let mut version: Option<String> = None;
     let mut backoff = BACKOFF_START;
     let mut after_list = false;
@@ -421,6 +436,11 @@ async fn run(
         }
         let from = version.clone().unwrap_or_default();
         drop(this);
+        if let Some(mut view) = watch_after.take() {
+            // Done or dropped, the view lets go; a change meanwhile comes with the watch,
+            // which starts from the list's version.
+            let _ = view.wait_for(|done| *done).await;
+        }
         let (via, until) = if std::mem::take(&mut after_list) {
             (
                 &route.client,

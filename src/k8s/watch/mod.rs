@@ -682,7 +682,7 @@ impl WatchCache {
             kinds.push(events);
         }
         let cause = headers.get(AUDIT_ID_HEADER);
-        let (ns, watches) = self.watch(namespace, &kinds, options.page_size.max(1), cause);
+        let (ns, watches, done) = self.watch(namespace, &kinds, options.page_size.max(1), cause);
         self.bound(namespace);
         wait_synced(&watches, options.request_timeout).await;
 
@@ -708,6 +708,7 @@ impl WatchCache {
             refusals,
             unwatched,
             fresh: HashSet::new(),
+            _done: done,
         }))
     }
 
@@ -816,13 +817,17 @@ impl WatchCache {
 
     /// The namespace and its watches of `kinds`, in that order: started where missing, the
     /// namespace marked read now, watches of kinds no longer discovered stopped.
+    ///
+    /// Watches started here send their first watch only once the returned sender says the
+    /// view is done (or is dropped): see [`kind::FirstList`].
     fn watch(
         &self,
         namespace: &str,
         kinds: &[ApiKind],
         page_size: usize,
         cause: Option<&HeaderValue>,
-    ) -> (Arc<Namespace>, Vec<Arc<KindWatch>>) {
+    ) -> (Arc<Namespace>, Vec<Arc<KindWatch>>, ViewDone) {
+        let (done, watch_after) = tokio::sync::watch::channel(false);
         self.start_sweeper();
         let ns = self
             .inner
@@ -841,7 +846,10 @@ impl WatchCache {
                     .or_insert_with(|| {
                         KindWatch::start(
                             self.inner.route(),
-                            cause.cloned(),
+                            kind::FirstList {
+                                cause: cause.cloned(),
+                                watch_after: Some(watch_after.clone()),
+                            },
                             kind.clone(),
                             namespace,
                             page_size,
@@ -855,7 +863,7 @@ impl WatchCache {
             })
             .collect();
         drop(watched);
-        (ns, watches)
+        (ns, watches, ViewDone(done))
     }
 
     /// Drops the namespaces read least recently (never `reading`, never one listened to) while
@@ -1012,7 +1020,10 @@ impl WatchCache {
             .or_insert_with(|| {
                 KindWatch::start(
                     self.inner.route(),
-                    headers.get(AUDIT_ID_HEADER).cloned(),
+                    kind::FirstList {
+                        cause: headers.get(AUDIT_ID_HEADER).cloned(),
+                        watch_after: None,
+                    },
                     kind.clone(),
                     namespace,
                     page_size.max(1),
@@ -1051,6 +1062,17 @@ struct Prepared {
     /// Kinds (apiVersion, kind) listed fresh although watched: a consistent read found the
     /// cache behind the cluster for them.
     fresh: HashSet<(String, String)>,
+    /// Lets the watches this view started go on once it is dropped, its answer made.
+    _done: ViewDone,
+}
+
+/// Says, when dropped, that the view that started some watches is done with their lists.
+struct ViewDone(tokio::sync::watch::Sender<bool>);
+
+impl Drop for ViewDone {
+    fn drop(&mut self) {
+        self.0.send_replace(true);
+    }
 }
 
 /// Assembles `listing` off the runtime's threads.
