@@ -163,6 +163,39 @@ impl Setup {
     }
 }
 
+impl Setup {
+    /// The resources the cache has listed so far (`pods`, `deployments.apps`): its kinds.
+    fn listed(&self) -> Vec<String> {
+        self.api
+            .request_counts()
+            .into_keys()
+            .filter(|(verb, _)| verb == "list")
+            .map(|(_, resource)| resource)
+            .collect()
+    }
+
+    /// Waits (up to 15 s, no view meanwhile) until each of `listed` has had its watch sent
+    /// and as many watches are open.
+    async fn every_kind_watched(&self, listed: &[String], what: &str) {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let unwatched: Vec<&String> = listed
+                .iter()
+                .filter(|r| self.api.request_count("watch", r) == 0)
+                .collect();
+            if unwatched.is_empty() && self.api.open_streams() >= listed.len() {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{what}: never watched: {unwatched:?}, {} open",
+                self.api.open_streams()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
 fn names(g: &ResourceGroup) -> Vec<String> {
     g.resources
         .iter()
@@ -347,7 +380,10 @@ async fn a_second_view_asks_nothing_of_the_cluster(reach: Reach) {
     let s = setup(reach, 200_000).await;
     let none = HeaderMap::new();
     let first = s.cached(&none).await;
-    // The watches are open; nothing but them from here on.
+    // The first view's watches start once it is answered: once they are open, nothing but
+    // them from here on.
+    let listed = s.listed();
+    s.every_kind_watched(&listed, "after the first view").await;
     s.api.reset_request_counts();
     let second = s.cached(&none).await;
     assert_eq!(first, second);
@@ -358,7 +394,8 @@ async fn a_second_view_asks_nothing_of_the_cluster(reach: Reach) {
         .filter(|((verb, _), _)| verb != "watch")
         .collect();
     assert_eq!(asked, [], "a second view from the cache");
-    let kinds = s.discovery.cached().unwrap().kinds.len();
+    // At most the one resumption of each kind's watch on the streams' own connection
+    // ([`HANDOVER`] after its first), none for the view.
     let watches: u64 = s
         .api
         .request_counts()
@@ -366,7 +403,98 @@ async fn a_second_view_asks_nothing_of_the_cluster(reach: Reach) {
         .filter(|((verb, _), _)| verb == "watch")
         .map(|(_, n)| n)
         .sum();
-    assert!(watches <= kinds as u64, "no watch was opened again");
+    assert!(
+        watches <= listed.len() as u64,
+        "no watch was opened again: {watches} for {} kinds",
+        listed.len()
+    );
+}
+
+/// How long the tests below hold a list: far longer than anything else in a view takes.
+const HELD: Duration = Duration::from_secs(2);
+
+both_ways!(a_first_views_watches_wait_for_its_end);
+/// A first view lists every kind at once, and the watches that follow the lists would compete
+/// with the lists still coming: no kind's watch is sent before the view is answered (here not
+/// before its slowest list, ConfigMaps held [`HELD`], has come), and then every kind's is.
+async fn a_first_views_watches_wait_for_its_end(reach: Reach) {
+    let s = setup(reach, 200_000).await;
+    let started = Instant::now();
+    let arrivals: Arc<std::sync::Mutex<Vec<(String, String, Duration)>>> = Arc::default();
+    let seen = arrivals.clone();
+    s.api.fault(move |r| {
+        let mut seen = seen.lock().unwrap();
+        let listed = |v: &str, res: &str| v == "list" && res == "configmaps";
+        let first = listed(&r.verb, &r.resource) && !seen.iter().any(|(v, res, _)| listed(v, res));
+        seen.push((r.verb.clone(), r.resource.clone(), started.elapsed()));
+        first.then_some(crate::support::kube_api::Fault::Delay(HELD))
+    });
+    let view = s.cached(&HeaderMap::new()).await;
+    assert_eq!(view.errors, [], "every kind listed");
+    let listed = s.listed();
+    s.every_kind_watched(&listed, "after the first view").await;
+    let seen = arrivals.lock().unwrap().clone();
+    let held_from = seen
+        .iter()
+        .find(|(v, res, _)| v == "list" && res == "configmaps")
+        .map(|(_, _, at)| *at)
+        .expect("ConfigMaps listed");
+    let early: Vec<&(String, String, Duration)> = seen
+        .iter()
+        .filter(|(v, _, at)| v == "watch" && *at < held_from + HELD)
+        .collect();
+    assert_eq!(
+        early,
+        Vec::<&(String, String, Duration)>::new(),
+        "watches sent while the first view waited for ConfigMaps"
+    );
+}
+
+both_ways!(a_first_view_given_up_or_failing_still_lets_every_kind_be_watched);
+/// The viewer gives up while ConfigMaps are held, and Pods' first list fails: with no view
+/// since, every kind is still listed and watched, Pods once its list is retried.
+async fn a_first_view_given_up_or_failing_still_lets_every_kind_be_watched(reach: Reach) {
+    use crate::support::kube_api::Fault;
+    let s = setup(reach, 200_000).await;
+    let firsts: Arc<std::sync::Mutex<std::collections::HashSet<String>>> = Arc::default();
+    s.api.fault(move |r| {
+        if r.verb != "list" || !firsts.lock().unwrap().insert(r.resource.clone()) {
+            return None;
+        }
+        match r.resource.as_str() {
+            "configmaps" => Some(Fault::Delay(HELD)),
+            "pods" => Some(Fault::Status(500, "etcd is unhappy".into())),
+            _ => None,
+        }
+    });
+    let none = HeaderMap::new();
+    // Boxed, so that dropping it drops the view midway.
+    let mut view = Box::pin(s.cached(&none));
+    let held = async {
+        while s.api.request_count("list", "configmaps") == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::select! {
+        _ = &mut view => panic!("answered while ConfigMaps were held"),
+        () = held => {}
+    }
+    drop(view);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while s.api.request_count("watch", "configmaps") == 0
+        || s.api.request_count("watch", "pods") == 0
+    {
+        assert!(
+            Instant::now() < deadline,
+            "ConfigMaps or Pods never watched: {:?}",
+            s.api.request_counts()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(s.api.request_count("list", "pods") >= 2, "Pods listed again");
+    let listed = s.listed();
+    s.every_kind_watched(&listed, "after the view given up").await;
+    s.converges(&none, "a view after").await;
 }
 
 fn user(name: &'static str, group: &'static str) -> HeaderMap {
@@ -770,8 +898,15 @@ async fn a_kind_installed_later_is_watched_and_idle_namespaces_stop(reach: Reach
         "the new kind is watched"
     );
 
+    // The watches start once a view is answered: read until they are open (each read keeps
+    // the namespace from being idle).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while api.open_streams() == 0 {
+        assert!(Instant::now() < deadline, "no watch opened");
+        read().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     // No reader for longer than `idle`: the namespace's watches stop.
-    assert!(api.open_streams() > 0);
     let deadline = Instant::now() + Duration::from_secs(5);
     while !cache.namespaces().is_empty() || api.open_streams() > 0 {
         assert!(
