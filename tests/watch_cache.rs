@@ -497,6 +497,59 @@ async fn a_first_view_given_up_or_failing_still_lets_every_kind_be_watched(reach
     s.converges(&none, "a view after").await;
 }
 
+both_ways!(a_consistent_first_view_catches_up_through_its_watches);
+/// A consistent read that is a namespace's first view finds the cache behind (a Deployment
+/// written while the cache's own list was on its way back): its watches start while it waits,
+/// and bring the Deployment, rather than a fresh list after the whole wait.
+async fn a_consistent_first_view_catches_up_through_its_watches(reach: Reach) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let s = setup(reach, 200_000).await;
+    let first = Arc::new(AtomicBool::new(true));
+    let (asked, mut cache_list) = tokio::sync::watch::channel(false);
+    s.api.fault(move |r| {
+        // The cache's list of Deployments, answered as it comes and held back a second.
+        (r.verb == "list" && r.resource == "deployments" && first.swap(false, Ordering::SeqCst))
+            .then(|| {
+                asked.send_replace(true);
+                crate::support::kube_api::Fault::Delay(Duration::from_secs(1))
+            })
+    });
+    let api = s.api.clone();
+    let writer = tokio::spawn(async move {
+        let _ = cache_list.wait_for(|a| *a).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        api.insert(deployment(NS, "late", "uid-late", SLUG));
+    });
+    let within = Duration::from_secs(10);
+    let started = Instant::now();
+    let group = s
+        .cache
+        .resource_group_consistent(
+            &s.discovery,
+            &HeaderMap::new(),
+            NS,
+            &label_selector(PROJECT, SLUG),
+            &options(),
+            &s.custom,
+            within,
+        )
+        .await
+        .unwrap();
+    writer.await.unwrap();
+    assert!(
+        group.resources.iter().any(|r| r.name == "late"),
+        "the late Deployment is in the read: {:?} {:?}",
+        names(&group),
+        s.api.request_counts()
+    );
+    assert_eq!(
+        s.api.request_count("list", "deployments.apps"),
+        2,
+        "the cache's list and the read's metadata list, no fresh one"
+    );
+    assert!(started.elapsed() < within, "not the whole wait");
+}
+
 fn user(name: &'static str, group: &'static str) -> HeaderMap {
     let mut headers = HeaderMap::new();
     headers.append(

@@ -598,6 +598,8 @@ impl WatchCache {
             .zip(server)
             .map(|((job, watch), versions)| (job, watch, versions))
             .collect();
+        // What the read waits for comes with the watches: a first view's may start now.
+        view.done.release();
         let deadline = tokio::time::Instant::now() + within;
         loop {
             behind.retain(|(job, watch, server)| match server {
@@ -708,7 +710,7 @@ impl WatchCache {
             refusals,
             unwatched,
             fresh: HashSet::new(),
-            _done: done,
+            done,
         }))
     }
 
@@ -1062,12 +1064,20 @@ struct Prepared {
     /// Kinds (apiVersion, kind) listed fresh although watched: a consistent read found the
     /// cache behind the cluster for them.
     fresh: HashSet<(String, String)>,
-    /// Lets the watches this view started go on once it is dropped, its answer made.
-    _done: ViewDone,
+    /// Lets the watches this view started go on once it is dropped, its answer made (or
+    /// before, where the view itself waits for them: [`ViewDone::release`]).
+    done: ViewDone,
 }
 
 /// Says, when dropped, that the view that started some watches is done with their lists.
 struct ViewDone(tokio::sync::watch::Sender<bool>);
+
+impl ViewDone {
+    /// Lets the watches go on before the view is dropped: a view that waits for them.
+    fn release(&self) {
+        self.0.send_replace(true);
+    }
+}
 
 impl Drop for ViewDone {
     fn drop(&mut self) {
