@@ -450,6 +450,62 @@ async fn a_first_views_watches_wait_for_its_end(reach: Reach) {
     );
 }
 
+both_ways!(a_viewers_access_reviews_go_beside_the_first_views_lists);
+/// A first view as a user: the user's access reviews are sent while the lists are still
+/// coming (here while ConfigMaps are held [`HELD`]), not after the slowest list; and what the
+/// user may not list is still refused.
+async fn a_viewers_access_reviews_go_beside_the_first_views_lists(reach: Reach) {
+    let s = setup(reach, 200_000).await;
+    s.api.insert(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "workloads", "namespace": NS},
+        "rules": [{"apiGroups": ["", "apps"], "resources": ["pods", "deployments", "replicasets", "events"], "verbs": ["list", "watch"]}]}));
+    s.api.insert(
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "devs", "namespace": NS},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "workloads"},
+        "subjects": [{"kind": "Group", "name": "devs"}]}),
+    );
+    s.api.enforce_rbac();
+    let started = Instant::now();
+    let arrivals: Arc<std::sync::Mutex<Vec<(String, String, Duration)>>> = Arc::default();
+    let seen = arrivals.clone();
+    s.api.fault(move |r| {
+        let mut seen = seen.lock().unwrap();
+        let listed = |v: &str, res: &str| v == "list" && res == "configmaps";
+        let first = listed(&r.verb, &r.resource) && !seen.iter().any(|(v, res, _)| listed(v, res));
+        seen.push((r.verb.clone(), r.resource.clone(), started.elapsed()));
+        first.then_some(crate::support::kube_api::Fault::Delay(HELD))
+    });
+    let dev = user("gitlab:user:dev", "devs");
+    let view = s.cached(&dev).await;
+    let kinds: std::collections::BTreeSet<&str> =
+        view.resources.iter().map(|r| r.kind.as_str()).collect();
+    assert_eq!(
+        kinds,
+        ["Deployment", "Pod", "ReplicaSet"].into_iter().collect()
+    );
+    assert!(view
+        .errors
+        .iter()
+        .any(|e| e.kind == "ConfigMap" && e.code == Some(403)));
+    let seen = arrivals.lock().unwrap().clone();
+    let held_from = seen
+        .iter()
+        .find(|(v, res, _)| v == "list" && res == "configmaps")
+        .map(|(_, _, at)| *at)
+        .expect("ConfigMaps listed");
+    let reviews: Vec<Duration> = seen
+        .iter()
+        .filter(|(v, res, _)| v == "create" && res == "subjectaccessreviews")
+        .map(|(_, _, at)| *at)
+        .collect();
+    assert!(!reviews.is_empty(), "the user's access was reviewed");
+    assert!(
+        reviews.iter().all(|at| *at < held_from + HELD),
+        "reviews waited for the lists: ConfigMaps held from {held_from:?}, reviews at {reviews:?}"
+    );
+}
+
 both_ways!(a_first_view_given_up_or_failing_still_lets_every_kind_be_watched);
 /// The viewer gives up while ConfigMaps are held, and Pods' first list fails: with no view
 /// since, every kind is still listed and watched, Pods once its list is retried.
@@ -491,9 +547,13 @@ async fn a_first_view_given_up_or_failing_still_lets_every_kind_be_watched(reach
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(s.api.request_count("list", "pods") >= 2, "Pods listed again");
+    assert!(
+        s.api.request_count("list", "pods") >= 2,
+        "Pods listed again"
+    );
     let listed = s.listed();
-    s.every_kind_watched(&listed, "after the view given up").await;
+    s.every_kind_watched(&listed, "after the view given up")
+        .await;
     s.converges(&none, "a view after").await;
 }
 

@@ -686,11 +686,13 @@ impl WatchCache {
         let cause = headers.get(AUDIT_ID_HEADER);
         let (ns, watches, done) = self.watch(namespace, &kinds, options.page_size.max(1), cause);
         self.bound(namespace);
-        wait_synced(&watches, options.request_timeout).await;
-
-        let refusals = self
-            .access(headers, namespace, &kinds, options.request_timeout)
-            .await;
+        // The viewer's access reviews are sent beside the lists, not after them: through GitLab's
+        // agent server each is a round trip a first view would otherwise wait for after its
+        // slowest list. Nothing is shown before both are in.
+        let ((), refusals) = tokio::join!(
+            wait_synced(&watches, options.request_timeout),
+            self.access(headers, namespace, &kinds, options.request_timeout)
+        );
         // As the connection's own identity, the kinds it may not list are left out (and named);
         // as a user, the kinds not watched are listed fresh with the user's own rights.
         let view = if own_rules::is_own_identity(headers) {
