@@ -71,82 +71,27 @@
 /// that `--memory` can read the bytes live (resident memory under mimalloc says nothing about
 /// one structure: freed pages are kept and reused).
 #[global_allocator]
-static GLOBAL: Counting = Counting(mimalloc::MiMalloc);
+static GLOBAL: counting::Counting = counting::Counting(mimalloc::MiMalloc);
 
-/// Bytes allocated and not yet freed, as asked for (the allocator's rounding up not counted).
-static LIVE: std::sync::atomic::AtomicIsize = std::sync::atomic::AtomicIsize::new(0);
-
-/// [`LIVE`] by the size of the allocations: bucket `i` counts those of `2^(i-1)` to `2^i - 1`
-/// bytes, so that `--memory` can tell objects' small allocations from large buffers.
-static LIVE_BY_SIZE: [std::sync::atomic::AtomicIsize; 40] =
-    [const { std::sync::atomic::AtomicIsize::new(0) }; 40];
-
-fn count(size: usize, sign: isize) {
-    use std::sync::atomic::Ordering::Relaxed;
-    LIVE.fetch_add(sign * size as isize, Relaxed);
-    let bucket = (usize::BITS - size.leading_zeros()) as usize;
-    LIVE_BY_SIZE[bucket.min(39)].fetch_add(sign * size as isize, Relaxed);
-}
-
-/// Counts the live bytes of every allocation around the allocator it wraps.
-struct Counting(mimalloc::MiMalloc);
-
-// SAFETY: every call goes to the wrapped allocator unchanged; only a counter is added.
-unsafe impl std::alloc::GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
-        let p = self.0.alloc(layout);
-        if !p.is_null() {
-            count(layout.size(), 1);
-        }
-        p
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
-        let p = self.0.alloc_zeroed(layout);
-        if !p.is_null() {
-            count(layout.size(), 1);
-        }
-        p
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
-        self.0.dealloc(ptr, layout);
-        count(layout.size(), -1);
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new: usize) -> *mut u8 {
-        let p = self.0.realloc(ptr, layout, new);
-        if !p.is_null() {
-            count(layout.size(), -1);
-            count(new, 1);
-        }
-        p
-    }
-}
-
-/// Bytes live now ([`Counting`]).
-fn live() -> isize {
-    LIVE.load(std::sync::atomic::Ordering::Relaxed)
-}
-
-/// Bytes live now by size of allocation ([`LIVE_BY_SIZE`]).
-fn live_by_size() -> [isize; 40] {
-    std::array::from_fn(|i| LIVE_BY_SIZE[i].load(std::sync::atomic::Ordering::Relaxed))
-}
+#[path = "fixtures/counting.rs"]
+mod counting;
+use counting::{live, live_by_size};
 
 #[path = "fixtures/callgrind.rs"]
 mod callgrind;
+#[path = "fixtures/floor.rs"]
+mod floor;
 #[path = "fixtures/stats.rs"]
 mod stats;
 #[allow(dead_code)]
 #[path = "../tests/support/mod.rs"]
 mod support;
 use callgrind::counted;
+use floor::{connect, measure_floor, recorded_lists};
 use stats::{median, ms};
 
 use std::time::{Duration, Instant};
 
-use axum::body::Bytes;
 use axum::http::{header, HeaderMap, Request};
 use envlens::auth::mint_session;
 use envlens::k8s::discovery::{ApiKind, DiscoveryCache};
@@ -154,12 +99,10 @@ use envlens::k8s::fetch::{list_resource_group, FetchOptions};
 use envlens::k8s::watch::{WatchCache, WatchSettings};
 use envlens::resources::group;
 use fixture::RESOURCES;
-use http_body_util::{BodyExt, Empty};
 use serde_json::{json, Value};
 use support::environment::{self, NS, PROJECT, SLUG};
 use support::kube_api::{KubeApi, Served};
 use support::TestApp;
-use tokio::net::TcpStream;
 
 const LATENCY: Duration = Duration::from_millis(5);
 
@@ -387,76 +330,6 @@ async fn measure_kubectl(b: &Bench) -> Option<usize> {
     Some(list["items"].as_array().map_or(0, Vec::len))
 }
 
-/// The list requests `view` sends to the test server (its watches left out), recorded, as
-/// the floor replays them: path and query.
-async fn recorded_lists<F: std::future::Future>(b: &Bench, view: F) -> (F::Output, Vec<String>) {
-    b.api.clear_requests();
-    b.api.set_recording(true);
-    let out = view.await;
-    b.api.set_recording(false);
-    let uris = b
-        .api
-        .requests()
-        .iter()
-        .filter(|r| !r.query.split('&').any(|p| p == "watch=true"))
-        .map(|r| match r.query.as_str() {
-            "" => r.path.clone(),
-            q => format!("{}?{q}", r.path),
-        })
-        .collect();
-    (out, uris)
-}
-
-type Sender = hyper::client::conn::http1::SendRequest<Empty<Bytes>>;
-
-/// (c) The floor: `uris` all at once, one open connection each; returns the bytes read.
-async fn measure_floor(authority: &str, conns: &mut Vec<Sender>, uris: &[String]) -> usize {
-    let mut tasks = tokio::task::JoinSet::new();
-    for (mut sender, uri) in conns.drain(..).zip(uris.iter().cloned()) {
-        let authority = authority.to_string();
-        tasks.spawn(async move {
-            sender.ready().await.expect("connection");
-            let req = hyper::Request::get(uri)
-                .header("host", authority)
-                .header("accept", "application/json")
-                .body(Empty::new())
-                .expect("request");
-            let res = sender.send_request(req).await.expect("send");
-            assert!(res.status().is_success());
-            let len = res
-                .into_body()
-                .collect()
-                .await
-                .expect("body")
-                .to_bytes()
-                .len();
-            (sender, len)
-        });
-    }
-    let mut total = 0;
-    while let Some(done) = tasks.join_next().await {
-        let (sender, len) = done.expect("join");
-        conns.push(sender);
-        total += len;
-    }
-    total
-}
-
-async fn connect(authority: &str, n: usize) -> Vec<Sender> {
-    let mut conns = Vec::with_capacity(n);
-    for _ in 0..n {
-        let stream = TcpStream::connect(authority).await.expect("connect");
-        stream.set_nodelay(true).expect("nodelay");
-        let (sender, conn) =
-            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-                .await
-                .expect("handshake");
-        tokio::spawn(conn);
-        conns.push(sender);
-    }
-    conns
-}
-
 fn main() {
     let a = args();
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -489,11 +362,11 @@ async fn run(a: Args) {
 
     // The requests (a') sends, recorded from one view: the floor replays exactly those; and
     // the lists a fresh watch cache's watches send, the cold view's floor (c-cold).
-    let (view, uris) = recorded_lists(&b, measure_envlens(&b)).await;
+    let (view, uris) = recorded_lists(&b.api, measure_envlens(&b)).await;
     let resources = view.resources.len();
     drop(view);
     assert_eq!(resources, RESOURCES, "resources in the group");
-    let ((cold_view, cache), cold_uris) = recorded_lists(&b, measure_cold(&b)).await;
+    let ((cold_view, cache), cold_uris) = recorded_lists(&b.api, measure_cold(&b)).await;
     assert_eq!(
         cold_view.resources.len(),
         RESOURCES,
@@ -659,9 +532,9 @@ async fn run_count(a: &Args, b: &Bench, query: &str) {
         views::resources(&views::graphql(&cold_app, &b.token, query).await),
         RESOURCES
     );
-    let (view, uris) = recorded_lists(b, measure_envlens(b)).await;
+    let (view, uris) = recorded_lists(&b.api, measure_envlens(b)).await;
     drop(view);
-    let (view, cold_uris) = recorded_lists(b, measure_cold(b)).await;
+    let (view, cold_uris) = recorded_lists(&b.api, measure_cold(b)).await;
     drop(view);
     let authority = b.served.addr.to_string();
     let mut conns = connect(&authority, uris.len()).await;
@@ -985,7 +858,7 @@ async fn synced_cache_bytes(
 }
 
 /// `--memory`: the bytes the synced cache holds per cached object, against the size of the
-/// objects' JSON as the cluster sends them. Measured with the counting allocator ([`LIVE`]):
+/// objects' JSON as the cluster sends them. Measured with the counting allocator ([`counting::live`]):
 /// the cache of an empty namespace (41 open watches, no object) is subtracted from that of the
 /// benchmark's namespace, so that what is left is the objects' own cost (their text, their tree,
 /// the maps and counts that hold them). Then the same objects parsed alone ([`Object::parse`],

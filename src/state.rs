@@ -13,6 +13,7 @@ use crate::gitlab::Instance;
 use crate::graphql::{Live, Origins, Schemas, SocketLimits};
 use crate::http::client_address::TrustedProxies;
 use crate::k8s::clusters::Clusters;
+use crate::replicas::forward::Forward;
 use crate::resources::health::Customizations;
 use crate::telemetry::Metrics;
 use crate::web::Site;
@@ -42,6 +43,8 @@ pub struct AppState {
     pub trusted_proxies: TrustedProxies,
     /// What each person holds open, counted across replicas (SPEC 13); `live` shares it.
     pub slots: Slots,
+    /// Views of connections other replicas own go through them (SPEC 16); none by default.
+    pub forward: Forward,
 }
 
 impl AppState {
@@ -71,7 +74,14 @@ impl AppState {
             health: Arc::default(),
             site: Site::default(),
             trusted_proxies: TrustedProxies::default(),
+            forward: Forward::default(),
         }
+    }
+
+    /// With views of connections other replicas own forwarded to them.
+    pub fn with_forward(mut self, forward: Forward) -> Self {
+        self.forward = forward;
+        self
     }
 
     /// With the reverse proxies whose `X-Forwarded-For` is believed.
@@ -175,6 +185,7 @@ impl axum::extract::FromRef<AppState> for crate::graphql::Engine {
             clusters: state.clusters.clone(),
             health: state.health.clone(),
             recorder: state.live.recorder(),
+            forward: state.forward.clone(),
         }
     }
 }

@@ -24,6 +24,7 @@ mod gitlab_frontend;
 mod gitlab_sync;
 mod gitlab_tokens;
 mod gitops;
+mod gitops_live;
 mod graphql;
 mod health_cli;
 mod health_conformance;

@@ -356,6 +356,41 @@ async fn filters_sorts_and_counts_show_only_healths_the_viewer_may_see() {
     )
     .await;
     assert_eq!(names(&rest), ["review", "staging"]);
+    // Pages of a filtered list in HEALTH_DESC follow one another as the whole list does.
+    let every =
+        "health: [HEALTHY, SUSPENDED, PROGRESSING, MISSING, DEGRADED, UNKNOWN], sort: HEALTH_DESC";
+    let whole = listed(&w, DEV, every).await;
+    assert_eq!(whole.len(), 3, "canary has no health: {whole:?}");
+    let mut paged: Vec<String> = Vec::new();
+    let mut after = String::new();
+    loop {
+        let answer = w
+            .graphql(
+                DEV,
+                &format!(
+                    r#"{{ group(fullPath: "acme") {{ environments({every}, first: 1{after}) {{
+                        nodes {{ name }} pageInfo {{ endCursor hasNextPage }} }} }} }}"#
+                ),
+            )
+            .await;
+        let list = &answer["data"]["group"]["environments"];
+        paged.extend(
+            list["nodes"]
+                .as_array()
+                .unwrap_or_else(|| panic!("{answer}"))
+                .iter()
+                .map(|n| n["name"].as_str().unwrap().to_owned()),
+        );
+        if list["pageInfo"]["hasNextPage"] != true {
+            break;
+        }
+        after = format!(
+            r#", after: "{}""#,
+            list["pageInfo"]["endCursor"].as_str().unwrap()
+        );
+        assert!(paged.len() <= 3, "{paged:?}");
+    }
+    assert_eq!(paged, names(&whole), "pages of one");
 
     // The health filter and the counts: what the viewer sees, and nothing else.
     let degraded = listed(&w, DEV, "health: [DEGRADED]").await;

@@ -16,6 +16,7 @@ use serde_json::{json, Value};
 mod fenced_cache;
 mod leases;
 mod ownership;
+mod routing;
 
 use crate::subscriptions::{Client, Received};
 use crate::support::environment::{self, NS};

@@ -351,7 +351,7 @@ async fn fresh(app: &TestApp, user: (i64, &str)) -> Value {
 }
 
 /// The update in a `next` payload, after checking it carries no error.
-fn update_of(payload: &Value) -> &Value {
+pub(crate) fn update_of(payload: &Value) -> &Value {
     assert!(payload.get("errors").is_none(), "{payload}");
     &payload["data"]["resourceGroupUpdated"]
 }

@@ -365,6 +365,67 @@ async fn a_health_change_is_recorded_once_by_every_replica_that_sees_it() {
     assert_eq!(again.len(), rows.len());
 }
 
+/// A replica whose first sight lags behind another's recorded change does not record the change
+/// backwards (and then again): a first sight replaces only marks written before it started.
+#[tokio::test]
+async fn a_first_sight_older_than_a_recorded_change_is_no_change() {
+    use envlens::db::events::record_health;
+    use envlens::resources::health::HealthStatus;
+    use envlens::resources::timeline::HealthMark;
+    let (_api, served, _dir) = cluster().await;
+    let app = environment::gitlab(&served).await;
+    let db = &app.db;
+    let mark = |health| HealthMark {
+        key: "uid-pod".into(),
+        health,
+        message: format!("Pod p is {health:?}"),
+    };
+    let t = |s: i64| chrono::DateTime::from_timestamp(1_800_000_000 + s, 0).unwrap();
+    let recorded = || async {
+        app.rows(
+            "SELECT message FROM environment_events WHERE reason = 'HealthChanged' ORDER BY id",
+        )
+        .await
+    };
+    // A: first sight at 0 (only marked), then the crash at 10.
+    let first = [mark(HealthStatus::Healthy)];
+    assert_eq!(
+        record_health(db, 100, &first, t(0), Some(t(0)))
+            .await
+            .unwrap(),
+        0
+    );
+    let crash = [mark(HealthStatus::Degraded)];
+    assert_eq!(
+        record_health(db, 100, &crash, t(10), None).await.unwrap(),
+        1
+    );
+    // B started following at 5 and its first sight, written at 12, still shows Healthy.
+    assert_eq!(
+        record_health(db, 100, &first, t(12), Some(t(5)))
+            .await
+            .unwrap(),
+        0
+    );
+    // Then B sees the crash: the same change, already recorded.
+    assert_eq!(
+        record_health(db, 100, &crash, t(13), None).await.unwrap(),
+        0
+    );
+    assert_eq!(
+        recorded().await,
+        vec![json!({"message": "Pod p is Degraded (was Healthy)"})]
+    );
+    // A replica that starts after the last mark catches up with what changed meanwhile.
+    assert_eq!(
+        record_health(db, 100, &first, t(30), Some(t(20)))
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(recorded().await.len(), 2);
+}
+
 fn subscription() -> String {
     format!(
         "subscription($id: ID!) {{ environmentEventsUpdated(environmentId: $id) {{ {FIELDS} }} }}"

@@ -81,7 +81,10 @@ pub const REPLICA_HEADER: &str = "envlens-replica-request";
 /// Tokens between replicas are for replicas only: GitLab's internal tokens (`aud: envlens`)
 /// are refused there, and these are refused on GitLab's internal API.
 const REPLICA_AUDIENCE: &str = "envlens-replica";
-/// A replica signs each request just before sending it.
+/// A replica signs each request just before sending it. The owner refuses a token that
+/// expires later than this from its own clock; the sender signs for half of it, so that a
+/// sender's clock ahead of the owner's by up to 30 s is not taken for a forgery (the request
+/// would silently be read here instead of through the owner).
 const REPLICA_LIFETIME_SECONDS: i64 = 60;
 
 #[derive(serde::Serialize, Deserialize)]
@@ -118,7 +121,7 @@ pub fn mint_replica(key: &[u8], credential: Option<&str>) -> anyhow::Result<Stri
         aud: REPLICA_AUDIENCE,
         claims: ReplicaClaims {
             iat: now,
-            exp: now + REPLICA_LIFETIME_SECONDS,
+            exp: now + REPLICA_LIFETIME_SECONDS / 2,
             credential: credential.map(str::to_owned),
         },
     };

@@ -3,6 +3,7 @@
 //! GitLab's hooks.
 
 pub mod attempt;
+mod credential;
 pub mod dashboard;
 mod internal;
 pub mod secrets;
@@ -14,6 +15,7 @@ use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde::de::DeserializeOwned;
 
+pub use credential::Credential;
 pub use internal::{
     mint_internal, mint_replica, FromReplica, Internal, INTERNAL_HEADER, REPLICA_HEADER,
 };
@@ -35,6 +37,8 @@ const LEEWAY_SECONDS: u64 = 5;
 /// The keys that check each kind of caller.
 pub struct Keys {
     internal: DecodingKey,
+    /// The internal secret itself, which signs this replica's requests to the others.
+    replica_signer: Secret,
     session: DecodingKey,
     /// Session tokens that `session` verified recently.
     sessions: session::VerifiedSessions,
@@ -53,6 +57,7 @@ impl Keys {
     pub fn new(secrets: Secrets) -> Self {
         Keys {
             internal: DecodingKey::from_secret(secrets.internal.bytes()),
+            replica_signer: Secret::new(secrets.internal.bytes().to_vec()),
             session: DecodingKey::from_secret(secrets.session.bytes()),
             sessions: session::VerifiedSessions::new(session::VerifiedSessions::CAPACITY),
             webhook_token: secrets.webhook_token,
@@ -60,6 +65,14 @@ impl Keys {
             web_sessions: None,
             attempts: attempt::AttemptKey::new(secrets.session.bytes()),
         }
+    }
+
+    /// Signs a request to another replica (SPEC 16), carrying the viewer's `credential`.
+    pub fn sign_for_replica(&self, credential: Option<&Credential>) -> anyhow::Result<String> {
+        mint_replica(
+            self.replica_signer.bytes(),
+            credential.map(Credential::encode).as_deref(),
+        )
     }
 
     /// The key of the sign-in attempts' cookies.

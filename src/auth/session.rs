@@ -353,7 +353,7 @@ fn unquote(value: &str) -> &str {
 }
 
 /// `X-Csrf-Token`, or for a WebSocket upgrade the `gitlab-csrf-token` query parameter.
-fn csrf_token(parts: &Parts) -> Option<String> {
+pub(super) fn csrf_token(parts: &Parts) -> Option<String> {
     if let Some(v) = parts.headers.get(CSRF_HEADER) {
         return v.to_str().ok().map(str::to_owned);
     }

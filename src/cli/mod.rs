@@ -21,6 +21,8 @@ use crate::state::AppState;
 /// How often the health keeper looks for environments bound to an agent (a new deployment's
 /// group is kept from its next round on; a kept group's changes are followed at once).
 const KEEPER_ROUND: std::time::Duration = std::time::Duration::from_secs(10);
+/// How much longer than the cluster's response timeout a view forwarded to its owner may take.
+const FORWARD_MARGIN: std::time::Duration = std::time::Duration::from_secs(5);
 
 pub async fn run(command: Command) -> anyhow::Result<()> {
     match command {
@@ -248,7 +250,17 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         }
         state = state.with_gitlab(instance);
     }
-    let state = state.with_site(site);
+    let mut state = state.with_site(site);
+    if args.replicas.share_clusters {
+        // A view of a connection another replica owns is answered through it; the owner
+        // bounds its own reading of the cluster by the response timeout.
+        let forward = crate::replicas::forward::Forward::new(
+            ownership.clone(),
+            state.keys.clone(),
+            state.clusters.response_timeout + FORWARD_MARGIN,
+        )?;
+        state = state.with_forward(forward);
+    }
     report_unconnected_agents(&state).await;
     database.register_metrics(&state.metrics);
     state.live.relay_notices();
@@ -286,7 +298,14 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .await
         .context("cannot register this replica in the database")?;
     let coordinating = tokio::spawn(ownership.clone().run());
-    let internal_app = crate::replicas::internal::router(state.keys.clone(), ownership.clone());
+    let internal_app = crate::replicas::internal::router(crate::replicas::internal::Internal {
+        keys: state.keys.clone(),
+        ownership: ownership.clone(),
+        db: state.db.clone(),
+        gitlab: state.gitlab.clone(),
+        clusters: state.clusters.clone(),
+        health: state.health.clone(),
+    });
     let internal_serving = tokio::spawn(async move {
         if let Err(e) = axum::serve(internal, internal_app).await {
             tracing::error!(error = %e, "the internal listener stopped");

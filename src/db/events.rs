@@ -123,11 +123,18 @@ pub async fn last_id(db: impl PgExecutor<'_>, environment_id: i64) -> Result<i64
 /// the first writer left it (`ON CONFLICT … DO UPDATE … WHERE`), so only the first call
 /// returns the mark and writes the event; the others change nothing. Returns how many events
 /// were written.
+///
+/// `first_sight`: the marks are a recorder's first sight of the group, and it started following
+/// at that time. Such a mark replaces only a mark written before then: one written since comes
+/// from a replica that was following the group already, and this one's first sight may lag
+/// behind it (its watch has not yet delivered the change); replacing it would record the
+/// change backwards and then again. What changed while nobody followed is still recorded.
 pub async fn record_health(
     db: impl PgExecutor<'_>,
     environment_id: i64,
     marks: &[HealthMark],
     at: DateTime<Utc>,
+    first_sight: Option<DateTime<Utc>>,
 ) -> Result<u64> {
     if marks.is_empty() {
         return Ok(0);
@@ -150,6 +157,7 @@ pub async fn record_health(
              ON CONFLICT (environment_id, resource_key) DO UPDATE
                SET health = excluded.health, marked_at = excluded.marked_at
                WHERE environment_health_marks.health <> excluded.health
+                 AND ($8::timestamptz IS NULL OR environment_health_marks.marked_at < $8)
              RETURNING resource_key)
          INSERT INTO environment_events (environment_id, type, reason, message, resource_uid, first_time, last_time)
          SELECT $1, i.type, i.reason,
@@ -165,6 +173,7 @@ pub async fn record_health(
     .bind(&reasons)
     .bind(&messages)
     .bind(at)
+    .bind(first_sight)
     .execute(db)
     .await?;
     Ok(done.rows_affected())

@@ -1,6 +1,7 @@
 //! SQL of each environment's kept group health (SPEC 18, migration 0059): written when it
 //! changes, once whichever replica saw the change; read for `Environment.health`, and for the
-//! organization view's filters, sorts and counts without building any group.
+//! organization view's filters, sorts and counts without building any group: PostgreSQL
+//! filters, sorts, pages and counts them, once the viewer's access to each agent is decided.
 
 use chrono::{DateTime, Utc};
 use sqlx::{FromRow, PgExecutor};
@@ -149,6 +150,19 @@ pub struct HealthRow {
     pub unkept_since: Option<DateTime<Utc>>,
 }
 
+impl HealthRow {
+    /// Who read it, for deciding who sees it.
+    pub fn reader(&self) -> Reader {
+        Reader {
+            agent_id: self.agent_id,
+            agent_name: self.agent_name.clone(),
+            agent_project: self.agent_project.clone(),
+            namespace: self.namespace.clone(),
+            kinds: self.kinds.clone(),
+        }
+    }
+}
+
 const HEALTH_COLUMNS: &str = "h.environment_id, h.agent_id, a.name AS agent_name,
     ap.full_path AS agent_project, h.namespace, h.status, h.message, h.since, h.kinds, h.unkept_since";
 const HEALTH_JOINS: &str = "JOIN cluster_agents a ON a.id = h.agent_id
@@ -218,33 +232,172 @@ impl From<ListedRow> for Listed {
     }
 }
 
-/// Every environment of the group and its subgroups that the viewer may read (as
-/// `read::group_environments`), `tier` and `search` applied, by id, with its kept health:
-/// what the organization view filters, sorts and counts once the viewer's access to each
-/// agent is decided.
-pub async fn in_group(
-    db: impl PgExecutor<'_>,
-    viewer: Viewer,
-    group_id: i64,
-    tier: Option<&str>,
-    search: Option<&str>,
-) -> Result<Vec<Listed>> {
-    let rows: Vec<ListedRow> = sqlx::query_as(&format!(
-        "SELECT {ENVIRONMENT_COLUMNS}, e.updated_at, {HEALTH_COLUMNS}
-         FROM environments e
-         JOIN projects p ON p.id = e.project_id JOIN namespaces n ON n.id = p.namespace_id
-         LEFT JOIN (environment_health h {HEALTH_JOINS}) ON h.environment_id = e.id
-         WHERE n.traversal_ids @> ARRAY[$3::bigint] AND {READABLE}
-           AND ($4::text IS NULL OR e.tier = $4)
-           AND ($5::text IS NULL OR envlens_contains(e.name, $5))
-         ORDER BY e.id"
+/// What the viewer may see of the kept healths, decided per agent before a statement filters,
+/// sorts or counts them (`graphql::org` decides it; the statements only apply it).
+#[derive(Debug, Clone, Default)]
+pub struct Seen {
+    /// Agents whose every kept health the viewer sees.
+    pub agents: Vec<i64>,
+    /// Under impersonation, the (agent, namespace, kinds) whose health the viewer sees: the
+    /// kinds as [`kinds_key`] joins them.
+    pub reviewed: Vec<(i64, String, String)>,
+    /// Agents whose connection is down now: their environments show `UNKNOWN`, since the
+    /// later of this time (when known) and the kept `since`.
+    pub down: Vec<(i64, Option<DateTime<Utc>>)>,
+}
+
+/// The kinds of a group as one text, the form [`Seen::reviewed`] matches them in.
+pub fn kinds_key(kinds: &[String]) -> String {
+    kinds.join(" ")
+}
+
+/// How a group's environments are ordered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Order {
+    Id,
+    /// Worst shown health first, then the most recent `since`, then by id; none last.
+    WorstFirst,
+    UpdatedDesc,
+    /// By name, bytewise, then by id.
+    NameAsc,
+}
+
+impl Order {
+    fn sql(self) -> &'static str {
+        match self {
+            Order::Id => "e.id",
+            Order::WorstFirst => "s.severity DESC NULLS LAST, s.since DESC NULLS LAST, e.id",
+            Order::UpdatedDesc => "e.updated_at DESC, e.id",
+            Order::NameAsc => "e.name COLLATE \"C\", e.id",
+        }
+    }
+}
+
+/// The kept healths the viewer sees ([`Seen`], `$6` to `$11`), as shown: `UNKNOWN` where the
+/// agent's connection is down. Inlined by the planner into the statement that uses it.
+const SHOWN: &str = "shown AS (
+    SELECT h.environment_id,
+           CASE WHEN d.agent_id IS NULL THEN h.status ELSE 'UNKNOWN' END AS status,
+           CASE WHEN d.agent_id IS NULL THEN h.severity ELSE 5 END AS severity,
+           CASE WHEN d.agent_id IS NULL THEN h.since ELSE GREATEST(d.since, h.since) END AS since
+    FROM environment_health h
+    LEFT JOIN unnest($10::bigint[], $11::timestamptz[]) AS d (agent_id, since) ON d.agent_id = h.agent_id
+    WHERE h.agent_id = ANY ($6::bigint[])
+       OR (h.agent_id, h.namespace, array_to_string(h.kinds, ' ')) IN
+          (SELECT * FROM unnest($7::bigint[], $8::text[], $9::text[])))";
+
+/// The environments of the group and its subgroups the viewer may read, `tier` and `search`
+/// applied: `$1` to `$5`.
+const IN_GROUP: &str = "FROM environments e
+    JOIN projects p ON p.id = e.project_id JOIN namespaces n ON n.id = p.namespace_id";
+const IN_GROUP_WHERE: &str = "n.traversal_ids @> ARRAY[$3::bigint]
+    AND ($4::text IS NULL OR e.tier = $4)
+    AND ($5::text IS NULL OR envlens_contains(e.name, $5))";
+
+/// Which group of environments, as the viewer reads it.
+#[derive(Debug, Clone, Copy)]
+pub struct Scope<'a> {
+    pub viewer: Viewer,
+    pub group_id: i64,
+    pub tier: Option<&'a str>,
+    pub search: Option<&'a str>,
+}
+
+fn bind_scope<'q, O>(
+    q: sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments>,
+    scope: Scope<'q>,
+    seen: &'q Seen,
+) -> sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments> {
+    let reviewed_agents: Vec<i64> = seen.reviewed.iter().map(|r| r.0).collect();
+    let reviewed_namespaces: Vec<&str> = seen.reviewed.iter().map(|r| r.1.as_str()).collect();
+    let reviewed_kinds: Vec<&str> = seen.reviewed.iter().map(|r| r.2.as_str()).collect();
+    let down: Vec<i64> = seen.down.iter().map(|d| d.0).collect();
+    let down_since: Vec<Option<DateTime<Utc>>> = seen.down.iter().map(|d| d.1).collect();
+    q.bind(scope.viewer.user_id)
+        .bind(scope.viewer.admin)
+        .bind(scope.group_id)
+        .bind(scope.tier)
+        .bind(scope.search)
+        .bind(&seen.agents)
+        .bind(reviewed_agents)
+        .bind(reviewed_namespaces)
+        .bind(reviewed_kinds)
+        .bind(down)
+        .bind(down_since)
+}
+
+/// Who read the kept healths of a scope: what deciding who sees them needs, once each.
+#[derive(Debug, Clone, FromRow, PartialEq, Eq, Hash)]
+pub struct Reader {
+    pub agent_id: i64,
+    pub agent_name: String,
+    pub agent_project: String,
+    pub namespace: String,
+    pub kinds: Vec<String>,
+}
+
+/// The distinct agents, namespaces and kinds the kept healths of the scope were read through.
+pub async fn readers(db: impl PgExecutor<'_>, scope: Scope<'_>) -> Result<Vec<Reader>> {
+    Ok(sqlx::query_as(&format!(
+        "SELECT DISTINCT h.agent_id, a.name AS agent_name, ap.full_path AS agent_project,
+                h.namespace, h.kinds
+         {IN_GROUP} JOIN environment_health h ON h.environment_id = e.id {HEALTH_JOINS}
+         WHERE {IN_GROUP_WHERE} AND {READABLE}"
     ))
-    .bind(viewer.user_id)
-    .bind(viewer.admin)
-    .bind(group_id)
-    .bind(tier)
-    .bind(search)
+    .bind(scope.viewer.user_id)
+    .bind(scope.viewer.admin)
+    .bind(scope.group_id)
+    .bind(scope.tier)
+    .bind(scope.search)
     .fetch_all(db)
-    .await?;
+    .await?)
+}
+
+/// A page of the scope's environments whose shown health is one of `health` (every one
+/// without), in `order`, from position `offset`; each with its kept health when the viewer
+/// sees it. Filtered, sorted and cut by PostgreSQL, on `environment_health`'s rows.
+pub async fn page(
+    db: impl PgExecutor<'_>,
+    scope: Scope<'_>,
+    seen: &Seen,
+    health: Option<&[&str]>,
+    order: Order,
+    offset: i64,
+    limit: i64,
+) -> Result<Vec<Listed>> {
+    let sql = format!(
+        "WITH {SHOWN}
+         SELECT {ENVIRONMENT_COLUMNS}, e.updated_at, {HEALTH_COLUMNS}
+         {IN_GROUP}
+         LEFT JOIN shown s ON s.environment_id = e.id
+         LEFT JOIN (environment_health h {HEALTH_JOINS}) ON h.environment_id = s.environment_id
+         WHERE {IN_GROUP_WHERE} AND {READABLE}
+           AND ($12::text[] IS NULL OR s.status = ANY ($12))
+         ORDER BY {} OFFSET $13 LIMIT $14",
+        order.sql()
+    );
+    let rows: Vec<ListedRow> = bind_scope(sqlx::query_as(&sql), scope, seen)
+        .bind(health)
+        .bind(offset)
+        .bind(limit)
+        .fetch_all(db)
+        .await?;
     Ok(rows.into_iter().map(Listed::from).collect())
+}
+
+/// How many of the scope's environments have each shown health, among those the viewer sees.
+pub async fn counts(
+    db: impl PgExecutor<'_>,
+    scope: Scope<'_>,
+    seen: &Seen,
+) -> Result<Vec<(String, i64)>> {
+    let sql = format!(
+        "WITH {SHOWN}
+         SELECT s.status, count(*) {IN_GROUP} JOIN shown s ON s.environment_id = e.id
+         WHERE {IN_GROUP_WHERE} AND {READABLE}
+         GROUP BY s.status"
+    );
+    Ok(bind_scope(sqlx::query_as(&sql), scope, seen)
+        .fetch_all(db)
+        .await?)
 }

@@ -75,3 +75,83 @@ pub fn bound_source(path: &FluxPath) -> Option<ObjRef> {
         name: path.name.clone(),
     })
 }
+
+/// The GitOps sources an environment is bound to (SPEC 15): the Flux object the
+/// `fluxResourcePath` of `row` (its agent's deployment) names, and the Argo CD Application
+/// Maintainers bound it to. None: a group of labels only.
+pub async fn bound_sources(
+    db: impl sqlx::PgExecutor<'_>,
+    environment_id: i64,
+    row: &crate::db::read::AgentDeploymentRow,
+) -> crate::error::Result<Vec<ObjRef>> {
+    let mut sources: Vec<ObjRef> = row
+        .flux_resource_path
+        .as_deref()
+        .and_then(crate::gitops::path::parse)
+        .and_then(|path| bound_source(&path))
+        .into_iter()
+        .collect();
+    let argo = crate::db::environment_settings::argo_application(db, environment_id).await?;
+    if let Some((namespace, name)) = argo {
+        sources.push(ObjRef {
+            group: "argoproj.io".into(),
+            version: Some("v1alpha1".into()),
+            kind: "Application".into(),
+            namespace: Some(namespace),
+            name,
+        });
+    }
+    Ok(sources)
+}
+
+/// GitLab's sync status of `source` alone (`Environment.fluxSyncStatus`): its kind's objects
+/// in its namespace from the watch cache, as the viewer may see them, not its group. `None`
+/// when it is not there, its kind is not served or the viewer may not list it; a viewer
+/// without `user_access` to the agent is refused as for the group.
+pub async fn source_status(
+    ctx: &async_graphql::Context<'_>,
+    environment: &crate::db::read::EnvironmentRow,
+    agent: &crate::db::read::AgentRow,
+    source: &ObjRef,
+) -> async_graphql::Result<Option<FluxSyncStatus>> {
+    let Some(namespace) = source.namespace.as_deref() else {
+        return Ok(None);
+    };
+    let (cluster, headers, options) =
+        match super::resource_group::connect(ctx, environment, agent).await? {
+            Ok(connected) => connected,
+            Err(_) => return Ok(None),
+        };
+    let Ok(discovered) = cluster.discovery.kinds().await else {
+        return Ok(None);
+    };
+    let same = |k: &&crate::k8s::discovery::ApiKind| {
+        k.group == source.group && k.kind == source.kind && k.namespaced
+    };
+    let kind = discovered
+        .kinds
+        .iter()
+        .filter(same)
+        .find(|k| source.version.as_deref().is_none_or(|v| k.version == v))
+        .or_else(|| discovered.kinds.iter().find(same));
+    let Some(kind) = kind else {
+        return Ok(None);
+    };
+    let view = cluster
+        .watch
+        .view_kind(
+            &cluster.discovery,
+            &headers,
+            namespace,
+            kind,
+            options.page_size,
+            options.request_timeout,
+        )
+        .await;
+    let Ok(view) = view else {
+        return Ok(None);
+    };
+    view.synced(options.request_timeout).await;
+    let object = view.object(&source.name).ok().flatten();
+    Ok(object.and_then(|o| sync::of(&o.view)).map(Into::into))
+}

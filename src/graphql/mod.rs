@@ -22,6 +22,7 @@ mod plain;
 mod resource_group;
 mod splice;
 mod subscriptions;
+mod through_owner;
 mod types;
 
 pub use limits::{Figures, MAX_COMPLEXITY, MAX_DEPTH};
@@ -150,6 +151,8 @@ pub struct Engine {
     pub health: Arc<Customizations>,
     /// Writes the health changes of the groups that queries read (SPEC 17).
     pub recorder: subscriptions::health_record::Recorder,
+    /// Views of connections other replicas own go through them (SPEC 16).
+    pub forward: crate::replicas::forward::Forward,
 }
 
 /// Only POST with a JSON body, after authentication (and, for the session cookie, its CSRF
@@ -173,6 +176,7 @@ pub async fn execute(
         clusters,
         health,
         recorder,
+        forward,
     } = engine;
     let (parts, body) = req.into_parts();
     let request_id = parts
@@ -183,6 +187,8 @@ pub async fn execute(
         Ok(session) => session,
         Err(e) => return error_response(&e),
     };
+    // What another replica authenticates the viewer with, should a view go through it.
+    let credential = crate::auth::Credential::of(&parts);
     // The connection is borrowed once the body is in: a slow upload must not hold one.
     let db = Arc::new(loaders::loader(reads, SessionUser::new(session)));
     let json = parts
@@ -261,6 +267,8 @@ pub async fn execute(
         .data(clusters)
         .data(health)
         .data(recorder)
+        .data(forward)
+        .data(credential)
         .data(splices.clone())
         .data(schemas.rendered.clone())
         .data(schemas.logs.clone())
@@ -405,7 +413,8 @@ pub async fn execute_as(
         .data(engine.health.clone())
         .data(engine.schemas.logs.clone())
         .data(engine.schemas.away.clone())
-        .data(engine.recorder.clone());
+        .data(engine.recorder.clone())
+        .data(engine.forward.clone());
     let mut response = engine.schemas.strict.execute(request).await;
     for error in &mut response.errors {
         with_code(error);

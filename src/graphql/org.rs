@@ -9,17 +9,16 @@
 //! connection is lost now (`UNKNOWN` with the connection's message, never the last healthy
 //! state) or the group is not kept current (its last health, with the reason as message).
 
-use std::cmp::Ordering;
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use async_graphql::{Context, Enum, SimpleObject};
-use chrono::SecondsFormat;
+use chrono::{DateTime, SecondsFormat, Utc};
 
 use super::resource_group::HealthStatus;
 use super::types::{conn, loader, Gql, Result, Time};
-use crate::db::health::{HealthRow, Listed};
+use crate::db::health::{kinds_key, HealthRow, Order, Reader, Seen};
 use crate::k8s::clusters::Clusters;
 use crate::k8s::discovery::ApiKind;
 use crate::k8s::grants::AccessType;
@@ -61,102 +60,141 @@ pub fn unkept_message(since: chrono::DateTime<chrono::Utc>) -> String {
 }
 
 /// What the viewer sees of each of `rows`, by environment id; those they may not see are
-/// left out. One `user_access` decision per agent, one access review per agent, namespace and
-/// set of kinds.
+/// left out.
 pub(super) async fn shown(
     ctx: &Context<'_>,
     rows: &[HealthRow],
 ) -> Result<HashMap<i64, EnvironmentHealth>> {
-    let mut out = HashMap::new();
-    if rows.is_empty() {
-        return Ok(out);
-    }
-    let user = loader(ctx).loader().user().await.gql()?;
-    let clusters: &Arc<Clusters> = ctx.data_unchecked();
-    let mut grants = HashMap::new();
-    for row in rows {
-        if let Entry::Vacant(entry) = grants.entry(row.agent_id) {
-            let grant = clusters
-                .grants
-                .authorize(&mut **conn(ctx).await?, row.agent_id, user.id)
-                .await
-                .gql()?;
-            entry.insert(grant);
-        }
-    }
-    // What follows may ask clusters: the connection goes back meanwhile.
-    loader(ctx).loader().release().await;
-    let mut reviewed: HashMap<(i64, &str, &[String]), bool> = HashMap::new();
-    let mut connections = HashMap::new();
-    for row in rows {
-        let Some(Some(grant)) = grants.get(&row.agent_id) else {
-            continue;
+    let readers: Vec<Reader> = rows.iter().map(HealthRow::reader).collect();
+    let decisions = Decisions::new(ctx, &readers).await?;
+    Ok(rows
+        .iter()
+        .filter_map(|r| Some((r.environment_id, decisions.show(r)?)))
+        .collect())
+}
+
+/// The viewer's decisions over the agents, and under impersonation the namespaces and kinds,
+/// that some kept healths were read through: one `user_access` decision per agent, one access
+/// review per agent, namespace and set of kinds.
+pub(super) struct Decisions {
+    /// Per agent: `None` where the viewer may not use it.
+    agents: HashMap<i64, Option<Agent>>,
+    /// Under impersonation: whether the viewer's identity may list every kind.
+    reviewed: HashMap<(i64, String, Vec<String>), bool>,
+}
+
+/// What the viewer may use of an agent, and its connection now.
+struct Agent {
+    impersonating: bool,
+    /// The connection is down: why, and since when if known.
+    down: Option<(String, Option<DateTime<Utc>>)>,
+}
+
+impl Decisions {
+    /// Decides over `readers` as the request's user.
+    pub(super) async fn new(ctx: &Context<'_>, readers: &[Reader]) -> Result<Decisions> {
+        let mut out = Decisions {
+            agents: HashMap::new(),
+            reviewed: HashMap::new(),
         };
-        if let Entry::Vacant(entry) = connections.entry(row.agent_id) {
-            let cluster = clusters
-                .for_agent(row.agent_id, &row.agent_project, &row.agent_name)
-                .await;
-            entry.insert(cluster);
+        if readers.is_empty() {
+            return Ok(out);
         }
-        let cluster = &connections[&row.agent_id];
-        let headers = grant.impersonation(AccessType::from(user.via));
-        if !headers.is_empty() {
-            let key = (row.agent_id, row.namespace.as_str(), row.kinds.as_slice());
-            let allowed = match reviewed.get(&key) {
-                Some(allowed) => *allowed,
-                None => {
-                    let allowed = match cluster {
-                        Ok(cluster) => {
-                            let kinds: Option<Vec<ApiKind>> =
-                                row.kinds.iter().map(|k| api_kind(k)).collect();
-                            match kinds {
-                                Some(kinds) => cluster
-                                    .watch
-                                    .access(
-                                        &headers,
-                                        &row.namespace,
-                                        &kinds,
-                                        clusters.response_timeout,
-                                    )
-                                    .await
-                                    .iter()
-                                    .all(Option::is_none),
-                                None => false,
-                            }
-                        }
-                        // Nobody can be asked: fails closed.
-                        Err(_) => false,
-                    };
-                    reviewed.insert(key, allowed);
-                    allowed
-                }
-            };
-            if !allowed {
-                continue;
+        let user = loader(ctx).loader().user().await.gql()?;
+        let clusters: &Arc<Clusters> = ctx.data_unchecked();
+        let mut grants = HashMap::new();
+        for r in readers {
+            if let Entry::Vacant(entry) = grants.entry(r.agent_id) {
+                let grant = clusters
+                    .grants
+                    .authorize(&mut **conn(ctx).await?, r.agent_id, user.id)
+                    .await
+                    .gql()?;
+                entry.insert(grant);
             }
         }
-        let Some(status) = HealthStatus::parse(&row.status) else {
-            continue;
-        };
-        let open = cluster
-            .as_ref()
-            .ok()
-            .and_then(|c| c.condition.circuit().open());
-        let health = match (open, cluster) {
-            (Some(open), _) => EnvironmentHealth {
+        // What follows may ask clusters: the connection goes back meanwhile.
+        loader(ctx).loader().release().await;
+        let mut connections = HashMap::new();
+        for r in readers {
+            let Some(Some(grant)) = grants.get(&r.agent_id) else {
+                out.agents.insert(r.agent_id, None);
+                continue;
+            };
+            if let Entry::Vacant(entry) = connections.entry(r.agent_id) {
+                let cluster = clusters
+                    .for_agent(r.agent_id, &r.agent_project, &r.agent_name)
+                    .await;
+                entry.insert(cluster);
+            }
+            let cluster = &connections[&r.agent_id];
+            let headers = grant.impersonation(AccessType::from(user.via));
+            let impersonating = !headers.is_empty();
+            out.agents.entry(r.agent_id).or_insert_with(|| {
+                let down = match cluster {
+                    Ok(cluster) => cluster.condition.circuit().open().map(|open| {
+                        (
+                            format!("The agent's cluster cannot be reached: {}", open.said()),
+                            Some(open.since),
+                        )
+                    }),
+                    Err(none) => Some((
+                        format!("The agent's cluster cannot be reached: {none}"),
+                        None,
+                    )),
+                };
+                Some(Agent {
+                    impersonating,
+                    down,
+                })
+            });
+            if !impersonating {
+                continue;
+            }
+            let key = (r.agent_id, r.namespace.clone(), r.kinds.clone());
+            if out.reviewed.contains_key(&key) {
+                continue;
+            }
+            let allowed = match cluster {
+                Ok(cluster) => {
+                    let kinds: Option<Vec<ApiKind>> = r.kinds.iter().map(|k| api_kind(k)).collect();
+                    match kinds {
+                        Some(kinds) => cluster
+                            .watch
+                            .access(&headers, &r.namespace, &kinds, clusters.response_timeout)
+                            .await
+                            .iter()
+                            .all(Option::is_none),
+                        None => false,
+                    }
+                }
+                // Nobody can be asked: fails closed.
+                Err(_) => false,
+            };
+            out.reviewed.insert(key, allowed);
+        }
+        Ok(out)
+    }
+
+    /// What the viewer sees of `row`: nothing where they may not; `UNKNOWN` with the reason
+    /// where the agent's connection is down; else the kept health, with why it is not kept
+    /// current if so.
+    pub(super) fn show(&self, row: &HealthRow) -> Option<EnvironmentHealth> {
+        let agent = self.agents.get(&row.agent_id)?.as_ref()?;
+        if agent.impersonating {
+            let key = (row.agent_id, row.namespace.clone(), row.kinds.clone());
+            if !self.reviewed.get(&key).copied().unwrap_or(false) {
+                return None;
+            }
+        }
+        let status = HealthStatus::parse(&row.status)?;
+        Some(match &agent.down {
+            Some((message, since)) => EnvironmentHealth {
                 status: HealthStatus::Unknown,
-                message: Some(format!(
-                    "The agent's cluster cannot be reached: {}",
-                    open.said()
-                )),
-                since: Time(open.since.max(row.since)),
+                message: Some(message.clone()),
+                since: Time(since.map_or(row.since, |s| s.max(row.since))),
             },
-            (None, Err(none)) => EnvironmentHealth {
-                status: HealthStatus::Unknown,
-                message: Some(format!("The agent's cluster cannot be reached: {none}")),
-                since: Time(row.since),
-            },
-            (None, Ok(_)) => EnvironmentHealth {
+            None => EnvironmentHealth {
                 status,
                 message: match row.unkept_since {
                     Some(at) => Some(unkept_message(at)),
@@ -164,10 +202,29 @@ pub(super) async fn shown(
                 },
                 since: Time(row.since),
             },
-        };
-        out.insert(row.environment_id, health);
+        })
     }
-    Ok(out)
+
+    /// The decisions as the statements that filter, sort and count apply them.
+    pub(super) fn seen(&self) -> Seen {
+        let mut seen = Seen::default();
+        for (agent_id, agent) in &self.agents {
+            let Some(agent) = agent else { continue };
+            if !agent.impersonating {
+                seen.agents.push(*agent_id);
+            }
+            if let Some((_, since)) = &agent.down {
+                seen.down.push((*agent_id, *since));
+            }
+        }
+        for ((agent_id, namespace, kinds), allowed) in &self.reviewed {
+            if *allowed {
+                seen.reviewed
+                    .push((*agent_id, namespace.clone(), kinds_key(kinds)));
+            }
+        }
+        seen
+    }
 }
 
 /// `group/version/plural/Kind` as the recorder keeps it.
@@ -185,63 +242,18 @@ fn api_kind(text: &str) -> Option<ApiKind> {
     })
 }
 
-/// The environments of `listed` that `health` admits (every one without a filter; with one,
-/// only those whose health the viewer sees and is listed), in `sort`'s order, each with what
-/// the viewer sees of its health.
-pub(super) fn arrange(
-    listed: Vec<Listed>,
-    shown: &mut HashMap<i64, EnvironmentHealth>,
-    health: Option<&[HealthStatus]>,
-    sort: Option<EnvironmentSort>,
-) -> Vec<(Listed, Option<EnvironmentHealth>)> {
-    let mut out: Vec<(Listed, Option<EnvironmentHealth>)> = listed
-        .into_iter()
-        .map(|l| {
-            let h = shown.remove(&l.row.id);
-            (l, h)
-        })
-        .filter(|(_, h)| match health {
-            None => true,
-            Some(wanted) => h.as_ref().is_some_and(|h| wanted.contains(&h.status)),
-        })
-        .collect();
-    let by_id = |a: &Listed, b: &Listed| a.row.id.cmp(&b.row.id);
+/// The statement's order for `sort`.
+pub(super) fn order(sort: Option<EnvironmentSort>) -> Order {
     match sort {
-        None => out.sort_by(|a, b| by_id(&a.0, &b.0)),
-        Some(EnvironmentSort::HealthDesc) => out.sort_by(|a, b| {
-            worst_first(a.1.as_ref(), b.1.as_ref()).then_with(|| by_id(&a.0, &b.0))
-        }),
-        Some(EnvironmentSort::UpdatedDesc) => out.sort_by(|a, b| {
-            b.0.updated_at
-                .cmp(&a.0.updated_at)
-                .then_with(|| by_id(&a.0, &b.0))
-        }),
-        Some(EnvironmentSort::NameAsc) => out.sort_by(|a, b| {
-            a.0.row
-                .name
-                .cmp(&b.0.row.name)
-                .then_with(|| by_id(&a.0, &b.0))
-        }),
-    }
-    out
-}
-
-/// Worst first, then the most recent change; no health last.
-fn worst_first(a: Option<&EnvironmentHealth>, b: Option<&EnvironmentHealth>) -> Ordering {
-    match (a, b) {
-        (Some(a), Some(b)) => b
-            .status
-            .severity()
-            .cmp(&a.status.severity())
-            .then_with(|| b.since.0.cmp(&a.since.0)),
-        (Some(_), None) => Ordering::Less,
-        (None, Some(_)) => Ordering::Greater,
-        (None, None) => Ordering::Equal,
+        None => Order::Id,
+        Some(EnvironmentSort::HealthDesc) => Order::WorstFirst,
+        Some(EnvironmentSort::UpdatedDesc) => Order::UpdatedDesc,
+        Some(EnvironmentSort::NameAsc) => Order::NameAsc,
     }
 }
 
-/// Each status with how many of `shown` have it, worst first.
-pub(super) fn counts(shown: &HashMap<i64, EnvironmentHealth>) -> Vec<EnvironmentHealthCount> {
+/// Each status with its count in `counted` (status, count), worst first, zeros too.
+pub(super) fn counts(counted: &[(String, i64)]) -> Vec<EnvironmentHealthCount> {
     let mut statuses = [
         HealthStatus::Unknown,
         HealthStatus::Degraded,
@@ -255,7 +267,23 @@ pub(super) fn counts(shown: &HashMap<i64, EnvironmentHealth>) -> Vec<Environment
         .into_iter()
         .map(|status| EnvironmentHealthCount {
             status,
-            count: shown.values().filter(|h| h.status == status).count() as i32,
+            count: counted
+                .iter()
+                .filter(|(s, _)| s == status.name())
+                .map(|(_, n)| *n as i32)
+                .sum(),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unknown_kind_is_no_kind_a_review_could_allow() {
+        assert!(api_kind("apps/v1/deployments/Deployment").is_some());
+        assert!(api_kind("unknown apps/v1 Deployment").is_none());
+        assert!(api_kind("unknown v1 Pod").is_none());
+    }
 }

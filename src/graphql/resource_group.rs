@@ -21,6 +21,7 @@ use super::plain::{self, optional, string, Plain};
 use super::splice::{self, Rendered, Splices};
 use super::subscriptions::feeds::{FeedKey, Source};
 use super::subscriptions::health_record::Recorder;
+use super::through_owner::{through_owner, warned, Through};
 use super::types::{conn, project, DeploymentAgent, Gql, Result, Time};
 use crate::db::environment_settings;
 use crate::db::read::{AgentRow, EnvironmentRow};
@@ -122,12 +123,18 @@ pub(super) async fn assemble(
             custom,
         )
     });
-    let assembled = async_graphql::futures_util::future::try_join_all(groups)
-        .await
-        .map(namespaces::merge);
-    let assembled = match assembled {
-        Ok(assembled) => assembled,
-        Err(e) => return unreachable_or(e, namespace, &selector),
+    // A connection another replica owns is read through it (SPEC 16).
+    let assembled = match through_owner(ctx, &cluster, agent.id, &spanned, &selector).await {
+        Through::Owner(group) => group?,
+        Through::Here { warning } => {
+            let assembled = async_graphql::futures_util::future::try_join_all(groups)
+                .await
+                .map(namespaces::merge);
+            match assembled {
+                Ok(assembled) => warned(assembled, warning),
+                Err(e) => return unreachable_or(e, namespace, &selector),
+            }
+        }
     };
     let assembled = while_away(ctx, &cluster, assembled);
     // The group is in use: its health changes are recorded while it is (SPEC 17).
@@ -143,6 +150,7 @@ pub(super) async fn assemble(
                 ..FetchOptions::default()
             },
             health: custom.clone(),
+            through: None,
             recheck: clusters.grants.ttl(),
         });
     }
@@ -262,6 +270,7 @@ pub async fn load_gitops(
     let custom: &Arc<Customizations> = ctx.data_unchecked();
     let reader = gitops::Reader {
         watch: &cluster.watch,
+        memo: &cluster.gitops,
         client: &cluster.client,
         discovery: &cluster.discovery,
         headers: &headers,
@@ -343,11 +352,6 @@ pub struct ResourceGroup {
 }
 
 impl ResourceGroup {
-    /// The sync status of the group's first source (the environment's bound Flux object).
-    pub(super) fn flux_sync_status(&self) -> Option<FluxSyncStatus> {
-        self.sources.first().and_then(|s| s.flux_sync_status)
-    }
-
     fn new(
         agent: DeploymentAgent,
         group: Arc<group::ResourceGroup>,

@@ -22,6 +22,7 @@ use super::loaders::{
 use super::org::{self, EnvironmentSort};
 use super::resource_group::{self, HealthStatus, ResourceGroup};
 use crate::auth::CurrentUser;
+use crate::db::health;
 use crate::db::lease::Lease;
 use crate::db::read::{
     self, AgentDeploymentRow, AgentRow, DeploymentRow, EnvironmentFilter, EnvironmentRow, GroupRow,
@@ -426,59 +427,73 @@ impl Group {
         tier: Option<DeploymentTier>,
     ) -> Result<Vec<org::EnvironmentHealthCount>> {
         let viewer = viewer(ctx).await?;
-        let listed = crate::db::health::in_group(
-            &mut **conn(ctx).await?,
+        let scope = health::Scope {
             viewer,
-            self.0.id,
-            tier.map(DeploymentTier::as_str),
-            None,
-        )
-        .await
-        .gql()?;
-        let rows: Vec<_> = listed.into_iter().filter_map(|l| l.health).collect();
-        Ok(org::counts(&org::shown(ctx, &rows).await?))
+            group_id: self.0.id,
+            tier: tier.map(DeploymentTier::as_str),
+            search: None,
+        };
+        let readers = health::readers(&mut **conn(ctx).await?, scope)
+            .await
+            .gql()?;
+        let decisions = org::Decisions::new(ctx, &readers).await?;
+        let counted = health::counts(&mut **conn(ctx).await?, scope, &decisions.seen())
+            .await
+            .gql()?;
+        Ok(org::counts(&counted))
     }
 }
 
 impl Group {
-    /// `environments` filtered or sorted by health: every matching environment is read with
-    /// its kept health, the viewer's access decided per agent, then ordered; the cursor is the
-    /// position in that order.
+    /// `environments` filtered or sorted by health: the viewer's access decided per agent
+    /// that read the group's kept healths, then PostgreSQL filters, sorts and cuts the page
+    /// with those decisions; the cursor is the position in that order.
     #[allow(clippy::too_many_arguments)]
     async fn arranged(
         &self,
         ctx: &Context<'_>,
         tier: Option<DeploymentTier>,
         search: Option<String>,
-        health: Option<Vec<HealthStatus>>,
+        wanted: Option<Vec<HealthStatus>>,
         sort: Option<EnvironmentSort>,
         first: Option<i32>,
         after: Option<String>,
     ) -> Result<Connection<String, Environment>> {
         page(first, after, |after, limit| async move {
             let viewer = viewer(ctx).await?;
-            let listed = crate::db::health::in_group(
-                &mut **conn(ctx).await?,
+            let scope = health::Scope {
                 viewer,
-                self.0.id,
-                tier.map(DeploymentTier::as_str),
-                search.as_deref(),
+                group_id: self.0.id,
+                tier: tier.map(DeploymentTier::as_str),
+                search: search.as_deref(),
+            };
+            let readers = health::readers(&mut **conn(ctx).await?, scope)
+                .await
+                .gql()?;
+            let decisions = org::Decisions::new(ctx, &readers).await?;
+            let wanted: Option<Vec<&str>> = wanted
+                .as_ref()
+                .map(|w| w.iter().map(|s| s.name()).collect());
+            let start = after.map_or(0, |a| a.saturating_add(1).max(0));
+            let listed = health::page(
+                &mut **conn(ctx).await?,
+                scope,
+                &decisions.seen(),
+                wanted.as_deref(),
+                org::order(sort),
+                start,
+                limit,
             )
             .await
             .gql()?;
-            let rows: Vec<_> = listed.iter().filter_map(|l| l.health.clone()).collect();
-            let mut shown = org::shown(ctx, &rows).await?;
-            let start = after.map_or(0, |a| a.saturating_add(1).max(0)) as usize;
-            let arranged = org::arrange(listed, &mut shown, health.as_deref(), sort);
-            let window: Vec<(i64, Environment)> = arranged
+            let window: Vec<(i64, Environment)> = listed
                 .into_iter()
                 .enumerate()
-                .skip(start)
-                .take(limit as usize)
-                .map(|(at, (listed, health))| {
+                .map(|(at, listed)| {
+                    let shown = listed.health.as_ref().and_then(|h| decisions.show(h));
                     let node = Environment::new(listed.row);
-                    let _ = node.health.set(health);
-                    (at as i64, node)
+                    let _ = node.health.set(shown);
+                    (start + at as i64, node)
                 })
                 .collect();
             let rows: Vec<EnvironmentRow> = window.iter().map(|(_, e)| e.row.clone()).collect();
@@ -653,21 +668,9 @@ impl Environment {
         ctx: &Context<'_>,
         row: &AgentDeploymentRow,
     ) -> Result<Vec<crate::gitops::ObjRef>> {
-        let mut sources: Vec<_> = bound_flux_source(row).into_iter().collect();
-        let argo =
-            crate::db::environment_settings::argo_application(&mut **conn(ctx).await?, self.row.id)
-                .await
-                .gql()?;
-        if let Some((namespace, name)) = argo {
-            sources.push(crate::gitops::ObjRef {
-                group: "argoproj.io".into(),
-                version: Some("v1alpha1".into()),
-                kind: "Application".into(),
-                namespace: Some(namespace),
-                name,
-            });
-        }
-        Ok(sources)
+        super::gitops::bound_sources(&mut **conn(ctx).await?, self.row.id, row)
+            .await
+            .gql()
     }
 
     /// The environment's agent (SPEC 15): that of its last successful deployment, with its
@@ -898,12 +901,10 @@ impl Environment {
         let Some(source) = bound_flux_source(&row) else {
             return Ok(None);
         };
-        let group =
-            match resource_group::load_gitops(ctx, &self.row, agent, None, vec![source]).await {
-                Ok(group) => group,
-                Err(_) => return Ok(None),
-            };
-        Ok(group.flux_sync_status())
+        // Only the bound object is read, not its group.
+        super::gitops::source_status(ctx, &self.row, &agent, &source)
+            .await
+            .or(Ok(None))
     }
 
     /// Its group's health as kept current (SPEC 18), without building the group: `null` when

@@ -45,6 +45,8 @@ pub struct Cluster {
     pub discovery: DiscoveryCache,
     /// The objects of the namespaces viewed, kept by watches (SPEC 8.1).
     pub watch: WatchCache,
+    /// The GitOps groups read from `watch` lately (SPEC 15).
+    pub gitops: Arc<crate::k8s::gitops::Memo>,
 }
 
 /// How an agent's cluster is reached (SPEC 14's `AgentConnection.kind`).
@@ -432,6 +434,7 @@ fn cluster(
             watch,
             metrics.clone(),
         ),
+        gitops: Arc::default(),
         client,
         source,
     }

@@ -4,9 +4,15 @@
 //! with a request of its own, and resolves again until nothing is missing. Then what the
 //! objects own is added and the group assembled as any other, with an `APPLIES` edge from each
 //! source to what it applied.
+//!
+//! Everything but a Helm release Secret (masked in the cache) and the kinds of a group version
+//! discovery did not list comes from the watch cache: the namespaces' watch sets, and for
+//! cluster-scoped entries a cluster-wide watch of their kind. A group read wholly from the cache
+//! is kept ([`Memo`]) with the cache's stamps of what it read; the next view checks the stamps
+//! (no request) and answers the same group while nothing it read changed.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use async_graphql::futures_util::future::join_all;
 use axum::http::HeaderMap;
@@ -14,7 +20,7 @@ use axum::http::HeaderMap;
 use super::discovery::{self, ApiKind, DiscoveryCache};
 use super::fetch::{self, encode, FetchError, FetchOptions};
 use super::observe::ForAgent;
-use super::watch::WatchCache;
+use super::watch::{Stamp, WatchCache};
 use crate::gitops::resolve::{self, Loaded, Resolution};
 use crate::gitops::sync::{self, FluxSyncStatus};
 use crate::gitops::{helm, ObjRef};
@@ -67,19 +73,163 @@ pub struct LabelsSource {
 /// What a round needs to read the cluster.
 pub struct Reader<'a> {
     pub watch: &'a WatchCache,
+    /// The groups of this cluster connection read lately.
+    pub memo: &'a Memo,
     pub client: &'a kube::Client,
     pub discovery: &'a DiscoveryCache,
     pub headers: &'a HeaderMap,
     pub options: &'a FetchOptions,
 }
 
-/// Lists and assembles the group of `sources` (and `labels`).
+/// GitOps groups read wholly from the watch cache, per cluster connection, each with the
+/// cache's stamps of what it read: a view of the same sources, as the same identity, while
+/// every stamp is the same, is answered with the kept group. Cheap to share.
+#[derive(Default)]
+pub struct Memo {
+    kept: Mutex<Vec<Kept>>,
+}
+
+/// Groups kept per cluster connection, the oldest dropped first.
+const GROUPS_KEPT: usize = 16;
+
+struct Kept {
+    key: MemoKey,
+    read: Read,
+    group: GitOpsGroup,
+}
+
+/// What a group is asked with: equal keys and equal [`Read`]s, equal groups.
+struct MemoKey {
+    sources: Vec<ObjRef>,
+    labels: Option<(Vec<String>, String)>,
+    /// The impersonation headers (the identity the cluster's access decisions are about).
+    identity: Vec<(String, Vec<u8>)>,
+    events_per_resource: usize,
+    custom: Arc<Customizations>,
+}
+
+impl MemoKey {
+    fn new(
+        sources: &[ObjRef],
+        labels: Option<&LabelsSource>,
+        reader: &Reader<'_>,
+        custom: &Arc<Customizations>,
+    ) -> Self {
+        let mut identity: Vec<(String, Vec<u8>)> = reader
+            .headers
+            .iter()
+            .filter(|(name, _)| name.as_str().starts_with("impersonate-"))
+            .map(|(name, value)| (name.as_str().to_owned(), value.as_bytes().to_vec()))
+            .collect();
+        identity.sort();
+        MemoKey {
+            sources: sources.to_vec(),
+            labels: labels.map(|l| (l.namespaces.clone(), l.selector.clone())),
+            identity,
+            events_per_resource: reader.options.events_per_resource,
+            custom: custom.clone(),
+        }
+    }
+}
+
+impl PartialEq for MemoKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.sources == other.sources
+            && self.labels == other.labels
+            && self.identity == other.identity
+            && self.events_per_resource == other.events_per_resource
+            && Arc::ptr_eq(&self.custom, &other.custom)
+    }
+}
+
+/// What a group was read from: each namespace's stamp, taken before its listing, and the
+/// cluster-scoped kinds read from the cache with the cluster scope's generation before them.
+#[derive(Default, Clone)]
+struct Read {
+    namespaces: Vec<(String, Stamp)>,
+    cluster_kinds: Vec<ApiKind>,
+    cluster_generation: Option<u64>,
+    /// Something was read from the cluster itself (or could not be stamped): nothing to keep.
+    fresh: bool,
+}
+
+impl Memo {
+    fn find(&self, key: &MemoKey) -> Option<(Read, GitOpsGroup)> {
+        let kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        kept.iter()
+            .find(|k| k.key == *key)
+            .map(|k| (k.read.clone(), k.group.clone()))
+    }
+
+    fn keep(&self, key: MemoKey, read: Read, group: GitOpsGroup) {
+        let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        kept.retain(|k| k.key != key);
+        if kept.len() >= GROUPS_KEPT {
+            kept.remove(0);
+        }
+        kept.push(Kept { key, read, group });
+    }
+}
+
+/// Whether what `read` read is unchanged in the cache (and still shown to this identity):
+/// the stamps asked again, no request to the cluster.
+async fn unchanged(reader: &Reader<'_>, read: &Read) -> Result<bool, FetchError> {
+    for (namespace, stamp) in &read.namespaces {
+        let now = reader
+            .watch
+            .stamp(reader.discovery, reader.headers, namespace, reader.options)
+            .await?;
+        if now.as_ref() != Some(stamp) {
+            return Ok(false);
+        }
+    }
+    for kind in &read.cluster_kinds {
+        let viewed = reader
+            .watch
+            .view_cluster_kind(
+                reader.headers,
+                kind,
+                reader.options.page_size,
+                reader.options.request_timeout,
+            )
+            .await;
+        if viewed.is_err() {
+            return Ok(false);
+        }
+    }
+    Ok(read.cluster_kinds.is_empty()
+        || reader.watch.cluster_generation() == read.cluster_generation)
+}
+
+/// Lists and assembles the group of `sources` (and `labels`): the group kept when nothing it
+/// was read from changed ([`Memo`]).
 pub async fn resource_group(
     reader: &Reader<'_>,
     sources: &[ObjRef],
     labels: Option<&LabelsSource>,
     custom: &Arc<Customizations>,
 ) -> Result<GitOpsGroup, FetchError> {
+    let key = MemoKey::new(sources, labels, reader, custom);
+    if let Some((read, group)) = reader.memo.find(&key) {
+        if unchanged(reader, &read).await? {
+            return Ok(group);
+        }
+    }
+    let (group, read) = read_group(reader, sources, labels, custom).await?;
+    if !read.fresh {
+        reader.memo.keep(key, read, group.clone());
+    }
+    Ok(group)
+}
+
+/// The group read afresh, from the cache where it answers, and what it was read from.
+async fn read_group(
+    reader: &Reader<'_>,
+    sources: &[ObjRef],
+    labels: Option<&LabelsSource>,
+    custom: &Arc<Customizations>,
+) -> Result<(GitOpsGroup, Read), FetchError> {
+    let mut read = Read::default();
     let discovered = reader.discovery.kinds().await?;
     // Discovery's kinds, then those of the group versions the sources name beyond them.
     let mut kinds: Vec<ApiKind> = discovered.kinds.to_vec();
@@ -88,7 +238,7 @@ pub async fn resource_group(
     let mut errors: Vec<ListError> = Vec::new();
     let mut warnings: Vec<String> = Vec::new();
     for namespace in labels.iter().flat_map(|l| &l.namespaces) {
-        let listing = list_namespace(reader, namespace).await?;
+        let listing = list_namespace(reader, namespace, &mut read).await?;
         loaded.add_namespace(namespace, listing.selected.clone());
         listings.push(listing);
     }
@@ -122,14 +272,22 @@ pub async fn resource_group(
                     .join(", ")
             ));
         }
-        let lists = join_all(wanted.iter().map(|ns| list_namespace(reader, ns))).await;
-        for (ns, listed) in wanted.iter().zip(lists) {
+        let lists = join_all(wanted.iter().map(|ns| async {
+            let mut read = Read::default();
+            let listed = list_namespace(reader, ns, &mut read).await;
+            (listed, read)
+        }))
+        .await;
+        for (ns, (listed, of_ns)) in wanted.iter().zip(lists) {
+            read.namespaces.extend(of_ns.namespaces);
+            read.fresh |= of_ns.fresh;
             match listed {
                 Ok(listing) => {
                     loaded.add_namespace(ns, listing.selected.clone());
                     listings.push(listing);
                 }
                 Err(e) => {
+                    read.fresh = true;
                     warnings.push(format!("The namespace {ns} could not be listed: {e}"));
                     loaded.add_namespace(ns, Vec::new());
                 }
@@ -141,9 +299,20 @@ pub async fn resource_group(
         // Read one by one, at most `max_in_flight` at once and [`MAX_CLUSTER_SCOPED`] a view.
         let room = MAX_CLUSTER_SCOPED.saturating_sub(cluster_read);
         let (reading, skipped) = needs.cluster.split_at(needs.cluster.len().min(room));
+        if !reading.is_empty() && read.cluster_generation.is_none() {
+            // Before any of them is read; a scope not yet watched starts at 0.
+            read.cluster_generation = Some(reader.watch.cluster_generation().unwrap_or(0));
+        }
         for chunk in reading.chunks(reader.options.max_in_flight.max(1)) {
-            let got = join_all(chunk.iter().map(|r| get_cluster_scoped(reader, &kinds, r))).await;
-            for (r, got) in chunk.iter().zip(got) {
+            let got = join_all(chunk.iter().map(|r| cluster_object(reader, &kinds, r))).await;
+            for (r, (got, cached)) in chunk.iter().zip(got) {
+                match cached {
+                    Some(kind) if !read.cluster_kinds.contains(&kind) => {
+                        read.cluster_kinds.push(kind)
+                    }
+                    Some(_) => {}
+                    None => read.fresh = true,
+                }
                 match got {
                     Ok(object) => loaded.add_cluster(r, object),
                     Err(e) => {
@@ -163,6 +332,8 @@ pub async fn resource_group(
         for r in skipped {
             loaded.add_cluster(r, None);
         }
+        // Neither is in the cache: a view that needs them is read afresh each time.
+        read.fresh |= !needs.kinds.is_empty() || !needs.helm.is_empty();
         for (group, version) in &needs.kinds {
             match group_version_kinds(reader, group, version).await {
                 Ok(found) => kinds.extend(found),
@@ -227,15 +398,31 @@ pub async fn resource_group(
     if !group.resources.is_empty() {
         group.warnings.retain(|w| w != group::NO_RESOURCES_WARNING);
     }
-    Ok(GitOpsGroup {
+    // A kind that answered 404 made discovery start over: the next view is read anew.
+    read.fresh |= group.errors.iter().any(|e| e.code == Some(404));
+    let grouped = GitOpsGroup {
         group: Arc::new(group),
         namespaces,
         sources: group_sources,
-    })
+    };
+    Ok((grouped, read))
 }
 
-/// Every object of `namespace`, from the watch cache (an empty selector selects them all).
-async fn list_namespace(reader: &Reader<'_>, namespace: &str) -> Result<Listing, FetchError> {
+/// Every object of `namespace`, from the watch cache (an empty selector selects them all),
+/// its stamp taken first into `read`.
+async fn list_namespace(
+    reader: &Reader<'_>,
+    namespace: &str,
+    read: &mut Read,
+) -> Result<Listing, FetchError> {
+    let stamp = reader
+        .watch
+        .stamp(reader.discovery, reader.headers, namespace, reader.options)
+        .await?;
+    match stamp {
+        Some(stamp) => read.namespaces.push((namespace.to_owned(), stamp)),
+        None => read.fresh = true,
+    }
     reader
         .watch
         .list_resource_group(
@@ -329,6 +516,33 @@ fn add_applies(group: &mut ResourceGroup, applies: &[(String, String)]) {
         .filter(|e| seen.insert(*e))
         .collect();
     group.edges.extend(edges);
+}
+
+/// A cluster-scoped object from the cache's cluster-wide watch of its kind, with that kind;
+/// else (the kind not kept, refused to the viewer, not listed yet) asked of the cluster as
+/// [`get_cluster_scoped`] asks, without a kind.
+async fn cluster_object(
+    reader: &Reader<'_>,
+    kinds: &[ApiKind],
+    r: &ObjRef,
+) -> (Result<Option<Arc<Object>>, ListError>, Option<ApiKind>) {
+    let kind = kinds
+        .iter()
+        .find(|k| k.group == r.group && k.kind == r.kind && !k.namespaced);
+    if let Some(kind) = kind {
+        let timeout = reader.options.request_timeout;
+        let viewed = reader
+            .watch
+            .view_cluster_kind(reader.headers, kind, reader.options.page_size, timeout)
+            .await;
+        if let Ok(view) = viewed {
+            view.synced(timeout).await;
+            if let Ok(found) = view.object(&r.name) {
+                return (Ok(found), Some(kind.clone()));
+            }
+        }
+    }
+    (get_cluster_scoped(reader, kinds, r).await, None)
 }
 
 /// A cluster-scoped object, read as the viewer at the entry's version when the cluster serves

@@ -4,9 +4,11 @@
 //! lease per connection) and the internal listener other replicas reach this one at
 //! (`internal`). A single process is the same code with a set of one.
 
+pub mod forward;
 pub mod internal;
 pub mod ownership;
 pub mod rendezvous;
+pub mod wire;
 
 use std::net::SocketAddr;
 

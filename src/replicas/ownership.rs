@@ -14,6 +14,7 @@
 //! and clocks that run at slightly different rates.
 
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sqlx::PgPool;
@@ -42,6 +43,9 @@ pub struct Ownership {
     fences: Fences,
     /// A replica silent this long is dead; also each lease's length in the database.
     window: Duration,
+    /// The live replicas as last read (every fifth of the window), this one included: whom a
+    /// request for a connection held elsewhere goes to ([`Ownership::owner_elsewhere`]).
+    live: Arc<Mutex<Vec<db::Member>>>,
 }
 
 impl Ownership {
@@ -52,7 +56,24 @@ impl Ownership {
             pool,
             fences,
             window,
+            live: Arc::default(),
         }
+    }
+
+    /// The live replica other than this one that owns `connection`, when this one does not
+    /// hold it: where a view of it is answered ([`super::forward`]). `None` when this replica
+    /// holds it, owns it by the hash (it takes the lease at its next step, and answers by
+    /// fresh lists meanwhile), or knows no live replica.
+    pub fn owner_elsewhere(&self, connection: &str) -> Option<db::Member> {
+        if self.fences.fence(connection).generation().is_some() {
+            return None;
+        }
+        let live = self.live.lock().unwrap_or_else(|e| e.into_inner());
+        let ids: Vec<String> = live.iter().map(|m| m.id.clone()).collect();
+        let owner = rendezvous::owner(connection, &ids)?;
+        (owner != self.id)
+            .then(|| live.iter().find(|m| m.id == owner).cloned())
+            .flatten()
     }
 
     fn tick(&self) -> Duration {
@@ -115,11 +136,9 @@ impl Ownership {
     /// One round: heartbeat, live set, renew, take, give up.
     async fn step(&self) -> Result<()> {
         db::heartbeat(&self.pool, &self.id, &self.advertise_url).await?;
-        let live: Vec<String> = db::live(&self.pool, self.window)
-            .await?
-            .into_iter()
-            .map(|m| m.id)
-            .collect();
+        let members = db::live(&self.pool, self.window).await?;
+        let live: Vec<String> = members.iter().map(|m| m.id.clone()).collect();
+        *self.live.lock().unwrap_or_else(|e| e.into_inner()) = members;
         let fences = self.fences.all();
         let keys: Vec<String> = fences.iter().map(|(k, _)| k.clone()).collect();
         let sent = Instant::now();

@@ -21,7 +21,7 @@ pub struct DiscoveryFailure {
 }
 
 /// A kind that could not be listed.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub struct ListError {
     pub api_version: String,
     pub kind: String,
@@ -33,7 +33,7 @@ pub struct ListError {
 }
 
 /// One Event about a resource, flattened from a core/v1 Event.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ResourceEvent {
     /// `Normal` or `Warning`.
     pub event_type: String,

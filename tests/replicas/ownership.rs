@@ -22,14 +22,14 @@ const WINDOW: &str = "3s";
 /// The database, GitLab's side recorded in it (agent 7 reads as itself), the secrets and a
 /// configuration file leading agent 7 to `served`, whose namespaces stay watched while the
 /// test runs.
-struct Setup {
-    url: String,
+pub(super) struct Setup {
+    pub(super) url: String,
     secrets: tempfile::TempDir,
     config: tempfile::NamedTempFile,
-    app: TestApp,
+    pub(super) app: TestApp,
 }
 
-async fn setup(served: &Served) -> Setup {
+pub(super) async fn setup(served: &Served) -> Setup {
     let (url, database) = crate::telemetry::database_url().await;
     let app = TestApp::owning(
         AppState::new((*database).clone(), keys(), Limits::default()),
@@ -59,7 +59,12 @@ async fn setup(served: &Served) -> Setup {
 }
 
 impl Setup {
-    async fn replica(&self, database_url: &str) -> Replica {
+    pub(super) async fn replica(&self, database_url: &str) -> Replica {
+        self.replica_with_window(database_url, WINDOW).await
+    }
+
+    /// [`Setup::replica`] with another `--replica-window`.
+    pub(super) async fn replica_with_window(&self, database_url: &str, window: &str) -> Replica {
         let config = self.config.path().to_str().unwrap();
         Replica::start_with(
             database_url,
@@ -68,7 +73,7 @@ impl Setup {
                 "--config",
                 config,
                 "--replica-window",
-                WINDOW,
+                window,
                 "--share-clusters",
             ],
         )
@@ -85,7 +90,7 @@ impl Setup {
 
     /// Waits (generously) until the connection's lease is held by the replica that rendezvous
     /// hashing picks among `replicas`: ownership has settled. That replica.
-    async fn settled_owner<'a>(&self, replicas: &'a [Replica]) -> &'a Replica {
+    pub(super) async fn settled_owner<'a>(&self, replicas: &'a [Replica]) -> &'a Replica {
         let ids: Vec<String> = replicas.iter().map(|r| r.id.clone()).collect();
         let connection = self.connection().await;
         let owner = envlens::replicas::rendezvous::owner(&connection, &ids).unwrap();
@@ -127,7 +132,7 @@ impl Setup {
 }
 
 /// The production group as `dev`, through `replica`'s GraphQL: its resources, or the answer.
-fn production(replica: &Replica) -> Value {
+pub(super) fn production(replica: &Replica) -> Value {
     let (token, _) =
         envlens::auth::mint_session(SESSION_KEY, 2, "dev", Duration::from_secs(60)).unwrap();
     let query = r#"{ project(fullPath: "acme/apps/web") { environment(name: "production") {
@@ -149,7 +154,7 @@ fn production(replica: &Replica) -> Value {
 }
 
 /// Waits until the server's open watch streams stop moving (the same for 1.5 s); their number.
-async fn settled(api: &KubeApi) -> usize {
+pub(super) async fn settled(api: &KubeApi) -> usize {
     let deadline = Instant::now() + Duration::from_secs(60);
     let (mut last, mut since) = (api.open_streams(), Instant::now());
     while since.elapsed() < Duration::from_millis(1500) {
@@ -165,7 +170,7 @@ async fn settled(api: &KubeApi) -> usize {
 
 /// GET `/-/replica` of a replica's internal listener with `headers`: the status and the body
 /// (0 when nothing listens).
-fn whoami(advertise_url: &str, headers: &[(&str, &str)]) -> (u16, String) {
+pub(super) fn whoami(advertise_url: &str, headers: &[(&str, &str)]) -> (u16, String) {
     let host = advertise_url.strip_prefix("http://").unwrap();
     let Ok(mut stream) = std::net::TcpStream::connect(host) else {
         return (0, String::new());
@@ -450,7 +455,7 @@ fn check_unique(replicas: &[Replica]) {
     }
 }
 
-fn kill_9(replica: Replica) {
+pub(super) fn kill_9(replica: Replica) {
     // SAFETY: kill(2) on our own child's pid.
     unsafe { libc::kill(replica.child.id() as libc::pid_t, libc::SIGKILL) };
     drop(replica);

@@ -8,7 +8,12 @@
 //! v1alpha1). Tests register them with [`serve_gitops_kinds`], then insert objects shaped as the
 //! controllers write them.
 
+use axum::http::Method;
+use serde_json::json;
+
+use super::environment::{NS, PROJECT};
 use super::kube_api::KubeApi;
+use super::TestApp;
 
 /// (group, version, kind, plural), every one namespaced.
 pub const GITOPS_KINDS: &[(&str, &str, &str, &str)] = &[
@@ -53,4 +58,27 @@ pub fn serve_gitops_kinds(api: &KubeApi) {
     for &(group, version, kind, plural) in GITOPS_KINDS {
         api.add_kind(group, version, kind, plural, true);
     }
+}
+
+/// A deployment of acme/apps/web to `env` through agent 7 into `shop`, with GitLab's Flux
+/// resource path (none when empty), successful.
+pub async fn deploy_bound(app: &TestApp, id: i64, env: (i64, &str), flux: &str) {
+    let mut dashboard = json!({"namespace": NS, "flux_resource_path": flux});
+    if flux.is_empty() {
+        dashboard = json!({"namespace": NS});
+    }
+    let res = app.internal(Method::POST, "/api/v4/internal/deployments", &json!({
+        "deployment": {"id": id, "iid": id, "status": "created", "ref": "main", "sha": "abc", "tag": false,
+                       "created_at": "2026-11-21T10:00:00Z"},
+        "project": {"id": PROJECT, "full_path": "acme/apps/web"},
+        "environment": {"id": env.0, "name": env.1, "slug": env.1, "tier": "production"},
+        "job": {"id": id, "name": "deploy", "protected_ref": true},
+        "kubernetes": {"agent": "acme/agents:prod", "dashboard": dashboard}
+    })).await;
+    assert_eq!(res.status, 201, "{}", res.text());
+    let hook = json!({"object_kind": "deployment", "deployment_id": id, "status": "success",
+        "status_changed_at": "2026-11-21 10:05:00 UTC", "environment": env.1,
+        "project": {"id": PROJECT, "path_with_namespace": "acme/apps/web"}});
+    let res = app.hook("Deployment Hook", hook.to_string(), None).await;
+    assert_eq!(res.status, 200, "{}", res.text());
 }

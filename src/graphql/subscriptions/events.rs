@@ -132,6 +132,7 @@ fn record(live: &Live, environment: i64, key: &FeedKey, source: &Source) {
         headers: none.clone(),
         options: source.options.clone(),
         health: source.health.clone(),
+        through: None,
         recheck: source.recheck,
     });
 }

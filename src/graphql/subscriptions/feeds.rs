@@ -4,6 +4,10 @@
 //! broadcasts what changed ([`delta::diff`]). A thousand subscribers of one environment cost
 //! one assembly per change, not a thousand.
 //!
+//! A GitOps environment's feed ([`GitOpsKey`]) follows every namespace its group spans, and
+//! the cluster scope of its cluster-scoped entries: what its sources apply, and the Flux
+//! objects themselves, wherever they are.
+//!
 //! Coalescing: a change after a quiet spell is assembled at once; changes within
 //! [`WINDOW`] of the last message wait for the window's end and go out as one message. A
 //! subscriber that falls behind the broadcast gets the whole group again (`complete`).
@@ -14,7 +18,10 @@
 //! too, while the group stays the same.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+use async_graphql::futures_util::future::select_all;
 use std::time::Duration;
 
 use axum::http::HeaderMap;
@@ -24,6 +31,9 @@ use tokio::time::Instant;
 use crate::graphql::splice::PerSelection;
 use crate::k8s::clusters::Cluster;
 use crate::k8s::fetch::FetchOptions;
+use crate::k8s::gitops;
+use crate::k8s::watch::{KindChange, WatchCache, CLUSTER_SCOPE};
+use crate::replicas::forward::AsViewer;
 use crate::resources::delta::{self, GroupDelta};
 use crate::resources::group::ResourceGroup;
 use crate::resources::health::Customizations;
@@ -42,9 +52,33 @@ pub struct FeedKey {
     /// The impersonation headers, as sorted `name: value` lines (empty for the agent's own
     /// identity).
     pub identity: String,
+    /// The GitOps sources of the group, when it has some (SPEC 15).
+    pub gitops: Option<Arc<GitOpsKey>>,
+}
+
+/// What a GitOps environment's group is the union of (SPEC 15): its sources, and its labels
+/// source (the key's selector) in these namespaces, none when it has none.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct GitOpsKey {
+    pub sources: Vec<crate::gitops::ObjRef>,
+    pub labels_namespaces: Vec<String>,
 }
 
 impl FeedKey {
+    /// The key of a GitOps environment's group, its `namespace` the first it spans.
+    pub fn gitops(agent: i64, selector: &str, headers: &HeaderMap, gitops: GitOpsKey) -> Self {
+        let first = gitops
+            .labels_namespaces
+            .first()
+            .cloned()
+            .or_else(|| gitops.sources.iter().find_map(|s| s.namespace.clone()))
+            .unwrap_or_default();
+        FeedKey {
+            gitops: Some(Arc::new(gitops)),
+            ..FeedKey::new(agent, &first, selector, headers)
+        }
+    }
+
     pub fn new(agent: i64, namespace: &str, selector: &str, headers: &HeaderMap) -> Self {
         let mut lines: Vec<String> = headers
             .iter()
@@ -56,6 +90,7 @@ impl FeedKey {
             namespace: namespace.to_owned(),
             selector: selector.to_owned(),
             identity: lines.join("\n"),
+            gitops: None,
         }
     }
 }
@@ -88,6 +123,10 @@ type Running = Arc<Mutex<HashMap<FeedKey, Arc<Feed>>>>;
 
 struct Feed {
     state: Mutex<State>,
+    /// The first subscriber's way to the owner of the connection (SPEC 16), kept for the
+    /// feed's life: a feed started without one (the health keeper's, as the agent) takes it
+    /// from the first subscriber who brings one.
+    through: OnceLock<AsViewer>,
 }
 
 struct State {
@@ -132,6 +171,9 @@ pub struct Source {
     /// How often an impersonated group is assembled again with no change: access reviews
     /// (RBAC) may have changed meanwhile.
     pub recheck: Duration,
+    /// A subscriber's way to the owner of the connection, when another replica may own it
+    /// (SPEC 16): the feed then hears of changes and reads the group through it.
+    pub through: Option<crate::replicas::forward::AsViewer>,
 }
 
 /// A subscriber's end of a feed.
@@ -167,6 +209,11 @@ impl Feeds {
     pub fn subscribe(&self, key: FeedKey, source: impl FnOnce() -> Source) -> Subscriber {
         let mut running = lock(&self.running);
         if let Some(feed) = running.get(&key) {
+            if feed.through.get().is_none() {
+                if let Some(through) = source().through {
+                    let _ = feed.through.set(through);
+                }
+            }
             let state = lock(&feed.state);
             return Subscriber {
                 feed: feed.clone(),
@@ -175,7 +222,13 @@ impl Feeds {
             };
         }
         let (tx, rx) = broadcast::channel(BACKLOG);
+        let mut source = source();
+        let through = OnceLock::new();
+        if let Some(given) = source.through.take() {
+            let _ = through.set(given);
+        }
         let feed = Arc::new(Feed {
+            through,
             state: Mutex::new(State {
                 current: None,
                 complete: None,
@@ -183,7 +236,7 @@ impl Feeds {
             }),
         });
         running.insert(key.clone(), feed.clone());
-        tokio::spawn(run(self.running.clone(), key, feed.clone(), source()));
+        tokio::spawn(run(self.running.clone(), key, feed.clone(), source));
         Subscriber {
             feed,
             first: None,
@@ -197,11 +250,14 @@ impl Feeds {
     }
 }
 
-/// The feed's task: reads the group, then follows the namespace's changes until nobody
+/// The feed's task: reads the group, then follows the namespaces' changes until nobody
 /// subscribes any more.
 async fn run(running: Running, key: FeedKey, feed: Arc<Feed>, source: Source) {
-    let mut changes = source.cluster.watch.changes(&key.namespace);
-    let mut current = match assemble(&source, &key).await {
+    let watch = &source.cluster.watch;
+    let mut changes = Changes::default();
+    changes.follow(watch, &initial_namespaces(&key));
+    let mut heard = super::routed::listen(&source, &key, feed.through.get()).await;
+    let mut current = match read(&source, &key, feed.through.get(), &mut changes).await {
         Ok(group) => group,
         Err(message) => {
             leave(&running, &key, &feed);
@@ -215,12 +271,15 @@ async fn run(running: Running, key: FeedKey, feed: Arc<Feed>, source: Source) {
     let mut recheck = tokio::time::interval_at(Instant::now() + source.recheck, source.recheck);
     loop {
         let dirty = tokio::select! {
-            change = changes.recv() => {
-                if let Err(RecvError::Closed) = change {
-                    changes = source.cluster.watch.changes(&key.namespace);
+            heard_of = heard.next(&source, &key, feed.through.get()) => {
+                if !heard_of {
+                    // Ended, or the connection changed hands: heard from its owner now.
+                    tokio::time::sleep(WINDOW).await;
+                    heard = super::routed::listen(&source, &key, feed.through.get()).await;
                 }
                 true
             }
+            () = changes.next(watch) => true,
             _ = recheck.tick() => impersonated,
         };
         if unsubscribed(&running, &key, &feed) {
@@ -234,8 +293,8 @@ async fn run(running: Running, key: FeedKey, feed: Arc<Feed>, source: Source) {
             tokio::time::sleep_until(due).await;
         }
         // Whatever arrived meanwhile is in the assembly below.
-        while let Ok(_) | Err(broadcast::error::TryRecvError::Lagged(_)) = changes.try_recv() {}
-        match assemble(&source, &key).await {
+        changes.drain();
+        match read(&source, &key, feed.through.get(), &mut changes).await {
             Ok(next) => {
                 let delta = delta::diff(&current, &next);
                 if delta::changed(&current, &delta) {
@@ -250,6 +309,91 @@ async fn run(running: Running, key: FeedKey, feed: Arc<Feed>, source: Source) {
         }
     }
     tracing::debug!(namespace = %key.namespace, "resource group feed: no subscriber left");
+}
+
+/// The namespaces a feed follows before its first read: the key's, and for a GitOps group
+/// those its labels source and its sources name, and the cluster scope.
+fn initial_namespaces(key: &FeedKey) -> Vec<String> {
+    let mut namespaces = vec![key.namespace.clone()];
+    if let Some(gitops) = &key.gitops {
+        namespaces.extend(gitops.labels_namespaces.iter().cloned());
+        namespaces.extend(gitops.sources.iter().filter_map(|s| s.namespace.clone()));
+        namespaces.push(CLUSTER_SCOPE.to_owned());
+    }
+    namespaces
+}
+
+/// Reads the group, then follows the namespaces it spans: subscribed before the read that
+/// shows them, so no change falls between. A group that spans namespaces not followed before
+/// (a source applies in a new one) is read again once they are (a few times at most, for
+/// sources nested deeper).
+async fn read(
+    source: &Source,
+    key: &FeedKey,
+    through: Option<&AsViewer>,
+    changes: &mut Changes,
+) -> Result<Arc<ResourceGroup>, String> {
+    let mut rounds = 0;
+    loop {
+        let (group, spans) = assemble(source, key, through).await?;
+        rounds += 1;
+        if !changes.follow(&source.cluster.watch, &spans) || rounds > 3 {
+            return Ok(group);
+        }
+    }
+}
+
+/// The change feeds of the namespaces a feed follows, as one.
+#[derive(Default)]
+struct Changes {
+    feeds: HashMap<String, broadcast::Receiver<KindChange>>,
+}
+
+impl Changes {
+    /// Follows exactly `namespaces` from now on; whether some were not followed before.
+    fn follow(&mut self, watch: &WatchCache, namespaces: &[String]) -> bool {
+        self.feeds.retain(|ns, _| namespaces.contains(ns));
+        let mut added = false;
+        for ns in namespaces {
+            if !self.feeds.contains_key(ns) {
+                self.feeds.insert(ns.clone(), watch.changes(ns));
+                added = true;
+            }
+        }
+        added
+    }
+
+    /// Waits for a change in any of the namespaces (or a lag, which calls for a read all the
+    /// same). A namespace whose feed closed (the cache dropped it) is followed anew.
+    async fn next(&mut self, watch: &WatchCache) {
+        if self.feeds.is_empty() {
+            return std::future::pending().await;
+        }
+        type Next<'a> = Pin<Box<dyn std::future::Future<Output = Option<String>> + Send + 'a>>;
+        let waits: Vec<Next<'_>> = self
+            .feeds
+            .iter_mut()
+            .map(|(ns, rx)| -> Next<'_> {
+                Box::pin(async move {
+                    match rx.recv().await {
+                        Err(RecvError::Closed) => Some(ns.clone()),
+                        _ => None,
+                    }
+                })
+            })
+            .collect();
+        let (closed, _, _) = select_all(waits).await;
+        if let Some(ns) = closed {
+            self.feeds.insert(ns.clone(), watch.changes(&ns));
+        }
+    }
+
+    /// Forgets what arrived so far.
+    fn drain(&mut self) {
+        for rx in self.feeds.values_mut() {
+            while let Ok(_) | Err(broadcast::error::TryRecvError::Lagged(_)) = rx.try_recv() {}
+        }
+    }
 }
 
 /// Sets the feed's group and sends the change (the whole group when `delta` is `None`),
@@ -290,25 +434,61 @@ fn leave(running: &Running, key: &FeedKey, feed: &Arc<Feed>) {
 }
 
 /// The group from the watch cache (assembled off the runtime's threads, shared with the
-/// views of the same group at the same generation); while the agent's circuit is open, as a
-/// view shows it then ([`ResourceGroup::while_away`]). The circuit opens and closes as the
-/// watches fail and resume, which are changes the feed reads the group again for.
-async fn assemble(source: &Source, key: &FeedKey) -> Result<Arc<ResourceGroup>, String> {
-    let group = source
-        .cluster
-        .watch
-        .resource_group(
-            &source.cluster.discovery,
-            &source.headers,
-            &key.namespace,
-            &key.selector,
-            &source.options,
-            &source.health,
-        )
-        .await
-        .map_err(|e| e.to_string())?;
-    Ok(match source.cluster.condition.circuit().open() {
+/// views of the same group at the same generation), and the namespaces it spans (through the
+/// owner when another replica owns a labels group's connection); while the
+/// agent's circuit is open, as a view shows it then ([`ResourceGroup::while_away`]). The
+/// circuit opens and closes as the watches fail and resume, which are changes the feed reads
+/// the group again for.
+async fn assemble(
+    source: &Source,
+    key: &FeedKey,
+    through: Option<&AsViewer>,
+) -> Result<(Arc<ResourceGroup>, Vec<String>), String> {
+    if let Some(owners) = super::routed::through_owner(source, key, through).await {
+        return owners.map(|group| (group, vec![key.namespace.clone()]));
+    }
+    let cluster = &source.cluster;
+    let (group, spans) = match &key.gitops {
+        None => {
+            let group = cluster
+                .watch
+                .resource_group(
+                    &cluster.discovery,
+                    &source.headers,
+                    &key.namespace,
+                    &key.selector,
+                    &source.options,
+                    &source.health,
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+            (group, vec![key.namespace.clone()])
+        }
+        Some(gitops) => {
+            let reader = gitops::Reader {
+                watch: &cluster.watch,
+                memo: &cluster.gitops,
+                client: &cluster.client,
+                discovery: &cluster.discovery,
+                headers: &source.headers,
+                options: &source.options,
+            };
+            let labels = (!gitops.labels_namespaces.is_empty()).then(|| gitops::LabelsSource {
+                namespaces: gitops.labels_namespaces.clone(),
+                selector: key.selector.clone(),
+            });
+            let grouped =
+                gitops::resource_group(&reader, &gitops.sources, labels.as_ref(), &source.health)
+                    .await
+                    .map_err(|e| e.to_string())?;
+            let mut spans = grouped.namespaces;
+            spans.push(CLUSTER_SCOPE.to_owned());
+            (grouped.group, spans)
+        }
+    };
+    let group = match cluster.condition.circuit().open() {
         Some(open) => Arc::new(group.while_away(open.since, &open.said())),
         None => group,
-    })
+    };
+    Ok((group, spans))
 }

@@ -117,6 +117,7 @@ impl Keeper {
                 ..FetchOptions::default()
             },
             health: self.health.clone(),
+            through: None,
             recheck: self.clusters.grants.ttl(),
         });
     }

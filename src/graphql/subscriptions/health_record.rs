@@ -10,7 +10,8 @@
 //! the same changes. The write is conditional on the last recorded health of each resource
 //! ([`events::record_health`]), so the first replica's write records the event and the others'
 //! change nothing. A replica that starts (or restarts) sends the whole group once: what changed
-//! while nobody watched is recorded then.
+//! while nobody watched is recorded then, but not over a mark written since it started (another
+//! replica following the group saw more recently than its first sight may).
 //!
 //! The same recorder keeps the group's own health, message and time of change
 //! (`environment_health`, SPEC 18) for the organization view: the health keeper
@@ -205,6 +206,7 @@ async fn record(task: Task, mut feed: super::feeds::Subscriber) {
     } = &task;
     let environment = *environment;
     let mut sent = HashMap::new();
+    let started = chrono::Utc::now();
     let mut group = Group::default();
     let every = (*idle / 4).clamp(Duration::from_millis(10), Duration::from_secs(60));
     loop {
@@ -244,12 +246,14 @@ async fn record(task: Task, mut feed: super::feeds::Subscriber) {
                 }
             }
         }
+        let first_sight = sent.is_empty().then_some(started);
         let marks = timeline::changes(&mut sent, &update.delta);
         if marks.is_empty() {
             continue;
         }
+        let now = chrono::Utc::now();
         if let Err(e) =
-            events::record_health(pool.pg(), environment, &marks, chrono::Utc::now()).await
+            events::record_health(pool.pg(), environment, &marks, now, first_sight).await
         {
             // Sent again with the next message that carries them.
             for mark in &marks {
@@ -283,22 +287,13 @@ impl Group {
         }
     }
 
-    /// The group's health now, with its kinds as `group/version/plural/Kind` (a kind discovery
-    /// does not know is left out: nobody lists it).
+    /// The group's health now, with its kinds ([`kind_names`]).
     fn observed(&self, task: &Task, delta: &GroupDelta) -> Observed {
         let discovered = task.discovery.cached();
-        let kinds: BTreeSet<String> = self
-            .kinds
-            .values()
-            .filter_map(|(api_version, kind)| {
-                let d = discovered.as_ref()?;
-                let k = d
-                    .kinds
-                    .iter()
-                    .find(|k| &k.kind == kind && &k.api_version() == api_version)?;
-                Some(format!("{}/{}/{}/{}", k.group, k.version, k.plural, k.kind))
-            })
-            .collect();
+        let kinds = kind_names(
+            self.kinds.values(),
+            discovered.as_ref().map(|d| &d.kinds[..]),
+        );
         let status = HealthStatus::from(delta.health.status);
         Observed {
             agent_id: task.agent,
@@ -306,8 +301,64 @@ impl Group {
             status: status.name(),
             severity: delta.health.status.severity() as i16,
             message: delta.health.message.clone(),
-            kinds: kinds.into_iter().collect(),
+            kinds,
             objects: i32::try_from(self.kinds.len()).unwrap_or(i32::MAX),
         }
+    }
+}
+
+/// The kinds of a group as `group/version/plural/Kind`, which the organization view reviews a
+/// viewer's access to. A kind that discovery does not know (or not yet: this replica's
+/// discovery may be empty while the group came through another replica) is kept as
+/// `unknown <apiVersion> <Kind>`, which no review can allow: the health is then hidden from a
+/// viewer judged by reviews rather than shown without asking for that kind.
+fn kind_names<'a>(
+    kinds: impl Iterator<Item = &'a (String, String)>,
+    discovered: Option<&[crate::k8s::discovery::ApiKind]>,
+) -> Vec<String> {
+    let names: BTreeSet<String> = kinds
+        .map(|(api_version, kind)| {
+            discovered
+                .and_then(|d| {
+                    d.iter()
+                        .find(|k| &k.kind == kind && &k.api_version() == api_version)
+                })
+                .map_or_else(
+                    || format!("unknown {api_version} {kind}"),
+                    |k| format!("{}/{}/{}/{}", k.group, k.version, k.plural, k.kind),
+                )
+        })
+        .collect();
+    names.into_iter().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::k8s::discovery::ApiKind;
+
+    #[test]
+    fn a_kind_discovery_does_not_know_is_kept_as_unknown_not_left_out() {
+        let group = [
+            ("apps/v1".to_owned(), "Deployment".to_owned()),
+            ("v1".to_owned(), "Pod".to_owned()),
+        ];
+        let deployments = ApiKind {
+            group: "apps".into(),
+            version: "v1".into(),
+            kind: "Deployment".into(),
+            plural: "deployments".into(),
+            namespaced: true,
+            watchable: true,
+        };
+        assert_eq!(
+            kind_names(group.iter(), Some(&[deployments][..])),
+            ["apps/v1/deployments/Deployment", "unknown v1 Pod"]
+        );
+        // No discovery yet: nothing is left out.
+        assert_eq!(
+            kind_names(group.iter(), None),
+            ["unknown apps/v1 Deployment", "unknown v1 Pod"]
+        );
     }
 }

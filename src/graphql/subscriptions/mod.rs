@@ -9,6 +9,7 @@ pub(crate) mod feeds;
 pub mod health_keeper;
 pub(crate) mod health_record;
 mod resource_group;
+mod routed;
 pub mod socket;
 
 use std::sync::Arc;

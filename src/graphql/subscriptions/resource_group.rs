@@ -14,7 +14,7 @@ use async_graphql::{
     Context, ContextSelectionSet, OutputType, Positioned, ServerResult, SimpleObject, Value, ID,
 };
 
-use super::feeds::{FeedKey, Source, Subscriber, Update};
+use super::feeds::{FeedKey, GitOpsKey, Source, Subscriber, Update};
 use super::Live;
 use crate::db::read;
 use crate::error::Error;
@@ -168,6 +168,8 @@ struct Running {
     key: FeedKey,
     subscriber: Subscriber,
     recheck: tokio::time::Interval,
+    /// The subscriber's way to the owner of the connection (SPEC 16).
+    through: Option<crate::replicas::forward::AsViewer>,
     done: bool,
 }
 
@@ -182,7 +184,9 @@ pub(super) async fn subscribe(
     let live: Live = ctx.data::<Live>()?.clone();
     let target = target(&db, &clusters, &health, environment).await;
     db.loader().release().await;
-    let Target { key, source } = target?;
+    let through = super::routed::as_viewer(ctx);
+    let Target { key, mut source } = target?;
+    source.through = through.clone();
     let subscriber = live.feeds.subscribe(key.clone(), || source);
     let every = clusters
         .grants
@@ -198,6 +202,7 @@ pub(super) async fn subscribe(
         key,
         subscriber,
         recheck,
+        through,
         done: false,
     };
     Ok(stream::unfold(running, |mut s| async move {
@@ -228,7 +233,8 @@ impl Running {
                     self.db.loader().release().await;
                     match target {
                         Ok(target) if target.key == self.key => {}
-                        Ok(Target { key, source }) => {
+                        Ok(Target { key, mut source }) => {
+                            source.through = self.through.clone();
                             // Another deployment, namespace or identity: the new group, whole.
                             self.subscriber = self.live.feeds.subscribe(key.clone(), || source);
                             self.key = key;
@@ -297,6 +303,28 @@ pub(super) async fn target(
     let Some(grant) = grant else {
         return Err(Error::Forbidden(FORBIDDEN_MESSAGE.to_owned()).to_graphql());
     };
+    // A GitOps environment's group: its sources, and its labels source where a view applies
+    // it (SPEC 15).
+    let gitops = {
+        let mut conn = db.loader().conn().await.gql()?;
+        let sources = crate::graphql::gitops::bound_sources(&mut **conn, environment, &row)
+            .await
+            .gql()?;
+        let labels_namespaces = match row.kubernetes_namespace.as_str() {
+            _ if sources.is_empty() => Vec::new(),
+            "" => Vec::new(),
+            first => {
+                let added = crate::db::environment_settings::namespaces(&mut **conn, environment)
+                    .await
+                    .gql()?;
+                crate::resources::namespaces::spanned(first, &added)
+            }
+        };
+        (!sources.is_empty()).then_some(GitOpsKey {
+            sources,
+            labels_namespaces,
+        })
+    };
     db.loader().release().await;
     let cluster = clusters
         .for_agent(agent.id, &project.full_path, &agent.name)
@@ -304,7 +332,10 @@ pub(super) async fn target(
         .map_err(|none| Error::from(none).to_graphql())?;
     let headers = grant.impersonation(AccessType::from(user.via));
     let selector = label_selector(env.project_id, &env.slug);
-    let key = FeedKey::new(agent.id, &row.kubernetes_namespace, &selector, &headers);
+    let key = match gitops {
+        None => FeedKey::new(agent.id, &row.kubernetes_namespace, &selector, &headers),
+        Some(gitops) => FeedKey::gitops(agent.id, &selector, &headers, gitops),
+    };
     let source = Source {
         cluster,
         headers,
@@ -314,6 +345,7 @@ pub(super) async fn target(
             ..FetchOptions::default()
         },
         health: health.clone(),
+        through: None,
         recheck: clusters.grants.ttl(),
     };
     Ok(Target { key, source })

@@ -355,6 +355,8 @@ impl Authenticator {
         data.insert(self.engine.clusters.clone());
         data.insert(self.engine.health.clone());
         data.insert(self.engine.recorder.clone());
+        data.insert(self.engine.forward.clone());
+        data.insert(crate::auth::Credential::of(&parts));
         data.insert(self.live.clone());
         data.insert(self.splices.clone());
         data.insert(session);

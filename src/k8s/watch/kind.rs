@@ -170,12 +170,20 @@ impl KindWatch {
             metrics,
             dictionary: Mutex::new(None),
         });
-        let path = format!(
-            "{}/namespaces/{}/{}",
-            watch.kind.group_version_path(),
-            encode(namespace),
-            encode(&watch.kind.plural)
-        );
+        // No namespace: the kind's cluster-scoped objects ([`super::WatchCache::view_cluster_kind`]).
+        let path = match namespace {
+            "" => format!(
+                "{}/{}",
+                watch.kind.group_version_path(),
+                encode(&watch.kind.plural)
+            ),
+            _ => format!(
+                "{}/namespaces/{}/{}",
+                watch.kind.group_version_path(),
+                encode(namespace),
+                encode(&watch.kind.plural)
+            ),
+        };
         let weak = Arc::downgrade(&watch);
         let fence = route.fence.clone();
         let task = tokio::spawn(async move {
@@ -253,6 +261,11 @@ impl KindWatch {
 
     fn lock(&self) -> MutexGuard<'_, BTreeSet<Named>> {
         self.objects.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The object named `name` now, if held (shared, not copied).
+    pub fn object(&self, name: &str) -> Option<Arc<Object>> {
+        self.lock().get(name).map(|named| named.0.clone())
     }
 
     /// The objects now, in name order (shared, not copied).

@@ -313,9 +313,15 @@ impl WatchCache {
         self.inner.total.load(Ordering::Relaxed)
     }
 
-    /// Namespaces watched now.
+    /// Namespaces watched now (not the cluster scope, [`CLUSTER_SCOPE`]).
     pub fn namespaces(&self) -> Vec<String> {
-        let mut names: Vec<String> = self.inner.spaces().keys().cloned().collect();
+        let mut names: Vec<String> = self
+            .inner
+            .spaces()
+            .keys()
+            .filter(|name| name.as_str() != CLUSTER_SCOPE)
+            .cloned()
+            .collect();
         names.sort();
         names
     }
@@ -833,40 +839,11 @@ impl WatchCache {
     ) -> (Arc<Namespace>, Vec<Arc<KindWatch>>, ViewDone) {
         let (done, watch_after) = tokio::sync::watch::channel(false);
         self.start_sweeper();
-        let ns = self
-            .inner
-            .spaces()
-            .entry(namespace.to_owned())
-            .or_insert_with(Namespace::new)
-            .clone();
-        *lock(&ns.last_read) = Instant::now();
-        let mut watched = lock(&ns.kinds);
-        watched.retain(|k, _| kinds.contains(k));
-        let watches = kinds
-            .iter()
-            .map(|kind| {
-                watched
-                    .entry(kind.clone())
-                    .or_insert_with(|| {
-                        KindWatch::start(
-                            self.inner.route(),
-                            kind::FirstList {
-                                cause: cause.cloned(),
-                                watch_after: Some(watch_after.clone()),
-                            },
-                            kind.clone(),
-                            namespace,
-                            page_size,
-                            ns.changes.clone(),
-                            ns.generation.clone(),
-                            self.inner.total.clone(),
-                            self.inner.metrics.clone(),
-                        )
-                    })
-                    .clone()
-            })
-            .collect();
-        drop(watched);
+        if let Some(ns) = self.inner.spaces().get(namespace) {
+            lock(&ns.kinds).retain(|k, _| kinds.contains(k));
+        }
+        let (ns, watches) =
+            self.watch_more(namespace, kinds, page_size, cause, Some(&watch_after));
         (ns, watches, ViewDone(done))
     }
 
@@ -914,6 +891,21 @@ impl WatchCache {
     }
 }
 
+/// The key of the cluster-scoped kinds' watches among the namespaces (no namespace is named
+/// so): they start, go idle, count towards the bound and move a generation as a namespace's do.
+pub const CLUSTER_SCOPE: &str = "";
+
+/// What a view of one namespace from the cache depends on: equal stamps, equal answers. A
+/// group made of several namespaces' views (a GitOps group, [`crate::k8s::gitops`]) is the
+/// same while the stamps of all of them are.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stamp {
+    generation: u64,
+    discovery: u64,
+    refusals: Vec<Option<Failure>>,
+    warning: Option<String>,
+}
+
 /// One kind's cached objects in one namespace, for a watcher of that kind alone (GitLab's
 /// watch API, [`crate::k8s::watch_api`]). Holding it keeps the kind's watch running.
 pub struct KindView {
@@ -936,6 +928,15 @@ impl KindView {
             }),
             Phase::Failed(failure) => Err(failure.clone()),
             Phase::Synced => Ok(self.watch.objects()),
+        }
+    }
+
+    /// The object named `name` now, `None` when there is none; or why the kind has no
+    /// objects to show (as [`Self::objects`]).
+    pub(crate) fn object(&self, name: &str) -> Result<Option<Arc<Object>>, Failure> {
+        match &*self.watch.phase.borrow() {
+            Phase::Synced => Ok(self.watch.object(name)),
+            _ => self.objects().map(|_| None),
         }
     }
 
@@ -1005,6 +1006,85 @@ impl WatchCache {
                 answered: true,
             });
         }
+        self.watch_one(headers, namespace, kind, page_size, timeout)
+            .await
+    }
+}
+
+impl WatchCache {
+    /// What a view of `namespace` from the cache ([`Self::list_resource_group`]) reads now,
+    /// beside the objects' generation: the same preparation, so its watches are started and
+    /// the namespace marked read. `None` when the cache does not answer such a view whole (off,
+    /// or kinds listed fresh each time): nothing read then can be reused. Taken before the
+    /// listing it stands for, a later change makes it differ from the next one.
+    pub async fn stamp(
+        &self,
+        discovery: &DiscoveryCache,
+        headers: &HeaderMap,
+        namespace: &str,
+        options: &FetchOptions,
+    ) -> Result<Option<Stamp>, FetchError> {
+        let Some(view) = self
+            .prepare(discovery, headers, namespace, "", options)
+            .await?
+        else {
+            return Ok(None);
+        };
+        if view.unwatched {
+            return Ok(None);
+        }
+        Ok(Some(Stamp {
+            generation: view.namespace.generation.load(Ordering::Acquire),
+            discovery: view.discovered.generation,
+            refusals: view.refusals,
+            warning: view.warning,
+        }))
+    }
+
+    /// The generation of the cluster-scoped kinds' watches ([`CLUSTER_SCOPE`]), when any runs:
+    /// it moves on after every change to any of them.
+    pub fn cluster_generation(&self) -> Option<u64> {
+        let ns = self.inner.spaces().get(CLUSTER_SCOPE)?.clone();
+        let generation = ns.generation.load(Ordering::Acquire);
+        Some(generation)
+    }
+
+    /// The cluster-scoped `kind` from the cache, watched cluster-wide from now on if it was
+    /// not: for a reader of some of its objects by name (a GitOps inventory's Namespaces,
+    /// ClusterRoles, CRDs). With impersonation headers the cluster's `SubjectAccessReview` for
+    /// that identity must allow `list` and `watch` of the kind first; a refusal, the cache off
+    /// or not held is the failure to report (the reader then asks the cluster itself, as the
+    /// viewer). The connection's own rules are not asked: a `SelfSubjectRulesReview` has no
+    /// cluster scope, and a watch it may not run fails as any list does.
+    pub(crate) async fn view_cluster_kind(
+        &self,
+        headers: &HeaderMap,
+        kind: &ApiKind,
+        page_size: usize,
+        timeout: Duration,
+    ) -> Result<KindView, Failure> {
+        if !self.enabled() || kind.namespaced || !kind.watchable {
+            return Err(Failure {
+                code: None,
+                message: "the watch cache does not keep this kind".into(),
+                answered: false,
+            });
+        }
+        self.watch_one(headers, CLUSTER_SCOPE, kind, page_size, timeout)
+            .await
+    }
+
+    /// The tail of [`Self::view_kind`] and [`Self::view_cluster_kind`]: the viewer's access
+    /// review of `kind` in `namespace` (or [`CLUSTER_SCOPE`]), then its watch, started where
+    /// missing.
+    async fn watch_one(
+        &self,
+        headers: &HeaderMap,
+        namespace: &str,
+        kind: &ApiKind,
+        page_size: usize,
+        timeout: Duration,
+    ) -> Result<KindView, Failure> {
         let decision = self
             .access(headers, namespace, std::slice::from_ref(kind), timeout)
             .await;
@@ -1012,6 +1092,31 @@ impl WatchCache {
             return Err(refused);
         }
         self.start_sweeper();
+        let (_, watches) = self.watch_more(
+            namespace,
+            std::slice::from_ref(kind),
+            page_size.max(1),
+            headers.get(AUDIT_ID_HEADER),
+            None,
+        );
+        self.bound(namespace);
+        let watch = watches.into_iter().next().expect("one watch per kind");
+        Ok(KindView { watch })
+    }
+
+    /// The namespace and its watches of `kinds`, in that order: started where missing, the
+    /// namespace marked read now; the watches of other kinds go on (a reader of one kind, the
+    /// cluster scope's kinds, which are those its readers asked for, not discovery's). Those
+    /// started here send their first watch once `watch_after` says true (or its sender is
+    /// dropped), where given: see [`kind::FirstList`].
+    fn watch_more(
+        &self,
+        namespace: &str,
+        kinds: &[ApiKind],
+        page_size: usize,
+        cause: Option<&HeaderValue>,
+        watch_after: Option<&tokio::sync::watch::Receiver<bool>>,
+    ) -> (Arc<Namespace>, Vec<Arc<KindWatch>>) {
         let ns = self
             .inner
             .spaces()
@@ -1019,27 +1124,33 @@ impl WatchCache {
             .or_insert_with(Namespace::new)
             .clone();
         *lock(&ns.last_read) = Instant::now();
-        let watch = lock(&ns.kinds)
-            .entry(kind.clone())
-            .or_insert_with(|| {
-                KindWatch::start(
-                    self.inner.route(),
-                    kind::FirstList {
-                        cause: headers.get(AUDIT_ID_HEADER).cloned(),
-                        watch_after: None,
-                    },
-                    kind.clone(),
-                    namespace,
-                    page_size.max(1),
-                    ns.changes.clone(),
-                    ns.generation.clone(),
-                    self.inner.total.clone(),
-                    self.inner.metrics.clone(),
-                )
+        let mut watched = lock(&ns.kinds);
+        let watches = kinds
+            .iter()
+            .map(|kind| {
+                watched
+                    .entry(kind.clone())
+                    .or_insert_with(|| {
+                        KindWatch::start(
+                            self.inner.route(),
+                            kind::FirstList {
+                                cause: cause.cloned(),
+                                watch_after: watch_after.cloned(),
+                            },
+                            kind.clone(),
+                            namespace,
+                            page_size,
+                            ns.changes.clone(),
+                            ns.generation.clone(),
+                            self.inner.total.clone(),
+                            self.inner.metrics.clone(),
+                        )
+                    })
+                    .clone()
             })
-            .clone();
-        self.bound(namespace);
-        Ok(KindView { watch })
+            .collect();
+        drop(watched);
+        (ns, watches)
     }
 }
 

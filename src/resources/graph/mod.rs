@@ -44,7 +44,9 @@ use super::join;
 
 /// Why a parent links to a child. The order matters: when several relations link the same pair, only the
 /// first in this order is kept (an owner reference says the most).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub enum EdgeType {
     Owner,
     EndpointSlice,

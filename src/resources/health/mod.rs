@@ -73,7 +73,7 @@ impl HealthStatus {
 }
 
 /// A status and, when there is something to say, why.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Health {
     pub status: HealthStatus,
     pub message: Option<String>,

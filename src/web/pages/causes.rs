@@ -65,8 +65,15 @@ pub fn lead(group: &ResourceGroup, project: &str, env: &str) -> Markup {
         .path
         .last()
         .and_then(|uid| group.resources.iter().find(|r| &r.uid == uid));
+    // A group still rolling out is on its way, not broken: Argo CD shows Progressing in blue,
+    // Suspended in amber, and only the rest in red.
+    let tone = match group.health.as_deref() {
+        Some("PROGRESSING") => "notice info cause",
+        Some("SUSPENDED") => "notice cause",
+        _ => "notice error cause",
+    };
     html! {
-        section.notice.error.cause #cause aria-labelledby="cause-sentence" {
+        section class=(tone) #cause aria-labelledby="cause-sentence" {
             p.sentence #cause-sentence { strong { (first.sentence) } }
             @if !first.message.is_empty() && !first.sentence.contains(first.message.as_str()) {
                 span.msg { "The cluster says: " (first.message) }
@@ -173,6 +180,19 @@ mod tests {
         assert_eq!(marks.nodes, HashSet::from(["a", "b", "c"]));
         assert!(marks.edges.contains(&("c", "b")));
         assert!(!marks.edges.contains(&("a", "b")));
+    }
+
+    #[test]
+    fn a_group_still_progressing_leads_in_blue_not_red() {
+        let tone = |health| {
+            let html = lead(&group(health, vec![cause(&["a"], "rolling")]), "g/p", "e");
+            let html = html.into_string();
+            html[..html.find('>').unwrap()].to_owned()
+        };
+        assert!(tone("PROGRESSING").contains(r#"class="notice info cause""#));
+        assert!(tone("SUSPENDED").contains(r#"class="notice cause""#));
+        assert!(tone("DEGRADED").contains(r#"class="notice error cause""#));
+        assert!(tone("UNKNOWN").contains(r#"class="notice error cause""#));
     }
 
     #[test]

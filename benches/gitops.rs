@@ -1,0 +1,384 @@
+//! A GitOps environment's resource group (SPEC 15) at scale, against the test Kubernetes API
+//! server with 5 ms of latency added to every request.
+//!
+//! `cargo bench --bench gitops [-- --iterations 10 --warm-iterations 200 --revisions 10]`
+//!
+//! The cluster: Flux's and Argo CD's kinds, a Kustomization in `flux-system` whose inventory
+//! holds 2,000 objects in 5 namespaces (in each, 100 Deployments, Services, ConfigMaps and
+//! ServiceAccounts), its GitRepository; environment `flux` of acme/apps/web bound to the
+//! Kustomization by its deployment's `flux_resource_path`, its labels source in `shop` (empty).
+//! Measured in the same run:
+//!
+//! - (a) the first view through a fresh watch cache: `k8s::gitops::resource_group` as the
+//!   GraphQL view calls it (the labels source, the Kustomization, its inventory), a new cache
+//!   and memo each time, discovery warm, no impersonation: two rounds of lists (the labels'
+//!   and the source's namespaces, then the inventory's five), the watches' first lists;
+//! - (a-floor) the very list requests (a) sent, recorded once, replayed all at once by a plain
+//!   HTTP/1 client over already open connections, bodies read and not parsed. Alternating with
+//!   (a); the ratio is the median of the rounds' ratios (goal <= 2);
+//! - (b) the warm view: the GraphQL query of the environment's `resourceGroup` through the
+//!   service's router (no socket), as a signed-in developer, from the synced watch cache;
+//!   p50 and p90 (goal p50 < 2 ms);
+//! - (c) a revision change: the Kustomization's `status.lastAppliedRevision` moves on and it is
+//!   Ready, until the pull-based deployment of the new revision is recorded in PostgreSQL
+//!   (`pull::Watcher`, the table polled every 2 ms); p50 (goal < 1 s).
+//!
+//! The database is a private PostgreSQL started from the machine's binaries, as the tests do.
+
+#[path = "fixtures/floor.rs"]
+mod floor;
+#[path = "fixtures/stats.rs"]
+mod stats;
+#[allow(dead_code)]
+#[path = "../tests/support/mod.rs"]
+mod support;
+#[allow(dead_code)] // `group` and `resources` are for other benches
+#[path = "fixtures/views.rs"]
+mod views;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::http::HeaderMap;
+use envlens::auth::mint_session;
+use envlens::gitops::ObjRef;
+use envlens::k8s::discovery::DiscoveryCache;
+use envlens::k8s::fetch::FetchOptions;
+use envlens::k8s::gitops::{self, LabelsSource, Memo, Reader};
+use envlens::k8s::watch::{WatchCache, WatchSettings, HANDOVER};
+use envlens::resources::group::label_selector;
+use floor::{connect, measure_floor, recorded_lists};
+use serde_json::{json, Value};
+use stats::{median, ms, quantile};
+use support::environment::{self, NS, PROJECT};
+use support::gitops::{deploy_bound, serve_gitops_kinds};
+use support::kube_api::KubeApi;
+use support::reach::Reach;
+
+const LATENCY: Duration = Duration::from_millis(5);
+const NAMESPACES: [&str; 5] = ["apps-0", "apps-1", "apps-2", "apps-3", "apps-4"];
+/// Of each kind, in each namespace: 4 kinds x 100 x 5 namespaces = 2,000 objects.
+const EACH: usize = 100;
+const OBJECTS: usize = 2_000;
+/// The environment Flux deploys (id, name = slug).
+const FLUX: (i64, &str) = (120, "flux");
+const FLUX_PATH: &str = "kustomize.toolkit.fluxcd.io/v1/namespaces/flux-system/kustomizations/apps";
+
+const QUERY: &str = r#"{ project(fullPath: "acme/apps/web") { environment(name: "flux") {
+    resourceGroup { namespace namespaces labelSelector health healthMessage warnings
+      errors { apiVersion kind code message }
+      sources { kind apiVersion namespace name fluxSyncStatus }
+      resources { uid apiVersion kind namespace name labels createdAt health { status message }
+                  fluxSyncStatus events { type reason message count lastSeen } }
+      edges { from to type } } } } }"#;
+
+struct Args {
+    iterations: usize,
+    warm_iterations: usize,
+    revisions: usize,
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        iterations: 10,
+        warm_iterations: 200,
+        revisions: 10,
+    };
+    let mut it = std::env::args().skip(1).filter(|a| a != "--bench");
+    while let Some(flag) = it.next() {
+        let mut value = || -> usize {
+            it.next()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("{flag} takes a number"))
+        };
+        match flag.as_str() {
+            "--iterations" => a.iterations = value().max(8),
+            "--warm-iterations" => a.warm_iterations = value(),
+            "--revisions" => a.revisions = value(),
+            other => panic!("unknown argument {other}"),
+        }
+    }
+    a
+}
+
+fn meta(ns: &str, name: &str, uid: &str) -> Value {
+    json!({"name": name, "namespace": ns, "uid": uid, "resourceVersion": "1",
+           "creationTimestamp": "2026-11-27T10:00:00Z", "labels": {"app": name}})
+}
+
+fn sha(n: usize) -> String {
+    format!("{n:040x}")
+}
+
+/// The Kustomization after applying `revision`, Ready, its inventory `entries`.
+fn kustomization(revision: &str, entries: &[Value]) -> Value {
+    json!({"apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+        "metadata": {"name": "apps", "namespace": "flux-system", "uid": "uid-ks-apps", "generation": 1},
+        "spec": {"interval": "10m", "path": "./apps", "prune": true,
+                 "sourceRef": {"kind": "GitRepository", "name": "flux-system"}},
+        "status": {"observedGeneration": 1, "lastAppliedRevision": revision,
+                   "lastAttemptedRevision": revision,
+                   "conditions": [{"type": "Ready", "status": "True", "reason": "ReconciliationSucceeded",
+                                   "message": format!("Applied revision: {revision}"),
+                                   "lastTransitionTime": "2026-11-27T10:00:00Z", "observedGeneration": 1}],
+                   "inventory": {"entries": entries}}})
+}
+
+/// The 2,000 objects and the Kustomization's inventory entries of them.
+fn cluster(api: &KubeApi) -> Vec<Value> {
+    serve_gitops_kinds(api);
+    let mut entries = Vec::with_capacity(OBJECTS);
+    for ns in NAMESPACES {
+        for i in 0..EACH {
+            let name = format!("web-{i}");
+            api.insert(json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": meta(ns, &name, &format!("uid-{ns}-deploy-{i}")),
+                "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
+                         "template": {"metadata": {"labels": {"app": name}},
+                                      "spec": {"containers": [{"name": "app", "image": "web:1"}]}}},
+                "status": {"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1,
+                           "readyReplicas": 1, "availableReplicas": 1}}));
+            api.insert(json!({"apiVersion": "v1", "kind": "Service",
+                "metadata": meta(ns, &name, &format!("uid-{ns}-svc-{i}")),
+                "spec": {"selector": {"app": name}, "ports": [{"port": 80}]}}));
+            api.insert(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": meta(ns, &name, &format!("uid-{ns}-cm-{i}")),
+                "data": {"setting": "value"}}));
+            api.insert(json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                "metadata": meta(ns, &name, &format!("uid-{ns}-sa-{i}"))}));
+            for (group, kind) in [
+                ("apps", "Deployment"),
+                ("", "Service"),
+                ("", "ConfigMap"),
+                ("", "ServiceAccount"),
+            ] {
+                entries.push(json!({"id": format!("{ns}_{name}_{group}_{kind}"), "v": "v1"}));
+            }
+        }
+    }
+    api.insert(
+        json!({"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "GitRepository",
+        "metadata": {"name": "flux-system", "namespace": "flux-system", "uid": "uid-repo"},
+        "spec": {"interval": "1m", "url": "https://gitlab.example.com/acme/apps/web.git",
+                 "ref": {"branch": "main"}}}),
+    );
+    api.insert(kustomization(&format!("main@sha1:{}", sha(0)), &entries));
+    entries
+}
+
+struct Bench {
+    client: kube::Client,
+    streams: kube::Client,
+    discovery: DiscoveryCache,
+    sources: Vec<ObjRef>,
+    labels: LabelsSource,
+}
+
+impl Bench {
+    /// (a) The first view through a fresh watch cache (and memo); the cache is returned with
+    /// the group so that the caller stops its watches after taking the time.
+    async fn cold(&self) -> (usize, WatchCache) {
+        let settings = WatchSettings {
+            idle: Duration::from_secs(600),
+            handover: HANDOVER,
+            max_objects: 1_000_000,
+            access_ttl: Duration::from_secs(60),
+        };
+        let cache = WatchCache::new(
+            self.client.clone(),
+            self.streams.clone(),
+            settings,
+            Default::default(),
+        );
+        let memo = Memo::default();
+        let headers = HeaderMap::new();
+        let options = FetchOptions::default();
+        let reader = Reader {
+            watch: &cache,
+            memo: &memo,
+            client: &self.client,
+            discovery: &self.discovery,
+            headers: &headers,
+            options: &options,
+        };
+        let grouped =
+            gitops::resource_group(&reader, &self.sources, Some(&self.labels), &Arc::default())
+                .await
+                .expect("the group");
+        assert!(
+            grouped.group.errors.is_empty(),
+            "{:?}",
+            grouped.group.errors
+        );
+        (grouped.group.resources.len(), cache)
+    }
+}
+
+fn main() {
+    let a = args();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(run(a));
+}
+
+async fn run(a: Args) {
+    let api = KubeApi::new();
+    api.set_recording(false);
+    let entries = cluster(&api);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let served = api.serve(dir.path()).await;
+    let authority = served.addr.to_string();
+    let kubeconfig = kube::config::Kubeconfig::read_from(&served.kubeconfig).expect("kubeconfig");
+    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .expect("config");
+    config.default_retry = false;
+    let client = kube::Client::try_from(config.clone()).expect("client");
+    let streams = kube::Client::try_from(config).expect("client");
+    let discovery = DiscoveryCache::new(client.clone(), Duration::from_secs(3600));
+    discovery.kinds().await.expect("discovery");
+    let b = Bench {
+        client,
+        streams,
+        discovery,
+        sources: vec![ObjRef {
+            group: "kustomize.toolkit.fluxcd.io".into(),
+            version: Some("v1".into()),
+            kind: "Kustomization".into(),
+            namespace: Some("flux-system".into()),
+            name: "apps".into(),
+        }],
+        labels: LabelsSource {
+            namespaces: vec![NS.to_owned()],
+            selector: label_selector(PROJECT, FLUX.1),
+        },
+    };
+    api.set_latency(LATENCY);
+
+    // (a) against its floor, alternating.
+    let ((resources, cache), uris) = recorded_lists(&api, b.cold()).await;
+    drop(cache);
+    assert!(resources > OBJECTS, "{resources} resources in the group");
+    let mut conns = connect(&authority, uris.len()).await;
+    let floor_bytes = measure_floor(&authority, &mut conns, &uris).await;
+    println!(
+        "GitOps group: {resources} resources ({OBJECTS} in the inventory, 5 namespaces, the Kustomization), \
+         {LATENCY:?} added per request"
+    );
+    println!(
+        "the first view sends {} list requests ({} KiB of JSON); discovery warm",
+        uris.len(),
+        floor_bytes / 1024
+    );
+    let (mut colds, mut floors, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..a.iterations {
+        let start = Instant::now();
+        let (n, cache) = b.cold().await;
+        let cold = start.elapsed();
+        drop(cache);
+        assert_eq!(n, resources);
+        let start = Instant::now();
+        measure_floor(&authority, &mut conns, &uris).await;
+        let floor = start.elapsed();
+        colds.push(cold);
+        floors.push(floor);
+        ratios.push(cold.as_secs_f64() / floor.as_secs_f64());
+        // The dropped caches' watches end.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    ratios.sort_by(f64::total_cmp);
+    let ratio = ratios[ratios.len() / 2];
+    println!(
+        "(a) first view, fresh watch cache: median {} over {} iterations",
+        ms(median(colds)),
+        a.iterations
+    );
+    println!(
+        "(a-floor) its lists at once:         median {}",
+        ms(median(floors))
+    );
+    println!(
+        "(a) / (a-floor) = {ratio:.2}, median of the rounds' ratios (goal <= 2: {})",
+        if ratio <= 2.0 { "met" } else { "NOT met" }
+    );
+
+    // (b) the warm view through the service.
+    let history = "history:\n  settle_poll: 100ms\n  retry_backoff: 100ms\n  settle_timeout: 30s\n";
+    let world = environment::gitlab_via(Reach::Kubeconfig, &served, history).await;
+    deploy_bound(&world, 20, FLUX, FLUX_PATH).await;
+    let (token, _) = mint_session(support::SESSION_KEY, 2, "dev", Duration::from_secs(3600))
+        .expect("session token");
+    let answer: Value =
+        serde_json::from_slice(&views::graphql(&world, &token, QUERY).await).expect("JSON");
+    let group = &answer["data"]["project"]["environment"]["resourceGroup"];
+    assert_eq!(group["errors"], json!([]), "{answer}");
+    let shown = group["resources"].as_array().map_or(0, Vec::len);
+    assert_eq!(shown, resources, "resources of the GraphQL view");
+    for _ in 0..10 {
+        views::graphql(&world, &token, QUERY).await;
+    }
+    let mut warm = Vec::with_capacity(a.warm_iterations);
+    for _ in 0..a.warm_iterations {
+        let start = Instant::now();
+        let body = views::graphql(&world, &token, QUERY).await;
+        warm.push(start.elapsed());
+        drop(body);
+    }
+    let p50 = quantile(&warm, 0.5);
+    println!(
+        "(b) warm view (GraphQL, {shown} resources): p50 {:.2} ms, p90 {:.2} ms over {} (goal p50 < 2 ms: {})",
+        p50.as_secs_f64() * 1000.0,
+        quantile(&warm, 0.9).as_secs_f64() * 1000.0,
+        a.warm_iterations,
+        if p50 < Duration::from_millis(2) { "met" } else { "NOT met" }
+    );
+
+    // (c) a revision change to its recorded pull-based deployment.
+    let settings = envlens::config::file::Settings::parse(
+        &world.reached.config("  response_timeout: 3s\n", history),
+    )
+    .expect("settings");
+    let clusters = Arc::new(support::clusters(&settings).await);
+    let watcher = envlens::pull::Watcher::new(world.db.clone(), clusters, None);
+    assert_eq!(watcher.follow_bound().await.expect("bound"), 1);
+    let recorded = |revision: String| {
+        let db = world.db.clone();
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                let pulls = envlens::db::pull::revisions(&db, FLUX.0)
+                    .await
+                    .expect("revisions");
+                if pulls.iter().any(|(_, r, _)| *r == revision) {
+                    return;
+                }
+                assert!(Instant::now() < deadline, "{revision} never recorded");
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        }
+    };
+    recorded(format!("main@sha1:{}", sha(0))).await;
+    let mut changes = Vec::with_capacity(a.revisions);
+    for n in 1..=a.revisions {
+        let revision = format!("main@sha1:{}", sha(n));
+        let start = Instant::now();
+        api.insert(kustomization(&revision, &entries));
+        recorded(revision).await;
+        changes.push(start.elapsed());
+    }
+    watcher.stop();
+    let p50 = median(changes.clone());
+    println!(
+        "(c) revision change to its recorded deployment: p50 {}, max {} over {} (goal < 1 s: {})",
+        ms(p50),
+        ms(*changes.iter().max().expect("changes")),
+        a.revisions,
+        if p50 < Duration::from_secs(1) {
+            "met"
+        } else {
+            "NOT met"
+        }
+    );
+}

@@ -1,0 +1,783 @@
+//! The organization view at scale (SPEC 18, issue 36), in one process against the test
+//! Kubernetes API server and a private PostgreSQL:
+//!
+//! `cargo bench --bench organization [-- --projects 100 --environments 100 --objects 20 --iterations 200]`
+//!
+//! The layout: `--projects` projects under acme/apps, each deploying its `--environments`
+//! environments (half `production`, half `staging`) through its own agent into its own
+//! namespace: 10,000 environments in 100 namespaces of 100 agents by default, each group of
+//! `--objects` resources (a Deployment, its ReplicaSet and Pods, a Service, its EndpointSlice
+//! and Endpoints, ConfigMaps): 200,000 objects. One environment in ten is DEGRADED (a Pod
+//! crash-looping), one in ten PROGRESSING (a rollout under way), the rest HEALTHY. The viewer
+//! is a Developer of acme/apps, whom every agent's `user_access` admits (`access_as: agent`).
+//! Measured in the same run:
+//!
+//! - health known: from the health keeper's start (every watch cache cold) to a kept health
+//!   for every environment (`environment_health` polled every 50 ms);
+//! - memory per kept object: the bytes live after (counted by the allocator, the texts packed,
+//!   the watches handed over) less before the keeper's start, per object of the clusters,
+//!   against the objects' own JSON as the test server sends them; everything the keeper added
+//!   is counted (100 watch caches, 10,000 recorders), not the cache alone;
+//! - the page: `Group.environments(tier: PRODUCTION, health: [unhealthy], sort: HEALTH_DESC,
+//!   first: 100)` through the router as the Developer, against its baseline, the SQL the page
+//!   runs sent straight through sqlx on the same pool ([`envlens::db::health`]), interleaved;
+//!   p50 and p99 of each;
+//! - the counts: `Group.environmentHealthCounts(tier: PRODUCTION)` the same way;
+//! - a health change to the group page's subscriber: a Pod's crash message changed at the test
+//!   server, timed until (a) a direct watcher of the namespace's Pods and (b) an
+//!   `environmentsUpdated(groupPath: "acme")` subscriber over a WebSocket each have it; p50 of
+//!   each and of the gap. Changes 100 ms apart.
+
+/// The service's allocator (src/main.rs), counted, so that the memory per kept object is read
+/// live (resident memory under mimalloc says nothing about one structure).
+#[global_allocator]
+static GLOBAL: counting::Counting = counting::Counting(mimalloc::MiMalloc);
+
+#[path = "fixtures/counting.rs"]
+mod counting;
+
+#[allow(dead_code)]
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use axum::http::Method;
+use envlens::auth::mint_session;
+use envlens::config::file::Settings;
+use envlens::config::Limits;
+use envlens::db::health;
+use envlens::db::read::Viewer;
+use envlens::k8s::clusters::Clusters;
+use envlens::state::AppState;
+use futures_util::{SinkExt, StreamExt};
+use http_body_util::BodyExt;
+use serde_json::{json, Value};
+use support::kube_api::KubeApi;
+use support::TestApp;
+use tokio::net::{TcpListener, TcpStream};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::Message;
+
+const DEV: (i64, &str) = (2, "dev");
+const AGENTS_PROJECT: i64 = 10;
+const FIRST_PROJECT: i64 = 1000;
+const FIRST_AGENT: i64 = 1000;
+const FIRST_ENVIRONMENT: i64 = 100_000;
+const UNHEALTHY: &str = "[UNKNOWN, DEGRADED, MISSING, PROGRESSING]";
+
+struct Args {
+    projects: usize,
+    environments: usize,
+    objects: usize,
+    iterations: usize,
+}
+
+fn arg(name: &str, default: usize) -> usize {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .map(|v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("{name} takes a number"))
+        })
+        .unwrap_or(default)
+}
+
+fn main() {
+    let a = Args {
+        projects: arg("--projects", 100),
+        environments: arg("--environments", 100),
+        objects: arg("--objects", 20).max(8),
+        iterations: arg("--iterations", 200),
+    };
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(run(a));
+}
+
+fn namespace(p: usize) -> String {
+    format!("team-{p}")
+}
+
+fn labels(p: usize, slug: &str, app: &str) -> Value {
+    json!({"app.gitlab.com/project_id": (FIRST_PROJECT + p as i64).to_string(),
+           "app.gitlab.com/environment_slug": slug, "app": app})
+}
+
+/// An object's metadata; its uid names its kind, since a Deployment, its Service and their
+/// Endpoints share a name.
+fn meta(kind: &str, ns: &str, name: &str, labels: Value) -> Value {
+    support::environment::meta(ns, name, &uid(kind, ns, name), labels)
+}
+
+fn uid(kind: &str, ns: &str, name: &str) -> String {
+    format!("uid-{kind}-{ns}-{name}")
+}
+
+fn owned(mut meta: Value, api_version: &str, kind: &str, owner: &str, ns: &str) -> Value {
+    meta["ownerReferences"] =
+        support::environment::owner_ref(api_version, kind, owner, &uid(kind, ns, owner));
+    meta
+}
+
+/// Environment `k`'s health by design: one in ten degraded, one in ten progressing.
+fn designed(k: usize) -> &'static str {
+    match k % 10 {
+        0 => "DEGRADED",
+        5 => "PROGRESSING",
+        _ => "HEALTHY",
+    }
+}
+
+fn running_pod(ns: &str, name: &str, app: &str, rs: &str) -> Value {
+    let meta = owned(
+        meta(
+            "Pod",
+            ns,
+            name,
+            json!({"app": app, "pod-template-hash": "h1"}),
+        ),
+        "apps/v1",
+        "ReplicaSet",
+        rs,
+        ns,
+    );
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+           "spec": {"restartPolicy": "Always", "containers": [{"name": "app", "image": "nginx:1.27"}]},
+           "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}],
+                      "containerStatuses": [{"name": "app", "ready": true, "restartCount": 0, "state": {"running": {}}}]}})
+}
+
+fn crash(pod: &mut Value, message: &str) {
+    pod["status"] = json!({"phase": "Running", "containerStatuses": [{"name": "app", "ready": false, "restartCount": 5,
+        "state": {"waiting": {"reason": "CrashLoopBackOff", "message": message}}}]});
+}
+
+/// Environment `k` of project `p`: `objects` resources in the project's namespace.
+fn group(api: &KubeApi, p: usize, k: usize, objects: usize) {
+    let ns = namespace(p);
+    let slug = format!("e{k}");
+    let app = format!("{slug}-web");
+    let rs = format!("{app}-h1");
+    // Deployment, ReplicaSet, Service, EndpointSlice, Endpoints, one ConfigMap: 6; the Pods
+    // and further ConfigMaps make up the rest, two thirds Pods.
+    let rest = objects - 6;
+    let pods = (rest * 2).div_ceil(3);
+    let configs = rest - pods + 1;
+    let updated = if designed(k) == "PROGRESSING" {
+        pods - 1
+    } else {
+        pods
+    };
+    let mut dmeta = meta("Deployment", &ns, &app, labels(p, &slug, &app));
+    dmeta["generation"] = json!(1);
+    api.insert(json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": dmeta,
+        "spec": {"replicas": pods, "selector": {"matchLabels": {"app": app}},
+                 "template": {"metadata": {"labels": {"app": app}}, "spec": {"containers": [{"name": "app", "image": "nginx:1.27"}]}}},
+        "status": {"observedGeneration": 1, "replicas": pods, "updatedReplicas": updated,
+                   "readyReplicas": pods, "availableReplicas": pods}}));
+    let rmeta = owned(
+        meta(
+            "ReplicaSet",
+            &ns,
+            &rs,
+            json!({"app": app, "pod-template-hash": "h1"}),
+        ),
+        "apps/v1",
+        "Deployment",
+        &app,
+        &ns,
+    );
+    api.insert(json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": rmeta,
+        "spec": {"replicas": pods}, "status": {"replicas": pods, "readyReplicas": pods, "availableReplicas": pods}}));
+    for i in 0..pods {
+        let mut pod = running_pod(&ns, &format!("{rs}-{i}"), &app, &rs);
+        if i == 0 && designed(k) == "DEGRADED" {
+            crash(&mut pod, "back-off 40s restarting failed container");
+        }
+        api.insert(pod);
+    }
+    api.insert(json!({"apiVersion": "v1", "kind": "Service", "metadata": meta("Service", &ns, &app, labels(p, &slug, &app)),
+        "spec": {"selector": {"app": app}, "ports": [{"port": 80}]}}));
+    let smeta = owned(
+        meta(
+            "EndpointSlice",
+            &ns,
+            &format!("{app}-x7k2p"),
+            json!({"kubernetes.io/service-name": app}),
+        ),
+        "v1",
+        "Service",
+        &app,
+        &ns,
+    );
+    api.insert(
+        json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "metadata": smeta,
+        "addressType": "IPv4", "endpoints": []}),
+    );
+    api.insert(json!({"apiVersion": "v1", "kind": "Endpoints", "metadata": meta("Endpoints", &ns, &app, json!({})), "subsets": []}));
+    for c in 0..configs {
+        api.insert(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": meta("ConfigMap", &ns, &format!("{app}-config-{c}"), labels(p, &slug, &app)),
+            "data": {"LOG_LEVEL": "info", "FEATURE_FLAGS": "a,b,c"}}));
+    }
+}
+
+fn environment_id(a: &Args, p: usize, k: usize) -> i64 {
+    FIRST_ENVIRONMENT + (p * a.environments + k) as i64
+}
+
+/// GitLab's side: acme/apps and its projects, the Developer, one agent per project admitting
+/// acme/apps' developers, and a successful deployment of every environment through its agent.
+async fn seed(app: &TestApp, a: &Args) {
+    let mut projects =
+        vec![json!({"id": AGENTS_PROJECT, "full_path": "acme/agents", "visibility": "private"})];
+    projects.extend((0..a.projects).map(|p| {
+        json!({"id": FIRST_PROJECT + p as i64, "full_path": format!("acme/apps/p{p}"), "visibility": "private"})
+    }));
+    let res = app.internal(Method::PUT, "/api/v4/internal/identity", &json!({
+        "groups": [{"id": 1, "full_path": "acme"}, {"id": 2, "full_path": "acme/apps"}],
+        "projects": projects,
+        "users": [{"id": 1, "username": "root", "admin": true}, {"id": 2, "username": "dev"}],
+        "members": [{"user_id": 2, "source_type": "group", "source_id": 2, "access_level": 30}]
+    })).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    let config = json!({"ci_access": {"groups": [{"id": "acme/apps"}]},
+        "user_access": {"access_as": {"agent": {}}, "groups": [{"id": "acme/apps"}]}});
+    for p in 0..a.projects {
+        let agent = FIRST_AGENT + p as i64;
+        let res = app
+            .internal(
+                Method::PUT,
+                &format!("/api/v4/internal/kubernetes/agents/{agent}"),
+                &json!({"project_id": AGENTS_PROJECT, "name": format!("a{p}")}),
+            )
+            .await;
+        assert!(res.status.is_success(), "{}", res.text());
+        support::environment::configure(app, agent, &config).await;
+    }
+    let all: Vec<(usize, usize)> = (0..a.projects)
+        .flat_map(|p| (0..a.environments).map(move |k| (p, k)))
+        .collect();
+    futures_util::stream::iter(all)
+        .for_each_concurrent(8, |(p, k)| deploy(app, a, p, k))
+        .await;
+}
+
+async fn deploy(app: &TestApp, a: &Args, p: usize, k: usize) {
+    let id = environment_id(a, p, k);
+    let slug = format!("e{k}");
+    let project = FIRST_PROJECT + p as i64;
+    let path = format!("acme/apps/p{p}");
+    let tier = if k < a.environments / 2 {
+        "production"
+    } else {
+        "staging"
+    };
+    let res = app.internal(Method::POST, "/api/v4/internal/deployments", &json!({
+        "deployment": {"id": id, "iid": 1, "status": "created", "ref": "main", "sha": "abc", "tag": false,
+                       "created_at": "2026-11-21T10:00:00Z"},
+        "project": {"id": project, "full_path": path},
+        "environment": {"id": id, "name": slug, "slug": slug, "tier": tier},
+        "job": {"id": id, "name": "deploy", "protected_ref": true},
+        "kubernetes": {"agent": format!("acme/agents:a{p}"), "namespace": namespace(p)}
+    })).await;
+    assert_eq!(res.status, 201, "{}", res.text());
+    let hook = json!({"object_kind": "deployment", "deployment_id": id, "status": "success",
+        "status_changed_at": "2026-11-21 10:05:00 UTC", "environment": slug,
+        "project": {"id": project, "path_with_namespace": path}});
+    let res = app.hook("Deployment Hook", hook.to_string(), None).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+}
+
+async fn run(a: Args) {
+    let dir = tempfile::tempdir().unwrap();
+    let api = KubeApi::new();
+    api.set_recording(false);
+    let started = Instant::now();
+    for p in 0..a.projects {
+        for k in 0..a.environments {
+            group(&api, p, k, a.objects);
+        }
+    }
+    let (objects, json_bytes) = json_of(&api, &a);
+    println!(
+        "{} environments over {} agents and namespaces, {objects} objects ({:.0} B of JSON each) in the test server, laid out in {:.1} s",
+        a.projects * a.environments,
+        a.projects,
+        json_bytes as f64 / objects as f64,
+        started.elapsed().as_secs_f64()
+    );
+    let served = api.serve(dir.path()).await;
+    let agents: Vec<String> = (0..a.projects)
+        .map(|p| (FIRST_AGENT + p as i64).to_string())
+        .collect();
+    let agents: Vec<&str> = agents.iter().map(String::as_str).collect();
+    let yaml = format!(
+        "kubernetes:\n{}  response_timeout: 30s\n",
+        served.connections(&agents)
+    );
+    let settings = Settings::parse(&yaml).unwrap();
+    let clusters = Clusters::load(&settings.kubernetes, Default::default())
+        .await
+        .unwrap();
+    let database = support::postgres::fresh_database().await;
+    let state = AppState::new((*database).clone(), support::keys(), Limits::default())
+        .with_clusters(clusters, settings.cors);
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(envlens::run(
+        state.clone(),
+        listener,
+        std::future::pending(),
+        Duration::from_secs(1),
+    ));
+    let app = TestApp::owning(state.clone(), database);
+    let seeding = Instant::now();
+    seed(&app, &a).await;
+    println!(
+        "seeded through the internal API in {:.1} s",
+        seeding.elapsed().as_secs_f64()
+    );
+
+    // Health known: the keeper starts with every watch cache cold.
+    let before = counting::live();
+    let start = Instant::now();
+    tokio::spawn(
+        envlens::graphql::HealthKeeper::new(
+            &state.db,
+            state.clusters.clone(),
+            state.health.clone(),
+            &state.live,
+            objects * 2,
+            Duration::from_secs(1),
+        )
+        .run(),
+    );
+    let total = (a.projects * a.environments) as i64;
+    let mut half = None;
+    loop {
+        let known: i64 = sqlx::query_scalar("SELECT count(*) FROM environment_health")
+            .fetch_one(&app.db)
+            .await
+            .unwrap();
+        if half.is_none() && known * 2 >= total {
+            half = Some(start.elapsed());
+        }
+        if known == total {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(900),
+            "only {known} of {total} healths known after 15 minutes"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let known = start.elapsed();
+    let by_status: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT status, count(*) FROM environment_health GROUP BY status ORDER BY status",
+    )
+    .fetch_all(&app.db)
+    .await
+    .unwrap();
+    println!(
+        "health known: half the environments {:.2} s, every one {:.2} s after the keeper's start ({by_status:?})",
+        half.unwrap().as_secs_f64(),
+        known.as_secs_f64()
+    );
+    check_designed(&app, &a).await;
+
+    // At rest: the texts packed, the watches handed over, the first rounds' garbage freed.
+    use envlens::k8s::watch::{HANDOVER, PACK_AFTER};
+    tokio::time::sleep(PACK_AFTER.max(HANDOVER) + Duration::from_secs(3)).await;
+    let held = counting::live() - before;
+    println!(
+        "memory per kept object: {:.0} B live per object against {:.0} B of JSON: {:.2}x (everything the keeper added, {} objects)",
+        held as f64 / objects as f64,
+        json_bytes as f64 / objects as f64,
+        held as f64 / json_bytes as f64,
+        objects
+    );
+
+    page(&app, &a).await;
+    counts(&app, &a).await;
+    change_to_subscriber(&api, served.addr, addr, &a).await;
+}
+
+/// How many objects the test server holds, and their JSON's bytes as it sends them.
+fn json_of(api: &KubeApi, a: &Args) -> (usize, usize) {
+    let (mut n, mut bytes) = (0, 0);
+    for p in 0..a.projects {
+        let ns = namespace(p);
+        for resource in [
+            "deployments",
+            "replicasets",
+            "pods",
+            "services",
+            "endpointslices",
+            "endpoints",
+            "configmaps",
+        ] {
+            for obj in api.list(resource, Some(&ns)) {
+                n += 1;
+                bytes += serde_json::to_vec(&obj).unwrap().len();
+            }
+        }
+    }
+    (n, bytes)
+}
+
+/// Every environment's kept health is the one laid out.
+async fn check_designed(app: &TestApp, a: &Args) {
+    let rows: Vec<(i64, String)> =
+        sqlx::query_as("SELECT environment_id, status FROM environment_health")
+            .fetch_all(&app.db)
+            .await
+            .unwrap();
+    let wrong: Vec<_> = rows
+        .iter()
+        .filter(|(id, status)| {
+            let k = ((id - FIRST_ENVIRONMENT) as usize) % a.environments;
+            status != designed(k)
+        })
+        .take(5)
+        .collect();
+    assert!(wrong.is_empty(), "kept healths not as laid out: {wrong:?}");
+}
+
+async fn timed(app: &TestApp, query: &str, n: usize, check: impl Fn(&Value)) -> Vec<Duration> {
+    let mut times = Vec::with_capacity(n);
+    for _ in 0..n {
+        let start = Instant::now();
+        let answer = app.graphql(DEV, query).await;
+        times.push(start.elapsed());
+        assert!(answer.get("errors").is_none(), "{answer}");
+        check(&answer);
+    }
+    times
+}
+
+async fn timed_sql<F, Fut>(n: usize, mut f: F) -> Vec<Duration>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = usize>,
+{
+    let mut times = Vec::with_capacity(n);
+    for _ in 0..n {
+        let start = Instant::now();
+        let rows = f().await;
+        times.push(start.elapsed());
+        assert!(rows > 0);
+    }
+    times
+}
+
+fn report(name: &str, mut times: Vec<Duration>) -> Duration {
+    times.sort();
+    println!(
+        "  {name:<44} p50 {}  p99 {}",
+        ms(percentile(&times, 0.5)),
+        ms(percentile(&times, 0.99))
+    );
+    percentile(&times, 0.5)
+}
+
+async fn page(app: &TestApp, a: &Args) {
+    let query = format!(
+        r#"{{ group(fullPath: "acme") {{ environments(tier: PRODUCTION, health: {UNHEALTHY}, sort: HEALTH_DESC, first: 100) {{
+            nodes {{ name tier health {{ status message since }} }} pageInfo {{ hasNextPage endCursor }} }} }} }}"#
+    );
+    let unhealthy_production = a.projects * (a.environments / 2).div_ceil(5);
+    let want = unhealthy_production.min(100);
+    let check = |answer: &Value| {
+        let nodes = &answer["data"]["group"]["environments"]["nodes"];
+        let nodes = nodes.as_array().unwrap();
+        assert_eq!(nodes.len(), want, "{answer}");
+        assert_eq!(nodes[0]["health"]["status"], "DEGRADED", "{answer}");
+    };
+    let rounds = 4;
+    let per = a.iterations / rounds;
+    // Warm both.
+    timed(app, &query, 10, check).await;
+    let (mut graphql, mut sql) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        sql.extend(timed_sql(per, || async { page_sql(app).await }).await);
+        graphql.extend(timed(app, &query, per, check).await);
+    }
+    println!("the page of 100 unhealthy production environments, HEALTH_DESC ({unhealthy_production} match; {} iterations):", per * rounds);
+    report(
+        "reference: every production env + health",
+        timed_sql(per, || async { every_row(app).await }).await,
+    );
+    let base = report("baseline: the page's 2 statements via sqlx", sql);
+    let got = report("Group.environments through the router", graphql);
+    println!(
+        "  ratio p50: {:.2}x",
+        got.as_secs_f64() / base.as_secs_f64()
+    );
+}
+
+fn scope() -> health::Scope<'static> {
+    health::Scope {
+        viewer: Viewer {
+            user_id: DEV.0,
+            admin: false,
+        },
+        group_id: 1,
+        tier: Some("production"),
+        search: None,
+    }
+}
+
+/// What the Developer sees, as the router decides it: every agent, none impersonating, none
+/// down.
+async fn seen(app: &TestApp) -> health::Seen {
+    let readers = health::readers(&app.db, scope()).await.unwrap();
+    let mut agents: Vec<i64> = readers.iter().map(|r| r.agent_id).collect();
+    agents.sort_unstable();
+    agents.dedup();
+    health::Seen {
+        agents,
+        ..health::Seen::default()
+    }
+}
+
+/// What the page read before PostgreSQL filtered and sorted it (issue 36's first version):
+/// every production environment the viewer may read, with its kept health, to filter, sort
+/// and cut in Rust; its statement alone, for reference.
+async fn every_row(app: &TestApp) -> usize {
+    sqlx::query(
+        "SELECT e.id, e.project_id, e.name, e.slug, e.tier, e.state, e.updated_at,
+                h.environment_id, h.agent_id, a.name, ap.full_path, h.namespace, h.status,
+                h.message, h.since, h.kinds, h.unkept_since
+         FROM environments e
+         JOIN projects p ON p.id = e.project_id JOIN namespaces n ON n.id = p.namespace_id
+         LEFT JOIN (environment_health h JOIN cluster_agents a ON a.id = h.agent_id
+                    JOIN projects ap ON ap.id = a.project_id) ON h.environment_id = e.id
+         WHERE n.traversal_ids @> ARRAY[1::bigint] AND e.tier = 'production'
+           AND EXISTS (SELECT 1 FROM members m WHERE m.user_id = $1 AND m.access_level >= 20
+                       AND ((m.source_type = 'project' AND m.source_id = p.id)
+                         OR (m.source_type = 'group' AND m.source_id = ANY (n.traversal_ids))))
+         ORDER BY e.id",
+    )
+    .bind(DEV.0)
+    .fetch_all(&app.db)
+    .await
+    .unwrap()
+    .len()
+}
+
+/// The statements the page sends to PostgreSQL, straight through sqlx; the rows read.
+async fn page_sql(app: &TestApp) -> usize {
+    let seen = seen(app).await;
+    let unhealthy = ["UNKNOWN", "DEGRADED", "MISSING", "PROGRESSING"];
+    health::page(
+        &app.db,
+        scope(),
+        &seen,
+        Some(&unhealthy),
+        health::Order::WorstFirst,
+        0,
+        101,
+    )
+    .await
+    .unwrap()
+    .len()
+}
+
+/// The statements the counts send to PostgreSQL, straight through sqlx; the rows read.
+async fn counts_sql(app: &TestApp) -> usize {
+    let seen = seen(app).await;
+    health::counts(&app.db, scope(), &seen).await.unwrap().len()
+}
+
+async fn counts(app: &TestApp, a: &Args) {
+    let query = r#"{ group(fullPath: "acme") { environmentHealthCounts(tier: PRODUCTION) { status count } } }"#;
+    let production = (a.projects * (a.environments / 2)) as i64;
+    let check = |answer: &Value| {
+        let total: i64 = answer["data"]["group"]["environmentHealthCounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["count"].as_i64().unwrap())
+            .sum();
+        assert_eq!(total, production, "{answer}");
+    };
+    let rounds = 4;
+    let per = a.iterations / rounds;
+    timed(app, query, 10, check).await;
+    let (mut graphql, mut sql) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        sql.extend(timed_sql(per, || async { counts_sql(app).await }).await);
+        graphql.extend(timed(app, query, per, check).await);
+    }
+    println!(
+        "environmentHealthCounts(tier: PRODUCTION) ({production} environments; {} iterations):",
+        per * rounds
+    );
+    let base = report("baseline: the counts' 2 statements via sqlx", sql);
+    let got = report("environmentHealthCounts through the router", graphql);
+    println!(
+        "  ratio p50: {:.2}x",
+        got.as_secs_f64() / base.as_secs_f64()
+    );
+}
+
+/// A direct watch of the test server's Pods in one namespace, on its own connection.
+struct Watcher {
+    body: hyper::body::Incoming,
+    seen: String,
+}
+
+impl Watcher {
+    async fn open(server: SocketAddr, ns: &str) -> Watcher {
+        let stream = TcpStream::connect(server).await.unwrap();
+        let (mut sender, conn) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                .await
+                .unwrap();
+        tokio::spawn(conn);
+        let request = hyper::Request::get(format!(
+            "/api/v1/namespaces/{ns}/pods?watch=true&resourceVersion=0"
+        ))
+        .header("host", server.to_string())
+        .header("authorization", "Bearer test-token")
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .unwrap();
+        let response = sender.send_request(request).await.unwrap();
+        assert!(response.status().is_success());
+        let mut w = Watcher {
+            body: response.into_body(),
+            seen: String::new(),
+        };
+        // The initial events of every Pod in the namespace.
+        w.until("\"ADDED\"").await;
+        w
+    }
+
+    async fn until(&mut self, marker: &str) -> Instant {
+        loop {
+            if let Some(at) = self.seen.find(marker) {
+                self.seen.drain(..at + marker.len());
+                return Instant::now();
+            }
+            let frame = self.body.frame().await.unwrap().unwrap();
+            if let Ok(data) = frame.into_data() {
+                self.seen.push_str(&String::from_utf8_lossy(&data));
+            }
+        }
+    }
+}
+
+type Socket = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<TcpStream>>;
+
+async fn subscriber(addr: SocketAddr) -> Socket {
+    let (token, _) = mint_session(
+        support::SESSION_KEY,
+        DEV.0,
+        DEV.1,
+        Duration::from_secs(3600),
+    )
+    .unwrap();
+    let mut request = format!("ws://{addr}/api/graphql")
+        .into_client_request()
+        .unwrap();
+    request.headers_mut().insert(
+        "sec-websocket-protocol",
+        "graphql-transport-ws".parse().unwrap(),
+    );
+    let (mut ws, _) = tokio_tungstenite::connect_async(request).await.unwrap();
+    let init =
+        json!({"type": "connection_init", "payload": {"Authorization": format!("Bearer {token}")}});
+    ws.send(Message::Text(init.to_string().into()))
+        .await
+        .unwrap();
+    next_text(&mut ws).await;
+    let subscribe = json!({"id": "1", "type": "subscribe", "payload": {
+        "query": "subscription { environmentsUpdated(groupPath: \"acme\") { name health { status message since } } }"}});
+    ws.send(Message::Text(subscribe.to_string().into()))
+        .await
+        .unwrap();
+    ws
+}
+
+async fn next_text(ws: &mut Socket) -> String {
+    loop {
+        match ws.next().await {
+            Some(Ok(Message::Text(t))) => return t.to_string(),
+            Some(Ok(_)) => continue,
+            other => panic!("socket ended: {other:?}"),
+        }
+    }
+}
+
+async fn until(ws: &mut Socket, marker: &str) -> Instant {
+    loop {
+        if next_text(ws).await.contains(marker) {
+            return Instant::now();
+        }
+    }
+}
+
+/// Environment e1 of project 3 (healthy, production): its first Pod's crash message changed.
+async fn change_to_subscriber(api: &KubeApi, server: SocketAddr, envlens: SocketAddr, a: &Args) {
+    let p = 3.min(a.projects - 1);
+    let ns = namespace(p);
+    let pod_name = "e1-web-h1-0";
+    let change = |marker: &str| {
+        let mut pod = api.get("pods", Some(&ns), pod_name).unwrap();
+        crash(&mut pod, marker);
+        api.insert(pod);
+    };
+    let mut ws = subscriber(envlens).await;
+    // Until the subscription follows: a change that reaches it.
+    for attempt in 0.. {
+        let marker = format!("ready-{attempt}-");
+        change(&marker);
+        if tokio::time::timeout(Duration::from_secs(2), until(&mut ws, &marker))
+            .await
+            .is_ok()
+        {
+            break;
+        }
+        assert!(
+            attempt < 30,
+            "the subscription never carried a health change"
+        );
+    }
+    let mut watcher = Watcher::open(server, &ns).await;
+    let (mut direct, mut subscribed) = (Vec::new(), Vec::new());
+    let n = a.iterations.min(100);
+    for i in 0..n + 5 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let marker = format!("step-{i}-");
+        let start = Instant::now();
+        change(&marker);
+        let (watched, sent) = tokio::join!(watcher.until(&marker), until(&mut ws, &marker));
+        if i >= 5 {
+            direct.push(watched - start);
+            subscribed.push(sent - start);
+        }
+    }
+    println!("a health change to the group page's subscriber ({n} changes, 100 ms apart):");
+    let d = report("direct watcher of the namespace's Pods", direct);
+    let s = report("environmentsUpdated(groupPath: \"acme\")", subscribed);
+    println!(
+        "  subscriber p50 - watcher p50: {}",
+        ms(s.saturating_sub(d))
+    );
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1000.0)
+}
