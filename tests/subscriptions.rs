@@ -381,6 +381,66 @@ async fn both_protocols_send_the_whole_group_then_a_changed_pod_alone(reach: Rea
     }
 }
 
+both_ways!(a_watch_failing_anew_is_told_anew);
+/// Pods' watch fails, then fails otherwise (as a connection dropped while the agent leaves,
+/// then KAS saying the agent is gone): the subscriber is told the new failure when it comes,
+/// with nothing else to carry it (the viewer's access is rechecked only every minute here).
+/// It was told the first failure only, until something else in the namespace changed.
+async fn a_watch_failing_anew_is_told_anew(reach: Reach) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let (api, served, _dir) = cluster().await;
+    let server = start_with(
+        reach,
+        &served,
+        "  access_cache: 60s\n",
+        SocketLimits::default(),
+    )
+    .await;
+    let mut client = Client::connect(server.addr, "graphql-transport-ws", DEV).await;
+    client
+        .subscribe("g", &group_subscription(), json!({"id": PRODUCTION}))
+        .await;
+    let mut view = View::default();
+    view.apply(update_of(&client.next_payload("g").await));
+    assert_eq!(view.state["errors"], json!([]), "{:?}", view.state);
+    let failures = std::sync::Arc::new(AtomicUsize::new(0));
+    let seen = failures.clone();
+    api.fault(move |r| {
+        (r.verb == "watch" && r.resource == "pods").then(|| {
+            let message = match seen.fetch_add(1, Ordering::SeqCst) {
+                0 => "the first failure",
+                _ => "the second failure",
+            };
+            crate::support::kube_api::Fault::Status(503, message.into())
+        })
+    });
+    api.drop_watches();
+    let pod_error = |view: &View| {
+        view.state["errors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["kind"] == "Pod")
+            .map(|e| e["message"].as_str().unwrap().to_owned())
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !pod_error(&view).is_some_and(|m| m.contains("the second failure")) {
+        assert!(
+            Instant::now() < deadline,
+            "never told the second failure ({} sent): {:?}",
+            failures.load(Ordering::SeqCst),
+            view.state["errors"]
+        );
+        if let Some(Received::Message(m)) = client.receive_within(Duration::from_secs(1)).await {
+            view.apply(update_of(&m["payload"]));
+        }
+    }
+    assert!(
+        view.resources.values().any(|r| r["kind"] == "Pod"),
+        "the Pods are kept"
+    );
+}
+
 /// How an agent reached through GitLab's agent server goes away while its watches stream.
 #[derive(Clone, Copy)]
 enum Away {

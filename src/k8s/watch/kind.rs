@@ -211,9 +211,11 @@ impl KindWatch {
         self.stale.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
+    /// Marks the objects out of date for `failure`, or current again with `None`. A change of
+    /// failure is told to the listeners as well as a start or an end: a subscriber shown a
+    /// dropped connection is told when it turns out to be the agent gone, as a view would be.
     fn set_stale(&self, failure: Option<Failure>) {
         let mut stale = self.stale.lock().unwrap_or_else(|e| e.into_inner());
-        let was = stale.is_some();
         let moved = match failure {
             None => stale.take().is_some(),
             Some(failure) => {
@@ -225,12 +227,9 @@ impl KindWatch {
                 moved
             }
         };
-        let now = stale.is_some();
         drop(stale);
         if moved {
             self.moved();
-        }
-        if was != now {
             self.publish(|| Change::Reset);
         }
     }
