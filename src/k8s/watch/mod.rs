@@ -842,8 +842,7 @@ impl WatchCache {
         if let Some(ns) = self.inner.spaces().get(namespace) {
             lock(&ns.kinds).retain(|k, _| kinds.contains(k));
         }
-        let (ns, watches) =
-            self.watch_more(namespace, kinds, page_size, cause, Some(&watch_after));
+        let (ns, watches) = self.watch_more(namespace, kinds, page_size, cause, Some(&watch_after));
         (ns, watches, ViewDone(done))
     }
 
