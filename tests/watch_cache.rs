@@ -1087,6 +1087,73 @@ async fn a_failing_watch_is_an_error_and_an_out_of_date_warning_until_it_recover
     );
 }
 
+both_ways!(a_relist_the_cluster_cannot_answer_keeps_the_kind_and_a_refused_one_hides_it);
+/// Pods' watch is refused (500), so the cache lists them again, and that list finds the cluster
+/// unavailable (503, as an agent gone from GitLab's agent server): the Pods listed before are
+/// still shown, out of date, with the 503 (they were emptied from every view). A relist that is
+/// refused (403) hides them: the identity may no longer list them.
+async fn a_relist_the_cluster_cannot_answer_keeps_the_kind_and_a_refused_one_hides_it(
+    reach: Reach,
+) {
+    use crate::support::kube_api::Fault;
+    use std::sync::atomic::{AtomicU16, Ordering};
+    let s = setup(reach, 200_000).await;
+    let none = HeaderMap::new();
+    let before = s.converges(&none, "first view").await;
+    let pods = |g: &ResourceGroup| g.resources.iter().filter(|r| r.kind == "Pod").count();
+    assert!(pods(&before) > 0);
+    let lists = s.api.request_count("list", "pods");
+    let relist = Arc::new(AtomicU16::new(503));
+    let code = relist.clone();
+    s.api
+        .fault(move |r| match (r.verb.as_str(), r.resource.as_str()) {
+            ("watch", "pods") => Some(Fault::Status(500, "etcd is unhappy".into())),
+            ("list", "pods") => Some(Fault::Status(
+                code.load(Ordering::SeqCst),
+                "the cluster cannot be reached".into(),
+            )),
+            _ => None,
+        });
+    s.api.drop_watches();
+    /// The view once Pods' relist has failed with `code` (after `lists` lists of Pods).
+    async fn failing(s: &Setup, lists: u64, code: u16) -> ResourceGroup {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let g = s.cached(&HeaderMap::new()).await;
+            if s.api.request_count("list", "pods") > lists
+                && g.errors
+                    .iter()
+                    .any(|e| e.kind == "Pod" && e.code == Some(code))
+            {
+                return g;
+            }
+            assert!(Instant::now() < deadline, "never failing: {:?}", g.errors);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let away = failing(&s, lists, 503).await;
+    assert_eq!(
+        pods(&away),
+        pods(&before),
+        "the Pods listed before are kept"
+    );
+    assert!(
+        away.warnings
+            .iter()
+            .any(|w| w.starts_with("v1 Pod may be out of date")),
+        "{:?}",
+        away.warnings
+    );
+
+    relist.store(403, Ordering::SeqCst);
+    let refused = failing(&s, lists, 403).await;
+    assert_eq!(
+        pods(&refused),
+        0,
+        "a refused relist shows nothing of the kind"
+    );
+}
+
 both_ways!(a_kind_that_cannot_be_watched_is_listed_fresh_for_every_view);
 async fn a_kind_that_cannot_be_watched_is_listed_fresh_for_every_view(reach: Reach) {
     let s = setup(reach, 200_000).await;

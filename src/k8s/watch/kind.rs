@@ -3,7 +3,8 @@
 //! event and BOOKMARK. A stream that ends is resumed from the last version; `410 Gone` (the
 //! version left the server's history) relists; any other failure backs off (250 ms doubling to
 //! 30 s) and resumes, relisting if the watch was refused (but not when the server was only
-//! unavailable: 429, 502, 503, 504).
+//! unavailable: 429, 502, 503, 504). A relist the server cannot answer keeps the objects listed
+//! before, shown as out of date; a refused one hides them.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -434,12 +435,22 @@ async fn run(
                 Ok(rv) => {
                     version = Some(rv);
                     after_list = true;
+                    this.set_stale(None);
                     this.set_phase(Phase::Synced);
                     tokio::spawn(pack_later(Arc::downgrade(&this)));
                 }
                 Err(failure) => {
                     tracing::debug!(path, code = ?failure.code, message = %failure.message, "watch cache: list failed");
-                    this.set_phase(Phase::Failed(failure));
+                    let synced = matches!(*this.phase.borrow(), Phase::Synced);
+                    if synced && (!failure.answered || unavailable(failure.code)) {
+                        // A relist the cluster could not answer (the agent gone while its
+                        // watch was refused or expired): the objects listed before are kept
+                        // and shown as out of date, as a failing watch's are, never emptied.
+                        // A refused relist hides them: the identity may no longer list them.
+                        this.set_stale(Some(failure));
+                    } else {
+                        this.set_phase(Phase::Failed(failure));
+                    }
                     drop(this);
                     back_off(&route.circuit, &mut backoff).await;
                     continue;
