@@ -470,7 +470,17 @@ async fn through_kas_an_agent_that_leaves_and_comes_back_loses_nothing() {
 async fn away_and_back(away: Away) {
     const ROTATED: &str = "glpat-envlens-kas-rotated-9876543210";
     let (api, served, _dir) = cluster().await;
-    let server = start(Reach::Kas, &served).await;
+    // The viewer's access reviews, asked at the first view, are reused for a minute: what the
+    // viewer is shown while the agent is away is the cache's, not a refusal of reviews that
+    // cannot be asked then (a decision older than `access_cache` fails closed, and a first
+    // view on a loaded machine can take most of the default 5 s).
+    let server = start_with(
+        Reach::Kas,
+        &served,
+        "  access_cache: 60s\n",
+        SocketLimits::default(),
+    )
+    .await;
     let through = server.reached.kas.as_ref().unwrap();
     let mut client = Client::connect(server.addr, "graphql-transport-ws", DEV).await;
     client
@@ -496,17 +506,22 @@ async fn away_and_back(away: Away) {
             "agent 7 is not connected"
         }
     };
+    // Told: every kind's error a 503 naming why. A watch cut as the agent leaves may first
+    // report the dropped connection; it is told what KAS says once it asks again.
+    let told = |view: &View| {
+        let errors = view.state["errors"].as_array().unwrap();
+        !errors.is_empty()
+            && errors
+                .iter()
+                .all(|e| e["code"] == 503 && e["message"].as_str().unwrap().contains(said))
+    };
     let deadline = Instant::now() + Duration::from_secs(60);
-    while view.state["errors"] == json!([]) {
+    while !told(&view) {
         assert!(Instant::now() < deadline, "never told: {:?}", view.state);
+        assert!(!view.resources.is_empty(), "what the cache held is kept");
         if let Some(Received::Message(m)) = client.receive_within(Duration::from_secs(1)).await {
             view.apply(update_of(&m["payload"]));
         }
-    }
-    for e in view.state["errors"].as_array().unwrap() {
-        assert_eq!(e["code"], 503, "{e}");
-        let message = e["message"].as_str().unwrap();
-        assert!(message.contains(said), "{message}");
     }
     assert!(!view.resources.is_empty(), "what the cache held is kept");
 
