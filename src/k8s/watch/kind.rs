@@ -3,7 +3,8 @@
 //! event and BOOKMARK. A stream that ends is resumed from the last version; `410 Gone` (the
 //! version left the server's history) relists; any other failure backs off (250 ms doubling to
 //! 30 s) and resumes, relisting if the watch was refused (but not when the server was only
-//! unavailable: 429, 502, 503, 504).
+//! unavailable: 429, 502, 503, 504). A relist the server cannot answer keeps the objects listed
+//! before, shown as out of date; a refused one hides them.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -149,7 +150,7 @@ impl KindWatch {
     #[allow(clippy::too_many_arguments)]
     pub fn start(
         route: Route,
-        cause: Option<HeaderValue>,
+        first: FirstList,
         kind: ApiKind,
         namespace: &str,
         page_size: usize,
@@ -199,7 +200,7 @@ impl KindWatch {
                         }));
                     }
                 }
-                () = run(route, weak.clone(), path, page_size, cause) => {}
+                () = run(route, weak.clone(), path, page_size, first) => {}
             }
         });
         let _ = watch.task.set(task.abort_handle());
@@ -211,9 +212,11 @@ impl KindWatch {
         self.stale.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
+    /// Marks the objects out of date for `failure`, or current again with `None`. A change of
+    /// failure is told to the listeners as well as a start or an end: a subscriber shown a
+    /// dropped connection is told when it turns out to be the agent gone, as a view would be.
     fn set_stale(&self, failure: Option<Failure>) {
         let mut stale = self.stale.lock().unwrap_or_else(|e| e.into_inner());
-        let was = stale.is_some();
         let moved = match failure {
             None => stale.take().is_some(),
             Some(failure) => {
@@ -225,12 +228,9 @@ impl KindWatch {
                 moved
             }
         };
-        let now = stale.is_some();
         drop(stale);
         if moved {
             self.moved();
-        }
-        if was != now {
             self.publish(|| Change::Reset);
         }
     }
@@ -401,13 +401,28 @@ async fn back_off(circuit: &Circuit, backoff: &mut Duration) {
     }
 }
 
+/// What a kind's first list is for: the view that caused it (its `Audit-ID`), and that view's
+/// end, which the first watch waits for. A first view lists every kind at once; the watches
+/// that follow each list would otherwise be sent while the other lists are still coming, and
+/// compete with them (through GitLab's agent server, 41 more requests) for what the viewer
+/// waits for.
+#[derive(Default)]
+pub struct FirstList {
+    pub cause: Option<HeaderValue>,
+    pub watch_after: Option<watch::Receiver<bool>>,
+}
+
 async fn run(
     route: Route,
     watch: std::sync::Weak<KindWatch>,
     path: String,
     page_size: usize,
-    mut cause: Option<HeaderValue>,
+    first: FirstList,
 ) {
+    let FirstList {
+        mut cause,
+        mut watch_after,
+    } = first;
     let mut version: Option<String> = None;
     let mut backoff = BACKOFF_START;
     let mut after_list = false;
@@ -420,12 +435,22 @@ async fn run(
                 Ok(rv) => {
                     version = Some(rv);
                     after_list = true;
+                    this.set_stale(None);
                     this.set_phase(Phase::Synced);
                     tokio::spawn(pack_later(Arc::downgrade(&this)));
                 }
                 Err(failure) => {
                     tracing::debug!(path, code = ?failure.code, message = %failure.message, "watch cache: list failed");
-                    this.set_phase(Phase::Failed(failure));
+                    let synced = matches!(*this.phase.borrow(), Phase::Synced);
+                    if synced && (!failure.answered || unavailable(failure.code)) {
+                        // A relist the cluster could not answer (the agent gone while its
+                        // watch was refused or expired): the objects listed before are kept
+                        // and shown as out of date, as a failing watch's are, never emptied.
+                        // A refused relist hides them: the identity may no longer list them.
+                        this.set_stale(Some(failure));
+                    } else {
+                        this.set_phase(Phase::Failed(failure));
+                    }
                     drop(this);
                     back_off(&route.circuit, &mut backoff).await;
                     continue;
@@ -434,6 +459,11 @@ async fn run(
         }
         let from = version.clone().unwrap_or_default();
         drop(this);
+        if let Some(mut view) = watch_after.take() {
+            // Done or dropped, the view lets go; a change meanwhile comes with the watch,
+            // which starts from the list's version.
+            let _ = view.wait_for(|done| *done).await;
+        }
         let (via, until) = if std::mem::take(&mut after_list) {
             (
                 &route.client,

@@ -604,6 +604,8 @@ impl WatchCache {
             .zip(server)
             .map(|((job, watch), versions)| (job, watch, versions))
             .collect();
+        // What the read waits for comes with the watches: a first view's may start now.
+        view.done.release();
         let deadline = tokio::time::Instant::now() + within;
         loop {
             behind.retain(|(job, watch, server)| match server {
@@ -688,7 +690,7 @@ impl WatchCache {
             kinds.push(events);
         }
         let cause = headers.get(AUDIT_ID_HEADER);
-        let (ns, watches) = self.watch(namespace, &kinds, options.page_size.max(1), cause);
+        let (ns, watches, done) = self.watch(namespace, &kinds, options.page_size.max(1), cause);
         self.bound(namespace);
         // The viewer's access reviews are sent beside the lists, not after them: through GitLab's
         // agent server each is a round trip a first view would otherwise wait for after its
@@ -716,6 +718,7 @@ impl WatchCache {
             refusals,
             unwatched,
             fresh: HashSet::new(),
+            done,
         }))
     }
 
@@ -824,18 +827,23 @@ impl WatchCache {
 
     /// The namespace and its watches of `kinds`, in that order: started where missing, the
     /// namespace marked read now, watches of kinds no longer discovered stopped.
+    ///
+    /// Watches started here send their first watch only once the returned sender says the
+    /// view is done (or is dropped): see [`kind::FirstList`].
     fn watch(
         &self,
         namespace: &str,
         kinds: &[ApiKind],
         page_size: usize,
         cause: Option<&HeaderValue>,
-    ) -> (Arc<Namespace>, Vec<Arc<KindWatch>>) {
+    ) -> (Arc<Namespace>, Vec<Arc<KindWatch>>, ViewDone) {
+        let (done, watch_after) = tokio::sync::watch::channel(false);
         self.start_sweeper();
         if let Some(ns) = self.inner.spaces().get(namespace) {
             lock(&ns.kinds).retain(|k, _| kinds.contains(k));
         }
-        self.watch_more(namespace, kinds, page_size, cause)
+        let (ns, watches) = self.watch_more(namespace, kinds, page_size, cause, Some(&watch_after));
+        (ns, watches, ViewDone(done))
     }
 
     /// Drops the namespaces read least recently (never `reading`, never one listened to) while
@@ -1088,6 +1096,7 @@ impl WatchCache {
             std::slice::from_ref(kind),
             page_size.max(1),
             headers.get(AUDIT_ID_HEADER),
+            None,
         );
         self.bound(namespace);
         let watch = watches.into_iter().next().expect("one watch per kind");
@@ -1096,13 +1105,16 @@ impl WatchCache {
 
     /// The namespace and its watches of `kinds`, in that order: started where missing, the
     /// namespace marked read now; the watches of other kinds go on (a reader of one kind, the
-    /// cluster scope's kinds, which are those its readers asked for, not discovery's).
+    /// cluster scope's kinds, which are those its readers asked for, not discovery's). Those
+    /// started here send their first watch once `watch_after` says true (or its sender is
+    /// dropped), where given: see [`kind::FirstList`].
     fn watch_more(
         &self,
         namespace: &str,
         kinds: &[ApiKind],
         page_size: usize,
         cause: Option<&HeaderValue>,
+        watch_after: Option<&tokio::sync::watch::Receiver<bool>>,
     ) -> (Arc<Namespace>, Vec<Arc<KindWatch>>) {
         let ns = self
             .inner
@@ -1120,7 +1132,10 @@ impl WatchCache {
                     .or_insert_with(|| {
                         KindWatch::start(
                             self.inner.route(),
-                            cause.cloned(),
+                            kind::FirstList {
+                                cause: cause.cloned(),
+                                watch_after: watch_after.cloned(),
+                            },
                             kind.clone(),
                             namespace,
                             page_size,
@@ -1161,6 +1176,25 @@ struct Prepared {
     /// Kinds (apiVersion, kind) listed fresh although watched: a consistent read found the
     /// cache behind the cluster for them.
     fresh: HashSet<(String, String)>,
+    /// Lets the watches this view started go on once it is dropped, its answer made (or
+    /// before, where the view itself waits for them: [`ViewDone::release`]).
+    done: ViewDone,
+}
+
+/// Says, when dropped, that the view that started some watches is done with their lists.
+struct ViewDone(tokio::sync::watch::Sender<bool>);
+
+impl ViewDone {
+    /// Lets the watches go on before the view is dropped: a view that waits for them.
+    fn release(&self) {
+        self.0.send_replace(true);
+    }
+}
+
+impl Drop for ViewDone {
+    fn drop(&mut self) {
+        self.0.send_replace(true);
+    }
 }
 
 /// Assembles `listing` off the runtime's threads.
