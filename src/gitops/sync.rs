@@ -88,7 +88,13 @@ mod tests {
             ("Stalled", "True", "InvalidPath"),
             ("Reconciling", "True", "Progressing"),
         ];
-        let rows: &[(Option<bool>, &[(&str, &str, &str)], FluxSyncStatus)] = &[
+        // `spec.suspend`, the conditions (type, status, reason), the status.
+        type Row<'a> = (
+            Option<bool>,
+            &'a [(&'a str, &'a str, &'a str)],
+            FluxSyncStatus,
+        );
+        let rows: &[Row] = &[
             (Some(true), &failing, Suspended),
             (Some(false), &failing, Failed),
             (

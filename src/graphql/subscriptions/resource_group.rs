@@ -294,7 +294,7 @@ pub(super) async fn target(
             .gql()?;
         match last.into_iter().next().and_then(|d| d.agent) {
             Some(found) => Some(found),
-            None => crate::db::pull::environment_agent(&mut **conn, viewer, environment)
+            None => crate::db::pull::environment_agent(&mut conn, viewer, environment)
                 .await
                 .gql()?,
         }
