@@ -11,9 +11,10 @@
 //!
 //! - (a) the first view through a fresh watch cache: `k8s::gitops::resource_group` as the
 //!   GraphQL view calls it (the labels source, the Kustomization, its inventory), a new cache
-//!   and memo each time, discovery warm, no impersonation: two rounds of lists (the labels'
-//!   and the source's namespaces, then the inventory's five), the watches' first lists;
-//! - (a-floor) the very list requests (a) sent, recorded once, replayed all at once by a plain
+//!   and memo each time, discovery warm, no impersonation: the labels' and the source's
+//!   namespaces listed at once with a GET of the Kustomization, whose inventory's five
+//!   namespaces are listed as soon as it answers, the watches' first lists;
+//! - (a-floor) the very list requests (a) sent (and its GET), recorded once, replayed all at once by a plain
 //!   HTTP/1 client over already open connections, bodies read and not parsed. Alternating with
 //!   (a); the ratio is the median of the rounds' ratios (goal <= 2);
 //! - (b) the warm view: the GraphQL query of the environment's `resourceGroup` through the

@@ -11,10 +11,11 @@ use envlens::auth::mint_session;
 use serde_json::{json, Value};
 use tempfile::TempDir;
 
-use crate::support::environment::{self, meta, owner_ref, NS};
+use crate::support::environment::{self, meta, owner_ref, World, NS};
 pub(crate) use crate::support::gitops::deploy_bound;
 use crate::support::gitops::serve_gitops_kinds;
 use crate::support::kube_api::{KubeApi, Served};
+use crate::support::reach::Reach;
 use crate::support::*;
 
 pub(crate) const DEV: (i64, &str) = (2, "dev");
@@ -29,6 +30,16 @@ pub(crate) async fn cluster() -> (KubeApi, Served, TempDir) {
     serve_gitops_kinds(&api);
     let served = api.serve(dir.path()).await;
     (api, served, dir)
+}
+
+/// envlens over `served` (a kubeconfig entry), with each environment `(id, name)` bound to the
+/// Flux object at its path by a successful deployment job (id `id - 100`).
+pub(crate) async fn bound_world(served: &Served, bound: &[((i64, &str), String)]) -> World {
+    let world = environment::gitlab_via(Reach::Kubeconfig, served, "").await;
+    for ((id, name), flux) in bound {
+        deploy_bound(&world, id - 100, (*id, name), flux).await;
+    }
+    world
 }
 
 pub(crate) fn path(api_version: &str, plural: &str, ns: &str, name: &str) -> String {
@@ -108,6 +119,18 @@ pub(crate) fn uid_of(group: &Value, kind: &str, ns: Option<&str>, name: &str) ->
         .to_owned()
 }
 
+/// [`names`] of `group`, after asserting that each of `expected` is among them.
+fn shows(group: &Value, expected: &[&str]) -> Vec<String> {
+    let shown = names(group);
+    for expected in expected {
+        assert!(
+            shown.contains(&(*expected).to_owned()),
+            "{expected} not in {shown:?}"
+        );
+    }
+    shown
+}
+
 fn applies(group: &Value) -> Vec<(String, String)> {
     group["edges"]
         .as_array()
@@ -157,13 +180,12 @@ async fn a_kustomization_spans_three_namespaces_and_a_cluster_scoped_entry() {
     // Not in the inventory: stays out.
     api.insert(deployment("green", "other", "uid-green-other"));
 
-    let world =
-        environment::gitlab_via(crate::support::reach::Reach::Kubeconfig, &served, "").await;
-    deploy_bound(
-        &world,
-        20,
-        (120, "flux"),
-        &path(KS, "kustomizations", "flux-system", "apps"),
+    let world = bound_world(
+        &served,
+        &[(
+            (120, "flux"),
+            path(KS, "kustomizations", "flux-system", "apps"),
+        )],
     )
     .await;
     let env = group(&world, "flux").await;
@@ -181,21 +203,18 @@ async fn a_kustomization_spans_three_namespaces_and_a_cluster_scoped_entry() {
         json!([{"kind": "Kustomization", "apiVersion": KS,
         "namespace": "flux-system", "name": "apps", "fluxSyncStatus": "RECONCILED"}])
     );
-    let shown = names(g);
-    for expected in [
-        "Kustomization flux-system/apps",
-        "Namespace -/blue",
-        "Deployment blue/web",
-        "ReplicaSet blue/web-1a2b",
-        "Deployment green/web",
-        "Service green/web",
-        "ClusterRole -/shop:reader",
-    ] {
-        assert!(
-            shown.contains(&expected.to_owned()),
-            "{expected} not in {shown:?}"
-        );
-    }
+    let shown = shows(
+        g,
+        &[
+            "Kustomization flux-system/apps",
+            "Namespace -/blue",
+            "Deployment blue/web",
+            "ReplicaSet blue/web-1a2b",
+            "Deployment green/web",
+            "Service green/web",
+            "ClusterRole -/shop:reader",
+        ],
+    );
     assert!(
         !shown.contains(&"Deployment green/other".to_owned()),
         "{shown:?}"
@@ -274,31 +293,27 @@ async fn sources_nest_three_levels_deep_and_a_cycle_is_warned() {
                    "sync": {"status": "Synced"}, "health": {"status": "Healthy"}}}));
     api.insert(deployment("shop-argo", "cart", "uid-cart"));
 
-    let world =
-        environment::gitlab_via(crate::support::reach::Reach::Kubeconfig, &served, "").await;
-    deploy_bound(
-        &world,
-        21,
-        (121, "nested"),
-        &path(KS, "kustomizations", "flux-system", "root"),
+    let world = bound_world(
+        &served,
+        &[(
+            (121, "nested"),
+            path(KS, "kustomizations", "flux-system", "root"),
+        )],
     )
     .await;
     let env = group(&world, "nested").await;
     let g = &env["resourceGroup"];
-    let shown = names(g);
-    for expected in [
-        "Kustomization flux-system/root",
-        "Kustomization flux-system/infra",
-        "HelmRelease apps/podinfo",
-        "Deployment apps/podinfo",
-        "Application argocd/shop",
-        "Deployment shop-argo/cart",
-    ] {
-        assert!(
-            shown.contains(&expected.to_owned()),
-            "{expected} not in {shown:?}"
-        );
-    }
+    shows(
+        g,
+        &[
+            "Kustomization flux-system/root",
+            "Kustomization flux-system/infra",
+            "HelmRelease apps/podinfo",
+            "Deployment apps/podinfo",
+            "Application argocd/shop",
+            "Deployment shop-argo/cart",
+        ],
+    );
     let edges = applies(g);
     for (from, to) in [
         ("uid-ks-root", "uid-ks-infra"),
@@ -374,20 +389,18 @@ async fn helm_releases_without_an_inventory_fall_back_to_labels_then_to_their_re
         "metadata": {"name": "podinfo:reader", "uid": "uid-cr-podinfo"}, "rules": []}),
     );
 
-    let world =
-        environment::gitlab_via(crate::support::reach::Reach::Kubeconfig, &served, "").await;
-    deploy_bound(
-        &world,
-        22,
-        (122, "labelled"),
-        &path(HR, "helmreleases", "flux-system", "web"),
-    )
-    .await;
-    deploy_bound(
-        &world,
-        23,
-        (123, "stored"),
-        &path(HR, "helmreleases", "flux-system", "podinfo"),
+    let world = bound_world(
+        &served,
+        &[
+            (
+                (122, "labelled"),
+                path(HR, "helmreleases", "flux-system", "web"),
+            ),
+            (
+                (123, "stored"),
+                path(HR, "helmreleases", "flux-system", "podinfo"),
+            ),
+        ],
     )
     .await;
 
@@ -399,17 +412,14 @@ async fn helm_releases_without_an_inventory_fall_back_to_labels_then_to_their_re
 
     let env = group(&world, "stored").await;
     let g = &env["resourceGroup"];
-    let shown = names(g);
-    for expected in [
-        "ServiceAccount apps/podinfo",
-        "Deployment apps/podinfo",
-        "ClusterRole -/podinfo:reader",
-    ] {
-        assert!(
-            shown.contains(&expected.to_owned()),
-            "{expected} not in {shown:?}"
-        );
-    }
+    let shown = shows(
+        g,
+        &[
+            "ServiceAccount apps/podinfo",
+            "Deployment apps/podinfo",
+            "ClusterRole -/podinfo:reader",
+        ],
+    );
     // The manifest's Service is not in the cluster: said, not fatal.
     let warnings = g["warnings"].as_array().unwrap();
     assert!(
@@ -427,8 +437,7 @@ async fn helm_releases_without_an_inventory_fall_back_to_labels_then_to_their_re
 #[tokio::test]
 async fn an_environment_without_a_flux_path_keeps_its_labels_group() {
     let (_api, served, _dir) = cluster().await;
-    let world =
-        environment::gitlab_via(crate::support::reach::Reach::Kubeconfig, &served, "").await;
+    let world = environment::gitlab_via(Reach::Kubeconfig, &served, "").await;
     let env = group(&world, environment::SLUG).await;
     assert_eq!(env["fluxSyncStatus"], Value::Null);
     assert_eq!(env["resourceGroup"]["namespaces"], json!([NS]));
@@ -446,10 +455,8 @@ async fn gitlabs_flux_resource_query_runs_unchanged() {
         &[],
         ready("True", "ReconciliationSucceeded"),
     ));
-    let world =
-        environment::gitlab_via(crate::support::reach::Reach::Kubeconfig, &served, "").await;
     let flux = path(KS, "kustomizations", "flux-system", "apps");
-    deploy_bound(&world, 24, (124, "flux"), &flux).await;
+    let world = bound_world(&served, &[((124, "flux"), flux.clone())]).await;
     let query = include_str!(
         "fixtures/frontend_queries/environment_cluster_agent_with_flux_resource.query.graphql"
     );
@@ -549,13 +556,12 @@ async fn a_huge_inventory_is_read_within_bounds() {
         &ids,
         ready("True", "ReconciliationSucceeded"),
     ));
-    let world =
-        environment::gitlab_via(crate::support::reach::Reach::Kubeconfig, &served, "").await;
-    deploy_bound(
-        &world,
-        25,
-        (125, "huge"),
-        &path(KS, "kustomizations", "flux-system", "huge"),
+    let world = bound_world(
+        &served,
+        &[(
+            (125, "huge"),
+            path(KS, "kustomizations", "flux-system", "huge"),
+        )],
     )
     .await;
     let env = group(&world, "huge").await;
@@ -607,11 +613,8 @@ async fn an_argo_application_bound_by_a_maintainer_and_a_nested_kustomization_ac
         ready("True", "ReconciliationSucceeded"),
     ));
     api.insert(deployment("apps", "podinfo", "uid-podinfo"));
-    let world =
-        environment::gitlab_via(crate::support::reach::Reach::Kubeconfig, &served, "").await;
-
     // Argo CD: bound by an administrator (a Maintainer of every project).
-    deploy_bound(&world, 31, (131, "argo"), "").await;
+    let world = bound_world(&served, &[((131, "argo"), String::new())]).await;
     let before = group(&world, "argo").await;
     assert!(
         !names(&before["resourceGroup"]).contains(&"Deployment shop-argo/cart".to_owned()),

@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 use crate::gitops::{cluster, deploy_bound, deployment, kustomization, path, ready, DEV, KS};
 use crate::subscriptions::{update_of, Client};
 use crate::support::environment::{self, meta};
+use crate::support::gitops::bind_through_gitlab;
 use crate::support::kube_api::KubeApi;
 use crate::support::reach::{both_ways, Reach};
 
@@ -39,6 +40,58 @@ fn apps(api: &KubeApi) {
     api.insert(deployment("green", "web", "uid-green-web"));
     api.insert(json!({"apiVersion": "v1", "kind": "Service",
         "metadata": meta("green", "web", "uid-green-svc", json!({})), "spec": {"selector": {"app": "web"}}}));
+}
+
+/// How environment `flux` (120) is bound to the Kustomization `apps` (SPEC 15).
+#[derive(Debug, Clone, Copy)]
+enum Binding {
+    /// A successful deployment job with `dashboard: flux_resource_path`.
+    DeploymentJob,
+    /// No deployment: GitLab's `cluster_agent` and `flux_resource_path`, as the sync reads them.
+    ClusterAgent,
+}
+
+async fn bind(app: &crate::support::TestApp, how: Binding) {
+    let flux = path(KS, "kustomizations", "flux-system", "apps");
+    match how {
+        Binding::DeploymentJob => deploy_bound(app, 20, (120, "flux"), &flux).await,
+        Binding::ClusterAgent => bind_through_gitlab(app, (120, "flux"), &flux).await,
+    }
+}
+
+/// The three changes both live tests follow: green/web unavailable (an inventory object in a
+/// namespace of its own), a label on the Namespace blue (a cluster-scoped entry), the
+/// Kustomization failing (the source itself).
+fn make_green_web_unavailable(api: &KubeApi) {
+    let mut web = api.get("deployments", Some("green"), "web").unwrap();
+    web["status"]["readyReplicas"] = json!(0);
+    web["status"]["availableReplicas"] = json!(0);
+    api.insert(web);
+}
+
+fn label_namespace_blue(api: &KubeApi) {
+    let mut ns = api.get("namespaces", None, "blue").unwrap();
+    ns["metadata"]["labels"] = json!({"team": "blue"});
+    api.insert(ns);
+}
+
+/// The Kustomization `apps` as kustomize-controller leaves it: `change`d.
+fn change_apps(api: &KubeApi, change: impl FnOnce(&mut Value)) {
+    let mut ks = api
+        .get(
+            "kustomizations.kustomize.toolkit.fluxcd.io",
+            Some("flux-system"),
+            "apps",
+        )
+        .unwrap();
+    change(&mut ks);
+    api.insert(ks);
+}
+
+fn fail_apps(api: &KubeApi) {
+    change_apps(api, |ks| {
+        ks["status"]["conditions"] = ready("False", "BuildFailed")
+    });
 }
 
 /// The environment `flux` with its group: each resource's health and labels, each source's
@@ -83,13 +136,7 @@ async fn a_warm_gitops_view_asks_nothing_of_the_cluster_and_follows_changes(reac
     let (api, served, _dir) = cluster().await;
     apps(&api);
     let world = environment::gitlab_via(reach, &served, "").await;
-    deploy_bound(
-        &world,
-        20,
-        (120, "flux"),
-        &path(KS, "kustomizations", "flux-system", "apps"),
-    )
-    .await;
+    bind(&world, Binding::DeploymentJob).await;
     let first = group(&world, "flux").await;
     for (kind, name) in [
         ("Namespace", "blue"),
@@ -114,10 +161,7 @@ async fn a_warm_gitops_view_asks_nothing_of_the_cluster_and_follows_changes(reac
 
     // Yet it follows the cluster: an object of another namespace than the labels', a
     // cluster-scoped entry, and the Kustomization itself.
-    let mut web = api.get("deployments", Some("green"), "web").unwrap();
-    web["status"]["readyReplicas"] = json!(0);
-    web["status"]["availableReplicas"] = json!(0);
-    api.insert(web);
+    make_green_web_unavailable(&api);
     until(&world, "green/web unavailable", |env| {
         env["resourceGroup"]["resources"]
             .as_array()
@@ -130,22 +174,12 @@ async fn a_warm_gitops_view_asks_nothing_of_the_cluster_and_follows_changes(reac
             })
     })
     .await;
-    let mut ns = api.get("namespaces", None, "blue").unwrap();
-    ns["metadata"]["labels"] = json!({"team": "blue"});
-    api.insert(ns);
+    label_namespace_blue(&api);
     until(&world, "the Namespace's new label", |env| {
         resource(env, "Namespace", "blue")["labels"]["team"] == "blue"
     })
     .await;
-    let mut ks = api
-        .get(
-            "kustomizations.kustomize.toolkit.fluxcd.io",
-            Some("flux-system"),
-            "apps",
-        )
-        .unwrap();
-    ks["status"]["conditions"] = ready("False", "BuildFailed");
-    api.insert(ks);
+    fail_apps(&api);
     // The environment's own status is read beside the group, maybe a moment before the
     // change arrives: both come to show it.
     until(&world, "the Kustomization failing", |env| {
@@ -189,16 +223,30 @@ both_ways!(a_gitops_subscriber_hears_of_its_objects_in_every_namespace_and_of_it
 async fn a_gitops_subscriber_hears_of_its_objects_in_every_namespace_and_of_its_flux_object(
     reach: Reach,
 ) {
+    subscriber_hears_everything(reach, Binding::DeploymentJob).await;
+}
+
+both_ways!(an_environment_bound_by_gitlabs_cluster_agent_alone_has_its_subscription);
+/// No deployment job, no `agent_deployments` row: the subscription finds the agent as the view
+/// does, and follows the same group.
+async fn an_environment_bound_by_gitlabs_cluster_agent_alone_has_its_subscription(reach: Reach) {
+    subscriber_hears_everything(reach, Binding::ClusterAgent).await;
+}
+
+/// The whole group first, the same as a view's; then a message about a changed object of
+/// another namespace than the labels', about a cluster-scoped entry, about the Kustomization.
+async fn subscriber_hears_everything(reach: Reach, how: Binding) {
     let (api, served, _dir) = cluster().await;
     apps(&api);
     let server = crate::subscriptions::start(reach, &served).await;
-    deploy_bound(
-        &server.app,
-        20,
-        (120, "flux"),
-        &path(KS, "kustomizations", "flux-system", "apps"),
-    )
-    .await;
+    bind(&server.app, how).await;
+    let viewed = group(&server.app, "flux").await;
+    let mut viewed: Vec<String> = viewed["resourceGroup"]["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["uid"].as_str().unwrap().to_owned())
+        .collect();
     let mut client = Client::connect(server.addr, "graphql-transport-ws", DEV).await;
     client
         .subscribe(
@@ -209,7 +257,13 @@ async fn a_gitops_subscriber_hears_of_its_objects_in_every_namespace_and_of_its_
         .await;
     let whole = update_of(&client.next_payload("1").await).clone();
     assert_eq!(whole["complete"], true, "{whole}");
-    let uids = upserted(&whole);
+    let mut uids = upserted(&whole);
+    uids.sort();
+    viewed.sort();
+    assert_eq!(
+        uids, viewed,
+        "{how:?}: the subscription's group is the view's"
+    );
     for uid in [
         "uid-ks-apps",
         "uid-ns-blue",
@@ -222,33 +276,20 @@ async fn a_gitops_subscriber_hears_of_its_objects_in_every_namespace_and_of_its_
     }
 
     // An inventory object in a namespace of its own: a message about it alone.
-    let mut web = api.get("deployments", Some("green"), "web").unwrap();
-    web["status"]["readyReplicas"] = json!(0);
-    web["status"]["availableReplicas"] = json!(0);
-    api.insert(web);
+    make_green_web_unavailable(&api);
     let update = update_about(&mut client, "uid-green-web").await;
     assert_eq!(upserted(&update), ["uid-green-web"], "{update}");
     assert_eq!(update["complete"], false);
     assert_ne!(update["upserted"][0]["health"]["status"], "HEALTHY");
 
     // A cluster-scoped entry.
-    let mut ns = api.get("namespaces", None, "blue").unwrap();
-    ns["metadata"]["labels"] = json!({"team": "blue"});
-    api.insert(ns);
+    label_namespace_blue(&api);
     let update = update_about(&mut client, "uid-ns-blue").await;
     assert_eq!(upserted(&update), ["uid-ns-blue"], "{update}");
     assert_eq!(update["upserted"][0]["labels"]["team"], "blue");
 
     // The Kustomization itself: its Ready condition.
-    let mut ks = api
-        .get(
-            "kustomizations.kustomize.toolkit.fluxcd.io",
-            Some("flux-system"),
-            "apps",
-        )
-        .unwrap();
-    ks["status"]["conditions"] = ready("False", "BuildFailed");
-    api.insert(ks);
+    fail_apps(&api);
     let update = update_about(&mut client, "uid-ks-apps").await;
     assert_eq!(upserted(&update), ["uid-ks-apps"], "{update}");
     assert_eq!(update["upserted"][0]["fluxSyncStatus"], "FAILED");
@@ -267,13 +308,7 @@ async fn the_environments_sync_status_reads_its_flux_object_alone() {
     let (api, served, _dir) = cluster().await;
     apps(&api);
     let world = environment::gitlab_via(Reach::Kubeconfig, &served, "").await;
-    deploy_bound(
-        &world,
-        20,
-        (120, "flux"),
-        &path(KS, "kustomizations", "flux-system", "apps"),
-    )
-    .await;
+    bind(&world, Binding::DeploymentJob).await;
     api.reset_request_counts();
     assert_eq!(sync_status(&world).await, "RECONCILED");
     // Neither the inventory's objects nor the other kinds of flux-system were read.
@@ -291,15 +326,7 @@ async fn the_environments_sync_status_reads_its_flux_object_alone() {
     );
 
     // And it follows the object.
-    let mut ks = api
-        .get(
-            "kustomizations.kustomize.toolkit.fluxcd.io",
-            Some("flux-system"),
-            "apps",
-        )
-        .unwrap();
-    ks["spec"]["suspend"] = json!(true);
-    api.insert(ks);
+    change_apps(&api, |ks| ks["spec"]["suspend"] = json!(true));
     let deadline = Instant::now() + Duration::from_secs(10);
     while sync_status(&world).await != "SUSPENDED" {
         assert!(Instant::now() < deadline, "the suspension never shown");

@@ -20,10 +20,12 @@ use crate::environment_lookup::{api, app_with_api};
 use crate::support::environment::{self, gitlab_labels, meta, World, NS, PROJECT};
 use crate::support::gitlab::TestGitLab;
 use crate::support::gitlab_rest::{self as rest, API_TOKEN};
-use crate::support::gitops::serve_gitops_kinds;
+use crate::support::gitops::{deploy_bound, deploy_bound_at, deployment_hook, serve_gitops_kinds};
 use crate::support::kube_api::{KubeApi, Served};
 use crate::support::reach::Reach;
 use crate::support::TestApp;
+
+const DEV: (i64, &str) = (2, "dev");
 
 const FLUX_PATH: &str = "kustomize.toolkit.fluxcd.io/v1/namespaces/flux-system/kustomizations/web";
 /// The environment Flux deploys (id, name = slug).
@@ -93,16 +95,7 @@ async fn setup(updated: u32, settle_timeout: &str) -> Setup {
     let served = api.serve(dir.path()).await;
     let history = history(settle_timeout);
     let world = environment::gitlab_via(Reach::Kubeconfig, &served, &history).await;
-    let res = world.internal(axum::http::Method::POST, "/api/v4/internal/deployments", &json!({
-        "deployment": {"id": 50, "iid": 50, "status": "created", "ref": "main", "sha": A, "tag": false,
-                       "created_at": "2026-11-21T10:00:00Z"},
-        "project": {"id": PROJECT, "full_path": "acme/apps/web"},
-        "environment": {"id": FLUX.0, "name": FLUX.1, "slug": FLUX.1, "tier": "production"},
-        "job": {"id": 50, "name": "deploy", "protected_ref": true},
-        "kubernetes": {"agent": "acme/agents:prod", "dashboard": {"namespace": NS, "flux_resource_path": FLUX_PATH}}
-    })).await;
-    assert_eq!(res.status, 201, "{}", res.text());
-    hook(&world, 50, "success").await;
+    deploy_bound(&world, 50, FLUX, FLUX_PATH).await;
     let settings =
         Settings::parse(&world.reached.config("  response_timeout: 3s\n", &history)).unwrap();
     let clusters = Arc::new(crate::support::clusters(&settings).await);
@@ -123,11 +116,7 @@ async fn setup(updated: u32, settle_timeout: &str) -> Setup {
 
 /// GitLab's Deployment Hook for deployment `id` of `flux`.
 async fn hook(app: &TestApp, id: i64, status: &str) {
-    let hook = json!({"object_kind": "deployment", "deployment_id": id, "status": status,
-        "status_changed_at": "2026-11-27 10:05:00 UTC", "environment": FLUX.1,
-        "project": {"id": PROJECT, "path_with_namespace": "acme/apps/web"}});
-    let res = app.hook("Deployment Hook", hook.to_string(), None).await;
-    assert_eq!(res.status, 200, "{}", res.text());
+    deployment_hook(app, id, FLUX.1, status).await;
 }
 
 /// A test GitLab with acme/apps/web, whose token (envlens') has `scopes`.
@@ -195,21 +184,41 @@ where
     sqlx::query_scalar(sql).fetch_one(&app.db).await.unwrap()
 }
 
-fn followups(s: &Setup, gitlab: &TestGitLab) -> Followups {
-    Followups::new(s.world.db.clone(), api(gitlab), Arc::default())
+/// A test GitLab whose token (envlens') has `scopes`, and the worker of the follow-ups that
+/// tell it.
+async fn told(s: &Setup, scopes: &[&str]) -> (TestGitLab, Followups) {
+    let gitlab = gitlab(scopes).await;
+    let followups = Followups::new(s.world.db.clone(), api(&gitlab), Arc::default());
+    (gitlab, followups)
+}
+
+/// GitLab was sent nothing, and the deployment says why, in words that contain `because`.
+async fn not_told(s: &Setup, gitlab: &TestGitLab, because: &str) {
+    let reason: Option<String> =
+        scalar(&s.world, "SELECT gitlab_reason FROM pull_deployments").await;
+    assert!(
+        reason.as_deref().is_some_and(|r| r.contains(because)),
+        "{reason:?}"
+    );
+    assert_eq!(gitlab.rest.with(|d| d.writes.len()), 0);
+}
+
+impl Setup {
+    /// A watcher following the bound environments; with `gitlab`, GitLab is to be told of each
+    /// recorded deployment (as `serve` does with a token).
+    async fn watching(&self, gitlab: bool) -> Watcher {
+        let told: Option<envlens::pull::OnRecorded> = gitlab.then(|| Arc::new(|_| {}) as _);
+        let watcher = Watcher::new(self.world.db.clone(), self.clusters.clone(), told);
+        assert_eq!(watcher.follow_bound().await.unwrap(), 1, "flux is followed");
+        watcher
+    }
 }
 
 #[tokio::test]
 async fn a_revision_change_is_recorded_once_here_and_in_gitlab() {
     let s = setup(2, "30s").await;
-    let gitlab = gitlab(&["api"]).await;
-    let followups = followups(&s, &gitlab);
-    let watcher = Watcher::new(
-        s.world.db.clone(),
-        s.clusters.clone(),
-        Some(Arc::new(|_| {})),
-    );
-    assert_eq!(watcher.follow_bound().await.unwrap(), 1);
+    let (gitlab, followups) = told(&s, &["api"]).await;
+    let watcher = s.watching(true).await;
 
     // The revision applied when envlens first looks is recorded, running, with its snapshot job.
     let first = until(&s.world, "the first revision", |p| p.len() == 1).await;
@@ -288,11 +297,55 @@ async fn a_revision_change_is_recorded_once_here_and_in_gitlab() {
     watcher.stop();
 }
 
+/// `flux`'s deployments as the environment page lists them, `first` a page, every page
+/// walked: `(id, pull-based)`.
+async fn listed(app: &TestApp, first: i32) -> Vec<(String, bool)> {
+    let mut all = Vec::new();
+    let mut after = String::new();
+    loop {
+        let query = format!(
+            r#"{{ project(fullPath: "acme/apps/web") {{ environment(name: "flux") {{
+              deployments(first: {first}{after}) {{ pageInfo {{ hasNextPage endCursor }}
+                nodes {{ id pullBased {{ revision }} }} }} }} }} }}"#
+        );
+        let body = app.graphql(DEV, &query).await;
+        let page = &body["data"]["project"]["environment"]["deployments"];
+        let nodes = page["nodes"].as_array().unwrap_or_else(|| panic!("{body}"));
+        all.extend(nodes.iter().map(|n| {
+            (
+                n["id"].as_str().unwrap().to_owned(),
+                !n["pullBased"].is_null(),
+            )
+        }));
+        if page["pageInfo"]["hasNextPage"] != true {
+            return all;
+        }
+        after = format!(", after: {}", page["pageInfo"]["endCursor"]);
+    }
+}
+
+#[tokio::test]
+async fn pull_based_deployments_stand_among_gitlabs_by_time() {
+    let s = setup(2, "30s").await;
+    let watcher = s.watching(false).await;
+    // Recorded after the job's deployment 50, with an id of envlens' own (negative).
+    let pulled = until(&s.world, "A", |p| p.len() == 1).await[0].0;
+    assert!(pulled < 0, "{pulled}");
+    watcher.stop();
+    // Then GitLab creates deployment 60, a moment later.
+    let later = (chrono::Utc::now() + chrono::Duration::seconds(2)).to_rfc3339();
+    deploy_bound_at(&s.world, 60, FLUX, FLUX_PATH, &later).await;
+    let gid = |id: i64| format!("gid://gitlab/Deployment/{id}");
+    let expected = vec![(gid(60), false), (gid(pulled), true), (gid(50), false)];
+    assert_eq!(listed(&s.world, 20).await, expected, "newest first");
+    // Page after page, the same order.
+    assert_eq!(listed(&s.world, 1).await, expected, "a page each");
+}
+
 #[tokio::test]
 async fn a_b_a_records_three_and_the_same_revision_nothing() {
     let s = setup(2, "30s").await;
-    let watcher = Watcher::new(s.world.db.clone(), s.clusters.clone(), None);
-    watcher.follow_bound().await.unwrap();
+    let watcher = s.watching(false).await;
     until(&s.world, "A", |p| p.len() == 1).await;
     // The same revision again (a later reconciliation, new conditions): nothing.
     let mut again = kustomization("GitRepository", &format!("main@sha1:{A}"));
@@ -330,15 +383,12 @@ async fn a_b_a_records_three_and_the_same_revision_nothing() {
 #[tokio::test]
 async fn a_restart_does_not_record_the_revision_twice() {
     let s = setup(2, "30s").await;
-    let first = Watcher::new(s.world.db.clone(), s.clusters.clone(), None);
-    first.follow_bound().await.unwrap();
+    let first = s.watching(false).await;
     until(&s.world, "A", |p| p.len() == 1).await;
     first.stop();
     // envlens again (and a second replica beside it): both look at A at their start.
-    let again = Watcher::new(s.world.db.clone(), s.clusters.clone(), None);
-    let replica = Watcher::new(s.world.db.clone(), s.clusters.clone(), None);
-    again.follow_bound().await.unwrap();
-    replica.follow_bound().await.unwrap();
+    let again = s.watching(false).await;
+    let replica = s.watching(false).await;
     s.api
         .insert(kustomization("GitRepository", &format!("main@sha1:{C}")));
     let after = until(&s.world, "C", |p| p.len() >= 2).await;
@@ -355,14 +405,8 @@ async fn a_restart_does_not_record_the_revision_twice() {
 #[tokio::test]
 async fn a_group_not_healthy_by_the_deadline_fails() {
     let s = setup(0, "2s").await;
-    let gitlab = gitlab(&["api"]).await;
-    let followups = followups(&s, &gitlab);
-    let watcher = Watcher::new(
-        s.world.db.clone(),
-        s.clusters.clone(),
-        Some(Arc::new(|_| {})),
-    );
-    watcher.follow_bound().await.unwrap();
+    let (gitlab, followups) = told(&s, &["api"]).await;
+    let watcher = s.watching(true).await;
     let failed = work_until(&s, Some(&followups), "failed", |p| {
         p.len() == 1 && p[0].2 == "failed"
     })
@@ -395,42 +439,22 @@ async fn without_a_branch_envlens_records_its_own_with_the_reason() {
     let s = setup(2, "30s").await;
     s.api
         .insert(kustomization("OCIRepository", "latest@sha256:4b1e0c5d2a"));
-    let gitlab = gitlab(&["api"]).await;
-    let followups = followups(&s, &gitlab);
-    let watcher = Watcher::new(
-        s.world.db.clone(),
-        s.clusters.clone(),
-        Some(Arc::new(|_| {})),
-    );
-    watcher.follow_bound().await.unwrap();
+    let (gitlab, followups) = told(&s, &["api"]).await;
+    let watcher = s.watching(true).await;
     let done = work_until(&s, Some(&followups), "success", |p| {
         p.len() == 1 && p[0].2 == "success"
     })
     .await;
     assert!(done[0].0 < 0, "never GitLab's: {done:?}");
-    let reason: Option<String> =
-        scalar(&s.world, "SELECT gitlab_reason FROM pull_deployments").await;
-    assert!(
-        reason
-            .as_deref()
-            .is_some_and(|r| r.contains("OCIRepository")),
-        "{reason:?}"
-    );
-    assert_eq!(gitlab.rest.with(|d| d.writes.len()), 0);
+    not_told(&s, &gitlab, "OCIRepository").await;
     watcher.stop();
 }
 
 #[tokio::test]
 async fn gitlabs_hook_for_it_is_matched_not_doubled() {
     let s = setup(0, "30s").await;
-    let gitlab = gitlab(&["api"]).await;
-    let followups = followups(&s, &gitlab);
-    let watcher = Watcher::new(
-        s.world.db.clone(),
-        s.clusters.clone(),
-        Some(Arc::new(|_| {})),
-    );
-    watcher.follow_bound().await.unwrap();
+    let (_gitlab, followups) = told(&s, &["api"]).await;
+    let watcher = s.watching(true).await;
     until(&s.world, "recorded", |p| p.len() == 1).await;
     // GitLab's hook for the deployment it is about to create (9001) comes first.
     hook(&s.world, 9001, "running").await;
@@ -563,18 +587,12 @@ async fn gitlabs_cluster_agent_binds_an_environment_without_a_deployment_as_ci_a
 #[tokio::test]
 async fn gitlab_down_loses_nothing_the_deployment_is_created_later() {
     let s = setup(2, "30s").await;
-    let gitlab = gitlab(&["api"]).await;
+    let (gitlab, followups) = told(&s, &["api"]).await;
     gitlab
         .rest
         .down
         .store(true, std::sync::atomic::Ordering::SeqCst);
-    let followups = followups(&s, &gitlab);
-    let watcher = Watcher::new(
-        s.world.db.clone(),
-        s.clusters.clone(),
-        Some(Arc::new(|_| {})),
-    );
-    watcher.follow_bound().await.unwrap();
+    let watcher = s.watching(true).await;
     let done = work_until(&s, Some(&followups), "success", |p| {
         p.len() == 1 && p[0].2 == "success"
     })
@@ -624,14 +642,8 @@ async fn gitlab_down_loses_nothing_the_deployment_is_created_later() {
 #[tokio::test]
 async fn a_token_without_the_api_scope_creates_nothing_in_gitlab() {
     let s = setup(2, "30s").await;
-    let gitlab = gitlab(&["read_api"]).await;
-    let followups = followups(&s, &gitlab);
-    let watcher = Watcher::new(
-        s.world.db.clone(),
-        s.clusters.clone(),
-        Some(Arc::new(|_| {})),
-    );
-    watcher.follow_bound().await.unwrap();
+    let (gitlab, followups) = told(&s, &["read_api"]).await;
+    let watcher = s.watching(true).await;
     work_until(&s, Some(&followups), "success", |p| {
         p.len() == 1 && p[0].2 == "success"
     })
@@ -639,15 +651,7 @@ async fn a_token_without_the_api_scope_creates_nothing_in_gitlab() {
     for _ in 0..3 {
         followups.run_due(16).await.unwrap();
     }
-    let reason: Option<String> =
-        scalar(&s.world, "SELECT gitlab_reason FROM pull_deployments").await;
-    assert!(
-        reason
-            .as_deref()
-            .is_some_and(|r| r.contains("no `api` scope")),
-        "{reason:?}"
-    );
-    assert_eq!(gitlab.rest.with(|d| d.writes.len()), 0);
+    not_told(&s, &gitlab, "no `api` scope").await;
     watcher.stop();
 }
 

@@ -5,6 +5,7 @@
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgExecutor, PgPool};
 
+use crate::db::read;
 use crate::error::Result;
 
 /// GitLab's `cluster_agent` of an environment as the sync decided it: the agent row to use, or
@@ -69,6 +70,38 @@ pub async fn environment_agents(
     .bind(environment_ids)
     .fetch_all(db)
     .await?)
+}
+
+/// The agent GitLab names for one environment without a successful deployment through one
+/// ([`environment_agents`]), as a deployment's agent is read (`read::last_deployments`): its
+/// row (`deployment_id` 0: no deployment), the agent, and the agent's project as `viewer`
+/// may read it. What a subscription follows where a view reads `Environment::last_agent`.
+pub async fn environment_agent(
+    conn: &mut PgConnection,
+    viewer: read::Viewer,
+    environment_id: i64,
+) -> Result<Option<(read::AgentDeploymentRow, read::AgentRow, read::ProjectRow)>> {
+    let named = environment_agents(&mut *conn, &[environment_id]).await?;
+    let Some((_, agent_id, kubernetes_namespace, flux_resource_path)) = named.into_iter().next()
+    else {
+        return Ok(None);
+    };
+    let Some(agent) = read::agents(&mut *conn, &[agent_id]).await?.pop() else {
+        return Ok(None);
+    };
+    let Some(project) = read::projects(&mut *conn, viewer, &[agent.project_id])
+        .await?
+        .pop()
+    else {
+        return Ok(None);
+    };
+    let row = read::AgentDeploymentRow {
+        deployment_id: 0,
+        agent_id,
+        kubernetes_namespace,
+        flux_resource_path,
+    };
+    Ok(Some((row, agent, project)))
 }
 
 /// Why GitLab's `cluster_agent` of the environment is not used, if it is not.

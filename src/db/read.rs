@@ -471,7 +471,14 @@ pub async fn group_environments(
     .await?)
 }
 
-/// A page of an environment's deployments, newest first, before the id `before`.
+/// A page of an environment's deployments, newest first, after the deployment `before` (the
+/// previous page's last).
+///
+/// Newest by creation time, then id: GitLab orders its deployments by id, which it allocates
+/// as it creates them ("sorting by `id` produces the same result as sorting by `created_at`",
+/// `DeploymentsFinder`), and a pull-based deployment (SPEC 15) goes among them by the time
+/// envlens recorded it, not by its negative id. A cursor that was envlens' own id of a
+/// deployment that has since taken GitLab's still finds it.
 pub async fn environment_deployments(
     db: impl PgExecutor<'_>,
     environment_id: i64,
@@ -481,8 +488,11 @@ pub async fn environment_deployments(
 ) -> Result<Vec<DeploymentRow>> {
     Ok(sqlx::query_as(&format!(
         "SELECT {DEPLOYMENT_COLUMNS} FROM deployments d
-         WHERE d.environment_id = $1 AND ($2::text[] IS NULL OR d.status = ANY ($2)) AND ($3::bigint IS NULL OR d.id < $3)
-         ORDER BY d.id DESC LIMIT $4"
+         WHERE d.environment_id = $1 AND ($2::text[] IS NULL OR d.status = ANY ($2))
+           AND ($3::bigint IS NULL OR (d.created_at, d.id) < (
+               SELECT c.created_at, c.id FROM deployments c
+               WHERE c.id = COALESCE((SELECT p.deployment_id FROM pull_deployments p WHERE p.own_id = $3), $3)))
+         ORDER BY d.created_at DESC, d.id DESC LIMIT $4"
     ))
     .bind(environment_id)
     .bind(statuses)

@@ -83,58 +83,60 @@ mod tests {
     /// SPEC 15's table, a row each, every row with what would match the rows below it too.
     #[test]
     fn the_first_rule_that_holds_wins() {
-        let all_later = json!([
-            c("Ready", "False", "BuildFailed"),
-            c("Stalled", "True", "InvalidPath"),
-            c("Reconciling", "True", "Progressing"),
-        ]);
-        assert_eq!(status(&ks(Some(true), all_later.clone())), Suspended);
-        assert_eq!(status(&ks(Some(false), all_later)), Failed);
-        assert_eq!(
-            status(&ks(
+        let failing = [
+            ("Ready", "False", "BuildFailed"),
+            ("Stalled", "True", "InvalidPath"),
+            ("Reconciling", "True", "Progressing"),
+        ];
+        // `spec.suspend`, the conditions (type, status, reason), the status.
+        type Row<'a> = (
+            Option<bool>,
+            &'a [(&'a str, &'a str, &'a str)],
+            FluxSyncStatus,
+        );
+        let rows: &[Row] = &[
+            (Some(true), &failing, Suspended),
+            (Some(false), &failing, Failed),
+            (
                 None,
-                json!([
-                    c("Stalled", "True", "X"),
-                    c("Ready", "Unknown", "Progressing")
-                ])
-            )),
-            Stalled
-        );
-        assert_eq!(
-            status(&ks(
+                &[
+                    ("Stalled", "True", "X"),
+                    ("Ready", "Unknown", "Progressing"),
+                ],
+                Stalled,
+            ),
+            (
                 None,
-                json!([
-                    c("Ready", "Unknown", "Progressing"),
-                    c("Reconciling", "True", "P")
-                ])
-            )),
-            ReconcilingWithBadConfig
-        );
-        assert_eq!(
-            status(&ks(
+                &[
+                    ("Ready", "Unknown", "Progressing"),
+                    ("Reconciling", "True", "P"),
+                ],
+                ReconcilingWithBadConfig,
+            ),
+            (
                 None,
-                json!([
-                    c("Ready", "Unknown", "Other"),
-                    c("Reconciling", "True", "P")
-                ])
-            )),
-            Reconciling
-        );
-        assert_eq!(
-            status(&ks(
+                &[("Ready", "Unknown", "Other"), ("Reconciling", "True", "P")],
+                Reconciling,
+            ),
+            (
                 None,
-                json!([
-                    c("Ready", "True", "ReconciliationSucceeded"),
-                    c("Stalled", "False", "")
-                ])
-            )),
-            Reconciled
-        );
-        assert_eq!(status(&ks(None, json!([]))), Unknown);
-        assert_eq!(
-            status(&ks(None, json!([c("Ready", "Unknown", "Other")]))),
-            Unknown
-        );
+                &[
+                    ("Ready", "True", "ReconciliationSucceeded"),
+                    ("Stalled", "False", ""),
+                ],
+                Reconciled,
+            ),
+            (None, &[], Unknown),
+            (None, &[("Ready", "Unknown", "Other")], Unknown),
+        ];
+        for (suspend, conditions, expected) in rows {
+            let conditions: Vec<_> = conditions.iter().map(|&(k, s, r)| c(k, s, r)).collect();
+            assert_eq!(
+                status(&ks(*suspend, json!(conditions))),
+                *expected,
+                "{suspend:?} {conditions:?}"
+            );
+        }
         assert_eq!(status(&tree(json!({"kind": "Kustomization"}))), Unknown);
     }
 

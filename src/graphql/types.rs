@@ -769,7 +769,8 @@ impl Environment {
         Ok(self.last(ctx, status).await?.map(Deployment))
     }
 
-    /// Newest first.
+    /// Newest first: by creation time, as GitLab's id order is, so that a pull-based
+    /// deployment (SPEC 15) stands among GitLab's by when it was recorded.
     #[graphql(complexity = "page_cost(first, child_complexity)")]
     async fn deployments(
         &self,

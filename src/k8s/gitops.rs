@@ -237,8 +237,14 @@ async fn read_group(
     let mut listings: Vec<Listing> = Vec::new();
     let mut errors: Vec<ListError> = Vec::new();
     let mut warnings: Vec<String> = Vec::new();
+    let mut early = first_listings(reader, &kinds, sources, labels).await;
     for namespace in labels.iter().flat_map(|l| &l.namespaces) {
-        let listing = list_namespace(reader, namespace, &mut read).await?;
+        let (listed, of_ns) = match early.remove(namespace) {
+            Some(listed) => listed,
+            None => listed(reader, namespace).await,
+        };
+        read.absorb(of_ns);
+        let listing = listed?;
         loaded.add_namespace(namespace, listing.selected.clone());
         listings.push(listing);
     }
@@ -272,15 +278,22 @@ async fn read_group(
                     .join(", ")
             ));
         }
-        let lists = join_all(wanted.iter().map(|ns| async {
-            let mut read = Read::default();
-            let listed = list_namespace(reader, ns, &mut read).await;
-            (listed, read)
-        }))
-        .await;
+        let mut lists = Vec::with_capacity(wanted.len());
+        let taken: Vec<_> = wanted.iter().map(|ns| early.remove(*ns)).collect();
+        let mut asked = join_all(
+            wanted
+                .iter()
+                .zip(&taken)
+                .filter(|(_, early)| early.is_none())
+                .map(|(ns, _)| listed(reader, ns)),
+        )
+        .await
+        .into_iter();
+        for early in taken {
+            lists.extend(early.or_else(|| asked.next()));
+        }
         for (ns, (listed, of_ns)) in wanted.iter().zip(lists) {
-            read.namespaces.extend(of_ns.namespaces);
-            read.fresh |= of_ns.fresh;
+            read.absorb(of_ns);
             match listed {
                 Ok(listing) => {
                     loaded.add_namespace(ns, listing.selected.clone());
@@ -408,6 +421,99 @@ async fn read_group(
     Ok((grouped, read))
 }
 
+/// A namespace's listing ([`list_namespace`]) and what it was read from.
+type Listed = (Result<Listing, FetchError>, Read);
+
+impl Read {
+    /// What a namespace's own listing was read from, added.
+    fn absorb(&mut self, of_namespace: Read) {
+        self.namespaces.extend(of_namespace.namespaces);
+        self.fresh |= of_namespace.fresh;
+    }
+}
+
+async fn listed(reader: &Reader<'_>, namespace: &str) -> Listed {
+    let mut read = Read::default();
+    let listing = list_namespace(reader, namespace, &mut read).await;
+    (listing, read)
+}
+
+/// The first view's listings, all started at once rather than round after round: the labels'
+/// namespaces, the sources' own, and those the sources' inventories name, learnt from one GET
+/// of each source as the viewer ([`hinted_namespaces`]). Without this a group read from a
+/// cold cache waits for the sources' namespace (its access review, then every kind) before
+/// it learns the inventory's namespaces and starts theirs. What the resolution turns out not
+/// to need is dropped; what it needs beyond (nested sources elsewhere) is listed in its rounds.
+async fn first_listings(
+    reader: &Reader<'_>,
+    kinds: &[ApiKind],
+    sources: &[ObjRef],
+    labels: Option<&LabelsSource>,
+) -> HashMap<String, Listed> {
+    let mut known: Vec<String> = Vec::new();
+    let own = sources.iter().filter_map(|s| s.namespace.as_ref());
+    for ns in labels.iter().flat_map(|l| &l.namespaces).chain(own) {
+        if !known.contains(ns) && known.len() < MAX_NAMESPACES {
+            known.push(ns.clone());
+        }
+    }
+    // Which namespaces are watched is asked before any listing starts watching its own.
+    let watched = reader.watch.namespaces();
+    let first = join_all(known.iter().map(|ns| listed(reader, ns)));
+    let hinted = async {
+        let room = MAX_NAMESPACES.saturating_sub(known.len());
+        let hinted: Vec<String> = hinted_namespaces(reader, kinds, sources, &watched)
+            .await
+            .into_iter()
+            .filter(|ns| !known.contains(ns))
+            .take(room)
+            .collect();
+        let lists = join_all(hinted.iter().map(|ns| listed(reader, ns))).await;
+        hinted.into_iter().zip(lists).collect::<Vec<_>>()
+    };
+    let (first, hinted) = async_graphql::futures_util::future::join(first, hinted).await;
+    known.into_iter().zip(first).chain(hinted).collect()
+}
+
+/// The namespaces the sources' inventories name (resolved as the group is, over the sources
+/// alone), each source read with one GET as the viewer: a hint, nothing shown comes from it.
+/// Only for sources whose namespace the cache does not watch yet: a watched one is listed
+/// from memory at once, and a warm view sends nothing. None for a source that cannot be read
+/// or whose kind discovery does not know.
+async fn hinted_namespaces(
+    reader: &Reader<'_>,
+    kinds: &[ApiKind],
+    sources: &[ObjRef],
+    watched: &[String],
+) -> Vec<String> {
+    let cold: Vec<&ObjRef> = sources
+        .iter()
+        .filter(|s| s.namespace.as_ref().is_some_and(|ns| !watched.contains(ns)))
+        .collect();
+    if cold.is_empty() {
+        return Vec::new();
+    }
+    let got = join_all(cold.iter().map(|s| get_object(reader, kinds, s))).await;
+    let mut by_namespace: HashMap<&str, Vec<Arc<Object>>> = HashMap::new();
+    for (s, got) in cold.iter().zip(got) {
+        if let (Some(ns), Ok(Some(object))) = (s.namespace.as_deref(), got) {
+            by_namespace.entry(ns).or_default().push(object);
+        }
+    }
+    let mut loaded = Loaded::default();
+    for (ns, objects) in by_namespace {
+        loaded.add_namespace(ns, objects);
+    }
+    let namespaced = |group: &str, kind: &str| {
+        kinds
+            .iter()
+            .find(|k| k.group == group && k.kind == kind)
+            .map(|k| k.namespaced)
+    };
+    let needs = resolve::resolve(sources, &loaded, &namespaced).needs;
+    needs.namespaces.into_iter().collect()
+}
+
 /// Every object of `namespace`, from the watch cache (an empty selector selects them all),
 /// its stamp taken first into `read`.
 async fn list_namespace(
@@ -520,7 +626,7 @@ fn add_applies(group: &mut ResourceGroup, applies: &[(String, String)]) {
 
 /// A cluster-scoped object from the cache's cluster-wide watch of its kind, with that kind;
 /// else (the kind not kept, refused to the viewer, not listed yet) asked of the cluster as
-/// [`get_cluster_scoped`] asks, without a kind.
+/// [`get_object`] asks (a cluster-scoped reference names no namespace), without a kind.
 async fn cluster_object(
     reader: &Reader<'_>,
     kinds: &[ApiKind],
@@ -542,12 +648,13 @@ async fn cluster_object(
             }
         }
     }
-    (get_cluster_scoped(reader, kinds, r).await, None)
+    (get_object(reader, kinds, r).await, None)
 }
 
-/// A cluster-scoped object, read as the viewer at the entry's version when the cluster serves
-/// it (else at the one discovery found); `None` when it is not there.
-async fn get_cluster_scoped(
+/// An object, read as the viewer with one GET at the reference's version when it names one
+/// (else at the one discovery found); `None` when it is not there or discovery does not know
+/// its kind.
+async fn get_object(
     reader: &Reader<'_>,
     kinds: &[ApiKind],
     r: &ObjRef,
@@ -564,7 +671,11 @@ async fn get_cluster_scoped(
     } else {
         format!("/apis/{}/{version}", r.group)
     };
-    let path = format!("{base}/{}/{}", encode(&kind.plural), encode(&r.name));
+    let scope = match &r.namespace {
+        Some(ns) => format!("/namespaces/{}", encode(ns)),
+        None => String::new(),
+    };
+    let path = format!("{base}{scope}/{}/{}", encode(&kind.plural), encode(&r.name));
     let api_version = if r.group.is_empty() {
         version.clone()
     } else {

@@ -63,22 +63,70 @@ pub fn serve_gitops_kinds(api: &KubeApi) {
 /// A deployment of acme/apps/web to `env` through agent 7 into `shop`, with GitLab's Flux
 /// resource path (none when empty), successful.
 pub async fn deploy_bound(app: &TestApp, id: i64, env: (i64, &str), flux: &str) {
+    deploy_bound_at(app, id, env, flux, "2026-11-21T10:00:00Z").await;
+}
+
+/// [`deploy_bound`], created by GitLab at `created_at`.
+pub async fn deploy_bound_at(
+    app: &TestApp,
+    id: i64,
+    env: (i64, &str),
+    flux: &str,
+    created_at: &str,
+) {
     let mut dashboard = json!({"namespace": NS, "flux_resource_path": flux});
     if flux.is_empty() {
         dashboard = json!({"namespace": NS});
     }
     let res = app.internal(Method::POST, "/api/v4/internal/deployments", &json!({
         "deployment": {"id": id, "iid": id, "status": "created", "ref": "main", "sha": "abc", "tag": false,
-                       "created_at": "2026-11-21T10:00:00Z"},
+                       "created_at": created_at},
         "project": {"id": PROJECT, "full_path": "acme/apps/web"},
         "environment": {"id": env.0, "name": env.1, "slug": env.1, "tier": "production"},
         "job": {"id": id, "name": "deploy", "protected_ref": true},
         "kubernetes": {"agent": "acme/agents:prod", "dashboard": dashboard}
     })).await;
     assert_eq!(res.status, 201, "{}", res.text());
-    let hook = json!({"object_kind": "deployment", "deployment_id": id, "status": "success",
-        "status_changed_at": "2026-11-21 10:05:00 UTC", "environment": env.1,
+    deployment_hook(app, id, env.1, "success").await;
+}
+
+/// GitLab's Deployment Hook for deployment `id` of acme/apps/web's environment `env`.
+pub async fn deployment_hook(app: &TestApp, id: i64, env: &str, status: &str) {
+    let hook = json!({"object_kind": "deployment", "deployment_id": id, "status": status,
+        "status_changed_at": "2026-11-21 10:05:00 UTC", "environment": env,
         "project": {"id": PROJECT, "path_with_namespace": "acme/apps/web"}});
     let res = app.hook("Deployment Hook", hook.to_string(), None).await;
     assert_eq!(res.status, 200, "{}", res.text());
+}
+
+/// Environment `env` of acme/apps/web with no deployment at all, bound as the sync binds it
+/// from GitLab's environments API (SPEC 15): agent 7 as its `cluster_agent`, `ci_access`
+/// allowing it into `shop`, and `flux` its `flux_resource_path`. Written by the sync's own
+/// statements (`gitlab_sync` and `pull_deployments` test the sync's decision).
+pub async fn bind_through_gitlab(app: &TestApp, env: (i64, &str), flux: &str) {
+    use envlens::db::{deployments, pull};
+    let mut conn = app.db.acquire().await.unwrap();
+    deployments::put_environment(
+        &mut conn,
+        &deployments::Environment {
+            id: env.0,
+            project_id: PROJECT,
+            name: env.1,
+            slug: env.1,
+            tier: Some("production"),
+        },
+    )
+    .await
+    .unwrap();
+    pull::put_environment_agent(
+        &mut conn,
+        &pull::EnvironmentAgent {
+            environment_id: env.0,
+            reference: "acme/agents:prod",
+            decision: Ok((7, NS)),
+            flux_resource_path: Some(flux),
+        },
+    )
+    .await
+    .unwrap();
 }

@@ -273,8 +273,8 @@ fn is_refusal(e: &async_graphql::Error) -> bool {
     matches!(code, Some(async_graphql::Value::String(c)) if c == "FORBIDDEN" || c == "NOT_FOUND")
 }
 
-/// The environment's group as the user may see it now: readable environment, last successful
-/// deployment with an agent, `user_access` to that agent (not from the cache: this is the
+/// The environment's group as the user may see it now: readable environment, its agent (the
+/// last successful deployment's, else GitLab's `cluster_agent`), `user_access` to that agent (not from the cache: this is the
 /// check that ends a subscription), the agent's cluster and the impersonation.
 pub(super) async fn target(
     db: &Loader,
@@ -284,7 +284,7 @@ pub(super) async fn target(
 ) -> Result<Target> {
     let not_found = || {
         Error::NotFound(format!(
-            "environment {environment} is not there, or has no successful deployment through an agent"
+            "environment {environment} is not there, or has no agent (no successful deployment through one, none named by GitLab)"
         ))
         .to_graphql()
     };
@@ -297,13 +297,21 @@ pub(super) async fn target(
             .gql()?
     }
     .ok_or_else(not_found)?;
-    let last = {
+    // Its agent: that of its last successful deployment, else the one GitLab's environments
+    // API names for it (SPEC 15), as a view finds it.
+    let found = {
         let mut conn = db.loader().conn().await.gql()?;
-        read::last_deployments(&mut **conn, viewer, &[environment], "success")
+        let last = read::last_deployments(&mut **conn, viewer, &[environment], "success")
             .await
-            .gql()?
+            .gql()?;
+        match last.into_iter().next().and_then(|d| d.agent) {
+            Some(found) => Some(found),
+            None => crate::db::pull::environment_agent(&mut conn, viewer, environment)
+                .await
+                .gql()?,
+        }
     };
-    let Some((row, agent, project)) = last.into_iter().next().and_then(|d| d.agent) else {
+    let Some((row, agent, project)) = found else {
         return Err(not_found());
     };
     let grant = {

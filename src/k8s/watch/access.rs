@@ -265,10 +265,11 @@ impl AccessCache {
         };
         let (_, answer) = flight
             .get_or_init(|| async {
-                let asked = async {
-                    let _permit = self.limit.acquire().await;
-                    review(client, &question, headers).await
-                };
+                // The timeout is the review's own, from when it is sent: a burst of questions
+                // (a first view of many namespaces at once) waits its turn for a permit
+                // without counting that wait against the cluster's answer.
+                let _permit = self.limit.acquire().await;
+                let asked = review(client, &question, headers);
                 let answer = match tokio::time::timeout(timeout, asked).await {
                     Ok(answer) => answer,
                     Err(_) => Err(Failure {
