@@ -1154,6 +1154,41 @@ async fn a_relist_the_cluster_cannot_answer_keeps_the_kind_and_a_refused_one_hid
     );
 }
 
+both_ways!(a_refused_watch_then_an_unanswered_relist_shows_nothing_of_the_kind);
+/// Access fails closed: when the cluster refuses a kind's watch (its RoleBinding removed, say)
+/// and the relist then cannot be answered (the agent gone), the objects listed before are no
+/// longer shown: the cluster's last word was a refusal.
+async fn a_refused_watch_then_an_unanswered_relist_shows_nothing_of_the_kind(reach: Reach) {
+    use crate::support::kube_api::Fault;
+    let s = setup(reach, 200_000).await;
+    let none = HeaderMap::new();
+    let before = s.converges(&none, "first view").await;
+    let pods = |g: &ResourceGroup| g.resources.iter().filter(|r| r.kind == "Pod").count();
+    assert!(pods(&before) > 0);
+    let lists = s.api.request_count("list", "pods");
+    s.api
+        .fault(move |r| match (r.verb.as_str(), r.resource.as_str()) {
+            ("watch", "pods") => Some(Fault::Status(403, "pods is forbidden".into())),
+            ("list", "pods") => Some(Fault::Status(503, "the cluster cannot be reached".into())),
+            _ => None,
+        });
+    s.api.drop_watches();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let g = loop {
+        let g = s.cached(&none).await;
+        if s.api.request_count("list", "pods") > lists
+            && g.errors
+                .iter()
+                .any(|e| e.kind == "Pod" && e.code == Some(503))
+        {
+            break g;
+        }
+        assert!(Instant::now() < deadline, "never failing: {:?}", g.errors);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(pods(&g), 0, "the Pods of a refused watch are kept");
+}
+
 both_ways!(a_kind_that_cannot_be_watched_is_listed_fresh_for_every_view);
 async fn a_kind_that_cannot_be_watched_is_listed_fresh_for_every_view(reach: Reach) {
     let s = setup(reach, 200_000).await;

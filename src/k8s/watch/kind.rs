@@ -424,6 +424,9 @@ async fn run(
         mut watch_after,
     } = first;
     let mut version: Option<String> = None;
+    // Whether the cluster's last word on the kind was a refusal (401, 403): then nothing is
+    // kept when the relist cannot be answered.
+    let mut refused = false;
     let mut backoff = BACKOFF_START;
     let mut after_list = false;
     loop {
@@ -434,6 +437,7 @@ async fn run(
             match crate::k8s::observe::within(cause.take(), listed).await {
                 Ok(rv) => {
                     version = Some(rv);
+                    refused = false;
                     after_list = true;
                     this.set_stale(None);
                     this.set_phase(Phase::Synced);
@@ -442,11 +446,12 @@ async fn run(
                 Err(failure) => {
                     tracing::debug!(path, code = ?failure.code, message = %failure.message, "watch cache: list failed");
                     let synced = matches!(*this.phase.borrow(), Phase::Synced);
-                    if synced && (!failure.answered || unavailable(failure.code)) {
+                    if synced && !refused && (!failure.answered || unavailable(failure.code)) {
                         // A relist the cluster could not answer (the agent gone while its
-                        // watch was refused or expired): the objects listed before are kept
-                        // and shown as out of date, as a failing watch's are, never emptied.
-                        // A refused relist hides them: the identity may no longer list them.
+                        // watch expired or failed): the objects listed before are kept and
+                        // shown as out of date, as a failing watch's are, never emptied. A
+                        // refused relist hides them: the identity may no longer list them;
+                        // so does one that follows a refused watch, whatever its own answer.
                         this.set_stale(Some(failure));
                     } else {
                         this.set_phase(Phase::Failed(failure));
@@ -479,6 +484,7 @@ async fn run(
             Ended::Expired => {
                 backoff = BACKOFF_START;
                 version = None;
+                refused = false;
             }
             Ended::Failed(failure) => {
                 tracing::debug!(path, code = ?failure.code, message = %failure.message, "watch cache: watch failed");
@@ -493,6 +499,7 @@ async fn run(
                 // they were.
                 if failure.answered && !unavailable(failure.code) {
                     version = None;
+                    refused = matches!(failure.code, Some(401 | 403));
                 }
             }
         }
