@@ -534,17 +534,18 @@ fn scope() -> health::Scope<'static> {
     }
 }
 
-/// What the Developer sees, as the router decides it: every agent, none impersonating, none
-/// down.
-async fn seen(app: &TestApp) -> health::Seen {
-    let readers = health::readers(&app.db, scope()).await.unwrap();
-    let mut agents: Vec<i64> = readers.iter().map(|r| r.agent_id).collect();
+/// The scope's healths counted by agent and status, and what the Developer sees of them, as
+/// the router decides it: every agent, none impersonating, none down.
+async fn seen(app: &TestApp) -> (Vec<health::Tally>, health::Seen) {
+    let tallies = health::tally(&app.db, scope(), None).await.unwrap();
+    let mut agents: Vec<i64> = tallies.iter().map(|t| t.agent_id).collect();
     agents.sort_unstable();
     agents.dedup();
-    health::Seen {
+    let seen = health::Seen {
         agents,
         ..health::Seen::default()
-    }
+    };
+    (tallies, seen)
 }
 
 /// What the page read before PostgreSQL filtered and sorted it (issue 36's first version):
@@ -574,7 +575,7 @@ async fn every_row(app: &TestApp) -> usize {
 
 /// The statements the page sends to PostgreSQL, straight through sqlx; the rows read.
 async fn page_sql(app: &TestApp) -> usize {
-    let seen = seen(app).await;
+    let (_, seen) = seen(app).await;
     let unhealthy = ["UNKNOWN", "DEGRADED", "MISSING", "PROGRESSING"];
     health::page(
         &app.db,
@@ -590,10 +591,9 @@ async fn page_sql(app: &TestApp) -> usize {
     .len()
 }
 
-/// The statements the counts send to PostgreSQL, straight through sqlx; the rows read.
+/// The statement the counts send to PostgreSQL, straight through sqlx; the rows read.
 async fn counts_sql(app: &TestApp) -> usize {
-    let seen = seen(app).await;
-    health::counts(&app.db, scope(), &seen).await.unwrap().len()
+    seen(app).await.0.len()
 }
 
 async fn counts(app: &TestApp, a: &Args) {
@@ -620,7 +620,7 @@ async fn counts(app: &TestApp, a: &Args) {
         "environmentHealthCounts(tier: PRODUCTION) ({production} environments; {} iterations):",
         per * rounds
     );
-    let base = report("baseline: the counts' 2 statements via sqlx", sql);
+    let base = report("baseline: the counts' statement via sqlx", sql);
     let got = report("environmentHealthCounts through the router", graphql);
     println!(
         "  ratio p50: {:.2}x",
