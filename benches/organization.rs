@@ -799,10 +799,7 @@ async fn change_to_subscriber(
     let mut listener = sqlx::postgres::PgListener::connect_with(&app.db)
         .await
         .unwrap();
-    listener
-        .listen(envlens::db::live::CHANNEL)
-        .await
-        .unwrap();
+    listener.listen(envlens::db::live::CHANNEL).await.unwrap();
     let (mut direct, mut kept, mut relayed, mut subscribed) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let n = a.iterations.min(100);

@@ -134,8 +134,9 @@ impl Decisions {
             reviewed: HashMap::new(),
         };
         let mut pending = Vec::new();
+        let mut listed = std::collections::HashSet::new();
         for agent in agents {
-            if !pending.iter().any(|(id, _, _)| *id == agent.0) {
+            if listed.insert(agent.0) {
                 pending.push(agent);
             }
         }
