@@ -1,7 +1,7 @@
 //! The organization view at scale (SPEC 18, issue 36), in one process against the test
 //! Kubernetes API server and a private PostgreSQL:
 //!
-//! `cargo bench --bench organization [-- --projects 100 --environments 100 --objects 20 --iterations 200]`
+//! `cargo bench --bench organization [-- --projects 100 --environments 100 --objects 20 --iterations 200 --round 10]`
 //!
 //! The layout: `--projects` projects under acme/apps, each deploying its `--environments`
 //! environments (half `production`, half `staging`) through its own agent into its own
@@ -26,7 +26,12 @@
 //! - a health change to the group page's subscriber: a Pod's crash message changed at the test
 //!   server, timed until (a) a direct watcher of the namespace's Pods and (b) an
 //!   `environmentsUpdated(groupPath: "acme")` subscriber over a WebSocket each have it; p50 of
-//!   each and of the gap. Changes 100 ms apart.
+//!   each and of the gap; and where the time goes: until the kept health carries it (polled)
+//!   and until `envlens_environments` notifies it (what other replicas hear). Changes 100 ms
+//!   apart.
+//!
+//! The health keeper runs its rounds every `--round` seconds (10, `serve`'s), in the measured
+//! process.
 
 /// The service's allocator (src/main.rs), counted, so that the memory per kept object is read
 /// live (resident memory under mimalloc says nothing about one structure).
@@ -72,6 +77,8 @@ struct Args {
     environments: usize,
     objects: usize,
     iterations: usize,
+    /// The health keeper's round, in seconds.
+    round: usize,
 }
 
 fn arg(name: &str, default: usize) -> usize {
@@ -92,6 +99,7 @@ fn main() {
         environments: arg("--environments", 100),
         objects: arg("--objects", 20).max(8),
         iterations: arg("--iterations", 200),
+        round: arg("--round", 10).max(1),
     };
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -355,7 +363,8 @@ async fn run(a: Args) {
             state.health.clone(),
             &state.live,
             objects * 2,
-            Duration::from_secs(1),
+            // `serve`'s round is 10 s (src/cli's KEEPER_ROUND).
+            Duration::from_secs(a.round as u64),
         )
         .run(),
     );
@@ -406,7 +415,7 @@ async fn run(a: Args) {
 
     page(&app, &a).await;
     counts(&app, &a).await;
-    change_to_subscriber(&api, served.addr, addr, &a).await;
+    change_to_subscriber(&app, &api, served.addr, addr, &a).await;
 }
 
 /// How many objects the test server holds, and their JSON's bytes as it sends them.
@@ -534,17 +543,18 @@ fn scope() -> health::Scope<'static> {
     }
 }
 
-/// What the Developer sees, as the router decides it: every agent, none impersonating, none
-/// down.
-async fn seen(app: &TestApp) -> health::Seen {
-    let readers = health::readers(&app.db, scope()).await.unwrap();
-    let mut agents: Vec<i64> = readers.iter().map(|r| r.agent_id).collect();
+/// The scope's healths counted by agent and status, and what the Developer sees of them, as
+/// the router decides it: every agent, none impersonating, none down.
+async fn seen(app: &TestApp) -> (Vec<health::Tally>, health::Seen) {
+    let tallies = health::tally(&app.db, scope(), None).await.unwrap();
+    let mut agents: Vec<i64> = tallies.iter().map(|t| t.agent_id).collect();
     agents.sort_unstable();
     agents.dedup();
-    health::Seen {
+    let seen = health::Seen {
         agents,
         ..health::Seen::default()
-    }
+    };
+    (tallies, seen)
 }
 
 /// What the page read before PostgreSQL filtered and sorted it (issue 36's first version):
@@ -574,7 +584,7 @@ async fn every_row(app: &TestApp) -> usize {
 
 /// The statements the page sends to PostgreSQL, straight through sqlx; the rows read.
 async fn page_sql(app: &TestApp) -> usize {
-    let seen = seen(app).await;
+    let (_, seen) = seen(app).await;
     let unhealthy = ["UNKNOWN", "DEGRADED", "MISSING", "PROGRESSING"];
     health::page(
         &app.db,
@@ -590,10 +600,9 @@ async fn page_sql(app: &TestApp) -> usize {
     .len()
 }
 
-/// The statements the counts send to PostgreSQL, straight through sqlx; the rows read.
+/// The statement the counts send to PostgreSQL, straight through sqlx; the rows read.
 async fn counts_sql(app: &TestApp) -> usize {
-    let seen = seen(app).await;
-    health::counts(&app.db, scope(), &seen).await.unwrap().len()
+    seen(app).await.0.len()
 }
 
 async fn counts(app: &TestApp, a: &Args) {
@@ -620,7 +629,7 @@ async fn counts(app: &TestApp, a: &Args) {
         "environmentHealthCounts(tier: PRODUCTION) ({production} environments; {} iterations):",
         per * rounds
     );
-    let base = report("baseline: the counts' 2 statements via sqlx", sql);
+    let base = report("baseline: the counts' statement via sqlx", sql);
     let got = report("environmentHealthCounts through the router", graphql);
     println!(
         "  ratio p50: {:.2}x",
@@ -724,9 +733,45 @@ async fn until(ws: &mut Socket, marker: &str) -> Instant {
     }
 }
 
+/// When the kept health of `environment` first carries `marker`, polled every millisecond.
+async fn recorded(db: &sqlx::PgPool, environment: i64, marker: &str) -> Instant {
+    loop {
+        let message: Option<String> =
+            sqlx::query_scalar("SELECT message FROM environment_health WHERE environment_id = $1")
+                .bind(environment)
+                .fetch_one(db)
+                .await
+                .unwrap();
+        if message.is_some_and(|m| m.contains(marker)) {
+            return Instant::now();
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// When `envlens_environments` next notifies `environment` (what other replicas hear).
+async fn notified(listener: &mut sqlx::postgres::PgListener, environment: i64) -> Instant {
+    let id = environment.to_string();
+    loop {
+        let n = listener.recv().await.unwrap();
+        if n.payload() == id {
+            return Instant::now();
+        }
+    }
+}
+
 /// Environment e1 of project 3 (healthy, production): its first Pod's crash message changed.
-async fn change_to_subscriber(api: &KubeApi, server: SocketAddr, envlens: SocketAddr, a: &Args) {
+/// Timed until the direct watcher has it, until its kept health carries it (the recorder's
+/// write, polled), until the relay notifies it, and until the subscriber has it.
+async fn change_to_subscriber(
+    app: &TestApp,
+    api: &KubeApi,
+    server: SocketAddr,
+    envlens: SocketAddr,
+    a: &Args,
+) {
     let p = 3.min(a.projects - 1);
+    let environment = environment_id(a, p, 1);
     let ns = namespace(p);
     let pod_name = "e1-web-h1-0";
     let change = |marker: &str| {
@@ -751,21 +796,37 @@ async fn change_to_subscriber(api: &KubeApi, server: SocketAddr, envlens: Socket
         );
     }
     let mut watcher = Watcher::open(server, &ns).await;
-    let (mut direct, mut subscribed) = (Vec::new(), Vec::new());
+    let mut listener = sqlx::postgres::PgListener::connect_with(&app.db)
+        .await
+        .unwrap();
+    listener.listen(envlens::db::live::CHANNEL).await.unwrap();
+    let (mut direct, mut kept, mut relayed, mut subscribed) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let n = a.iterations.min(100);
     for i in 0..n + 5 {
         tokio::time::sleep(Duration::from_millis(100)).await;
+        // What the previous change's notices left.
+        while listener.next_buffered().is_some() {}
         let marker = format!("step-{i}-");
         let start = Instant::now();
         change(&marker);
-        let (watched, sent) = tokio::join!(watcher.until(&marker), until(&mut ws, &marker));
+        let (watched, written, notice, sent) = tokio::join!(
+            watcher.until(&marker),
+            recorded(&app.db, environment, &marker),
+            notified(&mut listener, environment),
+            until(&mut ws, &marker)
+        );
         if i >= 5 {
             direct.push(watched - start);
+            kept.push(written - start);
+            relayed.push(notice - start);
             subscribed.push(sent - start);
         }
     }
     println!("a health change to the group page's subscriber ({n} changes, 100 ms apart):");
     let d = report("direct watcher of the namespace's Pods", direct);
+    report("written to environment_health (polled 1 ms)", kept);
+    report("NOTIFY envlens_environments heard", relayed);
     let s = report("environmentsUpdated(groupPath: \"acme\")", subscribed);
     println!(
         "  subscriber p50 - watcher p50: {}",

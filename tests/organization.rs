@@ -506,6 +506,13 @@ async fn an_agent_that_lost_its_connection_is_unknown_with_the_reason() {
     // Counted and sorted as what it is now, not as its last healthy state.
     let unknown = listed(&w, ROOT, "health: [UNKNOWN]").await;
     assert!(names(&unknown).contains(&"production"), "{unknown:?}");
+    // The counts (decided per agent, over counts by agent and status) agree with the filter.
+    let shown = counts(&w, ROOT, "").await;
+    assert_eq!(
+        shown["UNKNOWN"],
+        unknown.len() as i64,
+        "{shown:?} {unknown:?}"
+    );
     assert!(!names(
         &listed(
             &w,

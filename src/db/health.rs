@@ -263,36 +263,73 @@ pub enum Order {
 }
 
 impl Order {
-    fn sql(self) -> &'static str {
-        match self {
-            Order::Id => "e.id",
-            Order::WorstFirst => "s.severity DESC NULLS LAST, s.since DESC NULLS LAST, e.id",
-            Order::UpdatedDesc => "e.updated_at DESC, e.id",
-            Order::NameAsc => "e.name COLLATE \"C\", e.id",
+    /// The order over the environment `e` and its shown health `s` (the shown columns
+    /// `shown_severity` and `shown_since`). Every environment of a filtered page has a health:
+    /// there `DESC` is written without `NULLS LAST`, the order `environment_health_worst_idx`
+    /// is kept in, so that PostgreSQL walks it and stops at the page's end instead of sorting
+    /// every match.
+    fn sql(self, filtered: bool, e: &str, s: &str) -> String {
+        match (self, filtered) {
+            (Order::Id, _) => format!("{e}.id"),
+            (Order::WorstFirst, true) => {
+                format!("{s}.shown_severity DESC, {s}.shown_since DESC, {e}.id")
+            }
+            (Order::WorstFirst, false) => format!(
+                "{s}.shown_severity DESC NULLS LAST, {s}.shown_since DESC NULLS LAST, {e}.id"
+            ),
+            (Order::UpdatedDesc, _) => format!("{e}.updated_at DESC, {e}.id"),
+            (Order::NameAsc, _) => format!("{e}.name COLLATE \"C\", {e}.id"),
         }
     }
 }
 
-/// The kept healths the viewer sees ([`Seen`], `$6` to `$11`), as shown: `UNKNOWN` where the
-/// agent's connection is down. Inlined by the planner into the statement that uses it.
-const SHOWN: &str = "shown AS (
-    SELECT h.environment_id,
-           CASE WHEN d.agent_id IS NULL THEN h.status ELSE 'UNKNOWN' END AS status,
-           CASE WHEN d.agent_id IS NULL THEN h.severity ELSE 5 END AS severity,
-           CASE WHEN d.agent_id IS NULL THEN h.since ELSE GREATEST(d.since, h.since) END AS since
-    FROM environment_health h
-    LEFT JOIN unnest($10::bigint[], $11::timestamptz[]) AS d (agent_id, since) ON d.agent_id = h.agent_id
-    WHERE h.agent_id = ANY ($6::bigint[])
-       OR (h.agent_id, h.namespace, array_to_string(h.kinds, ' ')) IN
-          (SELECT * FROM unnest($7::bigint[], $8::text[], $9::text[])))";
+/// The kept healths the viewer sees ([`Seen`], `$6` to `$9`): of an agent whose every health
+/// they see, or under impersonation of a reviewed agent, namespace and kinds. Hashed sets, one
+/// probe per row; a filter, so that a walk of an index in order stays in order.
+const SEEN: &str = "(h.agent_id IN (SELECT unnest($6::bigint[]))
+    OR (h.agent_id, h.namespace, array_to_string(h.kinds, ' ')) IN
+       (SELECT * FROM unnest($7::bigint[], $8::text[], $9::text[])))";
 
-/// The environments of the group and its subgroups the viewer may read, `tier` and `search`
-/// applied: `$1` to `$5`.
+/// The kept healths the viewer sees, as shown: `UNKNOWN` since the later of the two times
+/// where the agent's connection is down (`$10`, `$11`). Without an agent down, the kept
+/// columns themselves, which `environment_health_worst_idx` orders. Inlined by the planner
+/// into the statement that uses it.
+fn shown(seen: &Seen) -> String {
+    if seen.down.is_empty() {
+        return format!(
+            "shown AS (SELECT h.*, h.status AS shown_status, h.severity AS shown_severity,
+                              h.since AS shown_since
+                       FROM environment_health h WHERE {SEEN})"
+        );
+    }
+    format!(
+        "shown AS (
+        SELECT h.*,
+               CASE WHEN d.agent_id IS NULL THEN h.status ELSE 'UNKNOWN' END AS shown_status,
+               CASE WHEN d.agent_id IS NULL THEN h.severity ELSE 5 END AS shown_severity,
+               CASE WHEN d.agent_id IS NULL THEN h.since ELSE GREATEST(d.since, h.since) END AS shown_since
+        FROM environment_health h
+        LEFT JOIN unnest($10::bigint[], $11::timestamptz[]) AS d (agent_id, since) ON d.agent_id = h.agent_id
+        WHERE {SEEN})"
+    )
+}
+
+/// The environments of the group and its subgroups the viewer may read.
 const IN_GROUP: &str = "FROM environments e
     JOIN projects p ON p.id = e.project_id JOIN namespaces n ON n.id = p.namespace_id";
-const IN_GROUP_WHERE: &str = "n.traversal_ids @> ARRAY[$3::bigint]
-    AND ($4::text IS NULL OR e.tier = $4)
-    AND ($5::text IS NULL OR envlens_contains(e.name, $5))";
+
+/// [`IN_GROUP`]'s condition, `$1` to `$5`: the tier and the search written only when given,
+/// so that each shape is its own prepared statement and no generic plan has to guess them.
+fn in_group_where(scope: &Scope<'_>) -> String {
+    let mut sql = format!("n.traversal_ids @> ARRAY[$3::bigint] AND {READABLE}");
+    if scope.tier.is_some() {
+        sql.push_str(" AND e.tier = $4");
+    }
+    if scope.search.is_some() {
+        sql.push_str(" AND envlens_contains(e.name, $5)");
+    }
+    sql
+}
 
 /// Which group of environments, as the viewer reads it.
 #[derive(Debug, Clone, Copy)]
@@ -306,6 +343,16 @@ pub struct Scope<'a> {
 fn bind_scope<'q, O>(
     q: sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments>,
     scope: Scope<'q>,
+) -> sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments> {
+    q.bind(scope.viewer.user_id)
+        .bind(scope.viewer.admin)
+        .bind(scope.group_id)
+        .bind(scope.tier)
+        .bind(scope.search)
+}
+
+fn bind_seen<'q, O>(
+    q: sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments>,
     seen: &'q Seen,
 ) -> sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments> {
     let reviewed_agents: Vec<i64> = seen.reviewed.iter().map(|r| r.0).collect();
@@ -313,12 +360,7 @@ fn bind_scope<'q, O>(
     let reviewed_kinds: Vec<&str> = seen.reviewed.iter().map(|r| r.2.as_str()).collect();
     let down: Vec<i64> = seen.down.iter().map(|d| d.0).collect();
     let down_since: Vec<Option<DateTime<Utc>>> = seen.down.iter().map(|d| d.1).collect();
-    q.bind(scope.viewer.user_id)
-        .bind(scope.viewer.admin)
-        .bind(scope.group_id)
-        .bind(scope.tier)
-        .bind(scope.search)
-        .bind(&seen.agents)
+    q.bind(&seen.agents)
         .bind(reviewed_agents)
         .bind(reviewed_namespaces)
         .bind(reviewed_kinds)
@@ -326,7 +368,7 @@ fn bind_scope<'q, O>(
         .bind(down_since)
 }
 
-/// Who read the kept healths of a scope: what deciding who sees them needs, once each.
+/// Who read a kept health: what deciding who sees it needs.
 #[derive(Debug, Clone, FromRow, PartialEq, Eq, Hash)]
 pub struct Reader {
     pub agent_id: i64,
@@ -336,26 +378,88 @@ pub struct Reader {
     pub kinds: Vec<String>,
 }
 
-/// The distinct agents, namespaces and kinds the kept healths of the scope were read through.
-pub async fn readers(db: impl PgExecutor<'_>, scope: Scope<'_>) -> Result<Vec<Reader>> {
-    Ok(sqlx::query_as(&format!(
-        "SELECT DISTINCT h.agent_id, a.name AS agent_name, ap.full_path AS agent_project,
-                h.namespace, h.kinds
-         {IN_GROUP} JOIN environment_health h ON h.environment_id = e.id {HEALTH_JOINS}
-         WHERE {IN_GROUP_WHERE} AND {READABLE}"
-    ))
-    .bind(scope.viewer.user_id)
-    .bind(scope.viewer.admin)
-    .bind(scope.group_id)
-    .bind(scope.tier)
-    .bind(scope.search)
-    .fetch_all(db)
-    .await?)
+impl Reader {
+    /// Its agent: id, project path, name.
+    pub fn agent(&self) -> (i64, &str, &str) {
+        (self.agent_id, &self.agent_project, &self.agent_name)
+    }
+}
+
+/// How many of a scope's kept healths have `status`, read through one agent (and, when
+/// asked for, one namespace and set of kinds).
+#[derive(Debug, Clone, FromRow)]
+pub struct Tally {
+    pub agent_id: i64,
+    pub agent_name: String,
+    pub agent_project: String,
+    /// With [`tally`]'s `by_reader` only.
+    pub namespace: Option<String>,
+    /// With [`tally`]'s `by_reader` only.
+    pub kinds: Option<Vec<String>>,
+    pub status: String,
+    pub count: i64,
+}
+
+impl Tally {
+    /// Its agent: id, project path, name.
+    pub fn agent(&self) -> (i64, &str, &str) {
+        (self.agent_id, &self.agent_project, &self.agent_name)
+    }
+
+    /// Its reader, when it was tallied by reader.
+    pub fn reader(&self) -> Option<Reader> {
+        Some(Reader {
+            agent_id: self.agent_id,
+            agent_name: self.agent_name.clone(),
+            agent_project: self.agent_project.clone(),
+            namespace: self.namespace.clone()?,
+            kinds: self.kinds.clone()?,
+        })
+    }
+}
+
+/// The scope's kept healths counted by agent and status, whoever may see them: one round
+/// trip gives both the agents to decide over and, once decided, the counts. With `by_reader`,
+/// only those agents' healths, counted by agent, namespace, kinds and status: what deciding
+/// under impersonation needs (grouping by the kinds costs more, so only where needed).
+pub async fn tally(
+    db: impl PgExecutor<'_>,
+    scope: Scope<'_>,
+    by_reader: Option<&[i64]>,
+) -> Result<Vec<Tally>> {
+    let (columns, and) = match by_reader {
+        None => ("h.agent_id, h.status", ""),
+        Some(_) => (
+            "h.agent_id, h.namespace, h.kinds, h.status",
+            " AND h.agent_id = ANY ($6)",
+        ),
+    };
+    let (namespace, kinds) = match by_reader {
+        None => ("NULL::text", "NULL::text[]"),
+        Some(_) => ("t.namespace", "t.kinds"),
+    };
+    let sql = format!(
+        "SELECT t.agent_id, a.name AS agent_name, ap.full_path AS agent_project,
+                {namespace} AS namespace, {kinds} AS kinds, t.status, t.count
+         FROM (SELECT {columns}, count(*) AS count
+               {IN_GROUP} JOIN environment_health h ON h.environment_id = e.id
+               WHERE {}{and} GROUP BY {columns}) t
+         JOIN cluster_agents a ON a.id = t.agent_id JOIN projects ap ON ap.id = a.project_id",
+        in_group_where(&scope)
+    );
+    let q = bind_scope(sqlx::query_as(&sql), scope);
+    let q = match by_reader {
+        Some(agents) => q.bind(agents),
+        None => q,
+    };
+    Ok(q.fetch_all(db).await?)
 }
 
 /// A page of the scope's environments whose shown health is one of `health` (every one
 /// without), in `order`, from position `offset`; each with its kept health when the viewer
-/// sees it. Filtered, sorted and cut by PostgreSQL, on `environment_health`'s rows.
+/// sees it. Filtered, sorted and cut by PostgreSQL; with a `health` filter and no agent down,
+/// by a walk of `environment_health` in the order, that stops at the page's end. The agent's
+/// names are joined to the page's rows only.
 pub async fn page(
     db: impl PgExecutor<'_>,
     scope: Scope<'_>,
@@ -365,39 +469,38 @@ pub async fn page(
     offset: i64,
     limit: i64,
 ) -> Result<Vec<Listed>> {
+    let filtered = health.is_some();
+    let (join, filter) = if filtered {
+        ("JOIN", " AND s.shown_status = ANY ($12)")
+    } else {
+        ("LEFT JOIN", "")
+    };
     let sql = format!(
-        "WITH {SHOWN}
-         SELECT {ENVIRONMENT_COLUMNS}, e.updated_at, {HEALTH_COLUMNS}
-         {IN_GROUP}
-         LEFT JOIN shown s ON s.environment_id = e.id
-         LEFT JOIN (environment_health h {HEALTH_JOINS}) ON h.environment_id = s.environment_id
-         WHERE {IN_GROUP_WHERE} AND {READABLE}
-           AND ($12::text[] IS NULL OR s.status = ANY ($12))
-         ORDER BY {} OFFSET $13 LIMIT $14",
-        order.sql()
+        "WITH {}, page AS (
+            SELECT {ENVIRONMENT_COLUMNS}, e.updated_at, s.environment_id AS health_of, s.agent_id,
+                   s.namespace, s.status, s.message, s.since, s.kinds, s.unkept_since,
+                   s.shown_severity, s.shown_since
+            {IN_GROUP} {join} shown s ON s.environment_id = e.id
+            WHERE {}{filter}
+            ORDER BY {} OFFSET $13 LIMIT $14)
+         SELECT x.id, x.project_id, x.name, x.slug, x.tier, x.state, x.updated_at,
+                x.health_of AS environment_id, x.agent_id, a.name AS agent_name,
+                ap.full_path AS agent_project, x.namespace, x.status, x.message, x.since, x.kinds,
+                x.unkept_since
+         FROM page x LEFT JOIN (cluster_agents a JOIN projects ap ON ap.id = a.project_id)
+           ON a.id = x.agent_id
+         ORDER BY {}",
+        shown(seen),
+        in_group_where(&scope),
+        order.sql(filtered, "e", "s"),
+        order.sql(filtered, "x", "x"),
     );
-    let rows: Vec<ListedRow> = bind_scope(sqlx::query_as(&sql), scope, seen)
+    let q = bind_seen(bind_scope(sqlx::query_as(&sql), scope), seen);
+    let rows: Vec<ListedRow> = q
         .bind(health)
         .bind(offset)
         .bind(limit)
         .fetch_all(db)
         .await?;
     Ok(rows.into_iter().map(Listed::from).collect())
-}
-
-/// How many of the scope's environments have each shown health, among those the viewer sees.
-pub async fn counts(
-    db: impl PgExecutor<'_>,
-    scope: Scope<'_>,
-    seen: &Seen,
-) -> Result<Vec<(String, i64)>> {
-    let sql = format!(
-        "WITH {SHOWN}
-         SELECT s.status, count(*) {IN_GROUP} JOIN shown s ON s.environment_id = e.id
-         WHERE {IN_GROUP_WHERE} AND {READABLE}
-         GROUP BY s.status"
-    );
-    Ok(bind_scope(sqlx::query_as(&sql), scope, seen)
-        .fetch_all(db)
-        .await?)
 }

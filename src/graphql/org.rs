@@ -9,17 +9,17 @@
 //! connection is lost now (`UNKNOWN` with the connection's message, never the last healthy
 //! state) or the group is not kept current (its last health, with the reason as message).
 
-use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use async_graphql::{Context, Enum, SimpleObject};
+use axum::http::HeaderMap;
 use chrono::{DateTime, SecondsFormat, Utc};
 
 use super::resource_group::HealthStatus;
 use super::types::{conn, loader, Gql, Result, Time};
-use crate::db::health::{kinds_key, HealthRow, Order, Reader, Seen};
-use crate::k8s::clusters::Clusters;
+use crate::db::health::{self, kinds_key, HealthRow, Order, Reader, Seen, Tally};
+use crate::k8s::clusters::{Cluster, Clusters, NoConnection};
 use crate::k8s::discovery::ApiKind;
 use crate::k8s::grants::AccessType;
 
@@ -66,11 +66,41 @@ pub(super) async fn shown(
     rows: &[HealthRow],
 ) -> Result<HashMap<i64, EnvironmentHealth>> {
     let readers: Vec<Reader> = rows.iter().map(HealthRow::reader).collect();
-    let decisions = Decisions::new(ctx, &readers).await?;
+    let mut decisions = Decisions::agents(ctx, readers.iter().map(Reader::agent)).await?;
+    decisions.review(ctx, &readers).await;
     Ok(rows
         .iter()
         .filter_map(|r| Some((r.environment_id, decisions.show(r)?)))
         .collect())
+}
+
+/// The viewer's decisions over the agents (and, under impersonation, the namespaces and kinds)
+/// that the scope's kept healths were read through, with the scope's healths counted by what
+/// each decision covers: by agent and status, and for an impersonating agent by namespace,
+/// kinds and status. One statement where no agent impersonates the viewer, two where one does.
+pub(super) async fn decided(
+    ctx: &Context<'_>,
+    scope: health::Scope<'_>,
+) -> Result<(Decisions, Vec<Tally>)> {
+    let tallies = health::tally(&mut **conn(ctx).await?, scope, None)
+        .await
+        .gql()?;
+    let mut decisions = Decisions::agents(ctx, tallies.iter().map(Tally::agent)).await?;
+    let impersonating = decisions.impersonating();
+    if impersonating.is_empty() {
+        return Ok((decisions, tallies));
+    }
+    let by_reader = health::tally(&mut **conn(ctx).await?, scope, Some(&impersonating))
+        .await
+        .gql()?;
+    let readers: Vec<Reader> = by_reader.iter().filter_map(Tally::reader).collect();
+    decisions.review(ctx, &readers).await;
+    let tallies = tallies
+        .into_iter()
+        .filter(|t| !impersonating.contains(&t.agent_id))
+        .chain(by_reader)
+        .collect();
+    Ok((decisions, tallies))
 }
 
 /// The viewer's decisions over the agents, and under impersonation the namespaces and kinds,
@@ -85,74 +115,104 @@ pub(super) struct Decisions {
 
 /// What the viewer may use of an agent, and its connection now.
 struct Agent {
-    impersonating: bool,
+    /// Under impersonation: the identity to review, and the connection that reviews it.
+    impersonating: Option<(HeaderMap, std::result::Result<Cluster, NoConnection>)>,
     /// The connection is down: why, and since when if known.
     down: Option<(String, Option<DateTime<Utc>>)>,
 }
 
 impl Decisions {
-    /// Decides over `readers` as the request's user.
-    pub(super) async fn new(ctx: &Context<'_>, readers: &[Reader]) -> Result<Decisions> {
+    /// Decides over `agents` (id, project path, name) as the request's user: their
+    /// `user_access`, their connections now, whether they impersonate. Under impersonation
+    /// nothing is shown until [`Decisions::review`].
+    pub(super) async fn agents<'a>(
+        ctx: &Context<'_>,
+        agents: impl Iterator<Item = (i64, &'a str, &'a str)>,
+    ) -> Result<Decisions> {
         let mut out = Decisions {
             agents: HashMap::new(),
             reviewed: HashMap::new(),
         };
-        if readers.is_empty() {
+        let mut pending = Vec::new();
+        let mut listed = std::collections::HashSet::new();
+        for agent in agents {
+            if listed.insert(agent.0) {
+                pending.push(agent);
+            }
+        }
+        if pending.is_empty() {
             return Ok(out);
         }
         let user = loader(ctx).loader().user().await.gql()?;
         let clusters: &Arc<Clusters> = ctx.data_unchecked();
-        let mut grants = HashMap::new();
-        for r in readers {
-            if let Entry::Vacant(entry) = grants.entry(r.agent_id) {
-                let grant = clusters
-                    .grants
-                    .authorize(&mut **conn(ctx).await?, r.agent_id, user.id)
-                    .await
-                    .gql()?;
-                entry.insert(grant);
-            }
+        let mut grants = Vec::with_capacity(pending.len());
+        for (agent_id, _, _) in &pending {
+            let grant = clusters
+                .grants
+                .authorize(&mut **conn(ctx).await?, *agent_id, user.id)
+                .await
+                .gql()?;
+            grants.push(grant);
         }
         // What follows may ask clusters: the connection goes back meanwhile.
         loader(ctx).loader().release().await;
-        let mut connections = HashMap::new();
-        for r in readers {
-            let Some(Some(grant)) = grants.get(&r.agent_id) else {
-                out.agents.insert(r.agent_id, None);
+        for ((agent_id, project, name), grant) in pending.into_iter().zip(grants) {
+            let Some(grant) = grant else {
+                out.agents.insert(agent_id, None);
                 continue;
             };
-            if let Entry::Vacant(entry) = connections.entry(r.agent_id) {
-                let cluster = clusters
-                    .for_agent(r.agent_id, &r.agent_project, &r.agent_name)
-                    .await;
-                entry.insert(cluster);
-            }
-            let cluster = &connections[&r.agent_id];
+            let cluster = clusters.for_agent(agent_id, project, name).await;
+            let down = match &cluster {
+                Ok(cluster) => cluster.condition.circuit().open().map(|open| {
+                    (
+                        format!("The agent's cluster cannot be reached: {}", open.said()),
+                        Some(open.since),
+                    )
+                }),
+                Err(none) => Some((
+                    format!("The agent's cluster cannot be reached: {none}"),
+                    None,
+                )),
+            };
             let headers = grant.impersonation(AccessType::from(user.via));
-            let impersonating = !headers.is_empty();
-            out.agents.entry(r.agent_id).or_insert_with(|| {
-                let down = match cluster {
-                    Ok(cluster) => cluster.condition.circuit().open().map(|open| {
-                        (
-                            format!("The agent's cluster cannot be reached: {}", open.said()),
-                            Some(open.since),
-                        )
-                    }),
-                    Err(none) => Some((
-                        format!("The agent's cluster cannot be reached: {none}"),
-                        None,
-                    )),
-                };
+            let impersonating = (!headers.is_empty()).then_some((headers, cluster));
+            out.agents.insert(
+                agent_id,
                 Some(Agent {
                     impersonating,
                     down,
-                })
-            });
-            if !impersonating {
+                }),
+            );
+        }
+        Ok(out)
+    }
+
+    /// The agents whose healths show only where the viewer's own identity may list every kind.
+    pub(super) fn impersonating(&self) -> Vec<i64> {
+        let mut ids: Vec<i64> = self
+            .agents
+            .iter()
+            .filter(|(_, a)| a.as_ref().is_some_and(|a| a.impersonating.is_some()))
+            .map(|(id, _)| *id)
+            .collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    /// Reviews, once each, the namespaces and kinds of `readers` whose agent impersonates the
+    /// viewer: whether their identity may list every kind. Nobody to ask fails closed.
+    pub(super) async fn review(&mut self, ctx: &Context<'_>, readers: &[Reader]) {
+        let clusters: &Arc<Clusters> = ctx.data_unchecked();
+        for r in readers {
+            let Some(Some(Agent {
+                impersonating: Some((headers, cluster)),
+                ..
+            })) = self.agents.get(&r.agent_id)
+            else {
                 continue;
-            }
+            };
             let key = (r.agent_id, r.namespace.clone(), r.kinds.clone());
-            if out.reviewed.contains_key(&key) {
+            if self.reviewed.contains_key(&key) {
                 continue;
             }
             let allowed = match cluster {
@@ -161,7 +221,7 @@ impl Decisions {
                     match kinds {
                         Some(kinds) => cluster
                             .watch
-                            .access(&headers, &r.namespace, &kinds, clusters.response_timeout)
+                            .access(headers, &r.namespace, &kinds, clusters.response_timeout)
                             .await
                             .iter()
                             .all(Option::is_none),
@@ -171,22 +231,28 @@ impl Decisions {
                 // Nobody can be asked: fails closed.
                 Err(_) => false,
             };
-            out.reviewed.insert(key, allowed);
+            self.reviewed.insert(key, allowed);
         }
-        Ok(out)
+    }
+
+    /// The agent of a health read through `agent_id`, `namespace` and `kinds`, when the viewer
+    /// may see that health.
+    fn visible(&self, agent_id: i64, namespace: &str, kinds: &[String]) -> Option<&Agent> {
+        let agent = self.agents.get(&agent_id)?.as_ref()?;
+        if agent.impersonating.is_some() {
+            let key = (agent_id, namespace.to_owned(), kinds.to_vec());
+            if !self.reviewed.get(&key).copied().unwrap_or(false) {
+                return None;
+            }
+        }
+        Some(agent)
     }
 
     /// What the viewer sees of `row`: nothing where they may not; `UNKNOWN` with the reason
     /// where the agent's connection is down; else the kept health, with why it is not kept
     /// current if so.
     pub(super) fn show(&self, row: &HealthRow) -> Option<EnvironmentHealth> {
-        let agent = self.agents.get(&row.agent_id)?.as_ref()?;
-        if agent.impersonating {
-            let key = (row.agent_id, row.namespace.clone(), row.kinds.clone());
-            if !self.reviewed.get(&key).copied().unwrap_or(false) {
-                return None;
-            }
-        }
+        let agent = self.visible(row.agent_id, &row.namespace, &row.kinds)?;
         let status = HealthStatus::parse(&row.status)?;
         Some(match &agent.down {
             Some((message, since)) => EnvironmentHealth {
@@ -205,12 +271,54 @@ impl Decisions {
         })
     }
 
-    /// The decisions as the statements that filter, sort and count apply them.
+    /// Each status with how many of `tallies` the viewer sees with it, as [`Decisions::show`]
+    /// shows them (`UNKNOWN` where the agent is down), worst first, zeros too. A tally of an
+    /// impersonating agent counts only by reader.
+    pub(super) fn counts(&self, tallies: &[Tally]) -> Vec<EnvironmentHealthCount> {
+        let mut counted: HashMap<&str, i64> = HashMap::new();
+        for t in tallies {
+            let agent = match (&t.namespace, &t.kinds) {
+                (Some(namespace), Some(kinds)) => self.visible(t.agent_id, namespace, kinds),
+                _ => self
+                    .agents
+                    .get(&t.agent_id)
+                    .and_then(Option::as_ref)
+                    .filter(|a| a.impersonating.is_none()),
+            };
+            let (Some(agent), Some(status)) = (agent, HealthStatus::parse(&t.status)) else {
+                continue;
+            };
+            let status = if agent.down.is_some() {
+                HealthStatus::Unknown
+            } else {
+                status
+            };
+            *counted.entry(status.name()).or_default() += t.count;
+        }
+        let mut statuses = [
+            HealthStatus::Unknown,
+            HealthStatus::Degraded,
+            HealthStatus::Missing,
+            HealthStatus::Progressing,
+            HealthStatus::Suspended,
+            HealthStatus::Healthy,
+        ];
+        statuses.sort_by_key(|s| std::cmp::Reverse(s.severity()));
+        statuses
+            .into_iter()
+            .map(|status| EnvironmentHealthCount {
+                status,
+                count: counted.get(status.name()).copied().unwrap_or(0) as i32,
+            })
+            .collect()
+    }
+
+    /// The decisions as the statements that filter and sort apply them.
     pub(super) fn seen(&self) -> Seen {
         let mut seen = Seen::default();
         for (agent_id, agent) in &self.agents {
             let Some(agent) = agent else { continue };
-            if !agent.impersonating {
+            if agent.impersonating.is_none() {
                 seen.agents.push(*agent_id);
             }
             if let Some((_, since)) = &agent.down {
@@ -250,30 +358,6 @@ pub(super) fn order(sort: Option<EnvironmentSort>) -> Order {
         Some(EnvironmentSort::UpdatedDesc) => Order::UpdatedDesc,
         Some(EnvironmentSort::NameAsc) => Order::NameAsc,
     }
-}
-
-/// Each status with its count in `counted` (status, count), worst first, zeros too.
-pub(super) fn counts(counted: &[(String, i64)]) -> Vec<EnvironmentHealthCount> {
-    let mut statuses = [
-        HealthStatus::Unknown,
-        HealthStatus::Degraded,
-        HealthStatus::Missing,
-        HealthStatus::Progressing,
-        HealthStatus::Suspended,
-        HealthStatus::Healthy,
-    ];
-    statuses.sort_by_key(|s| std::cmp::Reverse(s.severity()));
-    statuses
-        .into_iter()
-        .map(|status| EnvironmentHealthCount {
-            status,
-            count: counted
-                .iter()
-                .filter(|(s, _)| s == status.name())
-                .map(|(_, n)| *n as i32)
-                .sum(),
-        })
-        .collect()
 }
 
 #[cfg(test)]

@@ -433,14 +433,8 @@ impl Group {
             tier: tier.map(DeploymentTier::as_str),
             search: None,
         };
-        let readers = health::readers(&mut **conn(ctx).await?, scope)
-            .await
-            .gql()?;
-        let decisions = org::Decisions::new(ctx, &readers).await?;
-        let counted = health::counts(&mut **conn(ctx).await?, scope, &decisions.seen())
-            .await
-            .gql()?;
-        Ok(org::counts(&counted))
+        let (decisions, tallies) = org::decided(ctx, scope).await?;
+        Ok(decisions.counts(&tallies))
     }
 }
 
@@ -467,10 +461,7 @@ impl Group {
                 tier: tier.map(DeploymentTier::as_str),
                 search: search.as_deref(),
             };
-            let readers = health::readers(&mut **conn(ctx).await?, scope)
-                .await
-                .gql()?;
-            let decisions = org::Decisions::new(ctx, &readers).await?;
+            let (decisions, _) = org::decided(ctx, scope).await?;
             let wanted: Option<Vec<&str>> = wanted
                 .as_ref()
                 .map(|w| w.iter().map(|s| s.name()).collect());

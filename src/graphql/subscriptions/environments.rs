@@ -83,6 +83,14 @@ impl Notices {
         }
     }
 
+    /// Tells this process' subscriptions at once that `environment` was written (its kept
+    /// health, by this process' recorder), ahead of the relay's notification: that one comes
+    /// up to [`RELAY_EVERY`] later, for every replica, and finds here nothing new to send
+    /// (the version read after this notice is already the written one).
+    pub(super) fn written(&self, environment: i64) {
+        let _ = self.tx.send(Notice::Environment(environment));
+    }
+
     /// The ids of environments written from now on, by any process on the database. Waits
     /// until the connection listens, so that nothing written after the return is missed.
     pub async fn subscribe(&self) -> std::result::Result<broadcast::Receiver<Notice>, Error> {

@@ -26,6 +26,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::environments::Notices;
 use super::feeds::{FeedKey, Feeds, Source};
 use crate::db::events;
 use crate::db::health::{self as kept, Observed};
@@ -40,6 +41,8 @@ use crate::resources::timeline;
 pub struct Recorder {
     pool: Pool,
     feeds: Arc<Feeds>,
+    /// This process' `environmentsUpdated` subscriptions, told of a written health at once.
+    notices: Arc<Notices>,
     running: Arc<Mutex<HashMap<i64, Running>>>,
     /// When each environment's group was last viewed (not kept): the budget keeps the most
     /// recently viewed first.
@@ -62,10 +65,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Recorder {
-    pub(super) fn new(pool: Pool, feeds: Arc<Feeds>) -> Self {
+    pub(super) fn new(pool: Pool, feeds: Arc<Feeds>, notices: Arc<Notices>) -> Self {
         Recorder {
             pool,
             feeds,
+            notices,
             running: Arc::default(),
             viewed: Arc::default(),
             sizes: Arc::default(),
@@ -149,6 +153,7 @@ impl Recorder {
         let task = tokio::spawn(record(
             Task {
                 pool: self.pool.clone(),
+                notices: self.notices.clone(),
                 environment,
                 agent: key.agent,
                 namespace: key.namespace.clone(),
@@ -184,6 +189,7 @@ impl Recorder {
 /// What one recorder writes about.
 struct Task {
     pool: Pool,
+    notices: Arc<Notices>,
     environment: i64,
     agent: i64,
     namespace: String,
@@ -225,10 +231,12 @@ async fn record(task: Task, mut feed: super::feeds::Subscriber) {
                 // The group cannot be read at all (the agent's connection is lost before any
                 // kind was listed): what was kept is not its health any more.
                 let message = format!("The agent's cluster cannot be reached: {why}");
-                if let Err(e) =
-                    kept::lost(pool.pg(), environment, &message, chrono::Utc::now()).await
-                {
-                    tracing::warn!(environment, error = %e, "cannot record a lost group's health");
+                match kept::lost(pool.pg(), environment, &message, chrono::Utc::now()).await {
+                    Ok(true) => task.notices.written(environment),
+                    Ok(false) => {}
+                    Err(e) => {
+                        tracing::warn!(environment, error = %e, "cannot record a lost group's health")
+                    }
                 }
                 break;
             }
@@ -240,7 +248,12 @@ async fn record(task: Task, mut feed: super::feeds::Subscriber) {
         let observed = group.observed(&task, &update.delta);
         if group.written.as_ref() != Some(&observed) {
             match kept::record(pool.pg(), environment, &observed, chrono::Utc::now()).await {
-                Ok(_) => group.written = Some(observed),
+                Ok(wrote) => {
+                    if wrote {
+                        task.notices.written(environment);
+                    }
+                    group.written = Some(observed);
+                }
                 Err(e) => {
                     tracing::warn!(environment, error = %e, "cannot record the group's health; trying with the next change")
                 }

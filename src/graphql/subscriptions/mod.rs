@@ -49,15 +49,16 @@ pub struct Live {
 impl Live {
     pub fn new(pool: &Pool, origins: Origins, limits: SocketLimits, slots: Slots) -> Self {
         let feeds: Arc<feeds::Feeds> = Arc::default();
+        let notices = Arc::new(environments::Notices::new(pool.clone()));
         Live {
             origins: Arc::new(origins),
             limits,
             connections: Arc::new(Semaphore::new(limits.max_connections)),
             slots,
             pool: pool.clone(),
-            recorder: health_record::Recorder::new(pool.clone(), feeds.clone()),
+            recorder: health_record::Recorder::new(pool.clone(), feeds.clone(), notices.clone()),
             feeds,
-            notices: Arc::new(environments::Notices::new(pool.clone())),
+            notices,
             closing: Arc::new(watch::Sender::new(false)),
         }
     }
