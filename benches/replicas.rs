@@ -162,9 +162,19 @@ async fn seed(app: &TestApp, agents: usize) {
     }
 }
 
+/// A child process, killed (SIGKILL) and reaped when dropped.
+struct Process(Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// One `envlens serve` process; killed when dropped.
 struct Replica {
-    child: Child,
+    process: Process,
     addr: SocketAddr,
     id: String,
     _data: tempfile::TempDir,
@@ -194,8 +204,8 @@ impl Replica {
         if share {
             command.arg("--share-clusters");
         }
-        let mut child = command.spawn().expect("envlens serve");
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut process = Process(command.spawn().expect("envlens serve"));
+        let mut stdout = BufReader::new(process.0.stdout.take().unwrap());
         let (mut line, mut addr) = (String::new(), None);
         loop {
             line.clear();
@@ -208,7 +218,7 @@ impl Replica {
                 let id = rest.split_once(" advertised at ").unwrap().0.to_owned();
                 std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
                 return Replica {
-                    child,
+                    process,
                     addr: addr.expect("the listening line first"),
                     id,
                     _data: data,
@@ -219,7 +229,8 @@ impl Replica {
 
     /// Resident memory, from the kernel.
     fn rss(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", self.process.0.id())).unwrap();
         let kib: u64 = status
             .lines()
             .find_map(|l| l.strip_prefix("VmRSS:"))
@@ -231,13 +242,6 @@ impl Replica {
     /// SIGKILL (the drop's own way of stopping), said out loud.
     fn kill_9(self) {
         drop(self);
-    }
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
