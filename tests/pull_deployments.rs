@@ -723,3 +723,54 @@ async fn the_environment_page_lists_flux_deployments_marked_pull_based() {
     assert!(row.contains("no GitLab token"), "{row}");
     assert!(row.contains("Running"), "{row}");
 }
+
+/// Replicas sharing the clusters (SPEC 16): a replica follows the Flux objects of the
+/// connections it holds only; another replica's follower would list once and then hear of no
+/// change. Not held: nothing followed, nothing recorded; held: followed and recorded.
+#[tokio::test]
+async fn a_replica_follows_the_flux_objects_of_the_connections_it_holds_only() {
+    use envlens::k8s::watch::fence::Fences;
+    let s = setup(2, "30s").await;
+    let settings = Settings::parse(
+        &s.world
+            .reached
+            .config("  response_timeout: 3s\n", &history("30s")),
+    )
+    .unwrap();
+    let fences = Fences::shared();
+    let clusters = Arc::new(
+        envlens::k8s::clusters::Clusters::load_fenced(
+            &settings.kubernetes,
+            Default::default(),
+            fences.clone(),
+        )
+        .await
+        .unwrap(),
+    );
+    let watcher = Watcher::new(s.world.db.clone(), clusters.clone(), None);
+    s.api.reset_request_counts();
+    assert_eq!(
+        watcher.follow_bound().await.unwrap(),
+        0,
+        "followed without the hold"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        pulls(&s.world).await.is_empty(),
+        "recorded without the hold"
+    );
+    assert_eq!(
+        s.api
+            .request_count("list", "kustomizations.kustomize.toolkit.fluxcd.io"),
+        0
+    );
+
+    let cluster = clusters.for_agent(7, "acme/agents", "prod").await.unwrap();
+    fences
+        .fence(&cluster.source)
+        .grant(1, tokio::time::Instant::now() + Duration::from_secs(3600));
+    assert_eq!(watcher.follow_bound().await.unwrap(), 1, "held: followed");
+    let first = until(&s.world, "the first revision", |p| p.len() == 1).await;
+    assert_eq!(revisions(&first), [format!("main@sha1:{A}")]);
+    watcher.stop();
+}
