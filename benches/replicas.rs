@@ -342,6 +342,11 @@ fn per_agent(api: &KubeApi, agents: usize) -> (f64, f64, usize) {
     (lists as f64 / per, watches as f64 / per, kinds.len())
 }
 
+/// Watches open now per kind per agent: what the clusters carry at rest.
+fn open_per_agent(api: &KubeApi, agents: usize, kinds: usize) -> f64 {
+    api.open_streams() as f64 / (kinds * agents).max(1) as f64
+}
+
 /// Who holds each connection's lease now.
 async fn holders(app: &TestApp) -> BTreeMap<String, String> {
     let rows: Vec<(String, String)> = sqlx::query_as(
@@ -439,9 +444,10 @@ async fn run(a: Args) {
         .collect();
     settled(&app, &api, a.agents).await;
     let (solo_lists, solo_watches, kinds) = per_agent(&api, a.agents);
+    let solo_open = open_per_agent(&api, a.agents, kinds);
     let solo_rss: Vec<u64> = solo.iter().map(Replica::rss).collect();
     println!(
-        "not sharing: settled in {:.1} s; per kind ({kinds}) per agent: {solo_lists:.2} lists, {solo_watches:.2} watches; resident {} MiB per replica (median)",
+        "not sharing: settled in {:.1} s; per kind ({kinds}) per agent: {solo_open:.2} watches open at rest; since the start {solo_lists:.2} lists, {solo_watches:.2} watches; resident {} MiB per replica (median)",
         started.elapsed().as_secs_f64(),
         mib(median_u64(&solo_rss))
     );
@@ -469,14 +475,16 @@ async fn run(a: Args) {
     let before = all_held(&app, dir.path(), a.agents, &ids).await;
     settled(&app, &api, a.agents).await;
     let (lists, watches, _) = per_agent(&api, a.agents);
+    let open = open_per_agent(&api, a.agents, kinds);
     let rss: Vec<u64> = replicas.iter().map(Replica::rss).collect();
     let mut spread: BTreeMap<&str, usize> = BTreeMap::new();
     for r in before.values() {
         *spread.entry(r).or_default() += 1;
     }
     println!(
-        "sharing: settled in {:.1} s; per kind per agent: {lists:.2} lists, {watches:.2} watches \
-         (not sharing: {solo_lists:.2}, {solo_watches:.2}); connections per replica {:?}",
+        "sharing: settled in {:.1} s; per kind per agent: {open:.2} watches open at rest (not sharing: {solo_open:.2}); \
+         since the start (the replicas started one after another, connections handed over as they join) \
+         {lists:.2} lists, {watches:.2} watches (not sharing: {solo_lists:.2}, {solo_watches:.2}); connections per replica {:?}",
         started.elapsed().as_secs_f64(),
         spread.values().collect::<Vec<_>>()
     );
