@@ -24,6 +24,8 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[allow(dead_code)]
 #[path = "../tests/support/mod.rs"]
 mod support;
+#[path = "fixtures/ws.rs"]
+mod ws;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -34,18 +36,13 @@ use envlens::config::Limits;
 use envlens::graphql::SocketLimits;
 use envlens::k8s::clusters::Clusters;
 use envlens::state::AppState;
-use futures_util::{SinkExt, StreamExt};
 use http_body_util::BodyExt;
 use serde_json::{json, Value};
 use support::environment::{self, NS};
 use support::kube_api::KubeApi;
 use support::TestApp;
 use tokio::net::{TcpListener, TcpStream};
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
-
-type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
+use ws::{next_text, subscribe, until, Socket};
 
 const PATCHED: &str = "web-new222-a";
 const QUERY: &str = "subscription($id: ID!) { resourceGroupUpdated(environmentId: $id) {
@@ -165,57 +162,19 @@ async fn run(a: Args) {
 
 /// A subscriber past its first (whole) message.
 async fn subscriber(addr: SocketAddr, token: &str, query: &str) -> Socket {
-    let mut request = format!("ws://{addr}/api/graphql")
-        .into_client_request()
-        .unwrap();
-    request.headers_mut().insert(
-        "sec-websocket-protocol",
-        "graphql-transport-ws".parse().unwrap(),
-    );
     // Small buffers on the client's side too, so that the process's memory per subscriber is
     // mostly the server's (tungstenite reads in 128 KiB by default).
     let config = tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
         .read_buffer_size(4096)
         .write_buffer_size(0);
-    let (mut ws, _) = tokio_tungstenite::connect_async_with_config(request, Some(config), false)
-        .await
-        .unwrap();
-    let init = json!({"type": "connection_init", "payload": {"Authorization": token}});
-    ws.send(Message::Text(init.to_string().into()))
-        .await
-        .unwrap();
-    next_text(&mut ws).await;
-    let subscribe = json!({"id": "1", "type": "subscribe",
-        "payload": {"query": query, "variables": {"id": "gid://gitlab/Environment/100"}}});
-    ws.send(Message::Text(subscribe.to_string().into()))
-        .await
-        .unwrap();
+    let variables = json!({"id": "gid://gitlab/Environment/100"});
+    let mut ws = subscribe(addr, token, query, variables, Some(config)).await;
     let first: Value = serde_json::from_str(&next_text(&mut ws).await).unwrap();
     assert_eq!(
         first["payload"]["data"]["resourceGroupUpdated"]["complete"], true,
         "{first}"
     );
     ws
-}
-
-async fn next_text(ws: &mut Socket) -> String {
-    loop {
-        match ws.next().await {
-            Some(Ok(Message::Text(t))) => return t.to_string(),
-            Some(Ok(_)) => continue,
-            other => panic!("socket ended: {other:?}"),
-        }
-    }
-}
-
-/// Waits for the message that carries `marker`.
-async fn until(ws: &mut Socket, marker: &str) -> Instant {
-    loop {
-        let text = next_text(ws).await;
-        if text.contains(marker) {
-            return Instant::now();
-        }
-    }
 }
 
 /// A direct watch of the test server's Pods, on its own connection.

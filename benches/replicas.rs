@@ -25,11 +25,15 @@
 //! of every replica is a connection into it (41 kinds per namespace; 100 agents not sharing
 //! over 4 replicas are 16,400 watches under a limit of 20,000 here).
 
+#[path = "fixtures/args.rs"]
+mod args;
 #[path = "fixtures/stats.rs"]
 mod stats;
 #[allow(dead_code)] // the benchmark uses a part of the tests' support
 #[path = "../tests/support/mod.rs"]
 mod support;
+#[path = "fixtures/ws.rs"]
+mod ws;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -38,17 +42,16 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use args::arg;
 use axum::http::Method;
 use bytes::Bytes;
-use futures_util::{SinkExt, StreamExt};
 use http_body_util::{BodyExt, Full};
 use serde_json::{json, Value};
 use stats::{median, ms, quantile};
 use support::environment::{self, gitlab_labels, meta, PROJECT};
 use support::kube_api::KubeApi;
 use support::TestApp;
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tokio_tungstenite::tungstenite::Message;
+use ws::{next_text, subscribe, until, Socket};
 
 const AGENTS_PROJECT: i64 = 10;
 const FIRST_AGENT: i64 = 1000;
@@ -60,18 +63,6 @@ struct Args {
     replicas: usize,
     iterations: usize,
     kills: usize,
-}
-
-fn arg(name: &str, default: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .map(|v| {
-            v.parse()
-                .unwrap_or_else(|_| panic!("{name} takes a number"))
-        })
-        .unwrap_or(default)
 }
 
 fn main() {
@@ -619,54 +610,16 @@ fn mib(bytes: u64) -> String {
     format!("{:.1}", bytes as f64 / (1024.0 * 1024.0))
 }
 
-type Socket =
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
-
 /// A `resourceGroupUpdated` subscriber of agent `i`'s environment through `replica`, past its
 /// first (complete) message.
 async fn subscriber(replica: SocketAddr, i: usize) -> Socket {
-    let mut request = format!("ws://{replica}/api/graphql")
-        .into_client_request()
-        .unwrap();
-    request.headers_mut().insert(
-        "sec-websocket-protocol",
-        "graphql-transport-ws".parse().unwrap(),
-    );
-    let (mut ws, _) = tokio_tungstenite::connect_async(request).await.unwrap();
-    let init = json!({"type": "connection_init",
-        "payload": {"Authorization": format!("Bearer {}", session())}});
-    ws.send(Message::Text(init.to_string().into()))
-        .await
-        .unwrap();
-    next_text(&mut ws).await;
     let id = format!("gid://gitlab/Environment/{}", FIRST_ENVIRONMENT + i as i64);
-    let subscribe = json!({"id": "1", "type": "subscribe", "payload": {
-        "query": "subscription($id: ID!) { resourceGroupUpdated(environmentId: $id) { complete upserted { name labels } } }",
-        "variables": {"id": id}}});
-    ws.send(Message::Text(subscribe.to_string().into()))
-        .await
-        .unwrap();
+    let query = "subscription($id: ID!) { resourceGroupUpdated(environmentId: $id) { complete upserted { name labels } } }";
+    let authorization = format!("Bearer {}", session());
+    let mut ws = subscribe(replica, &authorization, query, json!({"id": id}), None).await;
     let first = next_text(&mut ws).await;
     assert!(first.contains("\"complete\":true"), "{first}");
     ws
-}
-
-async fn next_text(ws: &mut Socket) -> String {
-    loop {
-        match ws.next().await {
-            Some(Ok(Message::Text(t))) => return t.to_string(),
-            Some(Ok(_)) => continue,
-            other => panic!("socket ended: {other:?}"),
-        }
-    }
-}
-
-async fn until(ws: &mut Socket, marker: &str) -> Instant {
-    loop {
-        if next_text(ws).await.contains(marker) {
-            return Instant::now();
-        }
-    }
 }
 
 /// A Pod's label changed `n` times, 100 ms apart, timed to a subscriber on each.

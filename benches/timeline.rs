@@ -14,41 +14,32 @@
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+#[path = "fixtures/args.rs"]
+mod args;
 #[allow(dead_code)]
 #[path = "../tests/support/mod.rs"]
 mod support;
+#[path = "fixtures/ws.rs"]
+mod ws;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use args::arg;
 use envlens::auth::mint_session;
 use envlens::config::file::Settings;
 use envlens::config::Limits;
 use envlens::k8s::clusters::Clusters;
 use envlens::state::AppState;
-use futures_util::{SinkExt, StreamExt};
 use http_body_util::BodyExt;
 use serde_json::{json, Value};
 use support::environment::{self, NS, SLUG};
 use support::kube_api::KubeApi;
 use support::TestApp;
 use tokio::net::{TcpListener, TcpStream};
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tokio_tungstenite::tungstenite::Message;
+use ws::{subscribe, until, Socket};
 
 const DEV: (i64, &str) = (2, "dev");
-
-fn arg(name: &str, default: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .map(|v| {
-            v.parse()
-                .unwrap_or_else(|_| panic!("{name} takes a number"))
-        })
-        .unwrap_or(default)
-}
 
 fn main() {
     let (events, iterations) = (arg("--events", 10_000), arg("--iterations", 200));
@@ -228,8 +219,6 @@ impl Watcher {
     }
 }
 
-type Socket = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<TcpStream>>;
-
 async fn subscriber(addr: SocketAddr) -> Socket {
     let (token, _) = mint_session(
         support::SESSION_KEY,
@@ -238,45 +227,9 @@ async fn subscriber(addr: SocketAddr) -> Socket {
         Duration::from_secs(3600),
     )
     .unwrap();
-    let mut request = format!("ws://{addr}/api/graphql")
-        .into_client_request()
-        .unwrap();
-    request.headers_mut().insert(
-        "sec-websocket-protocol",
-        "graphql-transport-ws".parse().unwrap(),
-    );
-    let (mut ws, _) = tokio_tungstenite::connect_async(request).await.unwrap();
-    let init =
-        json!({"type": "connection_init", "payload": {"Authorization": format!("Bearer {token}")}});
-    ws.send(Message::Text(init.to_string().into()))
-        .await
-        .unwrap();
-    next_text(&mut ws).await;
-    let subscribe = json!({"id": "1", "type": "subscribe", "payload": {
-        "query": "subscription($id: ID!) { environmentEventsUpdated(environmentId: $id) { id message count lastTime } }",
-        "variables": {"id": "gid://gitlab/Environment/100"}}});
-    ws.send(Message::Text(subscribe.to_string().into()))
-        .await
-        .unwrap();
-    ws
-}
-
-async fn next_text(ws: &mut Socket) -> String {
-    loop {
-        match ws.next().await {
-            Some(Ok(Message::Text(t))) => return t.to_string(),
-            Some(Ok(_)) => continue,
-            other => panic!("socket ended: {other:?}"),
-        }
-    }
-}
-
-async fn until(ws: &mut Socket, marker: &str) -> Instant {
-    loop {
-        if next_text(ws).await.contains(marker) {
-            return Instant::now();
-        }
-    }
+    let query = "subscription($id: ID!) { environmentEventsUpdated(environmentId: $id) { id message count lastTime } }";
+    let variables = json!({"id": "gid://gitlab/Environment/100"});
+    subscribe(addr, &format!("Bearer {token}"), query, variables, None).await
 }
 
 async fn event_to_subscriber(

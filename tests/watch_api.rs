@@ -583,7 +583,13 @@ async fn a_blocked_users_socket_is_closed_at_the_next_check(reach: Reach) {
     let res = live.app.system_hook(&hook).await;
     assert!(res.status.is_success(), "{}", res.text());
     // `access_cache` is 5 s here; a loaded machine gets room beyond it.
-    let close = tokio::time::timeout(Duration::from_secs(30), async {
+    let close = closed_within(&mut ws, Duration::from_secs(30)).await;
+    assert_eq!(close, Some(1008));
+}
+
+/// The close code the server ends `ws` with, waited for `within` at most.
+async fn closed_within(ws: &mut Socket, within: Duration) -> Option<u16> {
+    tokio::time::timeout(within, async {
         loop {
             match ws.next().await {
                 Some(Ok(Message::Close(frame))) => return frame.map(|f| u16::from(f.code)),
@@ -593,8 +599,7 @@ async fn a_blocked_users_socket_is_closed_at_the_next_check(reach: Reach) {
         }
     })
     .await
-    .expect("the socket is closed within 30 s");
-    assert_eq!(close, Some(1008));
+    .unwrap_or_else(|_| panic!("the socket is not closed within {within:?}"))
 }
 
 both_ways!(a_socket_whose_access_cannot_be_checked_is_closed);
@@ -609,17 +614,7 @@ async fn a_socket_whose_access_cannot_be_checked_is_closed(reach: Reach) {
         .await
         .unwrap();
     // `access_cache` is 5 s here: three checks, and room for a loaded machine.
-    let close = tokio::time::timeout(Duration::from_secs(60), async {
-        loop {
-            match ws.next().await {
-                Some(Ok(Message::Close(frame))) => return frame.map(|f| u16::from(f.code)),
-                Some(Ok(_)) => continue,
-                _ => return None,
-            }
-        }
-    })
-    .await
-    .expect("the socket is closed within 60 s");
+    let close = closed_within(&mut ws, Duration::from_secs(60)).await;
     assert_eq!(close, Some(1011));
 }
 

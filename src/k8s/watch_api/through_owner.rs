@@ -30,6 +30,10 @@ pub const SYNCED: &str = r#"{"type":"synced"}"#;
 /// How soon the owner is asked again once its stream ended.
 const LOOK_AGAIN: Duration = Duration::from_millis(500);
 
+/// Looks for an owner (or this replica's hold) before a watch nobody serves yet goes to the
+/// cluster: 4 s, two of the coordination's steps at its default window (10 s).
+const UNOWNED_LOOKS: u32 = 8;
+
 /// A socket's way to the owners of its connection.
 #[derive(Clone)]
 pub struct Through {
@@ -112,6 +116,7 @@ impl Watcher {
         // Whether the watcher was served yet (here or by an owner): until then, an owner
         // that cannot be asked leaves the watch to the cluster.
         let mut followed = false;
+        let mut unowned_looks = 0;
         loop {
             if self.cluster.watch.enabled() {
                 // This replica holds the connection: on from what the watcher has, until it
@@ -153,7 +158,15 @@ impl Watcher {
                     }
                 }
             } else if !followed {
-                return self.at_cluster(id, params).await;
+                // Held here with the cache off: the cluster, at once. Not held, and nobody to
+                // ask yet: this replica may be about to take the connection, or not have read
+                // the live replicas yet. The cluster is asked only after a few looks, so that
+                // a socket does not hold a watch of its own at the cluster for as long as it
+                // lives when an owner's cache was a moment away.
+                if self.cluster.watch.held() || unowned_looks >= UNOWNED_LOOKS {
+                    return self.at_cluster(id, params).await;
+                }
+                unowned_looks += 1;
             }
             // Handed over, the owner gone, or this replica about to take the connection.
             if self.outbox.is_closed() {
