@@ -185,9 +185,10 @@ async fn setup() -> (Bench, tempfile::TempDir, support::kube_api::Served) {
     let served = api.serve(dir.path()).await;
     let history = "history:\n  keep_per_environment: 1000\n";
     let app = environment::gitlab_with(&served, history).await;
+    // envlens has no default connection (SPEC 6): agent 7 is led to the test server.
     let settings = Settings::parse(&format!(
-        "kubernetes:\n  kubeconfig: {}\n{history}",
-        served.kubeconfig.display()
+        "kubernetes:\n{}{history}",
+        served.connections(&["7"])
     ))
     .expect("settings");
     let clusters = envlens::k8s::clusters::Clusters::load(&settings.kubernetes, Default::default())

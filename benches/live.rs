@@ -112,9 +112,10 @@ async fn run(a: Args) {
             "status": {"phase": "Running"}}));
     }
     let served = api.serve(dir.path()).await;
+    // envlens has no default connection (SPEC 6): agent 7 is led to the test server.
     let yaml = format!(
-        "kubernetes:\n  kubeconfig: {}\n  response_timeout: 10s\n",
-        served.kubeconfig.display()
+        "kubernetes:\n{}  response_timeout: 10s\n",
+        served.connections(&["7"])
     );
     let settings = Settings::parse(&yaml).unwrap();
     let clusters = Clusters::load(&settings.kubernetes, Default::default())
