@@ -24,6 +24,8 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[allow(dead_code)]
 #[path = "../tests/support/mod.rs"]
 mod support;
+#[path = "fixtures/watcher.rs"]
+mod watcher;
 #[path = "fixtures/ws.rs"]
 mod ws;
 
@@ -36,12 +38,12 @@ use envlens::config::Limits;
 use envlens::graphql::SocketLimits;
 use envlens::k8s::clusters::Clusters;
 use envlens::state::AppState;
-use http_body_util::BodyExt;
 use serde_json::{json, Value};
 use support::environment::{self, NS};
 use support::kube_api::KubeApi;
 use support::TestApp;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
+use watcher::Watcher;
 use ws::{next_text, subscribe, until, Socket};
 
 const PATCHED: &str = "web-new222-a";
@@ -178,47 +180,6 @@ async fn subscriber(addr: SocketAddr, token: &str, query: &str) -> Socket {
     ws
 }
 
-/// A direct watch of the test server's Pods, on its own connection.
-struct Watcher {
-    body: hyper::body::Incoming,
-    seen: String,
-}
-
-impl Watcher {
-    async fn open(server: SocketAddr) -> Watcher {
-        let stream = TcpStream::connect(server).await.unwrap();
-        let (mut sender, conn) =
-            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-                .await
-                .unwrap();
-        tokio::spawn(conn);
-        let request = hyper::Request::get(format!("/api/v1/namespaces/{NS}/pods?watch=true"))
-            .header("host", server.to_string())
-            .header("authorization", "Bearer test-token")
-            .body(http_body_util::Empty::<bytes::Bytes>::new())
-            .unwrap();
-        let response = sender.send_request(request).await.unwrap();
-        assert!(response.status().is_success());
-        Watcher {
-            body: response.into_body(),
-            seen: String::new(),
-        }
-    }
-
-    async fn until(&mut self, marker: &str) -> Instant {
-        loop {
-            if let Some(at) = self.seen.find(marker) {
-                self.seen.drain(..at + marker.len());
-                return Instant::now();
-            }
-            let frame = self.body.frame().await.unwrap().unwrap();
-            if let Ok(data) = frame.into_data() {
-                self.seen.push_str(&String::from_utf8_lossy(&data));
-            }
-        }
-    }
-}
-
 fn patch(api: &KubeApi, marker: &str) {
     let mut pod = api.get("pods", Some(NS), PATCHED).unwrap();
     pod["metadata"]["annotations"] = json!({ "bench": marker });
@@ -242,7 +203,8 @@ async fn change_to_screen(
     iterations: usize,
 ) {
     let mut ws = subscriber(envlens, token, QUERY).await;
-    let mut watcher = Watcher::open(server).await;
+    let mut watcher =
+        Watcher::open(server, &format!("/api/v1/namespaces/{NS}/pods?watch=true")).await;
     let (mut direct, mut subscribed) = (Vec::new(), Vec::new());
     for i in 0..iterations + 5 {
         tokio::time::sleep(Duration::from_millis(150)).await;

@@ -42,6 +42,8 @@ static GLOBAL: counting::Counting = counting::Counting(mimalloc::MiMalloc);
 mod args;
 #[path = "fixtures/counting.rs"]
 mod counting;
+#[path = "fixtures/watcher.rs"]
+mod watcher;
 #[path = "fixtures/ws.rs"]
 mod ws;
 
@@ -62,11 +64,11 @@ use envlens::db::read::Viewer;
 use envlens::k8s::clusters::Clusters;
 use envlens::state::AppState;
 use futures_util::StreamExt;
-use http_body_util::BodyExt;
 use serde_json::{json, Value};
 use support::kube_api::KubeApi;
 use support::TestApp;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
+use watcher::Watcher;
 use ws::{subscribe, until, Socket};
 
 const DEV: (i64, &str) = (2, "dev");
@@ -629,52 +631,6 @@ async fn counts(app: &TestApp, a: &Args) {
     );
 }
 
-/// A direct watch of the test server's Pods in one namespace, on its own connection.
-struct Watcher {
-    body: hyper::body::Incoming,
-    seen: String,
-}
-
-impl Watcher {
-    async fn open(server: SocketAddr, ns: &str) -> Watcher {
-        let stream = TcpStream::connect(server).await.unwrap();
-        let (mut sender, conn) =
-            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-                .await
-                .unwrap();
-        tokio::spawn(conn);
-        let request = hyper::Request::get(format!(
-            "/api/v1/namespaces/{ns}/pods?watch=true&resourceVersion=0"
-        ))
-        .header("host", server.to_string())
-        .header("authorization", "Bearer test-token")
-        .body(http_body_util::Empty::<bytes::Bytes>::new())
-        .unwrap();
-        let response = sender.send_request(request).await.unwrap();
-        assert!(response.status().is_success());
-        let mut w = Watcher {
-            body: response.into_body(),
-            seen: String::new(),
-        };
-        // The initial events of every Pod in the namespace.
-        w.until("\"ADDED\"").await;
-        w
-    }
-
-    async fn until(&mut self, marker: &str) -> Instant {
-        loop {
-            if let Some(at) = self.seen.find(marker) {
-                self.seen.drain(..at + marker.len());
-                return Instant::now();
-            }
-            let frame = self.body.frame().await.unwrap().unwrap();
-            if let Ok(data) = frame.into_data() {
-                self.seen.push_str(&String::from_utf8_lossy(&data));
-            }
-        }
-    }
-}
-
 async fn subscriber(addr: SocketAddr) -> Socket {
     let (token, _) = mint_session(
         support::SESSION_KEY,
@@ -749,7 +705,10 @@ async fn change_to_subscriber(
             "the subscription never carried a health change"
         );
     }
-    let mut watcher = Watcher::open(server, &ns).await;
+    let path = format!("/api/v1/namespaces/{ns}/pods?watch=true&resourceVersion=0");
+    let mut watcher = Watcher::open(server, &path).await;
+    // The initial events of every Pod in the namespace.
+    watcher.until("\"ADDED\"").await;
     let mut listener = sqlx::postgres::PgListener::connect_with(&app.db)
         .await
         .unwrap();

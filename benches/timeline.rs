@@ -19,6 +19,8 @@ mod args;
 #[allow(dead_code)]
 #[path = "../tests/support/mod.rs"]
 mod support;
+#[path = "fixtures/watcher.rs"]
+mod watcher;
 #[path = "fixtures/ws.rs"]
 mod ws;
 
@@ -31,12 +33,12 @@ use envlens::config::file::Settings;
 use envlens::config::Limits;
 use envlens::k8s::clusters::Clusters;
 use envlens::state::AppState;
-use http_body_util::BodyExt;
 use serde_json::{json, Value};
 use support::environment::{self, NS, SLUG};
 use support::kube_api::KubeApi;
 use support::TestApp;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
+use watcher::Watcher;
 use ws::{subscribe, until, Socket};
 
 const DEV: (i64, &str) = (2, "dev");
@@ -176,49 +178,6 @@ async fn first_page(app: &TestApp, iterations: usize) {
     );
 }
 
-/// A direct watch of the test server's Events, on its own connection.
-struct Watcher {
-    body: hyper::body::Incoming,
-    seen: String,
-}
-
-impl Watcher {
-    async fn open(server: SocketAddr) -> Watcher {
-        let stream = TcpStream::connect(server).await.unwrap();
-        let (mut sender, conn) =
-            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-                .await
-                .unwrap();
-        tokio::spawn(conn);
-        let request = hyper::Request::get(format!(
-            "/api/v1/namespaces/{NS}/events?watch=true&resourceVersion=0"
-        ))
-        .header("host", server.to_string())
-        .header("authorization", "Bearer test-token")
-        .body(http_body_util::Empty::<bytes::Bytes>::new())
-        .unwrap();
-        let response = sender.send_request(request).await.unwrap();
-        assert!(response.status().is_success());
-        Watcher {
-            body: response.into_body(),
-            seen: String::new(),
-        }
-    }
-
-    async fn until(&mut self, marker: &str) -> Instant {
-        loop {
-            if let Some(at) = self.seen.find(marker) {
-                self.seen.drain(..at + marker.len());
-                return Instant::now();
-            }
-            let frame = self.body.frame().await.unwrap().unwrap();
-            if let Ok(data) = frame.into_data() {
-                self.seen.push_str(&String::from_utf8_lossy(&data));
-            }
-        }
-    }
-}
-
 async fn subscriber(addr: SocketAddr) -> Socket {
     let (token, _) = mint_session(
         support::SESSION_KEY,
@@ -251,7 +210,11 @@ async fn event_to_subscriber(
         }
         assert!(attempt < 30, "the subscription never followed the group");
     }
-    let mut watcher = Watcher::open(server).await;
+    let mut watcher = Watcher::open(
+        server,
+        &format!("/api/v1/namespaces/{NS}/events?watch=true&resourceVersion=0"),
+    )
+    .await;
     let (mut direct, mut subscribed) = (Vec::new(), Vec::new());
     for i in 0..iterations + 5 {
         tokio::time::sleep(Duration::from_millis(50)).await;
