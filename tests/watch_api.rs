@@ -425,6 +425,63 @@ async fn secrets_of_envlens_namespace_are_refused_on_the_socket(reach: Reach) {
         .any(|r| r.path.contains("namespaces/envlens") || r.path == "/api/v1/secrets"));
 }
 
+both_ways!(a_watch_whose_kind_is_taken_from_the_user_ends_with_a_refusal);
+/// A running watch is judged again every `access_cache` (SPEC 8.1), not only when it starts:
+/// the user's RoleBinding deleted, the open watch of Pods is refused and ends, and a Pod made
+/// after that never reaches the socket.
+async fn a_watch_whose_kind_is_taken_from_the_user_ends_with_a_refusal(reach: Reach) {
+    let live = live_via(reach).await;
+    live.api.insert(
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "pods", "namespace": "apps"},
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]}]}),
+    );
+    live.api.insert(
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "users", "namespace": "apps"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pods"},
+        "subjects": [{"kind": "Group", "name": "gitlab:user"}]}),
+    );
+    live.api.enforce_rbac();
+    live.reached.admit_own_identity(&live.api);
+    // Agent 7 impersonates the user.
+    let mut ws = live.socket(2, 7).await;
+    watch(
+        &mut ws,
+        "pods",
+        json!({"version": "v1", "resource": "pods", "namespace": "apps"}),
+    )
+    .await;
+    let pods = collect(&mut ws, "pods", 2).await;
+    assert_eq!(
+        events(&pods),
+        [pair("ADDED", "web-1"), pair("ADDED", "web-2")]
+    );
+    live.api
+        .remove("rolebindings", Some("apps"), "users")
+        .expect("the binding");
+    // Within a few access_cache periods (5 s here), the watch is refused: the only message.
+    let refused = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            if let Some(Ok(Message::Text(text))) = ws.next().await {
+                return serde_json::from_str::<Value>(&text).unwrap();
+            }
+        }
+    })
+    .await
+    .expect("the watch is refused");
+    assert_eq!(
+        (&refused["watchId"], &refused["type"]),
+        (&json!("pods"), &json!("error")),
+        "{refused}"
+    );
+    assert_eq!(refused["error"]["object"]["code"], 403, "{refused}");
+    live.api.insert(json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "after", "namespace": "apps", "uid": "uid-after"}}));
+    let more = tokio::time::timeout(Duration::from_secs(3), ws.next()).await;
+    assert!(more.is_err(), "the refused watch went on: {more:?}");
+}
+
 both_ways!(a_kind_the_user_may_not_list_is_an_error_message);
 async fn a_kind_the_user_may_not_list_is_an_error_message(reach: Reach) {
     let live = live_via(reach).await;

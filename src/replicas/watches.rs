@@ -128,6 +128,7 @@ pub(super) async fn watch(
         timeout: state.clusters.response_timeout,
         through: None,
         for_replica: true,
+        recheck: crate::k8s::watch_api::recheck_every(&state.clusters),
     };
     let task = tokio::spawn(watcher.for_another_replica(ask.params, kind, selection));
     Ok(lines(messages, Running(task.abort_handle()), cluster.watch))

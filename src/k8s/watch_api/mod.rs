@@ -63,6 +63,15 @@ pub const MAX_SOCKETS: usize = 2_000;
 pub const IDLE: Duration = Duration::from_secs(60);
 /// The longest a socket's `user_access` goes unchecked, whatever `kubernetes.access_cache` says.
 pub const RECHECK: Duration = Duration::from_secs(30);
+
+/// How often a socket, and each watch it carries, is judged again: `kubernetes.access_cache`,
+/// at most [`RECHECK`].
+pub fn recheck_every(clusters: &Clusters) -> Duration {
+    clusters
+        .grants
+        .ttl()
+        .clamp(Duration::from_millis(100), RECHECK)
+}
 /// Messages queued for a slow socket before its watches wait (and the cache's feed, if they
 /// fall too far behind, makes them read their kinds again).
 const OUTBOX: usize = 1024;
@@ -291,16 +300,13 @@ impl Socket {
             timeout: self.timeout,
             through: Some(self.through.clone()),
             for_replica: false,
+            recheck: recheck_every(&self.clusters),
         };
         let mut watches: HashMap<String, Running> = HashMap::new();
         let mut idle_since = Some(Instant::now());
         // As the subscriptions do: a user blocked or removed loses the socket at the next
         // `access_cache` check (SPEC 13).
-        let every = self
-            .clusters
-            .grants
-            .ttl()
-            .clamp(Duration::from_millis(100), RECHECK);
+        let every = recheck_every(&self.clusters);
         let mut recheck = tokio::time::interval_at(Instant::now() + every, every);
         let mut undecided = crate::auth::recheck::Undecided::default();
         let closing: Option<CloseFrame> = loop {
@@ -338,6 +344,12 @@ impl Socket {
                 _ = recheck.tick() => {
                     let b = self.bound;
                     match current_grant(&self.db, &self.clusters, b.agent_id, b.user_id).await {
+                        // The identity the cluster sees changed (a new role, say): its watches
+                        // were judged for the old one. The browser opens a new socket, with a
+                        // token for who the user is now.
+                        Ok(Some(grant)) if *grant.impersonation_headers(AccessType::from(b.via)) != *self.headers => {
+                            break Some(CloseFrame { code: 1012, reason: "your access changed: open the socket again".into() })
+                        }
                         Ok(Some(_)) => undecided.decided(),
                         Ok(None) => break Some(CloseFrame { code: 1008, reason: "user_access no longer allows you".into() }),
                         Err(e) => {

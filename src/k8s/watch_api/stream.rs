@@ -34,6 +34,10 @@ pub struct Watcher {
     /// Serving another replica's socket: [`super::through_owner::SYNCED`] follows the first
     /// complete sync, so that it knows which objects are gone.
     pub for_replica: bool,
+    /// How often a watch served from the cache asks again whether its viewer may list and
+    /// watch the kind (`kubernetes.access_cache`, SPEC 8.1): a decision is reused no longer
+    /// than that, however long the socket lives.
+    pub recheck: Duration,
 }
 
 /// How a watch served from the cache ended.
@@ -42,6 +46,8 @@ pub(super) enum Ended {
     SocketGone,
     /// The cache stopped the namespace (idle, bounded, or the connection handed over).
     Closed,
+    /// The viewer may no longer watch the kind: said to them, and the watch is over.
+    Refused,
 }
 
 /// What a resync did.
@@ -154,8 +160,26 @@ impl Watcher {
             };
         }
         resync!();
+        let mut recheck =
+            tokio::time::interval_at(tokio::time::Instant::now() + self.recheck, self.recheck);
+        let mut undecided = crate::auth::recheck::Undecided::default();
         loop {
-            let events = match changes.recv().await {
+            let change = tokio::select! {
+                change = changes.recv() => change,
+                _ = recheck.tick() => {
+                    match self.refusal(namespace, kind).await {
+                        None => undecided.decided(),
+                        // Refused, or undecidable too long: fail closed.
+                        Some(refused) if refused.answered || undecided.failed() => {
+                            self.fail(id, refused.code, &refused.message).await;
+                            return Ended::Refused;
+                        }
+                        Some(_) => {}
+                    }
+                    continue;
+                }
+            };
+            let events = match change {
                 Ok(change) if change.kind != *kind => continue,
                 Ok(change) => match change.change {
                     Change::Applied(object) => {
@@ -181,6 +205,27 @@ impl Watcher {
                 }
             }
         }
+    }
+
+    /// Why the watcher may no longer list and watch `kind` in `namespace`, if they may not:
+    /// asked as the first view of the watch was (a decision older than `access_cache` is
+    /// asked of the cluster again).
+    async fn refusal(
+        &self,
+        namespace: &str,
+        kind: &ApiKind,
+    ) -> Option<crate::k8s::discovery::Failure> {
+        let decided = self
+            .cluster
+            .watch
+            .access(
+                &self.headers,
+                namespace,
+                std::slice::from_ref(kind),
+                self.timeout,
+            )
+            .await;
+        decided.into_iter().next().flatten()
     }
 
     /// Brings the watcher to the kind's objects now. A kind whose list fails is an error

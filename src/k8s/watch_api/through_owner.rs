@@ -125,7 +125,7 @@ impl Watcher {
                 let ended = self
                     .cached(id, &params.namespace, kind, selection, &mut sent)
                     .await;
-                if let Ended::SocketGone = ended {
+                if !matches!(ended, Ended::Closed) {
                     return;
                 }
             } else if let Some(owner) = through.owner(&self.cluster) {
@@ -189,10 +189,13 @@ impl Watcher {
         // The first sync's objects, until the owner says it is complete.
         let mut first: Option<Vec<Arc<Object>>> = Some(Vec::new());
         let mut refused = false;
+        // An owner ends a watch it refused mid-way with the error as its last line.
+        let mut last_was_error = false;
         while let Some(line) = lines.next().await {
             let Ok(message) = serde_json::from_slice::<Message>(&line) else {
                 return Followed::Ended;
             };
+            last_was_error = message.kind == "error";
             let events = match (message.kind, message.event) {
                 ("synced", _) => match first.take() {
                     Some(now) => sent.sync(now),
@@ -233,7 +236,7 @@ impl Watcher {
                 }
             }
         }
-        if refused && first.is_some() {
+        if (refused && first.is_some()) || last_was_error {
             Followed::Refused
         } else {
             Followed::Ended
