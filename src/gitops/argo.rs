@@ -13,7 +13,7 @@ pub fn resources(application: &Tree) -> Option<Vec<ObjRef>> {
             .filter(|r| !field(r, "kind").is_empty() && !field(r, "name").is_empty())
             .map(|r| ObjRef {
                 group: field(r, "group"),
-                version: Some(field(r, "version")).filter(|v| !v.is_empty()),
+                version: Some(field(r, "version")).filter(|v| super::is_api_version(v)),
                 kind: field(r, "kind"),
                 namespace: Some(field(r, "namespace")).filter(|ns| !ns.is_empty()),
                 name: field(r, "name"),
@@ -39,9 +39,12 @@ mod tests {
             {"group": "rbac.authorization.k8s.io", "version": "v1", "kind": "ClusterRole",
              "name": "shop-reader", "status": "OutOfSync"},
             {"kind": "", "name": "nameless"},
+            {"version": "v1/nodes/n1/proxy/metrics?", "kind": "Namespace", "name": "x"},
         ]}}));
         let refs = resources(&app).unwrap();
-        assert_eq!(refs.len(), 3);
+        assert_eq!(refs.len(), 4);
+        // A version that is no API version is not taken into a request path.
+        assert_eq!(refs[3].version, None);
         assert_eq!(refs[0].api_version().as_deref(), Some("apps/v1"));
         assert_eq!(refs[1].group, "");
         assert_eq!(refs[1].api_version().as_deref(), Some("v1"));

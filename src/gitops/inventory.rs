@@ -50,7 +50,7 @@ pub fn entries(object: &Tree) -> Option<(Vec<ObjRef>, Vec<IdError>)> {
                 r.version = entry
                     .get("v")
                     .and_then(Tree::as_str)
-                    .filter(|v| !v.is_empty())
+                    .filter(|v| super::is_api_version(v))
                     .map(str::to_owned);
                 refs.push(r);
             }
@@ -133,9 +133,13 @@ mod tests {
             {"id": "apps_web_apps_Deployment", "v": "v1"},
             {"id": "garbage", "v": "v1"},
             {"id": "_apps__Namespace", "v": "v1"},
+            {"id": "_x__Namespace", "v": "v1/nodes/n1/proxy/metrics?"},
         ]}}}));
         let (refs, errors) = entries(&ks).unwrap();
-        assert_eq!(refs.len(), 2);
+        assert_eq!(refs.len(), 3);
+        // Whoever may edit the source writes its inventory: a version that is no API version
+        // is not taken into a request path (discovery's is used).
+        assert_eq!(refs[2].version, None);
         assert_eq!(refs[0].version.as_deref(), Some("v1"));
         assert_eq!(refs[0].api_version().as_deref(), Some("apps/v1"));
         assert_eq!(refs[1].api_version().as_deref(), Some("v1"));

@@ -104,6 +104,18 @@ impl SourceKind {
     }
 }
 
+/// Whether `version` can be an API version (`v1`, `v2beta1`): a DNS label, as Kubernetes
+/// requires. A source's objects are written by whoever may edit it, and the version goes into
+/// a request path: anything else is not taken (discovery's version is used instead).
+pub fn is_api_version(version: &str) -> bool {
+    let b = version.as_bytes();
+    (1..=63).contains(&b.len())
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b[0] != b'-'
+        && b[b.len() - 1] != b'-'
+}
+
 /// Whether `group` is one of Flux's (`*.toolkit.fluxcd.io`): its objects carry a sync status.
 pub fn is_flux_group(group: &str) -> bool {
     group.ends_with(".toolkit.fluxcd.io")
