@@ -306,11 +306,15 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         clusters: state.clusters.clone(),
         health: state.health.clone(),
     });
-    let internal_serving = tokio::spawn(async move {
-        if let Err(e) = axum::serve(internal, internal_app).await {
-            tracing::error!(error = %e, "the internal listener stopped");
-        }
-    });
+    // Bounded as the public listener is (heads, idle connections, a cap): in a pod it listens
+    // on every address, and only the chart's NetworkPolicy keeps other pods from it.
+    let internal_serving = tokio::spawn(crate::http::server::serve(
+        internal,
+        internal_app,
+        state.limits.connections,
+        state.metrics.clone(),
+        std::future::pending(),
+    ));
     crate::telemetry::announce(
         tracing::Level::INFO,
         &format!(

@@ -498,3 +498,35 @@ async fn ownership_is_unique_through_starts_stops_and_kills() {
     }
     assert_eq!(settled(api).await, one_set, "one set of watches");
 }
+
+/// The internal listener is bounded as the public one is: in a pod it listens on every
+/// address, so a connection that sends nothing is closed after `--header-read-timeout`
+/// instead of being held for as long as its peer likes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_internal_listener_closes_connections_that_send_nothing() {
+    let world = world().await;
+    let setup = &world.setup;
+    let config = setup.config.path().to_str().unwrap();
+    let replica = Replica::start_with(
+        &setup.url,
+        setup.secrets.path(),
+        &["--config", config, "--header-read-timeout", "1s"],
+    )
+    .await;
+    let host = replica.advertise_url.strip_prefix("http://").unwrap();
+    let mut silent = tokio::net::TcpStream::connect(host).await.unwrap();
+    let started = Instant::now();
+    let mut buf = [0u8; 256];
+    let closed = tokio::time::timeout(Duration::from_secs(20), async {
+        use tokio::io::AsyncReadExt;
+        loop {
+            match silent.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await;
+    assert!(closed.is_ok(), "still open after 20 s");
+    assert!(started.elapsed() >= Duration::from_millis(900));
+}
