@@ -872,3 +872,60 @@ async fn the_group_page_leads_with_the_counts_and_the_unhealthy_first_live() {
     page.screenshot(&shots().join("organization-group-live-desktop.png"))
         .await;
 }
+
+/// The organization view decides over every agent of the scope at once
+/// (`GrantCache::authorize_all`, one statement for the agents not decided recently): each
+/// decision the same as the one-agent decision the proxy makes, for an agent admitting the
+/// user, one configured otherwise, one without `user_access`, an unknown one; for an
+/// administrator, a developer, a reporter and an unknown user.
+#[tokio::test]
+async fn deciding_over_many_agents_at_once_decides_as_one_by_one() {
+    use envlens::k8s::grants::{self, GrantCache};
+    let app = TestApp::new().await;
+    environment::seed(&app).await;
+    for (id, name) in [(8, "other"), (9, "bare")] {
+        let res = app
+            .internal(
+                Method::PUT,
+                &format!("/api/v4/internal/kubernetes/agents/{id}"),
+                &json!({"project_id": AGENTS_PROJECT, "name": name}),
+            )
+            .await;
+        assert!(res.status.is_success(), "{}", res.text());
+    }
+    configure(
+        &app,
+        8,
+        &json!({"user_access": {"access_as": {"agent": {}},
+        "groups": [{"id": "acme/apps"}]}}),
+    )
+    .await;
+    let agents = [7, 8, 9, 404];
+    let shown = |g: Option<&grants::Grant>| {
+        g.map(|g| (g.agent.id, g.username.clone(), g.authorization.clone()))
+    };
+    let mut granted = 0;
+    for user in [ROOT.0, DEV.0, REP.0, 77] {
+        let all = grants::authorize_all(&app.db, &agents, user).await.unwrap();
+        assert_eq!(all.len(), agents.len());
+        let cache = GrantCache::new(Duration::from_secs(60));
+        // Decided once before: the batch answers it from the cache, the rest in one statement.
+        cache.authorize(&app.db, 8, user).await.unwrap();
+        let cached = cache.authorize_all(&app.db, &agents, user).await.unwrap();
+        for (i, agent) in agents.iter().enumerate() {
+            let one = grants::authorize(&app.db, *agent, user).await.unwrap();
+            assert_eq!(
+                shown(all[agent].as_ref()),
+                shown(one.as_ref()),
+                "user {user}, agent {agent}"
+            );
+            assert_eq!(
+                shown(cached[i].as_deref()),
+                shown(one.as_ref()),
+                "user {user}, agent {agent}"
+            );
+            granted += usize::from(one.is_some());
+        }
+    }
+    assert!(granted >= 3, "some decisions grant: {granted}");
+}
