@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use axum::http::Method;
 use envlens::config::file::Settings;
 use envlens::config::Limits;
 use envlens::state::AppState;
@@ -163,6 +164,16 @@ fn names(list: &[(String, Value)]) -> Vec<&str> {
 
 /// acme's counts (`tier` as GraphQL takes it, or none) as `user` sees them, by status.
 async fn counts(app: &TestApp, user: (i64, &str), tier: &str) -> HashMap<String, i64> {
+    counts_in(app, user, "acme", tier).await
+}
+
+/// [`counts`] of the group at `group`.
+async fn counts_in(
+    app: &TestApp,
+    user: (i64, &str),
+    group: &str,
+    tier: &str,
+) -> HashMap<String, i64> {
     let args = if tier.is_empty() {
         String::new()
     } else {
@@ -171,7 +182,7 @@ async fn counts(app: &TestApp, user: (i64, &str), tier: &str) -> HashMap<String,
     let answer = app
         .graphql(
             user,
-            &format!(r#"{{ group(fullPath: "acme") {{ environmentHealthCounts{args} {{ status count }} }} }}"#),
+            &format!(r#"{{ group(fullPath: "{group}") {{ environmentHealthCounts{args} {{ status count }} }} }}"#),
         )
         .await;
     assert!(answer.get("errors").is_none(), "{answer}");
@@ -415,6 +426,88 @@ async fn filters_sorts_and_counts_show_only_healths_the_viewer_may_see() {
             .is_empty()
     );
     assert_eq!(counts(&w, REP, "").await.values().sum::<i64>(), 0);
+}
+
+/// Every status, as a filter: the page read from the kept healths, in the worst-first order.
+const EVERY_HEALTH: &str =
+    "health: [HEALTHY, SUSPENDED, PROGRESSING, MISSING, DEGRADED, UNKNOWN], sort: HEALTH_DESC";
+
+/// The counts and the filtered page read the project and tier each kept health carries
+/// (migration 0064), not the environment's row: an environment whose tier a later deployment
+/// changes, and a project moved to another group, show there at once, though no health changed (the group's
+/// objects do not).
+#[tokio::test]
+async fn a_changed_tier_or_a_moved_project_shows_at_once_in_the_counts_and_the_page() {
+    let (_api, served, _dir) = cluster().await;
+    let (w, _) = keeping(Reach::Kubeconfig, &served, 100_000).await;
+    for name in ["production", "review"] {
+        until("the bound environments' healths are kept", || {
+            kept(&w, ROOT, name)
+        })
+        .await;
+    }
+    let tiered = |tier: &'static str| {
+        let w = &w;
+        async move {
+            let list = listed(w, ROOT, &format!("tier: {tier}, {EVERY_HEALTH}")).await;
+            let shown = counts(w, ROOT, tier).await.values().sum::<i64>();
+            (
+                names(&list)
+                    .iter()
+                    .map(|n| n.to_string())
+                    .collect::<Vec<_>>(),
+                shown,
+            )
+        }
+    };
+    let (production, counted) = tiered("PRODUCTION").await;
+    assert!(production.contains(&"review".to_owned()), "{production:?}");
+    assert_eq!(counted, production.len() as i64);
+    assert_eq!(tiered("STAGING").await, (vec![], 0));
+
+    // GitLab moves `review` to the staging tier with its next deployment (created only: the
+    // environment's last successful deployment, and so its group, stay).
+    let res = w.internal(Method::POST, "/api/v4/internal/deployments", &json!({
+        "deployment": {"id": 9, "iid": 9, "status": "created", "ref": "main", "sha": "abc", "tag": false,
+                       "created_at": "2026-11-21T11:00:00Z"},
+        "project": {"id": environment::PROJECT, "full_path": "acme/apps/web"},
+        "environment": {"id": 101, "name": "review", "slug": "review", "tier": "staging"},
+        "job": {"id": 9, "name": "deploy", "protected_ref": true},
+        "kubernetes": {"agent": "acme/agents:prod", "namespace": NS}
+    })).await;
+    assert_eq!(res.status, 201, "{}", res.text());
+    let (now_production, now_counted) = tiered("PRODUCTION").await;
+    let mut expected = production.clone();
+    expected.retain(|n| n != "review");
+    assert_eq!(now_production, expected);
+    assert_eq!(now_counted, counted - 1);
+    assert_eq!(tiered("STAGING").await, (vec!["review".to_owned()], 1));
+
+    // acme/apps/web moves to another group: its healths leave acme's counts and page and
+    // show in the new group's.
+    let res = w.internal(Method::PUT, "/api/v4/internal/identity", &json!({
+        "groups": [{"id": 1, "full_path": "acme"}, {"id": 2, "full_path": "acme/apps"},
+                   {"id": 3, "full_path": "beta"}],
+        "projects": [{"id": AGENTS_PROJECT, "full_path": "acme/agents", "visibility": "private"},
+                     {"id": environment::PROJECT, "full_path": "beta/web", "visibility": "private"}],
+        "users": [{"id": 1, "username": "root", "admin": true}, {"id": 2, "username": "dev"},
+                  {"id": 3, "username": "rep"}],
+        "members": []
+    })).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    assert_eq!(counts(&w, ROOT, "").await.values().sum::<i64>(), 0);
+    assert!(listed(&w, ROOT, EVERY_HEALTH).await.is_empty());
+    assert_eq!(
+        counts_in(&w, ROOT, "beta", "").await.values().sum::<i64>(),
+        counted
+    );
+    assert_eq!(
+        counts_in(&w, ROOT, "beta", "STAGING")
+            .await
+            .values()
+            .sum::<i64>(),
+        1
+    );
 }
 
 /// RBAC on in the test cluster: developers of the project may list and watch workloads
@@ -778,4 +871,61 @@ async fn the_group_page_leads_with_the_counts_and_the_unhealthy_first_live() {
     check(&page, "organization-live-degraded", r).await;
     page.screenshot(&shots().join("organization-group-live-desktop.png"))
         .await;
+}
+
+/// The organization view decides over every agent of the scope at once
+/// (`GrantCache::authorize_all`, one statement for the agents not decided recently): each
+/// decision the same as the one-agent decision the proxy makes, for an agent admitting the
+/// user, one configured otherwise, one without `user_access`, an unknown one; for an
+/// administrator, a developer, a reporter and an unknown user.
+#[tokio::test]
+async fn deciding_over_many_agents_at_once_decides_as_one_by_one() {
+    use envlens::k8s::grants::{self, GrantCache};
+    let app = TestApp::new().await;
+    environment::seed(&app).await;
+    for (id, name) in [(8, "other"), (9, "bare")] {
+        let res = app
+            .internal(
+                Method::PUT,
+                &format!("/api/v4/internal/kubernetes/agents/{id}"),
+                &json!({"project_id": AGENTS_PROJECT, "name": name}),
+            )
+            .await;
+        assert!(res.status.is_success(), "{}", res.text());
+    }
+    configure(
+        &app,
+        8,
+        &json!({"user_access": {"access_as": {"agent": {}},
+        "groups": [{"id": "acme/apps"}]}}),
+    )
+    .await;
+    let agents = [7, 8, 9, 404];
+    let shown = |g: Option<&grants::Grant>| {
+        g.map(|g| (g.agent.id, g.username.clone(), g.authorization.clone()))
+    };
+    let mut granted = 0;
+    for user in [ROOT.0, DEV.0, REP.0, 77] {
+        let all = grants::authorize_all(&app.db, &agents, user).await.unwrap();
+        assert_eq!(all.len(), agents.len());
+        let cache = GrantCache::new(Duration::from_secs(60));
+        // Decided once before: the batch answers it from the cache, the rest in one statement.
+        cache.authorize(&app.db, 8, user).await.unwrap();
+        let cached = cache.authorize_all(&app.db, &agents, user).await.unwrap();
+        for (i, agent) in agents.iter().enumerate() {
+            let one = grants::authorize(&app.db, *agent, user).await.unwrap();
+            assert_eq!(
+                shown(all[agent].as_ref()),
+                shown(one.as_ref()),
+                "user {user}, agent {agent}"
+            );
+            assert_eq!(
+                shown(cached[i].as_deref()),
+                shown(one.as_ref()),
+                "user {user}, agent {agent}"
+            );
+            granted += usize::from(one.is_some());
+        }
+    }
+    assert!(granted >= 3, "some decisions grant: {granted}");
 }

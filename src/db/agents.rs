@@ -196,13 +196,9 @@ pub fn user_access_entries(rows: &[UserAccessRow]) -> (Option<AccessAs>, Vec<Use
     (access_as, entries)
 }
 
-/// `None` when the agent or the user does not exist.
-pub async fn user_access(
-    db: impl PgExecutor<'_>,
-    agent_id: i64,
-    user_id: i64,
-) -> Result<Option<UserAccessRows>> {
-    Ok(sqlx::query_as(&format!(
+/// [`UserAccessRows`] of the agents `agents` (an SQL condition on `a`) for the user `$2`.
+fn user_access_sql(agents: &str) -> String {
+    format!(
         "SELECT a.id, a.project_id, a.name, p.full_path AS project_full_path, u.username, u.admin,
             COALESCE((SELECT jsonb_agg(jsonb_build_object(
                 'project_id', x.project_id, 'group_id', x.group_id,
@@ -212,12 +208,35 @@ pub async fn user_access(
          FROM cluster_agents a
          JOIN projects p ON p.id = a.project_id
          JOIN active_users u ON u.id = $2
-         WHERE a.id = $1"
-    ))
-    .bind(agent_id)
-    .bind(user_id)
-    .fetch_optional(db)
-    .await?)
+         WHERE {agents}"
+    )
+}
+
+/// `None` when the agent or the user does not exist.
+pub async fn user_access(
+    db: impl PgExecutor<'_>,
+    agent_id: i64,
+    user_id: i64,
+) -> Result<Option<UserAccessRows>> {
+    Ok(sqlx::query_as(&user_access_sql("a.id = $1"))
+        .bind(agent_id)
+        .bind(user_id)
+        .fetch_optional(db)
+        .await?)
+}
+
+/// [`user_access`] of several agents in one statement: the rows of each of `agent_ids` that
+/// exists, none when the user does not.
+pub async fn user_access_of(
+    db: impl PgExecutor<'_>,
+    agent_ids: &[i64],
+    user_id: i64,
+) -> Result<Vec<UserAccessRows>> {
+    Ok(sqlx::query_as(&user_access_sql("a.id = ANY ($1)"))
+        .bind(agent_ids)
+        .bind(user_id)
+        .fetch_all(db)
+        .await?)
 }
 
 /// An agent token as GitLab reports it; never the secret.

@@ -331,6 +331,28 @@ fn in_group_where(scope: &Scope<'_>) -> String {
     sql
 }
 
+/// The kept healths `h` of the scope's environments (`$1` to `$5`), by the project and tier
+/// each carries (migration 0064), without joining `environments`: of a project of the group
+/// or its subgroups that the viewer may read (decided per project, where it sits now, by
+/// [`READABLE`]), of the tier when given. Only a search reads the environment's name. The
+/// projects are one array computed first, tested per row: no join whose estimate (of tables
+/// too small to be analyzed) could turn a walk of the page's order into a scan and a sort.
+fn health_in_scope(scope: &Scope<'_>, h: &str) -> String {
+    let mut sql = format!(
+        "{h}.project_id = ANY (ARRAY(SELECT p.id FROM projects p JOIN namespaces n ON n.id = p.namespace_id
+                                     WHERE n.traversal_ids @> ARRAY[$3::bigint] AND {READABLE}))"
+    );
+    if scope.tier.is_some() {
+        sql.push_str(&format!(" AND {h}.tier = $4"));
+    }
+    if scope.search.is_some() {
+        sql.push_str(&format!(
+            " AND envlens_contains((SELECT e.name FROM environments e WHERE e.id = {h}.environment_id), $5)"
+        ));
+    }
+    sql
+}
+
 /// Which group of environments, as the viewer reads it.
 #[derive(Debug, Clone, Copy)]
 pub struct Scope<'a> {
@@ -419,7 +441,9 @@ impl Tally {
 }
 
 /// The scope's kept healths counted by agent and status, whoever may see them: one round
-/// trip gives both the agents to decide over and, once decided, the counts. With `by_reader`,
+/// trip gives both the agents to decide over and, once decided, the counts. Read from
+/// `environment_health` alone (by the project and tier it carries, an index-only scan of a
+/// tier's range of `environment_health_tier_worst_idx`). With `by_reader`,
 /// only those agents' healths, counted by agent, namespace, kinds and status: what deciding
 /// under impersonation needs (grouping by the kinds costs more, so only where needed).
 pub async fn tally(
@@ -441,11 +465,10 @@ pub async fn tally(
     let sql = format!(
         "SELECT t.agent_id, a.name AS agent_name, ap.full_path AS agent_project,
                 {namespace} AS namespace, {kinds} AS kinds, t.status, t.count
-         FROM (SELECT {columns}, count(*) AS count
-               {IN_GROUP} JOIN environment_health h ON h.environment_id = e.id
+         FROM (SELECT {columns}, count(*) AS count FROM environment_health h
                WHERE {}{and} GROUP BY {columns}) t
          JOIN cluster_agents a ON a.id = t.agent_id JOIN projects ap ON ap.id = a.project_id",
-        in_group_where(&scope)
+        health_in_scope(&scope, "h")
     );
     let q = bind_scope(sqlx::query_as(&sql), scope);
     let q = match by_reader {
@@ -458,7 +481,8 @@ pub async fn tally(
 /// A page of the scope's environments whose shown health is one of `health` (every one
 /// without), in `order`, from position `offset`; each with its kept health when the viewer
 /// sees it. Filtered, sorted and cut by PostgreSQL; with a `health` filter and no agent down,
-/// by a walk of `environment_health` in the order, that stops at the page's end. The agent's
+/// by a walk of `environment_health` in the order (`environment_health_tier_worst_idx` within
+/// a tier), that stops at the page's end, the scope tested on the kept project and tier. The agent's
 /// names are joined to the page's rows only.
 pub async fn page(
     db: impl PgExecutor<'_>,
@@ -470,18 +494,27 @@ pub async fn page(
     limit: i64,
 ) -> Result<Vec<Listed>> {
     let filtered = health.is_some();
-    let (join, filter) = if filtered {
-        ("JOIN", " AND s.shown_status = ANY ($12)")
+    // Filtered, every row has a health: the scope is read from the kept healths themselves,
+    // and the environments joined to the rows kept. Otherwise from the environments, each
+    // with its health if any.
+    let from = if filtered {
+        format!(
+            "FROM shown s JOIN environments e ON e.id = s.environment_id
+             WHERE {} AND s.shown_status = ANY ($12)",
+            health_in_scope(&scope, "s")
+        )
     } else {
-        ("LEFT JOIN", "")
+        format!(
+            "{IN_GROUP} LEFT JOIN shown s ON s.environment_id = e.id WHERE {}",
+            in_group_where(&scope)
+        )
     };
     let sql = format!(
         "WITH {}, page AS (
             SELECT {ENVIRONMENT_COLUMNS}, e.updated_at, s.environment_id AS health_of, s.agent_id,
                    s.namespace, s.status, s.message, s.since, s.kinds, s.unkept_since,
                    s.shown_severity, s.shown_since
-            {IN_GROUP} {join} shown s ON s.environment_id = e.id
-            WHERE {}{filter}
+            {from}
             ORDER BY {} OFFSET $13 LIMIT $14)
          SELECT x.id, x.project_id, x.name, x.slug, x.tier, x.state, x.updated_at,
                 x.health_of AS environment_id, x.agent_id, a.name AS agent_name,
@@ -491,7 +524,6 @@ pub async fn page(
            ON a.id = x.agent_id
          ORDER BY {}",
         shown(seen),
-        in_group_where(&scope),
         order.sql(filtered, "e", "s"),
         order.sql(filtered, "x", "x"),
     );

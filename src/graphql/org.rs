@@ -145,15 +145,13 @@ impl Decisions {
         }
         let user = loader(ctx).loader().user().await.gql()?;
         let clusters: &Arc<Clusters> = ctx.data_unchecked();
-        let mut grants = Vec::with_capacity(pending.len());
-        for (agent_id, _, _) in &pending {
-            let grant = clusters
-                .grants
-                .authorize(&mut **conn(ctx).await?, *agent_id, user.id)
-                .await
-                .gql()?;
-            grants.push(grant);
-        }
+        // One statement for the agents not decided in the last seconds, not one per agent.
+        let ids: Vec<i64> = pending.iter().map(|a| a.0).collect();
+        let grants = clusters
+            .grants
+            .authorize_all(&mut **conn(ctx).await?, &ids, user.id)
+            .await
+            .gql()?;
         // What follows may ask clusters: the connection goes back meanwhile.
         loader(ctx).loader().release().await;
         for ((agent_id, project, name), grant) in pending.into_iter().zip(grants) {

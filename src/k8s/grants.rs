@@ -59,18 +59,36 @@ pub async fn authorize(
     agent_id: i64,
     user_id: i64,
 ) -> Result<Option<Grant>> {
-    let Some(rows) = agents::user_access(db, agent_id, user_id).await? else {
-        return Ok(None);
-    };
+    Ok(agents::user_access(db, agent_id, user_id)
+        .await?
+        .and_then(decide))
+}
+
+/// [`authorize`] of each of `agent_ids`, in one statement; an agent missing from the answer is
+/// refused, as [`authorize`] refuses it.
+pub async fn authorize_all(
+    db: impl PgExecutor<'_>,
+    agent_ids: &[i64],
+    user_id: i64,
+) -> Result<HashMap<i64, Option<Grant>>> {
+    let mut decided: HashMap<i64, Option<Grant>> = agent_ids.iter().map(|id| (*id, None)).collect();
+    for rows in agents::user_access_of(db, agent_ids, user_id).await? {
+        if let Some(slot) = decided.get_mut(&rows.agent.id) {
+            *slot = decide(rows);
+        }
+    }
+    Ok(decided)
+}
+
+/// The decision over one agent's rows.
+fn decide(rows: agents::UserAccessRows) -> Option<Grant> {
     let (access_as, entries) = agents::user_access_entries(&rows.entries);
-    Ok(
-        access::user_access(rows.admin, access_as, &entries).map(|authorization| Grant {
-            agent: rows.agent,
-            username: rows.username,
-            authorization,
-            impersonation: OnceLock::new(),
-        }),
-    )
+    access::user_access(rows.admin, access_as, &entries).map(|authorization| Grant {
+        agent: rows.agent,
+        username: rows.username,
+        authorization,
+        impersonation: OnceLock::new(),
+    })
 }
 
 /// Decisions of the last few seconds, per (user, agent), as KAS caches GitLab's answers: a
@@ -110,14 +128,54 @@ impl GrantCache {
         if let Some(grant) = self.cached(agent_id, user_id) {
             return Ok(grant);
         }
-        let key = (user_id, agent_id);
         let grant = authorize(db, agent_id, user_id).await?.map(Arc::new);
-        let mut entries = self.lock();
-        if entries.len() >= MAX_CACHED {
-            entries.clear();
-        }
-        entries.insert(key, (Instant::now(), grant.clone()));
+        self.keep(user_id, [(agent_id, grant.clone())]);
         Ok(grant)
+    }
+
+    /// [`GrantCache::authorize`] of each of `agent_ids`, in their order: those not decided
+    /// recently in one statement ([`authorize_all`]), not one per agent.
+    pub async fn authorize_all(
+        &self,
+        db: impl PgExecutor<'_>,
+        agent_ids: &[i64],
+        user_id: i64,
+    ) -> Result<Vec<Option<Arc<Grant>>>> {
+        let mut grants: Vec<Option<Option<Arc<Grant>>>> = agent_ids
+            .iter()
+            .map(|id| self.cached(*id, user_id))
+            .collect();
+        let missing: Vec<i64> = agent_ids
+            .iter()
+            .zip(&grants)
+            .filter(|(_, g)| g.is_none())
+            .map(|(id, _)| *id)
+            .collect();
+        if !missing.is_empty() {
+            let decided: HashMap<i64, Option<Arc<Grant>>> = authorize_all(db, &missing, user_id)
+                .await?
+                .into_iter()
+                .map(|(id, g)| (id, g.map(Arc::new)))
+                .collect();
+            for (id, grant) in agent_ids.iter().zip(grants.iter_mut()) {
+                if grant.is_none() {
+                    *grant = Some(decided.get(id).cloned().flatten());
+                }
+            }
+            self.keep(user_id, decided);
+        }
+        Ok(grants.into_iter().map(Option::flatten).collect())
+    }
+
+    fn keep(&self, user_id: i64, decided: impl IntoIterator<Item = (i64, Option<Arc<Grant>>)>) {
+        let mut entries = self.lock();
+        let now = Instant::now();
+        for (agent_id, grant) in decided {
+            if entries.len() >= MAX_CACHED {
+                entries.clear();
+            }
+            entries.insert((user_id, agent_id), (now, grant));
+        }
     }
 
     /// The recent decision for the user on the agent, if there is one: then no connection is
