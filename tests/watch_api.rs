@@ -563,6 +563,38 @@ async fn a_kind_the_user_may_not_list_is_an_error_message(reach: Reach) {
     }
 }
 
+/// A watch of the cluster is read a line (an event) at a time: a line longer than any object
+/// the API server keeps is an error and the watch's end, not a buffer that grows without end.
+#[tokio::test]
+async fn an_event_too_large_from_the_cluster_ends_the_watch_with_an_error() {
+    let live = live().await;
+    live.api.insert(json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "huge", "namespace": "other", "uid": "uid-huge",
+                     "annotations": {"filler": "x".repeat(17 << 20)}}}));
+    let mut ws = live.socket(2, 9).await;
+    watch(
+        &mut ws,
+        "everywhere",
+        json!({"version": "v1", "resource": "pods"}),
+    )
+    .await;
+    let failed = loop {
+        let m = collect(&mut ws, "everywhere", 1).await.remove(0);
+        if m["type"] == "error" {
+            break m;
+        }
+        assert_ne!(m["watchEvent"]["object"]["metadata"]["name"], "huge");
+    };
+    assert_eq!(failed["error"]["object"]["code"], 502, "{failed}");
+    assert!(
+        failed["error"]["object"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("over 16 MiB"),
+        "{failed}"
+    );
+}
+
 both_ways!(what_the_cache_cannot_serve_is_watched_at_the_cluster);
 async fn what_the_cache_cannot_serve_is_watched_at_the_cluster(reach: Reach) {
     let live = live_via(reach).await;

@@ -372,6 +372,10 @@ pub(crate) async fn get(
     .await
 }
 
+/// The largest answer [`get_as`] reads: a page of a list, a release Secret's list, one object
+/// (etcd keeps objects under 1.5 MiB by default). More is refused, not buffered.
+pub(crate) const MAX_ANSWER: usize = 128 << 20;
+
 /// [`get`], asking for `accept` (e.g. a `PartialObjectMetadataList`, falling back to JSON).
 pub(crate) async fn get_as(
     client: &kube::Client,
@@ -395,17 +399,28 @@ pub(crate) async fn get_as(
         request.extensions_mut().insert(agent);
     }
     let exchange = async {
-        let response = client.send(request).await?;
+        let response = client.send(request).await.map_err(|e| e.to_string())?;
         let status = response.status();
-        let body = response.into_body().collect_bytes().await?;
-        Ok::<_, kube::Error>((status, body))
+        let body = http_body_util::BodyExt::collect(http_body_util::Limited::new(
+            response.into_body(),
+            MAX_ANSWER,
+        ))
+        .await
+        .map_err(
+            |e| match e.downcast_ref::<http_body_util::LengthLimitError>() {
+                Some(_) => format!("the answer is over {} MiB", MAX_ANSWER >> 20),
+                None => e.to_string(),
+            },
+        )?
+        .to_bytes();
+        Ok::<_, String>((status, body))
     };
     match tokio::time::timeout(timeout, exchange).await {
         Err(_) => Err(Failure::no_answer(format!(
             "no answer within {} s",
             timeout.as_secs_f64()
         ))),
-        Ok(Err(e)) => Err(Failure::no_answer(e.to_string())),
+        Ok(Err(e)) => Err(Failure::no_answer(e)),
         Ok(Ok((status, body))) if status.is_success() => Ok(body),
         Ok(Ok((status, body))) => Err(Failure {
             code: Some(status.as_u16()),

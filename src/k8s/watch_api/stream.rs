@@ -19,6 +19,12 @@ use crate::k8s::fetch::encode;
 use crate::k8s::watch::{Change, KindView};
 use crate::resources::object::Object;
 
+/// The longest line of a cluster's watch kept waiting for its end: one event (etcd keeps
+/// objects under 1.5 MiB by default).
+const MAX_EVENT: usize = 16 << 20;
+/// The most of a cluster's refusal read for its message.
+const MAX_ERROR_BODY: usize = 64 << 10;
+
 /// What every watch of one socket shares.
 #[derive(Clone)]
 pub struct Watcher {
@@ -309,7 +315,7 @@ impl Watcher {
             let status = response.status();
             let mut body = response.into_body();
             if !status.is_success() {
-                let bytes = body
+                let bytes = http_body_util::Limited::new(body, MAX_ERROR_BODY)
                     .collect()
                     .await
                     .map(|b| b.to_bytes())
@@ -328,6 +334,10 @@ impl Watcher {
                     None | Some(Err(_)) => break,
                 };
                 buffer.extend_from_slice(&data);
+                if buffer.len() > MAX_EVENT && !buffer.contains(&b'\n') {
+                    let said = format!("the cluster sent an event over {} MiB", MAX_EVENT >> 20);
+                    return self.fail(id, Some(502), &said).await;
+                }
                 while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
                     let line: Vec<u8> = buffer.drain(..=end).collect();
                     match self.forward(id, &line, &mut version).await {
