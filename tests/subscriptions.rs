@@ -645,6 +645,103 @@ async fn changes_within_100_ms_are_one_message(reach: Reach) {
     assert_eq!(pod["manifest"]["metadata"]["annotations"]["step"], "19");
 }
 
+/// Environment `staging` of acme/apps/web, in the same namespace as production (deployed by
+/// the test that needs it).
+const STAGING: &str = "gid://gitlab/Environment/103";
+
+/// The value of one series on `/metrics` (0 when absent).
+async fn metric(app: &TestApp, series: &str) -> f64 {
+    let text = app
+        .send(Request::get("/metrics").body(Body::empty()).unwrap())
+        .await
+        .text();
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Messages until each of `ids` had one, each applied to its view.
+async fn one_each(client: &mut Client, views: &mut BTreeMap<String, View>, ids: &[&str]) {
+    let mut waiting: BTreeSet<&str> = ids.iter().copied().collect();
+    while !waiting.is_empty() {
+        let m = client.message().await;
+        assert_eq!(m["type"], "next", "{m}");
+        let id = m["id"].as_str().unwrap().to_owned();
+        views
+            .get_mut(&id)
+            .unwrap_or_else(|| panic!("a message for {id}: {m}"))
+            .apply(update_of(&m["payload"]));
+        waiting.remove(id.as_str());
+    }
+}
+
+const ASSEMBLIES: &str = "envlens_feed_assemblies_total";
+
+/// Two environments in one namespace, each followed by its own feed: a change to one group's
+/// Pod makes that feed assemble its group again, not the other's (which assembled it for
+/// every change of the namespace); a change that moves an object into or out of a group (its
+/// labels, an owner given, a deletion) still reaches every group it moves.
+#[tokio::test]
+async fn a_feed_assembles_its_group_again_only_for_changes_that_can_reach_it() {
+    let (api, served, _dir) = cluster().await;
+    let server = start(Reach::Kubeconfig, &served).await;
+    environment::deploy(&server.app, 4, (103, "staging"), "success").await;
+    let mut client = Client::connect(server.addr, "graphql-transport-ws", DEV).await;
+    let mut views: BTreeMap<String, View> = BTreeMap::new();
+    for (id, environment) in [("p", PRODUCTION), ("s", STAGING)] {
+        client
+            .subscribe(id, &group_subscription(), json!({ "id": environment }))
+            .await;
+        views.insert(id.to_owned(), View::default());
+    }
+    one_each(&mut client, &mut views, &["p", "s"]).await;
+    assert!(views["p"].resources.contains_key("uid-cm-web"));
+    assert!(views["s"].resources.contains_key("uid-web-staging"));
+    assert!(!views["s"].resources.contains_key("uid-debug"));
+
+    // Production's Pod, six times: production's feed assembles six times, staging's never.
+    let before = metric(&server.app, ASSEMBLIES).await;
+    for i in 0..6 {
+        let mut pod = api.get("pods", Some(NS), "web-new222-a").unwrap();
+        pod["metadata"]["annotations"] = json!({"step": i.to_string()});
+        api.insert(pod);
+        one_each(&mut client, &mut views, &["p"]).await;
+    }
+    let pod = &views["p"].resources["uid-pod-web-new222-a"];
+    assert_eq!(pod["manifest"]["metadata"]["annotations"]["step"], "5");
+    assert_eq!(
+        metric(&server.app, ASSEMBLIES).await - before,
+        6.0,
+        "one assembly per change, by production's feed alone"
+    );
+
+    // Production's ConfigMap labelled staging's: out of one group, into the other.
+    let before = metric(&server.app, ASSEMBLIES).await;
+    let mut config = api.get("configmaps", Some(NS), "web-config").unwrap();
+    config["metadata"]["labels"] = environment::gitlab_labels("staging", "web");
+    api.insert(config);
+    one_each(&mut client, &mut views, &["p", "s"]).await;
+    assert!(!views["p"].resources.contains_key("uid-cm-web"));
+    assert!(views["s"].resources.contains_key("uid-cm-web"));
+    // A Pod of neither, given staging's Deployment as its owner: into staging's.
+    let mut shell = api.get("pods", Some(NS), "debug-shell").unwrap();
+    shell["metadata"]["ownerReferences"] =
+        environment::owner_ref("apps/v1", "Deployment", "web-staging", "uid-web-staging");
+    api.insert(shell);
+    one_each(&mut client, &mut views, &["s"]).await;
+    assert!(views["s"].resources.contains_key("uid-debug"));
+    // Production's Pod deleted: out of production's.
+    api.remove("pods", Some(NS), "web-new222-b").unwrap();
+    one_each(&mut client, &mut views, &["p"]).await;
+    assert!(!views["p"].resources.contains_key("uid-pod-web-new222-b"));
+    assert_eq!(
+        metric(&server.app, ASSEMBLIES).await - before,
+        4.0,
+        "the relabelling reaches both feeds, the owner staging's, the deletion production's"
+    );
+    assert_eq!(views["p"], View::of(&fresh(&server.app, DEV).await));
+}
+
 #[tokio::test]
 async fn connection_init_authenticates() {
     let (_api, served, _dir) = cluster().await;

@@ -33,7 +33,7 @@ pub struct ListError {
 }
 
 /// One Event about a resource, flattened from a core/v1 Event.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct ResourceEvent {
     /// `Normal` or `Warning`.
     pub event_type: String,

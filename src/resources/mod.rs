@@ -13,6 +13,7 @@ pub mod masking;
 pub mod namespaces;
 pub mod object;
 pub mod page;
+pub mod reach;
 pub mod text;
 pub mod timeline;
 pub mod tree;

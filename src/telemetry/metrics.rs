@@ -134,6 +134,9 @@ pub struct Metrics {
     pub watch_relists: Counter,
     /// Watch events the cache applied (bookmarks included).
     pub watch_events: Counter,
+    /// Resource groups assembled again by the live feeds (subscriptions, health recorders)
+    /// after a change that can reach them.
+    pub feed_assemblies: Counter,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -284,6 +287,12 @@ impl Default for Metrics {
             "Watch events applied by the watch cache, bookmarks included",
             watch_events.clone(),
         );
+        let feed_assemblies = Counter::default();
+        registry.register(
+            "envlens_feed_assemblies",
+            "Resource groups assembled again by the live feeds after a change that can reach them",
+            feed_assemblies.clone(),
+        );
         let agent_connections = Family::<AgentConnectionLabels, Gauge>::default();
         registry.register(
             "envlens_agent_connections",
@@ -307,6 +316,7 @@ impl Default for Metrics {
             watch_streams,
             watch_relists,
             watch_events,
+            feed_assemblies,
             registry: std::sync::Mutex::new(registry),
             http_requests,
             http_duration,

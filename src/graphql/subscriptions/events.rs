@@ -51,7 +51,7 @@ struct Running {
     environment: i64,
     key: FeedKey,
     cluster: Cluster,
-    changes: broadcast::Receiver<KindChange>,
+    changes: broadcast::Receiver<Arc<KindChange>>,
     notices: broadcast::Receiver<Notice>,
     feed: Subscriber,
     /// The group's resources as the viewer sees them; `None` until the feed's first message,
@@ -148,9 +148,11 @@ impl Running {
             }
             tokio::select! {
                 change = self.changes.recv() => match change {
-                    Ok(KindChange { kind, change: Change::Applied(object) }) if kind == events_kind() => {
-                        if let Some(entry) = fetch::timeline_entry(&object.text()) {
-                            self.offer(entry);
+                    Ok(change) if change.kind == events_kind() => {
+                        if let Change::Applied(object) = &change.change {
+                            if let Some(entry) = fetch::timeline_entry(&object.text()) {
+                                self.offer(entry);
+                            }
                         }
                     }
                     Ok(_) => {}

@@ -1,7 +1,8 @@
 //! One feed per resource group being watched, shared by every subscriber who sees it the same
 //! way (same cluster, namespace, selector and identity towards the cluster): it follows the
-//! watch cache's change feed of the namespace, assembles the group again after a change, and
-//! broadcasts what changed ([`delta::diff`]). A thousand subscribers of one environment cost
+//! watch cache's change feed of the namespace, assembles the group again after a change that
+//! can reach it ([`Reach`]: not after every change of the namespace), and broadcasts what
+//! changed ([`Summary::diff`]). A thousand subscribers of one environment cost
 //! one assembly per change, not a thousand.
 //!
 //! A GitOps environment's feed ([`GitOpsKey`]) follows every namespace its group spans, and
@@ -16,27 +17,34 @@
 //! texts ([`Update::rendered`]), which the first subscriber with a selection renders and the
 //! others share; the whole group that joining subscribers get first is one shared message
 //! too, while the group stays the same.
+//!
+//! Memory: a feed keeps a [`Summary`] of what it sent, not the group (a health keeper follows
+//! 10,000 groups, SPEC 18). Whoever joins, or falls behind, gets the group last sent while
+//! another holder keeps it, else waits for the feed's task to assemble it again from the watch
+//! cache, from where the next changes follow.
 
 use std::collections::HashMap;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 
 use async_graphql::futures_util::future::select_all;
 use std::time::Duration;
 
 use axum::http::HeaderMap;
 use tokio::sync::broadcast::{self, error::RecvError};
+use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
 use crate::graphql::splice::PerSelection;
 use crate::k8s::clusters::Cluster;
-use crate::k8s::fetch::FetchOptions;
+use crate::k8s::fetch::{self, FetchOptions};
 use crate::k8s::gitops;
-use crate::k8s::watch::{KindChange, WatchCache, CLUSTER_SCOPE};
+use crate::k8s::watch::{Change, KindChange, WatchCache, CLUSTER_SCOPE};
 use crate::replicas::forward::AsViewer;
-use crate::resources::delta::{self, GroupDelta};
+use crate::resources::delta::{GroupDelta, Summary};
 use crate::resources::group::ResourceGroup;
 use crate::resources::health::Customizations;
+use crate::resources::reach::Reach;
 
 /// Changes within this long of the last message are sent together.
 pub const WINDOW: Duration = Duration::from_millis(100);
@@ -127,35 +135,64 @@ struct Feed {
     /// feed's life: a feed started without one (the health keeper's, as the agent) takes it
     /// from the first subscriber who brings one.
     through: OnceLock<AsViewer>,
+    /// Told when a subscriber waits for the whole group ([`State::waiting`]).
+    wanted: Notify,
 }
 
+/// What a feed keeps between changes. Not the group: a [`Summary`] of what was sent, to tell
+/// the next assembly's changes. The whole group, for whoever joins or falls behind, is the
+/// group last sent while something else holds it (a view, the watch cache's memo of it), else
+/// the feed's task assembles it again for them ([`Subscriber::next`]).
 struct State {
-    /// The group as last sent; `None` until the first assembly.
-    current: Option<Arc<ResourceGroup>>,
-    /// The whole of a group as a message, for those who join (or fall behind) while it is
-    /// the group: shared, so rendered once per selection.
-    complete: Option<(Arc<ResourceGroup>, Arc<Update>)>,
+    /// What was last sent; `None` until the first assembly.
+    sent: Option<Arc<Summary>>,
+    /// The group last sent, while another holder keeps it.
+    last: Weak<ResourceGroup>,
+    /// The whole group as one message, while a subscriber holds it and nothing was sent
+    /// since: those who join meanwhile share it, rendered once per selection.
+    complete: Weak<Update>,
+    /// Subscribers waiting for the whole group, answered after the task's next assembly.
+    waiting: Vec<oneshot::Sender<Result<Whole, Arc<str>>>>,
     tx: broadcast::Sender<Message>,
 }
 
+/// The whole group for a subscriber who waited for it, and its place in the feed from there.
+struct Whole {
+    update: Arc<Update>,
+    rx: broadcast::Receiver<Message>,
+}
+
 impl State {
-    /// All of `group` as a message.
-    fn complete(&mut self, group: &Arc<ResourceGroup>) -> Arc<Update> {
-        if let Some((kept, update)) = &self.complete {
-            if Arc::ptr_eq(kept, group) {
-                return update.clone();
-            }
+    /// All of `group` (the group as last sent) as a message.
+    fn complete(&mut self, group: &ResourceGroup) -> Arc<Update> {
+        if let Some(update) = self.complete.upgrade() {
+            return update;
         }
         let update = Update::new(GroupDelta::complete(group));
-        if self
-            .current
-            .as_ref()
-            .is_some_and(|current| Arc::ptr_eq(current, group))
-        {
-            self.complete = Some((group.clone(), update.clone()));
-        }
+        self.complete = Arc::downgrade(&update);
         update
     }
+
+    /// A subscriber's start: the whole group now when it is at hand, else a place among those
+    /// who wait for the task's next assembly (the task is told).
+    fn start(&mut self, feed: &Feed) -> Start {
+        if self.sent.is_none() {
+            // The first assembly's message is on its way.
+            return Start::Now(None);
+        }
+        if let Some(group) = self.last.upgrade() {
+            return Start::Now(Some(self.complete(&group)));
+        }
+        let (tx, rx) = oneshot::channel();
+        self.waiting.push(tx);
+        feed.wanted.notify_one();
+        Start::Waiting(rx)
+    }
+}
+
+enum Start {
+    Now(Option<Arc<Update>>),
+    Waiting(oneshot::Receiver<Result<Whole, Arc<str>>>),
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -179,26 +216,67 @@ pub struct Source {
 /// A subscriber's end of a feed.
 pub struct Subscriber {
     feed: Arc<Feed>,
-    /// The whole group to send first, when the feed already has one.
-    pub first: Option<Arc<ResourceGroup>>,
-    pub rx: broadcast::Receiver<Message>,
+    /// The whole group to send first, when the feed had it at hand.
+    first: Option<Arc<Update>>,
+    /// The whole group to send first, when the feed's task assembles it.
+    whole: Option<oneshot::Receiver<Result<Whole, Arc<str>>>>,
+    rx: broadcast::Receiver<Message>,
 }
 
 impl Subscriber {
+    fn starting(feed: Arc<Feed>, start: Start, rx: broadcast::Receiver<Message>) -> Self {
+        let (first, whole) = match start {
+            Start::Now(first) => (first, None),
+            Start::Waiting(whole) => (None, Some(whole)),
+        };
+        Subscriber {
+            feed,
+            first,
+            whole,
+            rx,
+        }
+    }
+
     /// The next message: a change, the whole group again after falling behind, or `None` when
-    /// the feed stopped.
+    /// the feed stopped. Cancel-safe: a wait for the whole group goes on at the next call.
     pub async fn next(&mut self) -> Option<Message> {
         if let Some(first) = self.first.take() {
-            return Some(Ok(lock(&self.feed.state).complete(&first)));
+            return Some(Ok(first));
         }
-        match self.rx.recv().await {
-            Ok(message) => Some(message),
-            Err(RecvError::Closed) => None,
-            Err(RecvError::Lagged(_)) => {
-                let mut state = lock(&self.feed.state);
-                self.rx = state.tx.subscribe();
-                let current = state.current.clone()?;
-                Some(Ok(state.complete(&current)))
+        loop {
+            if let Some(whole) = self.whole.as_mut() {
+                let got = tokio::select! {
+                    got = whole => got,
+                    message = self.rx.recv() => match message {
+                        // What the whole group will hold anyway.
+                        Ok(Ok(_)) | Err(RecvError::Lagged(_)) => continue,
+                        Ok(Err(message)) => return Some(Err(message)),
+                        Err(RecvError::Closed) => return None,
+                    },
+                };
+                self.whole = None;
+                return match got.ok()? {
+                    Ok(Whole { update, rx }) => {
+                        self.rx = rx;
+                        Some(Ok(update))
+                    }
+                    Err(message) => Some(Err(message)),
+                };
+            }
+            match self.rx.recv().await {
+                Ok(message) => return Some(message),
+                Err(RecvError::Closed) => return None,
+                Err(RecvError::Lagged(_)) => {
+                    let mut state = lock(&self.feed.state);
+                    match state.start(&self.feed) {
+                        Start::Now(Some(whole)) => {
+                            self.rx = state.tx.subscribe();
+                            return Some(Ok(whole));
+                        }
+                        Start::Now(None) => {}
+                        Start::Waiting(whole) => self.whole = Some(whole),
+                    }
+                }
             }
         }
     }
@@ -214,12 +292,11 @@ impl Feeds {
                     let _ = feed.through.set(through);
                 }
             }
-            let state = lock(&feed.state);
-            return Subscriber {
-                feed: feed.clone(),
-                first: state.current.clone(),
-                rx: state.tx.subscribe(),
-            };
+            let mut state = lock(&feed.state);
+            let rx = state.tx.subscribe();
+            let start = state.start(feed);
+            drop(state);
+            return Subscriber::starting(feed.clone(), start, rx);
         }
         let (tx, rx) = broadcast::channel(BACKLOG);
         let mut source = source();
@@ -230,24 +307,34 @@ impl Feeds {
         let feed = Arc::new(Feed {
             through,
             state: Mutex::new(State {
-                current: None,
-                complete: None,
+                sent: None,
+                last: Weak::new(),
+                complete: Weak::new(),
+                waiting: Vec::new(),
                 tx,
             }),
+            wanted: Notify::new(),
         });
         running.insert(key.clone(), feed.clone());
         tokio::spawn(run(self.running.clone(), key, feed.clone(), source));
-        Subscriber {
-            feed,
-            first: None,
-            rx,
-        }
+        Subscriber::starting(feed, Start::Now(None), rx)
     }
 
     /// Feeds running now (for tests and metrics).
     pub(super) fn len(&self) -> usize {
         lock(&self.running).len()
     }
+}
+
+/// What woke a feed's task.
+enum Wake {
+    /// A change that can reach the group (or the owner's word of one).
+    Change,
+    /// A subscriber waits for the whole group.
+    Whole,
+    /// Time to read an impersonated group again: access reviews may have changed.
+    Recheck,
+    Nothing,
 }
 
 /// The feed's task: reads the group, then follows the namespaces' changes until nobody
@@ -257,58 +344,98 @@ async fn run(running: Running, key: FeedKey, feed: Arc<Feed>, source: Source) {
     let mut changes = Changes::default();
     changes.follow(watch, &initial_namespaces(&key));
     let mut heard = super::routed::listen(&source, &key, feed.through.get()).await;
-    let mut current = match read(&source, &key, feed.through.get(), &mut changes).await {
-        Ok(group) => group,
+    match read(&source, &key, feed.through.get(), &mut changes).await {
+        Ok(group) => publish(&feed, &group, None),
         Err(message) => {
             leave(&running, &key, &feed);
-            let _ = lock(&feed.state).tx.send(Err(message.into()));
+            let message: Arc<str> = message.into();
+            refuse_waiting(&feed, &message);
+            let _ = lock(&feed.state).tx.send(Err(message));
             return;
         }
     };
-    publish(&feed, current.clone(), None);
     let mut last_sent = Instant::now();
     let impersonated = !source.headers.is_empty();
     let mut recheck = tokio::time::interval_at(Instant::now() + source.recheck, source.recheck);
     loop {
-        let dirty = tokio::select! {
+        let wake = tokio::select! {
             heard_of = heard.next(&source, &key, feed.through.get()) => {
                 if !heard_of {
                     // Ended, or the connection changed hands: heard from its owner now.
                     tokio::time::sleep(WINDOW).await;
                     heard = super::routed::listen(&source, &key, feed.through.get()).await;
                 }
-                true
+                Wake::Change
             }
-            () = changes.next(watch) => true,
-            _ = recheck.tick() => impersonated,
+            () = changes.next(watch) => Wake::Change,
+            () = feed.wanted.notified() => Wake::Whole,
+            _ = recheck.tick() => if impersonated { Wake::Recheck } else { Wake::Nothing },
         };
         if unsubscribed(&running, &key, &feed) {
             break;
         }
-        if !dirty {
-            continue;
+        match wake {
+            Wake::Nothing => continue,
+            // Answered meanwhile, by an assembly after a change.
+            Wake::Whole if lock(&feed.state).waiting.is_empty() => continue,
+            Wake::Whole => {}
+            Wake::Change | Wake::Recheck => {
+                let due = last_sent + WINDOW;
+                if Instant::now() < due {
+                    tokio::time::sleep_until(due).await;
+                }
+                // Whatever arrived meanwhile is in the assembly below.
+                changes.drain();
+                if matches!(wake, Wake::Change) {
+                    watch.metrics().feed_assemblies.inc();
+                }
+            }
         }
-        let due = last_sent + WINDOW;
-        if Instant::now() < due {
-            tokio::time::sleep_until(due).await;
-        }
-        // Whatever arrived meanwhile is in the assembly below.
-        changes.drain();
         match read(&source, &key, feed.through.get(), &mut changes).await {
             Ok(next) => {
-                let delta = delta::diff(&current, &next);
-                if delta::changed(&current, &delta) {
-                    current = next;
-                    publish(&feed, current.clone(), Some(delta));
-                    last_sent = Instant::now();
+                let sent = lock(&feed.state).sent.clone();
+                let delta = sent.map(|sent| (sent.diff(&next), sent));
+                if let Some((delta, sent)) = delta {
+                    if sent.changed(&delta) {
+                        publish(&feed, &next, Some(delta));
+                        last_sent = Instant::now();
+                    }
                 }
+                answer_waiting(&feed, &next);
             }
             Err(message) => {
                 tracing::warn!(namespace = %key.namespace, error = %message, "resource group feed: cannot read the group; keeping the last one");
+                refuse_waiting(&feed, &message.into());
             }
         }
     }
+    lock(&feed.state).waiting.clear();
     tracing::debug!(namespace = %key.namespace, "resource group feed: no subscriber left");
+}
+
+/// Hands the subscribers waiting for the whole group `group`, the group as last sent, and
+/// their place in the feed from here.
+fn answer_waiting(feed: &Feed, group: &ResourceGroup) {
+    let mut state = lock(&feed.state);
+    if state.waiting.is_empty() {
+        return;
+    }
+    let update = state.complete(group);
+    for waiting in std::mem::take(&mut state.waiting) {
+        let rx = state.tx.subscribe();
+        let _ = waiting.send(Ok(Whole {
+            update: update.clone(),
+            rx,
+        }));
+    }
+}
+
+/// Tells the subscribers waiting for the whole group that it cannot be read: as a new feed's
+/// first subscriber is told.
+fn refuse_waiting(feed: &Feed, message: &Arc<str>) {
+    for waiting in std::mem::take(&mut lock(&feed.state).waiting) {
+        let _ = waiting.send(Err(message.clone()));
+    }
 }
 
 /// The namespaces a feed follows before its first read: the key's, and for a GitOps group
@@ -336,6 +463,7 @@ async fn read(
     let mut rounds = 0;
     loop {
         let (group, spans) = assemble(source, key, through).await?;
+        changes.read(key, &group);
         rounds += 1;
         if !changes.follow(&source.cluster.watch, &spans) || rounds > 3 {
             return Ok(group);
@@ -343,10 +471,14 @@ async fn read(
     }
 }
 
-/// The change feeds of the namespaces a feed follows, as one.
+/// The change feeds of the namespaces a feed follows, as one, passing on only the changes that
+/// can reach the group ([`Reach`]).
 #[derive(Default)]
 struct Changes {
-    feeds: HashMap<String, broadcast::Receiver<KindChange>>,
+    feeds: HashMap<String, broadcast::Receiver<Arc<KindChange>>>,
+    /// What the group last read can be reached by; `None` before a read, and for a GitOps
+    /// group (its sources' inventories decide its members): every change then.
+    reach: Option<Reach>,
 }
 
 impl Changes {
@@ -363,21 +495,26 @@ impl Changes {
         added
     }
 
-    /// Waits for a change in any of the namespaces (or a lag, which calls for a read all the
-    /// same). A namespace whose feed closed (the cache dropped it) is followed anew.
+    /// Waits for a change in any of the namespaces that can reach the group (or a lag, which
+    /// calls for a read all the same). A namespace whose feed closed (the cache dropped it) is
+    /// followed anew.
     async fn next(&mut self, watch: &WatchCache) {
         if self.feeds.is_empty() {
             return std::future::pending().await;
         }
         type Next<'a> = Pin<Box<dyn std::future::Future<Output = Option<String>> + Send + 'a>>;
+        let reach = self.reach.as_ref();
         let waits: Vec<Next<'_>> = self
             .feeds
             .iter_mut()
             .map(|(ns, rx)| -> Next<'_> {
                 Box::pin(async move {
-                    match rx.recv().await {
-                        Err(RecvError::Closed) => Some(ns.clone()),
-                        _ => None,
+                    loop {
+                        match rx.recv().await {
+                            Err(RecvError::Closed) => return Some(ns.clone()),
+                            Ok(change) if !reaches(reach, &change) => continue,
+                            _ => return None,
+                        }
                     }
                 })
             })
@@ -388,6 +525,14 @@ impl Changes {
         }
     }
 
+    /// The group read now: the changes from here on are tested against it.
+    fn read(&mut self, key: &FeedKey, group: &ResourceGroup) {
+        self.reach = key
+            .gitops
+            .is_none()
+            .then(|| Reach::of(group, fetch::equality_terms(&key.selector)));
+    }
+
     /// Forgets what arrived so far.
     fn drain(&mut self) {
         for rx in self.feeds.values_mut() {
@@ -396,19 +541,28 @@ impl Changes {
     }
 }
 
-/// Sets the feed's group and sends the change (the whole group when `delta` is `None`),
-/// under one lock: a subscriber joining takes either the old group and this change, or the
-/// new group.
-fn publish(feed: &Feed, group: Arc<ResourceGroup>, delta: Option<GroupDelta>) {
+/// Whether `change` can move the group of `reach` (every change can without one). A kind listed
+/// again, or whose watch starts or stops failing, moves what the group shows of it.
+fn reaches(reach: Option<&Reach>, change: &KindChange) -> bool {
+    match (&change.change, reach) {
+        (Change::Applied(object) | Change::Deleted(object), Some(reach)) => reach.reaches(object),
+        _ => true,
+    }
+}
+
+/// Sends the change from what was sent to `group` (the whole group when `delta` is `None`) and
+/// keeps `group`'s summary, under one lock: a subscriber joining takes either the state before
+/// and this change, or the state after.
+fn publish(feed: &Feed, group: &Arc<ResourceGroup>, delta: Option<GroupDelta>) {
     let mut state = lock(&feed.state);
-    state.current = Some(group.clone());
+    let summary = Summary::of(group, state.sent.as_deref());
+    state.sent = Some(Arc::new(summary));
+    state.last = Arc::downgrade(group);
+    // The whole of the group before is nobody's first message any more.
+    state.complete = Weak::new();
     let update = match delta {
-        Some(delta) => {
-            // The whole of the group before is nobody's first message any more.
-            state.complete = None;
-            Update::new(delta)
-        }
-        None => state.complete(&group),
+        Some(delta) => Update::new(delta),
+        None => state.complete(group),
     };
     let _ = state.tx.send(Ok(update));
 }

@@ -279,32 +279,61 @@ async fn record(task: Task, mut feed: super::feeds::Subscriber) {
 }
 
 /// The group as its recorder follows it: each resource's kind, and the health last written.
+/// Kept small, beside the 10,000 groups a health keeper follows: a hash of each uid and the
+/// position of its kind among the group's few.
 #[derive(Default)]
 struct Group {
-    /// uid -> (apiVersion, kind).
-    kinds: HashMap<String, (String, String)>,
+    /// uid (hashed) -> position in `names`.
+    kinds: HashMap<u64, u32>,
+    /// (apiVersion, kind), each once.
+    names: Vec<(String, String)>,
     written: Option<Observed>,
+}
+
+fn uid_hash(uid: &str) -> u64 {
+    let mut h = std::hash::DefaultHasher::new();
+    std::hash::Hash::hash(uid, &mut h);
+    std::hash::Hasher::finish(&h)
 }
 
 impl Group {
     fn apply(&mut self, delta: &GroupDelta) {
         if delta.complete {
             self.kinds.clear();
+            self.names.clear();
         }
         for uid in &delta.removed {
-            self.kinds.remove(uid);
+            self.kinds.remove(&uid_hash(uid));
         }
         for r in &delta.upserted {
-            self.kinds
-                .insert(r.uid.clone(), (r.api_version.clone(), r.kind.clone()));
+            let at = match self
+                .names
+                .iter()
+                .position(|(v, k)| *v == r.api_version && *k == r.kind)
+            {
+                Some(at) => at,
+                None => {
+                    self.names.push((r.api_version.clone(), r.kind.clone()));
+                    self.names.len() - 1
+                }
+            };
+            self.kinds.insert(uid_hash(&r.uid), at as u32);
         }
     }
 
     /// The group's health now, with its kinds ([`kind_names`]).
     fn observed(&self, task: &Task, delta: &GroupDelta) -> Observed {
         let discovered = task.discovery.cached();
+        let mut used = vec![false; self.names.len()];
+        for &at in self.kinds.values() {
+            used[at as usize] = true;
+        }
         let kinds = kind_names(
-            self.kinds.values(),
+            self.names
+                .iter()
+                .zip(used)
+                .filter(|(_, used)| *used)
+                .map(|(name, _)| name),
             discovered.as_ref().map(|d| &d.kinds[..]),
         );
         let status = HealthStatus::from(delta.health.status);

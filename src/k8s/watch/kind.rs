@@ -63,7 +63,7 @@ pub(crate) struct KindWatch {
     objects: Mutex<BTreeSet<Named>>,
     pub phase: watch::Sender<Phase>,
     /// The namespace's change feed; an object is cloned into it only while somebody listens.
-    changes: broadcast::Sender<KindChange>,
+    changes: broadcast::Sender<Arc<KindChange>>,
     /// The namespace's generation, moved on after every change to what a view reads here (the
     /// objects, the phase, the staleness), so that a group assembled at one generation is
     /// known to be current while it stays.
@@ -154,7 +154,7 @@ impl KindWatch {
         kind: ApiKind,
         namespace: &str,
         page_size: usize,
-        changes: broadcast::Sender<KindChange>,
+        changes: broadcast::Sender<Arc<KindChange>>,
         generation: Arc<AtomicU64>,
         total: Arc<AtomicUsize>,
         metrics: Arc<Metrics>,
@@ -252,10 +252,10 @@ impl KindWatch {
     /// Sends a change to the namespace's listeners, built only if there are any.
     fn publish(&self, change: impl FnOnce() -> Change) {
         if self.changes.receiver_count() > 0 {
-            let _ = self.changes.send(KindChange {
+            let _ = self.changes.send(Arc::new(KindChange {
                 kind: self.kind.clone(),
                 change: change(),
-            });
+            }));
         }
     }
 

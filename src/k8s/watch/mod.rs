@@ -121,7 +121,7 @@ struct Namespace {
     kinds: Mutex<HashMap<ApiKind, Arc<KindWatch>>>,
     last_read: Mutex<Instant>,
     /// Every change to the namespace's kinds, for [`WatchCache::changes`].
-    changes: tokio::sync::broadcast::Sender<KindChange>,
+    changes: tokio::sync::broadcast::Sender<Arc<KindChange>>,
     /// Moves on after every change to what a view of the namespace reads ([`KindWatch`]).
     generation: Arc<AtomicU64>,
     /// Groups assembled lately, each with the generation it was read at ([`Memo`]).
@@ -303,6 +303,11 @@ impl WatchCache {
         self.inner.fence.generation().is_some()
     }
 
+    /// The metrics the cache counts into.
+    pub(crate) fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
+    }
+
     /// How long a namespace nobody reads keeps its watches (`kubernetes.cache_idle`).
     pub fn idle(&self) -> Duration {
         self.inner.settings.idle
@@ -331,7 +336,7 @@ impl WatchCache {
     /// the receiver lives, the namespace neither goes idle nor is dropped for the bound (which
     /// drops only namespaces nobody listens to). A receiver that lags (`RecvError::Lagged`)
     /// must read the group again.
-    pub fn changes(&self, namespace: &str) -> tokio::sync::broadcast::Receiver<KindChange> {
+    pub fn changes(&self, namespace: &str) -> tokio::sync::broadcast::Receiver<Arc<KindChange>> {
         self.start_sweeper();
         self.inner
             .spaces()

@@ -187,13 +187,13 @@ impl Watcher {
             };
             let events = match change {
                 Ok(change) if change.kind != *kind => continue,
-                Ok(change) => match change.change {
+                Ok(change) => match &change.change {
                     Change::Applied(object) => {
-                        let name = name(&object);
-                        let picked = selection.picks(&object).then(|| Arc::new(object));
+                        let name = name(object);
+                        let picked = selection.picks(object).then(|| Arc::new(object.clone()));
                         sent.apply(&name, picked)
                     }
-                    Change::Deleted(object) => sent.apply(&name(&object), None),
+                    Change::Deleted(object) => sent.apply(&name(object), None),
                     Change::Reset => {
                         resync!();
                         continue;

@@ -5,7 +5,7 @@ use super::hashing::Chains;
 use super::{EdgeType, Nodes, NsName, RawEdge};
 
 /// Label the EndpointSlice controller puts on each slice to name its Service.
-pub(super) const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+pub(crate) const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
 impl Nodes {
     /// Service -> Endpoints and Service -> EndpointSlice, from the names the Endpoints and the

@@ -36,6 +36,7 @@ mod testing;
 use std::cmp::Ordering;
 
 pub use closure::owned_closure;
+pub(crate) use endpoints::SERVICE_NAME_LABEL;
 use hashing::{Chains, Hashed, IdMap};
 pub use nodes::Nodes;
 use nodes::Role;
