@@ -860,7 +860,11 @@ async fn as_itself_envlens_lists_only_what_it_may_and_names_the_rest(reach: Reac
             "{kinds:?}"
         );
     }
-    assert_eq!(api.request_count("list", "secrets"), 1, "the first view's list");
+    assert_eq!(
+        api.request_count("list", "secrets"),
+        1,
+        "the first view's list"
+    );
     for verb in ["watch", "get"] {
         assert_eq!(api.request_count(verb, "secrets"), 0, "{verb} of secrets");
     }
@@ -906,7 +910,10 @@ async fn a_first_views_lists_do_not_wait_for_the_rules_review(reach: Reach) {
         "the lists waited {:?} after the review arrived",
         listed.saturating_duration_since(reviewed)
     );
-    assert!(done >= reviewed + held, "the view did not wait for the review");
+    assert!(
+        done >= reviewed + held,
+        "the view did not wait for the review"
+    );
     let group = group_of(&body);
     assert_eq!(group["errors"], json!([]), "{group}");
     assert_eq!(
@@ -920,7 +927,10 @@ async fn a_first_views_lists_do_not_wait_for_the_rules_review(reach: Reach) {
         .iter()
         .map(|r| r["kind"].as_str().unwrap())
         .collect();
-    assert!(!kinds.contains("Secret") && kinds.contains("Deployment"), "{kinds:?}");
+    assert!(
+        !kinds.contains("Secret") && kinds.contains("Deployment"),
+        "{kinds:?}"
+    );
     assert_eq!(api.request_count("watch", "secrets"), 0);
 }
 

@@ -365,7 +365,11 @@ mod tests {
         assert!(own.get("shop", Duration::from_secs(5)).await.is_none());
         assert!(own.lists_first("shop"));
         // Once an answer is kept, the rules are known at once: no list goes before them.
-        let kept = Flight::new_with(Some((Instant::now(), Some(Arc::new(Rules::default())), true)));
+        let kept = Flight::new_with(Some((
+            Instant::now(),
+            Some(Arc::new(Rules::default())),
+            true,
+        )));
         lock_flights(&own).insert("shop".into(), Arc::new(kept));
         assert!(!own.lists_first("shop") && own.lists_first("apps"));
     }
