@@ -3,7 +3,8 @@
 //! from the test Kubernetes API server as that user.
 
 use std::collections::BTreeSet;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::http::{header, Request};
@@ -827,9 +828,11 @@ fn labelled_secret(api: &KubeApi) {
 }
 
 both_ways!(as_itself_envlens_lists_only_what_it_may_and_names_the_rest);
-/// SPEC 13: read as envlens' own identity, a resource group lists only the kinds that identity
-/// may list in the namespace (one SelfSubjectRulesReview, reused), names the others once in
-/// `warnings`, and never sends a list or watch the cluster would refuse.
+/// SPEC 13: read as envlens' own identity, a resource group shows only the kinds that identity
+/// may list in the namespace (one SelfSubjectRulesReview, reused) and names the others once in
+/// `warnings`. A kubeconfig's or the agent's identity is not the chart's: the first view's lists
+/// go beside the review, so a refused kind is listed once (the 403 dropped unseen), never
+/// watched, and never listed again once the rules are known.
 async fn as_itself_envlens_lists_only_what_it_may_and_names_the_rest(reach: Reach) {
     let (api, served, _dir) = cluster().await;
     labelled_secret(&api);
@@ -857,7 +860,12 @@ async fn as_itself_envlens_lists_only_what_it_may_and_names_the_rest(reach: Reac
             "{kinds:?}"
         );
     }
-    for verb in ["list", "watch", "get"] {
+    assert_eq!(
+        api.request_count("list", "secrets"),
+        1,
+        "the first view's list"
+    );
+    for verb in ["watch", "get"] {
         assert_eq!(api.request_count(verb, "secrets"), 0, "{verb} of secrets");
     }
     // Asked once for the namespace, whoever read it (the views, the history's snapshot).
@@ -865,6 +873,65 @@ async fn as_itself_envlens_lists_only_what_it_may_and_names_the_rest(reach: Reac
         api.request_count("create", "selfsubjectrulesreviews.authorization.k8s.io"),
         1
     );
+}
+
+both_ways!(a_first_views_lists_do_not_wait_for_the_rules_review);
+/// The first view of a namespace sends its lists beside the identity's SelfSubjectRulesReview,
+/// not after its answer (through KAS it is one more round trip before any list), and still
+/// shows nothing of a kind the rules refuse.
+async fn a_first_views_lists_do_not_wait_for_the_rules_review(reach: Reach) {
+    let (api, served, _dir) = cluster().await;
+    labelled_secret(&api);
+    narrowed_service_account(&api, reach);
+    // Each review is answered only this long after it arrives, when its arrival is noted:
+    // under the 3 s that envlens waits for a review here (`response_timeout`).
+    let held = Duration::from_secs(2);
+    let reviewed = Arc::new(Mutex::new(None::<Instant>));
+    let noted = reviewed.clone();
+    api.fault(move |request| {
+        (request.resource == "selfsubjectrulesreviews").then(|| {
+            noted.lock().unwrap().get_or_insert_with(Instant::now);
+            Fault::Delay(held)
+        })
+    });
+    let app = environment::gitlab_via(reach, &served, "").await;
+    as_the_agent(&app).await;
+    let (body, listed) = tokio::join!(resource_group(&app, DEV, SLUG), async {
+        while api.request_count("list", "deployments.apps") == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Instant::now()
+    });
+    let done = Instant::now();
+    let reviewed = reviewed.lock().unwrap().expect("the rules were asked");
+    // The lists went before the review could answer, and the view waited for it.
+    assert!(
+        listed < reviewed + held,
+        "the lists waited {:?} after the review arrived",
+        listed.saturating_duration_since(reviewed)
+    );
+    assert!(
+        done >= reviewed + held,
+        "the view did not wait for the review"
+    );
+    let group = group_of(&body);
+    assert_eq!(group["errors"], json!([]), "{group}");
+    assert_eq!(
+        group["warnings"],
+        json!(["envlens may not list secrets in namespace shop: not shown"]),
+        "{group}"
+    );
+    let kinds: BTreeSet<&str> = group["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["kind"].as_str().unwrap())
+        .collect();
+    assert!(
+        !kinds.contains("Secret") && kinds.contains("Deployment"),
+        "{kinds:?}"
+    );
+    assert_eq!(api.request_count("watch", "secrets"), 0);
 }
 
 both_ways!(without_rules_reviews_every_kind_is_tried_and_refusals_reported);

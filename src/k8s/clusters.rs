@@ -425,7 +425,14 @@ fn cluster(
     Cluster {
         kind,
         condition,
-        discovery: DiscoveryCache::telling(client.clone(), DiscoveryCache::DEFAULT_TTL, known),
+        // SPEC 13: an in_cluster connection sends no list its identity is refused, so its
+        // first lists wait for the rules review.
+        discovery: DiscoveryCache::telling(
+            client.clone(),
+            DiscoveryCache::DEFAULT_TTL,
+            known,
+            kind != ConnectionKind::InCluster,
+        ),
         watch: WatchCache::held_by(
             client.clone(),
             streams,

@@ -158,14 +158,20 @@ impl DiscoveryCache {
     /// 429/503/504 up to 15 times with exponential backoff, so an aggregated API that is down
     /// would cost the request timeout instead of an immediate, reported 503.
     pub fn new(client: kube::Client, ttl: Duration) -> Self {
-        Self::telling(client, ttl, KnownResources::default())
+        Self::telling(client, ttl, KnownResources::default(), true)
     }
 
-    /// [`DiscoveryCache::new`], telling `known` the resources of every discovery.
-    pub fn telling(client: kube::Client, ttl: Duration, known: KnownResources) -> Self {
+    /// [`DiscoveryCache::new`], telling `known` the resources of every discovery;
+    /// `lists_first` as [`OwnRules::new`] takes it.
+    pub fn telling(
+        client: kube::Client,
+        ttl: Duration,
+        known: KnownResources,
+        lists_first: bool,
+    ) -> Self {
         DiscoveryCache {
             inner: Arc::new(Inner {
-                own: OwnRules::new(client.clone(), ttl),
+                own: OwnRules::new(client.clone(), ttl, lists_first),
                 client,
                 ttl,
                 known,

@@ -13,6 +13,13 @@
 //! connection keeps a single code path, and a kind the identity may not list tells a viewer
 //! nothing more as a 403 than as the warning.
 //!
+//! Except for an `in_cluster` connection (whose chart's replay test allows no refused request),
+//! a cold namespace's first lists need not wait for the review: the watch cache sends them
+//! beside it ([`OwnRules::lists_first`]) and then keeps, and shows, only the kinds the rules
+//! allow; a list the identity was refused is dropped unseen, as a plain client's 403 would be.
+//! Its watches still wait for the review. Through GitLab's agent server the review is a round
+//! trip that every first view would otherwise wait for before its first list.
+//!
 //! A cluster that does not serve the review (404), refuses it (403) or gives no answer in time
 //! keeps the old behaviour: every kind is listed and a refusal reported per kind. So do the
 //! kinds the rules do not allow when they are `incomplete` (an authorizer that cannot list its
@@ -172,6 +179,8 @@ pub struct OwnRules {
 struct Inner {
     client: kube::Client,
     ttl: Duration,
+    /// Whether a namespace's first lists may go before its review answers.
+    lists_first: bool,
     flights: Mutex<HashMap<String, Arc<Flight>>>,
 }
 
@@ -184,13 +193,30 @@ impl std::fmt::Debug for OwnRules {
 }
 
 impl OwnRules {
-    pub fn new(client: kube::Client, ttl: Duration) -> Self {
+    /// `lists_first`: whether a namespace's first lists may be sent before its review answers
+    /// (see the module's doc); `false` for an `in_cluster` connection.
+    pub fn new(client: kube::Client, ttl: Duration, lists_first: bool) -> Self {
         OwnRules {
             inner: Arc::new(Inner {
                 client,
                 ttl,
+                lists_first,
                 flights: Mutex::new(HashMap::new()),
             }),
+        }
+    }
+
+    /// Whether a view should send `namespace`'s lists beside its review instead of after it:
+    /// allowed for this connection, and the review not answered yet (once it is, the rules
+    /// are known at once and no refused list need be sent).
+    pub fn lists_first(&self, namespace: &str) -> bool {
+        if !self.inner.lists_first {
+            return false;
+        }
+        let flights = self.inner.flights.lock().unwrap_or_else(|e| e.into_inner());
+        match flights.get(namespace).and_then(|f| f.get()) {
+            Some((at, _, keep)) => !(*keep && at.elapsed() < self.inner.ttl),
+            None => true,
         }
     }
 
@@ -324,6 +350,32 @@ mod tests {
             ..r
         };
         assert!(may_watch(Some(&incomplete), &kind("", "secrets")));
+    }
+
+    #[tokio::test]
+    async fn lists_go_before_the_review_only_where_refused_lists_may_be_sent() {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        let ttl = Duration::from_secs(60);
+        // in_cluster: the chart's replay test allows no refused list.
+        assert!(!OwnRules::new(client.clone(), ttl, false).lists_first("shop"));
+        let own = OwnRules::new(client, ttl, true);
+        assert!(own.lists_first("shop"));
+        // A failed review is asked again, so the next view lists first too.
+        assert!(own.get("shop", Duration::from_secs(5)).await.is_none());
+        assert!(own.lists_first("shop"));
+        // Once an answer is kept, the rules are known at once: no list goes before them.
+        let kept = Flight::new_with(Some((
+            Instant::now(),
+            Some(Arc::new(Rules::default())),
+            true,
+        )));
+        lock_flights(&own).insert("shop".into(), Arc::new(kept));
+        assert!(!own.lists_first("shop") && own.lists_first("apps"));
+    }
+
+    fn lock_flights(own: &OwnRules) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Flight>>> {
+        own.inner.flights.lock().unwrap()
     }
 
     #[test]

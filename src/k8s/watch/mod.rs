@@ -671,31 +671,61 @@ impl WatchCache {
             return Ok(None);
         };
         // The watches run as the connection's own identity, whoever views: only the kinds it
-        // may list and watch in the namespace are watched, and no refused list is sent. Its
-        // rules are asked beside discovery, not after it: through KAS each is a round trip
-        // that a first view would otherwise wait for twice.
-        let rules = discovery
-            .own_rules()
-            .get(namespace, options.request_timeout);
-        let (discovered, rules) = tokio::join!(
-            observe::caused_by(headers, discovery.kinds()),
-            observe::caused_by(headers, rules)
-        );
-        let discovered = discovered?;
-        let watched = |k: &ApiKind| k.watchable && own_rules::may_watch(rules.as_deref(), k);
-        let mut kinds: Vec<ApiKind> = discovered
-            .kinds
-            .iter()
-            .filter(|k| watched(k))
-            .cloned()
-            .collect();
-        let events = events_kind();
-        let events_watched = watched(&events);
-        if events_watched && !kinds.contains(&events) {
-            kinds.push(events);
-        }
+        // may list and watch in the namespace are watched. Its rules are asked beside
+        // discovery, not after it, and (but for `in_cluster`, [`own_rules`]) a namespace not
+        // reviewed yet has its first lists sent beside the review too: through KAS each is a
+        // round trip a first view would otherwise wait for before its lists.
+        let own = discovery.own_rules();
+        let lists_first = own.lists_first(namespace);
+        let review = {
+            let (own, namespace, timeout) =
+                (own.clone(), namespace.to_owned(), options.request_timeout);
+            let cause = headers.get(AUDIT_ID_HEADER).cloned();
+            observe::within(cause, async move { own.get(&namespace, timeout).await })
+        };
         let cause = headers.get(AUDIT_ID_HEADER);
-        let (ns, watches, done) = self.watch(namespace, &kinds, options.page_size.max(1), cause);
+        let (discovered, rules, kinds, (ns, watches, done)) = match lists_first {
+            false => {
+                let (discovered, rules) =
+                    tokio::join!(observe::caused_by(headers, discovery.kinds()), review);
+                let discovered = discovered?;
+                let kinds = watched_kinds(&discovered, rules.as_deref());
+                let started = self.watch(namespace, &kinds, options.page_size.max(1), cause);
+                (discovered, rules, kinds, started)
+            }
+            true => {
+                // The review in a task of its own: the lists start before it answers.
+                let review = tokio::spawn(review);
+                let discovered = observe::caused_by(headers, discovery.kinds()).await?;
+                // Every kind's first list goes now; the watches wait for the view anyway.
+                let all = watched_kinds(&discovered, None);
+                let (ns, watches, done) =
+                    self.watch(namespace, &all, options.page_size.max(1), cause);
+                // What the rules refuse is dropped before anything of it is shown or watched
+                // (a refused first list is the identity's 403, nothing more): in a task of its
+                // own, holding the view's watches, so that a view that goes away meanwhile
+                // still lets none of them start before the review answers.
+                let narrowing = {
+                    let (ns, discovered) = (ns.clone(), discovered.clone());
+                    tokio::spawn(async move {
+                        let rules = review.await.unwrap_or(None);
+                        let kinds = watched_kinds(&discovered, rules.as_deref());
+                        lock(&ns.kinds).retain(|k, _| kinds.contains(k));
+                        (rules, kinds, done)
+                    })
+                };
+                let (rules, kinds, done) = narrowing.await.map_err(|e| {
+                    FetchError::Unreachable(format!("the rules review did not finish: {e}"))
+                })?;
+                let watches = watches
+                    .into_iter()
+                    .filter(|w| kinds.contains(&w.kind))
+                    .collect();
+                (discovered, rules, kinds, (ns, watches, done))
+            }
+        };
+        let events_watched = kinds.contains(&events_kind());
+        let watched = |k: &ApiKind| k.watchable && own_rules::may_watch(rules.as_deref(), k);
         self.bound(namespace);
         // The viewer's access reviews are sent beside the lists, not after them: through GitLab's
         // agent server each is a round trip a first view would otherwise wait for after its
@@ -1156,6 +1186,22 @@ impl WatchCache {
         drop(watched);
         (ns, watches)
     }
+}
+
+/// The kinds of `discovered` (and the Events) that the cache watches under `rules`.
+fn watched_kinds(discovered: &Discovered, rules: Option<&own_rules::Rules>) -> Vec<ApiKind> {
+    let watched = |k: &ApiKind| k.watchable && own_rules::may_watch(rules, k);
+    let mut kinds: Vec<ApiKind> = discovered
+        .kinds
+        .iter()
+        .filter(|k| watched(k))
+        .cloned()
+        .collect();
+    let events = events_kind();
+    if watched(&events) && !kinds.contains(&events) {
+        kinds.push(events);
+    }
+    kinds
 }
 
 /// A kind's watch and the identity's refusal of it, if refused.
