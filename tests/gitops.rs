@@ -583,6 +583,47 @@ async fn a_huge_inventory_is_read_within_bounds() {
     assert_eq!(env["fluxSyncStatus"], "RECONCILED");
 }
 
+/// Each API group an inventory names that discovery does not know costs a discovery request:
+/// 40 made-up ones are asked at most 16 times a view, and their objects warned of.
+#[tokio::test]
+async fn made_up_api_groups_in_an_inventory_are_asked_within_bounds() {
+    let (api, served, _dir) = cluster().await;
+    let ids: Vec<String> = (0..40)
+        .map(|i| format!("shop_thing_made{i}.example.com_Thing"))
+        .collect();
+    let ids: Vec<(&str, &str)> = ids.iter().map(|id| (id.as_str(), "v1")).collect();
+    api.insert(kustomization(
+        "flux-system",
+        "madeup",
+        &ids,
+        ready("True", "ReconciliationSucceeded"),
+    ));
+    let world = bound_world(
+        &served,
+        &[(
+            (126, "madeup"),
+            path(KS, "kustomizations", "flux-system", "madeup"),
+        )],
+    )
+    .await;
+    let env = group(&world, "madeup").await;
+    let asked = api
+        .requests()
+        .iter()
+        .filter(|r| r.path.contains(".example.com/"))
+        .count();
+    assert_eq!(asked, 16);
+    let warnings = env["resourceGroup"]["warnings"].as_array().unwrap();
+    assert!(
+        warnings
+            .iter()
+            .filter(|w| w.as_str().unwrap().contains("made3"))
+            .count()
+            >= 1,
+        "{warnings:?}"
+    );
+}
+
 /// An environment bound to an Argo CD Application by a Maintainer
 /// (`environmentArgoApplicationUpdate`) has the Application's `status.resources` as its group,
 /// across namespaces; and a Flux object found in a bound Kustomization's inventory (not the

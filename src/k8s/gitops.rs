@@ -36,6 +36,10 @@ pub const MAX_NAMESPACES: usize = 64;
 /// Cluster-scoped objects are read by name, one request each: at most this many a view.
 pub const MAX_CLUSTER_SCOPED: usize = 500;
 
+/// API groups and versions discovery does not know that a view asks the cluster for, one
+/// request each: an inventory may name any number of made-up ones.
+pub const MAX_GROUP_VERSIONS_ASKED: usize = 16;
+
 /// Warnings of the sources shown at most (an inventory of objects not yet created names each).
 pub const MAX_WARNINGS: usize = 50;
 
@@ -250,6 +254,7 @@ async fn read_group(
     }
     let mut resolution = Resolution::default();
     let mut cluster_read = 0;
+    let mut group_versions_asked = 0;
     for _ in 0..MAX_ROUNDS {
         let namespaced = |group: &str, kind: &str| {
             kinds
@@ -348,10 +353,15 @@ async fn read_group(
         // Neither is in the cache: a view that needs them is read afresh each time.
         read.fresh |= !needs.kinds.is_empty() || !needs.helm.is_empty();
         for (group, version) in &needs.kinds {
-            match group_version_kinds(reader, group, version).await {
-                Ok(found) => kinds.extend(found),
-                Err(e) => warnings.push(format!("The kinds of {group}/{version}: {e}")),
+            if group_versions_asked < MAX_GROUP_VERSIONS_ASKED {
+                group_versions_asked += 1;
+                match group_version_kinds(reader, group, version).await {
+                    Ok(found) => kinds.extend(found),
+                    Err(e) => warnings.push(format!("The kinds of {group}/{version}: {e}")),
+                }
             }
+            // Past the bound: not asked, and its objects warned of as kinds the cluster
+            // does not serve.
             loaded.add_kinds_asked(group, version);
         }
         for (ns, release) in &needs.helm {
