@@ -305,6 +305,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         gitlab: state.gitlab.clone(),
         clusters: state.clusters.clone(),
         health: state.health.clone(),
+        encodings: Default::default(),
     });
     let internal_serving = tokio::spawn(async move {
         if let Err(e) = axum::serve(internal, internal_app).await {
