@@ -2,9 +2,12 @@
 
 use std::sync::Arc;
 
-use axum::extract::{FromRef, FromRequestParts};
+use axum::extract::{FromRef, FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
+use axum::http::Method;
+use bytes::Bytes;
 use serde::Deserialize;
+use sha2::{Digest, Sha256};
 
 use super::{verify, Keys, TimeClaims, ISSUER};
 use crate::error::Error;
@@ -95,6 +98,10 @@ struct ReplicaClaims {
     /// authenticate afresh: never a claim of who the viewer is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     credential: Option<String>,
+    /// The request the token is for ([`replica_request`]): a token taken off one request
+    /// cannot carry another ask, or go to another route, in its lifetime.
+    #[serde(default)]
+    request: String,
 }
 
 impl TimeClaims for ReplicaClaims {
@@ -106,8 +113,21 @@ impl TimeClaims for ReplicaClaims {
     }
 }
 
-/// Signs a request to another replica with the internal secret, carrying `credential`.
-pub fn mint_replica(key: &[u8], credential: Option<&str>) -> anyhow::Result<String> {
+/// What a replica's token binds it to: the SHA-256 of its request's method, path and body, in
+/// hex.
+pub fn replica_request(method: &Method, path: &str, body: &[u8]) -> String {
+    let mut hash = Sha256::new();
+    hash.update(method.as_str());
+    hash.update(b" ");
+    hash.update(path);
+    hash.update(b"\n");
+    hash.update(body);
+    hash.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Signs a request to another replica with the internal secret, carrying `credential`, for
+/// the request `request` names ([`replica_request`]).
+pub fn mint_replica(key: &[u8], credential: Option<&str>, request: &str) -> anyhow::Result<String> {
     #[derive(serde::Serialize)]
     struct Signed<'a> {
         iss: &'a str,
@@ -123,6 +143,7 @@ pub fn mint_replica(key: &[u8], credential: Option<&str>) -> anyhow::Result<Stri
             iat: now,
             exp: now + REPLICA_LIFETIME_SECONDS / 2,
             credential: credential.map(str::to_owned),
+            request: request.to_owned(),
         },
     };
     Ok(jsonwebtoken::encode(
@@ -132,34 +153,52 @@ pub fn mint_replica(key: &[u8], credential: Option<&str>) -> anyhow::Result<Stri
     )?)
 }
 
-/// A request signed by another replica of this envlens, and the viewer's credential it carries.
+/// A request signed by another replica of this envlens, for this very request (its method,
+/// path and body), and the viewer's credential it carries; with its body, read here (within
+/// the listener's bound on a body) to check it.
 #[derive(Debug, Clone)]
 pub struct FromReplica {
     pub credential: Option<String>,
+    pub body: Bytes,
 }
 
-impl<S: Send + Sync> FromRequestParts<S> for FromReplica
+impl<S: Send + Sync> FromRequest<S> for FromReplica
 where
     Arc<Keys>: FromRef<S>,
 {
     type Rejection = Error;
 
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Error> {
+    async fn from_request(request: Request, state: &S) -> Result<Self, Error> {
         let keys = Arc::<Keys>::from_ref(state);
-        let token = parts
-            .headers
-            .get(REPLICA_HEADER)
-            .ok_or_else(|| Error::Unauthorized("missing Envlens-Replica-Request header".into()))?
-            .to_str()
-            .map_err(|_| Error::Unauthorized("token is malformed".into()))?;
-        let claims = verify::<ReplicaClaims>(
-            token,
-            &keys.internal,
-            REPLICA_AUDIENCE,
-            REPLICA_LIFETIME_SECONDS,
-        )?;
+        let (parts, body) = request.into_parts();
+        let claims = {
+            let token = parts
+                .headers
+                .get(REPLICA_HEADER)
+                .ok_or_else(|| {
+                    Error::Unauthorized("missing Envlens-Replica-Request header".into())
+                })?
+                .to_str()
+                .map_err(|_| Error::Unauthorized("token is malformed".into()))?;
+            verify::<ReplicaClaims>(
+                token,
+                &keys.internal,
+                REPLICA_AUDIENCE,
+                REPLICA_LIFETIME_SECONDS,
+            )?
+        };
+        let (method, path) = (parts.method.clone(), parts.uri.path().to_owned());
+        let body = Bytes::from_request(Request::from_parts(parts, body), state)
+            .await
+            .map_err(|e| Error::BadRequest(format!("the request's body: {e}")))?;
+        if claims.request != replica_request(&method, &path, &body) {
+            return Err(Error::Unauthorized(
+                "the token was signed for another request".into(),
+            ));
+        }
         Ok(FromReplica {
             credential: claims.credential,
+            body,
         })
     }
 }
@@ -172,7 +211,7 @@ mod tests {
     fn replicas_and_gitlab_do_not_accept_each_others_tokens() {
         let key = [7u8; 32];
         let right = jsonwebtoken::DecodingKey::from_secret(&key);
-        let token = mint_replica(&key, Some("viewer-token")).unwrap();
+        let token = mint_replica(&key, Some("viewer-token"), "r").unwrap();
         let claims = verify::<ReplicaClaims>(&token, &right, REPLICA_AUDIENCE, 60).unwrap();
         assert_eq!(claims.credential.as_deref(), Some("viewer-token"));
         assert!(verify::<Claims>(&token, &right, AUDIENCE, MAX_LIFETIME_SECONDS).is_err());

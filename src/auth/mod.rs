@@ -19,7 +19,8 @@ use serde::de::DeserializeOwned;
 
 pub use credential::Credential;
 pub use internal::{
-    mint_internal, mint_replica, FromReplica, Internal, INTERNAL_HEADER, REPLICA_HEADER,
+    mint_internal, mint_replica, replica_request, FromReplica, Internal, INTERNAL_HEADER,
+    REPLICA_HEADER,
 };
 pub use session::{
     authenticate, mint_session, verify_session, CurrentUser, Session, SessionClaims, Via,
@@ -69,11 +70,17 @@ impl Keys {
         }
     }
 
-    /// Signs a request to another replica (SPEC 16), carrying the viewer's `credential`.
-    pub fn sign_for_replica(&self, credential: Option<&Credential>) -> anyhow::Result<String> {
+    /// Signs a request to another replica (SPEC 16), carrying the viewer's `credential`, for
+    /// the request `request` names ([`replica_request`]).
+    pub fn sign_for_replica(
+        &self,
+        credential: Option<&Credential>,
+        request: &str,
+    ) -> anyhow::Result<String> {
         mint_replica(
             self.replica_signer.bytes(),
             credential.map(Credential::encode).as_deref(),
+            request,
         )
     }
 

@@ -118,7 +118,7 @@ mod tests {
         );
         assert!(keys(&[8; 32]).verify_watch_token(&token, 30).is_err());
         // A replica's own token is no watch token, nor the other way round.
-        let replica = super::super::mint_replica(&[7; 32], None).unwrap();
+        let replica = super::super::mint_replica(&[7; 32], None, "").unwrap();
         assert!(one.verify_watch_token(&replica, 60).is_err());
         let expired = WatchClaims {
             iat: claims.iat - 100,

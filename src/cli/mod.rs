@@ -305,6 +305,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         gitlab: state.gitlab.clone(),
         clusters: state.clusters.clone(),
         health: state.health.clone(),
+        encodings: Default::default(),
     });
     // Bounded as the public listener is (heads, idle connections, a cap): in a pod it listens
     // on every address, and only the chart's NetworkPolicy keeps other pods from it.

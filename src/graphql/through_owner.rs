@@ -48,7 +48,7 @@ pub(super) async fn through_owner(
         selector: selector.to_owned(),
     };
     match forward.resource_group(&owner, credential, &ask).await {
-        Ok(group) => Through::Owner(Ok(Arc::new(group))),
+        Ok(group) => Through::Owner(Ok(group)),
         Err(NotForwarded::Decided(Error::Forbidden(_))) => Through::Owner(Err(Error::Forbidden(
             FORBIDDEN_MESSAGE.to_owned(),
         )

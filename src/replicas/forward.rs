@@ -6,14 +6,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::http::{Method, Request, StatusCode};
+use axum::http::header::IF_NONE_MATCH;
+use axum::http::{HeaderValue, Method, Request, StatusCode};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
-use super::{wire, Ownership};
-use crate::auth::{Credential, Keys, REPLICA_HEADER};
+use super::memo::Received;
+use super::Ownership;
+use crate::auth::{replica_request, Credential, Keys, REPLICA_HEADER};
 use crate::db::replicas::Member;
 use crate::error::Error;
 use crate::resources::group::ResourceGroup;
@@ -76,6 +78,8 @@ struct Inner {
     ownership: Ownership,
     keys: Arc<Keys>,
     client: Client<Https, Full<Bytes>>,
+    /// The groups last received, asked again by their tag ([`super::memo`]).
+    received: Received,
     /// The owner's own bound on a view (the cluster's response timeout), and some.
     timeout: Duration,
 }
@@ -98,6 +102,7 @@ impl Forward {
             ownership,
             keys,
             client: Client::builder(TokioExecutor::new()).build(connector),
+            received: Received::default(),
             timeout,
         }))))
     }
@@ -123,13 +128,13 @@ impl Forward {
     ) -> Result<Changes, NotForwarded> {
         match self.open(owner, CHANGES_PATH, credential, ask).await? {
             Opened::Streaming(body) => Ok(Changes { body: Some(body) }),
-            Opened::Answered(status, body) => answer(status, &body).map(|_| Changes { body: None }),
+            Opened::Answered(status, body) => Err(decision(status, &body)),
         }
     }
 
     /// A stream `owner` answers at `path` (of the internal listener) to `ask`, as
     /// `credential`'s viewer: its lines ([`Lines`]) once it answers 200; else the owner's
-    /// decision, or why it could not be asked.
+    /// decision (a 401 among them), or why it could not be asked.
     pub async fn lines(
         &self,
         owner: &Member,
@@ -142,6 +147,13 @@ impl Forward {
                 body: Some(body),
                 buffer: Vec::new(),
             }),
+            // The owner refusing the socket's token is its decision, not an owner away: a
+            // watch it served is not asked again for ever (`k8s::watch_api::through_owner`).
+            Opened::Answered(StatusCode::UNAUTHORIZED, body) => {
+                Err(NotForwarded::Decided(Error::Unauthorized(
+                    message(&body).unwrap_or_else(|| "the owner refused the credential".into()),
+                )))
+            }
             Opened::Answered(status, body) => Err(decision(status, &body)),
         }
     }
@@ -193,15 +205,24 @@ impl Forward {
             .ok_or_else(|| NotForwarded::Unreachable("this replica shares no connection".into()))
     }
 
-    /// The group `ask` names, from `owner`, as `credential`'s viewer.
+    /// The group `ask` names, from `owner`, as `credential`'s viewer. The group last received
+    /// for `ask` is offered by its tag: an owner that still has it (after judging the viewer)
+    /// answers `304` and it is not sent again ([`super::memo`]).
     pub async fn resource_group(
         &self,
         owner: &Member,
         credential: &Credential,
         ask: &GroupAsk,
-    ) -> Result<ResourceGroup, NotForwarded> {
+    ) -> Result<Arc<ResourceGroup>, NotForwarded> {
         let inner = self.inner()?;
-        let request = inner.request(owner, RESOURCE_GROUP_PATH, credential, ask)?;
+        let known = inner.received.get(ask);
+        let mut request = inner.request(owner, RESOURCE_GROUP_PATH, credential, ask)?;
+        if let Some(tag) = known
+            .as_ref()
+            .and_then(|(tag, _)| HeaderValue::from_str(tag).ok())
+        {
+            request.headers_mut().insert(IF_NONE_MATCH, tag);
+        }
         let exchange = async {
             let response = inner
                 .client
@@ -221,7 +242,14 @@ impl Forward {
             .map_err(|_| format!("no answer within {:?}", inner.timeout))
             .and_then(|answered| answered)
             .map_err(NotForwarded::Unreachable)?;
-        answer(status, &body)
+        match (status, known) {
+            (StatusCode::NOT_MODIFIED, Some((_, group))) => Ok(group),
+            (StatusCode::OK, _) => inner
+                .received
+                .decode(ask, &body)
+                .map_err(|e| NotForwarded::Unreachable(format!("its answer is no group: {e}"))),
+            (status, _) => Err(decision(status, &body)),
+        }
     }
 }
 
@@ -235,11 +263,12 @@ impl Inner {
         ask: &impl serde::Serialize,
     ) -> Result<Request<Full<Bytes>>, NotForwarded> {
         let unreachable = |e: String| NotForwarded::Unreachable(e);
+        let body = serde_json::to_vec(ask).map_err(|e| unreachable(e.to_string()))?;
+        let bound = replica_request(&Method::POST, path, &body);
         let token = self
             .keys
-            .sign_for_replica(Some(credential))
+            .sign_for_replica(Some(credential), &bound)
             .map_err(|e| unreachable(e.to_string()))?;
-        let body = serde_json::to_vec(ask).map_err(|e| unreachable(e.to_string()))?;
         Request::builder()
             .method(Method::POST)
             .uri(format!("{}{path}", owner.advertise_url))
@@ -326,23 +355,17 @@ impl Lines {
     }
 }
 
-/// The owner's answer: the group, its decision, or an answer that is neither.
-fn answer(status: StatusCode, body: &[u8]) -> Result<ResourceGroup, NotForwarded> {
-    match status {
-        StatusCode::OK => wire::decode(body)
-            .map_err(|e| NotForwarded::Unreachable(format!("its answer is no group: {e}"))),
-        status => Err(decision(status, body)),
-    }
+/// The message of an owner's error answer.
+fn message(body: &[u8]) -> Option<String> {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
 }
 
 /// The owner's refusal of an ask: its decision (the viewer refused, the cluster unreachable
 /// from it), or an answer that is none (then the ask is served here).
 fn decision(status: StatusCode, body: &[u8]) -> NotForwarded {
-    let message = || {
-        serde_json::from_slice::<serde_json::Value>(body)
-            .ok()
-            .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
-    };
+    let message = || message(body);
     match status {
         StatusCode::FORBIDDEN => {
             NotForwarded::Decided(Error::Forbidden(message().unwrap_or_default()))
@@ -365,25 +388,24 @@ mod tests {
     #[test]
     fn only_the_owners_decisions_are_taken_as_answers() {
         let refused = br#"{"error": {"code": "forbidden", "message": "no access"}}"#;
-        match answer(StatusCode::FORBIDDEN, refused) {
-            Err(NotForwarded::Decided(Error::Forbidden(m))) => assert_eq!(m, "no access"),
+        match decision(StatusCode::FORBIDDEN, refused) {
+            NotForwarded::Decided(Error::Forbidden(m)) => assert_eq!(m, "no access"),
             other => panic!("{other:?}"),
         }
         let cluster =
             br#"{"error": {"code": "bad_gateway", "message": "cannot reach the cluster"}}"#;
         assert!(matches!(
-            answer(StatusCode::BAD_GATEWAY, cluster),
-            Err(NotForwarded::Decided(Error::BadGateway(_)))
+            decision(StatusCode::BAD_GATEWAY, cluster),
+            NotForwarded::Decided(Error::BadGateway(_))
         ));
         // A proxy's 502 page, a 401 (another internal secret), a 500: read here instead.
         for (status, body) in [
             (StatusCode::BAD_GATEWAY, &b"<html>bad gateway</html>"[..]),
             (StatusCode::UNAUTHORIZED, &br#"{"error": {"code": "unauthorized", "message": "token signature does not match"}}"#[..]),
             (StatusCode::INTERNAL_SERVER_ERROR, &b""[..]),
-            (StatusCode::OK, &b"{}"[..]),
         ] {
             assert!(
-                matches!(answer(status, body), Err(NotForwarded::Unreachable(_))),
+                matches!(decision(status, body), NotForwarded::Unreachable(_)),
                 "{status}"
             );
         }

@@ -5,7 +5,8 @@
 use std::sync::Arc;
 
 use axum::extract::{FromRef, State};
-use axum::http::header::CONTENT_TYPE;
+use axum::http::header::{CONTENT_TYPE, ETAG, IF_NONE_MATCH};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -13,6 +14,7 @@ use axum::{Json, Router};
 use super::forward::{
     GroupAsk, CHANGE, CHANGES_PATH, KEEPALIVE, PROXY_PATH, RESOURCE_GROUP_PATH, WATCH_PATH,
 };
+use super::memo::Encodings;
 use super::{wire, Ownership};
 use crate::auth::{Credential, FromReplica, Keys};
 use crate::db::pool::Pool;
@@ -38,6 +40,8 @@ pub struct Internal {
     pub gitlab: Option<Arc<Instance>>,
     pub clusters: Arc<Clusters>,
     pub health: Arc<Customizations>,
+    /// The groups last answered, encoded ([`super::memo`]).
+    pub encodings: Arc<Encodings>,
 }
 
 impl FromRef<Internal> for Arc<Keys> {
@@ -59,7 +63,7 @@ pub fn router(internal: Internal) -> Router {
 
 /// This replica's id and the connections it holds now: what another replica checks before
 /// it sends a view here.
-async fn whoami(_: FromReplica, State(state): State<Internal>) -> Json<serde_json::Value> {
+async fn whoami(State(state): State<Internal>, _: FromReplica) -> Json<serde_json::Value> {
     Json(serde_json::json!({
         "id": state.ownership.id,
         "holds": state.ownership.held(),
@@ -69,13 +73,14 @@ async fn whoami(_: FromReplica, State(state): State<Internal>) -> Json<serde_jso
 /// A view another replica forwards (`super::forward`): the viewer authenticated afresh from
 /// the credential it carries, their `user_access` decided here, the group read from this
 /// replica's watch cache as them. 401 without a credential this replica accepts, 403 without
-/// `user_access`, 502 when the cluster cannot be read; else the group ([`wire`]).
+/// `user_access`, 502 when the cluster cannot be read; else the group ([`wire`]), or `304`
+/// when it is the one the asking replica has (`If-None-Match`, [`super::memo`]).
 async fn resource_group(
-    from: FromReplica,
     State(state): State<Internal>,
-    body: axum::body::Bytes,
+    asked: HeaderMap,
+    from: FromReplica,
 ) -> Result<Response, Error> {
-    let (ask, viewer) = authorized(&state, from, &body).await?;
+    let (ask, viewer) = authorized(&state, from).await?;
     let (session, grant, cluster) = match viewer {
         Viewer::Granted {
             session,
@@ -113,10 +118,26 @@ async fn resource_group(
         }
         Err(e) => return Err(Error::BadGateway(e.to_string())),
     };
-    match cluster.condition.circuit().open() {
-        Some(open) => group_answer(&group.while_away(open.since, &open.said())),
-        None => group_answer(&group),
+    if let Some(open) = cluster.condition.circuit().open() {
+        return group_answer(&group.while_away(open.since, &open.said()));
     }
+    // The watch cache's memo, encoded once while it lasts; not sent to who has it.
+    let encoded = state
+        .encodings
+        .encode(&ask, &group)
+        .map_err(|e| Error::Internal(e.into()))?;
+    let has = asked.get(IF_NONE_MATCH).and_then(|v| v.to_str().ok());
+    if has == Some(encoded.tag.as_str()) {
+        return Ok((StatusCode::NOT_MODIFIED, [(ETAG, encoded.tag)]).into_response());
+    }
+    Ok((
+        [
+            (CONTENT_TYPE, "application/json".to_owned()),
+            (ETAG, encoded.tag),
+        ],
+        encoded.bytes,
+    )
+        .into_response())
 }
 
 /// Who asks, once authenticated and granted; or the group of an agent without a connection.
@@ -131,11 +152,7 @@ enum Viewer {
 
 /// The viewer the request carries, authenticated afresh, and their `user_access` to the
 /// agent asked, decided here; the ask itself, checked.
-async fn authorized(
-    state: &Internal,
-    from: FromReplica,
-    body: &[u8],
-) -> Result<(GroupAsk, Viewer), Error> {
+async fn authorized(state: &Internal, from: FromReplica) -> Result<(GroupAsk, Viewer), Error> {
     let credential = from
         .credential
         .as_deref()
@@ -145,7 +162,7 @@ async fn authorized(
     let session = credential
         .authenticate(&state.keys, state.gitlab.as_deref())
         .await?;
-    let ask: GroupAsk = serde_json::from_slice(body)
+    let ask: GroupAsk = serde_json::from_slice(&from.body)
         .map_err(|e| Error::BadRequest(format!("not a forwarded view: {e}")))?;
     if ask.namespaces.is_empty() || ask.namespaces.len() > MAX_NAMESPACES {
         return Err(Error::invalid(
@@ -198,12 +215,8 @@ async fn authorized(
 /// [`KEEPALIVE_EVERY`] so that the other replica notices an owner gone silent. It ends when
 /// this replica's watches of a namespace end (handed over, the lease lost, gone idle): the
 /// other replica then asks whoever owns the connection by then.
-async fn changes(
-    from: FromReplica,
-    State(state): State<Internal>,
-    body: axum::body::Bytes,
-) -> Result<Response, Error> {
-    let (ask, viewer) = authorized(&state, from, &body).await?;
+async fn changes(State(state): State<Internal>, from: FromReplica) -> Result<Response, Error> {
+    let (ask, viewer) = authorized(&state, from).await?;
     let Viewer::Granted { cluster, .. } = viewer else {
         return Err(Error::NoConnection(format!(
             "No cluster connection is configured for agent {}",

@@ -6,6 +6,7 @@
 
 pub mod forward;
 pub mod internal;
+pub mod memo;
 pub mod ownership;
 pub mod rendezvous;
 mod watches;

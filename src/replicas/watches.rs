@@ -80,16 +80,15 @@ pub(super) async fn granted(
 /// refusals decided here; then the watch's messages from this replica's cache, a line each,
 /// as for a fresh watcher, and an empty line every [`KEEPALIVE_EVERY`].
 pub(super) async fn watch(
-    from: FromReplica,
     State(state): State<Internal>,
-    body: axum::body::Bytes,
+    from: FromReplica,
 ) -> Result<Response, Error> {
     let credential = credential(&from)?;
     let token = credential
         .watch_token()
         .ok_or_else(|| Error::Unauthorized("the request carries no watch token".into()))?;
     let bound = tokens::spent(&state.keys, &state.db, token).await?;
-    let ask: WatchAsk = serde_json::from_slice(&body)
+    let ask: WatchAsk = serde_json::from_slice(&from.body)
         .map_err(|e| Error::BadRequest(format!("not a forwarded watch: {e}")))?;
     if ask.agent != bound.agent_id {
         return Err(Error::Forbidden(
@@ -174,12 +173,11 @@ fn lines(messages: mpsc::Receiver<String>, running: Running, watch: WatchCache) 
 /// the mark (401 for the replica's token, 503 when the connection is not held here) is the
 /// other replica's to serve itself.
 pub(super) async fn proxied(
-    from: FromReplica,
     State(state): State<Internal>,
-    body: axum::body::Bytes,
+    from: FromReplica,
 ) -> Result<Response, Error> {
     let credential = credential(&from)?;
-    let ask: ProxyAsk = serde_json::from_slice(&body)
+    let ask: ProxyAsk = serde_json::from_slice(&from.body)
         .map_err(|e| Error::BadRequest(format!("not a forwarded watch: {e}")))?;
     let uri: Uri = ask
         .uri

@@ -112,7 +112,7 @@ impl Setup {
     }
 
     /// The key of agent 7's connection, once some replica has leased it.
-    async fn connection(&self) -> String {
+    pub(super) async fn connection(&self) -> String {
         self.wait_holder("some replica leases the connection", Option::is_some)
             .await;
         sqlx::query_scalar("SELECT connection FROM connection_leases")
@@ -172,6 +172,12 @@ pub(super) async fn settled(api: &KubeApi) -> usize {
     last
 }
 
+/// A replica's token for GET `/-/replica`.
+pub(super) fn signed_whoami() -> String {
+    let request = envlens::auth::replica_request(&axum::http::Method::GET, "/-/replica", b"");
+    envlens::auth::mint_replica(INTERNAL_KEY, None, &request).unwrap()
+}
+
 /// GET `/-/replica` of a replica's internal listener with `headers`: the status and the body
 /// (0 when nothing listens).
 pub(super) fn whoami(advertise_url: &str, headers: &[(&str, &str)]) -> (u16, String) {
@@ -228,7 +234,7 @@ async fn three_replicas_watch_each_connection_once_and_answer_alike() {
     let owner = setup.settled_owner(&replicas).await;
 
     // Its internal listener says so, to another replica only.
-    let signed = envlens::auth::mint_replica(INTERNAL_KEY, None).unwrap();
+    let signed = signed_whoami();
     let (status, body) = whoami(
         &owner.advertise_url,
         &[(envlens::auth::REPLICA_HEADER, &signed)],
@@ -402,7 +408,7 @@ fn cut_off_is_running(replica: &Replica) -> bool {
 /// What a replica says it holds now: (connection, generation, term) each; `None` when it does
 /// not answer (killed, or stopping).
 fn holds(replica: &Replica) -> Option<Vec<(String, u64, u64)>> {
-    let signed = envlens::auth::mint_replica(INTERNAL_KEY, None).unwrap();
+    let signed = signed_whoami();
     let (status, body) = whoami(
         &replica.advertise_url,
         &[(envlens::auth::REPLICA_HEADER, &signed)],

@@ -130,8 +130,16 @@ fn post_internal(
     super::http(host, "POST", path, headers, Some(body))
 }
 
-/// A replica's token carrying `user`'s bearer session as their credential.
-fn carrying(user: Option<(i64, &str)>) -> String {
+/// A replica's token for a POST of `ask` to `path`.
+fn signed(credential: Option<&str>, path: &str, ask: &Value) -> String {
+    let request =
+        envlens::auth::replica_request(&axum::http::Method::POST, path, ask.to_string().as_bytes());
+    envlens::auth::mint_replica(INTERNAL_KEY, credential, &request).unwrap()
+}
+
+/// A replica's token carrying `user`'s bearer session as their credential, for a POST of
+/// `ask` to `path`.
+fn carrying(user: Option<(i64, &str)>, path: &str, ask: &Value) -> String {
     use axum::http::Request;
     let credential = user.map(|(id, name)| {
         let (token, _) =
@@ -142,7 +150,7 @@ fn carrying(user: Option<(i64, &str)>) -> String {
             .unwrap();
         envlens::auth::Credential::of(&request.into_parts().0).encode()
     });
-    envlens::auth::mint_replica(INTERNAL_KEY, credential.as_deref()).unwrap()
+    signed(credential.as_deref(), path, ask)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -157,16 +165,59 @@ async fn the_owner_authenticates_the_viewer_and_decides_their_access_itself() {
     let at = &owner.advertise_url;
     let header = envlens::auth::REPLICA_HEADER;
 
-    let (status, body) = post_internal(at, path, &[(header, &carrying(Some((2, "dev"))))], &ask);
+    let (status, body) = post_internal(
+        at,
+        path,
+        &[(header, &carrying(Some((2, "dev")), path, &ask))],
+        &ask,
+    );
     assert_eq!(status, 200, "{body}");
     let group = envlens::replicas::wire::decode(body.as_bytes()).expect("a group");
     assert!(group.resources.len() > 3, "{body}");
 
+    // Asked again with the tag of what it answered: judged again, then not sent again.
+    let tag = envlens::replicas::memo::tag(body.as_bytes());
+    let none_match = ("if-none-match", tag.as_str());
+    let dev = carrying(Some((2, "dev")), path, &ask);
+    let (status, unsent) = post_internal(at, path, &[(header, &dev), none_match], &ask);
+    assert_eq!((status, unsent.as_str()), (304, ""));
+    let rep = carrying(Some((3, "rep")), path, &ask);
+    let (status, refused) = post_internal(at, path, &[(header, &rep), none_match], &ask);
+    assert_eq!(status, 403, "{refused}");
+    let stale = ("if-none-match", "\"00000000000000000000000000000000\"");
+    let (status, again) = post_internal(at, path, &[(header, &dev), stale], &ask);
+    assert_eq!((status, &again), (200, &body));
+
+    // A token is good for the request it was signed for only: not with another ask (another
+    // agent, more namespaces), nor at another route.
+    let other = json!({"agent": 7, "namespaces": [environment::NS, "kube-system"],
+                       "selector": ask["selector"]});
+    let (status, body) = post_internal(
+        at,
+        path,
+        &[(header, &carrying(Some((2, "dev")), path, &other))],
+        &ask,
+    );
+    assert_eq!(status, 401, "{body}");
+    let changes = envlens::replicas::forward::CHANGES_PATH;
+    let (status, body) = post_internal(
+        at,
+        changes,
+        &[(header, &carrying(Some((2, "dev")), path, &ask))],
+        &ask,
+    );
+    assert_eq!(status, 401, "{body}");
+
     // Refused: a viewer without user_access, no viewer at all, a forged viewer, GitLab's
     // own token, no token.
-    let (status, body) = post_internal(at, path, &[(header, &carrying(Some((3, "rep"))))], &ask);
+    let (status, body) = post_internal(
+        at,
+        path,
+        &[(header, &carrying(Some((3, "rep")), path, &ask))],
+        &ask,
+    );
     assert_eq!(status, 403, "{body}");
-    let (status, body) = post_internal(at, path, &[(header, &carrying(None))], &ask);
+    let (status, body) = post_internal(at, path, &[(header, &carrying(None, path, &ask))], &ask);
     assert_eq!(status, 401, "{body}");
     let forged = {
         let (token, _) = envlens::auth::mint_session(
@@ -177,7 +228,7 @@ async fn the_owner_authenticates_the_viewer_and_decides_their_access_itself() {
         )
         .unwrap();
         let credential = format!(r#"{{"authorization": "Bearer {token}"}}"#);
-        envlens::auth::mint_replica(INTERNAL_KEY, Some(&credential)).unwrap()
+        signed(Some(&credential), path, &ask)
     };
     let (status, body) = post_internal(at, path, &[(header, &forged)], &ask);
     assert_eq!(status, 401, "{body}");
@@ -187,10 +238,12 @@ async fn the_owner_authenticates_the_viewer_and_decides_their_access_itself() {
     let (status, _) = post_internal(at, path, &[], &ask);
     assert_eq!(status, 401);
     // Bad asks are clear errors.
-    let bearer = carrying(Some((2, "dev")));
-    let (status, body) = post_internal(at, path, &[(header, &bearer)], &json!({"agent": "x"}));
+    let bad = json!({"agent": "x"});
+    let bearer = carrying(Some((2, "dev")), path, &bad);
+    let (status, body) = post_internal(at, path, &[(header, &bearer)], &bad);
     assert_eq!(status, 400, "{body}");
     let none = json!({"agent": 7, "namespaces": [], "selector": ""});
+    let bearer = carrying(Some((2, "dev")), path, &none);
     let (status, body) = post_internal(at, path, &[(header, &bearer)], &none);
     assert_eq!(status, 422, "{body}");
 }
@@ -547,6 +600,67 @@ async fn a_watch_socket_goes_on_through_a_handover_with_nothing_lost_or_doubled(
     stopping.join().unwrap();
 }
 
+/// An owner that refuses a socket's token after another served its watch (the token's use no
+/// longer on record, as a day past its expiry) ends the watch with its refusal, once: the
+/// replica with the socket does not ask it again for ever while the watcher hears nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_watch_the_next_owner_refuses_ends_with_its_refusal() {
+    let world = world().await;
+    let setup = &world.setup;
+    let mut replicas = vec![
+        setup.replica(&setup.url).await,
+        setup.replica(&setup.url).await,
+        setup.replica(&setup.url).await,
+    ];
+    let owner_id = setup.settled_owner(&replicas).await.id.clone();
+    let connection = setup.connection().await;
+    let rest: Vec<String> = replicas
+        .iter()
+        .map(|r| r.id.clone())
+        .filter(|id| *id != owner_id)
+        .collect();
+    let next = envlens::replicas::rendezvous::owner(&connection, &rest)
+        .unwrap()
+        .to_owned();
+    // The socket on the replica that owns the connection neither now nor next.
+    let at = replicas
+        .iter()
+        .position(|r| r.id != owner_id && r.id != next)
+        .unwrap();
+    let mut socket = open_socket(&replicas[at], &watch_token(&replicas[at]))
+        .await
+        .unwrap();
+    watch_config_maps(&mut socket, "cm").await;
+    let first = text_within(&mut socket, Duration::from_secs(30)).await;
+    assert_eq!(
+        event(&first.expect("the first event")),
+        pair("ADDED", "web-config")
+    );
+
+    sqlx::query("DELETE FROM watch_tokens_spent")
+        .execute(&setup.app.db)
+        .await
+        .unwrap();
+    let gone = replicas.remove(replicas.iter().position(|r| r.id == owner_id).unwrap());
+    let stopping = std::thread::spawn(move || drop(gone));
+    let said = text_within(&mut socket, Duration::from_secs(60)).await;
+    let logs = || {
+        replicas
+            .iter()
+            .map(Replica::logs)
+            .collect::<Vec<_>>()
+            .join("\n----\n")
+    };
+    let said: Value =
+        serde_json::from_str(&said.unwrap_or_else(|| panic!("nothing said\n{}", logs()))).unwrap();
+    assert_eq!(said["type"], "error", "{said}");
+    assert_eq!(said["watchId"], "cm", "{said}");
+    assert_eq!(said["error"]["object"]["code"], 401, "{said}");
+    // Once: the watch is over.
+    assert_eq!(text_within(&mut socket, Duration::from_secs(3)).await, None);
+    stopping.join().unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn after_a_kill_9_of_the_owner_a_survivors_socket_and_subscription_lose_and_double_nothing() {
     use crate::subscriptions::{Client, Received};
@@ -733,9 +847,9 @@ async fn the_owner_checks_the_watches_handed_to_it_itself() {
     let at = &owner.advertise_url;
     let header = envlens::auth::REPLICA_HEADER;
     let keys = keys();
-    let carrying_token = |token: &str| {
+    let carrying_token = |token: &str, path: &str, ask: &Value| {
         let credential = envlens::auth::Credential::of_watch_socket(token).encode();
-        envlens::auth::mint_replica(INTERNAL_KEY, Some(&credential)).unwrap()
+        signed(Some(&credential), path, ask)
     };
     let ask = json!({"agent": 7, "params": config_maps()});
     let path = envlens::replicas::forward::WATCH_PATH;
@@ -748,7 +862,12 @@ async fn the_owner_checks_the_watches_handed_to_it_itself() {
             30,
         ))
         .unwrap();
-    let (status, body) = post_internal(at, path, &[(header, &carrying_token(&unspent))], &ask);
+    let (status, body) = post_internal(
+        at,
+        path,
+        &[(header, &carrying_token(&unspent, path, &ask))],
+        &ask,
+    );
     assert_eq!(status, 401, "{body}");
     // A token spent on a socket, for a viewer without user_access (a socket refused spends
     // nothing: the token is recorded spent as a replica whose viewer then lost their access
@@ -766,17 +885,26 @@ async fn the_owner_checks_the_watches_handed_to_it_itself() {
     .execute(&setup.app.db)
     .await
     .unwrap();
-    let (status, body) = post_internal(at, path, &[(header, &carrying_token(&rep))], &ask);
+    let (status, body) = post_internal(
+        at,
+        path,
+        &[(header, &carrying_token(&rep, path, &ask))],
+        &ask,
+    );
     assert_eq!(status, 403, "{body}");
     // dev's spent token, for another agent than the one asked: refused.
     let token = watch_token(owner);
     let _socket = open_socket(owner, &token).await.unwrap();
     let other_agent = json!({"agent": 8, "params": config_maps()});
-    let (status, body) =
-        post_internal(at, path, &[(header, &carrying_token(&token))], &other_agent);
+    let (status, body) = post_internal(
+        at,
+        path,
+        &[(header, &carrying_token(&token, path, &other_agent))],
+        &other_agent,
+    );
     assert_eq!(status, 403, "{body}");
     // No token at all; GitLab's own internal token: refused.
-    let (status, _) = post_internal(at, path, &[(header, &carrying(None))], &ask);
+    let (status, _) = post_internal(at, path, &[(header, &carrying(None, path, &ask))], &ask);
     assert_eq!(status, 401);
     let (status, _) = post_internal(at, path, &[(header, &internal_token())], &ask);
     assert_eq!(status, 401);
@@ -788,13 +916,18 @@ async fn the_owner_checks_the_watches_handed_to_it_itself() {
         environment::NS
     );
     let ask = json!({"agent": 7, "uri": watch_uri, "headers": []});
-    let (status, body) = post_internal(at, proxy, &[(header, &carrying(Some((3, "rep"))))], &ask);
+    let (status, body) = post_internal(
+        at,
+        proxy,
+        &[(header, &carrying(Some((3, "rep")), proxy, &ask))],
+        &ask,
+    );
     assert_eq!(status, 401, "rep: {body}");
     let not_a_watch = json!({"agent": 7, "uri": "/api/v1/namespaces/shop/secrets", "headers": []});
     let (status, body) = post_internal(
         at,
         proxy,
-        &[(header, &carrying(Some((2, "dev"))))],
+        &[(header, &carrying(Some((2, "dev")), proxy, &not_a_watch))],
         &not_a_watch,
     );
     assert_eq!(status, 422, "{body}");

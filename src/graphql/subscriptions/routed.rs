@@ -124,7 +124,7 @@ pub(super) async fn through_owner(
         .resource_group(&owner, &through.credential, &ask(key))
         .await
     {
-        Ok(group) => Some(Ok(Arc::new(group))),
+        Ok(group) => Some(Ok(group)),
         // The owner judged the credential the feed carries, its first subscriber's, who may
         // have lost access since; every subscriber is judged here (on subscribing and at each
         // recheck), so the others go on with the group read here.

@@ -20,6 +20,7 @@ use super::protocol::{self, Params, Selection, Sent};
 use super::stream::{name, Ended, Watcher};
 use crate::auth::Credential;
 use crate::db::replicas::Member;
+use crate::error::Error;
 use crate::k8s::clusters::Cluster;
 use crate::k8s::discovery::ApiKind;
 use crate::replicas::forward::{Forward, Lines, NotForwarded, WATCH_PATH};
@@ -144,6 +145,15 @@ impl Watcher {
                             Followed::SocketGone | Followed::Refused => return,
                             Followed::Ended => {}
                         }
+                    }
+                    // An owner refusing the socket's token before it served the watch (the
+                    // replicas do not share the internal secret): the cluster, as when it
+                    // cannot be asked. Once it served it, the refusal ends the watch: it would
+                    // refuse it again at every look.
+                    Err(NotForwarded::Decided(Error::Unauthorized(why))) if !followed => {
+                        tracing::warn!(owner = %owner.advertise_url, reason = %why,
+                            "watch API: the owner of the agent's connection refused the socket's token");
+                        return self.at_cluster(id, params).await;
                     }
                     Err(NotForwarded::Decided(e)) => {
                         let code = e.status().as_u16();
