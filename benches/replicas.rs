@@ -21,12 +21,19 @@
 //! - **failover**: the owner killed with `kill -9`, to the first view answered by the new
 //!   owner (its lease taken), p50 and max over `--kills`.
 //!
-//! The number of agents is bounded by the file descriptors of this one process: every watch
-//! of every replica is a connection into it (41 kinds per namespace; 100 agents not sharing
-//! over 4 replicas are 16,400 watches under a limit of 20,000 here).
+//! Every watch of every replica is a connection into the test API server, and a process' file
+//! limit here is 20,000 (hard), so the server is split over `--servers` processes (default one
+//! per 250 agents; `benches/fixtures/shards.rs`), agent `i` served by shard `i % servers`. A
+//! replica not sharing holds every agent's watches (19 kinds per namespace) and the idle
+//! connections of their first lists: the baseline runs over the first `--baseline-agents`
+//! (default 250), what one replica can hold under that limit.
+//!
+//! `--agents 1000 --replicas 4` is the issue's scale.
 
 #[path = "fixtures/args.rs"]
 mod args;
+#[path = "fixtures/shards.rs"]
+mod shards;
 #[path = "fixtures/stats.rs"]
 mod stats;
 #[allow(dead_code)] // the benchmark uses a part of the tests' support
@@ -39,7 +46,7 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use args::arg;
@@ -47,6 +54,7 @@ use axum::http::Method;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use serde_json::{json, Value};
+use shards::{Process, Shards};
 use stats::{median, ms, quantile};
 use support::environment::{self, gitlab_labels, meta, PROJECT};
 use support::kube_api::KubeApi;
@@ -60,23 +68,40 @@ const WINDOW: &str = "3s";
 
 struct Args {
     agents: usize,
+    /// Agents of the not-sharing baseline: each of its replicas holds every one of their
+    /// watches, which a replica's file limit bounds.
+    baseline_agents: usize,
     replicas: usize,
+    /// Processes the test Kubernetes API server is split over (agent `i` in shard `i % n`).
+    servers: usize,
     iterations: usize,
     kills: usize,
 }
 
 fn main() {
+    let agents = arg("--agents", 100);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    if let Some(k) = shards::shard_index() {
+        let n = arg("--kube-shards", 1);
+        let api = KubeApi::new();
+        api.set_recording(false);
+        for i in (k..agents).step_by(n) {
+            lay_out(&api, i);
+        }
+        return runtime.block_on(shards::serve_shard(api));
+    }
     let a = Args {
-        agents: arg("--agents", 100),
+        agents,
+        baseline_agents: arg("--baseline-agents", agents.min(250)).min(agents),
         replicas: arg("--replicas", 4).max(2),
+        servers: arg("--servers", agents.div_ceil(250)).max(1),
         iterations: arg("--iterations", 200),
         kills: arg("--kills", 20),
     };
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(run(a));
+    runtime.block_on(run(a));
 }
 
 fn namespace(i: usize) -> String {
@@ -99,15 +124,38 @@ fn lay_out(api: &KubeApi, i: usize) {
         "metadata": meta(&ns, "web-config", "uid-cm-web", gitlab_labels(&slug, "web"))}));
 }
 
-/// One kubeconfig context per agent, all leading to `server`.
-fn kubeconfig(server: SocketAddr, agents: usize) -> String {
-    let mut yaml = format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: http://{server}\n\
-         users:\n- name: test\n  user:\n    token: test-token\ncurrent-context: c0\ncontexts:\n"
+/// One kubeconfig context per agent, agent `i`'s leading to the shard that serves its
+/// namespace.
+fn kubeconfig(shards: &Shards, agents: usize) -> String {
+    let mut yaml = String::from("apiVersion: v1\nkind: Config\nclusters:\n");
+    for k in 0..shards.len() {
+        yaml.push_str(&format!(
+            "- name: s{k}\n  cluster:\n    server: {}\n",
+            shards.url(k)
+        ));
+    }
+    yaml.push_str(
+        "users:\n- name: test\n  user:\n    token: test-token\ncurrent-context: c0\ncontexts:\n",
     );
     for i in 0..agents {
         yaml.push_str(&format!(
-            "- name: c{i}\n  context:\n    cluster: test\n    user: test\n"
+            "- name: c{i}\n  context:\n    cluster: s{}\n    user: test\n",
+            i % shards.len()
+        ));
+    }
+    yaml
+}
+
+/// `serve`'s configuration: the first `agents` agents, each its own context.
+fn config(dir: &Path, agents: usize) -> String {
+    let mut yaml = format!(
+        "kubernetes:\n  cache_idle: 60m\n  response_timeout: 30s\n  kubeconfig: {}\n  agents:\n",
+        dir.join("kubeconfig").display()
+    );
+    for i in 0..agents {
+        yaml.push_str(&format!(
+            "  - agent: \"{}\"\n    context: c{i}\n",
+            FIRST_AGENT + i as i64
         ));
     }
     yaml
@@ -153,16 +201,6 @@ async fn seed(app: &TestApp, agents: usize) {
     }
 }
 
-/// A child process, killed (SIGKILL) and reaped when dropped.
-struct Process(Child);
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// One `envlens serve` process; killed when dropped.
 struct Replica {
     process: Process,
@@ -172,7 +210,7 @@ struct Replica {
 }
 
 impl Replica {
-    fn start(database_url: &str, dir: &Path, share: bool) -> Replica {
+    fn start(database_url: &str, dir: &Path, config: &str, share: bool) -> Replica {
         let data = tempfile::tempdir().unwrap();
         let mut command = Command::new(env!("CARGO_BIN_EXE_envlens"));
         command
@@ -181,7 +219,7 @@ impl Replica {
             .arg("--data-dir")
             .arg(data.path())
             .arg("--config")
-            .arg(dir.join("envlens.yaml"))
+            .arg(dir.join(config))
             .arg("--session-secret-file")
             .arg(dir.join("session"))
             .arg("--internal-secret-file")
@@ -216,6 +254,23 @@ impl Replica {
                 };
             }
         }
+    }
+
+    /// `n` replicas started at once, so that none holds every connection before the others
+    /// join (at 1,000 agents, more watches than its file limit allows).
+    fn start_all(
+        n: usize,
+        database_url: &str,
+        dir: &Path,
+        config: &str,
+        share: bool,
+    ) -> Vec<Replica> {
+        std::thread::scope(|scope| {
+            let started: Vec<_> = (0..n)
+                .map(|_| scope.spawn(|| Replica::start(database_url, dir, config, share)))
+                .collect();
+            started.into_iter().map(|s| s.join().unwrap()).collect()
+        })
     }
 
     /// Resident memory, from the kernel.
@@ -287,9 +342,10 @@ fn shown(body: &[u8]) -> bool {
 }
 
 /// Waits until every environment's health is kept and the server's open watches stay the
-/// same for 3 s: the replicas' steady state.
-async fn settled(app: &TestApp, api: &KubeApi, agents: usize) {
-    let deadline = Instant::now() + Duration::from_secs(900);
+/// same for 15 s, longer than the health keeper's round (10 s) after which a connection's new
+/// owner starts its watches: the replicas' steady state.
+async fn settled(app: &TestApp, api: &Shards, agents: usize) {
+    let deadline = Instant::now() + Duration::from_secs(1800);
     loop {
         let known: i64 = sqlx::query_scalar("SELECT count(*) FROM environment_health")
             .fetch_one(&app.db)
@@ -305,7 +361,7 @@ async fn settled(app: &TestApp, api: &KubeApi, agents: usize) {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let (mut last, mut since) = (api.open_streams(), Instant::now());
-    while since.elapsed() < Duration::from_secs(3) {
+    while since.elapsed() < Duration::from_secs(15) {
         assert!(Instant::now() < deadline, "the watches never settle");
         tokio::time::sleep(Duration::from_millis(200)).await;
         if api.open_streams() != last {
@@ -315,7 +371,7 @@ async fn settled(app: &TestApp, api: &KubeApi, agents: usize) {
 }
 
 /// Lists and watches per kind per agent since the counts were reset.
-fn per_agent(api: &KubeApi, agents: usize) -> (f64, f64, usize) {
+fn per_agent(api: &Shards, agents: usize) -> (f64, f64, usize) {
     let counts = api.request_counts();
     let (mut lists, mut watches) = (0u64, 0u64);
     let mut kinds = std::collections::BTreeSet::new();
@@ -334,7 +390,7 @@ fn per_agent(api: &KubeApi, agents: usize) -> (f64, f64, usize) {
 }
 
 /// Watches open now per kind per agent: what the clusters carry at rest.
-fn open_per_agent(api: &KubeApi, agents: usize, kinds: usize) -> f64 {
+fn open_per_agent(api: &Shards, agents: usize, kinds: usize) -> f64 {
     api.open_streams() as f64 / (kinds * agents).max(1) as f64
 }
 
@@ -386,28 +442,18 @@ fn connection(dir: &Path, i: usize) -> String {
 
 async fn run(a: Args) {
     let dir = tempfile::tempdir().unwrap();
-    let api = KubeApi::new();
-    api.set_recording(false);
-    for i in 0..a.agents {
-        lay_out(&api, i);
-    }
-    let served = api.serve(&dir.path().join("cluster")).await;
+    let api = Shards::start(a.servers, &["--agents".into(), a.agents.to_string()]);
+    std::fs::write(dir.path().join("kubeconfig"), kubeconfig(&api, a.agents)).unwrap();
     std::fs::write(
-        dir.path().join("kubeconfig"),
-        kubeconfig(served.addr, a.agents),
+        dir.path().join("envlens.yaml"),
+        config(dir.path(), a.agents),
     )
     .unwrap();
-    let mut yaml = format!(
-        "kubernetes:\n  cache_idle: 60m\n  response_timeout: 30s\n  kubeconfig: {}\n  agents:\n",
-        dir.path().join("kubeconfig").display()
-    );
-    for i in 0..a.agents {
-        yaml.push_str(&format!(
-            "  - agent: \"{}\"\n    context: c{i}\n",
-            FIRST_AGENT + i as i64
-        ));
-    }
-    std::fs::write(dir.path().join("envlens.yaml"), yaml).unwrap();
+    std::fs::write(
+        dir.path().join("baseline.yaml"),
+        config(dir.path(), a.baseline_agents),
+    )
+    .unwrap();
     use base64::Engine;
     let b64 = |k: &[u8]| base64::engine::general_purpose::STANDARD.encode(k);
     std::fs::write(dir.path().join("session"), b64(support::SESSION_KEY)).unwrap();
@@ -423,19 +469,17 @@ async fn run(a: Args) {
     let app = TestApp::owning(state, database);
     seed(&app, a.agents).await;
     println!(
-        "{} agents, each a kubeconfig context of its own and a namespace of 11 objects; {} replicas",
-        a.agents, a.replicas
+        "{} agents, each a kubeconfig context of its own and a namespace of 11 objects, over {} test API server processes; {} replicas (not sharing: the first {} agents)",
+        a.agents, a.servers, a.replicas, a.baseline_agents
     );
 
     // Not sharing: every replica watches every connection.
     api.reset_request_counts();
     let started = Instant::now();
-    let solo: Vec<Replica> = (0..a.replicas)
-        .map(|_| Replica::start(&url, dir.path(), false))
-        .collect();
-    settled(&app, &api, a.agents).await;
-    let (solo_lists, solo_watches, kinds) = per_agent(&api, a.agents);
-    let solo_open = open_per_agent(&api, a.agents, kinds);
+    let solo = Replica::start_all(a.replicas, &url, dir.path(), "baseline.yaml", false);
+    settled(&app, &api, a.baseline_agents).await;
+    let (solo_lists, solo_watches, kinds) = per_agent(&api, a.baseline_agents);
+    let solo_open = open_per_agent(&api, a.baseline_agents, kinds);
     let solo_rss: Vec<u64> = solo.iter().map(Replica::rss).collect();
     println!(
         "not sharing: settled in {:.1} s; per kind ({kinds}) per agent: {solo_open:.2} watches open at rest; since the start {solo_lists:.2} lists, {solo_watches:.2} watches; resident {} MiB per replica (median)",
@@ -459,9 +503,7 @@ async fn run(a: Args) {
     // Sharing.
     api.reset_request_counts();
     let started = Instant::now();
-    let mut replicas: Vec<Replica> = (0..a.replicas)
-        .map(|_| Replica::start(&url, dir.path(), true))
-        .collect();
+    let mut replicas = Replica::start_all(a.replicas, &url, dir.path(), "envlens.yaml", true);
     let ids: Vec<String> = replicas.iter().map(|r| r.id.clone()).collect();
     let before = all_held(&app, dir.path(), a.agents, &ids).await;
     settled(&app, &api, a.agents).await;
@@ -474,20 +516,22 @@ async fn run(a: Args) {
     }
     println!(
         "sharing: settled in {:.1} s; per kind per agent: {open:.2} watches open at rest (not sharing: {solo_open:.2}); \
-         since the start (the replicas started one after another, connections handed over as they join) \
+         since the start (the replicas started at once, connections handed over as they join) \
          {lists:.2} lists, {watches:.2} watches (not sharing: {solo_lists:.2}, {solo_watches:.2}); connections per replica {:?}",
         started.elapsed().as_secs_f64(),
         spread.values().collect::<Vec<_>>()
     );
     println!(
-        "resident memory per replica (median): {} MiB sharing, {} MiB each holding everything: {:.2}x",
+        "resident memory per replica (median): {} MiB sharing {} agents, {} MiB each holding all {} baseline agents: {:.2}x",
         mib(median_u64(&rss)),
+        a.agents,
         mib(median_u64(&solo_rss)),
+        a.baseline_agents,
         median_u64(&rss) as f64 / median_u64(&solo_rss) as f64
     );
 
     // Scale: one replica more moves about 1/(N+1) of the connections.
-    let added = Replica::start(&url, dir.path(), true);
+    let added = Replica::start(&url, dir.path(), "envlens.yaml", true);
     let mut ids_after = ids.clone();
     ids_after.push(added.id.clone());
     let after = all_held(&app, dir.path(), a.agents, &ids_after).await;
@@ -588,7 +632,7 @@ async fn run(a: Args) {
             assert!(Instant::now() < deadline, "the new owner never answers");
         }
         failovers.push(start.elapsed());
-        replicas.push(Replica::start(&url, dir.path(), true));
+        replicas.push(Replica::start(&url, dir.path(), "envlens.yaml", true));
     }
     if !failovers.is_empty() {
         println!(
@@ -624,7 +668,7 @@ async fn subscriber(replica: SocketAddr, i: usize) -> Socket {
 
 /// A Pod's label changed `n` times, 100 ms apart, timed to a subscriber on each.
 async fn change_to_subscribers(
-    api: &KubeApi,
+    api: &Shards,
     owner: SocketAddr,
     other: SocketAddr,
     i: usize,
@@ -633,9 +677,9 @@ async fn change_to_subscribers(
     let ns = namespace(i);
     let pod = "web-new222-a";
     let change = |marker: &str| {
-        let mut object = api.get("pods", Some(&ns), pod).unwrap();
+        let mut object = api.get(i, "pods", &ns, pod).unwrap();
         object["metadata"]["labels"]["step"] = json!(marker);
-        api.insert(object);
+        api.insert(i, &object);
     };
     let (mut a, mut b) = (subscriber(owner, i).await, subscriber(other, i).await);
     // Until both follow: a change that reaches each.
