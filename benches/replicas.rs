@@ -230,6 +230,23 @@ impl Replica {
             .env("ENVLENS_LOG", "warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::null());
+        // `REPLICAS_BENCH_LOGS=DIR`: each replica's log (at ENVLENS_LOG, else warn) kept there.
+        if let Ok(logs) = std::env::var("REPLICAS_BENCH_LOGS") {
+            let file = tempfile::Builder::new()
+                .prefix("replica-")
+                .suffix(".log")
+                .tempfile_in(logs)
+                .unwrap()
+                .keep()
+                .unwrap()
+                .0;
+            command
+                .env(
+                    "ENVLENS_LOG",
+                    std::env::var("ENVLENS_LOG").unwrap_or("warn".into()),
+                )
+                .stderr(file);
+        }
         if share {
             command.arg("--share-clusters");
         }
