@@ -26,6 +26,11 @@
 //!
 //! The database is a private PostgreSQL started from the machine's binaries, as the tests do.
 
+/// The service's own allocator (`src/main.rs`), so that the process measured allocates as
+/// `serve` does.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[path = "fixtures/floor.rs"]
 mod floor;
 #[path = "fixtures/stats.rs"]

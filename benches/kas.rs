@@ -37,6 +37,11 @@
 //! Throughput is the inverse of a view's time (or requests a second); goal: each of (a), (b),
 //! (c) ≥ 90% of its baseline's, (d) p99 < 50 ms.
 
+/// The service's own allocator (`src/main.rs`), so that the process measured allocates as
+/// `serve` does.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[path = "fixtures/callgrind.rs"]
 mod callgrind;
 #[path = "fixtures/group.rs"]
