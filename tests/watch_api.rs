@@ -425,11 +425,9 @@ async fn secrets_of_envlens_namespace_are_refused_on_the_socket(reach: Reach) {
         .any(|r| r.path.contains("namespaces/envlens") || r.path == "/api/v1/secrets"));
 }
 
-both_ways!(a_watch_whose_kind_is_taken_from_the_user_ends_with_a_refusal);
-/// A running watch is judged again every `access_cache` (SPEC 8.1), not only when it starts:
-/// the user's RoleBinding deleted, the open watch of Pods is refused and ends, and a Pod made
-/// after that never reaches the socket.
-async fn a_watch_whose_kind_is_taken_from_the_user_ends_with_a_refusal(reach: Reach) {
+/// [`live_via`] with RBAC enforced: every GitLab user may list and watch Pods in `apps`
+/// (RoleBinding `users`), nothing else.
+async fn pods_for_users_only(reach: Reach) -> Live {
     let live = live_via(reach).await;
     live.api.insert(
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
@@ -444,6 +442,15 @@ async fn a_watch_whose_kind_is_taken_from_the_user_ends_with_a_refusal(reach: Re
     );
     live.api.enforce_rbac();
     live.reached.admit_own_identity(&live.api);
+    live
+}
+
+both_ways!(a_watch_whose_kind_is_taken_from_the_user_ends_with_a_refusal);
+/// A running watch is judged again every `access_cache` (SPEC 8.1), not only when it starts:
+/// the user's RoleBinding deleted, the open watch of Pods is refused and ends, and a Pod made
+/// after that never reaches the socket.
+async fn a_watch_whose_kind_is_taken_from_the_user_ends_with_a_refusal(reach: Reach) {
+    let live = pods_for_users_only(reach).await;
     // Agent 7 impersonates the user.
     let mut ws = live.socket(2, 7).await;
     watch(
@@ -484,20 +491,7 @@ async fn a_watch_whose_kind_is_taken_from_the_user_ends_with_a_refusal(reach: Re
 
 both_ways!(a_kind_the_user_may_not_list_is_an_error_message);
 async fn a_kind_the_user_may_not_list_is_an_error_message(reach: Reach) {
-    let live = live_via(reach).await;
-    live.api.insert(
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-        "metadata": {"name": "pods", "namespace": "apps"},
-        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]}]}),
-    );
-    live.api.insert(
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": {"name": "users", "namespace": "apps"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pods"},
-        "subjects": [{"kind": "Group", "name": "gitlab:user"}]}),
-    );
-    live.api.enforce_rbac();
-    live.reached.admit_own_identity(&live.api);
+    let live = pods_for_users_only(reach).await;
     // Agent 7 impersonates the user.
     let mut ws = live.socket(2, 7).await;
     watch(
