@@ -412,17 +412,6 @@ async fn an_agent_with_neither_entry_nor_kas_has_no_connection() {
     );
 }
 
-/// The value of one series on `/metrics` (0 when absent).
-async fn metric(app: &TestApp, series: &str) -> f64 {
-    let text = app
-        .send(Request::get("/metrics").body(Body::empty()).unwrap())
-        .await
-        .text();
-    text.lines()
-        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
-        .unwrap_or(0.0)
-}
-
 const KAS_CONNECTED: &str = r#"envlens_agent_connections{kind="kas",status="connected"}"#;
 const KAS_AWAY: &str = r#"envlens_agent_connections{kind="kas",status="agent_not_connected"}"#;
 const CHANGES_TO_AWAY: &str =
@@ -453,9 +442,9 @@ async fn a_disconnected_agents_circuit_answers_at_once_until_the_agent_is_back()
     let listed = lists_of(&w.api, &deployments);
     assert_eq!(listed, 1);
     // Counted by kind and status, never by agent.
-    assert_eq!(metric(&w.app, KAS_CONNECTED).await, 1.0);
-    assert_eq!(metric(&w.app, CHANGES_TO_CONNECTED).await, 1.0);
-    assert_eq!(metric(&w.app, CHANGES_TO_AWAY).await, 0.0);
+    assert_eq!(w.app.metric(KAS_CONNECTED).await, 1.0);
+    assert_eq!(w.app.metric(CHANGES_TO_CONNECTED).await, 1.0);
+    assert_eq!(w.app.metric(CHANGES_TO_AWAY).await, 0.0);
 
     w.kas.disconnect(AGENT);
     deploy_to(&w.app, 9, (103, "elsewhere"), "other-ns").await;
@@ -550,9 +539,9 @@ async fn a_disconnected_agents_circuit_answers_at_once_until_the_agent_is_back()
     }
     // What the cache holds is still listed.
     assert_eq!(names(&cached), names(&fresh));
-    assert_eq!(metric(&w.app, KAS_CONNECTED).await, 0.0);
-    assert_eq!(metric(&w.app, KAS_AWAY).await, 1.0);
-    assert!(metric(&w.app, CHANGES_TO_AWAY).await >= 1.0);
+    assert_eq!(w.app.metric(KAS_CONNECTED).await, 0.0);
+    assert_eq!(w.app.metric(KAS_AWAY).await, 1.0);
+    assert!(w.app.metric(CHANGES_TO_AWAY).await >= 1.0);
     let text = w
         .app
         .send(Request::get("/metrics").body(Body::empty()).unwrap())
@@ -586,9 +575,9 @@ async fn a_disconnected_agents_circuit_answers_at_once_until_the_agent_is_back()
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     assert_eq!(connection(&w.app).await["status"], "CONNECTED");
-    assert_eq!(metric(&w.app, KAS_CONNECTED).await, 1.0);
-    assert_eq!(metric(&w.app, KAS_AWAY).await, 0.0);
-    assert!(metric(&w.app, CHANGES_TO_CONNECTED).await >= 2.0);
+    assert_eq!(w.app.metric(KAS_CONNECTED).await, 1.0);
+    assert_eq!(w.app.metric(KAS_AWAY).await, 0.0);
+    assert!(w.app.metric(CHANGES_TO_CONNECTED).await >= 2.0);
     // Resumed from their versions: the production Deployments were not listed again.
     assert_eq!(lists_of(&w.api, &deployments), listed);
 }

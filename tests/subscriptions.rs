@@ -649,17 +649,6 @@ async fn changes_within_100_ms_are_one_message(reach: Reach) {
 /// the test that needs it).
 const STAGING: &str = "gid://gitlab/Environment/103";
 
-/// The value of one series on `/metrics` (0 when absent).
-async fn metric(app: &TestApp, series: &str) -> f64 {
-    let text = app
-        .send(Request::get("/metrics").body(Body::empty()).unwrap())
-        .await
-        .text();
-    text.lines()
-        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
-        .unwrap_or(0.0)
-}
-
 /// Messages until each of `ids` had one, each applied to its view.
 async fn one_each(client: &mut Client, views: &mut BTreeMap<String, View>, ids: &[&str]) {
     let mut waiting: BTreeSet<&str> = ids.iter().copied().collect();
@@ -681,10 +670,10 @@ const ASSEMBLIES: &str = "envlens_feed_assemblies_total";
 /// namespace's watches, whose first events (a kind's reset) may wake a feed after its first
 /// message.
 async fn quiet_assemblies(app: &TestApp) -> f64 {
-    let mut last = metric(app, ASSEMBLIES).await;
+    let mut last = app.metric(ASSEMBLIES).await;
     loop {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let now = metric(app, ASSEMBLIES).await;
+        let now = app.metric(ASSEMBLIES).await;
         if now == last {
             return now;
         }
@@ -725,7 +714,7 @@ async fn a_feed_assembles_its_group_again_only_for_changes_that_can_reach_it() {
     let pod = &views["p"].resources["uid-pod-web-new222-a"];
     assert_eq!(pod["manifest"]["metadata"]["annotations"]["step"], "5");
     assert_eq!(
-        metric(&server.app, ASSEMBLIES).await - before,
+        server.app.metric(ASSEMBLIES).await - before,
         6.0,
         "one assembly per change, by production's feed alone"
     );
@@ -750,7 +739,7 @@ async fn a_feed_assembles_its_group_again_only_for_changes_that_can_reach_it() {
     one_each(&mut client, &mut views, &["p"]).await;
     assert!(!views["p"].resources.contains_key("uid-pod-web-new222-b"));
     assert_eq!(
-        metric(&server.app, ASSEMBLIES).await - before,
+        server.app.metric(ASSEMBLIES).await - before,
         4.0,
         "the relabelling reaches both feeds, the owner staging's, the deletion production's"
     );

@@ -175,6 +175,17 @@ impl TestApp {
         .await
     }
 
+    /// The value of one series on `/metrics` (0 when absent).
+    pub async fn metric(&self, series: &str) -> f64 {
+        let text = self
+            .send(Request::get("/metrics").body(Body::empty()).unwrap())
+            .await
+            .text();
+        text.lines()
+            .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+            .unwrap_or(0.0)
+    }
+
     pub async fn send(&self, req: Request<Body>) -> TestResponse {
         let res = self
             .router
