@@ -154,12 +154,19 @@ pub async fn run(
     let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel::<()>();
     let (limits, metrics) = (state.limits.connections, state.metrics.clone());
     let live = state.live.clone();
-    let server = http::server::serve(listener, app(state), limits, metrics, async move {
-        shutdown.await;
-        // Upgraded sockets are no requests in flight: they are told to go at once.
-        live.close();
-        let _ = stopping_tx.send(());
-    });
+    let server = http::server::serve(
+        listener,
+        http::server::Listener::Public,
+        app(state),
+        limits,
+        metrics,
+        async move {
+            shutdown.await;
+            // Upgraded sockets are no requests in flight: they are told to go at once.
+            live.close();
+            let _ = stopping_tx.send(());
+        },
+    );
     tokio::pin!(server);
     tokio::select! {
         () = &mut server => return Ok(()),

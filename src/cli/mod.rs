@@ -311,6 +311,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // on every address, and only the chart's NetworkPolicy keeps other pods from it.
     let internal_serving = tokio::spawn(crate::http::server::serve(
         internal,
+        crate::http::server::Listener::Internal,
         internal_app,
         state.limits.connections,
         state.metrics.clone(),

@@ -45,18 +45,39 @@ const OTHER_DESCRIPTORS: u64 = 256;
 /// The head timeout of a connection admitted on the reserve: a probe sends its request at once.
 const RESERVE_HEADER_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// Which of `serve`'s two listeners this is. Both share one open-files limit, so each is held
+/// to its own part of it: the public one three quarters, the replicas' internal one the rest
+/// (one connection per peer's pooled request or forwarded watch, far fewer than viewers').
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listener {
+    Public,
+    Internal,
+}
+
+impl Listener {
+    /// This listener's part of the descriptors left for connections.
+    fn room(self, room: u64) -> u64 {
+        match self {
+            Listener::Public => room - room / 4,
+            Listener::Internal => room / 4,
+        }
+    }
+}
+
 /// Serves `router` on `listener` until `shutdown` resolves; then stops accepting, lets every
 /// connection finish its request in flight (closing it after), and returns once all are closed.
 pub async fn serve(
     listener: TcpListener,
+    which: Listener,
     router: Router,
     limits: ConnectionLimits,
     metrics: Arc<Metrics>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
     let open_files = raise_open_files_limit();
-    let (max, reserved) = effective_caps(&limits, open_files);
+    let (max, reserved) = effective_caps(&limits, which, open_files);
     tracing::info!(
+        listener = ?which,
         max_connections = max,
         reserved_connections = reserved,
         open_files = open_files.map_or_else(|| "unlimited".to_owned(), |n| n.to_string()),
@@ -108,12 +129,18 @@ pub async fn serve(
     close_tx.closed().await;
 }
 
-/// The caps applied: `--max-connections` and `--reserved-connections`, within the open-files
-/// limit less the other descriptors envlens needs.
-fn effective_caps(limits: &ConnectionLimits, open_files: Option<u64>) -> (usize, usize) {
+/// The caps applied: `--max-connections` and `--reserved-connections`, within the listener's
+/// part of the open-files limit less the other descriptors envlens needs.
+fn effective_caps(
+    limits: &ConnectionLimits,
+    which: Listener,
+    open_files: Option<u64>,
+) -> (usize, usize) {
     let (mut max, mut reserved) = (limits.max_connections.max(1), limits.reserved_connections);
     if let Some(open_files) = open_files {
-        let room = open_files.saturating_sub(OTHER_DESCRIPTORS).max(2) as usize;
+        let room = which
+            .room(open_files.saturating_sub(OTHER_DESCRIPTORS))
+            .max(2) as usize;
         reserved = reserved.min(room / 8);
         if max + reserved > room {
             max = (room - reserved).max(1);
@@ -447,12 +474,26 @@ mod tests {
 
     #[test]
     fn caps_stay_below_the_open_files_limit() {
-        assert_eq!(effective_caps(&limits(4096, 32), None), (4096, 32));
-        assert_eq!(effective_caps(&limits(4096, 32), Some(1 << 20)), (4096, 32));
-        // 1024 descriptors: 768 for connections, an eighth of them at most on the reserve.
-        assert_eq!(effective_caps(&limits(4096, 32), Some(1024)), (736, 32));
-        assert_eq!(effective_caps(&limits(4096, 200), Some(1024)), (672, 96));
-        assert_eq!(effective_caps(&limits(100, 8), Some(1024)), (100, 8));
+        use Listener::{Internal, Public};
+        let caps =
+            |max, reserved, which, files| effective_caps(&limits(max, reserved), which, files);
+        assert_eq!(caps(4096, 32, Public, None), (4096, 32));
+        assert_eq!(caps(4096, 32, Public, Some(1 << 20)), (4096, 32));
+        // 1024 descriptors: 768 for connections, 576 of them the public listener's, an eighth
+        // of those at most on the reserve; 192 the internal listener's.
+        assert_eq!(caps(4096, 32, Public, Some(1024)), (544, 32));
+        assert_eq!(caps(4096, 200, Public, Some(1024)), (504, 72));
+        assert_eq!(caps(100, 8, Public, Some(1024)), (100, 8));
+        assert_eq!(caps(4096, 32, Internal, Some(1024)), (168, 24));
+        // Both listeners at their caps never hold more than the room for connections.
+        for files in [300, 1024, 20_000, 1 << 20] {
+            let [(a, b), (c, d)] =
+                [Public, Internal].map(|w| caps(1 << 30, 1 << 20, w, Some(files)));
+            assert!(
+                a + b + c + d <= (files - OTHER_DESCRIPTORS) as usize,
+                "{files}"
+            );
+        }
     }
 
     #[test]
