@@ -94,7 +94,17 @@ pub async fn create(
     let answer = match kept.deployment_id {
         Some(deployment_id) => match claim(&mut tx, deployment_id, Some(&target)).await? {
             Some(earlier) => earlier,
-            None => record(&mut tx, deployment_id, &job, project_id, Some(&target)).await?,
+            None => {
+                record(
+                    &mut tx,
+                    deployment_id,
+                    &job,
+                    project_id,
+                    Some(&target),
+                    true,
+                )
+                .await?
+            }
         },
         // GitLab's hook has not named the deployment yet, but the decision needs none: a
         // refusal is final at once, an allowed job learns its agent and namespace now. The
@@ -147,8 +157,15 @@ pub(super) async fn join_hook(
         git_ref: &request.git_ref,
         protected_ref: request.ref_protected,
     };
-    let (status, JsonResponse(answer)) =
-        record(conn, deployment_id, &job, request.project_id, Some(&target)).await?;
+    let (status, JsonResponse(answer)) = record(
+        conn,
+        deployment_id,
+        &job,
+        request.project_id,
+        Some(&target),
+        true,
+    )
+    .await?;
     tracing::info!(job_id, deployment_id, status = status.as_u16(), %answer, "CI deployment joined with its hook");
     Ok(())
 }

@@ -254,11 +254,14 @@ pub async fn create(
         job_id: Some(body.job.id),
         created_at: d.created_at,
     };
+    let mut now = new.report.status;
     if let Some(stored) = db::insert_or_lock(&mut tx, &new).await? {
         // A deployment hook came first: complete the deployment, keep its newer status.
         db::complete(&mut tx, &new).await?;
         if new.report.supersedes(&stored) {
             db::set_status(&mut tx, d.id, &new.report).await?;
+        } else {
+            now = stored.status;
         }
     }
 
@@ -268,7 +271,16 @@ pub async fn create(
         git_ref: d.git_ref.as_deref().unwrap_or_default(),
         protected_ref: body.job.protected_ref,
     };
-    let answer = record(&mut tx, deployment_id, &job, project.id, target.as_ref()).await?;
+    let succeeded = now == DeploymentStatus::Success;
+    let answer = record(
+        &mut tx,
+        deployment_id,
+        &job,
+        project.id,
+        target.as_ref(),
+        succeeded,
+    )
+    .await?;
     tx.commit().await?;
     Ok(answer)
 }
@@ -294,12 +306,15 @@ pub(super) async fn claim(
 
 /// Decides under the agent's `ci_access` whether the job may deploy to `target`, and records
 /// the `agent_deployments` row, or the reason there is none, for a claimed deployment.
+/// `may_have_succeeded` is false only when the caller knows the deployment's status is not
+/// `success` under its lock: then no history snapshot can be due, and none is asked for.
 pub(super) async fn record(
     conn: &mut PgConnection,
     deployment_id: i64,
     job: &Job<'_>,
     project_id: i64,
     target: Option<&Target<'_>>,
+    may_have_succeeded: bool,
 ) -> Result<Answer> {
     let outcome = match target {
         Some(target) => authorize(conn, job, project_id, target).await?,
@@ -308,8 +323,10 @@ pub(super) async fn record(
     Ok(match outcome {
         Outcome::Written(row) => {
             db::insert_agent_deployment(conn, deployment_id, &row).await?;
-            // A success hook may have come first: its snapshot is due now (SPEC 10).
-            crate::db::history::enqueue(conn, deployment_id).await?;
+            if may_have_succeeded {
+                // A success hook may have come first: its snapshot is due now (SPEC 10).
+                crate::db::history::enqueue(conn, deployment_id).await?;
+            }
             written(deployment_id, &row)
         }
         Outcome::Refused(reason) => {

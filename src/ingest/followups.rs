@@ -283,8 +283,15 @@ impl Worker {
             git_ref: f.git_ref.as_deref().unwrap_or_default(),
             protected_ref,
         };
-        let (status, axum::Json(answer)) =
-            record(&mut tx, deployment_id, &job, project_id, Some(&target)).await?;
+        let (status, axum::Json(answer)) = record(
+            &mut tx,
+            deployment_id,
+            &job,
+            project_id,
+            Some(&target),
+            true,
+        )
+        .await?;
         tx.commit().await.map_err(Error::from)?;
         Ok(if status.as_u16() == 201 {
             (
