@@ -109,12 +109,32 @@ fn decided(answer: &Answer) -> bool {
 pub(crate) struct AccessCache {
     ttl: Duration,
     flights: Mutex<HashMap<Question, Arc<Flight>>>,
+    /// Each identity's decisions of a namespace's kinds as a warm view last read them, until
+    /// the first of them expires ([`Kept`]).
+    kept: Mutex<HashMap<Identity, HashMap<String, Kept>>>,
+    /// When expired entries were last forgotten ([`SWEEP_EVERY`]).
+    swept: Mutex<Instant>,
     /// Reviews being sent at once by this cache, across views and identities: a burst of new
     /// identities reaches the cluster at this pace.
     limit: Arc<Semaphore>,
 }
 
 const REVIEWS_IN_FLIGHT: usize = 16;
+
+/// Expired decisions are forgotten at most this often, not on every view: they are never
+/// used once expired anyway ([`AccessCache::usable`]); forgetting them only bounds the map.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+/// The decisions of one identity for one namespace's kinds, as [`AccessCache::all_decided`]
+/// read them, kept until the oldest of them expires. A warm view of a namespace (a GitOps
+/// group checks seven on every view) reads them with one lookup, where reading each kind's
+/// two questions again hashed and compared the identity 56 times a namespace. Nothing else
+/// changes a decision before it expires: a flight is replaced only once it is not usable.
+struct Kept {
+    kinds: Vec<ApiKind>,
+    until: Instant,
+    decisions: Vec<Option<Failure>>,
+}
 
 /// The two verbs a cached kind needs, in the order they are asked.
 const VERBS: [&str; 2] = ["list", "watch"];
@@ -124,6 +144,8 @@ impl AccessCache {
         AccessCache {
             ttl,
             flights: Mutex::new(HashMap::new()),
+            kept: Mutex::new(HashMap::new()),
+            swept: Mutex::new(Instant::now()),
             limit: Arc::new(Semaphore::new(REVIEWS_IN_FLIGHT)),
         }
     }
@@ -144,7 +166,11 @@ impl AccessCache {
         // the ones it asks are dated together, so they expire together too.
         let now = Instant::now();
         self.forget_expired(now);
-        if let Some(decisions) = self.all_decided(who, namespace, kinds, now) {
+        if let Some(decisions) = self.kept_decisions(who, namespace, kinds, now) {
+            return decisions;
+        }
+        if let Some((decisions, oldest)) = self.all_decided(who, namespace, kinds, now) {
+            self.keep(who, namespace, kinds, oldest + self.ttl, &decisions);
             return decisions;
         }
         // The reviews are the view's own requests: they carry its other headers (`Audit-ID`),
@@ -202,16 +228,59 @@ impl AccessCache {
             .collect()
     }
 
-    /// What [`check`](Self::check) answers when every question of the view has a decision
-    /// usable at `now` (a warm view's case): read under one lock, without a task per kind;
-    /// `None` when any is missing, in flight or expired.
-    fn all_decided(
+    /// The decisions [`keep`](Self::keep) kept for `who`, `namespace` and `kinds`, while none
+    /// of them has expired at `now`.
+    fn kept_decisions(
         &self,
         who: &Identity,
         namespace: &str,
         kinds: &[ApiKind],
         now: Instant,
     ) -> Option<Vec<Option<Failure>>> {
+        let kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        let found = kept
+            .get(who)?
+            .get(namespace)
+            .filter(|k| now < k.until && k.kinds == kinds)?;
+        Some(found.decisions.clone())
+    }
+
+    /// Keeps `decisions` (all read from usable flights, the oldest expiring at `until`).
+    fn keep(
+        &self,
+        who: &Identity,
+        namespace: &str,
+        kinds: &[ApiKind],
+        until: Instant,
+        decisions: &[Option<Failure>],
+    ) {
+        let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        let of_who = match kept.get_mut(who) {
+            Some(of_who) => of_who,
+            None => kept.entry(who.clone()).or_default(),
+        };
+        of_who.insert(
+            namespace.to_owned(),
+            Kept {
+                kinds: kinds.to_vec(),
+                until,
+                decisions: decisions.to_vec(),
+            },
+        );
+    }
+
+    /// What [`check`](Self::check) answers when every question of the view has a decision
+    /// usable at `now` (a warm view's case): read under one lock, without a task per kind,
+    /// with the instant the oldest of them was asked; `None` when any is missing, in flight or
+    /// expired.
+    fn all_decided(
+        &self,
+        who: &Identity,
+        namespace: &str,
+        kinds: &[ApiKind],
+        now: Instant,
+    ) -> Option<(Vec<Option<Failure>>, Instant)> {
+        let mut oldest = now;
         let flights = self.flights.lock().unwrap_or_else(|e| e.into_inner());
         let mut question = Question {
             who: who.clone(),
@@ -220,7 +289,7 @@ impl AccessCache {
             plural: String::new(),
             verb: VERBS[0],
         };
-        kinds
+        let decisions: Option<Vec<Option<Failure>>> = kinds
             .iter()
             .map(|kind| {
                 question.group.clone_from(&kind.group);
@@ -231,6 +300,7 @@ impl AccessCache {
                     if !decided(answer) || now.saturating_duration_since(*at) >= self.ttl {
                         return None;
                     }
+                    oldest = oldest.min(*at);
                     match answer {
                         Ok(true) => {}
                         Ok(false) => return Some(Some(refused(who, namespace, kind, verb))),
@@ -239,7 +309,8 @@ impl AccessCache {
                 }
                 Some(None)
             })
-            .collect()
+            .collect();
+        decisions.map(|d| (d, oldest))
     }
 
     /// The answer to `question`: reused, awaited from the view already asking, or asked now
@@ -305,9 +376,23 @@ impl AccessCache {
         }
     }
 
+    /// Forgets the decisions expired at `now`, at most every [`SWEEP_EVERY`].
     fn forget_expired(&self, now: Instant) {
+        {
+            let mut swept = self.swept.lock().unwrap_or_else(|e| e.into_inner());
+            if now.saturating_duration_since(*swept) < SWEEP_EVERY {
+                return;
+            }
+            *swept = now;
+        }
         let mut flights = self.flights.lock().unwrap_or_else(|e| e.into_inner());
         flights.retain(|_, flight| self.usable(flight, now));
+        drop(flights);
+        let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        kept.retain(|_, of_who| {
+            of_who.retain(|_, k| now < k.until);
+            !of_who.is_empty()
+        });
     }
 }
 
@@ -372,5 +457,101 @@ async fn review(client: &kube::Client, question: &Question, headers: &HeaderMap)
             message: crate::k8s::discovery::error_message(status, &bytes),
             answered: true,
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kind(plural: &str) -> ApiKind {
+        ApiKind {
+            group: "apps".into(),
+            version: "v1".into(),
+            kind: plural.into(),
+            plural: plural.into(),
+            namespaced: true,
+            watchable: true,
+        }
+    }
+
+    fn who(user: &str) -> Identity {
+        Identity {
+            user: user.into(),
+            groups: vec!["developers".into()],
+            extra: BTreeMap::new(),
+        }
+    }
+
+    /// `who` may `verb` `kind` in `namespace` (or not), as decided at `at`.
+    fn decide(
+        cache: &AccessCache,
+        who: &Identity,
+        kind: &ApiKind,
+        verb: &'static str,
+        at: Instant,
+        allowed: bool,
+    ) {
+        let question = Question {
+            who: who.clone(),
+            namespace: "shop".into(),
+            group: kind.group.clone(),
+            plural: kind.plural.clone(),
+            verb,
+        };
+        let flight = Arc::new(Flight::new_with(Some((at, Ok(allowed)))));
+        cache.flights.lock().unwrap().insert(question, flight);
+    }
+
+    /// The decisions a warm view reads with one lookup are those of every kind's questions,
+    /// and expire with the oldest of them: never used past the configured time.
+    #[test]
+    fn kept_decisions_expire_with_the_oldest_of_them() {
+        let ttl = Duration::from_secs(60);
+        let cache = AccessCache::new(ttl);
+        let (dev, other) = (who("dev"), who("other"));
+        let kinds = [kind("deployments"), kind("secrets")];
+        let t0 = Instant::now();
+        let older = t0 + Duration::from_secs(1);
+        let newer = t0 + Duration::from_secs(5);
+        decide(&cache, &dev, &kinds[0], "list", newer, true);
+        decide(&cache, &dev, &kinds[0], "watch", older, true);
+        decide(&cache, &dev, &kinds[1], "list", newer, false);
+        let now = t0 + Duration::from_secs(10);
+        let (decisions, oldest) = cache
+            .all_decided(&dev, "shop", &kinds, now)
+            .expect("decided");
+        assert_eq!(oldest, older);
+        assert!(decisions[0].is_none());
+        assert_eq!(decisions[1].as_ref().and_then(|f| f.code), Some(403));
+        cache.keep(&dev, "shop", &kinds, oldest + ttl, &decisions);
+
+        let kept =
+            cache.kept_decisions(&dev, "shop", &kinds, older + ttl - Duration::from_millis(1));
+        assert_eq!(kept, Some(decisions));
+        assert_eq!(
+            cache.kept_decisions(&dev, "shop", &kinds, older + ttl),
+            None,
+            "expired"
+        );
+        assert_eq!(
+            cache.kept_decisions(&other, "shop", &kinds, now),
+            None,
+            "another identity"
+        );
+        assert_eq!(
+            cache.kept_decisions(&dev, "web", &kinds, now),
+            None,
+            "another namespace"
+        );
+        assert_eq!(
+            cache.kept_decisions(&dev, "shop", &kinds[..1], now),
+            None,
+            "other kinds"
+        );
+        // Past the oldest decision's time, the flights do not answer either: asked again.
+        assert!(cache
+            .all_decided(&dev, "shop", &kinds, older + ttl)
+            .is_none());
     }
 }

@@ -874,10 +874,15 @@ impl WatchCache {
     ) -> (Arc<Namespace>, Vec<Arc<KindWatch>>, ViewDone) {
         let (done, watch_after) = tokio::sync::watch::channel(false);
         self.start_sweeper();
-        if let Some(ns) = self.inner.spaces().get(namespace) {
-            lock(&ns.kinds).retain(|k, _| kinds.contains(k));
-        }
         let (ns, watches) = self.watch_more(namespace, kinds, page_size, cause, Some(&watch_after));
+        // Every kind of `kinds` (discovery's, each once) is watched now: any more are kinds no
+        // longer wanted. Counted rather than each searched for in `kinds` (a warm view of a
+        // GitOps group comes here for seven namespaces of some thirty kinds).
+        let mut watched = lock(&ns.kinds);
+        if watched.len() > kinds.len() {
+            watched.retain(|k, _| kinds.contains(k));
+        }
+        drop(watched);
         (ns, watches, ViewDone(done))
     }
 
@@ -1151,17 +1156,23 @@ impl WatchCache {
         cause: Option<&HeaderValue>,
         watch_after: Option<&tokio::sync::watch::Receiver<bool>>,
     ) -> (Arc<Namespace>, Vec<Arc<KindWatch>>) {
-        let ns = self
-            .inner
-            .spaces()
-            .entry(namespace.to_owned())
-            .or_insert_with(Namespace::new)
-            .clone();
+        let known = self.inner.spaces().get(namespace).cloned();
+        let ns = known.unwrap_or_else(|| {
+            self.inner
+                .spaces()
+                .entry(namespace.to_owned())
+                .or_insert_with(Namespace::new)
+                .clone()
+        });
         *lock(&ns.last_read) = Instant::now();
         let mut watched = lock(&ns.kinds);
         let watches = kinds
             .iter()
             .map(|kind| {
+                // A kind watched already is found without a copy of its name.
+                if let Some(watch) = watched.get(kind) {
+                    return watch.clone();
+                }
                 watched
                     .entry(kind.clone())
                     .or_insert_with(|| {
