@@ -74,6 +74,18 @@ pub(super) async fn shown(
         .collect())
 }
 
+/// The projects of group `group_id` and its subgroups that `viewer` may read: the scope of
+/// [`decided`] and of the page, read once per request.
+pub(super) async fn projects(
+    ctx: &Context<'_>,
+    viewer: crate::db::read::Viewer,
+    group_id: i64,
+) -> Result<Vec<i64>> {
+    health::projects(&mut **conn(ctx).await?, viewer, group_id)
+        .await
+        .gql()
+}
+
 /// The viewer's decisions over the agents (and, under impersonation, the namespaces and kinds)
 /// that the scope's kept healths were read through, with the scope's healths counted by what
 /// each decision covers: by agent and status, and for an impersonating agent by namespace,

@@ -427,9 +427,11 @@ impl Group {
         tier: Option<DeploymentTier>,
     ) -> Result<Vec<org::EnvironmentHealthCount>> {
         let viewer = viewer(ctx).await?;
+        let projects = org::projects(ctx, viewer, self.0.id).await?;
         let scope = health::Scope {
             viewer,
             group_id: self.0.id,
+            projects: &projects,
             tier: tier.map(DeploymentTier::as_str),
             search: None,
         };
@@ -455,9 +457,11 @@ impl Group {
     ) -> Result<Connection<String, Environment>> {
         page(first, after, |after, limit| async move {
             let viewer = viewer(ctx).await?;
+            let projects = org::projects(ctx, viewer, self.0.id).await?;
             let scope = health::Scope {
                 viewer,
                 group_id: self.0.id,
+                projects: &projects,
                 tier: tier.map(DeploymentTier::as_str),
                 search: search.as_deref(),
             };
