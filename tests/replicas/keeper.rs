@@ -93,12 +93,24 @@ async fn watched(api: &KubeApi, what: &str) -> usize {
     super::ownership::settled(api).await
 }
 
+/// Waits until nothing is watched, and the recorder has read its group without the hold
+/// (fresh lists, as the cache does not answer then): the requests stop moving for 1.5 s.
 async fn unwatched(api: &KubeApi, what: &str) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while api.open_streams() > 0 {
         assert!(Instant::now() < deadline, "{what}: still watched");
         tokio::time::sleep(ROUND).await;
     }
+    let (mut last, mut since) = (api.resource_requests(), Instant::now());
+    while since.elapsed() < Duration::from_millis(1500) {
+        assert!(Instant::now() < deadline, "{what}: the requests never settle");
+        tokio::time::sleep(ROUND).await;
+        let now = api.resource_requests();
+        if now != last {
+            (last, since) = (now, Instant::now());
+        }
+    }
+    assert_eq!(api.open_streams(), 0, "{what}: watched without the hold");
 }
 
 /// A hold lost and regained between two of the keeper's rounds (a lease that ran out while
