@@ -103,7 +103,10 @@ async fn unwatched(api: &KubeApi, what: &str) {
     }
     let (mut last, mut since) = (api.resource_requests(), Instant::now());
     while since.elapsed() < Duration::from_millis(1500) {
-        assert!(Instant::now() < deadline, "{what}: the requests never settle");
+        assert!(
+            Instant::now() < deadline,
+            "{what}: the requests never settle"
+        );
         tokio::time::sleep(ROUND).await;
         let now = api.resource_requests();
         if now != last {

@@ -23,9 +23,9 @@ async fn take(db: &sqlx::PgPool, connection: &str, replica: &str, ttl: Duration)
 async fn a_lease_has_one_holder_and_its_generation_only_grows() {
     let db = postgres::fresh_database().await;
     let long = Duration::from_secs(60);
-    assert_eq!(take(&*db, C, "a", long).await, Some(1));
+    assert_eq!(take(&db, C, "a", long).await, Some(1));
     // Held and not expired: nobody else takes it; its holder renews it.
-    assert_eq!(take(&*db, C, "b", long).await, None);
+    assert_eq!(take(&db, C, "b", long).await, None);
     let held = [C.to_owned()];
     assert_eq!(
         renew(&*db, "a", &held, long).await.unwrap(),
@@ -35,18 +35,18 @@ async fn a_lease_has_one_holder_and_its_generation_only_grows() {
     // Released: taken at once by another, with the next generation; the old holder's renewal
     // fails from then on.
     release(&*db, "a", Some(&held[..])).await.unwrap();
-    assert_eq!(take(&*db, C, "b", long).await, Some(2));
+    assert_eq!(take(&db, C, "b", long).await, Some(2));
     assert!(renew(&*db, "a", &held, long).await.unwrap().is_empty());
     // Expired without a release: taken again, never renewed by the one it ran out on.
     let short = Duration::from_millis(200);
     assert_eq!(renew(&*db, "b", &held, short).await.unwrap().len(), 1);
-    assert_eq!(take(&*db, C, "a", long).await, None);
+    assert_eq!(take(&db, C, "a", long).await, None);
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert!(renew(&*db, "b", &held, long).await.unwrap().is_empty());
-    assert_eq!(take(&*db, C, "a", long).await, Some(3));
+    assert_eq!(take(&db, C, "a", long).await, Some(3));
     // Several at once: only those nobody holds are taken.
     let (d, e) = (format!("{C} d"), format!("{C} e"));
-    assert_eq!(take(&*db, &d, "b", long).await, Some(1));
+    assert_eq!(take(&db, &d, "b", long).await, Some(1));
     let asked = [C.to_owned(), d.clone(), e.clone()];
     assert_eq!(
         take_all(&*db, &asked, "a", long).await.unwrap(),

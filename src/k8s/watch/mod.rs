@@ -908,9 +908,8 @@ impl WatchCache {
     }
 
     /// Stops the watches of namespaces unread for `idle`, checking a few times per `idle`.
-    /// Starts, once, the task that drops the namespaces as soon as the connection's hold
-    /// changes ([`fence::Fence::term_changed`]): lost, or held again after a loss or a
-    /// handover. Dropping a namespace closes its change feed, so whoever listens (a
+    /// Starts, once, the task that drops the namespaces as soon as the connection is held
+    /// under a new hold ([`fence::Fence::term_changed`]): again after a loss or a handover. Dropping a namespace closes its change feed, so whoever listens (a
     /// subscription's feed, the health keeper's recorders) subscribes again and reads the group:
     /// under a new hold, that read starts its watches. Without it a listener would wait on a
     /// namespace of the old hold, whose watches stopped, until something else read it.
@@ -925,6 +924,12 @@ impl WatchCache {
                     tokio::select! {
                         _ = &mut gone => return,
                         () = fence.term_changed(term) => {}
+                    }
+                    if fence.term().is_none() {
+                        // Lost: each watch told its readers as it stopped (they read fresh
+                        // meanwhile); the namespaces go once it is held again.
+                        term = None;
+                        continue;
                     }
                     let Some(inner) = weak.upgrade() else { return };
                     let spaces = inner.spaces();
