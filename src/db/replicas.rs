@@ -57,28 +57,31 @@ pub async fn leave(db: impl PgExecutor<'_>, id: &str) -> Result<()> {
     Ok(())
 }
 
-/// Takes the lease of `connection` for `replica` for `ttl`, if nobody holds it (it has no row,
-/// or its row has expired): the generation taken, else `None`.
-pub async fn take(
+/// Takes for `replica`, for `ttl`, the leases of `connections` that nobody holds (no row, or
+/// an expired one), in one statement: those taken, with their generations. The rows are
+/// written in the order given: replicas that ask in the same (sorted) order never deadlock.
+pub async fn take_all(
     db: impl PgExecutor<'_>,
-    connection: &str,
+    connections: &[String],
     replica: &str,
     ttl: Duration,
-) -> Result<Option<i64>> {
-    Ok(sqlx::query_scalar(
+) -> Result<Vec<(String, i64)>> {
+    Ok(sqlx::query_as(
         "INSERT INTO connection_leases (connection, replica, generation, expires_at)
-         VALUES ($1, $2, 1, now() + make_interval(secs => $3))
+         SELECT c.connection, $2, 1, now() + make_interval(secs => $3)
+           FROM unnest($1::text[]) WITH ORDINALITY AS c (connection, n)
+          ORDER BY c.n
          ON CONFLICT (connection) DO UPDATE
             SET replica = EXCLUDED.replica,
                 generation = connection_leases.generation + 1,
                 expires_at = EXCLUDED.expires_at
             WHERE connection_leases.expires_at <= now()
-         RETURNING generation",
+         RETURNING connection, generation",
     )
-    .bind(connection)
+    .bind(connections)
     .bind(replica)
     .bind(ttl.as_secs_f64())
-    .fetch_optional(db)
+    .fetch_all(db)
     .await?)
 }
 

@@ -1,8 +1,8 @@
 //! Who watches each cluster connection (SPEC 16): membership, rendezvous hashing over the live
 //! replicas, and a lease per connection that fences the watches.
 //!
-//! Every fifth of the window, each replica moves its heartbeat on, reads the live set, renews
-//! the leases it holds, takes those of the connections it should own ([`rendezvous::owner`])
+//! Every fifth of the window, each replica renews the leases it holds, moves its heartbeat on,
+//! reads the live set, takes those of the connections it should own ([`rendezvous::owner`])
 //! once they are free, and gives up those another live replica should own (its watches stop
 //! first, then the lease is released).
 //!
@@ -133,12 +133,13 @@ impl Ownership {
         }
     }
 
-    /// One round: heartbeat, live set, renew, take, give up.
+    /// One round: renew, heartbeat, live set, give up, take.
+    ///
+    /// The renewal goes first, in one statement, and every lease it renewed is granted at
+    /// once: what keeps the watches running is never behind anything slower. A round cut
+    /// short by its bound (the database slow under the first takes of a thousand
+    /// connections) has then still renewed what it holds; the takes are one statement too.
     async fn step(&self) -> Result<()> {
-        db::heartbeat(&self.pool, &self.id, &self.advertise_url).await?;
-        let members = db::live(&self.pool, self.window).await?;
-        let live: Vec<String> = members.iter().map(|m| m.id.clone()).collect();
-        *self.live.lock().unwrap_or_else(|e| e.into_inner()) = members;
         let fences = self.fences.all();
         let keys: Vec<String> = fences.iter().map(|(k, _)| k.clone()).collect();
         let sent = Instant::now();
@@ -146,42 +147,56 @@ impl Ownership {
             .await?
             .into_iter()
             .collect();
+        for (key, fence) in &fences {
+            match renewed.get(key) {
+                Some(generation) => self.grant(fence, *generation, sent),
+                None if fence.generation().is_some() => {
+                    tracing::warn!(connection = %key, "replicas: lease lost; its watches stop");
+                    fence.release();
+                }
+                None => {}
+            }
+        }
+        db::heartbeat(&self.pool, &self.id, &self.advertise_url).await?;
+        let members = db::live(&self.pool, self.window).await?;
+        let live: Vec<String> = members.iter().map(|m| m.id.clone()).collect();
+        *self.live.lock().unwrap_or_else(|e| e.into_inner()) = members;
         let mut give_up = Vec::new();
+        let mut wanted = Vec::new();
         for (key, fence) in &fences {
             let mine = rendezvous::owner(key, &live) == Some(self.id.as_str());
-            match renewed.get(key) {
-                Some(_) if !mine => {
+            match (renewed.contains_key(key), mine) {
+                (true, false) => {
                     // Stop watching first; only then may another replica have the lease.
                     fence.release();
                     give_up.push(key.clone());
                 }
-                Some(generation) => self.grant(key, fence, *generation, sent),
-                None => {
-                    if fence.generation().is_some() {
-                        tracing::warn!(connection = %key, "replicas: lease lost; its watches stop");
-                        fence.release();
-                    }
-                    if mine {
-                        let sent = Instant::now();
-                        if let Some(generation) =
-                            db::take(&self.pool, key, &self.id, self.window).await?
-                        {
-                            tracing::info!(connection = %key, generation, "replicas: lease taken; this replica watches the connection");
-                            self.grant(key, fence, generation, sent);
-                        }
-                    }
-                }
+                (false, true) => wanted.push(key.clone()),
+                _ => {}
             }
         }
         if !give_up.is_empty() {
             tracing::info!(connections = ?give_up, "replicas: handing connections over to their new owners");
             db::release(&self.pool, &self.id, Some(give_up.as_slice())).await?;
         }
+        if !wanted.is_empty() {
+            let by_key: HashMap<&str, &Fence> =
+                fences.iter().map(|(k, f)| (k.as_str(), f)).collect();
+            let sent = Instant::now();
+            for (key, generation) in
+                db::take_all(&self.pool, &wanted, &self.id, self.window).await?
+            {
+                tracing::info!(connection = %key, generation, "replicas: lease taken; this replica watches the connection");
+                if let Some(fence) = by_key.get(key.as_str()) {
+                    self.grant(fence, generation, sent);
+                }
+            }
+        }
         db::forget_dead(&self.pool, self.window * 360).await?;
         Ok(())
     }
 
-    fn grant(&self, _key: &str, fence: &Fence, generation: i64, sent: Instant) {
+    fn grant(&self, fence: &Fence, generation: i64, sent: Instant) {
         fence.grant(
             u64::try_from(generation).unwrap_or_default(),
             self.held_until(sent),

@@ -82,3 +82,103 @@ async fn a_replica_keeps_the_health_of_the_connections_it_holds_only() {
     }
     keeper.abort();
 }
+
+/// The kept groups' watches open at the test server once they stop moving (more than none).
+async fn watched(api: &KubeApi, what: &str) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while api.open_streams() == 0 {
+        assert!(Instant::now() < deadline, "{what}: nothing watched");
+        tokio::time::sleep(ROUND).await;
+    }
+    super::ownership::settled(api).await
+}
+
+/// Waits until nothing is watched, and the recorder has read its group without the hold
+/// (fresh lists, as the cache does not answer then): the requests stop moving for 1.5 s.
+async fn unwatched(api: &KubeApi, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while api.open_streams() > 0 {
+        assert!(Instant::now() < deadline, "{what}: still watched");
+        tokio::time::sleep(ROUND).await;
+    }
+    let (mut last, mut since) = (api.resource_requests(), Instant::now());
+    while since.elapsed() < Duration::from_millis(1500) {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: the requests never settle"
+        );
+        tokio::time::sleep(ROUND).await;
+        let now = api.resource_requests();
+        if now != last {
+            (last, since) = (now, Instant::now());
+        }
+    }
+    assert_eq!(api.open_streams(), 0, "{what}: watched without the hold");
+}
+
+/// A hold lost and regained between two of the keeper's rounds (a lease that ran out while
+/// the database was slow and was renewed at the next step; a connection handed away and
+/// back): the keeper, which sees it held at both rounds, keeps its recorder running, and that
+/// recorder's group is watched again as soon as the hold is back, not when something else
+/// reads it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_lost_and_regained_within_a_keeper_round_is_watched_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let api = KubeApi::new();
+    environment::environment(&api);
+    let served = api.serve(dir.path()).await;
+    let reached = Reached::new(Reach::Kubeconfig, &served, &[("7", 7)], AGENTS_PROJECT).await;
+    let settings = Settings::parse(&reached.config("", "")).unwrap();
+    let fences = Fences::shared();
+    let clusters = Clusters::load_fenced(&settings.kubernetes, Default::default(), fences.clone())
+        .await
+        .unwrap();
+    let database = postgres::fresh_database().await;
+    let state = AppState::new((*database).clone(), keys(), Limits::default())
+        .with_clusters(clusters, settings.cors);
+    let app = TestApp::owning(state.clone(), database);
+    environment::seed(&app).await;
+    let cluster = state
+        .clusters
+        .for_agent(7, "acme/agents", "prod")
+        .await
+        .unwrap();
+    let fence = fences.fence(&cluster.source);
+    let held = || tokio::time::Instant::now() + Duration::from_secs(3600);
+    fence.grant(1, held());
+    // One round, then none within the test: every loss below falls within that round.
+    let keeper = tokio::spawn(
+        envlens::graphql::HealthKeeper::new(
+            &state.db,
+            state.clusters.clone(),
+            state.health.clone(),
+            &state.live,
+            100_000,
+            Duration::from_secs(3600),
+        )
+        .run(),
+    );
+    let open = watched(&api, "held").await;
+
+    // The lease not renewed in time: the hold runs out, the watches stop; renewed at the
+    // next step (the same generation, a new term): watched again, all of them.
+    fence.grant(1, tokio::time::Instant::now() + Duration::from_millis(200));
+    unwatched(&api, "the hold ran out").await;
+    fence.grant(1, held());
+    assert_eq!(
+        watched(&api, "held again after running out").await,
+        open,
+        "the kept group's kinds are not all watched again"
+    );
+
+    // Handed to another replica and back: the same.
+    fence.release();
+    unwatched(&api, "handed over").await;
+    fence.grant(2, held());
+    assert_eq!(
+        watched(&api, "handed back").await,
+        open,
+        "the kept group's kinds are not all watched again"
+    );
+    keeper.abort();
+}

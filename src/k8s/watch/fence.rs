@@ -139,6 +139,35 @@ impl Fence {
             }
         }
     }
+    /// Resolves once the term held ([`Fence::term`]) is other than `from`: a new hold, or
+    /// the hold lost (released, or run out). What the watch cache follows to start its
+    /// namespaces over under a new hold, rather than wait for their next reader.
+    pub async fn term_changed(&self, from: Option<u64>) {
+        let mut rx = self.0.hold.subscribe();
+        loop {
+            let hold = *rx.borrow_and_update();
+            let now = hold.term(Instant::now());
+            if now != from {
+                return;
+            }
+            let until = match hold {
+                Hold::Held { until, .. } if now.is_some() => until,
+                _ => None,
+            };
+            let changed = async {
+                if rx.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            };
+            match until {
+                Some(until) => tokio::select! {
+                    _ = tokio::time::sleep_until(until) => {}
+                    () = changed => {}
+                },
+                None => changed.await,
+            }
+        }
+    }
 }
 
 /// The fences of a process' connections, by key (a connection's `source`: the same on every
@@ -234,6 +263,40 @@ mod tests {
                 .is_err()
         );
         assert_eq!(always.generation(), Some(0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_change_of_term_is_told_when_lost_and_when_held_again() {
+        let fence = Fence::released();
+        let changed = |from| {
+            let fence = fence.clone();
+            tokio::spawn(async move { fence.term_changed(from).await })
+        };
+        // Released: told when granted.
+        let granted = changed(None);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(!granted.is_finished());
+        fence.grant(1, Instant::now() + Duration::from_secs(8));
+        granted.await.unwrap();
+        let term = fence.term();
+        // Renewed under the same term: not told; run out: told at that instant.
+        let lost = changed(term);
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        fence.grant(1, Instant::now() + Duration::from_secs(8));
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert!(!lost.is_finished());
+        let started = Instant::now();
+        lost.await.unwrap();
+        assert_eq!(Instant::now() - started, Duration::from_secs(3));
+        // Run out, then held again under the same generation: a new term, told.
+        let again = changed(None);
+        fence.grant(1, Instant::now() + Duration::from_secs(8));
+        again.await.unwrap();
+        assert_ne!(fence.term(), term);
+        // Already other than asked: at once.
+        tokio::time::timeout(Duration::from_millis(1), fence.term_changed(term))
+            .await
+            .expect("at once");
     }
 
     #[test]

@@ -87,6 +87,9 @@ struct Inner {
     total: Arc<AtomicUsize>,
     access: Arc<access::AccessCache>,
     sweeper: std::sync::Once,
+    /// Ends, when dropped with the cache, the task that starts the namespaces over at every
+    /// change of hold ([`WatchCache::follow_fence`]).
+    follower: std::sync::OnceLock<tokio::sync::oneshot::Sender<()>>,
 }
 
 impl Inner {
@@ -288,6 +291,7 @@ impl WatchCache {
                 namespaces: Mutex::new(HashMap::new()),
                 total: Arc::new(AtomicUsize::new(0)),
                 sweeper: std::sync::Once::new(),
+                follower: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -338,6 +342,7 @@ impl WatchCache {
     /// must read the group again.
     pub fn changes(&self, namespace: &str) -> tokio::sync::broadcast::Receiver<Arc<KindChange>> {
         self.start_sweeper();
+        self.follow_fence();
         self.inner
             .spaces()
             .entry(namespace.to_owned())
@@ -908,6 +913,39 @@ impl WatchCache {
     }
 
     /// Stops the watches of namespaces unread for `idle`, checking a few times per `idle`.
+    /// Starts, once, the task that drops the namespaces as soon as the connection is held
+    /// under a new hold ([`fence::Fence::term_changed`]): again after a loss or a handover. Dropping a namespace closes its change feed, so whoever listens (a
+    /// subscription's feed, the health keeper's recorders) subscribes again and reads the group:
+    /// under a new hold, that read starts its watches. Without it a listener would wait on a
+    /// namespace of the old hold, whose watches stopped, until something else read it.
+    fn follow_fence(&self) {
+        self.inner.follower.get_or_init(|| {
+            let (tx, mut gone) = tokio::sync::oneshot::channel::<()>();
+            let weak: Weak<Inner> = Arc::downgrade(&self.inner);
+            let fence = self.inner.fence.clone();
+            let mut term = *lock(&self.inner.held_as);
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        _ = &mut gone => return,
+                        () = fence.term_changed(term) => {}
+                    }
+                    if fence.term().is_none() {
+                        // Lost: each watch told its readers as it stopped (they read fresh
+                        // meanwhile); the namespaces go once it is held again.
+                        term = None;
+                        continue;
+                    }
+                    let Some(inner) = weak.upgrade() else { return };
+                    let spaces = inner.spaces();
+                    term = *lock(&inner.held_as);
+                    drop(spaces);
+                }
+            });
+            tx
+        });
+    }
+
     fn start_sweeper(&self) {
         self.inner.sweeper.call_once(|| {
             let weak: Weak<Inner> = Arc::downgrade(&self.inner);
