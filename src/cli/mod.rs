@@ -220,8 +220,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {internal_addr} (--internal-listen)"))?;
     let internal_addr = internal.local_addr()?;
+    // The leases' own connections: at 1,000 agents, renewals queued behind the health
+    // keeper's writes in the shared pool past the window, and held leases lapsed.
     let ownership = crate::replicas::Ownership::new(
-        database.pool.pg().clone(),
+        database.side_pool(2, args.database.database_acquire_timeout),
         fences,
         crate::replicas::advertise_url(
             args.replicas.advertise_url.as_deref(),

@@ -86,6 +86,17 @@ impl Database {
         Ok(Database { pool, embedded })
     }
 
+    /// A small pool of its own on the same server, connected on first use, for work that must
+    /// not queue behind the main pool's requests and writes: the replicas' lease renewals,
+    /// which run out a window after they were last renewed (SPEC 16).
+    pub fn side_pool(&self, max: u32, acquire_timeout: Duration) -> PgPool {
+        PgPoolOptions::new()
+            .max_connections(max)
+            .acquire_timeout(acquire_timeout)
+            .test_before_acquire(false)
+            .connect_lazy_with((*self.pool.pg().connect_options()).clone())
+    }
+
     /// `envlens_database_up`, and `envlens_postgres_restarts_total` with an embedded server.
     pub fn register_metrics(&self, metrics: &Metrics) {
         let pool = self.pool.clone();
