@@ -34,7 +34,9 @@
 //! The health keeper runs its rounds every `--round` seconds (10, `serve`'s), in the measured
 //! process. Once every health is known the database is analyzed, as autovacuum would be by
 //! its next round, so that the statements are planned on the statistics of the table as laid
-//! out rather than of whenever autovacuum last looked.
+//! out rather than of whenever autovacuum last looked. `--memory-only` stops after the memory
+//! per kept object (and prints the bytes held by size of allocation, to tell the
+//! per-environment structures from the cache's texts).
 
 /// The service's allocator (src/main.rs), counted, so that the memory per kept object is read
 /// live (resident memory under mimalloc says nothing about one structure).
@@ -88,6 +90,8 @@ struct Args {
     iterations: usize,
     /// The health keeper's round, in seconds.
     round: usize,
+    /// Stop after the memory per kept object.
+    memory_only: bool,
 }
 
 fn main() {
@@ -97,6 +101,7 @@ fn main() {
         objects: arg("--objects", 20).max(8),
         iterations: arg("--iterations", 200),
         round: arg("--round", 10).max(1),
+        memory_only: std::env::args().any(|a| a == "--memory-only"),
     };
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -352,6 +357,8 @@ async fn run(a: Args) {
 
     // Health known: the keeper starts with every watch cache cold.
     let before = counting::live();
+    let before_by_size = counting::live_by_size();
+    let before_by_exact = counting::live_by_exact();
     let start = Instant::now();
     tokio::spawn(
         envlens::graphql::HealthKeeper::new(
@@ -414,6 +421,33 @@ async fn run(a: Args) {
         held as f64 / json_bytes as f64,
         objects
     );
+    if a.memory_only {
+        let by_size = counting::live_by_size();
+        let environments = (a.projects * a.environments) as f64;
+        println!("  held by size of allocation, per environment:");
+        for (i, (now, was)) in by_size.iter().zip(before_by_size).enumerate() {
+            let held = (now - was) as f64 / environments;
+            if held.abs() >= 100.0 {
+                let low = if i == 0 { 0 } else { 1usize << (i - 1) };
+                println!(
+                    "    {low:>8} B to {:>8} B: {held:>8.0} B",
+                    (1usize << i) - 1
+                );
+            }
+        }
+        let mut exact: Vec<(usize, f64)> = counting::live_by_exact()
+            .into_iter()
+            .zip(before_by_exact)
+            .map(|((size, now), (_, was))| (size, (now - was) as f64 / environments))
+            .collect();
+        exact.sort_by(|a, b| (b.1 * b.0 as f64).total_cmp(&(a.1 * a.0 as f64)));
+        println!("  the largest of 256 B to 64 KiB by size (16 B steps), per environment:");
+        for (size, n) in exact.into_iter().take(16) {
+            println!("    {size:>6} B x {n:>6.2} = {:>6.0} B", n * size as f64);
+        }
+        // Nothing torn down: a heap profiler's leaks at exit are what the keeper holds.
+        std::process::exit(0);
+    }
 
     page(&app, &a).await;
     counts(&app, &a).await;

@@ -233,20 +233,36 @@ fn resource_mark(r: &Resource) -> Option<HealthMark> {
     })
 }
 
+/// What a recorder last sent of each mark: the mark's key ([`key_hash`]) to its health. The
+/// keys hashed, not the uids: a health keeper holds one of these per environment (SPEC 18).
+pub type Sent = HashMap<u64, HealthStatus>;
+
+/// A mark's key (a uid, or [`GROUP_KEY`]) as [`Sent`] holds it: the same in every process.
+pub fn key_hash(key: &str) -> u64 {
+    let mut h = std::hash::DefaultHasher::new();
+    std::hash::Hash::hash(key, &mut h);
+    std::hash::Hasher::finish(&h)
+}
+
 /// The marks of a feed's message (SPEC 8.2: the whole group first, then what changed) whose
 /// health differs from what `sent` holds, with `sent` brought up to date: everything the first
 /// time, then only changes. A resource gone from the group is forgotten.
-pub fn changes(sent: &mut HashMap<String, HealthStatus>, delta: &GroupDelta) -> Vec<HealthMark> {
+pub fn changes(sent: &mut Sent, delta: &GroupDelta) -> Vec<HealthMark> {
     if delta.complete {
-        let keys: HashSet<&str> = delta.upserted.iter().map(|r| r.uid.as_str()).collect();
-        sent.retain(|k, _| k == GROUP_KEY || keys.contains(k.as_str()));
+        let keys: HashSet<u64> = delta
+            .upserted
+            .iter()
+            .map(|r| key_hash(&r.uid))
+            .chain(std::iter::once(key_hash(GROUP_KEY)))
+            .collect();
+        sent.retain(|k, _| keys.contains(k));
     }
     for gone in &delta.removed {
-        sent.remove(gone);
+        sent.remove(&key_hash(gone));
     }
     std::iter::once(group_mark(&delta.health))
         .chain(delta.upserted.iter().filter_map(resource_mark))
-        .filter(|m| sent.insert(m.key.clone(), m.health) != Some(m.health))
+        .filter(|m| sent.insert(key_hash(&m.key), m.health) != Some(m.health))
         .collect()
 }
 

@@ -48,8 +48,10 @@ use crate::resources::reach::Reach;
 
 /// Changes within this long of the last message are sent together.
 pub const WINDOW: Duration = Duration::from_millis(100);
-/// Messages a subscriber may fall behind by before it is sent the whole group again.
-const BACKLOG: usize = 64;
+/// Messages a subscriber may fall behind by before it is sent the whole group again: at least
+/// [`WINDOW`] apart, 16 are 1.6 s of changes. Small, since a broadcast holds all its slots from
+/// the start (48 B each) and a health keeper runs a feed per environment.
+const BACKLOG: usize = 16;
 
 /// What identifies a feed: whoever shares it sees the same group.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -343,8 +345,11 @@ async fn run(running: Running, key: FeedKey, feed: Arc<Feed>, source: Source) {
     let watch = &source.cluster.watch;
     let mut changes = Changes::default();
     changes.follow(watch, &initial_namespaces(&key));
-    let mut heard = super::routed::listen(&source, &key, feed.through.get()).await;
-    match read(&source, &key, feed.through.get(), &mut changes).await {
+    // The reads and the owner's changes are boxed: awaited inline, their futures (a group's
+    // assembly, an HTTP request to the owner) would size the task's future, which a health
+    // keeper holds 10,000 of while they idle (SPEC 18; ~10 KB each inline, BENCHMARKS.md).
+    let mut heard = Box::pin(super::routed::listen(&source, &key, feed.through.get())).await;
+    match Box::pin(read(&source, &key, feed.through.get(), &mut changes)).await {
         Ok(group) => publish(&feed, &group, None),
         Err(message) => {
             leave(&running, &key, &feed);
@@ -363,7 +368,7 @@ async fn run(running: Running, key: FeedKey, feed: Arc<Feed>, source: Source) {
                 if !heard_of {
                     // Ended, or the connection changed hands: heard from its owner now.
                     tokio::time::sleep(WINDOW).await;
-                    heard = super::routed::listen(&source, &key, feed.through.get()).await;
+                    heard = Box::pin(super::routed::listen(&source, &key, feed.through.get())).await;
                 }
                 Wake::Change
             }
@@ -391,7 +396,7 @@ async fn run(running: Running, key: FeedKey, feed: Arc<Feed>, source: Source) {
                 }
             }
         }
-        match read(&source, &key, feed.through.get(), &mut changes).await {
+        match Box::pin(read(&source, &key, feed.through.get(), &mut changes)).await {
             Ok(next) => {
                 let sent = lock(&feed.state).sent.clone();
                 let delta = sent.map(|sent| (sent.diff(&next), sent));

@@ -211,7 +211,7 @@ async fn record(task: Task, mut feed: super::feeds::Subscriber) {
         ..
     } = &task;
     let environment = *environment;
-    let mut sent = HashMap::new();
+    let mut sent = timeline::Sent::new();
     let started = chrono::Utc::now();
     let mut group = Group::default();
     let every = (*idle / 4).clamp(Duration::from_millis(10), Duration::from_secs(60));
@@ -270,7 +270,7 @@ async fn record(task: Task, mut feed: super::feeds::Subscriber) {
         {
             // Sent again with the next message that carries them.
             for mark in &marks {
-                sent.remove(&mark.key);
+                sent.remove(&timeline::key_hash(&mark.key));
             }
             tracing::warn!(environment, error = %e, "cannot record health changes; trying with the next change");
         }
@@ -290,12 +290,6 @@ struct Group {
     written: Option<Observed>,
 }
 
-fn uid_hash(uid: &str) -> u64 {
-    let mut h = std::hash::DefaultHasher::new();
-    std::hash::Hash::hash(uid, &mut h);
-    std::hash::Hasher::finish(&h)
-}
-
 impl Group {
     fn apply(&mut self, delta: &GroupDelta) {
         if delta.complete {
@@ -303,7 +297,7 @@ impl Group {
             self.names.clear();
         }
         for uid in &delta.removed {
-            self.kinds.remove(&uid_hash(uid));
+            self.kinds.remove(&timeline::key_hash(uid));
         }
         for r in &delta.upserted {
             let at = match self
@@ -317,7 +311,7 @@ impl Group {
                     self.names.len() - 1
                 }
             };
-            self.kinds.insert(uid_hash(&r.uid), at as u32);
+            self.kinds.insert(timeline::key_hash(&r.uid), at as u32);
         }
     }
 
