@@ -13,7 +13,7 @@ use envlens::k8s::watch::fence::Fences;
 use envlens::state::AppState;
 
 use crate::support::environment::{self, AGENTS_PROJECT};
-use crate::support::kube_api::KubeApi;
+use crate::support::kube_api::{KubeApi, Served};
 use crate::support::reach::{Reach, Reached};
 use crate::support::*;
 
@@ -26,13 +26,23 @@ async fn kept(app: &TestApp) -> i64 {
         .unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_replica_keeps_the_health_of_the_connections_it_holds_only() {
-    let dir = tempfile::tempdir().unwrap();
+/// One replica's state over the test server's environment, its connection fenced (not held
+/// until the test grants it), the support's GitLab seeded.
+struct Fenced {
+    _dir: tempfile::TempDir,
+    _served: Served,
+    api: KubeApi,
+    fences: Fences,
+    state: AppState,
+    app: TestApp,
+}
+
+async fn fenced() -> Fenced {
+    let _dir = tempfile::tempdir().unwrap();
     let api = KubeApi::new();
     environment::environment(&api);
-    let served = api.serve(dir.path()).await;
-    let reached = Reached::new(Reach::Kubeconfig, &served, &[("7", 7)], AGENTS_PROJECT).await;
+    let _served = api.serve(_dir.path()).await;
+    let reached = Reached::new(Reach::Kubeconfig, &_served, &[("7", 7)], AGENTS_PROJECT).await;
     let settings = Settings::parse(&reached.config("", "")).unwrap();
     let fences = Fences::shared();
     let clusters = Clusters::load_fenced(&settings.kubernetes, Default::default(), fences.clone())
@@ -43,18 +53,40 @@ async fn a_replica_keeps_the_health_of_the_connections_it_holds_only() {
         .with_clusters(clusters, settings.cors);
     let app = TestApp::owning(state.clone(), database);
     environment::seed(&app).await;
+    Fenced {
+        _dir,
+        _served,
+        api,
+        fences,
+        state,
+        app,
+    }
+}
+
+/// The health keeper as `serve` starts it, with rounds `round` apart.
+fn keeper(state: &AppState, round: Duration) -> envlens::graphql::HealthKeeper {
+    envlens::graphql::HealthKeeper::new(
+        &state.db,
+        state.clusters.clone(),
+        state.health.clone(),
+        &state.live,
+        100_000,
+        round,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_keeps_the_health_of_the_connections_it_holds_only() {
+    let Fenced {
+        _dir,
+        _served,
+        api,
+        fences,
+        state,
+        app,
+    } = fenced().await;
     api.reset_request_counts();
-    let keeper = tokio::spawn(
-        envlens::graphql::HealthKeeper::new(
-            &state.db,
-            state.clusters.clone(),
-            state.health.clone(),
-            &state.live,
-            100_000,
-            ROUND,
-        )
-        .run(),
-    );
+    let keeper = tokio::spawn(keeper(&state, ROUND).run());
 
     // Not held here: several rounds keep nothing, and ask nothing of the cluster.
     tokio::time::sleep(ROUND * 15).await;
@@ -123,21 +155,14 @@ async fn unwatched(api: &KubeApi, what: &str) {
 /// reads it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hold_lost_and_regained_within_a_keeper_round_is_watched_again() {
-    let dir = tempfile::tempdir().unwrap();
-    let api = KubeApi::new();
-    environment::environment(&api);
-    let served = api.serve(dir.path()).await;
-    let reached = Reached::new(Reach::Kubeconfig, &served, &[("7", 7)], AGENTS_PROJECT).await;
-    let settings = Settings::parse(&reached.config("", "")).unwrap();
-    let fences = Fences::shared();
-    let clusters = Clusters::load_fenced(&settings.kubernetes, Default::default(), fences.clone())
-        .await
-        .unwrap();
-    let database = postgres::fresh_database().await;
-    let state = AppState::new((*database).clone(), keys(), Limits::default())
-        .with_clusters(clusters, settings.cors);
-    let app = TestApp::owning(state.clone(), database);
-    environment::seed(&app).await;
+    let Fenced {
+        _dir,
+        _served,
+        api,
+        fences,
+        state,
+        app: _app,
+    } = fenced().await;
     let cluster = state
         .clusters
         .for_agent(7, "acme/agents", "prod")
@@ -147,17 +172,7 @@ async fn a_hold_lost_and_regained_within_a_keeper_round_is_watched_again() {
     let held = || tokio::time::Instant::now() + Duration::from_secs(3600);
     fence.grant(1, held());
     // One round, then none within the test: every loss below falls within that round.
-    let keeper = tokio::spawn(
-        envlens::graphql::HealthKeeper::new(
-            &state.db,
-            state.clusters.clone(),
-            state.health.clone(),
-            &state.live,
-            100_000,
-            Duration::from_secs(3600),
-        )
-        .run(),
-    );
+    let keeper = tokio::spawn(keeper(&state, Duration::from_secs(3600)).run());
     let open = watched(&api, "held").await;
 
     // The lease not renewed in time: the hold runs out, the watches stop; renewed at the
