@@ -912,12 +912,12 @@ impl WatchCache {
         }
     }
 
-    /// Stops the watches of namespaces unread for `idle`, checking a few times per `idle`.
     /// Starts, once, the task that drops the namespaces as soon as the connection is held
-    /// under a new hold ([`fence::Fence::term_changed`]): again after a loss or a handover. Dropping a namespace closes its change feed, so whoever listens (a
-    /// subscription's feed, the health keeper's recorders) subscribes again and reads the group:
-    /// under a new hold, that read starts its watches. Without it a listener would wait on a
-    /// namespace of the old hold, whose watches stopped, until something else read it.
+    /// under a new hold ([`fence::Fence::term_changed`]): again after a loss or a handover.
+    /// Dropping a namespace closes its change feed, so whoever listens (a subscription's feed,
+    /// the health keeper's recorders) subscribes again and reads the group: under a new hold,
+    /// that read starts its watches. Without it a listener would wait on a namespace of the
+    /// old hold, whose watches stopped, until something else read it.
     fn follow_fence(&self) {
         self.inner.follower.get_or_init(|| {
             let (tx, mut gone) = tokio::sync::oneshot::channel::<()>();
@@ -937,6 +937,7 @@ impl WatchCache {
                         continue;
                     }
                     let Some(inner) = weak.upgrade() else { return };
+                    // `spaces` drops the namespaces of another term than the fence's.
                     let spaces = inner.spaces();
                     term = *lock(&inner.held_as);
                     drop(spaces);
@@ -946,6 +947,7 @@ impl WatchCache {
         });
     }
 
+    /// Stops the watches of namespaces unread for `idle`, checking a few times per `idle`.
     fn start_sweeper(&self) {
         self.inner.sweeper.call_once(|| {
             let weak: Weak<Inner> = Arc::downgrade(&self.inner);
