@@ -6,7 +6,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::http::Method;
 use envlens::config::file::Settings;
 use envlens::history::worker::{Turn, Worker};
 use serde_json::{json, Value};
@@ -397,20 +396,6 @@ async fn a_late_success_after_a_newer_one_is_superseded(reach: Reach) {
     assert_eq!(six["changes"]["since"]["id"], "gid://gitlab/Deployment/1");
 }
 
-/// The creation call of deployment `id` to environment `env` through the support's agent,
-/// with `status`.
-async fn create(app: &TestApp, id: i64, env: (i64, &str), status: &str) {
-    let res = app.internal(Method::POST, "/api/v4/internal/deployments", &json!({
-        "deployment": {"id": id, "iid": id, "status": status, "ref": "main", "sha": "abc", "tag": false,
-                       "created_at": "2026-11-21T10:00:00Z"},
-        "project": {"id": PROJECT, "full_path": "acme/apps/web"},
-        "environment": {"id": env.0, "name": env.1, "slug": env.1, "tier": "production"},
-        "job": {"id": id, "name": "deploy", "protected_ref": true},
-        "kubernetes": {"agent": "acme/agents:prod", "namespace": NS}
-    })).await;
-    assert_eq!(res.status, 201, "{}", res.text());
-}
-
 /// A snapshot is due when a successful deployment gets its agent: whether the success hook
 /// came before the creation call or the call itself says `success`; a deployment that has not
 /// succeeded queues none (the creation call asks the database nothing about it).
@@ -433,11 +418,13 @@ async fn a_snapshot_is_queued_when_a_succeeded_deployment_gets_its_agent() {
     let res = app.hook("Deployment Hook", success_hook(20), None).await;
     assert_eq!(res.status, 200, "{}", res.text());
     assert_eq!(queued(20).await, 0, "no agent yet, no snapshot");
-    create(&app, 20, PRODUCTION, "created").await;
+    let create =
+        |id, status| environment::create(&app, id, PRODUCTION, status, ("acme/agents:prod", NS));
+    create(20, "created").await;
     assert_eq!(queued(20).await, 1, "the hook's success, then the agent");
-    create(&app, 21, PRODUCTION, "success").await;
+    create(21, "success").await;
     assert_eq!(queued(21).await, 1, "the call's own success");
-    create(&app, 22, PRODUCTION, "running").await;
+    create(22, "running").await;
     assert_eq!(queued(22).await, 0);
 }
 

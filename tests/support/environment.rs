@@ -332,8 +332,9 @@ pub async fn deploy(app: &TestApp, id: i64, env: (i64, &str), status: &str) {
     deploy_through(app, id, env, status, ("acme/agents:prod", NS)).await;
 }
 
-/// [`deploy`] through another agent (`<project path>:<name>`) into another namespace.
-pub async fn deploy_through(
+/// GitLab's creation call of deployment `id` (its job `id`) to `env`, with `status`, through
+/// `agent` (`<project path>:<name>`) into `namespace`: answered 201.
+pub async fn create(
     app: &TestApp,
     id: i64,
     env: (i64, &str),
@@ -341,7 +342,7 @@ pub async fn deploy_through(
     (agent, namespace): (&str, &str),
 ) {
     let res = app.internal(Method::POST, "/api/v4/internal/deployments", &json!({
-        "deployment": {"id": id, "iid": id, "status": "created", "ref": "main", "sha": "abc", "tag": false,
+        "deployment": {"id": id, "iid": id, "status": status, "ref": "main", "sha": "abc", "tag": false,
                        "created_at": "2026-11-21T10:00:00Z"},
         "project": {"id": PROJECT, "full_path": "acme/apps/web"},
         "environment": {"id": env.0, "name": env.1, "slug": env.1, "tier": "production"},
@@ -349,6 +350,17 @@ pub async fn deploy_through(
         "kubernetes": {"agent": agent, "namespace": namespace}
     })).await;
     assert_eq!(res.status, 201, "{}", res.text());
+}
+
+/// [`deploy`] through another agent (`<project path>:<name>`) into another namespace.
+pub async fn deploy_through(
+    app: &TestApp,
+    id: i64,
+    env: (i64, &str),
+    status: &str,
+    through: (&str, &str),
+) {
+    create(app, id, env, "created", through).await;
     let hook = json!({"object_kind": "deployment", "deployment_id": id, "status": status,
         "status_changed_at": "2026-11-21 10:05:00 UTC", "environment": env.1,
         "project": {"id": PROJECT, "path_with_namespace": "acme/apps/web"}});
