@@ -1,5 +1,5 @@
-//! The organization view at scale (SPEC 18, issue 36), in one process against the test
-//! Kubernetes API server and a private PostgreSQL:
+//! The organization view at scale (SPEC 18, issue 36), against the test Kubernetes API server
+//! (in a child process of its own: see below) and a private PostgreSQL:
 //!
 //! `cargo bench --bench organization [-- --projects 100 --environments 100 --objects 20 --iterations 200 --round 10]`
 //!
@@ -17,7 +17,10 @@
 //! - memory per kept object: the bytes live after (counted by the allocator, the texts packed,
 //!   the watches handed over) less before the keeper's start, per object of the clusters,
 //!   against the objects' own JSON as the test server sends them; everything the keeper added
-//!   is counted (100 watch caches, 10,000 recorders), not the cache alone;
+//!   in envlens is counted (100 watch caches, 10,000 recorders), not the cache alone. The
+//!   test server runs in a child process (`benches/fixtures/shards.rs`, this binary run again
+//!   with `--kube-shard 0`), so that its objects, its watches and its connections' buffers
+//!   are not counted as envlens' (in one process they were ~260 B per object, BENCHMARKS.md);
 //! - the page: `Group.environments(tier: PRODUCTION, health: [unhealthy], sort: HEALTH_DESC,
 //!   first: 100)` through the router as the Developer, against its baseline, the SQL the page
 //!   runs (the readable projects, the tally, the page) sent straight through sqlx on the same
@@ -47,6 +50,9 @@ static GLOBAL: counting::Counting = counting::Counting(mimalloc::MiMalloc);
 mod args;
 #[path = "fixtures/counting.rs"]
 mod counting;
+#[allow(dead_code)]
+#[path = "fixtures/shards.rs"]
+mod shards;
 #[path = "fixtures/watcher.rs"]
 mod watcher;
 #[path = "fixtures/ws.rs"]
@@ -70,6 +76,7 @@ use envlens::k8s::clusters::Clusters;
 use envlens::state::AppState;
 use futures_util::StreamExt;
 use serde_json::{json, Value};
+use shards::Shards;
 use support::kube_api::KubeApi;
 use support::TestApp;
 use tokio::net::TcpListener;
@@ -103,11 +110,22 @@ fn main() {
         round: arg("--round", 10).max(1),
         memory_only: std::env::args().any(|a| a == "--memory-only"),
     };
-    tokio::runtime::Builder::new_multi_thread()
+    let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-        .unwrap()
-        .block_on(run(a));
+        .unwrap();
+    if shards::shard_index().is_some() {
+        // The test server, in a process of its own.
+        let api = KubeApi::new();
+        api.set_recording(false);
+        for p in 0..a.projects {
+            for k in 0..a.environments {
+                group(&api, p, k, a.objects);
+            }
+        }
+        return runtime.block_on(shards::serve_shard(api));
+    }
+    runtime.block_on(run(a));
 }
 
 fn namespace(p: usize) -> String {
@@ -305,33 +323,54 @@ async fn deploy(app: &TestApp, a: &Args, p: usize, k: usize) {
     assert_eq!(res.status, 200, "{}", res.text());
 }
 
+/// A kubeconfig leading to the test server at `url`, and `serve`'s `kubernetes` section
+/// leading every agent to it.
+fn kubernetes(dir: &std::path::Path, url: &str, a: &Args) -> String {
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: {url}\n\
+             users:\n- name: test\n  user:\n    token: test-token\n\
+             contexts:\n- name: test\n  context:\n    cluster: test\n    user: test\ncurrent-context: test\n"
+        ),
+    )
+    .unwrap();
+    let mut yaml = format!(
+        "kubernetes:\n  response_timeout: 30s\n  kubeconfig: {}\n  agents:\n",
+        kubeconfig.display()
+    );
+    for p in 0..a.projects {
+        yaml.push_str(&format!(
+            "  - agent: \"{}\"\n    context: test\n",
+            FIRST_AGENT + p as i64
+        ));
+    }
+    yaml
+}
+
+/// The arguments this run was given, for the test server's process.
+fn forwarded() -> Vec<String> {
+    std::env::args().skip(1).collect()
+}
+
 async fn run(a: Args) {
     let dir = tempfile::tempdir().unwrap();
-    let api = KubeApi::new();
-    api.set_recording(false);
     let started = Instant::now();
-    for p in 0..a.projects {
-        for k in 0..a.environments {
-            group(&api, p, k, a.objects);
-        }
-    }
-    let (objects, json_bytes) = json_of(&api, &a);
+    let server = tokio::task::spawn_blocking(|| Shards::start(1, &forwarded()))
+        .await
+        .unwrap();
+    let (objects, json_bytes) = json_of(&server, &a);
     println!(
-        "{} environments over {} agents and namespaces, {objects} objects ({:.0} B of JSON each) in the test server, laid out in {:.1} s",
+        "{} environments over {} agents and namespaces, {objects} objects ({:.0} B of JSON each) in the test server (a process of its own), laid out in {:.1} s",
         a.projects * a.environments,
         a.projects,
         json_bytes as f64 / objects as f64,
         started.elapsed().as_secs_f64()
     );
-    let served = api.serve(dir.path()).await;
-    let agents: Vec<String> = (0..a.projects)
-        .map(|p| (FIRST_AGENT + p as i64).to_string())
-        .collect();
-    let agents: Vec<&str> = agents.iter().map(String::as_str).collect();
-    let yaml = format!(
-        "kubernetes:\n{}  response_timeout: 30s\n",
-        served.connections(&agents)
-    );
+    let url = server.url(0).to_owned();
+    let server_addr: SocketAddr = url.trim_start_matches("http://").parse().unwrap();
+    let yaml = kubernetes(dir.path(), &url, &a);
     let settings = Settings::parse(&yaml).unwrap();
     let clusters = Clusters::load(&settings.kubernetes, Default::default())
         .await
@@ -451,11 +490,11 @@ async fn run(a: Args) {
 
     page(&app, &a).await;
     counts(&app, &a).await;
-    change_to_subscriber(&app, &api, served.addr, addr, &a).await;
+    change_to_subscriber(&app, &server, server_addr, addr, &a).await;
 }
 
 /// How many objects the test server holds, and their JSON's bytes as it sends them.
-fn json_of(api: &KubeApi, a: &Args) -> (usize, usize) {
+fn json_of(server: &Shards, a: &Args) -> (usize, usize) {
     let (mut n, mut bytes) = (0, 0);
     for p in 0..a.projects {
         let ns = namespace(p);
@@ -468,10 +507,9 @@ fn json_of(api: &KubeApi, a: &Args) -> (usize, usize) {
             "endpoints",
             "configmaps",
         ] {
-            for obj in api.list(resource, Some(&ns)) {
-                n += 1;
-                bytes += serde_json::to_vec(&obj).unwrap().len();
-            }
+            let (listed, json) = server.sizes(p, resource, &ns);
+            n += listed;
+            bytes += json;
         }
     }
     (n, bytes)
@@ -727,7 +765,7 @@ async fn notified(listener: &mut sqlx::postgres::PgListener, environment: i64) -
 /// write, polled), until the relay notifies it, and until the subscriber has it.
 async fn change_to_subscriber(
     app: &TestApp,
-    api: &KubeApi,
+    api: &Shards,
     server: SocketAddr,
     envlens: SocketAddr,
     a: &Args,
@@ -737,9 +775,9 @@ async fn change_to_subscriber(
     let ns = namespace(p);
     let pod_name = "e1-web-h1-0";
     let change = |marker: &str| {
-        let mut pod = api.get("pods", Some(&ns), pod_name).unwrap();
+        let mut pod = api.get(p, "pods", &ns, pod_name).unwrap();
         crash(&mut pod, marker);
-        api.insert(pod);
+        api.insert(p, &pod);
     };
     let mut ws = subscriber(envlens).await;
     // Until the subscription follows: a change that reaches it.
