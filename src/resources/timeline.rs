@@ -10,8 +10,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 use chrono::{DateTime, Utc};
 
-use super::delta::GroupDelta;
-use super::group::Resource;
+use super::group::{Resource, ResourceGroup};
 use super::health::{Health, HealthStatus};
 
 /// Who wrote an entry.
@@ -244,24 +243,19 @@ pub fn key_hash(key: &str) -> u64 {
     std::hash::Hasher::finish(&h)
 }
 
-/// The marks of a feed's message (SPEC 8.2: the whole group first, then what changed) whose
-/// health differs from what `sent` holds, with `sent` brought up to date: everything the first
-/// time, then only changes. A resource gone from the group is forgotten.
-pub fn changes(sent: &mut Sent, delta: &GroupDelta) -> Vec<HealthMark> {
-    if delta.complete {
-        let keys: HashSet<u64> = delta
-            .upserted
-            .iter()
-            .map(|r| key_hash(&r.uid))
-            .chain(std::iter::once(key_hash(GROUP_KEY)))
-            .collect();
-        sent.retain(|k, _| keys.contains(k));
-    }
-    for gone in &delta.removed {
-        sent.remove(&key_hash(gone));
-    }
-    std::iter::once(group_mark(&delta.health))
-        .chain(delta.upserted.iter().filter_map(resource_mark))
+/// The marks of `group` (as its feed last read it) whose health differs from what `sent`
+/// holds, with `sent` brought up to date: everything the first time, then only changes. A
+/// resource gone from the group is forgotten.
+pub fn changes(sent: &mut Sent, group: &ResourceGroup) -> Vec<HealthMark> {
+    let keys: HashSet<u64> = group
+        .resources
+        .iter()
+        .map(|r| key_hash(&r.uid))
+        .chain(std::iter::once(key_hash(GROUP_KEY)))
+        .collect();
+    sent.retain(|k, _| keys.contains(k));
+    std::iter::once(group_mark(&group.health))
+        .chain(group.resources.iter().filter_map(resource_mark))
         .filter(|m| sent.insert(key_hash(&m.key), m.health) != Some(m.health))
         .collect()
 }
@@ -407,10 +401,7 @@ mod tests {
             errors: Vec::new(),
         };
         let mut sent = HashMap::new();
-        let first = GroupDelta::complete(&group(
-            vec![pod("a", HealthStatus::Healthy)],
-            HealthStatus::Healthy,
-        ));
+        let first = group(vec![pod("a", HealthStatus::Healthy)], HealthStatus::Healthy);
         assert_eq!(changes(&mut sent, &first).len(), 2);
         assert!(
             changes(&mut sent, &first).is_empty(),
@@ -420,11 +411,7 @@ mod tests {
             vec![pod("a", HealthStatus::Degraded)],
             HealthStatus::Degraded,
         );
-        let delta = crate::resources::delta::diff(
-            &group(vec![pod("a", HealthStatus::Healthy)], HealthStatus::Healthy),
-            &broken,
-        );
-        let marks = changes(&mut sent, &delta);
+        let marks = changes(&mut sent, &broken);
         let reasons: Vec<_> = marks.iter().map(|m| (m.reason(), m.event_type())).collect();
         assert_eq!(
             reasons,
@@ -434,7 +421,7 @@ mod tests {
             ]
         );
         assert_eq!(marks[1].message, "Pod a is Degraded");
-        let gone = GroupDelta::complete(&group(Vec::new(), HealthStatus::Healthy));
+        let gone = group(Vec::new(), HealthStatus::Healthy);
         changes(&mut sent, &gone);
         assert_eq!(sent.len(), 1, "only the group's own mark is left");
     }

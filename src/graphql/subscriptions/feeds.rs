@@ -22,6 +22,11 @@
 //! 10,000 groups, SPEC 18). Whoever joins, or falls behind, gets the group last sent while
 //! another holder keeps it, else waits for the feed's task to assemble it again from the watch
 //! cache, from where the next changes follow.
+//!
+//! A feed may also carry health recorders ([`Recording`], SPEC 17 and 18), which its task runs
+//! after each read of the group: a recorder is no subscriber, so a feed that only records (the
+//! health keeper's, one per environment) has no broadcast, keeps no summary and runs one task.
+//! The broadcast and the summary are there while somebody subscribes.
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -46,13 +51,14 @@ use crate::resources::group::ResourceGroup;
 use crate::resources::health::Customizations;
 use crate::resources::reach::Reach;
 
+use super::health_record::Recording;
+
 /// Changes within this long of the last message are sent together.
 pub const WINDOW: Duration = Duration::from_millis(100);
 /// Messages a subscriber may fall behind by before it is sent the whole group again: at least
 /// [`WINDOW`] apart, 64 are 6.4 s of changes. A broadcast holds all its slots from the start
-/// (48 B each, 3 KB a feed, and a health keeper runs a feed per environment); 16 saved 2.3 KB
-/// a kept environment, but every environment's health was known later (18.5 s against 10.0 s,
-/// one run each): under a start's burst, recorders that fell behind read their group again.
+/// (48 B each, 3 KB a feed): it is opened with a feed's first subscriber, not for its
+/// recorders, which follow the feed inside its task and never fall behind.
 const BACKLOG: usize = 64;
 
 /// What identifies a feed: whoever shares it sees the same group.
@@ -133,7 +139,12 @@ pub struct Feeds {
 
 type Running = Arc<Mutex<HashMap<FeedKey, Arc<Feed>>>>;
 
-struct Feed {
+/// A running feed.
+pub(crate) struct Feed {
+    key: FeedKey,
+    /// How long its cluster's watch cache keeps an unused namespace: how long a recorder
+    /// nobody uses runs on.
+    idle: Duration,
     state: Mutex<State>,
     /// The first subscriber's way to the owner of the connection (SPEC 16), kept for the
     /// feed's life: a feed started without one (the health keeper's, as the agent) takes it
@@ -148,7 +159,9 @@ struct Feed {
 /// group last sent while something else holds it (a view, the watch cache's memo of it), else
 /// the feed's task assembles it again for them ([`Subscriber::next`]).
 struct State {
-    /// What was last sent; `None` until the first assembly.
+    /// Whether the group was read once (and its first message sent, if anybody subscribed).
+    read: bool,
+    /// What was last sent; `None` until the first assembly, and while nobody subscribes.
     sent: Option<Arc<Summary>>,
     /// The group last sent, while another holder keeps it.
     last: Weak<ResourceGroup>,
@@ -157,7 +170,10 @@ struct State {
     complete: Weak<Update>,
     /// Subscribers waiting for the whole group, answered after the task's next assembly.
     waiting: Vec<oneshot::Sender<Result<Whole, Arc<str>>>>,
-    tx: broadcast::Sender<Message>,
+    /// The subscribers' broadcast, while somebody subscribes.
+    tx: Option<broadcast::Sender<Message>>,
+    /// The health recorders the task runs after each read.
+    recordings: Vec<Arc<Recording>>,
 }
 
 /// The whole group for a subscriber who waited for it, and its place in the feed from there.
@@ -167,6 +183,31 @@ struct Whole {
 }
 
 impl State {
+    fn new(recordings: Vec<Arc<Recording>>) -> Self {
+        State {
+            read: false,
+            sent: None,
+            last: Weak::new(),
+            complete: Weak::new(),
+            waiting: Vec::new(),
+            tx: None,
+            recordings,
+        }
+    }
+
+    /// A place among the subscribers, the broadcast opened with the first.
+    fn subscribe(&mut self) -> broadcast::Receiver<Message> {
+        self.tx
+            .get_or_insert_with(|| broadcast::channel(BACKLOG).0)
+            .subscribe()
+    }
+
+    /// Whether the task should read the group for somebody who has not had it whole: a
+    /// subscriber waiting, a recorder not run yet.
+    fn wants_whole(&self) -> bool {
+        !self.waiting.is_empty() || self.recordings.iter().any(|r| r.fresh())
+    }
+
     /// All of `group` (the group as last sent) as a message.
     fn complete(&mut self, group: &ResourceGroup) -> Arc<Update> {
         if let Some(update) = self.complete.upgrade() {
@@ -180,11 +221,11 @@ impl State {
     /// A subscriber's start: the whole group now when it is at hand, else a place among those
     /// who wait for the task's next assembly (the task is told).
     fn start(&mut self, feed: &Feed) -> Start {
-        if self.sent.is_none() {
+        if !self.read {
             // The first assembly's message is on its way.
             return Start::Now(None);
         }
-        if let Some(group) = self.last.upgrade() {
+        if let Some(group) = self.last.upgrade().filter(|_| self.sent.is_some()) {
             return Start::Now(Some(self.complete(&group)));
         }
         let (tx, rx) = oneshot::channel();
@@ -274,7 +315,7 @@ impl Subscriber {
                     let mut state = lock(&self.feed.state);
                     match state.start(&self.feed) {
                         Start::Now(Some(whole)) => {
-                            self.rx = state.tx.subscribe();
+                            self.rx = state.subscribe();
                             return Some(Ok(whole));
                         }
                         Start::Now(None) => {}
@@ -297,31 +338,65 @@ impl Feeds {
                 }
             }
             let mut state = lock(&feed.state);
-            let rx = state.tx.subscribe();
+            let rx = state.subscribe();
             let start = state.start(feed);
             drop(state);
             return Subscriber::starting(feed.clone(), start, rx);
         }
-        let (tx, rx) = broadcast::channel(BACKLOG);
-        let mut source = source();
+        let feed = self.start(&mut running, key, source(), Vec::new());
+        let rx = lock(&feed.state).subscribe();
+        Subscriber::starting(feed, Start::Now(None), rx)
+    }
+
+    /// Runs `recording` in the feed of `key` (started when none runs), after each of its reads
+    /// of the group, the first one at once; until [`Feeds::detach`]ed, or let go by the feed
+    /// ([`Recording::stopped`]).
+    pub(crate) fn record(
+        &self,
+        key: FeedKey,
+        source: impl FnOnce() -> Source,
+        recording: Arc<Recording>,
+    ) -> Arc<Feed> {
+        let mut running = lock(&self.running);
+        if let Some(feed) = running.get(&key) {
+            lock(&feed.state).recordings.push(recording);
+            feed.wanted.notify_one();
+            return feed.clone();
+        }
+        self.start(&mut running, key, source(), vec![recording])
+    }
+
+    /// Stops `recording` on `feed`, which ends when nobody else follows it.
+    pub(crate) fn detach(&self, feed: &Feed, recording: &Arc<Recording>) {
+        recording.stop();
+        lock(&feed.state)
+            .recordings
+            .retain(|r| !Arc::ptr_eq(r, recording));
+        feed.wanted.notify_one();
+    }
+
+    /// A new feed of `key`, registered, its task started.
+    fn start(
+        &self,
+        running: &mut HashMap<FeedKey, Arc<Feed>>,
+        key: FeedKey,
+        mut source: Source,
+        recordings: Vec<Arc<Recording>>,
+    ) -> Arc<Feed> {
         let through = OnceLock::new();
         if let Some(given) = source.through.take() {
             let _ = through.set(given);
         }
         let feed = Arc::new(Feed {
+            idle: source.cluster.watch.idle(),
+            key: key.clone(),
             through,
-            state: Mutex::new(State {
-                sent: None,
-                last: Weak::new(),
-                complete: Weak::new(),
-                waiting: Vec::new(),
-                tx,
-            }),
+            state: Mutex::new(State::new(recordings)),
             wanted: Notify::new(),
         });
-        running.insert(key.clone(), feed.clone());
-        tokio::spawn(run(self.running.clone(), key, feed.clone(), source));
-        Subscriber::starting(feed, Start::Now(None), rx)
+        running.insert(key, feed.clone());
+        tokio::spawn(run(self.running.clone(), feed.clone(), source));
+        feed
     }
 
     /// Feeds running now (for tests and metrics).
@@ -330,63 +405,110 @@ impl Feeds {
     }
 }
 
+impl Feed {
+    pub(crate) fn key(&self) -> &FeedKey {
+        &self.key
+    }
+
+    /// How long a recorder nobody uses runs on.
+    pub(crate) fn idle(&self) -> Duration {
+        self.idle
+    }
+}
+
 /// What woke a feed's task.
 enum Wake {
     /// A change that can reach the group (or the owner's word of one).
     Change,
-    /// A subscriber waits for the whole group.
+    /// A subscriber or a recorder waits for the whole group, or a recorder left.
     Whole,
-    /// Time to read an impersonated group again: access reviews may have changed.
-    Recheck,
-    Nothing,
+    /// Time to read an impersonated group again (access reviews may have changed), or to let
+    /// unused recorders go.
+    Tick,
+}
+
+/// However the task ends, its recorders are let go: the next use starts them again.
+struct LetGo<'a>(&'a Feed);
+
+impl Drop for LetGo<'_> {
+    fn drop(&mut self) {
+        for r in std::mem::take(&mut lock(&self.0.state).recordings) {
+            r.stop();
+        }
+    }
 }
 
 /// The feed's task: reads the group, then follows the namespaces' changes until nobody
-/// subscribes any more.
-async fn run(running: Running, key: FeedKey, feed: Arc<Feed>, source: Source) {
+/// subscribes or records any more.
+async fn run(running: Running, feed: Arc<Feed>, source: Source) {
+    let _let_go = LetGo(&feed);
+    let key = &feed.key;
     let watch = &source.cluster.watch;
     let mut changes = Changes::default();
-    changes.follow(watch, &initial_namespaces(&key));
+    changes.follow(watch, &initial_namespaces(key));
     // The reads and the owner's changes are boxed: awaited inline, their futures (a group's
     // assembly, an HTTP request to the owner) would size the task's future, which a health
     // keeper holds 10,000 of while they idle (SPEC 18; ~10 KB each inline, BENCHMARKS.md).
-    let mut heard = Box::pin(super::routed::listen(&source, &key, feed.through.get())).await;
-    match Box::pin(read(&source, &key, feed.through.get(), &mut changes)).await {
-        Ok(group) => publish(&feed, &group, None),
+    let mut heard = Box::pin(super::routed::listen(&source, key, feed.through.get())).await;
+    match Box::pin(read(&source, key, feed.through.get(), &mut changes)).await {
+        Ok(group) => {
+            publish(&feed, &group, None);
+            record(&feed, &source, &group).await;
+        }
         Err(message) => {
-            leave(&running, &key, &feed);
+            leave(&running, key, &feed);
             let message: Arc<str> = message.into();
             refuse_waiting(&feed, &message);
-            let _ = lock(&feed.state).tx.send(Err(message));
+            let (tx, recordings) = {
+                let mut state = lock(&feed.state);
+                (state.tx.clone(), std::mem::take(&mut state.recordings))
+            };
+            if let Some(tx) = tx {
+                let _ = tx.send(Err(message.clone()));
+            }
+            for r in recordings {
+                Box::pin(r.lost(&message)).await;
+            }
             return;
         }
     };
     let mut last_sent = Instant::now();
     let impersonated = !source.headers.is_empty();
-    let mut recheck = tokio::time::interval_at(Instant::now() + source.recheck, source.recheck);
+    // An impersonated group is read again every `recheck`; a recorder nobody uses goes
+    // within a quarter of the idle time after its last use.
+    let every = if impersonated {
+        source.recheck
+    } else {
+        (feed.idle / 4).clamp(Duration::from_millis(10), Duration::from_secs(60))
+    };
+    let mut tick = tokio::time::interval_at(Instant::now() + every, every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let wake = tokio::select! {
-            heard_of = heard.next(&source, &key, feed.through.get()) => {
+            heard_of = heard.next(&source, key, feed.through.get()) => {
                 if !heard_of {
                     // Ended, or the connection changed hands: heard from its owner now.
                     tokio::time::sleep(WINDOW).await;
-                    heard = Box::pin(super::routed::listen(&source, &key, feed.through.get())).await;
+                    heard = Box::pin(super::routed::listen(&source, key, feed.through.get())).await;
                 }
                 Wake::Change
             }
             () = changes.next(watch) => Wake::Change,
             () = feed.wanted.notified() => Wake::Whole,
-            _ = recheck.tick() => if impersonated { Wake::Recheck } else { Wake::Nothing },
+            _ = tick.tick() => Wake::Tick,
         };
-        if unsubscribed(&running, &key, &feed) {
+        if matches!(wake, Wake::Tick) {
+            let_go_unused(&feed);
+        }
+        if unsubscribed(&running, key, &feed) {
             break;
         }
         match wake {
-            Wake::Nothing => continue,
+            Wake::Tick if !impersonated => continue,
             // Answered meanwhile, by an assembly after a change.
-            Wake::Whole if lock(&feed.state).waiting.is_empty() => continue,
+            Wake::Whole if !lock(&feed.state).wants_whole() => continue,
             Wake::Whole => {}
-            Wake::Change | Wake::Recheck => {
+            Wake::Change | Wake::Tick => {
                 let due = last_sent + WINDOW;
                 if Instant::now() < due {
                     tokio::time::sleep_until(due).await;
@@ -398,7 +520,7 @@ async fn run(running: Running, key: FeedKey, feed: Arc<Feed>, source: Source) {
                 }
             }
         }
-        match Box::pin(read(&source, &key, feed.through.get(), &mut changes)).await {
+        match Box::pin(read(&source, key, feed.through.get(), &mut changes)).await {
             Ok(next) => {
                 let sent = lock(&feed.state).sent.clone();
                 let delta = sent.map(|sent| (sent.diff(&next), sent));
@@ -409,6 +531,7 @@ async fn run(running: Running, key: FeedKey, feed: Arc<Feed>, source: Source) {
                     }
                 }
                 answer_waiting(&feed, &next);
+                record(&feed, &source, &next).await;
             }
             Err(message) => {
                 tracing::warn!(namespace = %key.namespace, error = %message, "resource group feed: cannot read the group; keeping the last one");
@@ -420,16 +543,44 @@ async fn run(running: Running, key: FeedKey, feed: Arc<Feed>, source: Source) {
     tracing::debug!(namespace = %key.namespace, "resource group feed: no subscriber left");
 }
 
-/// Hands the subscribers waiting for the whole group `group`, the group as last sent, and
-/// their place in the feed from here.
-fn answer_waiting(feed: &Feed, group: &ResourceGroup) {
+/// Runs the feed's recorders on `group`, as just read.
+async fn record(feed: &Feed, source: &Source, group: &ResourceGroup) {
+    let recordings = lock(&feed.state).recordings.clone();
+    for r in recordings {
+        // Boxed: a write's future would otherwise size the task's, idle most of the time.
+        Box::pin(r.record(&feed.key, &source.cluster.discovery, group)).await;
+    }
+}
+
+/// Lets go the recorders nobody used for the idle time and the health keeper does not keep.
+fn let_go_unused(feed: &Feed) {
+    lock(&feed.state).recordings.retain(|r| {
+        let unused = r.unused_for(feed.idle);
+        if unused {
+            r.stop();
+        }
+        !unused
+    });
+}
+
+/// Hands the subscribers waiting for the whole group `group`, the group as last sent (or, when
+/// nothing was sent since they subscribed, the one they start from), and their place in the
+/// feed from here.
+fn answer_waiting(feed: &Feed, group: &Arc<ResourceGroup>) {
     let mut state = lock(&feed.state);
     if state.waiting.is_empty() {
         return;
     }
+    if state.sent.is_none() {
+        // Subscribed to a feed that only recorded: what they are sent from here on is told
+        // from this group.
+        state.sent = Some(Arc::new(Summary::of(group, None)));
+        state.last = Arc::downgrade(group);
+        state.complete = Weak::new();
+    }
     let update = state.complete(group);
     for waiting in std::mem::take(&mut state.waiting) {
-        let rx = state.tx.subscribe();
+        let rx = state.subscribe();
         let _ = waiting.send(Ok(Whole {
             update: update.clone(),
             rx,
@@ -562,6 +713,11 @@ fn reaches(reach: Option<&Reach>, change: &KindChange) -> bool {
 /// and this change, or the state after.
 fn publish(feed: &Feed, group: &Arc<ResourceGroup>, delta: Option<GroupDelta>) {
     let mut state = lock(&feed.state);
+    state.read = true;
+    let Some(tx) = state.tx.clone() else {
+        // Nobody subscribes: nothing to send, or to tell the next changes from.
+        return;
+    };
     let summary = Summary::of(group, state.sent.as_deref());
     state.sent = Some(Arc::new(summary));
     state.last = Arc::downgrade(group);
@@ -571,16 +727,26 @@ fn publish(feed: &Feed, group: &Arc<ResourceGroup>, delta: Option<GroupDelta>) {
         Some(delta) => Update::new(delta),
         None => state.complete(group),
     };
-    let _ = state.tx.send(Ok(update));
+    let _ = tx.send(Ok(update));
 }
 
-/// Whether nobody subscribes any more; the feed then leaves the registry, under its lock so
-/// that nobody joins it meanwhile.
+/// Whether nobody subscribes or records any more; the feed then leaves the registry, under its
+/// lock so that nobody joins it meanwhile. With recorders only, what was kept for subscribers
+/// (the broadcast, the summary) goes.
 fn unsubscribed(running: &Running, key: &FeedKey, feed: &Arc<Feed>) -> bool {
     let mut running = lock(running);
-    if lock(&feed.state).tx.receiver_count() > 0 {
+    let mut state = lock(&feed.state);
+    if state.tx.as_ref().is_some_and(|tx| tx.receiver_count() > 0) {
         return false;
     }
+    state.tx = None;
+    state.sent = None;
+    state.last = Weak::new();
+    state.complete = Weak::new();
+    if !state.recordings.is_empty() {
+        return false;
+    }
+    drop(state);
     if running.get(key).is_some_and(|f| Arc::ptr_eq(f, feed)) {
         running.remove(key);
     }

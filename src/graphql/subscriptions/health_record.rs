@@ -1,8 +1,9 @@
 //! Who writes envlens' own `HealthChanged` and `GroupHealthChanged` events (SPEC 17): while an
 //! environment's group is in use (viewed, listed as events, subscribed to; each use
-//! [`Recorder::touch`]es it), the recorder follows its feed as the agent's own identity (the
-//! group as it is, not as one viewer may see it), and writes the health marks that changed
-//! since its last message ([`timeline::changes`]). A change is one row, however many view it:
+//! [`Recorder::touch`]es it), the recorder rides its feed as the agent's own identity (the
+//! group as it is, not as one viewer may see it): the feed's task, after each read of the
+//! group, writes the health marks that changed since the last ([`timeline::changes`]). A
+//! change is one row, however many view it:
 //! views only keep the recorder running, which stops after the watch cache's idle time with no
 //! use, so that it never keeps a namespace watched that nobody reads.
 //!
@@ -20,6 +21,7 @@
 //! viewed last ([`Recorder::viewed`]), the order the budget keeps them in.
 
 use std::collections::{BTreeSet, HashMap};
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -27,37 +29,39 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::environments::Notices;
-use super::feeds::{FeedKey, Feeds, Source};
+use super::feeds::{Feed, FeedKey, Feeds, Source};
 use crate::db::events;
 use crate::db::health::{self as kept, Observed};
 use crate::db::pool::Pool;
 use crate::graphql::resource_group::HealthStatus;
 use crate::k8s::discovery::DiscoveryCache;
-use crate::resources::delta::GroupDelta;
+use crate::resources::group::ResourceGroup;
 use crate::resources::timeline;
 
 /// The recorders running, one per environment. Cheap to clone.
 #[derive(Clone)]
 pub struct Recorder {
-    pool: Pool,
+    shared: Arc<Shared>,
     feeds: Arc<Feeds>,
-    /// This process' `environmentsUpdated` subscriptions, told of a written health at once.
-    notices: Arc<Notices>,
     running: Arc<Mutex<HashMap<i64, Running>>>,
     /// When each environment's group was last viewed (not kept): the budget keeps the most
     /// recently viewed first.
     viewed: Arc<Mutex<HashMap<i64, Instant>>>,
-    /// Each environment's group size as its recorder last read it.
-    sizes: Arc<Mutex<HashMap<i64, usize>>>,
 }
 
+/// What every recording writes with.
+struct Shared {
+    pool: Pool,
+    /// This process' `environmentsUpdated` subscriptions, told of a written health at once.
+    notices: Arc<Notices>,
+    /// Each environment's group size as its recorder last read it.
+    sizes: Mutex<HashMap<i64, usize>>,
+}
+
+/// A running recorder: its recording, on the feed of its group.
 struct Running {
-    key: FeedKey,
-    used: Arc<Mutex<Instant>>,
-    /// Kept by the health keeper: runs with no use.
-    pinned: Arc<AtomicBool>,
-    idle: Duration,
-    task: tokio::task::AbortHandle,
+    feed: Arc<Feed>,
+    recording: Arc<Recording>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -67,12 +71,14 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl Recorder {
     pub(super) fn new(pool: Pool, feeds: Arc<Feeds>, notices: Arc<Notices>) -> Self {
         Recorder {
-            pool,
+            shared: Arc::new(Shared {
+                pool,
+                notices,
+                sizes: Mutex::default(),
+            }),
             feeds,
-            notices,
             running: Arc::default(),
             viewed: Arc::default(),
-            sizes: Arc::default(),
         }
     }
 
@@ -96,12 +102,13 @@ impl Recorder {
         let Some(r) = running.get(&environment) else {
             return;
         };
-        if !r.pinned.swap(false, Ordering::Relaxed) {
+        if !r.recording.pinned.swap(false, Ordering::Relaxed) {
             return;
         }
+        let idle = r.feed.idle();
         let viewed = self.viewed(environment);
-        if viewed.is_none_or(|at| at.elapsed() >= r.idle) {
-            r.task.abort();
+        if viewed.is_none_or(|at| at.elapsed() >= idle) {
+            self.feeds.detach(&r.feed, &r.recording);
             running.remove(&environment);
         }
     }
@@ -113,13 +120,13 @@ impl Recorder {
 
     /// How many resources `environment`'s group had when its recorder last read it.
     pub(crate) fn size(&self, environment: i64) -> Option<usize> {
-        lock(&self.sizes).get(&environment).copied()
+        lock(&self.shared.sizes).get(&environment).copied()
     }
 
     /// Environments whose recorder runs now.
     pub(crate) fn recording(&self) -> Vec<i64> {
         let mut running = lock(&self.running);
-        running.retain(|_, r| !r.task.is_finished());
+        running.retain(|_, r| !r.recording.stopped());
         running.keys().copied().collect()
     }
 
@@ -131,216 +138,207 @@ impl Recorder {
         pin: Option<bool>,
     ) {
         let mut running = lock(&self.running);
-        running.retain(|_, r| !r.task.is_finished());
+        running.retain(|_, r| !r.recording.stopped());
         let mut pinned = false;
         if let Some(r) = running.get(&environment) {
-            if r.key == key && !r.task.is_finished() {
-                *lock(&r.used) = Instant::now();
+            if *r.feed.key() == key {
+                *lock(&r.recording.used) = Instant::now();
                 if let Some(pin) = pin {
-                    r.pinned.store(pin, Ordering::Relaxed);
+                    r.recording.pinned.store(pin, Ordering::Relaxed);
                 }
                 return;
             }
-            pinned = r.pinned.load(Ordering::Relaxed);
-            r.task.abort();
+            pinned = r.recording.pinned.load(Ordering::Relaxed);
+            self.feeds.detach(&r.feed, &r.recording);
         }
-        let pinned = Arc::new(AtomicBool::new(pin.unwrap_or(pinned)));
-        let source = source();
-        let idle = source.cluster.watch.idle();
-        let discovery = source.cluster.discovery.clone();
-        let used = Arc::new(Mutex::new(Instant::now()));
-        let subscriber = self.feeds.subscribe(key.clone(), || source);
-        let task = tokio::spawn(record(
-            Task {
-                pool: self.pool.clone(),
-                notices: self.notices.clone(),
-                environment,
-                agent: key.agent,
-                namespace: key.namespace.clone(),
-                discovery,
-                sizes: self.sizes.clone(),
-                used: used.clone(),
-                pinned: pinned.clone(),
-                idle,
-            },
-            subscriber,
-        ));
-        running.insert(
+        let recording = Arc::new(Recording {
             environment,
-            Running {
-                key,
-                used,
-                pinned,
-                idle,
-                task: task.abort_handle(),
-            },
-        );
+            shared: self.shared.clone(),
+            used: Mutex::new(Instant::now()),
+            pinned: AtomicBool::new(pin.unwrap_or(pinned)),
+            stopped: AtomicBool::new(false),
+            marks: Mutex::new(Marks {
+                read: false,
+                sent: timeline::Sent::new(),
+                written: None,
+                started: chrono::Utc::now(),
+            }),
+        });
+        let feed = self.feeds.record(key, source, recording.clone());
+        running.insert(environment, Running { feed, recording });
     }
 
     /// Environments recorded now (for tests and metrics).
     pub fn len(&self) -> usize {
         lock(&self.running)
             .values()
-            .filter(|r| !r.task.is_finished())
+            .filter(|r| !r.recording.stopped())
             .count()
     }
 }
 
-/// What one recorder writes about.
-struct Task {
-    pool: Pool,
-    notices: Arc<Notices>,
+/// One environment's recorder, which the feed of its group runs in its own task
+/// ([`Feeds::record`]): after each read of the group, it writes the health marks that changed
+/// and the group's health ([`Recording::record`]). No task, broadcast or copy of the group of
+/// its own: a health keeper runs one per environment (SPEC 18).
+pub(crate) struct Recording {
     environment: i64,
-    agent: i64,
-    namespace: String,
-    discovery: DiscoveryCache,
-    sizes: Arc<Mutex<HashMap<i64, usize>>>,
-    used: Arc<Mutex<Instant>>,
-    pinned: Arc<AtomicBool>,
-    idle: Duration,
+    shared: Arc<Shared>,
+    used: Mutex<Instant>,
+    /// Kept by the health keeper: runs with no use.
+    pinned: AtomicBool,
+    /// Let go by its feed (unused, or the group could not be read): the next use starts
+    /// another.
+    stopped: AtomicBool,
+    marks: Mutex<Marks>,
 }
 
-/// Follows the feed, writing the health marks that changed and the group's health, until
-/// unused for `idle` (never while kept).
-async fn record(task: Task, mut feed: super::feeds::Subscriber) {
-    let Task {
-        pool,
-        environment,
-        used,
-        idle,
-        ..
-    } = &task;
-    let environment = *environment;
-    let mut sent = timeline::Sent::new();
-    let started = chrono::Utc::now();
-    let mut group = Group::default();
-    let every = (*idle / 4).clamp(Duration::from_millis(10), Duration::from_secs(60));
-    loop {
-        let message = tokio::select! {
-            message = feed.next() => message,
-            () = tokio::time::sleep(every) => {
-                if !task.pinned.load(Ordering::Relaxed) && lock(used).elapsed() >= *idle {
-                    break;
-                }
-                continue;
-            }
+/// What a recording last wrote.
+struct Marks {
+    /// Whether it has read the group yet: its first read writes everything.
+    read: bool,
+    sent: timeline::Sent,
+    /// A hash of the group's health last written ([`written`]).
+    written: Option<u64>,
+    /// When it started: the first write's marks are not over a mark written since.
+    started: chrono::DateTime<chrono::Utc>,
+}
+
+impl Recording {
+    /// Whether its feed has let it go.
+    pub(super) fn stopped(&self) -> bool {
+        self.stopped.load(Ordering::Relaxed)
+    }
+
+    /// Its feed lets it go.
+    pub(super) fn stop(&self) {
+        self.stopped.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether it waits for its first read of the group.
+    pub(super) fn fresh(&self) -> bool {
+        !lock(&self.marks).read
+    }
+
+    /// Whether nobody used it for `idle` and the health keeper does not keep it.
+    pub(super) fn unused_for(&self, idle: Duration) -> bool {
+        !self.pinned.load(Ordering::Relaxed) && lock(&self.used).elapsed() >= idle
+    }
+
+    /// Writes what changed in `group` (as the feed read it, through `key`) since the last
+    /// write: the health marks, and the group's health.
+    pub(super) async fn record(
+        &self,
+        key: &FeedKey,
+        discovery: &DiscoveryCache,
+        group: &ResourceGroup,
+    ) {
+        let (environment, pool) = (self.environment, &self.shared.pool);
+        lock(&self.shared.sizes).insert(environment, group.resources.len());
+        let observed = observed(key, discovery, group);
+        let health = written(&observed);
+        let (write, marks, first_sight) = {
+            let mut m = lock(&self.marks);
+            m.read = true;
+            let first_sight = m.sent.is_empty().then_some(m.started);
+            let marks = timeline::changes(&mut m.sent, group);
+            (m.written != Some(health), marks, first_sight)
         };
-        let update = match message {
-            Some(Ok(update)) => update,
-            Some(Err(why)) => {
-                // The group cannot be read at all (the agent's connection is lost before any
-                // kind was listed): what was kept is not its health any more.
-                let message = format!("The agent's cluster cannot be reached: {why}");
-                match kept::lost(pool.pg(), environment, &message, chrono::Utc::now()).await {
-                    Ok(true) => task.notices.written(environment),
-                    Ok(false) => {}
-                    Err(e) => {
-                        tracing::warn!(environment, error = %e, "cannot record a lost group's health")
-                    }
-                }
-                break;
-            }
-            // The feed stopped: the next use starts again.
-            None => break,
-        };
-        group.apply(&update.delta);
-        lock(&task.sizes).insert(environment, group.kinds.len());
-        let observed = group.observed(&task, &update.delta);
-        if group.written.as_ref() != Some(&observed) {
+        if write {
             match kept::record(pool.pg(), environment, &observed, chrono::Utc::now()).await {
                 Ok(wrote) => {
                     if wrote {
-                        task.notices.written(environment);
+                        self.shared.notices.written(environment);
                     }
-                    group.written = Some(observed);
+                    lock(&self.marks).written = Some(health);
                 }
                 Err(e) => {
                     tracing::warn!(environment, error = %e, "cannot record the group's health; trying with the next change")
                 }
             }
         }
-        let first_sight = sent.is_empty().then_some(started);
-        let marks = timeline::changes(&mut sent, &update.delta);
         if marks.is_empty() {
-            continue;
+            return;
         }
         let now = chrono::Utc::now();
         if let Err(e) =
             events::record_health(pool.pg(), environment, &marks, now, first_sight).await
         {
-            // Sent again with the next message that carries them.
+            // Sent again with the next read that carries them.
+            let mut m = lock(&self.marks);
             for mark in &marks {
-                sent.remove(&timeline::key_hash(&mark.key));
+                m.sent.remove(&timeline::key_hash(&mark.key));
             }
             tracing::warn!(environment, error = %e, "cannot record health changes; trying with the next change");
         }
     }
-    tracing::debug!(environment, "health recorder: unused; stopped");
+
+    /// The group cannot be read at all (the agent's connection is lost before any kind was
+    /// listed): what was kept is not its health any more. The recording stops; the next use
+    /// starts another.
+    pub(super) async fn lost(&self, why: &str) {
+        let environment = self.environment;
+        let message = format!("The agent's cluster cannot be reached: {why}");
+        match kept::lost(
+            self.shared.pool.pg(),
+            environment,
+            &message,
+            chrono::Utc::now(),
+        )
+        .await
+        {
+            Ok(true) => self.shared.notices.written(environment),
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(environment, error = %e, "cannot record a lost group's health")
+            }
+        }
+        self.stop();
+    }
 }
 
-/// The group as its recorder follows it: each resource's kind, and the health last written.
-/// Kept small, beside the 10,000 groups a health keeper follows: a hash of each uid and the
-/// position of its kind among the group's few.
-#[derive(Default)]
-struct Group {
-    /// uid (hashed) -> position in `names`.
-    kinds: HashMap<u64, u32>,
-    /// (apiVersion, kind), each once.
-    names: Vec<(String, String)>,
-    written: Option<Observed>,
+/// The group's health now, with its kinds ([`kind_names`]).
+fn observed(key: &FeedKey, discovery: &DiscoveryCache, group: &ResourceGroup) -> Observed {
+    let discovered = discovery.cached();
+    let mut kinds: Vec<(&str, &str)> = group
+        .resources
+        .iter()
+        .map(|r| (r.api_version.as_str(), r.kind.as_str()))
+        .collect();
+    kinds.sort_unstable();
+    kinds.dedup();
+    let kinds = kind_names(
+        kinds.into_iter(),
+        discovered.as_ref().map(|d| &d.kinds[..]),
+    );
+    let status = HealthStatus::from(group.health.status);
+    Observed {
+        agent_id: key.agent,
+        namespace: key.namespace.clone(),
+        status: status.name(),
+        severity: group.health.status.severity() as i16,
+        message: group.health.message.clone(),
+        kinds,
+        objects: i32::try_from(group.resources.len()).unwrap_or(i32::MAX),
+    }
 }
 
-impl Group {
-    fn apply(&mut self, delta: &GroupDelta) {
-        if delta.complete {
-            self.kinds.clear();
-            self.names.clear();
-        }
-        for uid in &delta.removed {
-            self.kinds.remove(&timeline::key_hash(uid));
-        }
-        for r in &delta.upserted {
-            let at = match self
-                .names
-                .iter()
-                .position(|(v, k)| *v == r.api_version && *k == r.kind)
-            {
-                Some(at) => at,
-                None => {
-                    self.names.push((r.api_version.clone(), r.kind.clone()));
-                    self.names.len() - 1
-                }
-            };
-            self.kinds.insert(timeline::key_hash(&r.uid), at as u32);
-        }
-    }
-
-    /// The group's health now, with its kinds ([`kind_names`]).
-    fn observed(&self, task: &Task, delta: &GroupDelta) -> Observed {
-        let discovered = task.discovery.cached();
-        let mut used = vec![false; self.names.len()];
-        for &at in self.kinds.values() {
-            used[at as usize] = true;
-        }
-        let kinds = kind_names(
-            self.names
-                .iter()
-                .zip(used)
-                .filter(|(_, used)| *used)
-                .map(|(name, _)| name),
-            discovered.as_ref().map(|d| &d.kinds[..]),
-        );
-        let status = HealthStatus::from(delta.health.status);
-        Observed {
-            agent_id: task.agent,
-            namespace: task.namespace.clone(),
-            status: status.name(),
-            severity: delta.health.status.severity() as i16,
-            message: delta.health.message.clone(),
-            kinds,
-            objects: i32::try_from(self.kinds.len()).unwrap_or(i32::MAX),
-        }
-    }
+/// What a recording keeps of the health it last wrote: a hash of every field, not a copy (its
+/// kinds' names and message, beside 10,000 groups). Two different healths hashing alike (one
+/// chance in 2^64) would leave the second unwritten until the next change.
+fn written(observed: &Observed) -> u64 {
+    let mut h = DefaultHasher::new();
+    let Observed {
+        agent_id,
+        namespace,
+        status,
+        severity,
+        message,
+        kinds,
+        objects,
+    } = observed;
+    (agent_id, namespace, status, severity, message, kinds, objects).hash(&mut h);
+    h.finish()
 }
 
 /// The kinds of a group as `group/version/plural/Kind`, which the organization view reviews a
@@ -349,7 +347,7 @@ impl Group {
 /// `unknown <apiVersion> <Kind>`, which no review can allow: the health is then hidden from a
 /// viewer judged by reviews rather than shown without asking for that kind.
 fn kind_names<'a>(
-    kinds: impl Iterator<Item = &'a (String, String)>,
+    kinds: impl Iterator<Item = (&'a str, &'a str)>,
     discovered: Option<&[crate::k8s::discovery::ApiKind]>,
 ) -> Vec<String> {
     let names: BTreeSet<String> = kinds
@@ -357,7 +355,7 @@ fn kind_names<'a>(
             discovered
                 .and_then(|d| {
                     d.iter()
-                        .find(|k| &k.kind == kind && &k.api_version() == api_version)
+                        .find(|k| k.kind == kind && k.api_version() == api_version)
                 })
                 .map_or_else(
                     || format!("unknown {api_version} {kind}"),
@@ -375,10 +373,7 @@ mod tests {
 
     #[test]
     fn a_kind_discovery_does_not_know_is_kept_as_unknown_not_left_out() {
-        let group = [
-            ("apps/v1".to_owned(), "Deployment".to_owned()),
-            ("v1".to_owned(), "Pod".to_owned()),
-        ];
+        let group = [("apps/v1", "Deployment"), ("v1", "Pod")];
         let deployments = ApiKind {
             group: "apps".into(),
             version: "v1".into(),
@@ -388,12 +383,12 @@ mod tests {
             watchable: true,
         };
         assert_eq!(
-            kind_names(group.iter(), Some(&[deployments][..])),
+            kind_names(group.into_iter(), Some(&[deployments][..])),
             ["apps/v1/deployments/Deployment", "unknown v1 Pod"]
         );
         // No discovery yet: nothing is left out.
         assert_eq!(
-            kind_names(group.iter(), None),
+            kind_names(group.into_iter(), None),
             ["unknown apps/v1 Deployment", "unknown v1 Pod"]
         );
     }
