@@ -16,7 +16,7 @@ use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
-use crate::subscriptions::Client;
+use crate::subscriptions::{self, group_subscription, update_of, Client, View};
 use crate::support::environment::{
     self, agent_config, configure, deploy, deploy_through, gitlab_labels, meta, World,
     AGENTS_PROJECT, NS,
@@ -250,6 +250,63 @@ async fn the_kept_health_follows_the_group_without_a_view_and_equals_a_fresh_one
     );
     // Never connected (only a failed deployment): null, even for an admin.
     assert!(health(&w, ROOT, "canary").await.is_null());
+}
+
+/// The keeper's feed of a group only records (no broadcast and no summary of what was sent,
+/// SPEC 18): a viewer who shares it (`access_as: agent`) is sent the whole group, then what
+/// changes, as from any feed; once the viewer leaves, the health is kept as before.
+#[tokio::test]
+async fn a_subscriber_joining_a_kept_group_gets_it_whole_then_its_changes() {
+    let (api, served, _dir) = cluster().await;
+    let (w, addr) = keeping(Reach::Kubeconfig, &served, 100_000).await;
+    configure(&w, 7, &agent_config("agent")).await;
+    until("production's health is kept", || {
+        kept(&w, DEV, "production")
+    })
+    .await;
+    let mut client = Client::connect(addr, "graphql-transport-ws", DEV).await;
+    client
+        .subscribe(
+            "g",
+            &group_subscription(),
+            json!({"id": "gid://gitlab/Environment/100"}),
+        )
+        .await;
+    let first = client.next_payload("g").await;
+    let first = update_of(&first);
+    assert_eq!(first["complete"], true, "{first}");
+    let mut view = View::default();
+    view.apply(first);
+    assert_eq!(view, View::of(&subscriptions::fresh(&w, DEV).await));
+
+    let mut pod = api.get("pods", Some(NS), "web-new222-a").unwrap();
+    let running = pod.clone();
+    crashing(&mut pod);
+    api.insert(pod);
+    let deadline = Instant::now() + WAIT;
+    while view.state["health"] != "DEGRADED" {
+        let payload = client.next_payload("g").await;
+        let update = update_of(&payload);
+        assert_eq!(update["complete"], false, "only changes follow: {update}");
+        view.apply(update);
+        assert!(Instant::now() < deadline, "no change sent: {view:?}");
+    }
+    assert_eq!(view, View::of(&subscriptions::fresh(&w, DEV).await));
+    until("the crash reaches the kept health", || async {
+        let h = health(&w, DEV, "production").await;
+        (h["status"] == "DEGRADED").then_some(()).ok_or(h.to_string())
+    })
+    .await;
+
+    // The subscriber leaves; the keeper's recorder goes on.
+    client.send(json!({"id": "g", "type": "complete"})).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    api.insert(running);
+    until("the recovery reaches the kept health", || async {
+        let h = health(&w, DEV, "production").await;
+        (h["status"] == "HEALTHY").then_some(()).ok_or(h.to_string())
+    })
+    .await;
 }
 
 #[tokio::test]

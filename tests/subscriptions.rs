@@ -259,7 +259,7 @@ impl Client {
     }
 }
 
-fn group_subscription() -> String {
+pub(crate) fn group_subscription() -> String {
     format!(
         "subscription($id: ID!) {{ resourceGroupUpdated(environmentId: $id) {{ complete {GROUP_FIELDS}
             upserted {{ {RESOURCE_FIELDS} }} removed edgesAdded {{ from to type }} edgesRemoved {{ from to type }} }} }}"
@@ -268,10 +268,10 @@ fn group_subscription() -> String {
 
 /// A reader's view of a resource group, as a client would keep it.
 #[derive(Debug, Clone, PartialEq, Default)]
-struct View {
+pub(crate) struct View {
     resources: BTreeMap<String, Value>,
     edges: BTreeSet<String>,
-    state: Value,
+    pub(crate) state: Value,
 }
 
 fn edge_key(e: &Value) -> String {
@@ -285,7 +285,7 @@ fn state_of(group: &Value) -> Value {
 
 impl View {
     /// Applies one `resourceGroupUpdated` message.
-    fn apply(&mut self, update: &Value) {
+    pub(crate) fn apply(&mut self, update: &Value) {
         if update["complete"] == true {
             *self = View::default();
         }
@@ -306,7 +306,7 @@ impl View {
     }
 
     /// The view of a `resourceGroup` answer.
-    fn of(group: &Value) -> View {
+    pub(crate) fn of(group: &Value) -> View {
         View {
             resources: group["resources"]
                 .as_array()
@@ -333,7 +333,7 @@ impl View {
 }
 
 /// A fresh `resourceGroup` of production, as `user`, through the router.
-async fn fresh(app: &TestApp, user: (i64, &str)) -> Value {
+pub(crate) async fn fresh(app: &TestApp, user: (i64, &str)) -> Value {
     let query = format!(
         r#"{{ project(fullPath: "acme/apps/web") {{ environment(name: "production") {{ resourceGroup {{
             {GROUP_FIELDS} resources {{ {RESOURCE_FIELDS} }} edges {{ from to type }} }} }} }} }}"#

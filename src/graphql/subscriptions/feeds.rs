@@ -531,7 +531,10 @@ async fn run(running: Running, feed: Arc<Feed>, source: Source) {
                     }
                 }
                 answer_waiting(&feed, &next);
-                record(&feed, &source, &next).await;
+                if record(&feed, &source, &next).await {
+                    // What recorders write is coalesced as messages are.
+                    last_sent = Instant::now();
+                }
             }
             Err(message) => {
                 tracing::warn!(namespace = %key.namespace, error = %message, "resource group feed: cannot read the group; keeping the last one");
@@ -543,13 +546,15 @@ async fn run(running: Running, feed: Arc<Feed>, source: Source) {
     tracing::debug!(namespace = %key.namespace, "resource group feed: no subscriber left");
 }
 
-/// Runs the feed's recorders on `group`, as just read.
-async fn record(feed: &Feed, source: &Source, group: &ResourceGroup) {
+/// Runs the feed's recorders on `group`, as just read; whether any wrote.
+async fn record(feed: &Feed, source: &Source, group: &ResourceGroup) -> bool {
     let recordings = lock(&feed.state).recordings.clone();
+    let mut wrote = false;
     for r in recordings {
         // Boxed: a write's future would otherwise size the task's, idle most of the time.
-        Box::pin(r.record(&feed.key, &source.cluster.discovery, group)).await;
+        wrote |= Box::pin(r.record(&feed.key, &source.cluster.discovery, group)).await;
     }
+    wrote
 }
 
 /// Lets go the recorders nobody used for the idle time and the health keeper does not keep.

@@ -226,13 +226,13 @@ impl Recording {
     }
 
     /// Writes what changed in `group` (as the feed read it, through `key`) since the last
-    /// write: the health marks, and the group's health.
+    /// write: the health marks, and the group's health. Whether anything changed.
     pub(super) async fn record(
         &self,
         key: &FeedKey,
         discovery: &DiscoveryCache,
         group: &ResourceGroup,
-    ) {
+    ) -> bool {
         let (environment, pool) = (self.environment, &self.shared.pool);
         lock(&self.shared.sizes).insert(environment, group.resources.len());
         let observed = observed(key, discovery, group);
@@ -258,7 +258,7 @@ impl Recording {
             }
         }
         if marks.is_empty() {
-            return;
+            return write;
         }
         let now = chrono::Utc::now();
         if let Err(e) =
@@ -271,6 +271,7 @@ impl Recording {
             }
             tracing::warn!(environment, error = %e, "cannot record health changes; trying with the next change");
         }
+        true
     }
 
     /// The group cannot be read at all (the agent's connection is lost before any kind was

@@ -90,6 +90,12 @@ impl Heard {
         key: &FeedKey,
         through: Option<&AsViewer>,
     ) -> bool {
+        if matches!(self, Heard::Here) && (through.is_none() || key.gitops.is_some()) {
+            // No owner to look for (`owner` is `None` throughout): no timer to wake for. A
+            // health keeper's feeds carry no way to an owner, 10,000 of them waking every
+            // `LOOK_AGAIN` for nothing (SPEC 18).
+            return std::future::pending().await;
+        }
         let mut look =
             tokio::time::interval_at(tokio::time::Instant::now() + LOOK_AGAIN, LOOK_AGAIN);
         loop {
