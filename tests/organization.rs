@@ -260,7 +260,7 @@ async fn a_subscriber_joining_a_kept_group_gets_it_whole_then_its_changes() {
     let (api, served, _dir) = cluster().await;
     let (w, addr) = keeping(Reach::Kubeconfig, &served, 100_000).await;
     configure(&w, 7, &agent_config("agent")).await;
-    until("production's health is kept", || {
+    let kept_at_first = until("production's health is kept", || {
         kept(&w, DEV, "production")
     })
     .await;
@@ -294,7 +294,9 @@ async fn a_subscriber_joining_a_kept_group_gets_it_whole_then_its_changes() {
     assert_eq!(view, View::of(&subscriptions::fresh(&w, DEV).await));
     until("the crash reaches the kept health", || async {
         let h = health(&w, DEV, "production").await;
-        (h["status"] == "DEGRADED").then_some(()).ok_or(h.to_string())
+        (h["status"] == "DEGRADED")
+            .then_some(())
+            .ok_or(h.to_string())
     })
     .await;
 
@@ -304,7 +306,9 @@ async fn a_subscriber_joining_a_kept_group_gets_it_whole_then_its_changes() {
     api.insert(running);
     until("the recovery reaches the kept health", || async {
         let h = health(&w, DEV, "production").await;
-        (h["status"] == "HEALTHY").then_some(()).ok_or(h.to_string())
+        (h["status"] == kept_at_first["status"] && h["message"] == kept_at_first["message"])
+            .then_some(())
+            .ok_or(h.to_string())
     })
     .await;
 }

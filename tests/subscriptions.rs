@@ -187,7 +187,7 @@ impl Client {
         client
     }
 
-    async fn send(&mut self, message: Value) {
+    pub(crate) async fn send(&mut self, message: Value) {
         self.ws
             .send(Message::Text(message.to_string().into()))
             .await

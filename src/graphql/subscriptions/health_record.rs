@@ -308,10 +308,7 @@ fn observed(key: &FeedKey, discovery: &DiscoveryCache, group: &ResourceGroup) ->
         .collect();
     kinds.sort_unstable();
     kinds.dedup();
-    let kinds = kind_names(
-        kinds.into_iter(),
-        discovered.as_ref().map(|d| &d.kinds[..]),
-    );
+    let kinds = kind_names(kinds.into_iter(), discovered.as_ref().map(|d| &d.kinds[..]));
     let status = HealthStatus::from(group.health.status);
     Observed {
         agent_id: key.agent,
@@ -338,7 +335,10 @@ fn written(observed: &Observed) -> u64 {
         kinds,
         objects,
     } = observed;
-    (agent_id, namespace, status, severity, message, kinds, objects).hash(&mut h);
+    (
+        agent_id, namespace, status, severity, message, kinds, objects,
+    )
+        .hash(&mut h);
     h.finish()
 }
 
