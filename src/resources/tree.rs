@@ -555,6 +555,27 @@ mod tests {
     }
 
     #[test]
+    fn a_failed_parse_leaves_nothing_behind_for_the_next() {
+        // Errors deep inside maps and arrays, of both readers; each stack is back as it was.
+        let depth = || (ENTRIES.with_borrow(Vec::len), ITEMS.with_borrow(Vec::len));
+        let before = depth();
+        for bad in [
+            r#"{"a": {"b": [1, {"c": "x", "d": ]}]}}"#,
+            r#"{"a": 1, "b": [[2, 3], {"e": tru}]"#,
+            r#"[{"a": 1}, {"b": 2"#,
+        ] {
+            assert!(serde_json::from_str::<Tree>(bad).is_err(), "{bad}");
+            assert!(Keep::Fields(&[("a", Keep::All), ("b", Keep::All)])
+                .parse(bad)
+                .is_err());
+            assert_eq!(depth(), before, "{bad}");
+        }
+        let good = json!({"a": {"b": [1, {"c": "x"}]}, "z": [[], {}]});
+        let tree: Tree = serde_json::from_str(&good.to_string()).unwrap();
+        assert_eq!(serde_json::Value::from(&tree), good);
+    }
+
+    #[test]
     fn keep_builds_only_the_named_fields() {
         const KEEP: Keep =
             Keep::Fields(&[("a", Keep::All), ("b", Keep::Fields(&[("c", Keep::All)]))]);
