@@ -32,6 +32,16 @@ impl Key {
         }
     }
 
+    /// Whether the two keys are the same text: interned keys are the same only when they point
+    /// to the same name, and an interned key is never the same as one that is not.
+    pub fn same(&self, other: &Key) -> bool {
+        match (self.is_interned(), other.is_interned()) {
+            (true, true) => self.0 == other.0,
+            (false, false) => self.as_str() == other.as_str(),
+            _ => false,
+        }
+    }
+
     /// Whether the key points into [`KEYS`] (else it owns its box).
     fn is_interned(&self) -> bool {
         let range = KEYS.as_ptr_range();

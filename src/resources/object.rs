@@ -355,11 +355,14 @@ pub fn parse_typed(
 /// `view` with `apiVersion` and `kind` put back where a list item lacks them.
 pub fn typed(mut view: Tree, api_version: &str, kind: &str) -> Tree {
     if let Tree::Object(map) = &mut view {
-        for (field, value) in [("apiVersion", api_version), ("kind", kind)] {
-            if !map.get(field).is_some_and(Tree::is_string) {
-                map.set(field, Tree::String(value.into()));
-            }
-        }
+        let fields = [("apiVersion", api_version), ("kind", kind)]
+            .map(|(field, value)| (field, value, map.get(field).is_some_and(Tree::is_string)));
+        map.set_all(
+            fields
+                .into_iter()
+                .filter(|(_, _, there)| !there)
+                .map(|(field, value, _)| (field, Tree::String(value.into()))),
+        );
     }
     view
 }

@@ -8,15 +8,13 @@
 //! hand, and each item is parsed by `serde_json`'s stream reader, which tells where the item
 //! ended: its bounds come from the parse that builds it.
 
-use std::borrow::Cow;
-
 use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::de::{Deserializer, StrRead};
 use serde_json::value::RawValue;
 
 use super::object::{self, Object, KEPT};
-use super::tree::{Keep, TextKey, Tree};
+use super::tree::{Entries, Keep, TextKey, Tree};
 
 /// What one page of a list holds.
 #[derive(Debug)]
@@ -233,7 +231,7 @@ impl<'de> Visitor<'de> for Spy<'_, 'de> {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Tree, A::Error> {
-        let mut entries: Vec<(Cow<'de, str>, Tree)> = Vec::new();
+        let mut entries = Entries::start();
         while let Some(TextKey(key)) = map.next_key()? {
             let rule = match self.keep {
                 Keep::All => Some(Keep::All),
@@ -266,16 +264,10 @@ impl<'de> Visitor<'de> for Spy<'_, 'de> {
                 }
             };
             if let Some(value) = value {
-                entries.push((key, value));
+                entries.push(&key, value);
             }
         }
-        // A repeated key keeps its last value in the place of its first, as [`Keep`] reads.
-        Ok(Tree::Object(
-            entries
-                .iter_mut()
-                .map(|(key, value)| (&**key, std::mem::take(value)))
-                .collect(),
-        ))
+        Ok(Tree::Object(entries.finish()))
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Tree, A::Error> {

@@ -12,6 +12,7 @@
 //! [`Keep`] parses only chosen fields, in the same pass, skipping the rest unbuilt.
 
 use std::borrow::{Borrow, Cow};
+use std::cell::RefCell;
 
 use compact_str::CompactString;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
@@ -52,13 +53,32 @@ impl Map {
 
     /// Sets `key`: in its place when it is there, else last.
     pub fn set(&mut self, key: &str, value: Tree) {
-        if let Some(entry) = self.0.iter_mut().find(|(k, _)| k.as_str() == key) {
-            entry.1 = value;
-            return;
+        self.set_all([(key, value)]);
+    }
+
+    /// Sets each of `fields` as [`Self::set`] does, growing the map at most once: a list
+    /// item's type is set on every object listed.
+    pub fn set_all<'k>(&mut self, fields: impl IntoIterator<Item = (&'k str, Tree)>) {
+        let fields = fields.into_iter();
+        let more = fields.size_hint().1.unwrap_or(1);
+        let mut grown: Option<Vec<Entry>> = None;
+        for (key, value) in fields {
+            let entries = grown.as_deref_mut().unwrap_or(&mut self.0);
+            if let Some(entry) = entries.iter_mut().find(|(k, _)| k.as_str() == key) {
+                entry.1 = value;
+                continue;
+            }
+            grown
+                .get_or_insert_with(|| {
+                    let mut entries = Vec::with_capacity(self.0.len() + more);
+                    entries.extend(std::mem::take(&mut self.0).into_vec());
+                    entries
+                })
+                .push((Key::new(key), value));
         }
-        let mut entries = std::mem::take(&mut self.0).into_vec();
-        entries.push((Key::new(key), value));
-        self.0 = entries.into_boxed_slice();
+        if let Some(entries) = grown {
+            self.0 = entries.into_boxed_slice();
+        }
     }
 
     pub fn contains_key(&self, key: &str) -> bool {
@@ -254,6 +274,84 @@ impl From<&Tree> for serde_json::Value {
     }
 }
 
+thread_local! {
+    /// The entries of the maps being parsed on this thread, innermost last ([`Entries`]).
+    static ENTRIES: RefCell<Vec<Entry>> = const { RefCell::new(Vec::new()) };
+    /// The items of the arrays being parsed on this thread, innermost last ([`Items`]).
+    static ITEMS: RefCell<Vec<Tree>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The entries of one map being parsed, gathered on the thread's stack of entries ([`ENTRIES`])
+/// above those of the maps it is inside, then moved into a slice of exactly their number: one
+/// allocation per map. A `Vec` per map grew by doubling (a map of 9 entries was allocated at
+/// 4, 8 and 16 entries, then shrunk), and a shrunk block stays as large in the allocator.
+/// Dropped unfinished (a parse error), it takes its entries off the stack.
+pub(crate) struct Entries {
+    start: usize,
+}
+
+impl Entries {
+    pub(crate) fn start() -> Entries {
+        Entries {
+            start: ENTRIES.with_borrow(Vec::len),
+        }
+    }
+
+    /// Adds `key`; a repeated key keeps its last value, in the place of its first, as
+    /// `serde_json` does. An interned key is found again by its pointer alone.
+    pub(crate) fn push(&mut self, key: &str, value: Tree) {
+        let key = Key::new(key);
+        ENTRIES.with_borrow_mut(|entries| {
+            match entries[self.start..].iter_mut().find(|(k, _)| k.same(&key)) {
+                Some(entry) => entry.1 = value,
+                None => entries.push((key, value)),
+            }
+        });
+    }
+
+    pub(crate) fn finish(self) -> Map {
+        let map = ENTRIES.with_borrow_mut(|entries| Map(entries.drain(self.start..).collect()));
+        std::mem::forget(self);
+        map
+    }
+}
+
+impl Drop for Entries {
+    fn drop(&mut self) {
+        // Unfinished: the parse failed (or panicked) inside this map.
+        ENTRIES.with_borrow_mut(|entries| entries.truncate(self.start));
+    }
+}
+
+/// The items of one array being parsed, as [`Entries`] gathers a map's.
+struct Items {
+    start: usize,
+}
+
+impl Items {
+    fn start() -> Items {
+        Items {
+            start: ITEMS.with_borrow(Vec::len),
+        }
+    }
+
+    fn push(&mut self, item: Tree) {
+        ITEMS.with_borrow_mut(|items| items.push(item));
+    }
+
+    fn finish(self) -> Box<[Tree]> {
+        let items = ITEMS.with_borrow_mut(|items| items.drain(self.start..).collect());
+        std::mem::forget(self);
+        items
+    }
+}
+
+impl Drop for Items {
+    fn drop(&mut self) {
+        ITEMS.with_borrow_mut(|items| items.truncate(self.start));
+    }
+}
+
 /// Which part of a JSON value to build: all of it, or the named fields of an object, each with
 /// its own rule. On an array the rule applies to every element; a scalar is kept as it is.
 #[derive(Debug, Clone, Copy)]
@@ -327,7 +425,7 @@ impl<'de> Visitor<'de> for Keep {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Tree, A::Error> {
-        let mut entries: Vec<Entry> = Vec::new();
+        let mut entries = Entries::start();
         while let Some(TextKey(key)) = map.next_key()? {
             let keep = match self {
                 Keep::All => Some(Keep::All),
@@ -338,24 +436,17 @@ impl<'de> Visitor<'de> for Keep {
                 continue;
             };
             let value = map.next_value_seed(keep)?;
-            // A repeated key keeps its last value, in the place of its first (as `FromIterator`).
-            match entries
-                .iter_mut()
-                .find(|(k, _): &&mut Entry| k.as_str() == key)
-            {
-                Some(entry) => entry.1 = value,
-                None => entries.push((Key::new(&key), value)),
-            }
+            entries.push(&key, value);
         }
-        Ok(Tree::Object(Map(entries.into_boxed_slice())))
+        Ok(Tree::Object(entries.finish()))
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Tree, A::Error> {
-        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+        let mut items = Items::start();
         while let Some(item) = seq.next_element_seed(self)? {
             items.push(item);
         }
-        Ok(Tree::Array(items.into_boxed_slice()))
+        Ok(Tree::Array(items.finish()))
     }
 
     fn visit_bool<E>(self, v: bool) -> Result<Tree, E> {
@@ -461,6 +552,27 @@ mod tests {
         assert_eq!(tree.get("a"), Some(&Tree::Int(3)));
         assert_eq!(tree.as_object().unwrap().len(), 2);
         assert_eq!(serde_json::Value::from(&tree), value);
+    }
+
+    #[test]
+    fn a_failed_parse_leaves_nothing_behind_for_the_next() {
+        // Errors deep inside maps and arrays, of both readers; each stack is back as it was.
+        let depth = || (ENTRIES.with_borrow(Vec::len), ITEMS.with_borrow(Vec::len));
+        let before = depth();
+        for bad in [
+            r#"{"a": {"b": [1, {"c": "x", "d": ]}]}}"#,
+            r#"{"a": 1, "b": [[2, 3], {"e": tru}]"#,
+            r#"[{"a": 1}, {"b": 2"#,
+        ] {
+            assert!(serde_json::from_str::<Tree>(bad).is_err(), "{bad}");
+            assert!(Keep::Fields(&[("a", Keep::All), ("b", Keep::All)])
+                .parse(bad)
+                .is_err());
+            assert_eq!(depth(), before, "{bad}");
+        }
+        let good = json!({"a": {"b": [1, {"c": "x"}]}, "z": [[], {}]});
+        let tree: Tree = serde_json::from_str(&good.to_string()).unwrap();
+        assert_eq!(serde_json::Value::from(&tree), good);
     }
 
     #[test]
