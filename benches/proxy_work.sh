@@ -12,12 +12,15 @@ connections=${2:-8}
 work=$(mktemp -d /tmp/envlens-proxy-work.XXXXXX); chmod 755 "$work"; dir=$work/data
 port=18689
 url=http://127.0.0.1:$port
-kube_server=$(cargo build --release --bench kube_server --message-format=json 2>/dev/null |
-  python3 -c 'import json,sys; print([m["executable"] for m in map(json.loads, sys.stdin) if m.get("executable") and m["target"]["name"] == "kube_server"][-1])')
-"$kube_server" "$work/kube" 20 0 >"$work/kube.url" &
+# KUBE_SERVER, if set, is run instead of benches/kube_server.rs (same arguments and output).
+kube_server=${KUBE_SERVER:-$(cargo build --release --bench kube_server --message-format=json 2>/dev/null |
+  python3 -c 'import json,sys; print([m["executable"] for m in map(json.loads, sys.stdin) if m.get("executable") and m["target"]["name"] == "kube_server"][-1])')}
+# shellcheck disable=SC2086
+$kube_server "$work/kube" 20 0 >"$work/kube.url" &
 kube_pid=$!
 until [ -s "$work/kube.url" ]; do sleep 0.05; done
-printf 'kubernetes:\n  kubeconfig: %s\n' "$work/kube/kubeconfig" >"$work/envlens.yaml"
+# envlens has no default connection (SPEC 6): the agent names its context.
+printf 'kubernetes:\n  kubeconfig: %s\n  agents:\n  - agent: "1"\n    context: test\n' "$work/kube/kubeconfig" >"$work/envlens.yaml"
 start_envlens "$dir" "$port" --config "$work/envlens.yaml"
 # The rows of benches/proxy.sh.
 sed -n "/^psql .*<<'SQL'$/,/^SQL$/p" benches/proxy.sh | sed '1d;$d' >"$work/seed.sql"
@@ -44,4 +47,10 @@ sent=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["sent"])' "$ou
 statuses=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["statuses"])' "$out")
 total=$(grep -h '^summary:' "$work"/callgrind.out.* | awk '{s += $2} END {print s}')
 printf 'proxy %s requests (%s), %d instructions each\n' "$sent" "$statuses" $((total / sent))
+# The connections' own work (each connection's task: hyper, the router, the middleware, the
+# handler), apart from what runs beside the load in the same process (the health keeper's
+# rounds, the sweeps), which callgrind's slowed requests make look larger than it is.
+own=$(callgrind_annotate --inclusive=yes "$work"/callgrind.out.* 2>/dev/null |
+  grep -m1 'envlens::http::server::Connection::run::{{closure}} \[' | awk '{gsub(",", "", $1); print $1}')
+printf '  of which the connections'"'"' own tasks: %d instructions each\n' $((own / sent))
 echo "files: $work"
