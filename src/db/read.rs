@@ -237,10 +237,10 @@ pub async fn environments_by_name(
     });
     if let [(project_id, name)] = keys {
         return Ok(sqlx::query_as(&ONE)
-        .bind(project_id)
-        .bind(name)
-        .fetch_all(db)
-        .await?);
+            .bind(project_id)
+            .bind(name)
+            .fetch_all(db)
+            .await?);
     }
     let (project_ids, names): (Vec<i64>, Vec<String>) = keys.iter().cloned().unzip();
     Ok(sqlx::query_as(&format!(
