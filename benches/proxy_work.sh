@@ -51,6 +51,6 @@ printf 'proxy %s requests (%s), %d instructions each\n' "$sent" "$statuses" $((t
 # handler), apart from what runs beside the load in the same process (the health keeper's
 # rounds, the sweeps), which callgrind's slowed requests make look larger than it is.
 own=$(callgrind_annotate --inclusive=yes "$work"/callgrind.out.* 2>/dev/null |
-  grep -m1 'envlens::http::server::Connection::run::{{closure}} \[' | awk '{gsub(",", "", $1); print $1}')
+  awk '/envlens::http::server::Connection::run::\{\{closure\}\} \[/ && !n++ {gsub(",", "", $1); print $1}')
 printf '  of which the connections'"'"' own tasks: %d instructions each\n' $((own / sent))
 echo "files: $work"
