@@ -20,7 +20,8 @@ kube_server=$(cargo build --release --bench kube_server --message-format=json 2>
 kube_pid=$!
 until [ -s "$work/kube.url" ]; do sleep 0.05; done
 kube_url=$(cat "$work/kube.url")
-printf 'kubernetes:\n  kubeconfig: %s\n' "$work/kube/kubeconfig" >"$work/envlens.yaml"
+# envlens has no default connection (SPEC 6): the agent names its context.
+printf 'kubernetes:\n  kubeconfig: %s\n  agents:\n  - agent: "1"\n    context: test\n' "$work/kube/kubeconfig" >"$work/envlens.yaml"
 start_envlens "$dir" "$port" --config "$work/envlens.yaml"
 trap 'stop_envlens; kill $kube_pid 2>/dev/null || true' EXIT
 

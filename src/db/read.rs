@@ -232,14 +232,15 @@ pub async fn environments_by_name(
     db: impl PgExecutor<'_>,
     keys: &[(i64, String)],
 ) -> Result<Vec<EnvironmentRow>> {
+    static ONE: LazyLock<String> = LazyLock::new(|| {
+        format!("SELECT {ENVIRONMENT_COLUMNS} FROM environments e WHERE e.project_id = $1 AND e.name = $2")
+    });
     if let [(project_id, name)] = keys {
-        return Ok(sqlx::query_as(&format!(
-            "SELECT {ENVIRONMENT_COLUMNS} FROM environments e WHERE e.project_id = $1 AND e.name = $2"
-        ))
-        .bind(project_id)
-        .bind(name)
-        .fetch_all(db)
-        .await?);
+        return Ok(sqlx::query_as(&ONE)
+            .bind(project_id)
+            .bind(name)
+            .fetch_all(db)
+            .await?);
     }
     let (project_ids, names): (Vec<i64>, Vec<String>) = keys.iter().cloned().unzip();
     Ok(sqlx::query_as(&format!(
@@ -351,18 +352,26 @@ pub async fn last_deployments(
     environment_ids: &[i64],
     status: &str,
 ) -> Result<Vec<DeploymentWithAgent>> {
-    let sql = match environment_ids {
-        [_] => with_agent(
+    // Built once: the statement cache finds a statement by its text, so the text is all a
+    // repeated query costs before its round trip.
+    static ONE: LazyLock<String> = LazyLock::new(|| {
+        with_agent(
             "(SELECT * FROM deployments x WHERE x.environment_id = $3 AND x.status = $4
               ORDER BY x.id DESC LIMIT 1) d",
-        ),
-        _ => with_agent(
+        )
+    });
+    static MANY: LazyLock<String> = LazyLock::new(|| {
+        with_agent(
             "UNNEST($3::bigint[]) AS k(environment_id)
              CROSS JOIN LATERAL (SELECT * FROM deployments x WHERE x.environment_id = k.environment_id
                                  AND x.status = $4 ORDER BY x.id DESC LIMIT 1) d",
-        ),
+        )
+    });
+    let sql: &str = match environment_ids {
+        [_] => &ONE,
+        _ => &MANY,
     };
-    let query = sqlx::query_as::<_, DeploymentWithAgentColumns>(&sql)
+    let query = sqlx::query_as::<_, DeploymentWithAgentColumns>(sql)
         .bind(viewer.user_id)
         .bind(viewer.admin);
     let query = match environment_ids {

@@ -9,6 +9,7 @@
 //! Every answer envlens makes itself is a Kubernetes `Status`, so that kubectl and client
 //! libraries show it as they would show the cluster's own.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -299,9 +300,11 @@ pub fn upstream_uri(uri: &Uri) -> Option<Uri> {
     if !unambiguous_path(path) {
         return None;
     }
-    let query: Vec<&str> = uri
-        .query()
-        .unwrap_or("")
+    let query = uri.query().unwrap_or("");
+    if query.is_empty() {
+        return path.parse().ok();
+    }
+    let query: Vec<&str> = query
         .split('&')
         .filter(|pair| {
             let key = pair.split('=').next().unwrap_or("");
@@ -327,17 +330,27 @@ fn unambiguous_path(path: &str) -> bool {
     let Some(rest) = path.strip_prefix('/') else {
         return false;
     };
-    let segments: Vec<&str> = rest.split('/').collect();
-    segments.iter().enumerate().all(|(i, segment)| {
-        let Some(decoded) = percent_decode(segment) else {
-            return false;
+    let mut segments = rest.split('/').peekable();
+    while let Some(segment) = segments.next() {
+        // Decoded only when it has an escape: every proxied request comes through here.
+        let decoded: Cow<'_, [u8]> = if segment.contains('%') {
+            match percent_decode(segment) {
+                Some(decoded) => Cow::Owned(decoded),
+                None => return false,
+            }
+        } else {
+            Cow::Borrowed(segment.as_bytes())
         };
-        let empty_inside = decoded.is_empty() && i + 1 < segments.len();
-        !empty_inside
-            && decoded != b"."
-            && decoded != b".."
-            && !decoded.iter().any(|b| matches!(b, b'/' | b'\\' | 0 | b'%'))
-    })
+        let empty_inside = decoded.is_empty() && segments.peek().is_some();
+        if empty_inside
+            || *decoded == *b"."
+            || *decoded == *b".."
+            || decoded.iter().any(|b| matches!(b, b'/' | b'\\' | 0 | b'%'))
+        {
+            return false;
+        }
+    }
+    true
 }
 
 /// A path segment with its `%XX` escapes decoded; `None` when a `%` starts no valid escape.

@@ -11,6 +11,8 @@
 //! - Secrets in the namespace envlens runs in, and Secrets across all namespaces: envlens' own
 //!   secrets (its session key among them) live there, and whoever holds them is anyone.
 
+use std::borrow::Cow;
+
 /// The parts of a resource request that the refusals look at.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct RequestInfo {
@@ -31,37 +33,39 @@ impl RequestInfo {
     /// `/apis/<group>`, `/openapi/v2`, ...). Segments are compared decoded, as the API server's
     /// router sees them (a `%73ecrets` is `secrets` there).
     pub fn parse(path: &str) -> Option<RequestInfo> {
-        let segments: Vec<String> = path
+        // Every proxied request is read here: a segment is copied only when it is kept, or
+        // when it has an escape or an upper-case letter to undo.
+        let segments: Vec<Cow<'_, str>> = path
             .trim_start_matches('/')
             .split('/')
-            .map(|s| decode(s).to_ascii_lowercase())
+            .map(normalized)
             .collect();
-        let mut parts: &[String] = &segments;
+        let mut parts: &[Cow<'_, str>] = &segments;
         let mut info = RequestInfo::default();
-        match parts.first().map(String::as_str) {
+        match parts.first().map(|p| &**p) {
             Some("api") if parts.len() >= 2 => {
-                info.version = parts[1].clone();
+                info.version = parts[1].to_string();
                 parts = &parts[2..];
             }
             Some("apis") if parts.len() >= 3 => {
-                info.group = parts[1].clone();
-                info.version = parts[2].clone();
+                info.group = parts[1].to_string();
+                info.version = parts[2].to_string();
                 parts = &parts[3..];
             }
             _ => return None,
         }
-        if let Some(verb @ ("proxy" | "watch")) = parts.first().map(String::as_str) {
+        if let Some(verb @ ("proxy" | "watch")) = parts.first().map(|p| &**p) {
             info.verb_prefix = Some(verb.to_owned());
             parts = &parts[1..];
         }
         if parts.first().is_some_and(|p| p == "namespaces") && parts.len() > 1 {
-            info.namespace = parts[1].clone();
+            info.namespace = parts[1].to_string();
             // `namespaces/<ns>/status` and `/finalize` are the Namespace's own subresources.
-            if parts.len() > 2 && !matches!(parts[2].as_str(), "status" | "finalize") {
+            if parts.len() > 2 && !matches!(&*parts[2], "status" | "finalize") {
                 parts = &parts[2..];
             }
         }
-        let part = |i: usize| parts.get(i).cloned().unwrap_or_default();
+        let part = |i: usize| parts.get(i).map(|p| p.to_string()).unwrap_or_default();
         info.resource = part(0);
         info.name = part(1);
         info.subresource = part(2);
@@ -151,6 +155,16 @@ fn exact_name(selector: &str) -> Option<String> {
             .or_else(|| term.strip_prefix("metadata.name="))?;
         (!value.is_empty()).then(|| value.to_owned())
     })
+}
+
+/// A path segment as the API server's router compares it: decoded, in lower case; borrowed
+/// when that changes nothing.
+fn normalized(segment: &str) -> Cow<'_, str> {
+    if segment.bytes().any(|b| b == b'%' || b.is_ascii_uppercase()) {
+        Cow::Owned(decode(segment).to_ascii_lowercase())
+    } else {
+        Cow::Borrowed(segment)
+    }
 }
 
 /// `%XX` escapes undone (invalid ones kept as they are: the proxy refuses those paths before).
