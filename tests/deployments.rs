@@ -911,7 +911,8 @@ async fn a_fresh_creation_overtaken_between_its_statements_writes_nothing() {
     );
     assert_eq!(outcome(&app, &call).await, Ok("apps".to_owned()));
     assert_eq!(
-        app.rows("SELECT full_path FROM projects WHERE id = 12").await,
+        app.rows("SELECT full_path FROM projects WHERE id = 12")
+            .await,
         vec![json!({"full_path": "acme/platform/api"})]
     );
 
@@ -941,7 +942,8 @@ async fn a_fresh_creation_overtaken_between_its_statements_writes_nothing() {
                    INSERT INTO environments (id, project_id, name, slug) VALUES (1999, 12, 'production', 'production')";
     assert!(!attempt(903, renamed).await);
     assert_eq!(
-        app.rows("SELECT id FROM environments WHERE project_id = 12").await,
+        app.rows("SELECT id FROM environments WHERE project_id = 12")
+            .await,
         vec![json!({"id": 1999})]
     );
     assert_eq!(
@@ -958,7 +960,8 @@ async fn a_fresh_creation_overtaken_between_its_statements_writes_nothing() {
     );
     assert_eq!(outcome(&app, &call).await, Ok("apps".to_owned()));
     assert_eq!(
-        app.rows("SELECT id FROM environments WHERE project_id = 12").await,
+        app.rows("SELECT id FROM environments WHERE project_id = 12")
+            .await,
         vec![json!({"id": 1130})]
     );
 }

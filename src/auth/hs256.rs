@@ -174,15 +174,14 @@ pub fn decode<C: DeserializeOwned>(
     hmac::verify(&key.0, message.as_bytes(), &signature).map_err(|_| Refusal::Signature)?;
     let payload = base64(payload)?;
     let claims: C = serde_json::from_slice(&payload).map_err(|_| Refusal::Malformed)?;
-    let registered: Registered = serde_json::from_slice(&payload).map_err(|_| Refusal::Malformed)?;
+    let registered: Registered =
+        serde_json::from_slice(&payload).map_err(|_| Refusal::Malformed)?;
     check(&registered, expected)?;
     Ok(claims)
 }
 
 fn base64(part: &str) -> Result<Vec<u8>, Refusal> {
-    URL_SAFE_NO_PAD
-        .decode(part)
-        .map_err(|_| Refusal::Malformed)
+    URL_SAFE_NO_PAD.decode(part).map_err(|_| Refusal::Malformed)
 }
 
 fn check(claims: &Registered<'_>, expected: &Expected<'_>) -> Result<(), Refusal> {
@@ -242,9 +241,7 @@ mod tests {
                 ErrorKind::InvalidSignature => Refusal::Signature,
                 ErrorKind::InvalidAudience => Refusal::Audience,
                 ErrorKind::InvalidIssuer => Refusal::Issuer,
-                ErrorKind::InvalidAlgorithm | ErrorKind::InvalidAlgorithmName => {
-                    Refusal::Algorithm
-                }
+                ErrorKind::InvalidAlgorithm | ErrorKind::InvalidAlgorithmName => Refusal::Algorithm,
                 ErrorKind::MissingRequiredClaim(_) => Refusal::MissingClaim,
                 _ => Refusal::Malformed,
             })
@@ -289,11 +286,23 @@ mod tests {
         let hs = |claims: Value| sign(&claims, Algorithm::HS256, KEY);
         let mut cases: Vec<(&str, String)> = vec![
             ("good", hs(good.clone())),
-            ("aud among several", hs(with(json!({"aud": ["x", "envlens"]})))),
-            ("iss among several", hs(with(json!({"iss": ["gitlab", "y"]})))),
-            ("aud not among several", hs(with(json!({"aud": ["x", "y"]})))),
+            (
+                "aud among several",
+                hs(with(json!({"aud": ["x", "envlens"]}))),
+            ),
+            (
+                "iss among several",
+                hs(with(json!({"iss": ["gitlab", "y"]}))),
+            ),
+            (
+                "aud not among several",
+                hs(with(json!({"aud": ["x", "y"]}))),
+            ),
             ("aud empty", hs(with(json!({"aud": []})))),
-            ("exp a float", hs(with(json!({"exp": (now + 60) as f64 + 0.4})))),
+            (
+                "exp a float",
+                hs(with(json!({"exp": (now + 60) as f64 + 0.4}))),
+            ),
             ("exp negative", hs(with(json!({"exp": -1})))),
             ("exp a string", hs(with(json!({"exp": "soon"})))),
             ("exp within the leeway", hs(with(json!({"exp": now - 2})))),
@@ -307,11 +316,20 @@ mod tests {
             ("no aud", hs(with(json!({"aud": null})))),
             ("no iss", hs(with(json!({"iss": null})))),
             ("no exp", hs(with(json!({"exp": null})))),
-            ("other secret", sign(&good, Algorithm::HS256, b"another-key-another-key-another-")),
+            (
+                "other secret",
+                sign(&good, Algorithm::HS256, b"another-key-another-key-another-"),
+            ),
             ("HS512", sign(&good, Algorithm::HS512, KEY)),
             ("HS384", sign(&good, Algorithm::HS384, KEY)),
-            ("alg none", format!("{}.{}.", b64(r#"{"alg":"none"}"#), b64(&good.to_string()))),
-            ("alg RS256", raw(r#"{"alg":"RS256","typ":"JWT"}"#, &good.to_string())),
+            (
+                "alg none",
+                format!("{}.{}.", b64(r#"{"alg":"none"}"#), b64(&good.to_string())),
+            ),
+            (
+                "alg RS256",
+                raw(r#"{"alg":"RS256","typ":"JWT"}"#, &good.to_string()),
+            ),
             ("alg unknown", raw(r#"{"alg":"HS257"}"#, &good.to_string())),
             ("no alg", raw(r#"{"typ":"JWT"}"#, &good.to_string())),
             ("header not JSON", raw("{", &good.to_string())),
@@ -339,7 +357,11 @@ mod tests {
                     now,
                 };
                 let ours = decode::<Value>(token, &Hs256Key::new(KEY), &expected);
-                assert_eq!(ours, jsonwebtoken_says(token, check_exp), "{case}, exp checked: {check_exp}");
+                assert_eq!(
+                    ours,
+                    jsonwebtoken_says(token, check_exp),
+                    "{case}, exp checked: {check_exp}"
+                );
             }
         }
         // The clock is the caller's: a token good now has expired an hour later.

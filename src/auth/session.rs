@@ -5,12 +5,12 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use super::hs256::Hs256Key;
 use axum::extract::{FromRef, FromRequestParts, Query};
 use axum::http::header::{AUTHORIZATION, COOKIE, UPGRADE};
 use axum::http::request::Parts;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
-use super::hs256::Hs256Key;
 use serde::{Deserialize, Serialize};
 use sqlx::PgExecutor;
 use subtle::ConstantTimeEq;

@@ -328,27 +328,32 @@ pub async fn check_fresh(
     c: &FreshCreation<'_>,
 ) -> Result<Option<Option<Authorization>>> {
     let (agent_project, agent_name) = c.agent.unzip();
-    let rows: Vec<(bool, Option<i64>, Option<i64>, Option<i32>, Option<Json<CiAccessEntry>>)> =
-        sqlx::query_as(concat!(
-            "SELECT EXISTS (SELECT 1 FROM projects WHERE id = $3 AND path = $4 AND full_path = $5)
+    let rows: Vec<(
+        bool,
+        Option<i64>,
+        Option<i64>,
+        Option<i32>,
+        Option<Json<CiAccessEntry>>,
+    )> = sqlx::query_as(concat!(
+        "SELECT EXISTS (SELECT 1 FROM projects WHERE id = $3 AND path = $4 AND full_path = $5)
                     AND NOT EXISTS (SELECT 1 FROM environments
                                     WHERE project_id = $3 AND name = $6 AND id <> $7)
                     AND NOT EXISTS (SELECT 1 FROM deployments WHERE id = $8),
                     agent.*
              FROM (SELECT) one LEFT JOIN (",
-            authorization_sql!(),
-            ") agent ON true"
-        ))
-        .bind(agent_project)
-        .bind(agent_name)
-        .bind(c.deployment.project_id)
-        .bind(last_segment(c.project_full_path))
-        .bind(c.project_full_path)
-        .bind(c.environment.name)
-        .bind(c.environment.id)
-        .bind(c.deployment.id)
-        .fetch_all(conn)
-        .await?;
+        authorization_sql!(),
+        ") agent ON true"
+    ))
+    .bind(agent_project)
+    .bind(agent_name)
+    .bind(c.deployment.project_id)
+    .bind(last_segment(c.project_full_path))
+    .bind(c.project_full_path)
+    .bind(c.environment.name)
+    .bind(c.environment.id)
+    .bind(c.deployment.id)
+    .fetch_all(conn)
+    .await?;
     if !rows.first().is_some_and(|row| row.0) {
         return Ok(None);
     }
