@@ -174,6 +174,11 @@ pub fn decode<C: DeserializeOwned>(
     hmac::verify(&key.0, message.as_bytes(), &signature).map_err(|_| Refusal::Signature)?;
     let payload = base64(payload)?;
     let claims: C = serde_json::from_slice(&payload).map_err(|_| Refusal::Malformed)?;
+    // A claims set is a JSON object (RFC 7519, 4); serde would read [`Registered`] from an
+    // array too, by position.
+    if payload.trim_ascii_start().first() != Some(&b'{') {
+        return Err(Refusal::Malformed);
+    }
     let registered: Registered =
         serde_json::from_slice(&payload).map_err(|_| Refusal::Malformed)?;
     check(&registered, expected)?;

@@ -328,17 +328,11 @@ pub async fn check_fresh(
     c: &FreshCreation<'_>,
 ) -> Result<Option<Option<Authorization>>> {
     let (agent_project, agent_name) = c.agent.unzip();
-    let rows: Vec<(
-        bool,
-        Option<i64>,
-        Option<i64>,
-        Option<i32>,
-        Option<Json<CiAccessEntry>>,
-    )> = sqlx::query_as(concat!(
+    let rows: Vec<FreshRow> = sqlx::query_as(concat!(
         "SELECT EXISTS (SELECT 1 FROM projects WHERE id = $3 AND path = $4 AND full_path = $5)
                     AND NOT EXISTS (SELECT 1 FROM environments
                                     WHERE project_id = $3 AND name = $6 AND id <> $7)
-                    AND NOT EXISTS (SELECT 1 FROM deployments WHERE id = $8),
+                    AND NOT EXISTS (SELECT 1 FROM deployments WHERE id = $8) AS fresh,
                     agent.*
              FROM (SELECT) one LEFT JOIN (",
         authorization_sql!(),
@@ -354,12 +348,23 @@ pub async fn check_fresh(
     .bind(c.deployment.id)
     .fetch_all(conn)
     .await?;
-    if !rows.first().is_some_and(|row| row.0) {
+    if !rows.first().is_some_and(|row| row.fresh) {
         return Ok(None);
     }
     Ok(Some(authorization_of(
-        rows.into_iter().map(|(_, a, p, d, c)| (a, p, d, c)),
+        rows.into_iter()
+            .map(|r| (r.id, r.project_id, r.depth, r.config)),
     )))
+}
+
+/// A row of [`check_fresh`]: whether the creation is fresh, and a row of [`authorization_sql`].
+#[derive(sqlx::FromRow)]
+struct FreshRow {
+    fresh: bool,
+    id: Option<i64>,
+    project_id: Option<i64>,
+    depth: Option<i32>,
+    config: Option<Json<CiAccessEntry>>,
 }
 
 /// Writes a fresh creation ([`check_fresh`]) in one statement, and so atomically: the
