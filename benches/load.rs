@@ -37,7 +37,8 @@
 //! `bench/other`), and agent `bench/agents:prod` whose `ci_access` authorizes `bench/team`: half
 //! of the deployments are authorized through a group two levels up, half are refused.
 //!
-//! `run` sends distinct deployments over keep-alive connections. With `--rate` it is open
+//! `run` sends distinct deployments over keep-alive connections, each request written whole
+//! (`RawConn`, as for `graphql`; so do `ci-run`'s). With `--rate` it is open
 //! loop: each request has a scheduled time, and its latency counts from then, so a stalled
 //! server is charged for the requests it delayed. Prints one JSON line of results; with
 //! `--acked`, writes the id of every deployment answered 2xx.
@@ -206,6 +207,30 @@ impl Scenario {
             Scenario::Graphql { .. } => unreachable!("sent whole by RawConn"),
         }
     }
+
+    /// The `n`th request whole, for the scenarios sent with [`RawConn`]: the GraphQL
+    /// rotation's, and the deployment creations' (whose JSON answers always carry their
+    /// length). `None` for `Get`, whose proxied answers may come chunked.
+    fn whole(&self, authority: &str, n: i64) -> Option<std::borrow::Cow<'_, [u8]>> {
+        use std::fmt::Write;
+        match self {
+            Scenario::Graphql { requests } => Some(std::borrow::Cow::Borrowed(
+                &requests[n.rem_euclid(requests.len() as i64) as usize],
+            )),
+            Scenario::Deployments { .. } | Scenario::CiDeployments { .. } => {
+                let (method, path, headers, body) = self.request(n);
+                let mut whole = format!(
+                    "{method} {path} HTTP/1.1\r\nhost: {authority}\r\ncontent-type: application/json\r\n"
+                );
+                for (name, value) in headers {
+                    let _ = write!(whole, "{name}: {value}\r\n");
+                }
+                let _ = write!(whole, "content-length: {}\r\n\r\n{body}", body.len());
+                Some(std::borrow::Cow::Owned(whole.into_bytes()))
+            }
+            Scenario::Get { .. } => None,
+        }
+    }
 }
 
 /// The body of the blueprint query for environment `env<j>` of project `bench/p<k>`, the
@@ -272,16 +297,14 @@ fn project(i: i64) -> (i64, String) {
     (1000 + i, format!("{group}/p{i}"))
 }
 
+/// The body of a creation call for deployment `id`: written by `format!`, a fraction of what
+/// building it as a `serde_json::Value` cost the client.
 fn deployment(id: i64) -> String {
     let (project_id, path) = project(id % PROJECTS);
-    json!({
-        "deployment": {"id": id, "iid": id % 100_000 + 1, "status": "created", "ref": "main", "sha": "0a1b2c3d4e5f6a7b", "tag": false, "created_at": "2026-11-21T10:00:00Z"},
-        "project": {"id": project_id, "full_path": path},
-        "environment": {"id": 1_000_000 + project_id, "name": "production", "slug": "production", "tier": "production"},
-        "job": {"id": id, "name": "deploy", "protected_ref": true, "user_id": 1},
-        "kubernetes": {"agent": "bench/agents:prod", "namespace": "apps"}
-    })
-    .to_string()
+    let (iid, environment_id) = (id % 100_000 + 1, 1_000_000 + project_id);
+    format!(
+        r#"{{"deployment":{{"id":{id},"iid":{iid},"status":"created","ref":"main","sha":"0a1b2c3d4e5f6a7b","tag":false,"created_at":"2026-11-21T10:00:00Z"}},"project":{{"id":{project_id},"full_path":"{path}"}},"environment":{{"id":{environment_id},"name":"production","slug":"production","tier":"production"}},"job":{{"id":{id},"name":"deploy","protected_ref":true,"user_id":1}},"kubernetes":{{"agent":"bench/agents:prod","namespace":"apps"}}}}"#
+    )
 }
 
 struct Conn {
@@ -600,13 +623,12 @@ async fn run(a: &Args, authority: &str, scenario: Scenario) {
                     }
                 };
                 let id = next_id.fetch_add(1, Ordering::Relaxed);
-                let outcome = if let Scenario::Graphql { requests } = &*scenario {
+                let outcome = if let Some(request) = scenario.whole(&authority, id) {
                     if raw.is_none() {
                         raw = RawConn::open(&authority).await.ok();
                     }
-                    let request = &requests[id.rem_euclid(requests.len() as i64) as usize];
                     match raw.as_mut() {
-                        Some(c) => c.exchange(request).await.ok().map(|(status, errors)| {
+                        Some(c) => c.exchange(&request).await.ok().map(|(status, errors)| {
                             (status, if errors { " with errors" } else { "" })
                         }),
                         None => None,

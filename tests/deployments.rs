@@ -814,3 +814,154 @@ async fn bad_deployment_hooks_name_their_field_and_change_nothing() {
     }
     assert_eq!(app.fingerprint().await, before);
 }
+
+/// A fresh creation is read and written in two statements (`check_fresh`, `create_fresh`);
+/// whatever overtakes it between them (the project moved, GitLab's hook creating the
+/// deployment, another environment taking the name) has the write leave every row of the
+/// call alone (no claim, no deployment, no row, no reason), so that the call's transaction of
+/// steps then records it as a call that came at that moment would be.
+#[tokio::test]
+async fn a_fresh_creation_overtaken_between_its_statements_writes_nothing() {
+    use envlens::db::deployments::{
+        check_fresh, create_fresh, AgentDeployment, Creation, Environment, FreshCreation,
+        NewDeployment,
+    };
+    use envlens::gitlab::deployment_status::{DeploymentStatus, StatusReport};
+
+    let app = setup().await;
+    configure(&app, json!({"groups": [{"id": "acme"}]})).await;
+    let counts = || async {
+        app.rows(
+            "SELECT (SELECT count(*) FROM deployments) AS deployments,
+                    (SELECT count(*) FROM deployment_creations) AS claims,
+                    (SELECT count(*) FROM agent_deployments) AS agent_rows,
+                    (SELECT count(*) FROM environments WHERE id = 1130) AS environments",
+        )
+        .await[0]
+            .clone()
+    };
+    // Checks deployment `id` fresh, lets `overtake` run, then writes it: whether it was.
+    let attempt = |id: i64, overtake: &'static str| {
+        let db = app.db.clone();
+        async move {
+            let environment = Environment {
+                id: 1130,
+                project_id: 12,
+                name: "production",
+                slug: "production",
+                tier: Some("production"),
+            };
+            let new = NewDeployment {
+                id,
+                iid: Some(1),
+                project_id: 12,
+                environment_id: Some(1130),
+                environment_name: "production",
+                report: StatusReport {
+                    status: DeploymentStatus::Created,
+                    changed_at: None,
+                },
+                git_ref: Some("main"),
+                sha: None,
+                tag: Some(false),
+                job_id: Some(5000 + id),
+                created_at: None,
+            };
+            let fresh = FreshCreation {
+                project_full_path: "acme/platform/api",
+                environment: &environment,
+                deployment: &new,
+                agent: Some(("acme/agents", "prod")),
+            };
+            let mut conn = db.acquire().await.unwrap();
+            let found = check_fresh(&mut conn, &fresh).await.unwrap();
+            let found = found.expect("fresh before it is overtaken");
+            let agent = found.expect("the agent");
+            assert_eq!(agent.groups.len(), 1, "acme's entry: {agent:?}");
+            sqlx::raw_sql(overtake).execute(&db).await.unwrap();
+            let creation = Creation {
+                agent: Some("acme/agents:prod".into()),
+                namespace: Some("apps".into()),
+                flux_resource_path: None,
+                reason: None,
+            };
+            let row = AgentDeployment {
+                agent_id: agent.agent_id,
+                kubernetes_namespace: "apps".into(),
+                flux_resource_path: None,
+            };
+            create_fresh(&mut conn, &fresh, &creation, Some(&row))
+                .await
+                .unwrap()
+        }
+    };
+    let none = json!({"deployments": 0, "claims": 0, "agent_rows": 0, "environments": 0});
+
+    // The project moved: not written, not even the environment.
+    let moved = "UPDATE projects SET path = 'api2', full_path = 'acme/platform/api2' WHERE id = 12";
+    assert!(!attempt(901, moved).await);
+    assert_eq!(counts().await, none);
+    // The call itself moves it back and records the deployment.
+    let call = body(
+        901,
+        (12, "acme/platform/api"),
+        "production",
+        false,
+        k8s("acme/agents:prod", "apps"),
+    );
+    assert_eq!(outcome(&app, &call).await, Ok("apps".to_owned()));
+    assert_eq!(
+        app.rows("SELECT full_path FROM projects WHERE id = 12")
+            .await,
+        vec![json!({"full_path": "acme/platform/api"})]
+    );
+
+    // GitLab's hook created the deployment meanwhile: neither claimed nor given a row; the call
+    // completes the deployment as after any hook.
+    let hooked = "INSERT INTO deployments (id, project_id, environment_name, status, job_id)
+                  VALUES (902, 12, 'production', 'running', 5902)";
+    assert!(!attempt(902, hooked).await);
+    let after_hook = json!({"deployments": 2, "claims": 1, "agent_rows": 1, "environments": 1});
+    assert_eq!(counts().await, after_hook);
+    let call = body(
+        902,
+        (12, "acme/platform/api"),
+        "production",
+        false,
+        k8s("acme/agents:prod", "apps"),
+    );
+    assert_eq!(outcome(&app, &call).await, Ok("apps".to_owned()));
+    assert_eq!(
+        deployment_state(&app, 902).await,
+        json!({"status": "running", "finished": null, "environment_id": 1130})
+    );
+
+    // Another environment of the project took the name (GitLab deleted and recreated it): the
+    // write fails whole; the call replaces that environment.
+    let renamed = "DELETE FROM environments WHERE id = 1130;
+                   INSERT INTO environments (id, project_id, name, slug) VALUES (1999, 12, 'production', 'production')";
+    assert!(!attempt(903, renamed).await);
+    assert_eq!(
+        app.rows("SELECT id FROM environments WHERE project_id = 12")
+            .await,
+        vec![json!({"id": 1999})]
+    );
+    assert_eq!(
+        app.rows("SELECT count(*) AS n FROM deployment_creations WHERE deployment_id = 903")
+            .await,
+        vec![json!({"n": 0})]
+    );
+    let call = body(
+        903,
+        (12, "acme/platform/api"),
+        "production",
+        false,
+        k8s("acme/agents:prod", "apps"),
+    );
+    assert_eq!(outcome(&app, &call).await, Ok("apps".to_owned()));
+    assert_eq!(
+        app.rows("SELECT id FROM environments WHERE project_id = 12")
+            .await,
+        vec![json!({"id": 1130})]
+    );
+}

@@ -205,19 +205,20 @@ where
 
 #[cfg(test)]
 mod tests {
+    use super::super::hs256::Hs256Key;
     use super::*;
 
     #[test]
     fn replicas_and_gitlab_do_not_accept_each_others_tokens() {
         let key = [7u8; 32];
-        let right = jsonwebtoken::DecodingKey::from_secret(&key);
+        let right = Hs256Key::new(&key);
         let token = mint_replica(&key, Some("viewer-token"), "r").unwrap();
         let claims = verify::<ReplicaClaims>(&token, &right, REPLICA_AUDIENCE, 60).unwrap();
         assert_eq!(claims.credential.as_deref(), Some("viewer-token"));
         assert!(verify::<Claims>(&token, &right, AUDIENCE, MAX_LIFETIME_SECONDS).is_err());
         let gitlab = mint_internal(&key, std::time::Duration::from_secs(60)).unwrap();
         assert!(verify::<ReplicaClaims>(&gitlab, &right, REPLICA_AUDIENCE, 60).is_err());
-        let wrong = jsonwebtoken::DecodingKey::from_secret(&[8; 32]);
+        let wrong = Hs256Key::new(&[8; 32]);
         assert!(verify::<ReplicaClaims>(&token, &wrong, REPLICA_AUDIENCE, 60).is_err());
     }
 
@@ -225,11 +226,11 @@ mod tests {
     fn a_minted_token_is_accepted_and_short_lived() {
         let key = [7u8; 32];
         let token = mint_internal(&key, std::time::Duration::from_secs(3600)).unwrap();
-        let right = jsonwebtoken::DecodingKey::from_secret(&key);
+        let right = Hs256Key::new(&key);
         let claims = verify::<Claims>(&token, &right, AUDIENCE, MAX_LIFETIME_SECONDS);
         let claims = claims.expect("accepted");
         assert_eq!(claims.exp - claims.iat, MAX_LIFETIME_SECONDS);
-        let wrong = jsonwebtoken::DecodingKey::from_secret(&[8; 32]);
+        let wrong = Hs256Key::new(&[8; 32]);
         assert!(verify::<Claims>(&token, &wrong, AUDIENCE, MAX_LIFETIME_SECONDS).is_err());
     }
 }

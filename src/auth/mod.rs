@@ -5,6 +5,7 @@
 pub mod attempt;
 mod credential;
 pub mod dashboard;
+mod hs256;
 mod internal;
 pub mod recheck;
 pub mod secrets;
@@ -13,8 +14,6 @@ pub mod vouched;
 pub mod watch_token;
 mod webhook;
 
-use jsonwebtoken::errors::ErrorKind;
-use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde::de::DeserializeOwned;
 
 pub use credential::Credential;
@@ -30,6 +29,7 @@ pub use webhook::{GroupToken, Webhook};
 
 use crate::db::pool::Pool;
 use crate::error::Error;
+use hs256::{Expected, Hs256Key};
 use secrets::{Secret, Secrets};
 
 /// Every token is issued by GitLab.
@@ -39,10 +39,10 @@ const LEEWAY_SECONDS: u64 = 5;
 
 /// The keys that check each kind of caller.
 pub struct Keys {
-    internal: DecodingKey,
+    internal: Hs256Key,
     /// The internal secret itself, which signs this replica's requests to the others.
     replica_signer: Secret,
-    session: DecodingKey,
+    session: Hs256Key,
     /// Session tokens that `session` verified recently.
     sessions: session::VerifiedSessions,
     webhook_token: Secret,
@@ -59,9 +59,9 @@ pub struct Keys {
 impl Keys {
     pub fn new(secrets: Secrets) -> Self {
         Keys {
-            internal: DecodingKey::from_secret(secrets.internal.bytes()),
+            internal: Hs256Key::new(secrets.internal.bytes()),
             replica_signer: Secret::new(secrets.internal.bytes().to_vec()),
-            session: DecodingKey::from_secret(secrets.session.bytes()),
+            session: Hs256Key::new(secrets.session.bytes()),
             sessions: session::VerifiedSessions::new(session::VerifiedSessions::CAPACITY),
             webhook_token: secrets.webhook_token,
             group_webhooks: Vec::new(),
@@ -107,7 +107,7 @@ trait TimeClaims {
 /// present.
 fn verify<C: DeserializeOwned + TimeClaims>(
     token: &str,
-    key: &DecodingKey,
+    key: &Hs256Key,
     audience: &str,
     max_lifetime_seconds: i64,
 ) -> Result<C, Error> {
@@ -119,38 +119,23 @@ fn verify<C: DeserializeOwned + TimeClaims>(
 /// ahead it lies always is.
 fn verify_with<C: DeserializeOwned + TimeClaims>(
     token: &str,
-    key: &DecodingKey,
+    key: &Hs256Key,
     audience: &str,
     max_lifetime_seconds: i64,
     check_exp: bool,
 ) -> Result<C, Error> {
-    // Pinned to HS256: `alg: none` and every other algorithm fail the header check.
-    let mut validation = Validation::new(Algorithm::HS256);
-    validation.validate_exp = check_exp;
-    validation.leeway = LEEWAY_SECONDS;
-    validation.validate_nbf = true;
-    validation.set_issuer(&[ISSUER]);
-    validation.set_audience(&[audience]);
-    validation.set_required_spec_claims(&["exp", "iat", "iss", "aud"]);
-    let claims = jsonwebtoken::decode::<C>(token, key, &validation)
-        .map_err(|e| {
-            let why = match e.kind() {
-                ErrorKind::ExpiredSignature => "token has expired",
-                ErrorKind::ImmatureSignature => "token is not valid yet",
-                ErrorKind::InvalidSignature => "token signature does not match",
-                ErrorKind::InvalidAudience => "token is not meant for this audience",
-                ErrorKind::InvalidIssuer => "token is not issued by gitlab",
-                ErrorKind::InvalidAlgorithm | ErrorKind::InvalidAlgorithmName => {
-                    "token must be signed with HS256"
-                }
-                ErrorKind::MissingRequiredClaim(_) => "token lacks a required claim",
-                _ => "token is malformed",
-            };
-            Error::Unauthorized(why.into())
-        })?
-        .claims;
     let now = chrono::Utc::now().timestamp();
     let leeway = LEEWAY_SECONDS as i64;
+    // Pinned to HS256: `alg: none` and every other algorithm fail the header check.
+    let expected = Expected {
+        issuer: ISSUER,
+        audience,
+        check_exp,
+        leeway,
+        now,
+    };
+    let claims: C = hs256::decode(token, key, &expected)
+        .map_err(|refusal| Error::Unauthorized(refusal.message().into()))?;
     if claims.iat() > now + leeway {
         return Err(Error::Unauthorized("token is issued in the future".into()));
     }

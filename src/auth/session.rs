@@ -5,12 +5,12 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use super::hs256::Hs256Key;
 use axum::extract::{FromRef, FromRequestParts, Query};
 use axum::http::header::{AUTHORIZATION, COOKIE, UPGRADE};
 use axum::http::request::Parts;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
-use jsonwebtoken::DecodingKey;
 use serde::{Deserialize, Serialize};
 use sqlx::PgExecutor;
 use subtle::ConstantTimeEq;
@@ -293,7 +293,7 @@ impl VerifiedSessions {
     }
 
     /// The token's claims, from the cache or verified now (and then cached).
-    fn verify(&self, token: &str, key: &DecodingKey) -> Result<Verified, Error> {
+    fn verify(&self, token: &str, key: &Hs256Key) -> Result<Verified, Error> {
         let now = chrono::Utc::now().timestamp();
         if let Some(verified) = self.get(token, now) {
             return Ok(verified);
@@ -442,7 +442,7 @@ mod tests {
     #[test]
     fn a_cached_token_answers_only_until_it_expires() {
         let cache = VerifiedSessions::new(10);
-        let key = DecodingKey::from_secret(KEY);
+        let key = Hs256Key::new(KEY);
         let token = token(7);
         let first = cache.verify(&token, &key).unwrap();
         assert_eq!(first.user_id, Some(7));
@@ -519,7 +519,7 @@ mod tests {
     #[test]
     fn the_cache_stays_within_its_capacity() {
         let cache = VerifiedSessions::new(3);
-        let key = DecodingKey::from_secret(KEY);
+        let key = Hs256Key::new(KEY);
         for user in 1..=10 {
             let token = token(user);
             cache.verify(&token, &key).unwrap();

@@ -1,9 +1,10 @@
 //! SQL of environments, deployments, their creation outcome and `agent_deployments`.
 
 use chrono::{DateTime, Utc};
-use serde_json::Value;
+use sqlx::types::Json;
 use sqlx::PgConnection;
 
+use super::identity::last_segment;
 use crate::error::{Error, Result};
 use crate::gitlab::agent_config::CiAccessEntry;
 use crate::gitlab::deployment_status::{DeploymentStatus, StatusReport};
@@ -225,53 +226,228 @@ pub async fn link_environment(conn: &mut PgConnection, id: i64, environment_id: 
     Ok(())
 }
 
-/// The agent named `<config project path>:<name>`: its id and configuration project id.
-pub async fn find_agent(
-    conn: &mut PgConnection,
-    project_path: &str,
-    name: &str,
-) -> Result<Option<(i64, i64)>> {
-    Ok(sqlx::query_as(
-        "SELECT a.id, a.project_id FROM cluster_agents a JOIN projects p ON p.id = a.project_id
-         WHERE lower(p.full_path) = lower($1) AND a.name = $2",
-    )
-    .bind(project_path)
-    .bind(name)
-    .fetch_optional(conn)
-    .await?)
+/// The agent `$1:$2` (its configuration project's full path, matched case-insensitively, and
+/// its name) with each of its `ci_access` entries for project `$3`, a row each: the
+/// project's own entry with a NULL depth, a group's with the group's depth (1 for a top-level
+/// group). One row without an entry when it has none for the project; no row when there is no
+/// such agent.
+macro_rules! authorization_sql {
+    () => {
+        "SELECT a.id, a.project_id, x.depth, x.config
+         FROM cluster_agents a JOIN projects ap ON ap.id = a.project_id
+         LEFT JOIN LATERAL (
+             SELECT NULL::int AS depth, c.config FROM agent_ci_access_authorizations c
+             WHERE c.agent_id = a.id AND c.project_id = $3
+             UNION ALL
+             SELECT array_position(n.traversal_ids, c.group_id), c.config
+             FROM projects p JOIN namespaces n ON n.id = p.namespace_id
+             JOIN agent_ci_access_authorizations c
+               ON c.agent_id = a.id AND c.group_id = ANY (n.traversal_ids)
+             WHERE p.id = $3) x ON true
+         WHERE lower(ap.full_path) = lower($1) AND a.name = $2"
+    };
 }
 
-/// The agent's `ci_access` entries for the project: its own entry, and the entries of its
-/// ancestor groups with their depth (1 for the top-level group).
-pub async fn ci_access_entries(
-    conn: &mut PgConnection,
-    agent_id: i64,
-    project_id: i64,
-) -> Result<(Option<CiAccessEntry>, Vec<(usize, CiAccessEntry)>)> {
-    let rows: Vec<(Option<i32>, Value)> = sqlx::query_as(
-        "SELECT NULL::int, a.config FROM agent_ci_access_authorizations a
-         WHERE a.agent_id = $1 AND a.project_id = $2
-         UNION ALL
-         SELECT array_position(n.traversal_ids, a.group_id), a.config
-         FROM projects p JOIN namespaces n ON n.id = p.namespace_id
-         JOIN agent_ci_access_authorizations a ON a.agent_id = $1 AND a.group_id = ANY (n.traversal_ids)
-         WHERE p.id = $2",
-    )
-    .bind(agent_id)
-    .bind(project_id)
-    .fetch_all(conn)
-    .await?;
-    let mut project = None;
-    let mut groups = Vec::new();
-    for (depth, config) in rows {
-        let entry: CiAccessEntry =
-            serde_json::from_value(config).map_err(|e| Error::Internal(e.into()))?;
-        match depth {
-            None => project = Some(entry),
-            Some(depth) => groups.push((depth as usize, entry)),
+/// An agent and what its `ci_access` says of one project.
+#[derive(Debug)]
+pub struct Authorization {
+    pub agent_id: i64,
+    /// The agent's configuration project, always authorized.
+    pub config_project_id: i64,
+    /// The entry naming the project.
+    pub project: Option<CiAccessEntry>,
+    /// The entries naming an ancestor group, with its depth.
+    pub groups: Vec<(usize, CiAccessEntry)>,
+}
+
+/// A row of [`authorization_sql`]: all NULL where a left join found no agent.
+type AuthorizationRow = (
+    Option<i64>,
+    Option<i64>,
+    Option<i32>,
+    Option<Json<CiAccessEntry>>,
+);
+
+/// The agent of the rows, if they name one, with its entries.
+fn authorization_of(rows: impl IntoIterator<Item = AuthorizationRow>) -> Option<Authorization> {
+    let mut found: Option<Authorization> = None;
+    for (agent_id, config_project_id, depth, config) in rows {
+        let (Some(agent_id), Some(config_project_id)) = (agent_id, config_project_id) else {
+            continue;
+        };
+        let agent = found.get_or_insert_with(|| Authorization {
+            agent_id,
+            config_project_id,
+            project: None,
+            groups: Vec::new(),
+        });
+        match (depth, config) {
+            (_, None) => {}
+            (None, Some(Json(entry))) => agent.project = Some(entry),
+            (Some(depth), Some(Json(entry))) => agent.groups.push((depth as usize, entry)),
         }
     }
-    Ok((project, groups))
+    found
+}
+
+/// The agent named `<agent_project>:<name>` and its `ci_access` entries for `project_id`, in
+/// one round trip; `None` when there is no such agent.
+pub async fn authorization(
+    conn: &mut PgConnection,
+    agent_project: &str,
+    name: &str,
+    project_id: i64,
+) -> Result<Option<Authorization>> {
+    let rows: Vec<AuthorizationRow> = sqlx::query_as(authorization_sql!())
+        .bind(agent_project)
+        .bind(name)
+        .bind(project_id)
+        .fetch_all(conn)
+        .await?;
+    Ok(authorization_of(rows))
+}
+
+/// What a creation call asks for, for [`check_fresh`] and [`create_fresh`].
+pub struct FreshCreation<'a> {
+    pub project_full_path: &'a str,
+    pub environment: &'a Environment<'a>,
+    pub deployment: &'a NewDeployment<'a>,
+    /// `<config project path>` and agent name, when the call names an agent.
+    pub agent: Option<(&'a str, &'a str)>,
+}
+
+/// Whether the creation is a fresh one, and the agent's authorization with it, in one round
+/// trip: `None` unless the project is in the mirror as the call names it, no other
+/// environment of the project has the environment's name, and the deployment is not known.
+/// A fresh creation needs nothing written before it is decided ([`create_fresh`]); any other
+/// takes the steps of a transaction (a project created or moved is linked to its groups
+/// before its authorization is read, an environment of the same name is deleted, a known
+/// deployment is replayed or completed).
+pub async fn check_fresh(
+    conn: &mut PgConnection,
+    c: &FreshCreation<'_>,
+) -> Result<Option<Option<Authorization>>> {
+    let (agent_project, agent_name) = c.agent.unzip();
+    let rows: Vec<FreshRow> = sqlx::query_as(concat!(
+        "SELECT EXISTS (SELECT 1 FROM projects WHERE id = $3 AND path = $4 AND full_path = $5)
+                    AND NOT EXISTS (SELECT 1 FROM environments
+                                    WHERE project_id = $3 AND name = $6 AND id <> $7)
+                    AND NOT EXISTS (SELECT 1 FROM deployments WHERE id = $8) AS fresh,
+                    agent.*
+             FROM (SELECT) one LEFT JOIN (",
+        authorization_sql!(),
+        ") agent ON true"
+    ))
+    .bind(agent_project)
+    .bind(agent_name)
+    .bind(c.deployment.project_id)
+    .bind(last_segment(c.project_full_path))
+    .bind(c.project_full_path)
+    .bind(c.environment.name)
+    .bind(c.environment.id)
+    .bind(c.deployment.id)
+    .fetch_all(conn)
+    .await?;
+    if !rows.first().is_some_and(|row| row.fresh) {
+        return Ok(None);
+    }
+    Ok(Some(authorization_of(
+        rows.into_iter()
+            .map(|r| (r.id, r.project_id, r.depth, r.config)),
+    )))
+}
+
+/// A row of [`check_fresh`]: whether the creation is fresh, and a row of [`authorization_sql`].
+#[derive(sqlx::FromRow)]
+struct FreshRow {
+    fresh: bool,
+    id: Option<i64>,
+    project_id: Option<i64>,
+    depth: Option<i32>,
+    config: Option<Json<CiAccessEntry>>,
+}
+
+/// Writes a fresh creation ([`check_fresh`]) in one statement, and so atomically: the
+/// environment, the deployment, its claim with the request and the reason (`creation`), and
+/// its `agent_deployments` row when `row` is given (with the history's snapshot queued when
+/// the deployment succeeded). Conditional throughout: nothing but the environment is written
+/// unless the project is still as the call names it (it is share-locked to the end) and the
+/// deployment is inserted here; the claim follows the deployment and the rest the claim. False
+/// when nothing was claimed (the project changed, the deployment came meanwhile, or another
+/// environment took the name or another request the claim): then the caller takes the
+/// transaction's steps.
+pub async fn create_fresh(
+    conn: &mut PgConnection,
+    c: &FreshCreation<'_>,
+    creation: &Creation,
+    row: Option<&AgentDeployment>,
+) -> Result<bool> {
+    let (d, env) = (c.deployment, c.environment);
+    let result = sqlx::query_scalar(
+        "WITH project AS (
+             SELECT id FROM projects WHERE id = $1 AND path = $2 AND full_path = $3 FOR SHARE
+         ), environment AS (
+             INSERT INTO environments (id, project_id, name, slug, tier)
+             SELECT $4, id, $5, $6, $7 FROM project
+             ON CONFLICT (id) DO UPDATE SET project_id = EXCLUDED.project_id, name = EXCLUDED.name,
+                 slug = EXCLUDED.slug, tier = COALESCE(EXCLUDED.tier, environments.tier), updated_at = now()
+             WHERE (environments.project_id, environments.name, environments.slug, environments.tier)
+                   IS DISTINCT FROM (EXCLUDED.project_id, EXCLUDED.name, EXCLUDED.slug,
+                                     COALESCE(EXCLUDED.tier, environments.tier))
+         ), deployment AS (
+             INSERT INTO deployments (id, iid, project_id, environment_id, environment_name, status, ref,
+                                      sha, tag, job_id, created_at, status_changed_at, finished_at)
+             SELECT $8, $9, id, $4, NULL, $10, $11, $12, $13, $14, COALESCE($15, now()), NULL, NULL
+             FROM project
+             ON CONFLICT (id) DO NOTHING
+             RETURNING id
+         ), claim AS (
+             INSERT INTO deployment_creations (deployment_id, agent, namespace, flux_resource_path, reason)
+             SELECT id, $16, $17, $18, $19 FROM deployment
+             RETURNING deployment_id
+         ), agent_row AS (
+             INSERT INTO agent_deployments (deployment_id, agent_id, kubernetes_namespace, flux_resource_path)
+             SELECT deployment_id, $20, $21, $22 FROM claim WHERE $20 IS NOT NULL
+             RETURNING deployment_id
+         ), snapshot AS (
+             INSERT INTO snapshot_jobs (deployment_id)
+             SELECT deployment_id FROM agent_row WHERE $10 = 'success'
+         )
+         SELECT EXISTS (SELECT 1 FROM claim)",
+    )
+    .bind(d.project_id)
+    .bind(last_segment(c.project_full_path))
+    .bind(c.project_full_path)
+    .bind(env.id)
+    .bind(env.name)
+    .bind(env.slug)
+    .bind(env.tier)
+    .bind(d.id)
+    .bind(d.iid)
+    .bind(d.report.status.as_str())
+    .bind(d.git_ref)
+    .bind(d.sha)
+    .bind(d.tag)
+    .bind(d.job_id)
+    .bind(d.created_at)
+    .bind(&creation.agent)
+    .bind(&creation.namespace)
+    .bind(&creation.flux_resource_path)
+    .bind(&creation.reason)
+    .bind(row.map(|r| r.agent_id))
+    .bind(row.map(|r| &r.kubernetes_namespace))
+    .bind(row.and_then(|r| r.flux_resource_path.as_deref()))
+    .fetch_one(conn)
+    .await;
+    match result {
+        Ok(claimed) => Ok(claimed),
+        // The statement wrote nothing: another environment took the name, or a request that
+        // took the steps claimed the deployment meanwhile (unique violation, deadlock).
+        Err(sqlx::Error::Database(e)) if matches!(e.code().as_deref(), Some("23505" | "40P01")) => {
+            Ok(false)
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// A deployment's `agent_deployments` row (without the deployment id).

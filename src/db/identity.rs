@@ -127,8 +127,8 @@ fn taken(e: sqlx::Error, what: &str) -> Error {
     }
 }
 
-/// The last segment of a full path.
-fn last_segment(full_path: &str) -> &str {
+/// The last segment of a full path: the `path` of its project or group.
+pub(super) fn last_segment(full_path: &str) -> &str {
     full_path.rsplit('/').next().unwrap_or(full_path)
 }
 

@@ -8,10 +8,12 @@ use axum::Json as JsonResponse;
 use chrono::{DateTime, NaiveDateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use sqlx::PgConnection;
+use sqlx::{Connection, PgConnection};
 
 use crate::auth::Internal;
-use crate::db::deployments::{self as db, AgentDeployment, Creation, Environment, NewDeployment};
+use crate::db::deployments::{
+    self as db, AgentDeployment, Authorization, Creation, Environment, NewDeployment,
+};
 use crate::db::identity;
 use crate::error::{Error, Result};
 use crate::gitlab::access::{self, CiAuthorizations, Job};
@@ -210,34 +212,26 @@ fn parse_agent_reference(reference: &str) -> Result<(&str, &str)> {
 }
 
 /// `POST /api/v4/internal/deployments`.
+///
+/// A fresh creation (the project in the mirror as named, the deployment new) takes two round
+/// trips: one statement reads what decides it (the agent and its `ci_access` entries), the
+/// next writes everything at once ([`db::create_fresh`]). Any other, or a fresh one that
+/// something overtook between the two, takes the steps of one transaction
+/// ([`create_in_steps`]); both record the same rows and answer the same.
 pub async fn create(
     _: Internal,
     State(state): State<AppState>,
     Json(body): Json<CreationBody>,
 ) -> Result<(StatusCode, JsonResponse<Value>)> {
     let (status, target) = body.validate()?;
-    let deployment_id = body.deployment.id;
-    let mut tx = state.db.begin().await?;
-
-    if let Some(earlier) = claim(&mut tx, deployment_id, target.as_ref()).await? {
-        return Ok(earlier);
-    }
-
-    let project = &body.project;
-    identity::upsert_project(&mut tx, project.id, &project.full_path, None).await?;
-    let env = &body.environment;
-    db::put_environment(
-        &mut tx,
-        &Environment {
-            id: env.id,
-            project_id: project.id,
-            name: &env.name,
-            slug: &env.slug,
-            tier: env.tier.as_deref(),
-        },
-    )
-    .await?;
-    let d = &body.deployment;
+    let (project, env, d) = (&body.project, &body.environment, &body.deployment);
+    let environment = Environment {
+        id: env.id,
+        project_id: project.id,
+        name: &env.name,
+        slug: &env.slug,
+        tier: env.tier.as_deref(),
+    };
     let new = NewDeployment {
         id: d.id,
         iid: d.iid,
@@ -254,35 +248,72 @@ pub async fn create(
         job_id: Some(body.job.id),
         created_at: d.created_at,
     };
-    let mut now = new.report.status;
-    if let Some(stored) = db::insert_or_lock(&mut tx, &new).await? {
-        // A deployment hook came first: complete the deployment, keep its newer status.
-        db::complete(&mut tx, &new).await?;
-        if new.report.supersedes(&stored) {
-            db::set_status(&mut tx, d.id, &new.report).await?;
-        } else {
-            now = stored.status;
-        }
-    }
-
     let job = Job {
         project_path: &project.full_path,
         environment: &env.name,
         git_ref: d.git_ref.as_deref().unwrap_or_default(),
         protected_ref: body.job.protected_ref,
     };
-    let succeeded = now == DeploymentStatus::Success;
-    let answer = record(
-        &mut tx,
-        deployment_id,
-        &job,
-        project.id,
-        target.as_ref(),
-        succeeded,
-    )
-    .await?;
+    let mut conn = state.db.acquire().await?;
+    let fresh = db::FreshCreation {
+        project_full_path: &project.full_path,
+        environment: &environment,
+        deployment: &new,
+        agent: target.map(|t| (t.agent_project, t.agent_name)),
+    };
+    if let Some(found) = db::check_fresh(&mut conn, &fresh).await? {
+        let outcome = match &target {
+            Some(target) => decide(&job, project.id, target, found),
+            None => no_kubernetes(),
+        };
+        let mut creation = Creation::requested(target.as_ref());
+        let row = match &outcome {
+            Outcome::Written(row) => Some(row),
+            Outcome::Refused(reason) => {
+                creation.reason = Some(reason.clone());
+                None
+            }
+        };
+        if db::create_fresh(&mut conn, &fresh, &creation, row).await? {
+            return Ok(answer(d.id, &outcome));
+        }
+    }
+    let mut tx = conn.begin().await?;
+    let answer = create_in_steps(&mut tx, &body, &environment, &new, &job, target.as_ref()).await?;
     tx.commit().await?;
     Ok(answer)
+}
+
+/// A creation's steps in the caller's transaction: the claim (or the earlier answer), the
+/// project (linked to its groups when it is new or moved), the environment, the deployment
+/// (completing one a hook created), then the decision and its row or reason.
+async fn create_in_steps(
+    tx: &mut PgConnection,
+    body: &CreationBody,
+    environment: &Environment<'_>,
+    new: &NewDeployment<'_>,
+    job: &Job<'_>,
+    target: Option<&Target<'_>>,
+) -> Result<Answer> {
+    let deployment_id = body.deployment.id;
+    if let Some(earlier) = claim(tx, deployment_id, target).await? {
+        return Ok(earlier);
+    }
+    let project = &body.project;
+    identity::upsert_project(tx, project.id, &project.full_path, None).await?;
+    db::put_environment(tx, environment).await?;
+    let mut now = new.report.status;
+    if let Some(stored) = db::insert_or_lock(tx, new).await? {
+        // A deployment hook came first: complete the deployment, keep its newer status.
+        db::complete(tx, new).await?;
+        if new.report.supersedes(&stored) {
+            db::set_status(tx, deployment_id, &new.report).await?;
+        } else {
+            now = stored.status;
+        }
+    }
+    let succeeded = now == DeploymentStatus::Success;
+    record(tx, deployment_id, job, project.id, target, succeeded).await
 }
 
 /// The answer of SPEC 4.3: 201 with the row, or 200 with the reason there is none.
@@ -318,22 +349,37 @@ pub(super) async fn record(
 ) -> Result<Answer> {
     let outcome = match target {
         Some(target) => authorize(conn, job, project_id, target).await?,
-        None => Outcome::Refused("the job's environment has no kubernetes section (agent and namespace), so no agent is recorded".to_owned()),
+        None => no_kubernetes(),
     };
-    Ok(match outcome {
+    match &outcome {
         Outcome::Written(row) => {
-            db::insert_agent_deployment(conn, deployment_id, &row).await?;
+            db::insert_agent_deployment(conn, deployment_id, row).await?;
             if may_have_succeeded {
                 // A success hook may have come first: its snapshot is due now (SPEC 10).
                 crate::db::history::enqueue(conn, deployment_id).await?;
             }
-            written(deployment_id, &row)
         }
         Outcome::Refused(reason) => {
-            db::set_creation_reason(conn, deployment_id, &reason).await?;
-            refused(Some(deployment_id), &reason)
+            db::set_creation_reason(conn, deployment_id, reason).await?;
         }
-    })
+    }
+    Ok(answer(deployment_id, &outcome))
+}
+
+/// The outcome of a call without a `kubernetes` section.
+fn no_kubernetes() -> Outcome {
+    Outcome::Refused(
+        "the job's environment has no kubernetes section (agent and namespace), so no agent is recorded"
+            .to_owned(),
+    )
+}
+
+/// The answer for a recorded outcome.
+fn answer(deployment_id: i64, outcome: &Outcome) -> Answer {
+    match outcome {
+        Outcome::Written(row) => written(deployment_id, row),
+        Outcome::Refused(reason) => refused(Some(deployment_id), reason),
+    }
 }
 
 /// Whether the job may deploy through the agent.
@@ -352,26 +398,35 @@ pub(super) async fn authorize(
     project_id: i64,
     target: &Target<'_>,
 ) -> Result<Outcome> {
+    let found =
+        db::authorization(conn, target.agent_project, target.agent_name, project_id).await?;
+    Ok(decide(job, project_id, target, found))
+}
+
+/// The decision of [`authorize`] on the agent's authorization as read (`None`: no such agent).
+fn decide(
+    job: &Job<'_>,
+    project_id: i64,
+    target: &Target<'_>,
+    found: Option<Authorization>,
+) -> Outcome {
     let Target {
         reference,
         agent_project,
         agent_name,
         ..
     } = *target;
-    let Some((agent_id, config_project_id)) =
-        db::find_agent(conn, agent_project, agent_name).await?
-    else {
-        return Ok(Outcome::Refused(format!(
+    let Some(agent) = found else {
+        return Outcome::Refused(format!(
             "agent {reference} does not exist: project {agent_project} has no agent named {agent_name}"
-        )));
+        ));
     };
-    let (project_entry, groups) = db::ci_access_entries(conn, agent_id, project_id).await?;
     let auth = CiAuthorizations {
-        is_config_project: config_project_id == project_id,
-        project: project_entry,
-        groups,
+        is_config_project: agent.config_project_id == project_id,
+        project: agent.project,
+        groups: agent.groups,
     };
-    Ok(match access::ci_access(job, &auth) {
+    match access::ci_access(job, &auth) {
         Ok(entry) => {
             let default_namespace = entry.and_then(|e| e.default_namespace.as_deref());
             let namespace = target
@@ -379,13 +434,13 @@ pub(super) async fn authorize(
                 .or(default_namespace)
                 .unwrap_or(DEFAULT_NAMESPACE);
             Outcome::Written(AgentDeployment {
-                agent_id,
+                agent_id: agent.agent_id,
                 kubernetes_namespace: namespace.to_owned(),
                 flux_resource_path: target.flux_resource_path.map(str::to_owned),
             })
         }
         Err(refusal) => Outcome::Refused(refusal.reason(job, reference)),
-    })
+    }
 }
 
 /// A known deployment: the earlier answer when the request names the same agent, namespace
