@@ -343,24 +343,31 @@ impl Running {
     async fn next(&mut self) -> Option<Result<Environment>> {
         // The previous message is resolved: its connection goes back, its rows are forgotten.
         self.db.loader().release().await;
+        // What is to be read, kept until a read succeeds: a read the database refuses (down,
+        // closed to connections) is tried again, so no change is lost to it.
+        let mut read = Read::Ids(BTreeSet::new());
+        // A change of health is sent even when the rows are as they were.
+        let mut health_changed = BTreeSet::new();
+        let mut failures = 0;
         loop {
             if let Some(environment) = self.queue.pop_front() {
                 return Some(Ok(environment));
             }
-            let mut read = Read::Ids(BTreeSet::new());
-            // A change of health is sent even when the rows are as they were.
-            let mut health_changed = BTreeSet::new();
-            tokio::select! {
-                notified = self.rx.recv() => match notified {
-                    Ok(notice) => read.add(notice),
-                    Err(broadcast::error::RecvError::Lagged(n)) => {
-                        tracing::warn!(lost = n, "environmentsUpdated: a subscriber fell behind; it resyncs");
-                        read.add(Notice::Resync);
+            let idle =
+                matches!(&read, Read::Ids(ids) if ids.is_empty()) && health_changed.is_empty();
+            if idle {
+                tokio::select! {
+                    notified = self.rx.recv() => match notified {
+                        Ok(notice) => read.add(notice),
+                        Err(broadcast::error::RecvError::Lagged(n)) => {
+                            tracing::warn!(lost = n, "environmentsUpdated: a subscriber fell behind; it resyncs");
+                            read.add(Notice::Resync);
+                        }
+                        Err(broadcast::error::RecvError::Closed) => return None,
+                    },
+                    Some(id) = self.health.rx.recv() => {
+                        health_changed.insert(id);
                     }
-                    Err(broadcast::error::RecvError::Closed) => return None,
-                },
-                Some(id) = self.health.rx.recv() => {
-                    health_changed.insert(id);
                 }
             }
             // Those that arrived together are read together.
@@ -400,8 +407,16 @@ impl Running {
             self.db.loader().release().await;
             let rows = match rows {
                 Ok(rows) => rows,
-                Err(e) => return Some(Err(e.to_graphql())),
+                Err(e) => {
+                    failures += 1;
+                    tracing::warn!(error = %e, failures, "environmentsUpdated: cannot read what changed; trying again");
+                    tokio::time::sleep(retry_after(failures)).await;
+                    continue;
+                }
             };
+            failures = 0;
+            read = Read::Ids(BTreeSet::new());
+            let health_changed = std::mem::take(&mut health_changed);
             for row in rows {
                 let id = row.row.id;
                 // What differs from what the subscriber has is sent, after a notice as after a
@@ -423,6 +438,12 @@ impl Running {
     }
 }
 
+/// How long to wait before reading again after `failures` reads in a row failed: 100 ms,
+/// doubling, at most 5 s.
+fn retry_after(failures: u32) -> Duration {
+    Duration::from_millis(100 << failures.min(6).saturating_sub(1)).min(Duration::from_secs(5))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -437,5 +458,12 @@ mod tests {
         read.add(Notice::Resync);
         read.add(Notice::Environment(4));
         assert_eq!(read, Read::Resync);
+    }
+
+    #[test]
+    fn a_failed_read_is_tried_again_soon_then_at_most_every_five_seconds() {
+        assert_eq!(retry_after(1), Duration::from_millis(100));
+        assert_eq!(retry_after(2), Duration::from_millis(200));
+        assert!(retry_after(1_000) <= Duration::from_secs(5));
     }
 }
