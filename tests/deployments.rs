@@ -895,6 +895,16 @@ async fn a_fresh_creation_overtaken_between_its_statements_writes_nothing() {
                 .unwrap()
         }
     };
+    // The call GitLab makes again for deployment `id`, which records it.
+    let call = |id| {
+        body(
+            id,
+            (12, "acme/platform/api"),
+            "production",
+            false,
+            k8s("acme/agents:prod", "apps"),
+        )
+    };
     let none = json!({"deployments": 0, "claims": 0, "agent_rows": 0, "environments": 0});
 
     // The project moved: not written, not even the environment.
@@ -902,14 +912,7 @@ async fn a_fresh_creation_overtaken_between_its_statements_writes_nothing() {
     assert!(!attempt(901, moved).await);
     assert_eq!(counts().await, none);
     // The call itself moves it back and records the deployment.
-    let call = body(
-        901,
-        (12, "acme/platform/api"),
-        "production",
-        false,
-        k8s("acme/agents:prod", "apps"),
-    );
-    assert_eq!(outcome(&app, &call).await, Ok("apps".to_owned()));
+    assert_eq!(outcome(&app, &call(901)).await, Ok("apps".to_owned()));
     assert_eq!(
         app.rows("SELECT full_path FROM projects WHERE id = 12")
             .await,
@@ -923,14 +926,7 @@ async fn a_fresh_creation_overtaken_between_its_statements_writes_nothing() {
     assert!(!attempt(902, hooked).await);
     let after_hook = json!({"deployments": 2, "claims": 1, "agent_rows": 1, "environments": 1});
     assert_eq!(counts().await, after_hook);
-    let call = body(
-        902,
-        (12, "acme/platform/api"),
-        "production",
-        false,
-        k8s("acme/agents:prod", "apps"),
-    );
-    assert_eq!(outcome(&app, &call).await, Ok("apps".to_owned()));
+    assert_eq!(outcome(&app, &call(902)).await, Ok("apps".to_owned()));
     assert_eq!(
         deployment_state(&app, 902).await,
         json!({"status": "running", "finished": null, "environment_id": 1130})
@@ -951,14 +947,7 @@ async fn a_fresh_creation_overtaken_between_its_statements_writes_nothing() {
             .await,
         vec![json!({"n": 0})]
     );
-    let call = body(
-        903,
-        (12, "acme/platform/api"),
-        "production",
-        false,
-        k8s("acme/agents:prod", "apps"),
-    );
-    assert_eq!(outcome(&app, &call).await, Ok("apps".to_owned()));
+    assert_eq!(outcome(&app, &call(903)).await, Ok("apps".to_owned()));
     assert_eq!(
         app.rows("SELECT id FROM environments WHERE project_id = 12")
             .await,
