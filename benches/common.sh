@@ -34,3 +34,20 @@ stop_envlens() {
   wait "$envlens_pid" 2>/dev/null || true
   envlens_pid=
 }
+
+# callgrind_report LABEL OUT DIR: instructions per request of a callgrind run of `serve` whose
+# dumps are in DIR, OUT the load tool's JSON (its `sent` and `statuses`): the whole process,
+# then the connections' own tasks (hyper, the router, the middleware, the handler), apart from
+# what runs beside the load in the same process (the health keeper's rounds, the sweeps), which
+# callgrind's slowed requests make look larger than it is.
+callgrind_report() {
+  local label=$1 out=$2 dir=$3 sent statuses total own
+  sent=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["sent"])' "$out")
+  statuses=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["statuses"])' "$out")
+  total=$(grep -h '^summary:' "$dir"/callgrind.out.* | awk '{s += $2} END {print s}')
+  printf '%s %s requests (%s), %d instructions each\n' "$label" "$sent" "$statuses" $((total / sent))
+  own=$(callgrind_annotate --inclusive=yes "$dir"/callgrind.out.* 2>/dev/null |
+    awk '/envlens::http::server::Connection::run::\{\{closure\}\} \[/ && !n++ {gsub(",", "", $1); print $1}')
+  printf '  of which the connections'"'"' own tasks: %d instructions each\n' $((own / sent))
+  echo "files: $dir"
+}

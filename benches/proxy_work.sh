@@ -43,14 +43,4 @@ callgrind_control -i on "$pid" >/dev/null
 out=$(proxy --connections "$connections" --seconds "$seconds")
 callgrind_control -d proxy "$pid" >/dev/null
 kill -TERM "$pid"; wait "$pid" || true
-sent=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["sent"])' "$out")
-statuses=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["statuses"])' "$out")
-total=$(grep -h '^summary:' "$work"/callgrind.out.* | awk '{s += $2} END {print s}')
-printf 'proxy %s requests (%s), %d instructions each\n' "$sent" "$statuses" $((total / sent))
-# The connections' own work (each connection's task: hyper, the router, the middleware, the
-# handler), apart from what runs beside the load in the same process (the health keeper's
-# rounds, the sweeps), which callgrind's slowed requests make look larger than it is.
-own=$(callgrind_annotate --inclusive=yes "$work"/callgrind.out.* 2>/dev/null |
-  awk '/envlens::http::server::Connection::run::\{\{closure\}\} \[/ && !n++ {gsub(",", "", $1); print $1}')
-printf '  of which the connections'"'"' own tasks: %d instructions each\n' $((own / sent))
-echo "files: $work"
+callgrind_report proxy "$out" "$work"
