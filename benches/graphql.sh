@@ -8,16 +8,20 @@
 # queries: one text, with the project and environment as variables.
 #
 #   benches/graphql.sh [seconds] [rounds]
+#
+# GRAPHQL_DATA=<the folder a run printed at its end> runs only the rounds, on the 10 million
+# deployments that run generated (about 10 minutes to generate again).
 source "$(dirname "$0")/common.sh"
 seconds=${1:-15}
 rounds=${2:-2}
-work=$(mktemp -d /tmp/envlens-graphql.XXXXXX); chmod 755 "$work"; dir=$work/data
+reuse=${GRAPHQL_DATA:-}
+work=${reuse:-$(mktemp -d /tmp/envlens-graphql.XXXXXX)}; chmod 755 "$work"; dir=$work/data
 port=18484
 url=http://127.0.0.1:$port
 start_envlens "$dir" "$port"
 sql() { psql "postgresql:///envlens?host=$dir/run&user=envlens" -qtA -v ON_ERROR_STOP=1 "$@"; }
 
-sql <<'SQL'
+[ -n "$reuse" ] || sql <<'SQL'
 INSERT INTO namespaces (id, path, full_path, traversal_ids) VALUES (1, 'bench', 'bench', '{1}');
 INSERT INTO projects (id, namespace_id, path, full_path, visibility)
   SELECT 1000 + p, 1, 'p' || p, 'bench/p' || p, 'private' FROM generate_series(0, 99) p;
@@ -61,7 +65,9 @@ measure() {
 }
 
 from=0
-for total in 10000 1000000 10000000; do
+sizes="10000 1000000 10000000"
+[ -z "$reuse" ] || sizes=""
+for total in $sizes; do
   t0=$(date +%s)
   add_deployments "$from" "$total"
   echo "(generated $((total - from)) deployments in $(( $(date +%s) - t0 ))s)"
@@ -79,9 +85,11 @@ for round in $(seq "$rounds"); do
     --connections 32 --seconds "$seconds" | tee "$work/graphql-round-$round.json"
 done
 python3 - "$work" "$rounds" <<'PY'
-import json, statistics, sys
+import json, os, statistics, sys
 w, rounds = sys.argv[1], int(sys.argv[2])
 for n in ("10000", "1000000", "10000000"):
+    if os.environ.get("GRAPHQL_DATA"):  # the rounds only
+        break
     one = json.load(open(f"{w}/graphql-1-{n}.json"))
     r = json.load(open(f"{w}/graphql-{n}.json"))
     print(f"{int(n):>10,} deployments: one connection p50 {one['latency_ms']['p50']:.2f} ms p99 {one['latency_ms']['p99']:.2f} ms; "
