@@ -89,15 +89,12 @@ pub fn app(state: AppState) -> Router {
     if let Some(cors) = cors(&state.cors) {
         router = router.layer(cors);
     }
+    let observed = http::middleware::Observed {
+        metrics: state.metrics.clone(),
+        trusted_proxies: state.trusted_proxies.clone(),
+    };
     router
-        .layer(from_fn_with_state(
-            state.trusted_proxies.clone(),
-            http::client_address::record,
-        ))
-        .layer(from_fn_with_state(
-            state.metrics.clone(),
-            http::middleware::observe,
-        ))
+        .layer(from_fn_with_state(observed, http::middleware::observe))
         .with_state(state)
 }
 

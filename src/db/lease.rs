@@ -1,16 +1,20 @@
-//! Connections lent to GraphQL requests, taken back without a round trip.
+//! Connections lent to GraphQL requests and to a fresh deployment creation's two statements,
+//! taken back without a round trip.
 //!
-//! sqlx's pool checks every connection that comes back to it with a round trip (a `Sync`),
-//! and offers no way to skip it. The blueprint query runs three statements, so that check was
-//! a quarter of its round trips, and each round trip wakes a PostgreSQL backend, which is
-//! where much of the CPU of a query goes. A [`Lease`] goes back to the stack as it is:
+//! sqlx's pool checks every connection that comes back to it with a round trip (a `Sync`, in
+//! a task spawned for it), and offers no way to skip it. The blueprint query runs three
+//! statements and a fresh creation two, so that check was a quarter and a third of their
+//! round trips, and each round trip wakes a PostgreSQL backend, which is where much of the
+//! CPU of a request goes. A [`Lease`] goes back to the stack as it is:
 //!
 //! - sqlx's connection finishes itself whatever an interrupted statement left: its next
 //!   statement first sends what was not sent and reads up to the server's `ReadyForQuery`. A
 //!   request dropped halfway (its client gone) therefore costs the next borrower the wait for
 //!   the rest of that statement, not a wrong answer;
-//! - GraphQL only reads, outside transactions: nothing else carries over from one request to
-//!   the next;
+//! - GraphQL only reads, and a fresh creation's statements each commit on their own, outside
+//!   transactions: nothing else carries over from one request to the next (a creation's
+//!   transaction takes a connection of the pool, whose check rolls back what a dropped
+//!   request left open);
 //! - a connection whose request saw the database unavailable is [discarded](Lease::discard),
 //!   and one opened before the database last went down (`db::pool`) is closed, not lent: a
 //!   restarted server does not cost its old connections a failed request each;

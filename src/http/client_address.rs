@@ -11,10 +11,8 @@
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
-use axum::extract::{ConnectInfo, Request, State};
+use axum::extract::{ConnectInfo, Request};
 use axum::http::HeaderMap;
-use axum::middleware::Next;
-use axum::response::Response;
 
 use crate::config::cidr::Cidr;
 
@@ -63,21 +61,18 @@ pub fn resolve(peer: IpAddr, headers: &HeaderMap, trusted: &TrustedProxies) -> I
     client
 }
 
-/// Records the request's [`ClientAddress`] when its connection's peer is known.
-pub async fn record(
-    State(trusted): State<TrustedProxies>,
-    mut request: Request,
-    next: Next,
-) -> Response {
+/// Records the request's [`ClientAddress`] when its connection's peer is known. Called by
+/// the request middleware (`http::middleware::observe`), not a layer of its own: each layer
+/// of the router clones and boxes the routes below it on every request.
+pub fn record(request: &mut Request, trusted: &TrustedProxies) {
     let peer = request
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
         .map(|ConnectInfo(peer)| peer.ip());
     if let Some(peer) = peer {
-        let client = resolve(peer, request.headers(), &trusted);
+        let client = resolve(peer, request.headers(), trusted);
         request.extensions_mut().insert(ClientAddress(client));
     }
-    next.run(request).await
 }
 
 #[cfg(test)]

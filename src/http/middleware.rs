@@ -1,5 +1,5 @@
-//! The middleware around every route: the request's span, id, log line and metrics, and the
-//! request timeout.
+//! The middleware around every route: the request's span, id, log line and metrics, the
+//! client's address, and the request timeout.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -10,9 +10,17 @@ use axum::response::{IntoResponse, Response};
 
 use crate::config::Limits;
 use crate::error::Error;
+use crate::http::client_address::{self, TrustedProxies};
 use crate::telemetry::request_id::REQUEST_ID_HEADER;
 use crate::telemetry::request_span::RequestSpan;
 use crate::telemetry::{Metrics, RequestId};
+
+/// What [`observe`] needs: where it counts, and whose `X-Forwarded-For` it believes.
+#[derive(Clone)]
+pub struct Observed {
+    pub metrics: Arc<Metrics>,
+    pub trusted_proxies: TrustedProxies,
+}
 
 /// Opens the request's span and answers its id; records and logs every request under its
 /// route pattern (never the raw path, which would make one series per id, and may carry
@@ -22,11 +30,10 @@ use crate::telemetry::{Metrics, RequestId};
 /// correlation id), the method and route; the user, agent and environment are recorded into
 /// it once known, so every line logged inside carries them. With `--otlp-endpoint` the span
 /// continues the caller's W3C `traceparent`.
-pub async fn observe(
-    State(metrics): State<Arc<Metrics>>,
-    mut req: Request,
-    next: Next,
-) -> Response {
+///
+/// It also records the client's address (`client_address`): one layer rather than two, as
+/// every layer of the router clones and boxes the routes below it on every request.
+pub async fn observe(State(observed): State<Observed>, mut req: Request, next: Next) -> Response {
     let started = Instant::now();
     let id = RequestId::from_headers(req.headers());
     let method = req.method().clone();
@@ -35,6 +42,8 @@ pub async fn observe(
     let span = RequestSpan::open(&id, &method, matched.as_ref(), req.headers());
     let header = id.header_value();
     req.extensions_mut().insert(id);
+    client_address::record(&mut req, &observed.trusted_proxies);
+    let metrics = observed.metrics;
     let handled = async move {
         let mut response = next.run(req).await;
         let elapsed = started.elapsed();

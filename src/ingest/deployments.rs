@@ -8,7 +8,7 @@ use axum::Json as JsonResponse;
 use chrono::{DateTime, NaiveDateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use sqlx::{Connection, PgConnection};
+use sqlx::PgConnection;
 
 use crate::auth::Internal;
 use crate::db::deployments::{
@@ -218,6 +218,13 @@ fn parse_agent_reference(reference: &str) -> Result<(&str, &str)> {
 /// next writes everything at once ([`db::create_fresh`]). Any other, or a fresh one that
 /// something overtook between the two, takes the steps of one transaction
 /// ([`create_in_steps`]); both record the same rows and answer the same.
+///
+/// The two statements run on a lease (`db::lease`), not on a connection of sqlx's pool:
+/// the pool checks every connection given back with a round trip of its own (and a task to
+/// run it), which made a fresh creation three round trips where `pgbench` of the same
+/// statements takes two. Each statement commits on its own, so the lease goes back with no
+/// transaction open; the steps' transaction takes a pool connection, whose check on return
+/// rolls back what a dropped request left open.
 pub async fn create(
     _: Internal,
     State(state): State<AppState>,
@@ -254,34 +261,55 @@ pub async fn create(
         git_ref: d.git_ref.as_deref().unwrap_or_default(),
         protected_ref: body.job.protected_ref,
     };
-    let mut conn = state.db.acquire().await?;
     let fresh = db::FreshCreation {
         project_full_path: &project.full_path,
         environment: &environment,
         deployment: &new,
         agent: target.map(|t| (t.agent_project, t.agent_name)),
     };
-    if let Some(found) = db::check_fresh(&mut conn, &fresh).await? {
-        let outcome = match &target {
-            Some(target) => decide(&job, project.id, target, found),
-            None => no_kubernetes(),
-        };
-        let mut creation = Creation::requested(target.as_ref());
-        let row = match &outcome {
-            Outcome::Written(row) => Some(row),
-            Outcome::Refused(reason) => {
-                creation.reason = Some(reason.clone());
-                None
+    let mut lease = state.reads.acquire().await?;
+    match create_if_fresh(&mut lease, &fresh, &job, target.as_ref()).await {
+        Ok(Some(answer)) => return Ok(answer),
+        Ok(None) => drop(lease),
+        Err(e) => {
+            // The connection may be broken: closed, not lent again.
+            if matches!(e, Error::Unavailable(_)) {
+                lease.discard();
             }
-        };
-        if db::create_fresh(&mut conn, &fresh, &creation, row).await? {
-            return Ok(answer(d.id, &outcome));
+            return Err(e);
         }
     }
-    let mut tx = conn.begin().await?;
+    let mut tx = state.db.begin().await?;
     let answer = create_in_steps(&mut tx, &body, &environment, &new, &job, target.as_ref()).await?;
     tx.commit().await?;
     Ok(answer)
+}
+
+/// The fresh creation's two statements: the answer, or `None` when the creation is not
+/// fresh or something overtook it between them (nothing written then).
+async fn create_if_fresh(
+    conn: &mut PgConnection,
+    fresh: &db::FreshCreation<'_>,
+    job: &Job<'_>,
+    target: Option<&Target<'_>>,
+) -> Result<Option<Answer>> {
+    let Some(found) = db::check_fresh(conn, fresh).await? else {
+        return Ok(None);
+    };
+    let outcome = match target {
+        Some(target) => decide(job, fresh.environment.project_id, target, found),
+        None => no_kubernetes(),
+    };
+    let mut creation = Creation::requested(target);
+    let row = match &outcome {
+        Outcome::Written(row) => Some(row),
+        Outcome::Refused(reason) => {
+            creation.reason = Some(reason.clone());
+            None
+        }
+    };
+    let written = db::create_fresh(conn, fresh, &creation, row).await?;
+    Ok(written.then(|| answer(fresh.deployment.id, &outcome)))
 }
 
 /// A creation's steps in the caller's transaction: the claim (or the earlier answer), the
