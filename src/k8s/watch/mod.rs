@@ -56,8 +56,6 @@ pub use kind::{Change, KindChange, HANDOVER, PACK_AFTER};
 pub struct WatchSettings {
     /// A namespace unread this long stops its watches.
     pub idle: Duration,
-    /// How long a watch that follows a list stays on the list's connection ([`HANDOVER`]).
-    pub handover: Duration,
     /// The most objects held; past it the namespace read least recently is dropped.
     pub max_objects: usize,
     /// How long a `SubjectAccessReview` decision is reused.
@@ -98,7 +96,6 @@ impl Inner {
             client: self.client.clone(),
             streams: self.streams.clone(),
             circuit: self.circuit.clone(),
-            handover: self.settings.handover,
             fence: self.fence.clone(),
         }
     }
@@ -227,17 +224,17 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl WatchCache {
-    /// A cache whose lists and reviews go through `client`, and whose watch streams, but for
-    /// the one right after a list, go through `streams`: a client of the same cluster with a
-    /// connection pool of its own.
+    /// A cache whose lists and reviews go through `client`, and whose watch streams go
+    /// through `streams`: a client of the same cluster with a connection pool of its own.
     ///
     /// A connection's HTTP read buffer grows to the largest body it carried and is never
-    /// shrunk. A watch on a pooled connection that carried a list page would keep that page's
-    /// buffer for as long as it runs: 41 watches a namespace, ~1.6 MiB held for nothing
-    /// (BENCHMARKS.md). So the watch that follows a list runs on the list's connection only for
-    /// a moment ([`WatchSettings::handover`]: nothing to connect while a first view waits),
-    /// then the connection is closed, its buffer with it, and the watch resumes on the streams'
-    /// pool, whose connections only ever carry events.
+    /// shrunk. A watch on a connection that carried a list page would keep that page's buffer
+    /// for as long as it runs: 41 watches a namespace, ~1.6 MiB held for nothing
+    /// (BENCHMARKS.md). So no watch ever runs on a list's connection: the streams' connections
+    /// only carry events, and a list's connection goes back to `client`'s pool, where the next
+    /// lists (the next namespace's first view) find it open, and which closes it, its buffer
+    /// with it, once unused for a moment ([`crate::k8s::connection::client_builder`]: bounded
+    /// in time and number).
     pub fn new(
         client: kube::Client,
         streams: kube::Client,
