@@ -1117,6 +1117,52 @@ impl WatchCache {
         }))
     }
 
+    /// [`Self::stamp`] and the unselected [`Self::list_resource_group`] of `namespace` from one
+    /// preparation, for a view made of several namespaces' (a GitOps group,
+    /// [`crate::k8s::gitops`]): the watches this listing started send their first watch only
+    /// once the returned [`Held`] is dropped, when the whole view is answered, not while the
+    /// other namespaces' lists are still coming.
+    pub async fn stamped_listing(
+        &self,
+        discovery: &DiscoveryCache,
+        headers: &HeaderMap,
+        namespace: &str,
+        options: &FetchOptions,
+    ) -> Result<(Option<Stamp>, Listing, Held), FetchError> {
+        let Some(view) = self
+            .prepare(discovery, headers, namespace, "", options)
+            .await?
+        else {
+            let listing = fetch::list_resource_group(
+                &self.inner.client,
+                discovery,
+                headers,
+                namespace,
+                "",
+                options,
+            )
+            .await?;
+            return Ok((None, listing, Held { _done: None }));
+        };
+        // Taken before the objects are read, as [`Self::stamp`] is before its listing.
+        let stamp = (!view.unwatched).then(|| Stamp {
+            generation: view.namespace.generation.load(Ordering::Acquire),
+            discovery: view.discovered.generation,
+            refusals: view.refusals.clone(),
+            warning: view.warning.clone(),
+        });
+        let listing = self
+            .listing(&view, discovery, headers, namespace, "", options)
+            .await?;
+        Ok((
+            stamp,
+            listing,
+            Held {
+                _done: Some(view.done),
+            },
+        ))
+    }
+
     /// The generation of the cluster-scoped kinds' watches ([`CLUSTER_SCOPE`]), when any runs:
     /// it moves on after every change to any of them.
     pub fn cluster_generation(&self) -> Option<u64> {
@@ -1294,6 +1340,12 @@ impl Drop for ViewDone {
     fn drop(&mut self) {
         self.0.send_replace(true);
     }
+}
+
+/// Holds back, until dropped, the first watches of the kinds a listing started
+/// ([`WatchCache::stamped_listing`]).
+pub struct Held {
+    _done: Option<ViewDone>,
 }
 
 /// Assembles `listing` off the runtime's threads.
