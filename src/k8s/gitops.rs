@@ -255,6 +255,17 @@ async fn read_group(
         loaded.add_namespace(namespace, listing.selected.clone());
         listings.push(listing);
     }
+    // The other namespaces listed early (the sources' own, their inventories') are resolved
+    // over at once, rather than each round of nesting resolving every inventory entry again to
+    // learn it needs the next: those the group spans are taken into it below, the others
+    // dropped. More namespaces listed changes no lookup: an entry finds its own namespace's.
+    let mut preloaded = 0;
+    for (namespace, (listed, _, _)) in &early {
+        if let Ok(listing) = listed {
+            loaded.add_namespace(namespace, listing.selected.clone());
+            preloaded += 1;
+        }
+    }
     let mut resolution = Resolution::default();
     let mut cluster_read = 0;
     let mut group_versions_asked = 0;
@@ -270,7 +281,7 @@ async fn read_group(
         if needs.is_empty() {
             break;
         }
-        let room = MAX_NAMESPACES.saturating_sub(listings.len());
+        let room = MAX_NAMESPACES.saturating_sub(listings.len() + preloaded);
         let (wanted, dropped): (Vec<&String>, Vec<&String>) = {
             let all: Vec<&String> = needs.namespaces.iter().collect();
             let cut = all.len().min(room);
@@ -375,6 +386,14 @@ async fn read_group(
     }
     if !resolution.needs.is_empty() {
         warnings.push("Sources nest deeper than could be listed; some are not shown".into());
+    }
+    for namespace in &resolution.namespaces {
+        // Only listings that answered were resolved over; any other needed was taken above.
+        if let Some((Ok(listing), of_ns, hold)) = early.remove(namespace) {
+            held.extend(hold);
+            read.absorb(of_ns);
+            listings.push(listing);
+        }
     }
     let Resolution {
         objects: applied,
