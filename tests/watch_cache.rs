@@ -289,14 +289,10 @@ async fn a_first_views_lists_connections_serve_the_next_lists_and_no_watch() {
     // all at once; every one of them held long enough to be in flight beside the others.
     s.discovery.kinds().await.unwrap();
     s.api.set_latency(Duration::from_millis(100));
+    let (selector, options) = (label_selector(PROJECT, SLUG), options());
     let view = |namespace: &'static str| {
-        s.cache.list_resource_group(
-            &s.discovery,
-            &none,
-            namespace,
-            &label_selector(PROJECT, SLUG),
-            &options(),
-        )
+        s.cache
+            .list_resource_group(&s.discovery, &none, namespace, &selector, &options)
     };
     view(NS).await.unwrap();
     let opened = s.api.accepted();
