@@ -17,14 +17,16 @@
 //! - (a-floor) the very list requests (a) sent (and its GET), recorded once, replayed all at once by a plain
 //!   HTTP/1 client over already open connections, bodies read and not parsed. Alternating with
 //!   (a); the ratio is the median of the rounds' ratios (goal <= 2);
-//! - (a-pooled) the same first view, its client's pool holding as many open connections as it
-//!   sends lists (opened by as many `GET /version` at once, untimed, before it): (a) without
-//!   its connects, which a first view pays when the previous view's watches took their lists'
-//!   connections along (`HANDOVER`). Only to tell the connects' share of (a) from the rest;
+//! - (a-pooled) the same first view, its client's pool holding at least as many open
+//!   connections as it sends lists (opened by as many `GET /version` at once, untimed, before
+//!   it): (a) without any connect. (a) itself finds the previous round's lists' connections in
+//!   the pool (`connection::POOL_IDLE`), but for those its first round of lists did not need;
+//!   until session 20 the previous view's watches took them along;
 //! - (b) the warm view: the GraphQL query of the environment's `resourceGroup` through the
 //!   service's router (no socket), as a signed-in developer, from the synced watch cache;
 //!   p50 and p90 (goal p50 < 2 ms); (b-settled) the same views again once the cache's own
-//!   work after its first fill (packing its texts, its watches' start and handover) is over;
+//!   work after its first fill (packing its texts, its watches' start, its lists' connections
+//!   closed) is over;
 //! - (c) a revision change: the Kustomization's `status.lastAppliedRevision` moves on and it is
 //!   Ready, until the pull-based deployment of the new revision is recorded in PostgreSQL
 //!   (`pull::Watcher`, the table polled every 2 ms); p50 (goal < 1 s).
@@ -191,7 +193,6 @@ impl Bench {
     async fn cold(&self) -> (usize, WatchCache) {
         let settings = WatchSettings {
             idle: Duration::from_secs(600),
-            handover: HANDOVER,
             max_objects: 1_000_000,
             access_ttl: Duration::from_secs(60),
         };
@@ -260,8 +261,13 @@ async fn run(a: Args) {
         .await
         .expect("config");
     config.default_retry = false;
-    let client = kube::Client::try_from(config.clone()).expect("client");
-    let streams = kube::Client::try_from(config).expect("client");
+    // Over the service's bounded connection pools, as `serve` builds a cluster's clients.
+    let build = || {
+        envlens::k8s::connection::client_builder(&config)
+            .expect("client")
+            .build()
+    };
+    let (client, streams) = (build(), build());
     let discovery = DiscoveryCache::new(client.clone(), Duration::from_secs(3600));
     discovery.kinds().await.expect("discovery");
     let b = Bench {
@@ -381,8 +387,8 @@ async fn run(a: Args) {
         if p50 < Duration::from_millis(2) { "met" } else { "NOT met" }
     );
     // The views above follow the cache's first fill at once: its texts are packed
-    // `PACK_AFTER` it, its watches start after the first view and move to the streams'
-    // client at `HANDOVER`, all beside those views. The same views once that is over:
+    // `PACK_AFTER` it, its watches start after the first view, its lists' connections are
+    // closed by `HANDOVER`, all beside those views. The same views once that is over:
     tokio::time::sleep(HANDOVER + PACK_AFTER + Duration::from_secs(1)).await;
     let settled = warm_views().await;
     let p50 = quantile(&settled, 0.5);

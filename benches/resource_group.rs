@@ -213,8 +213,13 @@ async fn setup() -> (Bench, usize) {
         .await
         .expect("config");
     config.default_retry = false;
-    let client = kube::Client::try_from(config.clone()).expect("client");
-    let streams = kube::Client::try_from(config).expect("client");
+    // Over the service's bounded connection pools, as `serve` builds a cluster's clients.
+    let build = || {
+        envlens::k8s::connection::client_builder(&config)
+            .expect("client")
+            .build()
+    };
+    let (client, streams) = (build(), build());
     let discovery = DiscoveryCache::new(client.clone(), Duration::from_secs(300));
     let kinds = discovery.kinds().await.expect("discovery").kinds;
     assert_eq!(kinds.len(), 40, "namespaced listable kinds");
@@ -279,7 +284,6 @@ async fn measure_envlens(b: &Bench) -> group::ResourceGroup {
 async fn measure_cold(b: &Bench) -> (group::ResourceGroup, WatchCache) {
     let settings = WatchSettings {
         idle: Duration::from_secs(600),
-        handover: envlens::k8s::watch::HANDOVER,
         max_objects: 1_000_000,
         access_ttl: Duration::from_secs(60),
     };
@@ -817,7 +821,6 @@ async fn synced_cache_bytes(
         b.streams.clone(),
         WatchSettings {
             idle: Duration::from_secs(600),
-            handover: envlens::k8s::watch::HANDOVER,
             max_objects: 1_000_000,
             access_ttl: Duration::from_secs(5),
         },

@@ -20,7 +20,7 @@ use axum::http::HeaderMap;
 use super::discovery::{self, ApiKind, DiscoveryCache};
 use super::fetch::{self, encode, FetchError, FetchOptions};
 use super::observe::ForAgent;
-use super::watch::{Stamp, WatchCache};
+use super::watch::{Held, Stamp, WatchCache};
 use crate::gitops::resolve::{self, Loaded, Resolution};
 use crate::gitops::sync::{self, FluxSyncStatus};
 use crate::gitops::{helm, ObjRef};
@@ -241,16 +241,30 @@ async fn read_group(
     let mut listings: Vec<Listing> = Vec::new();
     let mut errors: Vec<ListError> = Vec::new();
     let mut warnings: Vec<String> = Vec::new();
+    // The watches the listings start are held back until the group is answered.
+    let mut held: Vec<Held> = Vec::new();
     let mut early = first_listings(reader, &kinds, sources, labels).await;
     for namespace in labels.iter().flat_map(|l| &l.namespaces) {
-        let (listed, of_ns) = match early.remove(namespace) {
+        let (listed, of_ns, hold) = match early.remove(namespace) {
             Some(listed) => listed,
             None => listed(reader, namespace).await,
         };
+        held.extend(hold);
         read.absorb(of_ns);
         let listing = listed?;
         loaded.add_namespace(namespace, listing.selected.clone());
         listings.push(listing);
+    }
+    // The other namespaces listed early (the sources' own, their inventories') are resolved
+    // over at once, rather than each round of nesting resolving every inventory entry again to
+    // learn it needs the next: those the group spans are taken into it below, the others
+    // dropped. More namespaces listed changes no lookup: an entry finds its own namespace's.
+    let mut preloaded = 0;
+    for (namespace, (listed, _, _)) in &early {
+        if let Ok(listing) = listed {
+            loaded.add_namespace(namespace, listing.selected.clone());
+            preloaded += 1;
+        }
     }
     let mut resolution = Resolution::default();
     let mut cluster_read = 0;
@@ -267,7 +281,7 @@ async fn read_group(
         if needs.is_empty() {
             break;
         }
-        let room = MAX_NAMESPACES.saturating_sub(listings.len());
+        let room = MAX_NAMESPACES.saturating_sub(listings.len() + preloaded);
         let (wanted, dropped): (Vec<&String>, Vec<&String>) = {
             let all: Vec<&String> = needs.namespaces.iter().collect();
             let cut = all.len().min(room);
@@ -297,7 +311,8 @@ async fn read_group(
         for early in taken {
             lists.extend(early.or_else(|| asked.next()));
         }
-        for (ns, (listed, of_ns)) in wanted.iter().zip(lists) {
+        for (ns, (listed, of_ns, hold)) in wanted.iter().zip(lists) {
+            held.extend(hold);
             read.absorb(of_ns);
             match listed {
                 Ok(listing) => {
@@ -372,6 +387,14 @@ async fn read_group(
     if !resolution.needs.is_empty() {
         warnings.push("Sources nest deeper than could be listed; some are not shown".into());
     }
+    for namespace in &resolution.namespaces {
+        // Only listings that answered were resolved over; any other needed was taken above.
+        if let Some((Ok(listing), of_ns, hold)) = early.remove(namespace) {
+            held.extend(hold);
+            read.absorb(of_ns);
+            listings.push(listing);
+        }
+    }
     let Resolution {
         objects: applied,
         applies,
@@ -428,11 +451,14 @@ async fn read_group(
         namespaces,
         sources: group_sources,
     };
+    // Answered: the namespaces' watches go on.
+    drop(held);
     Ok((grouped, read))
 }
 
-/// A namespace's listing ([`list_namespace`]) and what it was read from.
-type Listed = (Result<Listing, FetchError>, Read);
+/// A namespace's listing ([`list_namespace`]), what it was read from, and the hold on the
+/// first watches it started.
+type Listed = (Result<Listing, FetchError>, Read, Option<Held>);
 
 impl Read {
     /// What a namespace's own listing was read from, added.
@@ -444,8 +470,10 @@ impl Read {
 
 async fn listed(reader: &Reader<'_>, namespace: &str) -> Listed {
     let mut read = Read::default();
-    let listing = list_namespace(reader, namespace, &mut read).await;
-    (listing, read)
+    match list_namespace(reader, namespace, &mut read).await {
+        Ok((listing, held)) => (Ok(listing), read, Some(held)),
+        Err(e) => (Err(e), read, None),
+    }
 }
 
 /// The first view's listings, all started at once rather than round after round: the labels'
@@ -525,30 +553,21 @@ async fn hinted_namespaces(
 }
 
 /// Every object of `namespace`, from the watch cache (an empty selector selects them all),
-/// its stamp taken first into `read`.
+/// its stamp taken first into `read`; with the hold on the first watches it started.
 async fn list_namespace(
     reader: &Reader<'_>,
     namespace: &str,
     read: &mut Read,
-) -> Result<Listing, FetchError> {
-    let stamp = reader
+) -> Result<(Listing, Held), FetchError> {
+    let (stamp, listing, held) = reader
         .watch
-        .stamp(reader.discovery, reader.headers, namespace, reader.options)
+        .stamped_listing(reader.discovery, reader.headers, namespace, reader.options)
         .await?;
     match stamp {
         Some(stamp) => read.namespaces.push((namespace.to_owned(), stamp)),
         None => read.fresh = true,
     }
-    reader
-        .watch
-        .list_resource_group(
-            reader.discovery,
-            reader.headers,
-            namespace,
-            "",
-            reader.options,
-        )
-        .await
+    Ok((listing, held))
 }
 
 /// The listing to assemble: what the sources applied and what the labels select, then what
