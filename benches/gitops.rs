@@ -1,7 +1,7 @@
 //! A GitOps environment's resource group (SPEC 15) at scale, against the test Kubernetes API
 //! server with 5 ms of latency added to every request.
 //!
-//! `cargo bench --bench gitops [-- --iterations 10 --warm-iterations 200 --revisions 10]`
+//! `cargo bench --bench gitops [-- --iterations 10 --warm-iterations 200 --revisions 10] [--phases]`
 //!
 //! The cluster: Flux's and Argo CD's kinds, a Kustomization in `flux-system` whose inventory
 //! holds 2,000 objects in 5 namespaces (in each, 100 Deployments, Services, ConfigMaps and
@@ -31,6 +31,9 @@
 //!   Ready, until the pull-based deployment of the new revision is recorded in PostgreSQL
 //!   (`pull::Watcher`, the table polled every 2 ms); p50 (goal < 1 s).
 //!
+//! With `--phases`, (a)'s phases too (`fixtures/phases.rs`: the service's `gitops.*` and
+//! `watch.*` debug spans, recorded by a layer installed only then), medians over its rounds.
+//!
 //! The database is a private PostgreSQL started from the machine's binaries, as the tests do.
 
 /// The service's own allocator (`src/main.rs`), so that the process measured allocates as
@@ -40,6 +43,8 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[path = "fixtures/floor.rs"]
 mod floor;
+#[path = "fixtures/phases.rs"]
+mod phases;
 #[path = "fixtures/stats.rs"]
 mod stats;
 #[allow(dead_code)]
@@ -89,6 +94,7 @@ struct Args {
     iterations: usize,
     warm_iterations: usize,
     revisions: usize,
+    phases: bool,
 }
 
 fn args() -> Args {
@@ -96,6 +102,7 @@ fn args() -> Args {
         iterations: 10,
         warm_iterations: 200,
         revisions: 10,
+        phases: false,
     };
     let mut it = std::env::args().skip(1).filter(|a| a != "--bench");
     while let Some(flag) = it.next() {
@@ -104,6 +111,10 @@ fn args() -> Args {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or_else(|| panic!("{flag} takes a number"))
         };
+        if flag == "--phases" {
+            a.phases = true;
+            continue;
+        }
         match flag.as_str() {
             "--iterations" => a.iterations = value().max(8),
             "--warm-iterations" => a.warm_iterations = value(),
@@ -226,6 +237,16 @@ impl Bench {
     }
 }
 
+/// The process' minor page faults so far (memory first touched, the kernel zeroing it): those
+/// of a view are the allocator's fresh pages ([`envlens::allocator`]).
+fn minor_faults() -> i64 {
+    // SAFETY: `getrusage` writes the struct it is given, zeroed here.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid pointer to that struct.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    usage.ru_minflt
+}
+
 /// Fills `client`'s pool with `n` open connections: `n` requests at once, each on its own
 /// connection (the server's latency keeps them all in flight), then idle in the pool.
 async fn open_pooled(client: &kube::Client, n: usize) {
@@ -241,6 +262,8 @@ async fn open_pooled(client: &kube::Client, n: usize) {
 }
 
 fn main() {
+    // mimalloc's options as `serve` sets them (src/main.rs).
+    envlens::allocator::configure();
     let a = args();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -250,6 +273,9 @@ fn main() {
 }
 
 async fn run(a: Args) {
+    if a.phases {
+        phases::install();
+    }
     let api = KubeApi::new();
     api.set_recording(false);
     let entries = cluster(&api);
@@ -305,15 +331,23 @@ async fn run(a: Args) {
     );
     let (mut colds, mut floors, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
     let (mut pooled, mut pooled_ratios) = (Vec::new(), Vec::new());
+    let mut timelines = Vec::new();
+    let (mut cold_faults, mut floor_faults) = (Vec::new(), Vec::new());
     for _ in 0..a.iterations {
+        phases::clear();
+        let faults = minor_faults();
         let start = Instant::now();
         let (n, cache) = b.cold().await;
         let cold = start.elapsed();
+        cold_faults.push(minor_faults() - faults);
+        timelines.push(phases::take(start));
         drop(cache);
         assert_eq!(n, resources);
+        let faults = minor_faults();
         let start = Instant::now();
         measure_floor(&authority, &mut conns, &uris).await;
         let floor = start.elapsed();
+        floor_faults.push(minor_faults() - faults);
         colds.push(cold);
         floors.push(floor);
         ratios.push(cold.as_secs_f64() / floor.as_secs_f64());
@@ -351,6 +385,16 @@ async fn run(a: Args) {
         ms(median(pooled)),
         pooled_ratios[pooled_ratios.len() / 2]
     );
+    cold_faults.sort();
+    floor_faults.sort();
+    println!(
+        "page faults of the process (minor): (a) median {}, (a-floor) median {}",
+        cold_faults[cold_faults.len() / 2],
+        floor_faults[floor_faults.len() / 2]
+    );
+    if a.phases {
+        phases::report(&timelines);
+    }
 
     // (b) the warm view through the service.
     let history = "history:\n  settle_poll: 100ms\n  retry_backoff: 100ms\n  settle_timeout: 30s\n";

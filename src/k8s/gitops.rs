@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use async_graphql::futures_util::future::join_all;
 use axum::http::HeaderMap;
+use tracing::Instrument;
 
 use super::discovery::{self, ApiKind, DiscoveryCache};
 use super::fetch::{self, encode, FetchError, FetchOptions};
@@ -243,7 +244,9 @@ async fn read_group(
     let mut warnings: Vec<String> = Vec::new();
     // The watches the listings start are held back until the group is answered.
     let mut held: Vec<Held> = Vec::new();
-    let mut early = first_listings(reader, &kinds, sources, labels).await;
+    let mut early = first_listings(reader, &kinds, sources, labels)
+        .instrument(tracing::debug_span!("gitops.first_listings"))
+        .await;
     for namespace in labels.iter().flat_map(|l| &l.namespaces) {
         let (listed, of_ns, hold) = match early.remove(namespace) {
             Some(listed) => listed,
@@ -276,7 +279,8 @@ async fn read_group(
                 .find(|k| k.group == group && k.kind == kind)
                 .map(|k| k.namespaced)
         };
-        resolution = resolve::resolve(sources, &loaded, &namespaced);
+        resolution = tracing::debug_span!("gitops.resolve")
+            .in_scope(|| resolve::resolve(sources, &loaded, &namespaced));
         let needs = &resolution.needs;
         if needs.is_empty() {
             break;
@@ -433,12 +437,16 @@ async fn read_group(
         })
         .collect();
 
-    let listing = combine(listings, applied, labels, errors, warnings, &discovered);
+    let listing = tracing::debug_span!("gitops.combine")
+        .in_scope(|| combine(listings, applied, labels, errors, warnings, &discovered));
     let custom = custom.clone();
-    let mut group = tokio::task::spawn_blocking(move || group::assemble(listing, &custom))
-        .await
-        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
-    add_applies(&mut group, &applies);
+    let assembling = tracing::debug_span!("gitops.assemble");
+    let mut group = tokio::task::spawn_blocking(move || {
+        assembling.in_scope(|| group::assemble(listing, &custom))
+    })
+    .await
+    .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+    tracing::debug_span!("gitops.applies").in_scope(|| add_applies(&mut group, &applies));
     group.namespace = namespaces.first().cloned().unwrap_or_default();
     group.label_selector = labels.map(|l| l.selector.clone()).unwrap_or_default();
     if !group.resources.is_empty() {
@@ -497,7 +505,8 @@ async fn first_listings(
     }
     // Which namespaces are watched is asked before any listing starts watching its own.
     let watched = reader.watch.namespaces();
-    let first = join_all(known.iter().map(|ns| listed(reader, ns)));
+    let first = join_all(known.iter().map(|ns| listed(reader, ns)))
+        .instrument(tracing::debug_span!("gitops.known_lists"));
     let hinted = async {
         let room = MAX_NAMESPACES.saturating_sub(known.len());
         let hinted: Vec<String> = hinted_namespaces(reader, kinds, sources, &watched)
@@ -506,7 +515,9 @@ async fn first_listings(
             .filter(|ns| !known.contains(ns))
             .take(room)
             .collect();
-        let lists = join_all(hinted.iter().map(|ns| listed(reader, ns))).await;
+        let lists = join_all(hinted.iter().map(|ns| listed(reader, ns)))
+            .instrument(tracing::debug_span!("gitops.hinted_lists"))
+            .await;
         hinted.into_iter().zip(lists).collect::<Vec<_>>()
     };
     let (first, hinted) = async_graphql::futures_util::future::join(first, hinted).await;
@@ -531,7 +542,9 @@ async fn hinted_namespaces(
     if cold.is_empty() {
         return Vec::new();
     }
-    let got = join_all(cold.iter().map(|s| get_object(reader, kinds, s))).await;
+    let got = join_all(cold.iter().map(|s| get_object(reader, kinds, s)))
+        .instrument(tracing::debug_span!("gitops.source_get"))
+        .await;
     let mut by_namespace: HashMap<&str, Vec<Arc<Object>>> = HashMap::new();
     for (s, got) in cold.iter().zip(got) {
         if let (Some(ns), Ok(Some(object))) = (s.namespace.as_deref(), got) {
@@ -548,7 +561,8 @@ async fn hinted_namespaces(
             .find(|k| k.group == group && k.kind == kind)
             .map(|k| k.namespaced)
     };
-    let needs = resolve::resolve(sources, &loaded, &namespaced).needs;
+    let needs = tracing::debug_span!("gitops.hint_resolve")
+        .in_scope(|| resolve::resolve(sources, &loaded, &namespaced).needs);
     needs.namespaces.into_iter().collect()
 }
 
@@ -721,7 +735,8 @@ async fn get_object(
     match answer {
         Ok(body) => {
             let text = String::from_utf8_lossy(&body).into_owned().into_boxed_str();
-            Object::parse_text(text, &api_version, &r.kind)
+            tracing::debug_span!("gitops.source_parse")
+                .in_scope(|| Object::parse_text(text, &api_version, &r.kind))
                 .map(|o| Some(Arc::new(o)))
                 .map_err(|e| ListError {
                     api_version,

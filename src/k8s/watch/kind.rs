@@ -16,6 +16,7 @@ use http_body_util::BodyExt;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use tokio::sync::{broadcast, watch};
+use tracing::Instrument;
 
 use crate::k8s::circuit::Circuit;
 use crate::k8s::discovery::{self, ApiKind, Failure};
@@ -525,7 +526,9 @@ async fn list(
             None,
             Duration::from_secs(60),
         )
+        .instrument(tracing::debug_span!("watch.list_get"))
         .await?;
+        let parsing = tracing::debug_span!("watch.list_parse").entered();
         // One pass over the page: each item's kept fields and its text from the same scan, its
         // name read from the kept fields (`page::read`, as a fresh list reads its pages).
         let page = page::read::<page::Item>(&body).map_err(Failure::bad_body)?;
@@ -533,6 +536,7 @@ async fn list(
             let object = item.into_object(text, &api_version, &watch.kind.kind);
             fresh.replace(Named(Arc::new(object)));
         }
+        drop(parsing);
         version.get_or_insert(page.resource_version);
         match page.continue_token.filter(|t| !t.is_empty()) {
             Some(next) => token = Some(next),

@@ -33,6 +33,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use axum::http::{HeaderMap, HeaderValue};
+use tracing::Instrument;
 
 use crate::k8s::circuit::Circuit;
 use crate::k8s::discovery::{events_kind, ApiKind, Discovered, DiscoveryCache, Failure};
@@ -1131,6 +1132,7 @@ impl WatchCache {
     ) -> Result<(Option<Stamp>, Listing, Held), FetchError> {
         let Some(view) = self
             .prepare(discovery, headers, namespace, "", options)
+            .instrument(tracing::debug_span!("watch.prepare"))
             .await?
         else {
             let listing = fetch::list_resource_group(
@@ -1153,6 +1155,7 @@ impl WatchCache {
         });
         let listing = self
             .listing(&view, discovery, headers, namespace, "", options)
+            .instrument(tracing::debug_span!("watch.listing"))
             .await?;
         Ok((
             stamp,
