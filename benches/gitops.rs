@@ -1,7 +1,7 @@
 //! A GitOps environment's resource group (SPEC 15) at scale, against the test Kubernetes API
 //! server with 5 ms of latency added to every request.
 //!
-//! `cargo bench --bench gitops [-- --iterations 10 --warm-iterations 200 --revisions 10]`
+//! `cargo bench --bench gitops [-- --iterations 10 --warm-iterations 200 --revisions 10] [--phases]`
 //!
 //! The cluster: Flux's and Argo CD's kinds, a Kustomization in `flux-system` whose inventory
 //! holds 2,000 objects in 5 namespaces (in each, 100 Deployments, Services, ConfigMaps and
@@ -17,17 +17,22 @@
 //! - (a-floor) the very list requests (a) sent (and its GET), recorded once, replayed all at once by a plain
 //!   HTTP/1 client over already open connections, bodies read and not parsed. Alternating with
 //!   (a); the ratio is the median of the rounds' ratios (goal <= 2);
-//! - (a-pooled) the same first view, its client's pool holding as many open connections as it
-//!   sends lists (opened by as many `GET /version` at once, untimed, before it): (a) without
-//!   its connects, which a first view pays when the previous view's watches took their lists'
-//!   connections along (`HANDOVER`). Only to tell the connects' share of (a) from the rest;
+//! - (a-pooled) the same first view, its client's pool holding at least as many open
+//!   connections as it sends lists (opened by as many `GET /version` at once, untimed, before
+//!   it): (a) without any connect. (a) itself finds the previous round's lists' connections in
+//!   the pool (`connection::POOL_IDLE`), but for those its first round of lists did not need;
+//!   until session 20 the previous view's watches took them along;
 //! - (b) the warm view: the GraphQL query of the environment's `resourceGroup` through the
 //!   service's router (no socket), as a signed-in developer, from the synced watch cache;
 //!   p50 and p90 (goal p50 < 2 ms); (b-settled) the same views again once the cache's own
-//!   work after its first fill (packing its texts, its watches' start and handover) is over;
+//!   work after its first fill (packing its texts, its watches' start, its lists' connections
+//!   closed) is over;
 //! - (c) a revision change: the Kustomization's `status.lastAppliedRevision` moves on and it is
 //!   Ready, until the pull-based deployment of the new revision is recorded in PostgreSQL
 //!   (`pull::Watcher`, the table polled every 2 ms); p50 (goal < 1 s).
+//!
+//! With `--phases`, (a)'s phases too (`fixtures/phases.rs`: the service's `gitops.*` and
+//! `watch.*` debug spans, recorded by a layer installed only then), medians over its rounds.
 //!
 //! The database is a private PostgreSQL started from the machine's binaries, as the tests do.
 
@@ -38,6 +43,8 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[path = "fixtures/floor.rs"]
 mod floor;
+#[path = "fixtures/phases.rs"]
+mod phases;
 #[path = "fixtures/stats.rs"]
 mod stats;
 #[allow(dead_code)]
@@ -87,6 +94,7 @@ struct Args {
     iterations: usize,
     warm_iterations: usize,
     revisions: usize,
+    phases: bool,
 }
 
 fn args() -> Args {
@@ -94,6 +102,7 @@ fn args() -> Args {
         iterations: 10,
         warm_iterations: 200,
         revisions: 10,
+        phases: false,
     };
     let mut it = std::env::args().skip(1).filter(|a| a != "--bench");
     while let Some(flag) = it.next() {
@@ -102,6 +111,10 @@ fn args() -> Args {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or_else(|| panic!("{flag} takes a number"))
         };
+        if flag == "--phases" {
+            a.phases = true;
+            continue;
+        }
         match flag.as_str() {
             "--iterations" => a.iterations = value().max(8),
             "--warm-iterations" => a.warm_iterations = value(),
@@ -191,7 +204,6 @@ impl Bench {
     async fn cold(&self) -> (usize, WatchCache) {
         let settings = WatchSettings {
             idle: Duration::from_secs(600),
-            handover: HANDOVER,
             max_objects: 1_000_000,
             access_ttl: Duration::from_secs(60),
         };
@@ -225,6 +237,16 @@ impl Bench {
     }
 }
 
+/// The process' minor page faults so far (memory first touched, the kernel zeroing it): those
+/// of a view are the allocator's fresh pages ([`envlens::allocator`]).
+fn minor_faults() -> i64 {
+    // SAFETY: `getrusage` writes the struct it is given, zeroed here.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid pointer to that struct.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    usage.ru_minflt
+}
+
 /// Fills `client`'s pool with `n` open connections: `n` requests at once, each on its own
 /// connection (the server's latency keeps them all in flight), then idle in the pool.
 async fn open_pooled(client: &kube::Client, n: usize) {
@@ -240,6 +262,8 @@ async fn open_pooled(client: &kube::Client, n: usize) {
 }
 
 fn main() {
+    // mimalloc's options as `serve` sets them (src/main.rs).
+    envlens::allocator::configure();
     let a = args();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -249,6 +273,9 @@ fn main() {
 }
 
 async fn run(a: Args) {
+    if a.phases {
+        phases::install();
+    }
     let api = KubeApi::new();
     api.set_recording(false);
     let entries = cluster(&api);
@@ -260,8 +287,13 @@ async fn run(a: Args) {
         .await
         .expect("config");
     config.default_retry = false;
-    let client = kube::Client::try_from(config.clone()).expect("client");
-    let streams = kube::Client::try_from(config).expect("client");
+    // Over the service's bounded connection pools, as `serve` builds a cluster's clients.
+    let build = || {
+        envlens::k8s::connection::client_builder(&config)
+            .expect("client")
+            .build()
+    };
+    let (client, streams) = (build(), build());
     let discovery = DiscoveryCache::new(client.clone(), Duration::from_secs(3600));
     discovery.kinds().await.expect("discovery");
     let b = Bench {
@@ -299,15 +331,23 @@ async fn run(a: Args) {
     );
     let (mut colds, mut floors, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
     let (mut pooled, mut pooled_ratios) = (Vec::new(), Vec::new());
+    let mut timelines = Vec::new();
+    let (mut cold_faults, mut floor_faults) = (Vec::new(), Vec::new());
     for _ in 0..a.iterations {
+        phases::clear();
+        let faults = minor_faults();
         let start = Instant::now();
         let (n, cache) = b.cold().await;
         let cold = start.elapsed();
+        cold_faults.push(minor_faults() - faults);
+        timelines.push(phases::take(start));
         drop(cache);
         assert_eq!(n, resources);
+        let faults = minor_faults();
         let start = Instant::now();
         measure_floor(&authority, &mut conns, &uris).await;
         let floor = start.elapsed();
+        floor_faults.push(minor_faults() - faults);
         colds.push(cold);
         floors.push(floor);
         ratios.push(cold.as_secs_f64() / floor.as_secs_f64());
@@ -345,6 +385,16 @@ async fn run(a: Args) {
         ms(median(pooled)),
         pooled_ratios[pooled_ratios.len() / 2]
     );
+    cold_faults.sort();
+    floor_faults.sort();
+    println!(
+        "page faults of the process (minor): (a) median {}, (a-floor) median {}",
+        cold_faults[cold_faults.len() / 2],
+        floor_faults[floor_faults.len() / 2]
+    );
+    if a.phases {
+        phases::report(&timelines);
+    }
 
     // (b) the warm view through the service.
     let history = "history:\n  settle_poll: 100ms\n  retry_backoff: 100ms\n  settle_timeout: 30s\n";
@@ -381,8 +431,8 @@ async fn run(a: Args) {
         if p50 < Duration::from_millis(2) { "met" } else { "NOT met" }
     );
     // The views above follow the cache's first fill at once: its texts are packed
-    // `PACK_AFTER` it, its watches start after the first view and move to the streams'
-    // client at `HANDOVER`, all beside those views. The same views once that is over:
+    // `PACK_AFTER` it, its watches start after the first view, its lists' connections are
+    // closed by `HANDOVER`, all beside those views. The same views once that is over:
     tokio::time::sleep(HANDOVER + PACK_AFTER + Duration::from_secs(1)).await;
     let settled = warm_views().await;
     let p50 = quantile(&settled, 0.5);

@@ -1,6 +1,7 @@
 //! envlens: which cluster agent and namespace each GitLab deployment went to, and the live
 //! Kubernetes resources behind an environment. `ARCHITECTURE.md` maps the modules.
 
+pub mod allocator;
 pub mod auth;
 pub mod cli;
 pub mod config;

@@ -12,9 +12,9 @@ extern "C" {
 }
 
 /// Gives back to the system, every few seconds, the memory mimalloc holds free. It returns
-/// freed pages after a delay (a second), but only when a thread calls into it: once a burst of
-/// requests ends, the runtime's threads sleep and what the burst freed stayed resident (250 MB
-/// after the issue 22 probes). One call from a thread of its own purges what is due.
+/// freed pages after a delay ([`envlens::allocator::PURGE_DELAY_MS`]), but only when a thread
+/// calls into it: once a burst of requests ends, the runtime's threads sleep and what the
+/// burst freed stayed resident (250 MB after the issue 22 probes). One call from a thread of its own purges what is due.
 fn return_freed_memory() {
     let _ = std::thread::Builder::new()
         .name("mi-collect".into())
@@ -54,6 +54,7 @@ fn collect_own_heap() {
 }
 
 fn main() -> ExitCode {
+    envlens::allocator::configure();
     return_freed_memory();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

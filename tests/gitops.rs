@@ -710,3 +710,126 @@ async fn an_argo_application_bound_by_a_maintainer_and_a_nested_kustomization_ac
         "{child}"
     );
 }
+
+/// A first GitOps view lists every namespace of its group before any of their watches goes:
+/// none is sent while its slowest list (green's Services, held [`HELD`]) is still coming, the
+/// other namespaces long listed, and then every namespace's is.
+#[tokio::test]
+async fn a_first_gitops_views_watches_wait_for_the_whole_view() {
+    use std::sync::Arc;
+
+    use axum::http::HeaderMap;
+    use envlens::gitops::ObjRef;
+    use envlens::k8s::fetch::FetchOptions;
+    use envlens::k8s::gitops::{self, LabelsSource, Reader};
+
+    use crate::support::kube_api::Fault;
+    use crate::support::reach::Reached;
+
+    const HELD: Duration = Duration::from_secs(5);
+    let (api, served, _dir) = cluster().await;
+    api.insert(kustomization(
+        "flux-system",
+        "apps",
+        &[
+            ("blue_web_apps_Deployment", "v1"),
+            ("green_web__Service", "v1"),
+        ],
+        ready("True", "ReconciliationSucceeded"),
+    ));
+    api.insert(deployment("blue", "web", "uid-blue-web"));
+    api.insert(json!({"apiVersion": "v1", "kind": "Service", "metadata": meta("green", "web", "uid-green-svc", json!({})),
+        "spec": {"selector": {"app": "web"}}}));
+    let reached = Reached::new(
+        Reach::Kubeconfig,
+        &served,
+        &[("7", 7)],
+        environment::AGENTS_PROJECT,
+    )
+    .await;
+    let settings = envlens::config::file::Settings::parse(&reached.config("", "")).unwrap();
+    let cluster = crate::support::clusters(&settings)
+        .await
+        .for_agent(7, "acme/agents", "prod")
+        .await
+        .unwrap();
+    cluster.discovery.kinds().await.unwrap();
+    api.fault(|r| {
+        (r.verb == "list" && r.resource == "services" && r.namespace.as_deref() == Some("green"))
+            .then_some(Fault::Delay(HELD))
+    });
+    let view = tokio::spawn(async move {
+        let (headers, options) = (HeaderMap::new(), FetchOptions::default());
+        let reader = Reader {
+            watch: &cluster.watch,
+            memo: &cluster.gitops,
+            client: &cluster.client,
+            discovery: &cluster.discovery,
+            headers: &headers,
+            options: &options,
+        };
+        let source = ObjRef {
+            group: "kustomize.toolkit.fluxcd.io".into(),
+            version: Some("v1".into()),
+            kind: "Kustomization".into(),
+            namespace: Some("flux-system".into()),
+            name: "apps".into(),
+        };
+        let labels = LabelsSource {
+            namespaces: vec![NS.to_owned()],
+            selector: "app=none".into(),
+        };
+        let grouped = gitops::resource_group(&reader, &[source], Some(&labels), &Arc::default())
+            .await
+            .unwrap();
+        (grouped.group.resources.len(), cluster)
+    });
+    let lists_in = |ns: &str| {
+        api.requests()
+            .iter()
+            .filter(|r| r.path.contains(&format!("/namespaces/{ns}/")))
+            .filter(|r| r.query_param("watch").is_none())
+            .count()
+    };
+    let watches = || {
+        api.requests()
+            .iter()
+            .filter(|r| r.query_param("watch").is_some())
+            .map(|r| r.path.clone())
+            .collect::<Vec<_>>()
+    };
+    // Green's Services are held; blue's, flux-system's and the labels' namespace's every kind
+    // listed meanwhile, and a moment more: a watch of theirs sent early would be in by now.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while lists_in("green") < 10
+        || [NS, "flux-system", "blue"]
+            .iter()
+            .any(|ns| lists_in(ns) < lists_in("green"))
+    {
+        assert!(std::time::Instant::now() < deadline, "never listed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let early = watches();
+    assert!(!view.is_finished(), "the view waits for green's Services");
+    assert_eq!(
+        early,
+        Vec::<String>::new(),
+        "watches sent before the view's answer"
+    );
+    let (resources, _cluster) = view.await.unwrap();
+    assert!(resources >= 3, "{resources} resources");
+    // Then every namespace's watches go.
+    while [NS, "flux-system", "blue", "green"].iter().any(|ns| {
+        !watches()
+            .iter()
+            .any(|p| p.contains(&format!("/namespaces/{ns}/")))
+    }) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never watched: {:?}",
+            watches()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -23,7 +23,10 @@ pub fn parse_id(id: &str) -> Result<ObjRef, IdError> {
     let (namespace, rest) = id.split_once('_').ok_or_else(fields)?;
     let (rest, kind) = rest.rsplit_once('_').ok_or_else(fields)?;
     let (name, group) = rest.rsplit_once('_').ok_or_else(fields)?;
-    let name = name.replace("__", ":");
+    let name = match name.contains("__") {
+        true => name.replace("__", ":"),
+        false => name.to_owned(),
+    };
     if name.contains('_') {
         return Err(IdError::TooMany(rest.to_owned()));
     }

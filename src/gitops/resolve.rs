@@ -168,7 +168,9 @@ fn uid(o: &Object) -> &str {
 
 impl Walk<'_> {
     fn namespace_seen(&mut self, ns: &str) {
-        if self.seen_namespaces.insert(ns.to_owned()) {
+        // Asked before copied: an inventory names its few namespaces thousands of times.
+        if !self.seen_namespaces.contains(ns) {
+            self.seen_namespaces.insert(ns.to_owned());
             self.out.namespaces.push(ns.to_owned());
         }
     }

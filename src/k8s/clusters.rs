@@ -315,7 +315,6 @@ impl Clusters {
 fn watch_settings(settings: &KubernetesSettings) -> WatchSettings {
     WatchSettings {
         idle: settings.cache_idle,
-        handover: crate::k8s::watch::HANDOVER,
         max_objects: settings.cache_max_objects,
         access_ttl: settings.access_cache,
     }
@@ -380,7 +379,7 @@ async fn connect(
     };
     let condition = Condition::new(agent, kind, metrics.clone());
     let build = |config: kube::Config| -> anyhow::Result<kube::Client> {
-        Ok(kube::client::ClientBuilder::try_from(config)
+        Ok(crate::k8s::connection::client_builder(&config)
             .context("cannot build the Kubernetes client")?
             .with_layer(&RecordLayer {
                 condition: condition.clone(),

@@ -1,16 +1,18 @@
 //! How an agent's connection did when last used (SPEC 14's `AgentConnection.status`): each
 //! cluster's client records the outcome of its requests in its [`Condition`], and a change is
 //! logged once, so that an operator sees an agent drop or come back without reading every
-//! request's line.
+//! request's line. And the clients of a cluster reached directly, over a connection pool
+//! bounded in time and number ([`client_builder`]).
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use axum::http::{Request, Response};
 use chrono::{DateTime, Utc};
-use tower::{Layer, Service};
+use tower::{BoxError, Layer, Service, ServiceBuilder, ServiceExt as _};
 
 use crate::k8s::circuit::Circuit;
 use crate::k8s::clusters::ConnectionKind;
@@ -151,6 +153,90 @@ impl Condition {
     }
 }
 
+/// How long a cluster client's pool keeps a connection nobody uses. A connection's HTTP read
+/// buffer grows to the largest body it carried and is never shrunk: a connection left pooled
+/// after a list keeps that list's buffer (up to some 400 KiB) for as long as it is kept. Long
+/// enough for the lists of one view to find the connections of the view before it (a first view
+/// of a GitOps group lists its inventory's namespaces a round trip after its own), short
+/// enough that what a burst of lists opened is closed a moment after it.
+pub const POOL_IDLE: Duration = Duration::from_secs(5);
+
+/// The most unused connections a cluster client's pool keeps; more are closed as they come
+/// back. Above the lists a first view sends at once (some 200 for a GitOps group of seven
+/// namespaces), so that the next view finds them.
+pub const POOL_MAX_IDLE: usize = 256;
+
+/// kube's client stack for `config` (its TLS, authentication, address, extra headers and
+/// timeouts) over a connection pool that keeps an unused connection [`POOL_IDLE`], at most
+/// [`POOL_MAX_IDLE`] of them, and closes them then: kube's own pool keeps every connection until
+/// a request finds it expired, however long that takes. Without kube's retry layer (a cluster's
+/// 429 and 503 are the caller's: `config.default_retry` is refused) and its debug spans.
+pub fn client_builder(
+    config: &kube::Config,
+) -> anyhow::Result<kube::client::ClientBuilder<ClusterService>> {
+    pooled(config, POOL_IDLE)
+}
+
+/// [`client_builder`], keeping an unused connection `idle`.
+fn pooled(
+    config: &kube::Config,
+    idle: Duration,
+) -> anyhow::Result<kube::client::ClientBuilder<ClusterService>> {
+    use anyhow::Context as _;
+    use kube::client::ConfigExt as _;
+    anyhow::ensure!(
+        !config.default_retry,
+        "the cluster's client does not retry: default_retry must be off"
+    );
+    anyhow::ensure!(
+        config.proxy_url.is_none(),
+        "a proxy between envlens and the cluster is not supported"
+    );
+    let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
+    http.enforce_http(false);
+    let https = config
+        .rustls_https_connector_with_connector(http)
+        .context("cannot set up TLS for the cluster")?;
+    let mut connector = hyper_timeout::TimeoutConnector::new(https);
+    connector.set_connect_timeout(config.connect_timeout);
+    connector.set_read_timeout(config.read_timeout);
+    connector.set_write_timeout(config.write_timeout);
+    connector.set_reset_reader_on_write(config.reset_reader_on_write);
+    let pool = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .pool_timer(hyper_util::rt::TokioTimer::new())
+        .pool_idle_timeout(idle)
+        .pool_max_idle_per_host(POOL_MAX_IDLE)
+        .build::<_, kube::client::Body>(connector);
+    let service = ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .option_layer(config.auth_layer().context("the cluster's credentials")?)
+        .layer(
+            config
+                .extra_headers_layer()
+                .context("the cluster's extra headers")?,
+        )
+        .map_err(BoxError::from)
+        .service(pool)
+        .map_response(|response| {
+            response.map(|body| {
+                Box::new(http_body_util::BodyExt::map_err(body, BoxError::from))
+                    as Box<kube::client::DynBody>
+            })
+        })
+        .boxed();
+    Ok(kube::client::ClientBuilder::new(
+        service,
+        config.default_namespace.clone(),
+    ))
+}
+
+/// The service under a cluster's [`kube::Client`] ([`client_builder`]).
+pub type ClusterService = tower::util::BoxService<
+    Request<kube::client::Body>,
+    Response<Box<kube::client::DynBody>>,
+    BoxError,
+>;
+
 /// Records each answer of a cluster reached directly (a kubeconfig context, the pod's account):
 /// any answer is [`ConnectionStatus::Connected`], no answer [`ConnectionStatus::Unreachable`].
 #[derive(Clone)]
@@ -206,6 +292,62 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A cluster's client takes a connection back into its pool for the next request, and
+    /// closes it once unused for the pool's idle time (kube's own pool keeps it until a
+    /// request finds it expired).
+    #[tokio::test]
+    async fn the_pool_reuses_a_connection_and_closes_it_once_idle() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (accepted, closed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let (a, c) = (accepted.clone(), closed.clone());
+        tokio::spawn(async move {
+            loop {
+                let (mut tcp, _) = listener.accept().await.unwrap();
+                a.fetch_add(1, Ordering::SeqCst);
+                let c = c.clone();
+                tokio::spawn(async move {
+                    let mut buffer = [0u8; 4096];
+                    // Each read a whole request (a GET with no body): answer it, keep-alive.
+                    while let Ok(n) = tcp.read(&mut buffer).await {
+                        if n == 0 {
+                            break;
+                        }
+                        let body = r#"{"major":"1","minor":"30"}"#;
+                        let answer = format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                            body.len()
+                        );
+                        if tcp.write_all(answer.as_bytes()).await.is_err() {
+                            break;
+                        }
+                    }
+                    c.fetch_add(1, Ordering::SeqCst);
+                });
+            }
+        });
+        let mut config = kube::Config::new(format!("http://{addr}").parse().unwrap());
+        config.default_retry = false;
+        let client = pooled(&config, Duration::from_millis(200)).unwrap().build();
+        for _ in 0..3 {
+            let request = Request::get("/version").body(Vec::new()).unwrap();
+            client.request_text(request).await.unwrap();
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 1, "one connection, reused");
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while closed.load(Ordering::SeqCst) == 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the idle connection was never closed"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // The client itself is still there: only its unused connection went.
+        drop(client);
+    }
 
     #[test]
     fn keeps_the_last_outcome() {

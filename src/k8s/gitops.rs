@@ -16,11 +16,12 @@ use std::sync::{Arc, Mutex};
 
 use async_graphql::futures_util::future::join_all;
 use axum::http::HeaderMap;
+use tracing::Instrument;
 
 use super::discovery::{self, ApiKind, DiscoveryCache};
 use super::fetch::{self, encode, FetchError, FetchOptions};
 use super::observe::ForAgent;
-use super::watch::{Stamp, WatchCache};
+use super::watch::{Held, Stamp, WatchCache};
 use crate::gitops::resolve::{self, Loaded, Resolution};
 use crate::gitops::sync::{self, FluxSyncStatus};
 use crate::gitops::{helm, ObjRef};
@@ -241,16 +242,32 @@ async fn read_group(
     let mut listings: Vec<Listing> = Vec::new();
     let mut errors: Vec<ListError> = Vec::new();
     let mut warnings: Vec<String> = Vec::new();
-    let mut early = first_listings(reader, &kinds, sources, labels).await;
+    // The watches the listings start are held back until the group is answered.
+    let mut held: Vec<Held> = Vec::new();
+    let mut early = first_listings(reader, &kinds, sources, labels)
+        .instrument(tracing::debug_span!("gitops.first_listings"))
+        .await;
     for namespace in labels.iter().flat_map(|l| &l.namespaces) {
-        let (listed, of_ns) = match early.remove(namespace) {
+        let (listed, of_ns, hold) = match early.remove(namespace) {
             Some(listed) => listed,
             None => listed(reader, namespace).await,
         };
+        held.extend(hold);
         read.absorb(of_ns);
         let listing = listed?;
         loaded.add_namespace(namespace, listing.selected.clone());
         listings.push(listing);
+    }
+    // The other namespaces listed early (the sources' own, their inventories') are resolved
+    // over at once, rather than each round of nesting resolving every inventory entry again to
+    // learn it needs the next: those the group spans are taken into it below, the others
+    // dropped. More namespaces listed changes no lookup: an entry finds its own namespace's.
+    let mut preloaded = 0;
+    for (namespace, (listed, _, _)) in &early {
+        if let Ok(listing) = listed {
+            loaded.add_namespace(namespace, listing.selected.clone());
+            preloaded += 1;
+        }
     }
     let mut resolution = Resolution::default();
     let mut cluster_read = 0;
@@ -262,12 +279,13 @@ async fn read_group(
                 .find(|k| k.group == group && k.kind == kind)
                 .map(|k| k.namespaced)
         };
-        resolution = resolve::resolve(sources, &loaded, &namespaced);
+        resolution = tracing::debug_span!("gitops.resolve")
+            .in_scope(|| resolve::resolve(sources, &loaded, &namespaced));
         let needs = &resolution.needs;
         if needs.is_empty() {
             break;
         }
-        let room = MAX_NAMESPACES.saturating_sub(listings.len());
+        let room = MAX_NAMESPACES.saturating_sub(listings.len() + preloaded);
         let (wanted, dropped): (Vec<&String>, Vec<&String>) = {
             let all: Vec<&String> = needs.namespaces.iter().collect();
             let cut = all.len().min(room);
@@ -297,7 +315,8 @@ async fn read_group(
         for early in taken {
             lists.extend(early.or_else(|| asked.next()));
         }
-        for (ns, (listed, of_ns)) in wanted.iter().zip(lists) {
+        for (ns, (listed, of_ns, hold)) in wanted.iter().zip(lists) {
+            held.extend(hold);
             read.absorb(of_ns);
             match listed {
                 Ok(listing) => {
@@ -372,6 +391,14 @@ async fn read_group(
     if !resolution.needs.is_empty() {
         warnings.push("Sources nest deeper than could be listed; some are not shown".into());
     }
+    for namespace in &resolution.namespaces {
+        // Only listings that answered were resolved over; any other needed was taken above.
+        if let Some((Ok(listing), of_ns, hold)) = early.remove(namespace) {
+            held.extend(hold);
+            read.absorb(of_ns);
+            listings.push(listing);
+        }
+    }
     let Resolution {
         objects: applied,
         applies,
@@ -410,12 +437,16 @@ async fn read_group(
         })
         .collect();
 
-    let listing = combine(listings, applied, labels, errors, warnings, &discovered);
+    let listing = tracing::debug_span!("gitops.combine")
+        .in_scope(|| combine(listings, applied, labels, errors, warnings, &discovered));
     let custom = custom.clone();
-    let mut group = tokio::task::spawn_blocking(move || group::assemble(listing, &custom))
-        .await
-        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
-    add_applies(&mut group, &applies);
+    let assembling = tracing::debug_span!("gitops.assemble");
+    let mut group = tokio::task::spawn_blocking(move || {
+        assembling.in_scope(|| group::assemble(listing, &custom))
+    })
+    .await
+    .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+    tracing::debug_span!("gitops.applies").in_scope(|| add_applies(&mut group, &applies));
     group.namespace = namespaces.first().cloned().unwrap_or_default();
     group.label_selector = labels.map(|l| l.selector.clone()).unwrap_or_default();
     if !group.resources.is_empty() {
@@ -428,11 +459,14 @@ async fn read_group(
         namespaces,
         sources: group_sources,
     };
+    // Answered: the namespaces' watches go on.
+    drop(held);
     Ok((grouped, read))
 }
 
-/// A namespace's listing ([`list_namespace`]) and what it was read from.
-type Listed = (Result<Listing, FetchError>, Read);
+/// A namespace's listing ([`list_namespace`]), what it was read from, and the hold on the
+/// first watches it started.
+type Listed = (Result<Listing, FetchError>, Read, Option<Held>);
 
 impl Read {
     /// What a namespace's own listing was read from, added.
@@ -444,8 +478,10 @@ impl Read {
 
 async fn listed(reader: &Reader<'_>, namespace: &str) -> Listed {
     let mut read = Read::default();
-    let listing = list_namespace(reader, namespace, &mut read).await;
-    (listing, read)
+    match list_namespace(reader, namespace, &mut read).await {
+        Ok((listing, held)) => (Ok(listing), read, Some(held)),
+        Err(e) => (Err(e), read, None),
+    }
 }
 
 /// The first view's listings, all started at once rather than round after round: the labels'
@@ -469,7 +505,8 @@ async fn first_listings(
     }
     // Which namespaces are watched is asked before any listing starts watching its own.
     let watched = reader.watch.namespaces();
-    let first = join_all(known.iter().map(|ns| listed(reader, ns)));
+    let first = join_all(known.iter().map(|ns| listed(reader, ns)))
+        .instrument(tracing::debug_span!("gitops.known_lists"));
     let hinted = async {
         let room = MAX_NAMESPACES.saturating_sub(known.len());
         let hinted: Vec<String> = hinted_namespaces(reader, kinds, sources, &watched)
@@ -478,7 +515,9 @@ async fn first_listings(
             .filter(|ns| !known.contains(ns))
             .take(room)
             .collect();
-        let lists = join_all(hinted.iter().map(|ns| listed(reader, ns))).await;
+        let lists = join_all(hinted.iter().map(|ns| listed(reader, ns)))
+            .instrument(tracing::debug_span!("gitops.hinted_lists"))
+            .await;
         hinted.into_iter().zip(lists).collect::<Vec<_>>()
     };
     let (first, hinted) = async_graphql::futures_util::future::join(first, hinted).await;
@@ -503,7 +542,9 @@ async fn hinted_namespaces(
     if cold.is_empty() {
         return Vec::new();
     }
-    let got = join_all(cold.iter().map(|s| get_object(reader, kinds, s))).await;
+    let got = join_all(cold.iter().map(|s| get_object(reader, kinds, s)))
+        .instrument(tracing::debug_span!("gitops.source_get"))
+        .await;
     let mut by_namespace: HashMap<&str, Vec<Arc<Object>>> = HashMap::new();
     for (s, got) in cold.iter().zip(got) {
         if let (Some(ns), Ok(Some(object))) = (s.namespace.as_deref(), got) {
@@ -520,35 +561,27 @@ async fn hinted_namespaces(
             .find(|k| k.group == group && k.kind == kind)
             .map(|k| k.namespaced)
     };
-    let needs = resolve::resolve(sources, &loaded, &namespaced).needs;
+    let needs = tracing::debug_span!("gitops.hint_resolve")
+        .in_scope(|| resolve::resolve(sources, &loaded, &namespaced).needs);
     needs.namespaces.into_iter().collect()
 }
 
 /// Every object of `namespace`, from the watch cache (an empty selector selects them all),
-/// its stamp taken first into `read`.
+/// its stamp taken first into `read`; with the hold on the first watches it started.
 async fn list_namespace(
     reader: &Reader<'_>,
     namespace: &str,
     read: &mut Read,
-) -> Result<Listing, FetchError> {
-    let stamp = reader
+) -> Result<(Listing, Held), FetchError> {
+    let (stamp, listing, held) = reader
         .watch
-        .stamp(reader.discovery, reader.headers, namespace, reader.options)
+        .stamped_listing(reader.discovery, reader.headers, namespace, reader.options)
         .await?;
     match stamp {
         Some(stamp) => read.namespaces.push((namespace.to_owned(), stamp)),
         None => read.fresh = true,
     }
-    reader
-        .watch
-        .list_resource_group(
-            reader.discovery,
-            reader.headers,
-            namespace,
-            "",
-            reader.options,
-        )
-        .await
+    Ok((listing, held))
 }
 
 /// The listing to assemble: what the sources applied and what the labels select, then what
@@ -702,7 +735,8 @@ async fn get_object(
     match answer {
         Ok(body) => {
             let text = String::from_utf8_lossy(&body).into_owned().into_boxed_str();
-            Object::parse_text(text, &api_version, &r.kind)
+            tracing::debug_span!("gitops.source_parse")
+                .in_scope(|| Object::parse_text(text, &api_version, &r.kind))
                 .map(|o| Some(Arc::new(o)))
                 .map_err(|e| ListError {
                     api_version,

@@ -11,7 +11,7 @@ use envlens::k8s::circuit::Circuit;
 use envlens::k8s::discovery::DiscoveryCache;
 use envlens::k8s::fetch::FetchOptions;
 use envlens::k8s::watch::fence::Fence;
-use envlens::k8s::watch::{WatchCache, WatchSettings, HANDOVER};
+use envlens::k8s::watch::{WatchCache, WatchSettings};
 use envlens::resources::group::label_selector;
 use envlens::telemetry::Metrics;
 
@@ -56,7 +56,6 @@ async fn a_connection_is_watched_only_while_its_fence_is_held() {
     let fence = Fence::released();
     let settings = WatchSettings {
         idle: Duration::from_secs(600),
-        handover: HANDOVER,
         max_objects: 100_000,
         access_ttl: Duration::from_secs(5),
     };

@@ -16,6 +16,7 @@ use http_body_util::BodyExt;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use tokio::sync::{broadcast, watch};
+use tracing::Instrument;
 
 use crate::k8s::circuit::Circuit;
 use crate::k8s::discovery::{self, ApiKind, Failure};
@@ -380,13 +381,13 @@ enum Ended {
     Failed(Failure),
 }
 
-/// How a kind's watch reaches the cluster: lists through `client`, and watches through it only
-/// for the `handover` after a list, then through `streams` ([`super::WatchCache::new`]).
+/// How a kind's watch reaches the cluster: lists through `client`, whose pool takes each
+/// list's connection back for the next request, and watches through `streams`, whose
+/// connections only ever carry events ([`super::WatchCache::new`]).
 pub(crate) struct Route {
     pub client: kube::Client,
     pub streams: kube::Client,
     pub circuit: Circuit,
-    pub handover: Duration,
     /// This replica's hold of the connection: the watch ends when it is lost.
     pub fence: super::fence::Fence,
 }
@@ -428,7 +429,6 @@ async fn run(
     // kept when the relist cannot be answered.
     let mut refused = false;
     let mut backoff = BACKOFF_START;
-    let mut after_list = false;
     loop {
         let Some(this) = watch.upgrade() else { return };
         if version.is_none() {
@@ -438,7 +438,6 @@ async fn run(
                 Ok(rv) => {
                     version = Some(rv);
                     refused = false;
-                    after_list = true;
                     this.set_stale(None);
                     this.set_phase(Phase::Synced);
                     tokio::spawn(pack_later(Arc::downgrade(&this)));
@@ -469,15 +468,7 @@ async fn run(
             // which starts from the list's version.
             let _ = view.wait_for(|done| *done).await;
         }
-        let (via, until) = if std::mem::take(&mut after_list) {
-            (
-                &route.client,
-                Some(tokio::time::Instant::now() + route.handover),
-            )
-        } else {
-            (&route.streams, None)
-        };
-        match stream(via, &watch, &path, &mut version, &from, until).await {
+        match stream(&route.streams, &watch, &path, &mut version, &from).await {
             // The backoff starts over only once a watch has worked: a cluster whose lists
             // answer but whose watches fail is not asked in a tight loop.
             Ended::Closed => backoff = BACKOFF_START,
@@ -535,7 +526,9 @@ async fn list(
             None,
             Duration::from_secs(60),
         )
+        .instrument(tracing::debug_span!("watch.list_get"))
         .await?;
+        let parsing = tracing::debug_span!("watch.list_parse").entered();
         // One pass over the page: each item's kept fields and its text from the same scan, its
         // name read from the kept fields (`page::read`, as a fresh list reads its pages).
         let page = page::read::<page::Item>(&body).map_err(Failure::bad_body)?;
@@ -543,6 +536,7 @@ async fn list(
             let object = item.into_object(text, &api_version, &watch.kind.kind);
             fresh.replace(Named(Arc::new(object)));
         }
+        drop(parsing);
         version.get_or_insert(page.resource_version);
         match page.continue_token.filter(|t| !t.is_empty()) {
             Some(next) => token = Some(next),
@@ -567,20 +561,19 @@ async fn pack_later(watch: std::sync::Weak<KindWatch>) {
     }
 }
 
-/// How long the watch that follows a list runs on the list's connection before it is closed
-/// and the watch resumes on the streams' own pool ([`super::WatchCache::new`]): the default of
-/// [`super::WatchSettings::handover`].
-pub const HANDOVER: Duration = Duration::from_secs(10);
+/// By when the connections a first view's lists went over have been closed, if nothing used
+/// them since: twice the idle time the clients' pools keep a connection for
+/// ([`crate::k8s::connection::POOL_IDLE`]; their sweep runs once per idle time). What a list
+/// left in a connection's read buffer is freed with it.
+pub const HANDOVER: Duration = Duration::from_secs(2 * crate::k8s::connection::POOL_IDLE.as_secs());
 
-/// One watch request, applied until it ends, or until `until`: then its connection is closed
-/// (a body left unread is never pooled) and the watch resumes from the last version applied.
+/// One watch request, applied until it ends.
 async fn stream(
     client: &kube::Client,
     watch: &std::sync::Weak<KindWatch>,
     path: &str,
     version: &mut Option<String>,
     from: &str,
-    until: Option<tokio::time::Instant>,
 ) -> Ended {
     let uri = format!(
         "{path}?watch=true&allowWatchBookmarks=true&resourceVersion={}&timeoutSeconds={WATCH_SECONDS}",
@@ -637,15 +630,7 @@ async fn stream(
     let _open = Open(metrics.clone());
     let mut buffer: Vec<u8> = Vec::new();
     loop {
-        let next = body.frame();
-        let next = match until {
-            Some(until) => match tokio::time::timeout_at(until, next).await {
-                Ok(next) => next,
-                Err(_) => return Ended::Closed,
-            },
-            None => next.await,
-        };
-        let frame = match next {
+        let frame = match body.frame().await {
             None => return Ended::Closed,
             Some(Err(_)) => return Ended::Closed,
             Some(Ok(frame)) => frame,

@@ -33,6 +33,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use axum::http::{HeaderMap, HeaderValue};
+use tracing::Instrument;
 
 use crate::k8s::circuit::Circuit;
 use crate::k8s::discovery::{events_kind, ApiKind, Discovered, DiscoveryCache, Failure};
@@ -56,8 +57,6 @@ pub use kind::{Change, KindChange, HANDOVER, PACK_AFTER};
 pub struct WatchSettings {
     /// A namespace unread this long stops its watches.
     pub idle: Duration,
-    /// How long a watch that follows a list stays on the list's connection ([`HANDOVER`]).
-    pub handover: Duration,
     /// The most objects held; past it the namespace read least recently is dropped.
     pub max_objects: usize,
     /// How long a `SubjectAccessReview` decision is reused.
@@ -98,7 +97,6 @@ impl Inner {
             client: self.client.clone(),
             streams: self.streams.clone(),
             circuit: self.circuit.clone(),
-            handover: self.settings.handover,
             fence: self.fence.clone(),
         }
     }
@@ -227,17 +225,17 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl WatchCache {
-    /// A cache whose lists and reviews go through `client`, and whose watch streams, but for
-    /// the one right after a list, go through `streams`: a client of the same cluster with a
-    /// connection pool of its own.
+    /// A cache whose lists and reviews go through `client`, and whose watch streams go
+    /// through `streams`: a client of the same cluster with a connection pool of its own.
     ///
     /// A connection's HTTP read buffer grows to the largest body it carried and is never
-    /// shrunk. A watch on a pooled connection that carried a list page would keep that page's
-    /// buffer for as long as it runs: 41 watches a namespace, ~1.6 MiB held for nothing
-    /// (BENCHMARKS.md). So the watch that follows a list runs on the list's connection only for
-    /// a moment ([`WatchSettings::handover`]: nothing to connect while a first view waits),
-    /// then the connection is closed, its buffer with it, and the watch resumes on the streams'
-    /// pool, whose connections only ever carry events.
+    /// shrunk. A watch on a connection that carried a list page would keep that page's buffer
+    /// for as long as it runs: 41 watches a namespace, ~1.6 MiB held for nothing
+    /// (BENCHMARKS.md). So no watch ever runs on a list's connection: the streams' connections
+    /// only carry events, and a list's connection goes back to `client`'s pool, where the next
+    /// lists (the next namespace's first view) find it open, and which closes it, its buffer
+    /// with it, once unused for a moment ([`crate::k8s::connection::client_builder`]: bounded
+    /// in time and number).
     pub fn new(
         client: kube::Client,
         streams: kube::Client,
@@ -1120,6 +1118,54 @@ impl WatchCache {
         }))
     }
 
+    /// [`Self::stamp`] and the unselected [`Self::list_resource_group`] of `namespace` from one
+    /// preparation, for a view made of several namespaces' (a GitOps group,
+    /// [`crate::k8s::gitops`]): the watches this listing started send their first watch only
+    /// once the returned [`Held`] is dropped, when the whole view is answered, not while the
+    /// other namespaces' lists are still coming.
+    pub async fn stamped_listing(
+        &self,
+        discovery: &DiscoveryCache,
+        headers: &HeaderMap,
+        namespace: &str,
+        options: &FetchOptions,
+    ) -> Result<(Option<Stamp>, Listing, Held), FetchError> {
+        let Some(view) = self
+            .prepare(discovery, headers, namespace, "", options)
+            .instrument(tracing::debug_span!("watch.prepare"))
+            .await?
+        else {
+            let listing = fetch::list_resource_group(
+                &self.inner.client,
+                discovery,
+                headers,
+                namespace,
+                "",
+                options,
+            )
+            .await?;
+            return Ok((None, listing, Held { _done: None }));
+        };
+        // Taken before the objects are read, as [`Self::stamp`] is before its listing.
+        let stamp = (!view.unwatched).then(|| Stamp {
+            generation: view.namespace.generation.load(Ordering::Acquire),
+            discovery: view.discovered.generation,
+            refusals: view.refusals.clone(),
+            warning: view.warning.clone(),
+        });
+        let listing = self
+            .listing(&view, discovery, headers, namespace, "", options)
+            .instrument(tracing::debug_span!("watch.listing"))
+            .await?;
+        Ok((
+            stamp,
+            listing,
+            Held {
+                _done: Some(view.done),
+            },
+        ))
+    }
+
     /// The generation of the cluster-scoped kinds' watches ([`CLUSTER_SCOPE`]), when any runs:
     /// it moves on after every change to any of them.
     pub fn cluster_generation(&self) -> Option<u64> {
@@ -1297,6 +1343,12 @@ impl Drop for ViewDone {
     fn drop(&mut self) {
         self.0.send_replace(true);
     }
+}
+
+/// Holds back, until dropped, the first watches of the kinds a listing started
+/// ([`WatchCache::stamped_listing`]).
+pub struct Held {
+    _done: Option<ViewDone>,
 }
 
 /// Assembles `listing` off the runtime's threads.

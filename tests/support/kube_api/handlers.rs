@@ -233,6 +233,10 @@ fn record(api: &KubeApi, parts: &axum::http::request::Parts, raw_query: &str, bo
             })
             .collect(),
         body: body.clone(),
+        peer: parts
+            .extensions
+            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+            .map(|info| info.0),
     });
 }
 

@@ -97,6 +97,8 @@ struct Inner {
     bookmark_interval: Mutex<Duration>,
     /// How long each watch event waits before it is sent (see [`KubeApi::delay_watch_events`]).
     watch_delay: Mutex<Duration>,
+    /// The client's end of every connection [`KubeApi::serve`] accepted, in order.
+    accepted: Mutex<Vec<SocketAddr>>,
     /// Bumped by [`KubeApi::drop_watches`]: every open watch ends.
     cut: watch::Sender<u64>,
 }
@@ -151,6 +153,9 @@ pub struct RecordedRequest {
     /// All headers, names lower-case (repeated headers stay together, in order).
     pub headers: Vec<(String, String)>,
     pub body: Bytes,
+    /// The client's end of the connection it came over ([`KubeApi::serve`]'s; `None` through
+    /// [`KubeApi::router`] alone).
+    pub peer: Option<SocketAddr>,
 }
 
 impl RecordedRequest {
@@ -205,6 +210,7 @@ impl KubeApi {
                 tokens: RwLock::new(HashMap::new()),
                 bookmark_interval: Mutex::new(Duration::from_secs(60)),
                 watch_delay: Mutex::new(Duration::ZERO),
+                accepted: Mutex::new(Vec::new()),
                 cut: watch::Sender::new(0),
             }),
         }
@@ -429,6 +435,13 @@ impl KubeApi {
         write(&self.inner.deny).clear();
     }
 
+    /// The client's end of every connection accepted so far ([`KubeApi::serve`]), oldest
+    /// first: which requests went over a connection opened before them
+    /// ([`RecordedRequest::peer`]).
+    pub fn accepted(&self) -> Vec<SocketAddr> {
+        lock(&self.inner.accepted).clone()
+    }
+
     /// Every request received so far, oldest first.
     pub fn requests(&self) -> Vec<RecordedRequest> {
         lock(&self.inner.requests).clone()
@@ -543,12 +556,19 @@ impl KubeApi {
             .await
             .expect("bind 127.0.0.1:0");
         let addr = listener.local_addr().expect("local_addr");
+        let accepting = self.clone();
+        let listener = axum::serve::ListenerExt::tap_io(listener, move |tcp| {
+            if let Ok(peer) = tcp.peer_addr() {
+                lock(&accepting.inner.accepted).push(peer);
+            }
+        });
         let (stop, stopped) = watch::channel(false);
         let app = self
             .router()
             .layer(axum::Extension(handlers::Shutdown(stopped.clone())));
         let mut signal = stopped;
         let task = tokio::spawn(async move {
+            let app = app.into_make_service_with_connect_info::<SocketAddr>();
             let _ = axum::serve(listener, app)
                 .with_graceful_shutdown(async move {
                     let _ = signal.wait_for(|s| *s).await;
