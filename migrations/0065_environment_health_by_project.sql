@@ -5,10 +5,11 @@
 -- of `environment_health_tier_worst_idx` and testing each entry's project against the bound
 -- array. That test is a hashed set only in a plan of the bound values; PostgreSQL's plan cache
 -- moves a prepared statement to its generic plan after five executions when that looks no
--- costlier, and there the array is a parameter searched element by element for every entry:
--- 23 ms instead of 2.7 ms for 5,000 entries over 100 projects (BENCHMARKS.md, session 21).
--- Here both plans descend once per project, and a group's counts read only its own projects'
--- healths, not every environment of the tier on the instance.
+-- costlier (it did in every run looked at), and there the array is a parameter, searched
+-- element by element for every entry: for 5,000 entries over 100 projects 2.7-23 ms against
+-- 2.0-2.7 ms for the plan of the bound values, and 1.7 ms for either plan through this index
+-- (BENCHMARKS.md, session 21, on a loaded machine). Both plans now descend once per project,
+-- and a group's counts read only its own projects' healths, not the whole tier of the instance.
 --
 -- The page keeps walking `environment_health_tier_worst_idx` in its order (its plans, custom and
 -- generic, were checked with this index present).
