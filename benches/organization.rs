@@ -40,7 +40,10 @@
 //! table as laid out rather than of whenever autovacuum last looked, and timed after the fresh
 //! database's first vacuum rather than during it. `--memory-only` stops after the memory
 //! per kept object (and prints the bytes held by size of allocation, to tell the
-//! per-environment structures from the cache's texts).
+//! per-environment structures from the cache's texts). The kept healths' table state (dead
+//! rows, pages all-visible, vacuums) is printed before the page and after the counts;
+//! `--pause` stops before the page, the database's address printed, until a line on stdin, to
+//! explain the statements on the database as the page finds it.
 
 /// The service's allocator (src/main.rs), counted, so that the memory per kept object is read
 /// live (resident memory under mimalloc says nothing about one structure).
