@@ -35,11 +35,15 @@
 //!   apart.
 //!
 //! The health keeper runs its rounds every `--round` seconds (10, `serve`'s), in the measured
-//! process. Once every health is known the database is analyzed, as autovacuum would be by
-//! its next round, so that the statements are planned on the statistics of the table as laid
-//! out rather than of whenever autovacuum last looked. `--memory-only` stops after the memory
+//! process. Once every health is known the database is vacuumed and analyzed, as autovacuum
+//! would do by its next round, so that the statements are planned on the statistics of the
+//! table as laid out rather than of whenever autovacuum last looked, and timed after the fresh
+//! database's first vacuum rather than during it. `--memory-only` stops after the memory
 //! per kept object (and prints the bytes held by size of allocation, to tell the
-//! per-environment structures from the cache's texts).
+//! per-environment structures from the cache's texts). The kept healths' table state (dead
+//! rows, pages all-visible, vacuums) is printed before the page and after the counts;
+//! `--pause` stops before the page, the database's address printed, until a line on stdin, to
+//! explain the statements on the database as the page finds it.
 
 /// The service's allocator (src/main.rs), counted, so that the memory per kept object is read
 /// live (resident memory under mimalloc says nothing about one structure).
@@ -99,6 +103,9 @@ struct Args {
     round: usize,
     /// Stop after the memory per kept object.
     memory_only: bool,
+    /// Wait for a line on stdin before the page, the database's address printed, so that its
+    /// statements can be explained on the database as the page finds it.
+    pause: bool,
 }
 
 fn main() {
@@ -109,6 +116,7 @@ fn main() {
         iterations: arg("--iterations", 200),
         round: arg("--round", 10).max(1),
         memory_only: std::env::args().any(|a| a == "--memory-only"),
+        pause: std::env::args().any(|a| a == "--pause"),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -446,8 +454,15 @@ async fn run(a: Args) {
     // The statistics autovacuum would have by its next round (its naptime is a minute): the
     // 10,000 kept healths were written within the last seconds into an empty table, so
     // without this the page is planned on whatever autovacuum last saw, if it saw the table
-    // at all (estimates of 1 row, or of a half-filled table), which varied between runs.
-    sqlx::query("ANALYZE").execute(&app.db).await.unwrap();
+    // at all (estimates of 1 row, or of a half-filled table), which varied between runs. And
+    // vacuumed: the 140,000 health marks, 10,000 deployments and kept healths were all
+    // inserted since the database was made, which is what autovacuum's first pass over it
+    // vacuums; in a run where that pass fell during the page's timing, the page's statements
+    // took 9.7 ms p50 against 5.6 ms in one where it was over (BENCHMARKS.md, session 21).
+    sqlx::query("VACUUM ANALYZE")
+        .execute(&app.db)
+        .await
+        .unwrap();
 
     // At rest: the texts packed, the watches handed over, the first rounds' garbage freed.
     use envlens::k8s::watch::{HANDOVER, PACK_AFTER};
@@ -488,9 +503,76 @@ async fn run(a: Args) {
         std::process::exit(0);
     }
 
+    table_state(&app, "before the page").await;
+    if a.pause {
+        pause(&app).await;
+        table_state(&app, "after the pause").await;
+    }
     page(&app, &a).await;
     counts(&app, &a).await;
+    table_state(&app, "after the counts").await;
     change_to_subscriber(&app, &server, server_addr, addr, &a).await;
+}
+
+/// What the page's and the counts' plans depend on beyond the statistics: the kept healths'
+/// dead rows, how many of their pages are all-visible (an index-only scan fetches the rows of
+/// the others from the heap), how many updates were HOT, when autovacuum last came, and the
+/// size of each index.
+async fn table_state(app: &TestApp, when: &str) {
+    let (live, dead, inserted, updated, hot, vacuums, analyzes): (
+        i64,
+        i64,
+        i64,
+        i64,
+        i64,
+        i64,
+        i64,
+    ) = sqlx::query_as(
+        "SELECT n_live_tup, n_dead_tup, n_tup_ins, n_tup_upd, n_tup_hot_upd,
+                    autovacuum_count + vacuum_count, autoanalyze_count + analyze_count
+             FROM pg_stat_user_tables WHERE relname = 'environment_health'",
+    )
+    .fetch_one(&app.db)
+    .await
+    .unwrap();
+    let (pages, visible): (i32, i32) = sqlx::query_as(
+        "SELECT relpages, relallvisible FROM pg_class WHERE relname = 'environment_health'",
+    )
+    .fetch_one(&app.db)
+    .await
+    .unwrap();
+    let indexes: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT indexrelname::text, pg_relation_size(indexrelid) / 8192
+         FROM pg_stat_user_indexes WHERE relname = 'environment_health' ORDER BY 1",
+    )
+    .fetch_all(&app.db)
+    .await
+    .unwrap();
+    println!(
+        "environment_health {when}: {live} live, {dead} dead rows; {inserted} inserted, {updated} updated ({hot} HOT); \
+         {visible} of {pages} pages all-visible (as of the last vacuum or analyze); vacuumed {vacuums}, analyzed {analyzes} times; \
+         index pages {indexes:?}"
+    );
+}
+
+/// Prints how to reach the bench's database and waits for a line on stdin.
+async fn pause(app: &TestApp) {
+    let o = app.db.connect_options();
+    println!(
+        "paused before the page: psql -h {} -p {} -U {} {}   (press Enter to go on)",
+        o.get_socket()
+            .map(|s| s.display().to_string())
+            .unwrap_or_else(|| o.get_host().to_owned()),
+        o.get_port(),
+        o.get_username(),
+        o.get_database().unwrap_or("")
+    );
+    tokio::task::spawn_blocking(|| {
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line).ok();
+    })
+    .await
+    .unwrap();
 }
 
 /// How many objects the test server holds, and their JSON's bytes as it sends them.

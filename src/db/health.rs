@@ -349,7 +349,9 @@ fn in_group_where(scope: &Scope<'_>) -> String {
 /// estimate (of tables too small to be analyzed) could turn a walk of the page's order into a
 /// scan and a sort, and, unlike an array computed inside the statement, a constant in the
 /// plan of the bound values, whose matches PostgreSQL estimates from the column's statistics
-/// (an array it cannot see counts as 10 values: a tenth of the rows for 100 projects).
+/// (an array it cannot see counts as 10 values: a tenth of the rows for 100 projects). The
+/// tally, which reads every match, finds them by the same test as an index condition instead
+/// ([`tally`]).
 fn health_in_scope(scope: &Scope<'_>, h: &str) -> String {
     let mut sql = format!("{h}.project_id = ANY ($6::bigint[])");
     if scope.tier.is_some() {
@@ -472,8 +474,11 @@ impl Tally {
 
 /// The scope's kept healths counted by agent and status, whoever may see them: one round
 /// trip gives both the agents to decide over and, once decided, the counts. Read from
-/// `environment_health` alone (by the project and tier it carries, an index-only scan of a
-/// tier's range of `environment_health_tier_worst_idx`). With `by_reader`,
+/// `environment_health` alone, by the project and tier it carries: an index-only scan of each
+/// readable project's range of `environment_health_project_idx` (migration 0065), the
+/// projects' array its index condition, so that the plan cache's generic plan (a parameter
+/// array, which a filter would search element by element for each of the tier's rows) reads
+/// the same rows as the plan of the bound values. With `by_reader`,
 /// only those agents' healths, counted by agent, namespace, kinds and status: what deciding
 /// under impersonation needs (grouping by the kinds costs more, so only where needed).
 pub async fn tally(
