@@ -74,6 +74,7 @@ pub struct Map([u8]);
 #[derive(Clone, PartialEq, Eq)]
 pub struct TreeBuf(Box<[u8]>);
 
+#[inline]
 fn u32_at(b: &[u8], at: usize) -> usize {
     u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]) as usize
 }
@@ -85,6 +86,7 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 }
 
 /// The bytes of the value that starts `b`.
+#[inline]
 fn value_len(b: &[u8]) -> usize {
     match b[0] {
         NULL | FALSE | TRUE => 1,
@@ -102,6 +104,7 @@ enum KeyCode<'a> {
 }
 
 /// The key that starts `b`, and the bytes it takes.
+#[inline]
 fn key_at(b: &[u8]) -> (KeyCode<'_>, usize) {
     let code = u16::from_le_bytes([b[0], b[1]]);
     if code < INLINE_KEY {
@@ -239,16 +242,18 @@ impl Map {
         unsafe { &*(std::ptr::from_ref::<[u8]>(b) as *const Map) }
     }
 
-    /// The value of `key`: an interned name is compared by its place, any other key by its
-    /// text, each entry's value stepped over by its length.
+    /// The value of `key`: each entry's key compared by its length, then its text (an
+    /// interned name's in [`keys::NAMES`], a table small enough to stay in cache), each
+    /// entry's value stepped over by its length. Finding the key's place by its hash first
+    /// cost more than the comparisons a map of a few entries takes.
     pub fn get(&self, key: &str) -> Option<&Tree> {
-        let named = keys::lookup(key);
+        let key = key.as_bytes();
         let mut rest = &self.0;
         while !rest.is_empty() {
             let (code, at) = key_at(rest);
             let same = match code {
-                KeyCode::Named(i) => named == Some(usize::from(i)),
-                KeyCode::Text(t) => named.is_none() && t == key.as_bytes(),
+                KeyCode::Named(i) => keys::NAMES[usize::from(i)].as_bytes() == key,
+                KeyCode::Text(t) => t == key,
             };
             let len = value_len(&rest[at..]);
             if same {
