@@ -1005,7 +1005,7 @@ async fn run_memory(b: &Bench, page_size: usize) {
     }
     let packed_bytes: usize = parsed.iter().map(|o| o.kept_text_bytes()).sum();
     let dictionary_bytes: usize = dictionaries.values().map(|d| d.len()).sum();
-    let shape = Shape::of(parsed.iter().map(|o| &o.view));
+    let shape = Shape::of(parsed.iter().map(|o| &*o.view));
 
     // The same objects held as the cache holds them: an `Arc` each, in a set per kind ordered
     // by the name each object holds (`k8s::watch::kind::Named`).
@@ -1138,18 +1138,16 @@ async fn run_memory(b: &Bench, page_size: usize) {
     }
 }
 
-/// What the compact trees are made of, counted by walking them: map entries, array items,
-/// strings and keys too long to sit inline, and which keys recur.
+/// What the compact trees are made of, counted by walking them: their bytes, maps and their
+/// entries, arrays and their items, strings, and which keys recur.
 #[derive(Default)]
 struct Shape {
-    /// Boxed slices of map entries and of array items (one allocation each when not empty).
+    /// The trees' bytes (one allocation each).
+    bytes: usize,
     maps: usize,
     entries: usize,
     arrays: usize,
     items: usize,
-    /// Strings longer than their inline 24 bytes, and their bytes.
-    long_strings: usize,
-    long_bytes: usize,
     /// Bytes of every string value.
     string_bytes: usize,
     strings: usize,
@@ -1160,53 +1158,38 @@ impl Shape {
     fn of<'a>(trees: impl Iterator<Item = &'a envlens::resources::tree::Tree>) -> Shape {
         let mut shape = Shape::default();
         for tree in trees {
+            shape.bytes += tree.bytes();
             shape.walk(tree);
         }
         shape
     }
 
     fn walk(&mut self, tree: &envlens::resources::tree::Tree) {
-        use envlens::resources::tree::Tree;
-        match tree {
-            Tree::String(s) => {
-                self.strings += 1;
-                self.string_bytes += s.len();
-                if s.len() > 24 {
-                    self.long_strings += 1;
-                    self.long_bytes += s.len();
-                }
+        if let Some(s) = tree.as_str() {
+            self.strings += 1;
+            self.string_bytes += s.len();
+        } else if let Some(items) = tree.as_array() {
+            self.arrays += 1;
+            self.items += items.len();
+            items.for_each(|item| self.walk(item));
+        } else if let Some(map) = tree.as_object() {
+            self.maps += 1;
+            self.entries += map.len();
+            for (key, value) in map {
+                *self.keys.entry(key.to_owned()).or_default() += 1;
+                self.walk(value);
             }
-            Tree::Array(items) => {
-                self.arrays += usize::from(!items.is_empty());
-                self.items += items.len();
-                items.iter().for_each(|item| self.walk(item));
-            }
-            Tree::Object(map) => {
-                self.maps += usize::from(!map.is_empty());
-                self.entries += map.len();
-                for (key, value) in map {
-                    *self.keys.entry(key.to_owned()).or_default() += 1;
-                    self.walk(value);
-                }
-            }
-            _ => {}
         }
     }
 
     fn print(&self, n: f64) {
-        use envlens::resources::tree::Tree;
-        let entry = envlens::resources::tree::ENTRY_BYTES;
-        let node = std::mem::size_of::<Tree>();
         println!(
-            "the trees, per object: {:.1} maps of {:.1} entries ({entry} B each: {:.0} B), {:.1} arrays of {:.1} items ({node} B each: {:.0} B), the root {node} B, {:.1} strings beyond 24 B ({:.0} B on the heap); {:.1} string values of {:.0} B in all",
+            "the trees, per object: {:.0} B in one allocation; {:.1} maps of {:.1} entries, {:.1} arrays of {:.1} items, {:.1} string values of {:.0} B in all",
+            self.bytes as f64 / n,
             self.maps as f64 / n,
             self.entries as f64 / self.maps.max(1) as f64,
-            (self.entries * entry) as f64 / n,
             self.arrays as f64 / n,
             self.items as f64 / self.arrays.max(1) as f64,
-            (self.items * node) as f64 / n,
-            self.long_strings as f64 / n,
-            self.long_bytes as f64 / n,
             self.strings as f64 / n,
             self.string_bytes as f64 / n,
         );

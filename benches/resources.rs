@@ -37,7 +37,7 @@ use envlens::resources::graph::owned_closure;
 use envlens::resources::group::edges_and_health;
 use envlens::resources::health::{aggregate, health_with, Customizations};
 use envlens::resources::object;
-use envlens::resources::tree::Tree;
+use envlens::resources::tree::{Tree, TreeBuf};
 use serde_json::{json, Value};
 
 /// The service's allocator (src/main.rs), so that the figures are the service's.
@@ -414,7 +414,7 @@ fn pipeline_with(input: &Input, custom: &Customizations) -> (usize, usize, usize
     } = input;
     let closure = owned_closure(selected, candidates);
     // Every object here is in the group: the closure plus the selected ones.
-    let (graph, healths) = edges_and_health(objects, custom, |t: &Tree| Some(Value::from(t)));
+    let (graph, healths) = edges_and_health(objects, custom, |t: &TreeBuf| Some(Value::from(t)));
     // The group's health, naming its causes as the service does.
     let group = aggregate(healths.iter().map(Option::as_ref), |i| {
         fn text(v: Option<&Tree>) -> Option<&str> {
@@ -439,9 +439,9 @@ const COLD_OBJECTS: usize = 200_000;
 /// candidates for the ownership closure (here every object).
 #[derive(Clone)]
 struct Input {
-    objects: Vec<Tree>,
-    selected: Vec<Tree>,
-    candidates: Vec<Tree>,
+    objects: Vec<TreeBuf>,
+    selected: Vec<TreeBuf>,
+    candidates: Vec<TreeBuf>,
 }
 
 impl Input {
@@ -450,7 +450,7 @@ impl Input {
     /// `fetch` reads them before it knows which belong, only their [`object::HEAD`] (type,
     /// name, uid, labels, owner references).
     fn kept(all: &[Value], selected: &[Value]) -> Input {
-        let kept = |objects: &[Value]| -> Vec<Tree> {
+        let kept = |objects: &[Value]| -> Vec<TreeBuf> {
             objects
                 .iter()
                 .map(|o| object::parse(&o.to_string()).expect("parse"))
@@ -471,11 +471,11 @@ impl Input {
     /// The whole objects in the same compact trees, candidates too: what keeping only some
     /// fields saves.
     fn whole(all: &[Value], selected: &[Value]) -> Input {
-        let objects: Vec<Tree> = all.iter().map(Tree::from).collect();
+        let objects: Vec<TreeBuf> = all.iter().map(TreeBuf::from).collect();
         Input {
             candidates: objects.clone(),
             objects,
-            selected: selected.iter().map(Tree::from).collect(),
+            selected: selected.iter().map(TreeBuf::from).collect(),
         }
     }
 }
@@ -562,7 +562,7 @@ fn bench_script(c: &mut Criterion) {
         .filter(|o| o["kind"] == "Deployment")
         .collect();
     let texts: Vec<String> = deployments.iter().map(Value::to_string).collect();
-    let trees: Vec<Tree> = texts
+    let trees: Vec<TreeBuf> = texts
         .iter()
         .map(|t| object::parse(t).expect("parse"))
         .collect();

@@ -13,7 +13,7 @@ use std::process::Command;
 
 use envlens::resources::health::{health, Health};
 use envlens::resources::manifests;
-use envlens::resources::tree::Tree;
+use envlens::resources::tree::TreeBuf;
 use serde_json::Value;
 
 /// The folder of Argo CD's health test material, when this machine has it.
@@ -83,7 +83,7 @@ fn every_assertion_of_argo_cds_health_test_through_the_rules() {
         let parsed = manifests::parse(&manifest(&dir, &e.file));
         assert!(parsed.errors.is_empty(), "{}: {:?}", e.file, parsed.errors);
         assert_eq!(parsed.objects.len(), 1, "{}", e.file);
-        let got = health(&Tree::from(&parsed.objects[0]));
+        let got = health(&TreeBuf::from(&parsed.objects[0]));
         differences.extend(disagreement(e, got.as_ref()));
     }
     assert!(differences.is_empty(), "{}", differences.join("\n"));

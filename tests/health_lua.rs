@@ -9,7 +9,7 @@ use std::process::Command;
 
 use envlens::resources::health::{health_with, Customizations, Health};
 use envlens::resources::manifests;
-use envlens::resources::tree::Tree;
+use envlens::resources::tree::TreeBuf;
 use serde_json::Value;
 
 const FOLDER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/lua");
@@ -103,7 +103,7 @@ fn every_health_test_through_the_rules() {
         let parsed = manifests::parse(&std::fs::read_to_string(&input).unwrap());
         assert_eq!(parsed.objects.len(), 1, "{}", input.display());
         let object = &parsed.objects[0];
-        let got = health_with(&Tree::from(object), || Some(object.clone()), &custom);
+        let got = health_with(&TreeBuf::from(object), || Some(object.clone()), &custom);
         assert_eq!(said(got.as_ref()), expected, "{}", input.display());
     }
 }

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use crate::resources::health::{health_with, Customizations, Health};
 use crate::resources::manifests;
-use crate::resources::tree::Tree;
+use crate::resources::tree::TreeBuf;
 
 pub use crate::config::OutputFormat as Format;
 
@@ -40,7 +40,7 @@ impl Report {
             kind: text("/kind").unwrap_or_default(),
             namespace: text("/metadata/namespace").filter(|ns| !ns.is_empty()),
             name: text("/metadata/name").unwrap_or_default(),
-            health: health_with(&Tree::from(object), || Some(object.clone()), custom),
+            health: health_with(&TreeBuf::from(object), || Some(object.clone()), custom),
         }
     }
 }

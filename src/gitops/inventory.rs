@@ -46,7 +46,11 @@ pub fn entries(object: &Tree) -> Option<(Vec<ObjRef>, Vec<IdError>)> {
     let list = at(object, &["status", "inventory"])?;
     let mut refs = Vec::new();
     let mut errors = Vec::new();
-    for entry in list.get("entries").and_then(Tree::as_array).unwrap_or(&[]) {
+    for entry in list
+        .get("entries")
+        .and_then(Tree::as_array)
+        .unwrap_or_default()
+    {
         let id = entry.get("id").and_then(Tree::as_str).unwrap_or("");
         match parse_id(id) {
             Ok(mut r) => {

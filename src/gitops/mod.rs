@@ -122,6 +122,6 @@ pub fn is_flux_group(group: &str) -> bool {
 }
 
 #[cfg(test)]
-pub(crate) fn tree(json: serde_json::Value) -> Tree {
+pub(crate) fn tree(json: serde_json::Value) -> crate::resources::tree::TreeBuf {
     crate::resources::object::parse(&json.to_string()).expect("a JSON object parses")
 }

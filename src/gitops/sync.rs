@@ -62,10 +62,11 @@ pub fn of(object: &Tree) -> Option<FluxSyncStatus> {
 mod tests {
     use super::*;
     use crate::gitops::tree;
+    use crate::resources::tree::TreeBuf;
     use serde_json::json;
     use FluxSyncStatus::*;
 
-    fn ks(suspend: Option<bool>, conditions: serde_json::Value) -> Tree {
+    fn ks(suspend: Option<bool>, conditions: serde_json::Value) -> TreeBuf {
         let mut spec = json!({});
         if let Some(s) = suspend {
             spec["suspend"] = json!(s);

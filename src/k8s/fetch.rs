@@ -280,8 +280,8 @@ pub(crate) fn owned_candidates(
 ) -> Vec<Arc<Object>> {
     let mut keep = vec![false; candidates.len()];
     {
-        let roots: Vec<&Tree> = selected.iter().map(|o| &o.view).collect();
-        let heads: Vec<&Tree> = candidates.iter().map(|o| &o.view).collect();
+        let roots: Vec<&Tree> = selected.iter().map(|o| &*o.view).collect();
+        let heads: Vec<&Tree> = candidates.iter().map(|o| &*o.view).collect();
         let selected_uids: HashSet<&str> = roots.iter().filter_map(|o| uid(o)).collect();
         let mut seen: HashSet<&str> = HashSet::new();
         for i in graph::owned_closure(&roots, &heads) {
@@ -784,6 +784,7 @@ fn events_by_object(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::resources::tree::TreeBuf;
     use serde_json::{json, Value};
 
     fn kind(group: &str, version: &str, kind: &str, plural: &str) -> ApiKind {
@@ -832,19 +833,19 @@ mod tests {
     #[test]
     fn labels_match_every_term() {
         let terms = equality_terms("a=1,b=2").unwrap();
-        let labels = |labels: Value| Tree::from(&labels).as_object().cloned();
+        let labels = |labels: Value| TreeBuf::from(&labels);
         assert!(labels_match(
             &terms,
-            labels(json!({"a": "1", "b": "2", "c": "3"})).as_ref()
+            labels(json!({"a": "1", "b": "2", "c": "3"})).as_object()
         ));
-        assert!(!labels_match(&terms, labels(json!({"a": "1"})).as_ref()));
+        assert!(!labels_match(&terms, labels(json!({"a": "1"})).as_object()));
         assert!(!labels_match(
             &terms,
-            labels(json!({"a": "1", "b": "3"})).as_ref()
+            labels(json!({"a": "1", "b": "3"})).as_object()
         ));
         assert!(!labels_match(
             &terms,
-            labels(json!({"a": 1, "b": "2"})).as_ref()
+            labels(json!({"a": 1, "b": "2"})).as_object()
         ));
         assert!(!labels_match(&terms, None));
         assert!(labels_match(&[], None));

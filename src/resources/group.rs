@@ -290,6 +290,7 @@ mod tests {
     fn assemble(listing: Listing) -> ResourceGroup {
         super::assemble(listing, &Customizations::default())
     }
+    use crate::resources::tree::TreeBuf;
     use serde_json::json;
     use serde_json::value::RawValue;
 
@@ -493,15 +494,15 @@ mod tests {
         });
         assert_eq!(group, reversed);
         // The same as computing everything on the sorted objects, one thread.
-        let sorted: Vec<Tree> = group
+        let sorted: Vec<TreeBuf> = group
             .resources
             .iter()
-            .map(|r| Tree::from(&r.object.manifest()))
+            .map(|r| TreeBuf::from(&r.object.manifest()))
             .collect();
         let mut nodes = Nodes::new(true, sorted.len());
         sorted.iter().for_each(|object| nodes.push(object));
         assert_eq!(group.edges, nodes.edges());
-        let healths: Vec<_> = sorted.iter().map(health::health).collect();
+        let healths: Vec<_> = sorted.iter().map(|o| health::health(o)).collect();
         let shown: Vec<_> = group.resources.iter().map(|r| r.health.clone()).collect();
         assert_eq!(shown, healths);
         assert_eq!(group.edges.len(), 2_000);

@@ -2,102 +2,14 @@
 //!
 //! Nearly every key of the fields a cached object keeps is one of a few hundred names that
 //! Kubernetes' own types (and the labels its controllers set) use: `metadata`, `name`, `uid`,
-//! `status`, `conditions`, `lastTransitionTime`, `pod-template-hash`... A [`Key`] is then a
-//! pointer to that name's place in [`KEYS`]: 8 bytes and no allocation, where a `CompactString`
-//! took 24 bytes in every entry of every map of every object (a third of an entry). Any other
-//! key is a pointer to a `CompactString` of its own on the heap, 24 bytes more. Which keys are
-//! in the table changes only the size of a tree, never what it reads.
+//! `status`, `conditions`, `lastTransitionTime`, `pod-template-hash`... A tree writes such a
+//! key as its place in [`NAMES`], two bytes, and compares it by that place; any other key is
+//! written whole. Which keys are in the table changes only the size of a tree, never what it
+//! reads.
 
-use std::ptr::NonNull;
 use std::sync::OnceLock;
 
-use compact_str::CompactString;
-
-/// A map key: a name of [`KEYS`], or any other text.
-pub struct Key(NonNull<CompactString>);
-
-// SAFETY: a `Key` is either a shared reference to a `static` (`KEYS`) or the sole owner of a
-// boxed `CompactString` (which is `Send` and `Sync`), never written through once made.
-unsafe impl Send for Key {}
-unsafe impl Sync for Key {}
-
-impl Key {
-    /// `name`, interned when it is one of [`KEYS`].
-    pub fn new(name: &str) -> Key {
-        match lookup(name) {
-            Some(i) => Key(NonNull::from(&KEYS[i])),
-            None => Key(NonNull::from(Box::leak(Box::new(CompactString::from(
-                name,
-            ))))),
-        }
-    }
-
-    /// Whether the two keys are the same text: interned keys are the same only when they point
-    /// to the same name, and an interned key is never the same as one that is not.
-    pub fn same(&self, other: &Key) -> bool {
-        match (self.is_interned(), other.is_interned()) {
-            (true, true) => self.0 == other.0,
-            (false, false) => self.as_str() == other.as_str(),
-            _ => false,
-        }
-    }
-
-    /// Whether the key points into [`KEYS`] (else it owns its box).
-    fn is_interned(&self) -> bool {
-        let range = KEYS.as_ptr_range();
-        let p = self.0.as_ptr().cast_const();
-        range.start <= p && p < range.end
-    }
-
-    pub fn as_str(&self) -> &str {
-        // SAFETY: the pointer is to a `static` or to the box this key owns (see `new`).
-        unsafe { self.0.as_ref() }.as_str()
-    }
-
-    pub fn len(&self) -> usize {
-        self.as_str().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.as_str().is_empty()
-    }
-}
-
-impl Drop for Key {
-    fn drop(&mut self) {
-        if !self.is_interned() {
-            // SAFETY: not in `KEYS`: the pointer is the one `Box::leak` gave in `new` or
-            // `clone`, owned by this key alone and dropped only here.
-            drop(unsafe { Box::from_raw(self.0.as_ptr()) });
-        }
-    }
-}
-
-impl Clone for Key {
-    fn clone(&self) -> Key {
-        if self.is_interned() {
-            Key(self.0)
-        } else {
-            Key(NonNull::from(Box::leak(Box::new(CompactString::from(
-                self.as_str(),
-            )))))
-        }
-    }
-}
-
-impl PartialEq for Key {
-    fn eq(&self, other: &Key) -> bool {
-        self.0 == other.0 || self.as_str() == other.as_str()
-    }
-}
-
-impl std::fmt::Debug for Key {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.as_str().fmt(f)
-    }
-}
-
-/// The place of `name` in [`KEYS`], by an open-addressed table of their hashes built once.
+/// The place of `name` in [`NAMES`], by an open-addressed table of their hashes built once.
 pub(crate) fn lookup(name: &str) -> Option<usize> {
     static INDEX: OnceLock<Box<[u16]>> = OnceLock::new();
     let index = INDEX.get_or_init(|| {
@@ -127,7 +39,7 @@ pub(crate) fn lookup(name: &str) -> Option<usize> {
 const EMPTY: u16 = u16::MAX;
 /// A power of two, at least four times the keys: probes stay short.
 const SLOTS: usize = 2048;
-const _: () = assert!(KEYS.len() * 4 <= SLOTS && SLOTS.is_power_of_two());
+const _: () = assert!(NAMES.len() * 4 <= SLOTS && SLOTS.is_power_of_two());
 
 /// The first and last eight bytes and the length, mixed: two loads and two multiplications
 /// whatever the length (a byte-at-a-time hash cost more than the rest of packing a text).
@@ -154,8 +66,6 @@ macro_rules! keys {
         /// The names Kubernetes objects' kept fields are made of: the fields of `metadata`,
         /// the `spec` fields the rules read, the `status` of the built-in kinds and of common
         /// custom resources, and the labels Kubernetes' controllers and Helm set.
-        pub static KEYS: [CompactString; [$($name),*].len()] = [$(CompactString::const_new($name)),*];
-        /// [`KEYS`] as plain strings, for the lookups.
         pub static NAMES: [&str; [$($name),*].len()] = [$($name),*];
     };
 }
@@ -533,36 +443,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_key_reads_as_its_name_interned_or_not() {
-        for name in [
-            "metadata",
-            "pod-template-hash",
-            "",
-            "not-a-kubernetes-key",
-            "x".repeat(40).as_str(),
-            "ké",
-        ] {
-            let key = Key::new(name);
-            assert_eq!(key.as_str(), name);
-            assert_eq!(key.len(), name.len());
-            let copy = key.clone();
-            assert_eq!(copy, key);
-            assert_eq!(copy.as_str(), name);
-            drop(key);
-            assert_eq!(copy.as_str(), name, "a copy outlives its original");
-        }
-        assert!(Key::new("metadata").is_interned());
-        assert!(!Key::new("not-a-kubernetes-key").is_interned());
-        assert_ne!(Key::new("uid"), Key::new("name"));
-        assert_eq!(std::mem::size_of::<Key>(), 8);
-    }
-
-    #[test]
     fn every_name_of_the_table_is_found_and_found_once() {
-        for (i, key) in KEYS.iter().enumerate() {
-            assert_eq!(lookup(key.as_str()), Some(i), "{key}");
+        for (i, key) in NAMES.iter().enumerate() {
+            assert_eq!(lookup(key), Some(i), "{key}");
         }
-        let mut names: Vec<&str> = KEYS.iter().map(CompactString::as_str).collect();
+        let mut names: Vec<&str> = NAMES.to_vec();
         names.sort();
         let before = names.len();
         names.dedup();

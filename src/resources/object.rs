@@ -25,13 +25,13 @@ use super::health::{
     IGNORE_RESTART_POLICY_ANNOTATION,
 };
 use super::text::{Dictionary, Text};
-use super::tree::{Keep, Tree};
+use super::tree::{Keep, Tree, TreeBuf};
 
 /// One listed object.
 #[derive(Debug, Clone)]
 pub struct Object {
     /// The kept fields; `apiVersion` and `kind` are always there (list items often lack them).
-    pub view: Tree,
+    pub view: TreeBuf,
     /// The object as the cluster sent it, without `metadata.managedFields`
     /// ([`without_managed_fields`]); read with [`Self::text`].
     text: Text,
@@ -79,7 +79,7 @@ impl Object {
     /// bytes of `text` to leave out, from [`managed_fields_member`]) were found by the one
     /// parse that read the page ([`super::page::Item`]): its text is not scanned again.
     pub fn from_listed(
-        view: Tree,
+        view: TreeBuf,
         text: &str,
         cut: Option<(usize, usize)>,
         api_version: &str,
@@ -337,7 +337,7 @@ pub const HEAD: Keep = Fields(&[
 ]);
 
 /// The [`KEPT`] fields of the JSON text of one object, in one pass that builds nothing else.
-pub fn parse(text: &str) -> serde_json::Result<Tree> {
+pub fn parse(text: &str) -> serde_json::Result<TreeBuf> {
     KEPT.parse(text)
 }
 
@@ -348,28 +348,28 @@ pub fn parse_typed(
     text: &str,
     api_version: &str,
     kind: &str,
-) -> serde_json::Result<Tree> {
+) -> serde_json::Result<TreeBuf> {
     Ok(typed(keep.parse(text)?, api_version, kind))
 }
 
 /// `view` with `apiVersion` and `kind` put back where a list item lacks them.
-pub fn typed(mut view: Tree, api_version: &str, kind: &str) -> Tree {
-    if let Tree::Object(map) = &mut view {
-        let fields = [("apiVersion", api_version), ("kind", kind)]
-            .map(|(field, value)| (field, value, map.get(field).is_some_and(Tree::is_string)));
-        map.set_all(
-            fields
-                .into_iter()
-                .filter(|(_, _, there)| !there)
-                .map(|(field, value, _)| (field, Tree::String(value.into()))),
-        );
+pub fn typed(mut view: TreeBuf, api_version: &str, kind: &str) -> TreeBuf {
+    let Some(map) = view.as_object() else {
+        return view;
+    };
+    let there = |field: &str| map.get(field).is_some_and(Tree::is_string);
+    match (there("apiVersion"), there("kind")) {
+        (true, true) => {}
+        (false, false) => view.set_strings(&[("apiVersion", api_version), ("kind", kind)]),
+        (false, true) => view.set_strings(&[("apiVersion", api_version)]),
+        (true, false) => view.set_strings(&[("kind", kind)]),
     }
     view
 }
 
 /// A list item's [`KEPT`] fields, read as the list page is ([`super::page`]).
 #[derive(Debug)]
-pub struct Kept(pub Tree);
+pub struct Kept(pub TreeBuf);
 
 impl<'de> Deserialize<'de> for Kept {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Kept, D::Error> {
@@ -379,7 +379,7 @@ impl<'de> Deserialize<'de> for Kept {
 
 /// A list item's [`HEAD`], read as the list page is ([`super::page`]).
 #[derive(Debug)]
-pub struct Head(pub Tree);
+pub struct Head(pub TreeBuf);
 
 impl<'de> Deserialize<'de> for Head {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Head, D::Error> {

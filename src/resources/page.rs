@@ -14,7 +14,7 @@ use serde_json::de::{Deserializer, StrRead};
 use serde_json::value::RawValue;
 
 use super::object::{self, Object, KEPT};
-use super::tree::{Entries, Keep, TextKey, Tree};
+use super::tree::{self, Container, Keep, TextKey, TreeBuf, Write};
 
 /// What one page of a list holds.
 #[derive(Debug)]
@@ -163,7 +163,7 @@ fn unexpected(at: usize, wanted: &str) -> serde_json::Error {
 /// second scan of every object's text, which was a fifth of what a view parses.
 #[derive(Debug)]
 pub struct Item<'a> {
-    view: Tree,
+    view: TreeBuf,
     /// The value of `metadata.managedFields`, borrowed from the page; `None` when absent, or
     /// when `metadata` or the member is given twice (the text is then kept whole, as
     /// [`object::without_managed_fields`] keeps it).
@@ -184,12 +184,14 @@ impl<'a> Item<'a> {
 impl<'de> Deserialize<'de> for Item<'de> {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Item<'de>, D::Error> {
         let mut found = Found::default();
-        let view = Spy {
-            keep: KEPT,
-            depth: 0,
-            found: &mut found,
-        }
-        .deserialize(deserializer)?;
+        let view = tree::capture(|| {
+            Spy {
+                keep: KEPT,
+                depth: 0,
+                found: &mut found,
+            }
+            .deserialize(deserializer)
+        })?;
         let once = found.metadata <= 1 && found.members <= 1;
         Ok(Item {
             view,
@@ -216,86 +218,96 @@ struct Spy<'f, 'de> {
 }
 
 impl<'de> DeserializeSeed<'de> for Spy<'_, 'de> {
-    type Value = Tree;
+    type Value = ();
 
-    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<Tree, D::Error> {
+    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
         deserializer.deserialize_any(self)
     }
 }
 
+/// Writes on the tree's scratch buffer as [`Write`] does ([`tree::capture`] takes it off).
 impl<'de> Visitor<'de> for Spy<'_, 'de> {
-    type Value = Tree;
+    type Value = ();
 
     fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         f.write_str("a JSON value")
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Tree, A::Error> {
-        let mut entries = Entries::start();
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let mut object = Container::object();
         while let Some(TextKey(key)) = map.next_key()? {
-            let rule = match self.keep {
-                Keep::All => Some(Keep::All),
-                Keep::Fields(fields) => fields.iter().find(|(name, _)| *name == key).map(|f| f.1),
-            };
-            let value = if self.depth == 0 && key == "metadata" {
+            let rule = self.keep.field(&key);
+            if self.depth == 0 && key == "metadata" {
                 self.found.metadata = self.found.metadata.saturating_add(1);
                 let seed = Spy {
                     keep: rule.unwrap_or(Keep::Fields(&[])),
                     depth: 1,
                     found: &mut *self.found,
                 };
-                let value = map.next_value_seed(seed)?;
-                rule.map(|_| value)
+                match rule {
+                    Some(_) => {
+                        let entry = object.key(&key);
+                        map.next_value_seed(seed)?;
+                        object.end_entry(entry);
+                    }
+                    None => {
+                        // Read for its `managedFields`, not kept.
+                        let mark = tree::mark();
+                        map.next_value_seed(seed)?;
+                        tree::unwrite(mark);
+                    }
+                }
             } else if self.depth == 1 && key == "managedFields" {
                 self.found.members = self.found.members.saturating_add(1);
                 let raw: &'de RawValue = map.next_value()?;
                 self.found.managed = Some(raw.get());
-                match rule {
-                    Some(rule) => Some(rule.parse(raw.get()).map_err(serde::de::Error::custom)?),
-                    None => None,
+                if let Some(rule) = rule {
+                    let entry = object.key(&key);
+                    rule.write(raw.get()).map_err(serde::de::Error::custom)?;
+                    object.end_entry(entry);
                 }
             } else {
                 match rule {
-                    Some(rule) => Some(map.next_value_seed(rule)?),
+                    Some(rule) => {
+                        let entry = object.key(&key);
+                        map.next_value_seed(Write(rule))?;
+                        object.end_entry(entry);
+                    }
                     None => {
                         map.next_value::<IgnoredAny>()?;
-                        None
                     }
                 }
-            };
-            if let Some(value) = value {
-                entries.push(&key, value);
             }
         }
-        Ok(Tree::Object(entries.finish()))
+        object.finish().map_err(serde::de::Error::custom)
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Tree, A::Error> {
-        self.keep.visit_seq(seq)
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<(), A::Error> {
+        Write(self.keep).visit_seq(seq)
     }
 
-    fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<Tree, E> {
-        self.keep.visit_bool(v)
+    fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<(), E> {
+        Write(self.keep).visit_bool(v)
     }
 
-    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Tree, E> {
-        self.keep.visit_i64(v)
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<(), E> {
+        Write(self.keep).visit_i64(v)
     }
 
-    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Tree, E> {
-        self.keep.visit_u64(v)
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<(), E> {
+        Write(self.keep).visit_u64(v)
     }
 
-    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Tree, E> {
-        self.keep.visit_f64(v)
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<(), E> {
+        Write(self.keep).visit_f64(v)
     }
 
-    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Tree, E> {
-        self.keep.visit_str(v)
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<(), E> {
+        Write(self.keep).visit_str(v)
     }
 
-    fn visit_unit<E: serde::de::Error>(self) -> Result<Tree, E> {
-        self.keep.visit_unit()
+    fn visit_unit<E: serde::de::Error>(self) -> Result<(), E> {
+        Write(self.keep).visit_unit()
     }
 }
 

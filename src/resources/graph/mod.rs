@@ -214,7 +214,7 @@ mod tests {
     use super::endpoints::SERVICE_NAME_LABEL;
     use super::testing::*;
     use super::{EdgeType, Nodes};
-    use crate::resources::tree::Tree;
+    use crate::resources::tree::{Tree, TreeBuf};
     use serde_json::{json, Value};
     use std::time::{Duration, Instant};
 
@@ -388,7 +388,7 @@ mod tests {
     fn hundred_thousand_objects() {
         let objects = trees(&large_cluster());
         assert_eq!(objects.len(), 100_000);
-        let selected: Vec<Tree> = objects
+        let selected: Vec<TreeBuf> = objects
             .iter()
             .filter(|o| {
                 matches!(

@@ -7,7 +7,7 @@ use super::endpoints::SERVICE_NAME_LABEL;
 use super::hashing::{hash_strs, uid_prefix, Hashed};
 use super::ingress::ingress_backends;
 use super::{join, EdgeType, NsName};
-use crate::resources::tree::{prefetched, Map, Tree};
+use crate::resources::tree::{prefetched, Items, Map, Tree};
 
 // ---- small accessors: every one returns None / empty on a wrong shape instead of panicking ----
 
@@ -286,7 +286,7 @@ impl Nodes {
         }
         let role = Role::of(kind, core);
         let (mut uid, mut name, mut namespace, mut labels, mut owners) =
-            (None, None, "", None, &[][..]);
+            (None, None, "", None, Items::default());
         // Only a Pod's and an EndpointSlice's own labels link anything.
         let want_labels = role == Role::EndpointSlice || (self.links && role == Role::Pod);
         for (key, field) in meta.into_iter().flat_map(Map::iter) {
@@ -296,7 +296,7 @@ impl Nodes {
                 "namespace" => namespace = field.as_str().unwrap_or(""),
                 // Checked before the key's text is read: that read is the cost.
                 k if want_labels && k == "labels" => labels = field.as_object(),
-                "ownerReferences" => owners = field.as_array().unwrap_or(&[]),
+                "ownerReferences" => owners = field.as_array().unwrap_or_default(),
                 _ => {}
             }
         }

@@ -4,16 +4,16 @@ use serde_json::{json, Value};
 
 use super::endpoints::SERVICE_NAME_LABEL;
 use super::{Edge, EdgeType, Nodes};
-use crate::resources::tree::Tree;
+use crate::resources::tree::TreeBuf;
 
 /// The objects as the resource group keeps them ([`crate::resources::object`]).
-pub(super) fn kept(objects: &[Value]) -> Vec<Tree> {
+pub(super) fn kept(objects: &[Value]) -> Vec<TreeBuf> {
     let parse = |o: &Value| crate::resources::object::parse(&o.to_string()).expect("parse");
     objects.iter().map(parse).collect()
 }
 
-pub(super) fn trees(objects: &[Value]) -> Vec<Tree> {
-    objects.iter().map(Tree::from).collect()
+pub(super) fn trees(objects: &[Value]) -> Vec<TreeBuf> {
+    objects.iter().map(TreeBuf::from).collect()
 }
 
 /// An edge with the uids it links, as a reader sees it.
@@ -24,7 +24,7 @@ pub(super) struct Named {
     pub(super) kind: EdgeType,
 }
 
-pub(super) fn named(objects: &[Tree], edges: &[Edge]) -> Vec<Named> {
+pub(super) fn named(objects: &[TreeBuf], edges: &[Edge]) -> Vec<Named> {
     let nodes = Nodes::read(objects, true);
     let uid = |i: u32| nodes.uid_str(i).to_owned();
     edges

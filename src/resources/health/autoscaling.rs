@@ -3,7 +3,7 @@
 use super::fields::*;
 use super::Health;
 use super::HealthStatus::*;
-use crate::resources::tree::Tree;
+use crate::resources::tree::{Items, Tree, TreeBuf};
 
 pub const HPA_CONDITIONS_ANNOTATION: &str = "autoscaling.alpha.kubernetes.io/conditions";
 
@@ -34,10 +34,11 @@ pub(super) fn hpa(obj: &Obj) -> Health {
     let Some(annotation) = annotation else {
         return waiting();
     };
-    let conditions = match serde_json::from_str::<Tree>(annotation) {
-        Ok(Tree::Array(list)) => list,
+    let parsed = serde_json::from_str::<TreeBuf>(annotation);
+    let conditions = match &parsed {
+        Ok(tree) if tree.is_array() => tree.as_array().unwrap_or_default(),
         // Go's decoder takes null for an empty list.
-        Ok(Tree::Null) => Box::default(),
+        Ok(tree) if tree.is_null() => Items::default(),
         Ok(_) => {
             return Health::new(
                 Unknown,
@@ -52,12 +53,12 @@ pub(super) fn hpa(obj: &Obj) -> Health {
         }
     };
     // Go's decoder matches the annotation's keys to its fields whatever their case.
-    judge(&conditions, field_any_case).unwrap_or_else(waiting)
+    judge(conditions, field_any_case).unwrap_or_else(waiting)
 }
 
 /// Degraded by the first failing condition, else Healthy by the first able or limited one
 /// that is True, else None (waiting).
-fn judge(conditions: &[Tree], field: for<'c> fn(&'c Tree, &str) -> &'c str) -> Option<Health> {
+fn judge(conditions: Items, field: for<'c> fn(&'c Tree, &str) -> &'c str) -> Option<Health> {
     let degraded = conditions.iter().find(|c| {
         let (kind, reason) = (field(c, "type"), field(c, "reason"));
         HPA_DEGRADED.iter().any(|(t, r)| *t == kind && *r == reason)

@@ -1,6 +1,6 @@
 //! Field access: every read is optional so partial objects fall back to zero values, never panic.
 
-use crate::resources::tree::Tree;
+use crate::resources::tree::{Items, Tree, TreeBuf};
 
 pub(crate) trait Fields<'a>: Copy {
     /// The value at `path` (`&["status", "conditions"]`), through objects only.
@@ -10,6 +10,12 @@ pub(crate) trait Fields<'a>: Copy {
 impl<'a> Fields<'a> for &'a Tree {
     fn at(self, path: &[&str]) -> Option<&'a Tree> {
         path.iter().try_fold(self, |v, key| v.get(key))
+    }
+}
+
+impl<'a> Fields<'a> for &'a TreeBuf {
+    fn at(self, path: &[&str]) -> Option<&'a Tree> {
+        (**self).at(path)
     }
 }
 
@@ -88,15 +94,13 @@ pub(crate) fn bool_at<'a>(v: impl Fields<'a>, path: &[&str]) -> bool {
     at(v, path).and_then(Tree::as_bool).unwrap_or(false)
 }
 
-pub(crate) fn list_at<'a>(v: impl Fields<'a>, path: &[&str]) -> &'a [Tree] {
-    at(v, path).and_then(Tree::as_array).unwrap_or(&[])
+pub(crate) fn list_at<'a>(v: impl Fields<'a>, path: &[&str]) -> Items<'a> {
+    at(v, path).and_then(Tree::as_array).unwrap_or_default()
 }
 
 /// The first `status.conditions` entry of the given type.
 pub(crate) fn condition<'a>(obj: impl Fields<'a>, kind: &str) -> Option<&'a Tree> {
-    list_at(obj, &["status", "conditions"])
-        .iter()
-        .find(|c| str_at(*c, &["type"]) == Some(kind))
+    list_at(obj, &["status", "conditions"]).find(|c| str_at(*c, &["type"]) == Some(kind))
 }
 
 /// Whether the condition exists and its `status` is exactly `status` ("True", "False", ...).

@@ -458,7 +458,7 @@ mod tests {
 
     use super::super::{health_with, HealthStatus::*};
     use super::*;
-    use crate::resources::tree::Tree;
+    use crate::resources::tree::TreeBuf;
 
     fn inline(scripts: &[(&str, &str)]) -> Customizations {
         let scripts = scripts
@@ -475,7 +475,7 @@ mod tests {
 
     /// The health of `object` by `custom`, given the whole object.
     fn judge(custom: &Customizations, object: &Value) -> Option<Health> {
-        health_with(&Tree::from(object), || Some(object.clone()), custom)
+        health_with(&TreeBuf::from(object), || Some(object.clone()), custom)
     }
 
     fn unknown(custom: &Customizations, object: &Value) -> String {

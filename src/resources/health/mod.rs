@@ -274,6 +274,7 @@ mod tests {
     use super::testing::*;
     use super::testing::{aggregate, health};
     use super::*;
+    use crate::resources::tree::TreeBuf;
     use HealthStatus::*;
 
     // --- dispatch, deletion, no rule -------------------------------------------------------
@@ -594,7 +595,7 @@ mod tests {
         let mut seen: std::collections::BTreeMap<&str, std::collections::BTreeSet<&str>> =
             Default::default();
         for o in &fixtures {
-            let tree = Tree::from(o);
+            let tree = TreeBuf::from(o);
             if is_being_deleted(&tree) {
                 continue;
             }

@@ -3,7 +3,7 @@
 use serde_json::{json, Value};
 
 use super::{Health, HealthStatus};
-use crate::resources::tree::Tree;
+use crate::resources::tree::TreeBuf;
 
 /// (what, object, expected status, expected message).
 pub type Fixture = (&'static str, Value, HealthStatus, Option<&'static str>);
@@ -33,7 +33,7 @@ pub fn obj(api_version: &str, kind: &str, spec: Value, status: Value) -> Value {
 /// [`super::health`] of the whole object, checked against the same object as the resource
 /// group keeps it ([`crate::resources::object`]): a rule must not read a field left out there.
 pub fn health(obj: &Value) -> Option<Health> {
-    let whole = super::health(&Tree::from(obj));
+    let whole = super::health(&TreeBuf::from(obj));
     let kept = crate::resources::object::parse(&obj.to_string()).expect("parse");
     assert_eq!(
         super::health(&kept),
