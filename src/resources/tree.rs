@@ -74,7 +74,7 @@ pub struct Map([u8]);
 #[derive(Clone, PartialEq, Eq)]
 pub struct TreeBuf(Box<[u8]>);
 
-#[inline]
+#[inline(always)]
 fn u32_at(b: &[u8], at: usize) -> usize {
     u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]) as usize
 }
@@ -86,7 +86,7 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 }
 
 /// The bytes of the value that starts `b`.
-#[inline]
+#[inline(always)]
 fn value_len(b: &[u8]) -> usize {
     match b[0] {
         NULL | FALSE | TRUE => 1,
@@ -104,7 +104,7 @@ enum KeyCode<'a> {
 }
 
 /// The key that starts `b`, and the bytes it takes.
-#[inline]
+#[inline(always)]
 fn key_at(b: &[u8]) -> (KeyCode<'_>, usize) {
     let code = u16::from_le_bytes([b[0], b[1]]);
     if code < INLINE_KEY {
