@@ -286,21 +286,26 @@ async fn measure_envlens(b: &Bench) -> group::ResourceGroup {
     group
 }
 
-/// (a-cold) The first view through a fresh watch cache, as the service's views ask it
-/// (`WatchCache::resource_group`); the cache is returned with the view so that the caller
-/// stops its watches after taking the time.
-async fn measure_cold(b: &Bench) -> (std::sync::Arc<group::ResourceGroup>, WatchCache) {
+/// A fresh watch cache over the bench's clients, nothing in it expiring during a run.
+fn fresh_cache(b: &Bench) -> WatchCache {
     let settings = WatchSettings {
         idle: Duration::from_secs(600),
         max_objects: 1_000_000,
         access_ttl: Duration::from_secs(60),
     };
-    let cache = WatchCache::new(
+    WatchCache::new(
         b.client.clone(),
         b.streams.clone(),
         settings,
         Default::default(),
-    );
+    )
+}
+
+/// (a-cold) The first view through a fresh watch cache, as the service's views ask it
+/// (`WatchCache::resource_group`); the cache is returned with the view so that the caller
+/// stops its watches after taking the time.
+async fn measure_cold(b: &Bench) -> (std::sync::Arc<group::ResourceGroup>, WatchCache) {
+    let cache = fresh_cache(b);
     let group = cache
         .resource_group(
             &b.discovery,
@@ -319,17 +324,7 @@ async fn measure_cold(b: &Bench) -> (std::sync::Arc<group::ResourceGroup>, Watch
 /// (a-cold-listed) The first view through a fresh watch cache, entered as (a-cold) was until
 /// session 21: the listing (its watches let go as it returns), then the assembly.
 async fn measure_cold_listed(b: &Bench) -> (group::ResourceGroup, WatchCache) {
-    let settings = WatchSettings {
-        idle: Duration::from_secs(600),
-        max_objects: 1_000_000,
-        access_ttl: Duration::from_secs(60),
-    };
-    let cache = WatchCache::new(
-        b.client.clone(),
-        b.streams.clone(),
-        settings,
-        Default::default(),
-    );
+    let cache = fresh_cache(b);
     let listing = cache
         .list_resource_group(
             &b.discovery,
