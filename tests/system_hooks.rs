@@ -300,105 +300,109 @@ async fn gitlab_12_documented_payloads() {
     .await;
 }
 
-/// GitLab 11.8: `access_level` in `user_add_to_team`, still `project_access` in
-/// `user_remove_from_team`; `group_create` without `full_path`.
-#[tokio::test]
-async fn gitlab_11_8_documented_payloads() {
-    let Some(app) = post_in_order(
-        "old-fb7fbfd92a3",
+/// The payloads GitLab 10.4 to 11.8 documented (their files are numbered alike), and what
+/// each writes.
+const GITLAB_10_4_TO_11_8: &[Step] = &[
+    (
+        "01-project_create.json",
+        "applied",
+        &["+project 74 jsmith/storecloud private ns=-"],
+    ),
+    ("02-project_destroy.json", "applied", &[]),
+    (
+        "03-project_rename.json",
+        "applied",
+        &["+project 73 jsmith/underscore internal ns=-"],
+    ),
+    (
+        "04-project_transfer.json",
+        "applied",
         &[
-            (
-                "01-project_create.json",
-                "applied",
-                &["+project 74 jsmith/storecloud private ns=-"],
-            ),
-            ("02-project_destroy.json", "applied", &[]),
-            (
-                "03-project_rename.json",
-                "applied",
-                &["+project 73 jsmith/underscore internal ns=-"],
-            ),
-            (
-                "04-project_transfer.json",
-                "applied",
-                &[
-                    "+project 73 scores/underscore internal ns=-",
-                    "-project 73 jsmith/underscore internal ns=-",
-                ],
-            ),
-            ("05-project_update.json", "applied", &[]),
-            (
-                "06-user_add_to_team.json",
-                "applied",
-                &["+user 41 johnsmith", "+member 41 project 74 40"],
-            ),
-            (
-                "07-user_remove_from_team.json",
-                "applied",
-                &["-member 41 project 74 40"],
-            ),
-            (
-                "08-user_create.json",
-                "applied",
-                &["+user 41 js", "-user 41 johnsmith"],
-            ),
-            ("09-user_destroy.json", "applied", &["-user 41 js"]),
-            (
-                "10-user_failed_login.json",
-                "applied",
-                &["+user 26 user4 blocked"],
-            ),
-            (
-                "11-user_rename.json",
-                "applied",
-                &["+user 58 new-exciting-name"],
-            ),
-            ("12-key_create.json", "ignored", &[]),
-            ("13-key_destroy.json", "ignored", &[]),
-            (
-                "14-group_create.json",
-                "applied",
-                &["+group 78 storecloud parent=- {78}"],
-            ),
-            (
-                "15-group_destroy.json",
-                "applied",
-                &["-group 78 storecloud parent=- {78}"],
-            ),
-            (
-                "16-group_rename.json",
-                "applied",
-                &["+group 64 parent-group/better-name parent=- {64}"],
-            ),
-            (
-                "17-user_add_to_group.json",
-                "applied",
-                &["+user 41 johnsmith", "+member 41 group 78 40"],
-            ),
-            (
-                "18-user_remove_from_group.json",
-                "applied",
-                &["-member 41 group 78 40"],
-            ),
-            ("19-push.json", "ignored", &[]),
-            ("20-tag_push.json", "ignored", &[]),
-            ("21-merge_request.json", "ignored", &[]),
-            ("22-repository_update.json", "ignored", &[]),
-            // The document's block verbatim: commas before `}`, so not JSON.
-            ("22-repository_update.txt", "400", &[]),
+            "+project 73 scores/underscore internal ns=-",
+            "-project 73 jsmith/underscore internal ns=-",
         ],
-    )
-    .await
-    else {
-        return;
-    };
+    ),
+    ("05-project_update.json", "applied", &[]),
+    (
+        "06-user_add_to_team.json",
+        "applied",
+        &["+user 41 johnsmith", "+member 41 project 74 40"],
+    ),
+    (
+        "07-user_remove_from_team.json",
+        "applied",
+        &["-member 41 project 74 40"],
+    ),
+    (
+        "08-user_create.json",
+        "applied",
+        &["+user 41 js", "-user 41 johnsmith"],
+    ),
+    ("09-user_destroy.json", "applied", &["-user 41 js"]),
+    (
+        "10-user_failed_login.json",
+        "applied",
+        &["+user 26 user4 blocked"],
+    ),
+    (
+        "11-user_rename.json",
+        "applied",
+        &["+user 58 new-exciting-name"],
+    ),
+    ("12-key_create.json", "ignored", &[]),
+    ("13-key_destroy.json", "ignored", &[]),
+    (
+        "14-group_create.json",
+        "applied",
+        &["+group 78 storecloud parent=- {78}"],
+    ),
+    (
+        "15-group_destroy.json",
+        "applied",
+        &["-group 78 storecloud parent=- {78}"],
+    ),
+    (
+        "16-group_rename.json",
+        "applied",
+        &["+group 64 parent-group/better-name parent=- {64}"],
+    ),
+    (
+        "17-user_add_to_group.json",
+        "applied",
+        &["+user 41 johnsmith", "+member 41 group 78 40"],
+    ),
+    (
+        "18-user_remove_from_group.json",
+        "applied",
+        &["-member 41 group 78 40"],
+    ),
+    ("19-push.json", "ignored", &[]),
+    ("20-tag_push.json", "ignored", &[]),
+    ("21-merge_request.json", "ignored", &[]),
+    ("22-repository_update.json", "ignored", &[]),
+    // The document's block verbatim: commas before `}`, so not JSON.
+    ("22-repository_update.txt", "400", &[]),
+];
+
+/// What GitLab 10.4 to 11.8's documented payloads leave in the mirror.
+async fn assert_10_4_to_11_8_mirror(app: &TestApp) {
     assert_eq!(
-        mirror(&app).await,
+        mirror(app).await,
         [UNDERSCORE_MOVED, STORECLOUD, GROUP_64, JOHNSMITH, RENAMED]
             .into_iter()
             .map(String::from)
             .collect()
     );
+}
+
+/// GitLab 11.8: `access_level` in `user_add_to_team`, still `project_access` in
+/// `user_remove_from_team`; `group_create` without `full_path`.
+#[tokio::test]
+async fn gitlab_11_8_documented_payloads() {
+    let Some(app) = post_in_order("old-fb7fbfd92a3", GITLAB_10_4_TO_11_8).await else {
+        return;
+    };
+    assert_10_4_to_11_8_mirror(&app).await;
     let m = metrics(&app).await;
     counted(&m, "other", "rejected", 1);
     counted(&m, "merge_request", "ignored", 1);
@@ -408,100 +412,10 @@ async fn gitlab_11_8_documented_payloads() {
 /// system hook.
 #[tokio::test]
 async fn gitlab_10_4_documented_payloads() {
-    let Some(app) = post_in_order(
-        "old-4431246da59",
-        &[
-            (
-                "01-project_create.json",
-                "applied",
-                &["+project 74 jsmith/storecloud private ns=-"],
-            ),
-            ("02-project_destroy.json", "applied", &[]),
-            (
-                "03-project_rename.json",
-                "applied",
-                &["+project 73 jsmith/underscore internal ns=-"],
-            ),
-            (
-                "04-project_transfer.json",
-                "applied",
-                &[
-                    "+project 73 scores/underscore internal ns=-",
-                    "-project 73 jsmith/underscore internal ns=-",
-                ],
-            ),
-            ("05-project_update.json", "applied", &[]),
-            (
-                "06-user_add_to_team.json",
-                "applied",
-                &["+user 41 johnsmith", "+member 41 project 74 40"],
-            ),
-            (
-                "07-user_remove_from_team.json",
-                "applied",
-                &["-member 41 project 74 40"],
-            ),
-            (
-                "08-user_create.json",
-                "applied",
-                &["+user 41 js", "-user 41 johnsmith"],
-            ),
-            ("09-user_destroy.json", "applied", &["-user 41 js"]),
-            (
-                "10-user_failed_login.json",
-                "applied",
-                &["+user 26 user4 blocked"],
-            ),
-            (
-                "11-user_rename.json",
-                "applied",
-                &["+user 58 new-exciting-name"],
-            ),
-            ("12-key_create.json", "ignored", &[]),
-            ("13-key_destroy.json", "ignored", &[]),
-            (
-                "14-group_create.json",
-                "applied",
-                &["+group 78 storecloud parent=- {78}"],
-            ),
-            (
-                "15-group_destroy.json",
-                "applied",
-                &["-group 78 storecloud parent=- {78}"],
-            ),
-            (
-                "16-group_rename.json",
-                "applied",
-                &["+group 64 parent-group/better-name parent=- {64}"],
-            ),
-            (
-                "17-user_add_to_group.json",
-                "applied",
-                &["+user 41 johnsmith", "+member 41 group 78 40"],
-            ),
-            (
-                "18-user_remove_from_group.json",
-                "applied",
-                &["-member 41 group 78 40"],
-            ),
-            ("19-push.json", "ignored", &[]),
-            ("20-tag_push.json", "ignored", &[]),
-            ("21-merge_request.json", "ignored", &[]),
-            ("22-repository_update.json", "ignored", &[]),
-            ("22-repository_update.txt", "400", &[]),
-        ],
-    )
-    .await
-    else {
+    let Some(app) = post_in_order("old-4431246da59", GITLAB_10_4_TO_11_8).await else {
         return;
     };
-    assert_eq!(
-        mirror(&app).await,
-        [UNDERSCORE_MOVED, STORECLOUD, GROUP_64, JOHNSMITH, RENAMED]
-            .into_iter()
-            .map(String::from)
-            .collect()
-    );
+    assert_10_4_to_11_8_mirror(&app).await;
 }
 
 /// GitLab 9.5–10.0: `Master`, `group_create` with `owner_*` and no `full_path`.

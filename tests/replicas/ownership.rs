@@ -67,6 +67,15 @@ impl Setup {
         self.replica_with_window(database_url, WINDOW).await
     }
 
+    /// `n` replicas on the setup's own database, started one after another.
+    pub(super) async fn replicas(&self, n: usize) -> Vec<Replica> {
+        let mut replicas = Vec::with_capacity(n);
+        for _ in 0..n {
+            replicas.push(self.replica(&self.url).await);
+        }
+        replicas
+    }
+
     /// [`Setup::replica`] with another `--replica-window`.
     pub(super) async fn replica_with_window(&self, database_url: &str, window: &str) -> Replica {
         let config = self.config.path().to_str().unwrap();
@@ -212,11 +221,7 @@ pub(super) async fn world() -> World {
 async fn three_replicas_watch_each_connection_once_and_answer_alike() {
     let world = world().await;
     let (api, setup) = (&world.api, &world.setup);
-    let replicas = [
-        setup.replica(&setup.url).await,
-        setup.replica(&setup.url).await,
-        setup.replica(&setup.url).await,
-    ];
+    let replicas = setup.replicas(3).await;
 
     // Membership: a row each, live, at the address each advertises.
     let rows: Vec<(String, String)> =
@@ -472,7 +477,7 @@ async fn ownership_is_unique_through_starts_stops_and_kills() {
     let seed: u64 = rand::random();
     eprintln!("seed {seed}");
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let mut replicas = vec![setup.replica(&setup.url).await];
+    let mut replicas = setup.replicas(1).await;
     let mut checks = 0;
     for _ in 0..8 {
         match rng.random_range(0..3) {

@@ -61,11 +61,7 @@ async fn lists_settled(api: &KubeApi) {
 async fn a_view_through_a_non_owner_is_the_owners_own_answer_byte_for_byte() {
     let world = world().await;
     let (api, setup) = (&world.api, &world.setup);
-    let replicas = [
-        setup.replica(&setup.url).await,
-        setup.replica(&setup.url).await,
-        setup.replica(&setup.url).await,
-    ];
+    let replicas = setup.replicas(3).await;
     let owner = setup.settled_owner(&replicas).await;
     production(owner);
     assert!(settled(api).await > 0, "the owner watches the namespace");
@@ -157,7 +153,7 @@ fn carrying(user: Option<(i64, &str)>, path: &str, ask: &Value) -> String {
 async fn the_owner_authenticates_the_viewer_and_decides_their_access_itself() {
     let world = world().await;
     let setup = &world.setup;
-    let replicas = [setup.replica(&setup.url).await];
+    let replicas = setup.replicas(1).await;
     let owner = setup.settled_owner(&replicas).await;
     let ask = json!({"agent": 7, "namespaces": [environment::NS],
                      "selector": envlens::resources::group::label_selector(environment::PROJECT, environment::SLUG)});
@@ -291,10 +287,7 @@ async fn a_change_in_the_cluster_reaches_a_subscriber_on_a_non_owner() {
     use crate::subscriptions::{Client, Received};
     let world = world().await;
     let (api, setup) = (&world.api, &world.setup);
-    let replicas = [
-        setup.replica(&setup.url).await,
-        setup.replica(&setup.url).await,
-    ];
+    let replicas = setup.replicas(2).await;
     let owner = setup.settled_owner(&replicas).await;
     let other = replicas.iter().find(|r| r.id != owner.id).unwrap();
     let mut client = Client::connect(other.addr, "graphql-transport-ws", (2, "dev")).await;
@@ -391,6 +384,19 @@ fn config_maps() -> Value {
 /// Starts the watch `id` of the namespace's ConfigMaps on `socket`.
 async fn watch_config_maps(socket: &mut Socket, id: &str) {
     crate::watch_api::watch(socket, id, config_maps()).await;
+}
+
+/// A socket to `replica` watching the ConfigMaps (`cm`), its first event (the group's
+/// `web-config`) read.
+async fn watching_config_maps(replica: &Replica) -> Socket {
+    let mut socket = open_socket(replica, &watch_token(replica)).await.unwrap();
+    watch_config_maps(&mut socket, "cm").await;
+    let first = text_within(&mut socket, Duration::from_secs(30)).await;
+    assert_eq!(
+        event(&first.expect("the first event")),
+        pair("ADDED", "web-config")
+    );
+    socket
 }
 
 /// The next text message of `socket` as sent, within `wait`; `None` when none came.
@@ -515,10 +521,7 @@ async fn a_watch_token_from_one_replica_opens_one_socket_on_any_replica() {
 async fn a_watch_socket_on_a_non_owner_is_the_owners_own_answer() {
     let world = world().await;
     let (api, setup) = (&world.api, &world.setup);
-    let replicas = [
-        setup.replica(&setup.url).await,
-        setup.replica(&setup.url).await,
-    ];
+    let replicas = setup.replicas(2).await;
     let owner = setup.settled_owner(&replicas).await;
     let other = replicas.iter().find(|r| r.id != owner.id).unwrap();
     production(owner);
@@ -556,23 +559,11 @@ async fn a_watch_socket_on_a_non_owner_is_the_owners_own_answer() {
 async fn a_watch_socket_goes_on_through_a_handover_with_nothing_lost_or_doubled() {
     let world = world().await;
     let (api, setup) = (&world.api, &world.setup);
-    let mut replicas = vec![
-        setup.replica(&setup.url).await,
-        setup.replica(&setup.url).await,
-        setup.replica(&setup.url).await,
-    ];
+    let mut replicas = setup.replicas(3).await;
     let owner_id = setup.settled_owner(&replicas).await.id.clone();
     api.clear_requests();
     let at = replicas.iter().position(|r| r.id != owner_id).unwrap();
-    let mut socket = open_socket(&replicas[at], &watch_token(&replicas[at]))
-        .await
-        .unwrap();
-    watch_config_maps(&mut socket, "cm").await;
-    let first = text_within(&mut socket, Duration::from_secs(30)).await;
-    assert_eq!(
-        event(&first.expect("the first event")),
-        pair("ADDED", "web-config")
-    );
+    let mut socket = watching_config_maps(&replicas[at]).await;
 
     // The owner stops (it hands its connections over as it leaves); a change meanwhile.
     let gone = replicas.remove(replicas.iter().position(|r| r.id == owner_id).unwrap());
@@ -607,11 +598,7 @@ async fn a_watch_socket_goes_on_through_a_handover_with_nothing_lost_or_doubled(
 async fn a_watch_the_next_owner_refuses_ends_with_its_refusal() {
     let world = world().await;
     let setup = &world.setup;
-    let mut replicas = vec![
-        setup.replica(&setup.url).await,
-        setup.replica(&setup.url).await,
-        setup.replica(&setup.url).await,
-    ];
+    let mut replicas = setup.replicas(3).await;
     let owner_id = setup.settled_owner(&replicas).await.id.clone();
     let connection = setup.connection().await;
     let rest: Vec<String> = replicas
@@ -627,15 +614,7 @@ async fn a_watch_the_next_owner_refuses_ends_with_its_refusal() {
         .iter()
         .position(|r| r.id != owner_id && r.id != next)
         .unwrap();
-    let mut socket = open_socket(&replicas[at], &watch_token(&replicas[at]))
-        .await
-        .unwrap();
-    watch_config_maps(&mut socket, "cm").await;
-    let first = text_within(&mut socket, Duration::from_secs(30)).await;
-    assert_eq!(
-        event(&first.expect("the first event")),
-        pair("ADDED", "web-config")
-    );
+    let mut socket = watching_config_maps(&replicas[at]).await;
 
     sqlx::query("DELETE FROM watch_tokens_spent")
         .execute(&setup.app.db)
@@ -666,24 +645,12 @@ async fn after_a_kill_9_of_the_owner_a_survivors_socket_and_subscription_lose_an
     use crate::subscriptions::{Client, Received};
     let world = world().await;
     let (api, setup) = (&world.api, &world.setup);
-    let mut replicas = vec![
-        setup.replica(&setup.url).await,
-        setup.replica(&setup.url).await,
-        setup.replica(&setup.url).await,
-    ];
+    let mut replicas = setup.replicas(3).await;
     let owner_id = setup.settled_owner(&replicas).await.id.clone();
     api.clear_requests();
     let survivor = replicas.iter().position(|r| r.id != owner_id).unwrap();
     let survivor_addr = replicas[survivor].addr;
-    let mut socket = open_socket(&replicas[survivor], &watch_token(&replicas[survivor]))
-        .await
-        .unwrap();
-    watch_config_maps(&mut socket, "cm").await;
-    let first = text_within(&mut socket, Duration::from_secs(30)).await;
-    assert_eq!(
-        event(&first.expect("the first event")),
-        pair("ADDED", "web-config")
-    );
+    let mut socket = watching_config_maps(&replicas[survivor]).await;
     let mut client = Client::connect(survivor_addr, "graphql-transport-ws", (2, "dev")).await;
     client
         .subscribe(
@@ -798,10 +765,7 @@ async fn a_proxied_watch_on_a_non_owner_is_served_by_the_owner() {
     use tokio::io::AsyncReadExt;
     let world = world().await;
     let (api, setup) = (&world.api, &world.setup);
-    let mut replicas = vec![
-        setup.replica(&setup.url).await,
-        setup.replica(&setup.url).await,
-    ];
+    let mut replicas = setup.replicas(2).await;
     let owner_id = setup.settled_owner(&replicas).await.id.clone();
     let other = replicas.iter().position(|r| r.id != owner_id).unwrap();
     let mut stream = proxied_watch(&replicas[other]).await;
@@ -842,7 +806,7 @@ async fn a_proxied_watch_on_a_non_owner_is_served_by_the_owner() {
 async fn the_owner_checks_the_watches_handed_to_it_itself() {
     let world = world().await;
     let setup = &world.setup;
-    let replicas = [setup.replica(&setup.url).await];
+    let replicas = setup.replicas(1).await;
     let owner = setup.settled_owner(&replicas).await;
     let at = &owner.advertise_url;
     let header = envlens::auth::REPLICA_HEADER;
@@ -937,18 +901,10 @@ async fn the_owner_checks_the_watches_handed_to_it_itself() {
 async fn a_socket_on_the_owner_follows_its_connection_to_a_new_replica() {
     let world = world().await;
     let (api, setup) = (&world.api, &world.setup);
-    let mut replicas = vec![setup.replica(&setup.url).await];
+    let mut replicas = setup.replicas(1).await;
     let first = setup.settled_owner(&replicas).await.id.clone();
     api.clear_requests();
-    let mut socket = open_socket(&replicas[0], &watch_token(&replicas[0]))
-        .await
-        .unwrap();
-    watch_config_maps(&mut socket, "cm").await;
-    let added = text_within(&mut socket, Duration::from_secs(30)).await;
-    assert_eq!(
-        event(&added.expect("the first event")),
-        pair("ADDED", "web-config")
-    );
+    let mut socket = watching_config_maps(&replicas[0]).await;
     // A replica joins and, if it does not win the connection (odds 1/2), leaves again, until
     // one wins: the owner hands the connection over, alive.
     let mut changes = Vec::new();
