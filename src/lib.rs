@@ -93,9 +93,7 @@ pub fn app(state: AppState) -> Router {
         metrics: state.metrics.clone(),
         trusted_proxies: state.trusted_proxies.clone(),
     };
-    router
-        .layer(observed)
-        .with_state(state)
+    router.layer(observed).with_state(state)
 }
 
 /// The configured origins may call envlens with the user's cookie; preflights are answered

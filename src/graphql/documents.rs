@@ -379,7 +379,8 @@ mod tests {
     fn validation_is_skipped_only_for_the_same_numbers_and_booleans() {
         let _serial = relock(&SERIAL);
         let text = "query Nums($p: ID!, $n: Int, $b: Boolean) { project(fullPath: $p) { environments(first: $n) { nodes { id } } } }";
-        let vars = |p: &str, n: serde_json::Value, b: bool| serde_json::json!({ "p": p, "n": n, "b": b });
+        let vars =
+            |p: &str, n: serde_json::Value, b: bool| serde_json::json!({ "p": p, "n": n, "b": b });
         let first = with(text, None, vars("a/b", 5.into(), true));
         assert!(!first.known_valid() && !first.validated());
         first.passed();

@@ -11,9 +11,9 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use prometheus_client::collector::Collector;
 use axum::extract::MatchedPath;
 use axum::http::Method;
+use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{
     DescriptorEncoder, EncodeLabelSet, EncodeLabelValue, EncodeMetric, LabelValueEncoder,
 };
@@ -660,7 +660,12 @@ mod tests {
         let get = Method::GET;
         m.record(&get, "/-/liveness".into(), 200, Duration::from_micros(500));
         m.record(&get, "/-/liveness".into(), 200, Duration::from_millis(20));
-        m.record(&Method::POST, "/webhooks/gitlab".into(), 401, Duration::from_secs(30));
+        m.record(
+            &Method::POST,
+            "/webhooks/gitlab".into(),
+            401,
+            Duration::from_secs(30),
+        );
         m.record(&get, None.into(), 404, Duration::from_millis(1));
         m.cluster_request("7", "list", "pods", Some(403), Duration::from_millis(3));
         m.cluster_request("7", "list", "pods", None, Duration::from_millis(3));
@@ -672,9 +677,12 @@ mod tests {
         assert!(text.contains("envlens_http_request_duration_seconds_bucket{le=\"0.025\",method=\"GET\",route=\"/-/liveness\",status=\"200\"} 2"));
         assert!(text.contains("envlens_http_request_duration_seconds_bucket{le=\"10.0\",method=\"POST\",route=\"/webhooks/gitlab\",status=\"401\"} 0"));
         assert!(text.contains("envlens_http_request_duration_seconds_bucket{le=\"+Inf\",method=\"POST\",route=\"/webhooks/gitlab\",status=\"401\"} 1"));
-        assert!(text.contains(
-            "envlens_http_requests_total{method=\"GET\",route=\"unmatched\",status=\"404\"} 1"
-        ), "{text}");
+        assert!(
+            text.contains(
+                "envlens_http_requests_total{method=\"GET\",route=\"unmatched\",status=\"404\"} 1"
+            ),
+            "{text}"
+        );
         assert!(text.contains("envlens_cluster_requests_total{agent=\"7\",verb=\"list\",resource=\"pods\",code=\"403\"} 1"));
         assert!(text.contains("envlens_cluster_requests_total{agent=\"7\",verb=\"list\",resource=\"pods\",code=\"error\"} 1"));
         assert!(text.contains("envlens_cluster_request_duration_seconds_count{agent=\"7\",verb=\"list\",resource=\"pods\"} 2"));
