@@ -17,15 +17,6 @@
 //! which still applies the complexity and depth limits (they read the values: `first: $n`).
 //! Anything else (enums, lists, input objects, custom scalars) is validated in full each time.
 //!
-//! The fast mode's verdict in turn is a function of the document, the operation, the declared
-//! variables' kinds and the values its complexity figures read: the `Int` arguments of the
-//! fields whose `#[graphql(complexity = ...)]` names them (page sizes, `first: $n`; no
-//! complexity expression reads a string, an id or a boolean). Its other rules (fragment cycles,
-//! uploads) and the depth read the document alone. So a request whose signature and whose
-//! `Int` and `Boolean` variables' values are those of a request answered without any error
-//! ([`Prepared::known_valid`]) passes the fast mode too, with the same figures, and skips
-//! validation altogether (`limits::Validated`): some 8% of a blueprint query's instructions.
-//!
 //! async-graphql's `ApolloPersistedQueries` extension keeps documents only for clients that
 //! send a `persistedQuery` hash instead of the text, which GitLab's frontend does not.
 
@@ -57,27 +48,16 @@ struct Entry {
     declared: Option<Vec<Name>>,
     /// [`Signature`]s of requests answered without error, most recent last.
     validated: Mutex<Vec<Signature>>,
-    /// The same with the values that the complexity figures may read ([`Exact`]).
-    answered: Mutex<Vec<Exact>>,
 }
 
 /// What strict validation depends on beside the document: the operation chosen and the kind of
 /// each declared variable's value. Variables the document does not declare are not part of it:
 /// a document that uses one fails validation whatever its value.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, PartialEq)]
 struct Signature {
     operation: Option<String>,
     /// One byte per declared variable, in [`Entry::declared`]'s order.
     kinds: Box<[u8]>,
-}
-
-/// A [`Signature`] and the values of the declared `Int` and `Boolean` variables (a boolean as 0
-/// or 1), in [`Entry::declared`]'s order: all that fast validation reads of a request beside
-/// its document.
-#[derive(Debug, PartialEq)]
-struct Exact {
-    signature: Signature,
-    numbers: Box<[i64]>,
 }
 
 static DOCUMENTS: LazyLock<Mutex<LruCache<Box<str>, Arc<Entry>>>> =
@@ -89,9 +69,8 @@ pub struct Prepared {
     /// The request's document: a refusal at a limit measures it again (`limits`).
     document: Option<Arc<Entry>>,
     /// The document and the request's signature, when a verdict on it can be kept.
-    kept: Option<(Arc<Entry>, Exact)>,
+    kept: Option<(Arc<Entry>, Signature)>,
     validated: bool,
-    known_valid: bool,
 }
 
 impl Prepared {
@@ -106,37 +85,21 @@ impl Prepared {
         self.validated
     }
 
-    /// A request of the same signature and the same values of its `Int` and `Boolean`
-    /// variables was answered without error: fast validation would pass, with the same
-    /// figures, and need not run.
-    pub fn known_valid(&self) -> bool {
-        self.known_valid
-    }
-
     /// The request was answered without any error, so it passed validation: later requests of
-    /// its signature need not run the strict rules, and those of its values no rules at all.
+    /// its signature need not run the strict rules.
     pub fn passed(self) {
-        let Some((entry, exact)) = self.kept else {
+        let Some((entry, signature)) = self.kept else {
             return;
         };
-        if self.known_valid {
+        if self.validated {
             return;
         }
-        if !self.validated {
-            let mut validated = relock(&entry.validated);
-            if !validated.contains(&exact.signature) {
-                if validated.len() == SIGNATURES {
-                    validated.remove(0);
-                }
-                validated.push(exact.signature.clone());
+        let mut validated = relock(&entry.validated);
+        if !validated.contains(&signature) {
+            if validated.len() == SIGNATURES {
+                validated.remove(0);
             }
-        }
-        let mut answered = relock(&entry.answered);
-        if !answered.contains(&exact) {
-            if answered.len() == SIGNATURES {
-                answered.remove(0);
-            }
-            answered.push(exact);
+            validated.push(signature);
         }
     }
 }
@@ -164,7 +127,6 @@ pub fn prepare(request: &mut async_graphql::Request) -> Result<Prepared, ServerE
                 checks: Ok(()),
                 declared: None,
                 validated: Mutex::default(),
-                answered: Mutex::default(),
             })),
             ..Prepared::default()
         });
@@ -179,7 +141,6 @@ pub fn prepare(request: &mut async_graphql::Request) -> Result<Prepared, ServerE
                 checks: checks(&doc),
                 doc,
                 validated: Mutex::default(),
-                answered: Mutex::default(),
             });
             relock(&DOCUMENTS).put(request.query.as_str().into(), entry.clone());
             entry
@@ -197,14 +158,12 @@ pub fn prepare(request: &mut async_graphql::Request) -> Result<Prepared, ServerE
         )
     });
     Ok(match signature {
-        Some(exact) => {
-            let known_valid = relock(&entry.answered).contains(&exact);
-            let validated = known_valid || relock(&entry.validated).contains(&exact.signature);
+        Some(signature) => {
+            let validated = relock(&entry.validated).contains(&signature);
             Prepared {
                 document: Some(entry.clone()),
                 validated,
-                known_valid,
-                kept: Some((entry, exact)),
+                kept: Some((entry, signature)),
             }
         }
         None => Prepared {
@@ -258,37 +217,28 @@ fn kinded_variables(doc: &ExecutableDocument) -> Option<Vec<Name>> {
     Some(names)
 }
 
-/// The operation name and the kind of each of `declared` in `variables`, and the values of
-/// those that are whole numbers or booleans; `None` when a value is a list, an object or
-/// anything else whose validity its kind does not settle.
-fn signature(operation: Option<&str>, declared: &[Name], variables: &Variables) -> Option<Exact> {
-    let mut numbers = Vec::new();
+/// The operation name and the kind of each of `declared` in `variables`; `None` when a value
+/// is a list, an object or anything else whose validity its kind does not settle.
+fn signature(
+    operation: Option<&str>,
+    declared: &[Name],
+    variables: &Variables,
+) -> Option<Signature> {
     let kinds = declared
         .iter()
         .map(|name| match variables.get(name) {
             None => Some(b'-'),
             Some(ConstValue::Null) => Some(b'0'),
-            Some(ConstValue::Boolean(b)) => {
-                numbers.push(i64::from(*b));
-                Some(b'b')
-            }
+            Some(ConstValue::Boolean(_)) => Some(b'b'),
             Some(ConstValue::String(_)) => Some(b's'),
-            Some(ConstValue::Number(n)) => match n.as_i64() {
-                Some(n) => {
-                    numbers.push(n);
-                    Some(b'i')
-                }
-                None => Some(b'n'),
-            },
+            Some(ConstValue::Number(n)) if n.is_i64() => Some(b'i'),
+            Some(ConstValue::Number(_)) => Some(b'n'),
             Some(_) => None,
         })
         .collect::<Option<Box<[u8]>>>()?;
-    Some(Exact {
-        signature: Signature {
-            operation: operation.map(str::to_owned),
-            kinds,
-        },
-        numbers: numbers.into(),
+    Some(Signature {
+        operation: operation.map(str::to_owned),
+        kinds,
     })
 }
 
@@ -373,31 +323,6 @@ mod tests {
         assert!(list.kept.is_none());
         list.passed();
         assert!(!with(text, None, vars(serde_json::json!(["a/b"]))).validated());
-    }
-
-    #[test]
-    fn validation_is_skipped_only_for_the_same_numbers_and_booleans() {
-        let _serial = relock(&SERIAL);
-        let text = "query Nums($p: ID!, $n: Int, $b: Boolean) { project(fullPath: $p) { environments(first: $n) { nodes { id } } } }";
-        let vars =
-            |p: &str, n: serde_json::Value, b: bool| serde_json::json!({ "p": p, "n": n, "b": b });
-        let first = with(text, None, vars("a/b", 5.into(), true));
-        assert!(!first.known_valid() && !first.validated());
-        first.passed();
-        // Another path: strings are read for their kind only.
-        let again = with(text, None, vars("c/d", 5.into(), true));
-        assert!(again.known_valid() && again.validated());
-        // Another page size or boolean: the figures may differ, validated in the fast mode.
-        for other in [vars("a/b", 6.into(), true), vars("a/b", 5.into(), false)] {
-            let p = with(text, None, other);
-            assert!(p.validated() && !p.known_valid());
-        }
-        // Another kind: validated in full.
-        let null = with(text, None, vars("a/b", serde_json::Value::Null, true));
-        assert!(!null.validated() && !null.known_valid());
-        // A request prepared but not answered without error leaves nothing.
-        let _unanswered = with(text, None, vars("a/b", 7.into(), true));
-        assert!(!with(text, None, vars("a/b", 7.into(), true)).known_valid());
     }
 
     #[test]

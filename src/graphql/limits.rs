@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use async_graphql::extensions::{Extension, ExtensionContext, ExtensionFactory, NextValidation};
 use async_graphql::parser::types::ExecutableDocument;
 use async_graphql::{
-    CacheControl, Schema, SchemaBuilder, ServerError, ValidationMode, ValidationResult, Variables,
+    Schema, SchemaBuilder, ServerError, ValidationMode, ValidationResult, Variables,
 };
 
 use super::mutations::Mutation;
@@ -81,55 +81,6 @@ pub fn measuring() -> EnvlensSchema {
         .validation_mode(ValidationMode::Fast)
         .extension(Measure)
         .finish()
-}
-
-/// The schema for requests known to pass validation (`documents::Prepared::known_valid`):
-/// [`Validated`] skips validation for a request that carries [`KnownValid`], and runs it as
-/// the fast schema does for any other.
-///
-/// An extension sends every field of the answer through it (a lookup in the registry and a
-/// boxed future each, some 5-600 instructions), which is why the other schemas carry none:
-/// for a query of ten fields that is a third of the fast validation it saves.
-pub fn validated() -> EnvlensSchema {
-    limited(Schema::build(Query, Mutation::default(), Subscription))
-        .validation_mode(ValidationMode::Fast)
-        .extension(Validated)
-        .finish()
-}
-
-/// The mark of a request whose validation may be skipped: one of the same document, operation,
-/// variables' kinds and `Int` and `Boolean` values was answered without error.
-#[derive(Clone, Copy)]
-pub struct KnownValid;
-
-/// See [`validated`].
-struct Validated;
-
-impl ExtensionFactory for Validated {
-    fn create(&self) -> Arc<dyn Extension> {
-        Arc::new(Validated)
-    }
-}
-
-#[async_trait::async_trait]
-impl Extension for Validated {
-    async fn validation(
-        &self,
-        ctx: &ExtensionContext<'_>,
-        next: NextValidation<'_>,
-    ) -> Result<ValidationResult, Vec<ServerError>> {
-        if ctx.data_opt::<KnownValid>().is_none() {
-            return next.run(ctx).await;
-        }
-        // What the rules would answer again. async-graphql keeps only the cache control of it
-        // (the figures were for the limits, which the request was within), which no field
-        // sets and no answer of ours sends: the default, as the rules compute it.
-        Ok(ValidationResult {
-            cache_control: CacheControl::default(),
-            complexity: 0,
-            depth: 0,
-        })
-    }
 }
 
 /// Where [`Measure`] leaves a request's figures.

@@ -70,8 +70,6 @@ fn schema(mode: ValidationMode) -> EnvlensSchema {
 pub struct Schemas {
     pub(crate) strict: EnvlensSchema,
     fast: EnvlensSchema,
-    /// For a request known to pass validation, which skips it (`limits::validated`).
-    known: EnvlensSchema,
     /// Measures a request refused at a limit, for GitLab's wording of the refusal.
     measuring: EnvlensSchema,
     /// The JSON of the watch cache's shared groups as `POST /api/graphql` answered them
@@ -88,7 +86,6 @@ impl Schemas {
         Schemas {
             strict: schema(ValidationMode::Strict),
             fast: schema(ValidationMode::Fast),
-            known: limits::validated(),
             measuring: limits::measuring(),
             rendered: Arc::default(),
             logs: Arc::default(),
@@ -279,27 +276,18 @@ pub async fn execute(
     if let Some(id) = request_id {
         request = request.data(id);
     }
-    let mut response = if prepared.known_valid() {
-        // Within the limits, as the same request was: no refusal to word.
-        schemas
-            .known
-            .execute(request.data(limits::KnownValid))
-            .await
+    let schema = if prepared.validated() {
+        &schemas.fast
     } else {
-        let schema = if prepared.validated() {
-            &schemas.fast
-        } else {
-            &schemas.strict
-        };
-        let retained = limits::Retained::of(&request);
-        let mut response = schema.execute(request).await;
-        if let Some(doc) = prepared.document() {
-            retained
-                .explain(&schemas.measuring, doc, &mut response)
-                .await;
-        }
-        response
+        &schemas.strict
     };
+    let retained = limits::Retained::of(&request);
+    let mut response = schema.execute(request).await;
+    if let Some(doc) = prepared.document() {
+        retained
+            .explain(&schemas.measuring, doc, &mut response)
+            .await;
+    }
     for error in &mut response.errors {
         with_code(error);
     }
