@@ -16,7 +16,7 @@ port=18688
 url=http://127.0.0.1:$port
 start_envlens "$dir" "$port"
 # The schema and the deployments of benches/graphql.sh, its first 100,000.
-sed -n "/^sql <<'SQL'$/,/^SQL$/p" benches/graphql.sh | sed '1d;$d' >"$work/seed.sql"
+sed -n "/sql <<'SQL'$/,/^SQL$/p" benches/graphql.sh | sed '1d;$d' >"$work/seed.sql"
 psql "postgresql:///envlens?host=$dir/run&user=envlens" -qtA -v ON_ERROR_STOP=1 -f "$work/seed.sql"
 sed -n "/^add_deployments() {$/,/^}$/p" benches/graphql.sh | sed -n "/^INSERT/,/^CHECKPOINT;$/p" >"$work/deployments.sql"
 psql "postgresql:///envlens?host=$dir/run&user=envlens" -qtA -v ON_ERROR_STOP=1 -v from=0 -v to=100000 -f "$work/deployments.sql"

@@ -27,7 +27,6 @@ use std::time::Duration;
 
 use axum::extract::DefaultBodyLimit;
 use axum::http::{Method, Uri};
-use axum::middleware::from_fn_with_state;
 use axum::routing::{any, get, post, put};
 use axum::Json;
 use axum::Router;
@@ -71,7 +70,7 @@ pub fn app(state: AppState) -> Router {
             "/api/graphql",
             post(crate::graphql::execute).get(crate::graphql::subscribe),
         )
-        .layer(from_fn_with_state(state.limits, http::middleware::timeout));
+        .layer(http::middleware::TimeoutLayer(state.limits.request_timeout));
     // Streams run for as long as the client stays: no request timeout here.
     let proxy = Router::new()
         .route("/k8s-proxy/{*path}", any(crate::k8s::proxy::forward))
@@ -94,9 +93,7 @@ pub fn app(state: AppState) -> Router {
         metrics: state.metrics.clone(),
         trusted_proxies: state.trusted_proxies.clone(),
     };
-    router
-        .layer(from_fn_with_state(observed, http::middleware::observe))
-        .with_state(state)
+    router.layer(observed).with_state(state)
 }
 
 /// The configured origins may call envlens with the user's cookie; preflights are answered

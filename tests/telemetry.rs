@@ -464,7 +464,7 @@ async fn the_shipped_dashboard_and_alerts_name_only_exposed_metrics() {
     // A family shows in /metrics once it has a series: one of each, through the code's own API.
     let metrics = envlens::telemetry::Metrics::default();
     let second = Duration::from_secs(1);
-    metrics.record("GET", "/-/readiness", 200, second);
+    metrics.record(&axum::http::Method::GET, "/-/readiness".into(), 200, second);
     metrics.cluster_request("7", "list", "pods", Some(200), second);
     metrics.database_acquired(second, false);
     metrics.webhook_event("System Hook/user_create", "applied");

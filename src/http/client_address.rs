@@ -62,7 +62,7 @@ pub fn resolve(peer: IpAddr, headers: &HeaderMap, trusted: &TrustedProxies) -> I
 }
 
 /// Records the request's [`ClientAddress`] when its connection's peer is known. Called by
-/// the request middleware (`http::middleware::observe`), not a layer of its own: each layer
+/// the request middleware (`http::middleware::Observe`), not a layer of its own: each layer
 /// of the router clones and boxes the routes below it on every request.
 pub fn record(request: &mut Request, trusted: &TrustedProxies) {
     let peer = request

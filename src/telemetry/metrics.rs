@@ -8,10 +8,15 @@
 //! their ids (as many as are configured); never a user, an object's name or a raw path.
 
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use axum::extract::MatchedPath;
+use axum::http::Method;
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeLabelSet, EncodeLabelValue, EncodeMetric, LabelValueEncoder,
+};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -33,9 +38,74 @@ type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct HttpLabels {
-    method: String,
-    route: String,
+    method: MethodLabel,
+    route: Route,
     status: u16,
+}
+
+/// A request's method as a label: a standard method's clone copies no text.
+#[derive(Debug, Clone, Hash, PartialEq, Eq)]
+struct MethodLabel(Method);
+
+impl EncodeLabelValue for MethodLabel {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        self.0.as_str().encode(encoder)
+    }
+}
+
+/// The route a request is counted under: the router's pattern (shared, not copied: the
+/// request path's labels allocate nothing), `unmatched`, or a text of its own.
+#[derive(Debug, Clone)]
+pub struct Route(RouteText);
+
+#[derive(Debug, Clone)]
+enum RouteText {
+    Matched(MatchedPath),
+    Unmatched,
+    Text(Arc<str>),
+}
+
+impl Route {
+    fn as_str(&self) -> &str {
+        match &self.0 {
+            RouteText::Matched(path) => path.as_str(),
+            RouteText::Unmatched => "unmatched",
+            RouteText::Text(text) => text,
+        }
+    }
+}
+
+impl From<Option<&MatchedPath>> for Route {
+    fn from(matched: Option<&MatchedPath>) -> Self {
+        Route(matched.map_or(RouteText::Unmatched, |m| RouteText::Matched(m.clone())))
+    }
+}
+
+impl From<&str> for Route {
+    fn from(text: &str) -> Self {
+        Route(RouteText::Text(text.into()))
+    }
+}
+
+// One label value whichever way it was made: equal and hashed by its text.
+impl PartialEq for Route {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for Route {}
+
+impl std::hash::Hash for Route {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state);
+    }
+}
+
+impl EncodeLabelValue for Route {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        self.as_str().encode(encoder)
+    }
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -346,10 +416,10 @@ impl Default for Metrics {
 
 impl Metrics {
     /// One answered HTTP request.
-    pub fn record(&self, method: &str, route: &str, status: u16, elapsed: Duration) {
+    pub fn record(&self, method: &Method, route: Route, status: u16, elapsed: Duration) {
         let labels = HttpLabels {
-            method: method.to_owned(),
-            route: route.to_owned(),
+            method: MethodLabel(method.clone()),
+            route,
             status,
         };
         self.http_requests.get_or_create(&labels).inc();
@@ -587,9 +657,16 @@ mod tests {
     #[test]
     fn renders_counts_and_cumulative_buckets() {
         let m = Metrics::default();
-        m.record("GET", "/-/liveness", 200, Duration::from_micros(500));
-        m.record("GET", "/-/liveness", 200, Duration::from_millis(20));
-        m.record("POST", "/webhooks/gitlab", 401, Duration::from_secs(30));
+        let get = Method::GET;
+        m.record(&get, "/-/liveness".into(), 200, Duration::from_micros(500));
+        m.record(&get, "/-/liveness".into(), 200, Duration::from_millis(20));
+        m.record(
+            &Method::POST,
+            "/webhooks/gitlab".into(),
+            401,
+            Duration::from_secs(30),
+        );
+        m.record(&get, None.into(), 404, Duration::from_millis(1));
         m.cluster_request("7", "list", "pods", Some(403), Duration::from_millis(3));
         m.cluster_request("7", "list", "pods", None, Duration::from_millis(3));
         let text = m.render(None);
@@ -600,6 +677,12 @@ mod tests {
         assert!(text.contains("envlens_http_request_duration_seconds_bucket{le=\"0.025\",method=\"GET\",route=\"/-/liveness\",status=\"200\"} 2"));
         assert!(text.contains("envlens_http_request_duration_seconds_bucket{le=\"10.0\",method=\"POST\",route=\"/webhooks/gitlab\",status=\"401\"} 0"));
         assert!(text.contains("envlens_http_request_duration_seconds_bucket{le=\"+Inf\",method=\"POST\",route=\"/webhooks/gitlab\",status=\"401\"} 1"));
+        assert!(
+            text.contains(
+                "envlens_http_requests_total{method=\"GET\",route=\"unmatched\",status=\"404\"} 1"
+            ),
+            "{text}"
+        );
         assert!(text.contains("envlens_cluster_requests_total{agent=\"7\",verb=\"list\",resource=\"pods\",code=\"403\"} 1"));
         assert!(text.contains("envlens_cluster_requests_total{agent=\"7\",verb=\"list\",resource=\"pods\",code=\"error\"} 1"));
         assert!(text.contains("envlens_cluster_request_duration_seconds_count{agent=\"7\",verb=\"list\",resource=\"pods\"} 2"));
