@@ -208,10 +208,19 @@ async fn unchanged(reader: &Reader<'_>, read: &Read) -> Result<bool, FetchError>
 
 /// Lists and assembles the group of `sources` (and `labels`): the group kept when nothing it
 /// was read from changed ([`Memo`]).
+///
+/// `spanned_before` is a hint: the namespaces the same group spanned when last read
+/// ([`GitOpsGroup::namespaces`], which GraphQL's view keeps in PostgreSQL beside the
+/// environment, so that a restart keeps it too). A first view lists them at once beside the
+/// labels' and the sources' own namespaces, and then does not read its sources alone first to
+/// learn where their inventories point ([`first_listings`]). Nothing shown comes from it: the
+/// group is resolved from the inventories as read, a namespace no longer named is listed for
+/// nothing, and one newly named is listed in a round after. Empty: no hint.
 pub async fn resource_group(
     reader: &Reader<'_>,
     sources: &[ObjRef],
     labels: Option<&LabelsSource>,
+    spanned_before: &[String],
     custom: &Arc<Customizations>,
 ) -> Result<GitOpsGroup, FetchError> {
     let key = MemoKey::new(sources, labels, reader, custom);
@@ -220,7 +229,7 @@ pub async fn resource_group(
             return Ok(group);
         }
     }
-    let (group, read) = read_group(reader, sources, labels, custom).await?;
+    let (group, read) = read_group(reader, sources, labels, spanned_before, custom).await?;
     if !read.fresh {
         reader.memo.keep(key, read, group.clone());
     }
@@ -232,6 +241,7 @@ async fn read_group(
     reader: &Reader<'_>,
     sources: &[ObjRef],
     labels: Option<&LabelsSource>,
+    spanned_before: &[String],
     custom: &Arc<Customizations>,
 ) -> Result<(GitOpsGroup, Read), FetchError> {
     let mut read = Read::default();
@@ -244,7 +254,7 @@ async fn read_group(
     let mut warnings: Vec<String> = Vec::new();
     // The watches the listings start are held back until the group is answered.
     let mut held: Vec<Held> = Vec::new();
-    let mut early = first_listings(reader, &kinds, sources, labels)
+    let mut early = first_listings(reader, &kinds, sources, labels, spanned_before)
         .instrument(tracing::debug_span!("gitops.first_listings"))
         .await;
     for namespace in labels.iter().flat_map(|l| &l.namespaces) {
@@ -485,20 +495,24 @@ async fn listed(reader: &Reader<'_>, namespace: &str) -> Listed {
 }
 
 /// The first view's listings, all started at once rather than round after round: the labels'
-/// namespaces, the sources' own, and those the sources' inventories name, learnt from one GET
-/// of each source as the viewer ([`hinted_namespaces`]). Without this a group read from a
-/// cold cache waits for the sources' namespace (its access review, then every kind) before
-/// it learns the inventory's namespaces and starts theirs. What the resolution turns out not
-/// to need is dropped; what it needs beyond (nested sources elsewhere) is listed in its rounds.
+/// namespaces, the sources' own, and those the sources' inventories name: the namespaces the
+/// group spanned when last read (`spanned_before`) when there are any, else learnt from one
+/// GET of each source as the viewer ([`hinted_namespaces`]), whose lists then start when it
+/// answers. Without either a group read from a cold cache waits for the sources' namespace
+/// (its access review, then every kind) before it learns the inventory's namespaces and
+/// starts theirs. What the resolution turns out not to need is dropped; what it needs beyond
+/// (an inventory that changed, nested sources elsewhere) is listed in its rounds.
 async fn first_listings(
     reader: &Reader<'_>,
     kinds: &[ApiKind],
     sources: &[ObjRef],
     labels: Option<&LabelsSource>,
+    spanned_before: &[String],
 ) -> HashMap<String, Listed> {
     let mut known: Vec<String> = Vec::new();
     let own = sources.iter().filter_map(|s| s.namespace.as_ref());
-    for ns in labels.iter().flat_map(|l| &l.namespaces).chain(own) {
+    let labels_namespaces = labels.iter().flat_map(|l| &l.namespaces);
+    for ns in labels_namespaces.chain(own).chain(spanned_before) {
         if !known.contains(ns) && known.len() < MAX_NAMESPACES {
             known.push(ns.clone());
         }
@@ -508,6 +522,9 @@ async fn first_listings(
     let first = join_all(known.iter().map(|ns| listed(reader, ns)))
         .instrument(tracing::debug_span!("gitops.known_lists"));
     let hinted = async {
+        if !spanned_before.is_empty() {
+            return Vec::new();
+        }
         let room = MAX_NAMESPACES.saturating_sub(known.len());
         let hinted: Vec<String> = hinted_namespaces(reader, kinds, sources, &watched)
             .await
