@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use async_graphql::futures_util::future::join_all;
 use axum::http::HeaderMap;
+use rustc_hash::FxHashSet;
 use tracing::Instrument;
 
 use super::discovery::{self, ApiKind, DiscoveryCache};
@@ -602,7 +603,9 @@ async fn list_namespace(
 }
 
 /// The listing to assemble: what the sources applied and what the labels select, then what
-/// those own among everything listed; the Events of what is in the group.
+/// those own among everything listed; the Events of what is in the group. Uids are compared as
+/// the objects hold them (no copy of each; FxHash: they are the cluster's, and a collision
+/// costs a comparison, never a wrong answer).
 fn combine(
     listings: Vec<Listing>,
     applied: Vec<Arc<Object>>,
@@ -611,41 +614,46 @@ fn combine(
     warnings: Vec<String>,
     discovered: &discovery::Discovered,
 ) -> Listing {
-    let uid = |o: &Object| crate::gitops::text(&o.view, &["metadata", "uid"]).to_owned();
+    fn uid(o: &Object) -> &str {
+        crate::gitops::text(&o.view, &["metadata", "uid"])
+    }
     let mut selected = applied;
-    let mut chosen: HashSet<String> = selected.iter().map(|o| uid(o)).collect();
-    // The labels' listings come first, one per namespace.
-    if let Some(labels) = labels {
-        let terms = fetch::equality_terms(&labels.selector).unwrap_or_default();
-        let listed = listings.iter().take(labels.namespaces.len());
-        for o in listed.flat_map(|l| &l.selected) {
-            let labels = o
-                .view
-                .get("metadata")
-                .and_then(|m| m.get("labels"))
-                .and_then(|l| l.as_object());
-            if fetch::labels_match(&terms, labels) && chosen.insert(uid(o)) {
-                selected.push(o.clone());
+    let mut candidates = Vec::new();
+    let labelled = {
+        let mut chosen: FxHashSet<&str> = selected.iter().map(|o| uid(o)).collect();
+        let mut labelled = Vec::new();
+        // The labels' listings come first, one per namespace.
+        if let Some(labels) = labels {
+            let terms = fetch::equality_terms(&labels.selector).unwrap_or_default();
+            let listed = listings.iter().take(labels.namespaces.len());
+            for o in listed.flat_map(|l| &l.selected) {
+                let labels = o
+                    .view
+                    .get("metadata")
+                    .and_then(|m| m.get("labels"))
+                    .and_then(|l| l.as_object());
+                if fetch::labels_match(&terms, labels) && chosen.insert(uid(o)) {
+                    labelled.push(o.clone());
+                }
             }
         }
-    }
+        let listed = listings.iter().flat_map(|l| &l.selected);
+        candidates.extend(listed.filter(|o| !chosen.contains(uid(o))).cloned());
+        labelled
+    };
+    selected.extend(labelled);
     let mut events = HashMap::new();
     let mut warnings = warnings;
-    let mut candidates = Vec::new();
     for listing in listings {
         errors.extend(listing.errors);
         warnings.extend(listing.warnings);
         events.extend(listing.events);
-        candidates.extend(
-            listing
-                .selected
-                .into_iter()
-                .filter(|o| !chosen.contains(&uid(o))),
-        );
     }
     let owned = fetch::owned_candidates(&selected, candidates);
-    let in_group: HashSet<String> = selected.iter().chain(&owned).map(|o| uid(o)).collect();
-    events.retain(|uid, _| in_group.contains(uid));
+    {
+        let in_group: FxHashSet<&str> = selected.iter().chain(&owned).map(|o| uid(o)).collect();
+        events.retain(|uid, _| in_group.contains(uid.as_str()));
+    }
     errors.sort();
     errors.dedup_by(|a, b| a.api_version == b.api_version && a.kind == b.kind);
     Listing {
