@@ -12,7 +12,7 @@
 //! - (a) the first view through a fresh watch cache: `k8s::gitops::resource_group` as the
 //!   GraphQL view calls it (the labels source, the Kustomization, its inventory), a new cache
 //!   and memo each time, discovery warm, no impersonation, of an environment viewed before:
-//!   the namespaces its group spanned then, which the service keeps in PostgreSQL (migration
+//!   the namespaces its sources spanned then, which the service keeps in PostgreSQL (migration
 //!   0066, read in the statement that reads the environment's added namespaces, so a restart
 //!   keeps them too), are given as the view's hint, and all seven namespaces are listed at
 //!   once (the watches' first lists), the Kustomization read from its namespace's listing;
@@ -206,7 +206,7 @@ struct Bench {
 
 impl Bench {
     /// (a) The first view through a fresh watch cache (and memo), with `spanned_before` as the
-    /// namespaces the group spanned when last read (what GraphQL's view reads from
+    /// namespaces its sources spanned when last read (what GraphQL's view reads from
     /// PostgreSQL); the cache and the memo are returned with the group's size and the
     /// namespaces it spanned, so that the caller stops the watches, and drops the group the
     /// memo keeps, after taking the time (the service's memo keeps it: a view does not drop
@@ -249,7 +249,7 @@ impl Bench {
             grouped.group.errors
         );
         let size = grouped.group.resources.len();
-        (size, (cache, memo), grouped.namespaces)
+        (size, (cache, memo), grouped.spanned)
     }
 }
 

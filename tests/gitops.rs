@@ -220,8 +220,11 @@ async fn a_kustomization_spans_three_namespaces_and_a_cluster_scoped_entry() {
         "{shown:?}"
     );
     assert_eq!(g["warnings"], json!([]), "{g}");
-    // Kept for the environment's next first view.
-    assert_eq!(json!(spanned_kept(&world, 120).await), g["namespaces"]);
+    // The sources' namespaces, kept for the environment's next first view.
+    assert_eq!(
+        spanned_kept(&world, 120).await,
+        ["flux-system", "blue", "green"]
+    );
 
     let ks = uid_of(g, "Kustomization", Some("flux-system"), "apps");
     let mut got = applies(g);
@@ -254,15 +257,16 @@ async fn a_kustomization_spans_three_namespaces_and_a_cluster_scoped_entry() {
     }
 }
 
-/// The namespaces environment `id`'s GitOps group spanned when last read, as kept in PostgreSQL.
+/// The namespaces environment `id`'s GitOps sources spanned when last read, as kept in
+/// PostgreSQL.
 async fn spanned_kept(world: &World, id: i64) -> Vec<String> {
     envlens::db::environment_settings::spanned_namespaces(&world.db, id)
         .await
         .unwrap()
 }
 
-/// A first view lists the namespaces its group spanned when last read (kept in PostgreSQL, so a
-/// restart keeps them) at once with its labels' and its source's, instead of reading the
+/// A first view lists the namespaces its sources spanned when last read (kept in PostgreSQL, so
+/// a restart keeps them) at once with its labels' and its source's, instead of reading the
 /// Kustomization alone first to learn them. Kept namespaces that went stale (the inventory
 /// moved from `gone` to `green` since) cost lists, not the group: it is resolved from the
 /// inventory as read, and what it spans now is kept instead.
@@ -291,9 +295,7 @@ async fn kept_namespaces_are_listed_first_and_a_stale_list_still_gives_the_group
         )],
     )
     .await;
-    let before: Vec<String> = [NS, "flux-system", "gone", "blue"]
-        .map(String::from)
-        .to_vec();
+    let before: Vec<String> = ["flux-system", "gone", "blue"].map(String::from).to_vec();
     envlens::db::environment_settings::set_spanned_namespaces(&world.db, 120, &before)
         .await
         .unwrap();
@@ -340,7 +342,10 @@ async fn kept_namespaces_are_listed_first_and_a_stale_list_still_gives_the_group
             .any(|r| r.path.ends_with("/kustomizations/apps")),
         "the Kustomization was read alone: the kept namespaces were not used"
     );
-    assert_eq!(json!(spanned_kept(&world, 120).await), g["namespaces"]);
+    assert_eq!(
+        spanned_kept(&world, 120).await,
+        ["flux-system", "blue", "green"]
+    );
 }
 
 #[tokio::test]

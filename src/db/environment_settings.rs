@@ -17,7 +17,7 @@ pub async fn namespaces(db: impl PgExecutor<'_>, environment_id: i64) -> Result<
 }
 
 /// What a GitOps view of the environment reads before it lists, in one round trip: the
-/// namespaces added to it ([`namespaces`]) and those its group spanned when last read
+/// namespaces added to it ([`namespaces`]) and those its sources spanned when last read
 /// ([`spanned_namespaces`]), each empty when there are none.
 pub async fn gitops_namespaces(
     db: impl PgExecutor<'_>,
@@ -33,7 +33,7 @@ pub async fn gitops_namespaces(
     Ok((found.0.unwrap_or_default(), found.1.unwrap_or_default()))
 }
 
-/// The namespaces the environment's GitOps group spanned when last read (migration 0066): a
+/// The namespaces the environment's GitOps sources spanned when last read (migration 0066): a
 /// hint of which to list first, none before its first view.
 pub async fn spanned_namespaces(
     db: impl PgExecutor<'_>,
@@ -48,7 +48,7 @@ pub async fn spanned_namespaces(
     Ok(found.unwrap_or_default())
 }
 
-/// Keeps `namespaces` as those the environment's GitOps group spanned when last read.
+/// Keeps `namespaces` as those the environment's GitOps sources spanned when last read.
 pub async fn set_spanned_namespaces(
     db: impl PgExecutor<'_>,
     environment_id: i64,

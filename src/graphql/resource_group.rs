@@ -257,7 +257,7 @@ pub async fn load_gitops(
         namespace: first.clone(),
     };
     // The labels source applies in the namespaces Maintainers added too (SPEC 15); the
-    // namespaces the group spanned when last read come in the same statement, a hint of what
+    // namespaces its sources spanned when last read come in the same statement, a hint of what
     // to list first (`gitops::resource_group`).
     let (added, spanned_before) =
         environment_settings::gitops_namespaces(&mut **conn(ctx).await?, environment.id)
@@ -292,12 +292,12 @@ pub async fn load_gitops(
             return Ok(ResourceGroup::new(deployed, assembled.group, None));
         }
     };
-    if grouped.namespaces != spanned_before {
+    if grouped.spanned != spanned_before {
         // Kept for the next first view, a restart's included; the group is shown without it.
         let kept = environment_settings::set_spanned_namespaces(
             &mut **conn(ctx).await?,
             environment.id,
-            &grouped.namespaces,
+            &grouped.spanned,
         )
         .await;
         if let Err(e) = kept {

@@ -65,6 +65,9 @@ pub struct GitOpsGroup {
     pub group: Arc<ResourceGroup>,
     /// Every namespace the group spans, the first one first (`ResourceGroup.namespace`).
     pub namespaces: Vec<String>,
+    /// The namespaces the sources span, as met (the labels' not among them unless a source
+    /// names them): what a later first view is given as `spanned_before`.
+    pub spanned: Vec<String>,
     pub sources: Vec<GroupSource>,
 }
 
@@ -210,8 +213,8 @@ async fn unchanged(reader: &Reader<'_>, read: &Read) -> Result<bool, FetchError>
 /// Lists and assembles the group of `sources` (and `labels`): the group kept when nothing it
 /// was read from changed ([`Memo`]).
 ///
-/// `spanned_before` is a hint: the namespaces the same group spanned when last read
-/// ([`GitOpsGroup::namespaces`], which GraphQL's view keeps in PostgreSQL beside the
+/// `spanned_before` is a hint: the namespaces the same sources spanned when last read
+/// ([`GitOpsGroup::spanned`], which GraphQL's view keeps in PostgreSQL beside the
 /// environment, so that a restart keeps it too). A first view lists them at once beside the
 /// labels' and the sources' own namespaces, and then does not read its sources alone first to
 /// learn where their inventories point ([`first_listings`]). Nothing shown comes from it: the
@@ -468,6 +471,7 @@ async fn read_group(
     let grouped = GitOpsGroup {
         group: Arc::new(group),
         namespaces,
+        spanned,
         sources: group_sources,
     };
     // Answered: the namespaces' watches go on.
@@ -497,7 +501,7 @@ async fn listed(reader: &Reader<'_>, namespace: &str) -> Listed {
 
 /// The first view's listings, all started at once rather than round after round: the labels'
 /// namespaces, the sources' own, and those the sources' inventories name: the namespaces the
-/// group spanned when last read (`spanned_before`) when there are any, else learnt from one
+/// sources spanned when last read (`spanned_before`) when there are any, else learnt from one
 /// GET of each source as the viewer ([`hinted_namespaces`]), whose lists then start when it
 /// answers. Without either a group read from a cold cache waits for the sources' namespace
 /// (its access review, then every kind) before it learns the inventory's namespaces and
