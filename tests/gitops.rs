@@ -220,6 +220,11 @@ async fn a_kustomization_spans_three_namespaces_and_a_cluster_scoped_entry() {
         "{shown:?}"
     );
     assert_eq!(g["warnings"], json!([]), "{g}");
+    // The sources' namespaces, kept for the environment's next first view.
+    assert_eq!(
+        spanned_kept(&world, 120).await,
+        ["flux-system", "blue", "green"]
+    );
 
     let ks = uid_of(g, "Kustomization", Some("flux-system"), "apps");
     let mut got = applies(g);
@@ -250,6 +255,97 @@ async fn a_kustomization_spans_three_namespaces_and_a_cluster_scoped_entry() {
             .contains("toolkit.fluxcd.io");
         assert_eq!(r["fluxSyncStatus"].is_null(), !flux, "{r}");
     }
+}
+
+/// The namespaces environment `id`'s GitOps sources spanned when last read, as kept in
+/// PostgreSQL.
+async fn spanned_kept(world: &World, id: i64) -> Vec<String> {
+    envlens::db::environment_settings::spanned_namespaces(&world.db, id)
+        .await
+        .unwrap()
+}
+
+/// A first view lists the namespaces its sources spanned when last read (kept in PostgreSQL, so
+/// a restart keeps them) at once with its labels' and its source's, instead of reading the
+/// Kustomization alone first to learn them. Kept namespaces that went stale (the inventory
+/// moved from `gone` to `green` since) cost lists, not the group: it is resolved from the
+/// inventory as read, and what it spans now is kept instead.
+#[tokio::test]
+async fn kept_namespaces_are_listed_first_and_a_stale_list_still_gives_the_group() {
+    let (api, served, _dir) = cluster().await;
+    api.insert(kustomization(
+        "flux-system",
+        "apps",
+        &[
+            ("blue_web_apps_Deployment", "v1"),
+            ("green_web__Service", "v1"),
+        ],
+        ready("True", "ReconciliationSucceeded"),
+    ));
+    api.insert(deployment("blue", "web", "uid-blue-web"));
+    api.insert(json!({"apiVersion": "v1", "kind": "Service", "metadata": meta("green", "web", "uid-green-svc", json!({})),
+        "spec": {"selector": {"app": "web"}}}));
+    // What the inventory named before; not in it any more.
+    api.insert(deployment("gone", "web", "uid-gone-web"));
+    let world = bound_world(
+        &served,
+        &[(
+            (120, "flux"),
+            path(KS, "kustomizations", "flux-system", "apps"),
+        )],
+    )
+    .await;
+    let before: Vec<String> = ["flux-system", "gone", "blue"].map(String::from).to_vec();
+    envlens::db::environment_settings::set_spanned_namespaces(&world.db, 120, &before)
+        .await
+        .unwrap();
+    api.clear_requests();
+
+    // The group alone (the environment's `fluxSyncStatus` reads the Kustomization by itself).
+    let body = world
+        .graphql(
+            DEV,
+            r#"{ project(fullPath: "acme/apps/web") { environment(name: "flux") {
+                resourceGroup { namespaces warnings resources { uid kind namespace name } } } } }"#,
+        )
+        .await;
+    assert!(body.get("errors").is_none(), "{body}");
+    let g = &body["data"]["project"]["environment"]["resourceGroup"];
+    assert_eq!(g["namespaces"], json!([NS, "flux-system", "blue", "green"]));
+    let shown = shows(
+        g,
+        &[
+            "Kustomization flux-system/apps",
+            "Deployment blue/web",
+            "Service green/web",
+        ],
+    );
+    assert!(
+        !shown.iter().any(|s| s.contains(" gone/")),
+        "the stale namespace's objects shown: {shown:?}"
+    );
+    assert_eq!(g["warnings"], json!([]), "{g}");
+    let requests = api.requests();
+    let lists_in = |ns: &str| {
+        requests
+            .iter()
+            .filter(|r| r.method == "GET" && r.path.contains(&format!("/namespaces/{ns}/")))
+            .count()
+    };
+    // Every kept namespace listed, the stale one too; green, newly named, in a round after.
+    for ns in [NS, "flux-system", "gone", "blue", "green"] {
+        assert!(lists_in(ns) > 0, "{ns} not listed");
+    }
+    assert!(
+        !requests
+            .iter()
+            .any(|r| r.path.ends_with("/kustomizations/apps")),
+        "the Kustomization was read alone: the kept namespaces were not used"
+    );
+    assert_eq!(
+        spanned_kept(&world, 120).await,
+        ["flux-system", "blue", "green"]
+    );
 }
 
 #[tokio::test]
@@ -779,9 +875,10 @@ async fn a_first_gitops_views_watches_wait_for_the_whole_view() {
             namespaces: vec![NS.to_owned()],
             selector: "app=none".into(),
         };
-        let grouped = gitops::resource_group(&reader, &[source], Some(&labels), &Arc::default())
-            .await
-            .unwrap();
+        let grouped =
+            gitops::resource_group(&reader, &[source], Some(&labels), &[], &Arc::default())
+                .await
+                .unwrap();
         (grouped.group.resources.len(), cluster)
     });
     let lists_in = |ns: &str| {

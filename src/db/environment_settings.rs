@@ -16,6 +16,57 @@ pub async fn namespaces(db: impl PgExecutor<'_>, environment_id: i64) -> Result<
     Ok(found.unwrap_or_default())
 }
 
+/// What a GitOps view of the environment reads before it lists, in one round trip: the
+/// namespaces added to it ([`namespaces`]) and those its sources spanned when last read
+/// ([`spanned_namespaces`]), each empty when there are none.
+pub async fn gitops_namespaces(
+    db: impl PgExecutor<'_>,
+    environment_id: i64,
+) -> Result<(Vec<String>, Vec<String>)> {
+    let found: (Option<Vec<String>>, Option<Vec<String>>) = sqlx::query_as(
+        "SELECT (SELECT namespaces FROM environment_settings WHERE environment_id = $1),
+                (SELECT namespaces FROM gitops_spanned_namespaces WHERE environment_id = $1)",
+    )
+    .bind(environment_id)
+    .fetch_one(db)
+    .await?;
+    Ok((found.0.unwrap_or_default(), found.1.unwrap_or_default()))
+}
+
+/// The namespaces the environment's GitOps sources spanned when last read (migration 0066): a
+/// hint of which to list first, none before its first view.
+pub async fn spanned_namespaces(
+    db: impl PgExecutor<'_>,
+    environment_id: i64,
+) -> Result<Vec<String>> {
+    let found: Option<Vec<String>> = sqlx::query_scalar(
+        "SELECT namespaces FROM gitops_spanned_namespaces WHERE environment_id = $1",
+    )
+    .bind(environment_id)
+    .fetch_optional(db)
+    .await?;
+    Ok(found.unwrap_or_default())
+}
+
+/// Keeps `namespaces` as those the environment's GitOps sources spanned when last read.
+pub async fn set_spanned_namespaces(
+    db: impl PgExecutor<'_>,
+    environment_id: i64,
+    namespaces: &[String],
+) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO gitops_spanned_namespaces (environment_id, namespaces) VALUES ($1, $2)
+         ON CONFLICT (environment_id) DO UPDATE
+           SET namespaces = excluded.namespaces, updated_at = now()
+           WHERE gitops_spanned_namespaces.namespaces <> excluded.namespaces",
+    )
+    .bind(environment_id)
+    .bind(namespaces)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
 /// Replaces the namespaces added to the environment.
 pub async fn set_namespaces(
     db: impl PgExecutor<'_>,

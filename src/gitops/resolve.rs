@@ -3,8 +3,12 @@
 //! cycle reported), an `APPLIES` link from each source to what it applied. Pure: what is not
 //! listed yet is returned as [`Needs`]; the caller lists it and resolves again.
 
+use std::borrow::Borrow;
 use std::collections::{BTreeSet, HashMap, HashSet};
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
+
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::{argo, helm, inventory, ObjRef, SourceKind};
 use crate::resources::object::Object;
@@ -27,12 +31,63 @@ fn key(r: &ObjRef) -> Key {
     )
 }
 
+/// A [`Key`]'s parts borrowed: how the thousands of an inventory's entries are looked up
+/// without copying each (a `Key` borrows as `dyn KeyParts`, hashed and compared alike).
+trait KeyParts {
+    fn parts(&self) -> (&str, &str, &str, &str);
+}
+
+impl KeyParts for Key {
+    fn parts(&self) -> (&str, &str, &str, &str) {
+        (&self.0, &self.1, &self.2, &self.3)
+    }
+}
+
+impl KeyParts for (&str, &str, &str, &str) {
+    fn parts(&self) -> (&str, &str, &str, &str) {
+        *self
+    }
+}
+
+impl<'a> Borrow<dyn KeyParts + 'a> for Key {
+    fn borrow(&self) -> &(dyn KeyParts + 'a) {
+        self
+    }
+}
+
+impl Hash for dyn KeyParts + '_ {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        // As the tuple of `String`s hashes: each part as its `str`.
+        self.parts().hash(state)
+    }
+}
+
+impl PartialEq for dyn KeyParts + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.parts() == other.parts()
+    }
+}
+
+impl Eq for dyn KeyParts + '_ {}
+
+/// The key of a listed object, from its own fields.
+fn object_key(o: &Object) -> Key {
+    let (group, _) = super::split_api_version(super::text(&o.view, &["apiVersion"]));
+    (
+        group.to_owned(),
+        super::text(&o.view, &["kind"]).to_owned(),
+        super::text(&o.view, &["metadata", "namespace"]).to_owned(),
+        super::text(&o.view, &["metadata", "name"]).to_owned(),
+    )
+}
+
 /// What has been listed so far.
 #[derive(Default)]
 pub struct Loaded {
-    by_key: HashMap<Key, Arc<Object>>,
+    /// FxHash: the keys are the cluster's names, and a collision costs a comparison.
+    by_key: FxHashMap<Key, Arc<Object>>,
     by_namespace: HashMap<String, Vec<Arc<Object>>>,
-    cluster_asked: HashSet<Key>,
+    cluster_asked: FxHashSet<Key>,
     kinds_asked: HashSet<(String, String)>,
     helm: HashMap<(String, String), Result<Vec<ObjRef>, String>>,
 }
@@ -40,8 +95,9 @@ pub struct Loaded {
 impl Loaded {
     /// Every object of `namespace` (as one watch set of the cache holds them).
     pub fn add_namespace(&mut self, namespace: &str, objects: Vec<Arc<Object>>) {
+        self.by_key.reserve(objects.len());
         for o in &objects {
-            self.by_key.insert(key(&ObjRef::of(&o.view)), o.clone());
+            self.by_key.insert(object_key(o), o.clone());
         }
         self.by_namespace.insert(namespace.to_owned(), objects);
     }
@@ -138,7 +194,7 @@ pub fn resolve(
         loaded,
         namespaced,
         out: Resolution::default(),
-        seen_uids: HashSet::new(),
+        seen_uids: FxHashSet::default(),
         seen_namespaces: HashSet::new(),
         expanded: HashSet::new(),
     };
@@ -156,7 +212,8 @@ struct Walk<'a> {
     loaded: &'a Loaded,
     namespaced: &'a dyn Fn(&str, &str) -> Option<bool>,
     out: Resolution,
-    seen_uids: HashSet<String>,
+    /// Borrowed from the listed objects: no copy of each uid.
+    seen_uids: FxHashSet<&'a str>,
     seen_namespaces: HashSet<String>,
     /// Sources already expanded (a source reached twice, not in a cycle, is expanded once).
     expanded: HashSet<Key>,
@@ -166,7 +223,7 @@ fn uid(o: &Object) -> &str {
     super::text(&o.view, &["metadata", "uid"])
 }
 
-impl Walk<'_> {
+impl<'a> Walk<'a> {
     fn namespace_seen(&mut self, ns: &str) {
         // Asked before copied: an inventory names its few namespaces thousands of times.
         if !self.seen_namespaces.contains(ns) {
@@ -186,7 +243,11 @@ impl Walk<'_> {
         default_ns: Option<&str>,
     ) -> Option<Arc<Object>> {
         let by = || parent.map_or(String::new(), |(_, name)| format!(" (applied by {name})"));
-        let mut r = r.clone();
+        // `r` with the namespace it is looked up in: copied only to be told of or expanded.
+        let at = |ns: Option<&str>| ObjRef {
+            namespace: ns.map(str::to_owned),
+            ..r.clone()
+        };
         let Some(namespaced) = (self.namespaced)(&r.group, &r.kind) else {
             if let Some(version) = &r.version {
                 let gv = (r.group.clone(), version.clone());
@@ -202,48 +263,48 @@ impl Walk<'_> {
             ));
             return None;
         };
-        let object = if namespaced {
-            if r.namespace.is_none() {
-                r.namespace = default_ns.map(str::to_owned);
-            }
-            let Some(ns) = r.namespace.clone() else {
+        let loaded: &'a Loaded = self.loaded;
+        let (object, ns) = if namespaced {
+            let Some(ns) = r.namespace.as_deref().or(default_ns) else {
                 self.out
                     .warnings
                     .push(format!("{}{}: no namespace", r.describe(), by()));
                 return None;
             };
-            self.namespace_seen(&ns);
-            if !self.loaded.has_namespace(&ns) {
-                self.out.needs.namespaces.insert(ns);
+            self.namespace_seen(ns);
+            if !loaded.has_namespace(ns) {
+                self.out.needs.namespaces.insert(ns.to_owned());
                 return None;
             }
-            self.loaded.by_key.get(&key(&r)).cloned()
+            let k = (r.group.as_str(), r.kind.as_str(), ns, r.name.as_str());
+            (loaded.by_key.get(&k as &dyn KeyParts), Some(ns))
         } else {
-            r.namespace = None;
-            let k = key(&r);
-            if !self.loaded.cluster_asked.contains(&k) {
-                self.out.needs.cluster.push(r);
+            let k = (r.group.as_str(), r.kind.as_str(), "", r.name.as_str());
+            if !loaded.cluster_asked.contains(&k as &dyn KeyParts) {
+                self.out.needs.cluster.push(at(None));
                 return None;
             }
-            self.loaded.by_key.get(&k).cloned()
+            (loaded.by_key.get(&k as &dyn KeyParts), None)
         };
         let Some(object) = object else {
             self.out
                 .warnings
-                .push(format!("{}{}: not found", r.describe(), by()));
+                .push(format!("{}{}: not found", at(ns).describe(), by()));
             return None;
         };
-        let this_uid = uid(&object).to_owned();
+        let this_uid = uid(object);
         if let Some((from, _)) = parent {
-            self.out.applies.push((from.to_owned(), this_uid.clone()));
+            self.out
+                .applies
+                .push((from.to_owned(), this_uid.to_owned()));
         }
-        if self.seen_uids.insert(this_uid.clone()) {
+        if self.seen_uids.insert(this_uid) {
             self.out.objects.push(object.clone());
         }
         if let Some(kind) = SourceKind::of(&r.group, &r.kind) {
-            self.expand(kind, &r, &object, depth, path);
+            self.expand(kind, &at(ns), object, depth, path);
         }
-        Some(object)
+        Some(object.clone())
     }
 
     fn expand(

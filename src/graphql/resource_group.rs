@@ -256,10 +256,13 @@ pub async fn load_gitops(
         agent: agent.clone(),
         namespace: first.clone(),
     };
-    // The labels source applies in the namespaces Maintainers added too (SPEC 15).
-    let added = environment_settings::namespaces(&mut **conn(ctx).await?, environment.id)
-        .await
-        .gql()?;
+    // The labels source applies in the namespaces Maintainers added too (SPEC 15); the
+    // namespaces its sources spanned when last read come in the same statement, a hint of what
+    // to list first (`gitops::resource_group`).
+    let (added, spanned_before) =
+        environment_settings::gitops_namespaces(&mut **conn(ctx).await?, environment.id)
+            .await
+            .gql()?;
     let (cluster, headers, options) = match connect(ctx, environment, &agent).await? {
         Ok(connected) => connected,
         Err(none) => {
@@ -280,13 +283,28 @@ pub async fn load_gitops(
         namespaces: namespaces::spanned(&namespace, &added),
         selector: selector.clone(),
     });
-    let grouped = match gitops::resource_group(&reader, &sources, labels.as_ref(), custom).await {
+    let grouped =
+        gitops::resource_group(&reader, &sources, labels.as_ref(), &spanned_before, custom).await;
+    let grouped = match grouped {
         Ok(grouped) => grouped,
         Err(e) => {
             let assembled = unreachable_or(e, &first, &selector)?;
             return Ok(ResourceGroup::new(deployed, assembled.group, None));
         }
     };
+    if grouped.spanned != spanned_before {
+        // Kept for the next first view, a restart's included; the group is shown without it.
+        let kept = environment_settings::set_spanned_namespaces(
+            &mut **conn(ctx).await?,
+            environment.id,
+            &grouped.spanned,
+        )
+        .await;
+        if let Err(e) = kept {
+            tracing::warn!(environment_id = environment.id, error = %e,
+                "the namespaces of a GitOps group could not be kept");
+        }
+    }
     let group = while_away(ctx, &cluster, grouped.group);
     let mut shown = ResourceGroup::new(
         DeploymentAgent {

@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use async_graphql::futures_util::future::join_all;
 use axum::http::HeaderMap;
+use rustc_hash::FxHashSet;
 use tracing::Instrument;
 
 use super::discovery::{self, ApiKind, DiscoveryCache};
@@ -64,6 +65,9 @@ pub struct GitOpsGroup {
     pub group: Arc<ResourceGroup>,
     /// Every namespace the group spans, the first one first (`ResourceGroup.namespace`).
     pub namespaces: Vec<String>,
+    /// The namespaces the sources span, as met (the labels' not among them unless a source
+    /// names them): what a later first view is given as `spanned_before`.
+    pub spanned: Vec<String>,
     pub sources: Vec<GroupSource>,
 }
 
@@ -208,10 +212,19 @@ async fn unchanged(reader: &Reader<'_>, read: &Read) -> Result<bool, FetchError>
 
 /// Lists and assembles the group of `sources` (and `labels`): the group kept when nothing it
 /// was read from changed ([`Memo`]).
+///
+/// `spanned_before` is a hint: the namespaces the same sources spanned when last read
+/// ([`GitOpsGroup::spanned`], which GraphQL's view keeps in PostgreSQL beside the
+/// environment, so that a restart keeps it too). A first view lists them at once beside the
+/// labels' and the sources' own namespaces, and then does not read its sources alone first to
+/// learn where their inventories point ([`first_listings`]). Nothing shown comes from it: the
+/// group is resolved from the inventories as read, a namespace no longer named is listed for
+/// nothing, and one newly named is listed in a round after. Empty: no hint.
 pub async fn resource_group(
     reader: &Reader<'_>,
     sources: &[ObjRef],
     labels: Option<&LabelsSource>,
+    spanned_before: &[String],
     custom: &Arc<Customizations>,
 ) -> Result<GitOpsGroup, FetchError> {
     let key = MemoKey::new(sources, labels, reader, custom);
@@ -220,7 +233,7 @@ pub async fn resource_group(
             return Ok(group);
         }
     }
-    let (group, read) = read_group(reader, sources, labels, custom).await?;
+    let (group, read) = read_group(reader, sources, labels, spanned_before, custom).await?;
     if !read.fresh {
         reader.memo.keep(key, read, group.clone());
     }
@@ -232,6 +245,7 @@ async fn read_group(
     reader: &Reader<'_>,
     sources: &[ObjRef],
     labels: Option<&LabelsSource>,
+    spanned_before: &[String],
     custom: &Arc<Customizations>,
 ) -> Result<(GitOpsGroup, Read), FetchError> {
     let mut read = Read::default();
@@ -244,7 +258,7 @@ async fn read_group(
     let mut warnings: Vec<String> = Vec::new();
     // The watches the listings start are held back until the group is answered.
     let mut held: Vec<Held> = Vec::new();
-    let mut early = first_listings(reader, &kinds, sources, labels)
+    let mut early = first_listings(reader, &kinds, sources, labels, spanned_before)
         .instrument(tracing::debug_span!("gitops.first_listings"))
         .await;
     for namespace in labels.iter().flat_map(|l| &l.namespaces) {
@@ -457,6 +471,7 @@ async fn read_group(
     let grouped = GitOpsGroup {
         group: Arc::new(group),
         namespaces,
+        spanned,
         sources: group_sources,
     };
     // Answered: the namespaces' watches go on.
@@ -485,20 +500,24 @@ async fn listed(reader: &Reader<'_>, namespace: &str) -> Listed {
 }
 
 /// The first view's listings, all started at once rather than round after round: the labels'
-/// namespaces, the sources' own, and those the sources' inventories name, learnt from one GET
-/// of each source as the viewer ([`hinted_namespaces`]). Without this a group read from a
-/// cold cache waits for the sources' namespace (its access review, then every kind) before
-/// it learns the inventory's namespaces and starts theirs. What the resolution turns out not
-/// to need is dropped; what it needs beyond (nested sources elsewhere) is listed in its rounds.
+/// namespaces, the sources' own, and those the sources' inventories name: the namespaces the
+/// sources spanned when last read (`spanned_before`) when there are any, else learnt from one
+/// GET of each source as the viewer ([`hinted_namespaces`]), whose lists then start when it
+/// answers. Without either a group read from a cold cache waits for the sources' namespace
+/// (its access review, then every kind) before it learns the inventory's namespaces and
+/// starts theirs. What the resolution turns out not to need is dropped; what it needs beyond
+/// (an inventory that changed, nested sources elsewhere) is listed in its rounds.
 async fn first_listings(
     reader: &Reader<'_>,
     kinds: &[ApiKind],
     sources: &[ObjRef],
     labels: Option<&LabelsSource>,
+    spanned_before: &[String],
 ) -> HashMap<String, Listed> {
     let mut known: Vec<String> = Vec::new();
     let own = sources.iter().filter_map(|s| s.namespace.as_ref());
-    for ns in labels.iter().flat_map(|l| &l.namespaces).chain(own) {
+    let labels_namespaces = labels.iter().flat_map(|l| &l.namespaces);
+    for ns in labels_namespaces.chain(own).chain(spanned_before) {
         if !known.contains(ns) && known.len() < MAX_NAMESPACES {
             known.push(ns.clone());
         }
@@ -508,6 +527,9 @@ async fn first_listings(
     let first = join_all(known.iter().map(|ns| listed(reader, ns)))
         .instrument(tracing::debug_span!("gitops.known_lists"));
     let hinted = async {
+        if !spanned_before.is_empty() {
+            return Vec::new();
+        }
         let room = MAX_NAMESPACES.saturating_sub(known.len());
         let hinted: Vec<String> = hinted_namespaces(reader, kinds, sources, &watched)
             .await
@@ -585,7 +607,9 @@ async fn list_namespace(
 }
 
 /// The listing to assemble: what the sources applied and what the labels select, then what
-/// those own among everything listed; the Events of what is in the group.
+/// those own among everything listed; the Events of what is in the group. Uids are compared as
+/// the objects hold them (no copy of each; FxHash: they are the cluster's, and a collision
+/// costs a comparison, never a wrong answer).
 fn combine(
     listings: Vec<Listing>,
     applied: Vec<Arc<Object>>,
@@ -594,41 +618,46 @@ fn combine(
     warnings: Vec<String>,
     discovered: &discovery::Discovered,
 ) -> Listing {
-    let uid = |o: &Object| crate::gitops::text(&o.view, &["metadata", "uid"]).to_owned();
+    fn uid(o: &Object) -> &str {
+        crate::gitops::text(&o.view, &["metadata", "uid"])
+    }
     let mut selected = applied;
-    let mut chosen: HashSet<String> = selected.iter().map(|o| uid(o)).collect();
-    // The labels' listings come first, one per namespace.
-    if let Some(labels) = labels {
-        let terms = fetch::equality_terms(&labels.selector).unwrap_or_default();
-        let listed = listings.iter().take(labels.namespaces.len());
-        for o in listed.flat_map(|l| &l.selected) {
-            let labels = o
-                .view
-                .get("metadata")
-                .and_then(|m| m.get("labels"))
-                .and_then(|l| l.as_object());
-            if fetch::labels_match(&terms, labels) && chosen.insert(uid(o)) {
-                selected.push(o.clone());
+    let mut candidates = Vec::new();
+    let labelled = {
+        let mut chosen: FxHashSet<&str> = selected.iter().map(|o| uid(o)).collect();
+        let mut labelled = Vec::new();
+        // The labels' listings come first, one per namespace.
+        if let Some(labels) = labels {
+            let terms = fetch::equality_terms(&labels.selector).unwrap_or_default();
+            let listed = listings.iter().take(labels.namespaces.len());
+            for o in listed.flat_map(|l| &l.selected) {
+                let labels = o
+                    .view
+                    .get("metadata")
+                    .and_then(|m| m.get("labels"))
+                    .and_then(|l| l.as_object());
+                if fetch::labels_match(&terms, labels) && chosen.insert(uid(o)) {
+                    labelled.push(o.clone());
+                }
             }
         }
-    }
+        let listed = listings.iter().flat_map(|l| &l.selected);
+        candidates.extend(listed.filter(|o| !chosen.contains(uid(o))).cloned());
+        labelled
+    };
+    selected.extend(labelled);
     let mut events = HashMap::new();
     let mut warnings = warnings;
-    let mut candidates = Vec::new();
     for listing in listings {
         errors.extend(listing.errors);
         warnings.extend(listing.warnings);
         events.extend(listing.events);
-        candidates.extend(
-            listing
-                .selected
-                .into_iter()
-                .filter(|o| !chosen.contains(&uid(o))),
-        );
     }
     let owned = fetch::owned_candidates(&selected, candidates);
-    let in_group: HashSet<String> = selected.iter().chain(&owned).map(|o| uid(o)).collect();
-    events.retain(|uid, _| in_group.contains(uid));
+    {
+        let in_group: FxHashSet<&str> = selected.iter().chain(&owned).map(|o| uid(o)).collect();
+        events.retain(|uid, _| in_group.contains(uid.as_str()));
+    }
     errors.sort();
     errors.dedup_by(|a, b| a.api_version == b.api_version && a.kind == b.kind);
     Listing {

@@ -809,10 +809,17 @@ async fn assemble(
                 namespaces: gitops.labels_namespaces.clone(),
                 selector: key.selector.clone(),
             });
-            let grouped =
-                gitops::resource_group(&reader, &gitops.sources, labels.as_ref(), &source.health)
-                    .await
-                    .map_err(|e| e.to_string())?;
+            // No hint of the namespaces spanned before: a feed is keyed by its sources, not
+            // by an environment to keep one by; its first read learns them as it always has.
+            let grouped = gitops::resource_group(
+                &reader,
+                &gitops.sources,
+                labels.as_ref(),
+                &[],
+                &source.health,
+            )
+            .await
+            .map_err(|e| e.to_string())?;
             let mut spans = grouped.namespaces;
             spans.push(CLUSTER_SCOPE.to_owned());
             (grouped.group, spans)
