@@ -433,7 +433,9 @@ async fn run(
         let Some(this) = watch.upgrade() else { return };
         if version.is_none() {
             this.metrics.watch_relists.inc();
-            let listed = list(&route.client, &this, &path, page_size);
+            // Boxed, as the watch's request below: a future awaited inline sizes the task's,
+            // which a cache holds per kind and namespace, nearly always at rest in the watch.
+            let listed = Box::pin(list(&route.client, &this, &path, page_size));
             match crate::k8s::observe::within(cause.take(), listed).await {
                 Ok(rv) => {
                     version = Some(rv);
@@ -593,7 +595,7 @@ async fn stream(
             })
         }
     };
-    let response = match client.send(request).await {
+    let response = match Box::pin(client.send(request)).await {
         Ok(r) => r,
         Err(e) => {
             return Ended::Failed(Failure {
@@ -606,8 +608,7 @@ async fn stream(
     let status = response.status();
     let mut body = response.into_body();
     if !status.is_success() {
-        let bytes = body
-            .collect()
+        let bytes = Box::pin(body.collect())
             .await
             .map(|b| b.to_bytes())
             .unwrap_or_default();
