@@ -178,10 +178,10 @@ const GROUPS_KEPT: usize = 16;
 
 /// Changes a listener may fall behind by before it is told it lagged (and reads again). A
 /// broadcast holds all its slots from the start (32 bytes each), for as long as the namespace
-/// is watched: 512 is 16 KiB a namespace. Its listeners read again after a lag what they
-/// would read after a change (a feed its group, GitLab's watch API the kind, sending what
-/// differs), and a feed reads at most every 100 ms, whatever arrived meanwhile: a lag costs
-/// a burst of more than 512 changes in that time nothing more than a change does.
+/// is watched: 512 is 16 KiB a namespace. A listener that lags reads again (a feed its group,
+/// as after any change, at most every 100 ms; GitLab's watch API the kind, sending what
+/// differs from what it sent): only a burst of more than 512 changes between two reads costs
+/// that read.
 const CHANGE_BACKLOG: usize = 512;
 
 impl Namespace {
