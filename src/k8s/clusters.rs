@@ -225,12 +225,12 @@ impl Clusters {
         let condition = Condition::new(Some(id), ConnectionKind::Kas, self.metrics.clone());
         // The labels of the cluster's requests are the resources its discovery knows.
         let known = KnownResources::default();
-        let build = || {
+        let build = |streams: bool| {
             crate::k8s::kas::route::client(
                 through.kas.clone(),
                 id,
                 condition.clone(),
-                self.connect_timeout,
+                (self.connect_timeout, streams),
                 self.metrics.clone(),
                 known.clone(),
             )
@@ -243,8 +243,8 @@ impl Clusters {
         let source = format!("GitLab's agent server, as agent {id}");
         let fence = self.fences.fence(&source);
         let cluster = cluster(
-            build()?,
-            build()?,
+            build(false)?,
+            build(true)?,
             (ConnectionKind::Kas, source),
             fence,
             condition,
@@ -378,8 +378,12 @@ async fn connect(
         AgentRef::Path(_) => None,
     };
     let condition = Condition::new(agent, kind, metrics.clone());
-    let build = |config: kube::Config| -> anyhow::Result<kube::Client> {
-        Ok(crate::k8s::connection::client_builder(&config)
+    let build = |config: kube::Config, streams: bool| -> anyhow::Result<kube::Client> {
+        let builder = match streams {
+            true => crate::k8s::connection::streams_builder(&config),
+            false => crate::k8s::connection::client_builder(&config),
+        };
+        Ok(builder
             .context("cannot build the Kubernetes client")?
             .with_layer(&RecordLayer {
                 condition: condition.clone(),
@@ -390,9 +394,10 @@ async fn connect(
             })
             .build())
     };
-    // The watch cache's streams get a client, so a connection pool, of their own.
-    let streams = build(config.clone())?;
-    let client = build(config)?;
+    // The watch cache's streams get a client, so a connection pool, of their own, whose
+    // connections read a little at a time (their buffers are held while the watches rest).
+    let streams = build(config.clone(), true)?;
+    let client = build(config, false)?;
     let fence = fences.fence(&source);
     Ok(cluster(
         client,

@@ -174,13 +174,32 @@ pub const POOL_MAX_IDLE: usize = 256;
 pub fn client_builder(
     config: &kube::Config,
 ) -> anyhow::Result<kube::client::ClientBuilder<ClusterService>> {
-    pooled(config, POOL_IDLE)
+    pooled(config, POOL_IDLE, None)
 }
 
-/// [`client_builder`], keeping an unused connection `idle`.
+/// What a watch stream's connection reads at a time, and so its HTTP read buffer: a watch's
+/// answer head must fit in it (an API server's is some 400 bytes; nginx, as a proxy, refuses
+/// a head larger than its 4 KiB `proxy_buffer_size` by default too), and an event larger than
+/// it takes more than one read. A connection otherwise reads up to 8 KiB at a time, more
+/// after a large answer, and holds that buffer for as long as it is open: a watch cache holds
+/// a connection per watched kind and namespace, at rest nearly always (BENCHMARKS.md).
+pub const STREAM_READ_BUFFER: usize = 4 << 10;
+
+/// [`client_builder`] for the watch cache's streams ([`crate::k8s::watch::WatchCache::new`]):
+/// each connection reads [`STREAM_READ_BUFFER`] bytes at a time, so that the connection held
+/// by a watch at rest holds that much.
+pub fn streams_builder(
+    config: &kube::Config,
+) -> anyhow::Result<kube::client::ClientBuilder<ClusterService>> {
+    pooled(config, POOL_IDLE, Some(STREAM_READ_BUFFER))
+}
+
+/// [`client_builder`], keeping an unused connection `idle`, reading `read_buffer` bytes at a
+/// time if given (else hyper's adaptive reads).
 fn pooled(
     config: &kube::Config,
     idle: Duration,
+    read_buffer: Option<usize>,
 ) -> anyhow::Result<kube::client::ClientBuilder<ClusterService>> {
     use anyhow::Context as _;
     use kube::client::ConfigExt as _;
@@ -202,11 +221,15 @@ fn pooled(
     connector.set_read_timeout(config.read_timeout);
     connector.set_write_timeout(config.write_timeout);
     connector.set_reset_reader_on_write(config.reset_reader_on_write);
-    let pool = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .pool_timer(hyper_util::rt::TokioTimer::new())
+    let mut pool =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new());
+    pool.pool_timer(hyper_util::rt::TokioTimer::new())
         .pool_idle_timeout(idle)
-        .pool_max_idle_per_host(POOL_MAX_IDLE)
-        .build::<_, kube::client::Body>(connector);
+        .pool_max_idle_per_host(POOL_MAX_IDLE);
+    if let Some(size) = read_buffer {
+        pool.http1_read_buf_exact_size(size);
+    }
+    let pool = pool.build::<_, kube::client::Body>(connector);
     let service = ServiceBuilder::new()
         .layer(config.base_uri_layer())
         .option_layer(config.auth_layer().context("the cluster's credentials")?)
@@ -293,6 +316,58 @@ where
 mod tests {
     use super::*;
 
+    /// A watch streams' client reads [`STREAM_READ_BUFFER`] bytes at a time: an event many
+    /// times that size, sent in pieces of every size, comes whole and in order, the answer
+    /// after it on the same connection too.
+    #[tokio::test]
+    async fn a_streams_connection_reads_events_larger_than_its_buffer() {
+        use http_body_util::BodyExt as _;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let large = format!(
+            "{{\"type\":\"ADDED\",\"object\":{{\"data\":\"{}\"}}}}\n",
+            "x".repeat(10 * STREAM_READ_BUFFER + 7)
+        );
+        let events = format!("{{\"type\":\"BOOKMARK\"}}\n{large}{{\"type\":\"DELETED\"}}\n");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let sent = events.clone();
+        tokio::spawn(async move {
+            let (mut tcp, _) = listener.accept().await.unwrap();
+            let mut buffer = [0u8; 4096];
+            for _ in 0..2 {
+                // Each read a whole request (a GET with no body).
+                if tcp.read(&mut buffer).await.unwrap_or(0) == 0 {
+                    return;
+                }
+                let head = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
+                            cache-control: no-cache, private\r\ntransfer-encoding: chunked\r\n\r\n";
+                tcp.write_all(head.as_bytes()).await.unwrap();
+                // Chunks of 1, 2, 4, ... bytes up to twice the buffer, each written apart.
+                let (mut at, mut size) = (0, 1);
+                while at < sent.len() {
+                    let end = (at + size).min(sent.len());
+                    let chunk = format!("{:x}\r\n{}\r\n", end - at, &sent[at..end]);
+                    tcp.write_all(chunk.as_bytes()).await.unwrap();
+                    tcp.flush().await.unwrap();
+                    at = end;
+                    size = (size * 2).min(2 * STREAM_READ_BUFFER + 3);
+                }
+                tcp.write_all(b"0\r\n\r\n").await.unwrap();
+            }
+        });
+        let mut config = kube::Config::new(format!("http://{addr}").parse().unwrap());
+        config.default_retry = false;
+        let client = streams_builder(&config).unwrap().build();
+        for _ in 0..2 {
+            let request = Request::get("/api/v1/namespaces/a/pods?watch=true")
+                .body(kube::client::Body::empty())
+                .unwrap();
+            let answer = client.send(request).await.unwrap();
+            let body = answer.into_body().collect().await.unwrap().to_bytes();
+            assert_eq!(std::str::from_utf8(&body).unwrap(), events);
+        }
+    }
+
     /// A cluster's client takes a connection back into its pool for the next request, and
     /// closes it once unused for the pool's idle time (kube's own pool keeps it until a
     /// request finds it expired).
@@ -331,7 +406,9 @@ mod tests {
         });
         let mut config = kube::Config::new(format!("http://{addr}").parse().unwrap());
         config.default_retry = false;
-        let client = pooled(&config, Duration::from_millis(200)).unwrap().build();
+        let client = pooled(&config, Duration::from_millis(200), None)
+            .unwrap()
+            .build();
         for _ in 0..3 {
             let request = Request::get("/version").body(Vec::new()).unwrap();
             client.request_text(request).await.unwrap();

@@ -202,6 +202,12 @@ impl State {
             .subscribe()
     }
 
+    /// Whether somebody besides the recorders reads what the task reads: a subscriber, or one
+    /// waiting for the whole group.
+    fn shared(&self) -> bool {
+        self.tx.is_some() || !self.waiting.is_empty()
+    }
+
     /// Whether the task should read the group for somebody who has not had it whole: a
     /// subscriber waiting, a recorder not run yet.
     fn wants_whole(&self) -> bool {
@@ -450,7 +456,7 @@ async fn run(running: Running, feed: Arc<Feed>, source: Source) {
     // assembly, an HTTP request to the owner) would size the task's future, which a health
     // keeper holds 10,000 of while they idle (SPEC 18; ~10 KB each inline, BENCHMARKS.md).
     let mut heard = Box::pin(super::routed::listen(&source, key, feed.through.get())).await;
-    match Box::pin(read(&source, key, feed.through.get(), &mut changes)).await {
+    match Box::pin(read(&source, key, &feed, &mut changes)).await {
         Ok(group) => {
             publish(&feed, &group, None);
             record(&feed, &source, &group).await;
@@ -520,7 +526,7 @@ async fn run(running: Running, feed: Arc<Feed>, source: Source) {
                 }
             }
         }
-        match Box::pin(read(&source, key, feed.through.get(), &mut changes)).await {
+        match Box::pin(read(&source, key, &feed, &mut changes)).await {
             Ok(next) => {
                 let sent = lock(&feed.state).sent.clone();
                 let delta = sent.map(|sent| (sent.diff(&next), sent));
@@ -620,12 +626,15 @@ fn initial_namespaces(key: &FeedKey) -> Vec<String> {
 async fn read(
     source: &Source,
     key: &FeedKey,
-    through: Option<&AsViewer>,
+    feed: &Feed,
     changes: &mut Changes,
 ) -> Result<Arc<ResourceGroup>, String> {
     let mut rounds = 0;
     loop {
-        let (group, spans) = assemble(source, key, through).await?;
+        // A group somebody subscribes to (or waits for) is kept by the cache for the views
+        // and the subscribers who join next; one that is only recorded is not.
+        let shared = lock(&feed.state).shared();
+        let (group, spans) = assemble(source, key, feed.through.get(), shared).await?;
         changes.read(key, &group);
         rounds += 1;
         if !changes.follow(&source.cluster.watch, &spans) || rounds > 3 {
@@ -775,6 +784,7 @@ async fn assemble(
     source: &Source,
     key: &FeedKey,
     through: Option<&AsViewer>,
+    keep: bool,
 ) -> Result<(Arc<ResourceGroup>, Vec<String>), String> {
     if let Some(owners) = super::routed::through_owner(source, key, through).await {
         return owners.map(|group| (group, vec![key.namespace.clone()]));
@@ -784,13 +794,14 @@ async fn assemble(
         None => {
             let group = cluster
                 .watch
-                .resource_group(
+                .resource_group_kept(
                     &cluster.discovery,
                     &source.headers,
                     &key.namespace,
                     &key.selector,
                     &source.options,
                     &source.health,
+                    keep,
                 )
                 .await
                 .map_err(|e| e.to_string())?;

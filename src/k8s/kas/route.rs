@@ -251,12 +251,16 @@ fn open_refusal(agent: i64, open: &crate::k8s::circuit::Open) -> Response<RouteB
 }
 
 /// The `kube::Client` of `agent` through KAS, counted by `metrics` like every cluster's. TLS
-/// is verified against the system's roots, as kube does for a cluster without its own CA.
+/// is verified against the system's roots, as kube does for a cluster without its own CA. A
+/// client of the watch cache's `streams` reads [`STREAM_READ_BUFFER`] bytes at a time, as a
+/// cluster's reached directly does ([`crate::k8s::connection::streams_builder`]).
+///
+/// [`STREAM_READ_BUFFER`]: crate::k8s::connection::STREAM_READ_BUFFER
 pub fn client(
     kas: Arc<Kas>,
     agent: i64,
     condition: Condition,
-    connect_timeout: Duration,
+    (connect_timeout, streams): (Duration, bool),
     metrics: Arc<crate::telemetry::Metrics>,
     known: crate::k8s::observe::KnownResources,
 ) -> anyhow::Result<kube::Client> {
@@ -271,8 +275,12 @@ pub fn client(
     let https = tls
         .rustls_https_connector_with_connector(http)
         .context("cannot set up TLS for GitLab's agent server")?;
-    let hyper = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .build::<_, kube::client::Body>(https);
+    let mut hyper =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new());
+    if streams {
+        hyper.http1_read_buf_exact_size(crate::k8s::connection::STREAM_READ_BUFFER);
+    }
+    let hyper = hyper.build::<_, kube::client::Body>(https);
     let service = RouteLayer {
         kas,
         agent,

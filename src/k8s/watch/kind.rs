@@ -433,7 +433,9 @@ async fn run(
         let Some(this) = watch.upgrade() else { return };
         if version.is_none() {
             this.metrics.watch_relists.inc();
-            let listed = list(&route.client, &this, &path, page_size);
+            // Boxed, as the watch's request below: a future awaited inline sizes the task's,
+            // which a cache holds per kind and namespace, nearly always at rest in the watch.
+            let listed = Box::pin(list(&route.client, &this, &path, page_size));
             match crate::k8s::observe::within(cause.take(), listed).await {
                 Ok(rv) => {
                     version = Some(rv);
@@ -593,7 +595,7 @@ async fn stream(
             })
         }
     };
-    let response = match client.send(request).await {
+    let response = match Box::pin(client.send(request)).await {
         Ok(r) => r,
         Err(e) => {
             return Ended::Failed(Failure {
@@ -606,8 +608,7 @@ async fn stream(
     let status = response.status();
     let mut body = response.into_body();
     if !status.is_success() {
-        let bytes = body
-            .collect()
+        let bytes = Box::pin(body.collect())
             .await
             .map(|b| b.to_bytes())
             .unwrap_or_default();
@@ -628,7 +629,11 @@ async fn stream(
     drop(this);
     metrics.watch_streams.inc();
     let _open = Open(metrics.clone());
+    // The start of a line not whole yet, and how much of it was looked through for its end.
+    // Let go once a frame ends on a line's end, as nearly every one does: a watch at rest
+    // holds no copy of the largest event it carried.
     let mut buffer: Vec<u8> = Vec::new();
+    let mut scanned = 0;
     loop {
         let frame = match body.frame().await {
             None => return Ended::Closed,
@@ -639,18 +644,28 @@ async fn stream(
             continue;
         };
         buffer.extend_from_slice(&data);
-        while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
-            let line: Vec<u8> = buffer.drain(..=end).collect();
+        let mut start = 0;
+        while let Some(end) = buffer[scanned..].iter().position(|b| *b == b'\n') {
+            let end = scanned + end;
+            let line = &buffer[start..end];
+            start = end + 1;
+            scanned = start;
             let Some(this) = watch.upgrade() else {
                 return Ended::Closed;
             };
-            match apply(&this, &line[..line.len() - 1], version) {
+            match apply(&this, line, version) {
                 Ok(()) => {
                     metrics.watch_events.inc();
                 }
                 Err(ended) => return ended,
             }
         }
+        if start == buffer.len() {
+            buffer = Vec::new();
+        } else {
+            buffer.drain(..start);
+        }
+        scanned = buffer.len();
     }
 }
 

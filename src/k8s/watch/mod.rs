@@ -176,8 +176,13 @@ impl PartialEq for GroupKey {
 /// oldest first.
 const GROUPS_KEPT: usize = 16;
 
-/// Changes a listener may fall behind by before it is told it lagged (and reads again).
-const CHANGE_BACKLOG: usize = 4096;
+/// Changes a listener may fall behind by before it is told it lagged (and reads again). A
+/// broadcast holds all its slots from the start (32 bytes each), for as long as the namespace
+/// is watched: 512 is 16 KiB a namespace. A listener that lags reads again (a feed its group,
+/// as after any change, at most every 100 ms; GitLab's watch API the kind, sending what
+/// differs from what it sent): only a burst of more than 512 changes between two reads costs
+/// that read.
+const CHANGE_BACKLOG: usize = 512;
 
 impl Namespace {
     fn new() -> Arc<Namespace> {
@@ -426,6 +431,34 @@ impl WatchCache {
         options: &FetchOptions,
         custom: &Arc<Customizations>,
     ) -> Result<Arc<ResourceGroup>, FetchError> {
+        self.resource_group_kept(
+            discovery,
+            headers,
+            namespace,
+            label_selector,
+            options,
+            custom,
+            true,
+        )
+        .await
+    }
+
+    /// [`Self::resource_group`], keeping what it assembles for the next views only if `keep`:
+    /// a reader that nobody else waits on (a feed that only records health, SPEC 18) takes a
+    /// group kept for a view, but leaves none of its own. A namespace keeps up to 16 groups
+    /// (some 19 KB each for 20 objects), which a health keeper's feeds, one per environment,
+    /// would otherwise fill and hold at rest in every namespace it keeps (BENCHMARKS.md).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn resource_group_kept(
+        &self,
+        discovery: &DiscoveryCache,
+        headers: &HeaderMap,
+        namespace: &str,
+        label_selector: &str,
+        options: &FetchOptions,
+        custom: &Arc<Customizations>,
+        keep: bool,
+    ) -> Result<Arc<ResourceGroup>, FetchError> {
         let Some(view) = self
             .prepare(discovery, headers, namespace, label_selector, options)
             .await?
@@ -448,14 +481,14 @@ impl WatchCache {
             namespace,
             label_selector,
             options,
-            custom,
+            (custom, keep),
         )
         .await
     }
 
     /// The group of a prepared view: the memoised one while nothing changed, else assembled
-    /// (and kept). A view with kinds listed fresh (unwatchable, or behind the cluster at a
-    /// consistent read) is assembled every time.
+    /// (and kept if `keep`). A view with kinds listed fresh (unwatchable, or behind the cluster
+    /// at a consistent read) is assembled every time.
     #[allow(clippy::too_many_arguments)]
     async fn group_of(
         &self,
@@ -465,7 +498,7 @@ impl WatchCache {
         namespace: &str,
         label_selector: &str,
         options: &FetchOptions,
-        custom: &Arc<Customizations>,
+        (custom, keep): (&Arc<Customizations>, bool),
     ) -> Result<Arc<ResourceGroup>, FetchError> {
         if view.unwatched || !view.fresh.is_empty() {
             let listing = self
@@ -513,7 +546,7 @@ impl WatchCache {
         // A kind that answered 404 made discovery start over: the next view is asked anew.
         let kind_gone = listing.errors.iter().any(|e| e.code == Some(404));
         let group = assemble(listing, custom).await;
-        if !kind_gone {
+        if keep && !kind_gone {
             ns.keep(key, generation, group.clone());
         }
         Ok(group)
@@ -650,7 +683,7 @@ impl WatchCache {
             namespace,
             label_selector,
             options,
-            custom,
+            (custom, true),
         )
         .await
     }
