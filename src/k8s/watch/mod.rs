@@ -481,7 +481,8 @@ impl WatchCache {
             namespace,
             label_selector,
             options,
-            (custom, keep),
+            custom,
+            keep,
         )
         .await
     }
@@ -498,7 +499,8 @@ impl WatchCache {
         namespace: &str,
         label_selector: &str,
         options: &FetchOptions,
-        (custom, keep): (&Arc<Customizations>, bool),
+        custom: &Arc<Customizations>,
+        keep: bool,
     ) -> Result<Arc<ResourceGroup>, FetchError> {
         if view.unwatched || !view.fresh.is_empty() {
             let listing = self
@@ -683,7 +685,8 @@ impl WatchCache {
             namespace,
             label_selector,
             options,
-            (custom, true),
+            custom,
+            true,
         )
         .await
     }
