@@ -265,14 +265,9 @@ async fn spanned_kept(world: &World, id: i64) -> Vec<String> {
         .unwrap()
 }
 
-/// A first view lists the namespaces its sources spanned when last read (kept in PostgreSQL, so
-/// a restart keeps them) at once with its labels' and its source's, instead of reading the
-/// Kustomization alone first to learn them. Kept namespaces that went stale (the inventory
-/// moved from `gone` to `green` since) cost lists, not the group: it is resolved from the
-/// inventory as read, and what it spans now is kept instead.
-#[tokio::test]
-async fn kept_namespaces_are_listed_first_and_a_stale_list_still_gives_the_group() {
-    let (api, served, _dir) = cluster().await;
+/// Kustomization `apps` whose inventory holds a Deployment in `blue` and a Service in `green`,
+/// both in the cluster.
+fn blue_deployment_green_service(api: &KubeApi) {
     api.insert(kustomization(
         "flux-system",
         "apps",
@@ -285,6 +280,17 @@ async fn kept_namespaces_are_listed_first_and_a_stale_list_still_gives_the_group
     api.insert(deployment("blue", "web", "uid-blue-web"));
     api.insert(json!({"apiVersion": "v1", "kind": "Service", "metadata": meta("green", "web", "uid-green-svc", json!({})),
         "spec": {"selector": {"app": "web"}}}));
+}
+
+/// A first view lists the namespaces its sources spanned when last read (kept in PostgreSQL, so
+/// a restart keeps them) at once with its labels' and its source's, instead of reading the
+/// Kustomization alone first to learn them. Kept namespaces that went stale (the inventory
+/// moved from `gone` to `green` since) cost lists, not the group: it is resolved from the
+/// inventory as read, and what it spans now is kept instead.
+#[tokio::test]
+async fn kept_namespaces_are_listed_first_and_a_stale_list_still_gives_the_group() {
+    let (api, served, _dir) = cluster().await;
+    blue_deployment_green_service(&api);
     // What the inventory named before; not in it any more.
     api.insert(deployment("gone", "web", "uid-gone-web"));
     let world = bound_world(
@@ -824,18 +830,7 @@ async fn a_first_gitops_views_watches_wait_for_the_whole_view() {
 
     const HELD: Duration = Duration::from_secs(5);
     let (api, served, _dir) = cluster().await;
-    api.insert(kustomization(
-        "flux-system",
-        "apps",
-        &[
-            ("blue_web_apps_Deployment", "v1"),
-            ("green_web__Service", "v1"),
-        ],
-        ready("True", "ReconciliationSucceeded"),
-    ));
-    api.insert(deployment("blue", "web", "uid-blue-web"));
-    api.insert(json!({"apiVersion": "v1", "kind": "Service", "metadata": meta("green", "web", "uid-green-svc", json!({})),
-        "spec": {"selector": {"app": "web"}}}));
+    blue_deployment_green_service(&api);
     let reached = Reached::new(
         Reach::Kubeconfig,
         &served,

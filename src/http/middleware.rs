@@ -51,8 +51,8 @@ impl<S> Layer<S> for Observed {
 /// it once known, so every line logged inside carries them. With `--otlp-endpoint` the span
 /// continues the caller's W3C `traceparent`.
 ///
-/// It also records the client's address (`client_address`): one layer rather than two, as
-/// every layer of the router clones and boxes the routes below it on every request.
+/// It also records the client's address (`client_address`): one layer rather than two, each
+/// a service and a future more on every request.
 #[derive(Clone)]
 pub struct Observe<S> {
     inner: S,
