@@ -7,10 +7,12 @@
 # counted). envlens' instructions only: PostgreSQL's share of each request is not in them.
 #
 #   benches/ci_deployments_work.sh [seconds] [count]   (out: /tmp/envlens-ci-work.*/callgrind.*)
+# count: the ID tokens seeded, one a request: more than `seconds` sends under callgrind (some
+# 150 a second here); by default 300 a second, so that a longer run does not run out of them.
 #   ENVLENS_BIN=/tmp/a/envlens LOAD_BIN=/tmp/a/load benches/ci_deployments_work.sh   (a kept build)
 source "$(dirname "$0")/common.sh"
 seconds=${1:-15}
-count=${2:-4000}
+count=${2:-$((seconds * 300))}
 work=$(mktemp -d /tmp/envlens-ci-work.XXXXXX); chmod 755 "$work"; dir=$work/data
 port=18391; gitlab_port=18392
 url=http://127.0.0.1:$port
