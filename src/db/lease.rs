@@ -25,8 +25,10 @@
 //! a sweep that runs as often as the pool's own: the server keeps no backend for a burst that
 //! has passed.
 //!
-//! The stack has as many connections as the pool may (`--database-max-connections`), apart
-//! from it: the rest of envlens (ingest, the proxy's checks) keeps its own.
+//! GraphQL's stack has as many connections as the pool may (`--database-max-connections`),
+//! apart from it: the rest of envlens (ingest, the proxy's checks) keeps its own. Fresh
+//! creations have a stack of their own, larger (`--database-write-connections`): see
+//! [`WRITE_CONNECTIONS`].
 
 use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex, Weak};
@@ -68,12 +70,34 @@ struct Shared {
     timeout: Duration,
 }
 
+/// The default of `--database-write-connections`: how many connections fresh deployment
+/// creations may hold at once, apart from the pool and GraphQL's.
+///
+/// A creation's second statement commits, and the commit waits for the write-ahead log to be
+/// flushed to disk with its connection held and its backend idle; PostgreSQL flushes the
+/// commits that wait together in one write. So the creations served at once are bounded by
+/// the connections and the disk's flush time, not by the cores that bound the pool
+/// (2 x cores + 1). Measured on 2 cores (2026-11-28, `fdatasync` 1-3 ms,
+/// `benches/deployments_rounds.sh`, 32 connections against pgbench's 32 clients of the same
+/// statements): with the pool's 5, envlens made 2.0 commits per WAL flush where pgbench made
+/// 6-8, and the ratio was 0.38 at load 12 (0.84 idle); with `synchronous_commit` off it was 0.75
+/// at the same load: the rest was the flush. By connections, at load 12-23: 5 → 0.38,
+/// 8 → 0.52, 16 → 0.73, 32 → 0.94. Connections are opened only while that many creations
+/// run at once and closed after the pool's idle timeout; with an external PostgreSQL they
+/// count against its `max_connections`, as the pool's do.
+pub const WRITE_CONNECTIONS: u32 = 32;
+
 impl Leases {
     /// As many connections as `pool` may have, to the same server, waiting as long for one,
     /// kept as long. Call it inside the runtime: the idle sweep is a task of its own.
     pub fn new(gate: &Pool) -> Self {
+        Leases::with_max(gate, gate.pg().options().get_max_connections())
+    }
+
+    /// As [`Leases::new`], with at most `max` connections.
+    pub fn with_max(gate: &Pool, max: u32) -> Self {
         let pool = gate.pg();
-        let max = pool.options().get_max_connections() as usize;
+        let max = max.max(1) as usize;
         let shared = Arc::new(Shared {
             gate: gate.clone(),
             options: pool.connect_options(),
