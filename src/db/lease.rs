@@ -39,6 +39,7 @@ use sqlx::{ConnectOptions, Connection};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::pool::Pool;
+use crate::error::is_out_of_slots;
 
 /// A connection on the stack, with the time it was opened.
 struct Idle {
@@ -64,6 +65,11 @@ struct Shared {
     /// Last back on top: each entry's `idle_since` is no earlier than those below it.
     idle: Mutex<Vec<Idle>>,
     permits: Arc<Semaphore>,
+    /// The most connections at once, less those [given up](Shared::give_up_one) since.
+    max: usize,
+    /// Permits given up because the server had no connection slot left; one is given back at
+    /// each sweep.
+    given_up: Mutex<usize>,
     max_lifetime: Option<Duration>,
     idle_timeout: Option<Duration>,
     /// How long a request waits for a connection, connecting included, as with the pool.
@@ -103,6 +109,8 @@ impl Leases {
             options: pool.connect_options(),
             idle: Mutex::new(Vec::with_capacity(max)),
             permits: Arc::new(Semaphore::new(max)),
+            max,
+            given_up: Mutex::new(0),
             max_lifetime: pool.options().get_max_lifetime(),
             idle_timeout: pool.options().get_idle_timeout(),
             timeout: pool.options().get_acquire_timeout(),
@@ -121,34 +129,47 @@ impl Leases {
     /// An idle connection, or a new one while there are fewer than the maximum; waits for one
     /// to come back otherwise. `PoolTimedOut` (answered 503) after the acquire timeout, and an
     /// error at once while the database is known to be down.
+    ///
+    /// A server with no connection slot left (SQLSTATE 53300: its `max_connections`, or a
+    /// role's or database's limit) while this stack holds others is not an outage: the
+    /// request waits for one of this stack's connections instead, and the stack keeps one
+    /// connection fewer for each such refusal, given back one a sweep (the pool's idle
+    /// timeout).
     pub async fn acquire(&self) -> Result<Lease, sqlx::Error> {
         let shared = &self.0;
         let lease = tokio::time::timeout(shared.timeout, async {
-            let permit = shared
-                .permits
-                .clone()
-                .acquire_owned()
-                .await
-                .expect("the semaphore is never closed");
-            let idle = shared.pop_usable();
-            let conn = match idle {
-                Some(conn) => conn,
-                None => {
-                    let outages = shared.gate.outages();
-                    let conn = shared.options.connect().await?;
-                    Opened {
-                        conn,
-                        at: Instant::now(),
-                        outages,
+            loop {
+                let permit = shared
+                    .permits
+                    .clone()
+                    .acquire_owned()
+                    .await
+                    .expect("the semaphore is never closed");
+                let conn = match shared.pop_usable() {
+                    Some(conn) => conn,
+                    None => {
+                        let outages = shared.gate.outages();
+                        match shared.options.connect().await {
+                            Ok(conn) => Opened {
+                                conn,
+                                at: Instant::now(),
+                                outages,
+                            },
+                            Err(e) if is_out_of_slots(&e) && shared.others_out() => {
+                                shared.give_up_one(permit);
+                                continue;
+                            }
+                            Err(e) => return Err(e),
+                        }
                     }
-                }
-            };
-            Ok(Lease {
-                conn: Some(conn),
-                keep: true,
-                shared: shared.clone(),
-                _permit: permit,
-            })
+                };
+                return Ok(Lease {
+                    conn: Some(conn),
+                    keep: true,
+                    shared: shared.clone(),
+                    _permit: permit,
+                });
+            }
         });
         let lease = async { lease.await.map_err(|_| sqlx::Error::PoolTimedOut)? };
         shared.gate.guard(lease).await
@@ -156,6 +177,28 @@ impl Leases {
 }
 
 impl Shared {
+    /// Whether connections of this stack other than the caller's (which holds a permit and
+    /// no connection) are lent out.
+    fn others_out(&self) -> bool {
+        let given_up = *self.given_up.lock().unwrap_or_else(|e| e.into_inner());
+        self.max - given_up - self.permits.available_permits() > 1
+    }
+
+    /// One connection fewer for this stack, until a sweep gives it back.
+    fn give_up_one(&self, permit: OwnedSemaphorePermit) {
+        *self.given_up.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        permit.forget();
+    }
+
+    /// One permit given up back, if any.
+    fn give_one_back(&self) {
+        let mut given_up = self.given_up.lock().unwrap_or_else(|e| e.into_inner());
+        if *given_up > 0 {
+            *given_up -= 1;
+            self.permits.add_permits(1);
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Idle>> {
         // A push or a pop cannot leave the stack half-changed.
         self.idle.lock().unwrap_or_else(|e| e.into_inner())
@@ -212,6 +255,7 @@ async fn sweep(shared: Weak<Shared>, period: Duration) {
             return;
         };
         let expired = shared.take_expired();
+        shared.give_one_back();
         drop(shared);
         for conn in expired {
             // A polite goodbye (`Terminate`), but not waiting long for a server that is away.
