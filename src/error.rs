@@ -121,6 +121,13 @@ pub fn is_unavailable(e: &sqlx::Error) -> bool {
     }
 }
 
+/// The server refused a connection for want of a slot (SQLSTATE 53300 `too_many_connections`:
+/// its `max_connections`, or a role's or database's `CONNECTION LIMIT`): unavailable to that
+/// request (503), but the server is up, and the connections already open serve.
+pub fn is_out_of_slots(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(db) if db.code().as_deref() == Some("53300"))
+}
+
 /// SQLSTATE classes that mean "the server is going away or not accepting work", not a bug:
 /// 08 connection exception, 53 insufficient resources (too many connections, out of memory,
 /// disk full), 57P01..57P03 admin shutdown / crash shutdown / cannot connect now.

@@ -24,6 +24,8 @@ pub struct AppState {
     pub db: Pool,
     /// GraphQL's connections (see `db::lease`).
     pub reads: Leases,
+    /// Fresh deployment creations' connections (`db::lease::WRITE_CONNECTIONS`).
+    pub writes: Leases,
     pub keys: Arc<Keys>,
     pub metrics: Arc<Metrics>,
     pub limits: Limits,
@@ -56,6 +58,7 @@ impl AppState {
         let slots = Slots::new(&db, PerUserLimits::default());
         AppState {
             reads: Leases::new(&db),
+            writes: Leases::with_max(&db, crate::db::lease::WRITE_CONNECTIONS),
             live: Live::new(
                 &db,
                 Origins::default(),
@@ -76,6 +79,13 @@ impl AppState {
             trusted_proxies: TrustedProxies::default(),
             forward: Forward::default(),
         }
+    }
+
+    /// With at most `max` connections for fresh deployment creations
+    /// (`--database-write-connections`).
+    pub fn with_write_connections(mut self, max: u32) -> Self {
+        self.writes = Leases::with_max(&self.db, max);
+        self
     }
 
     /// With views of connections other replicas own forwarded to them.

@@ -202,3 +202,86 @@ async fn a_connection_idle_past_the_pools_idle_timeout_is_closed() {
         backends(&db).await
     );
 }
+
+/// A server out of connection slots (SQLSTATE 53300, here a role's `CONNECTION LIMIT`) while
+/// the stack holds others: the request waits for one of them, and the database is not taken
+/// for down. With none of the stack's own to wait for, the refusal is the request's answer.
+#[tokio::test]
+async fn a_server_out_of_slots_means_waiting_for_a_lease_not_an_outage() {
+    let db = fresh_database().await;
+    let admin = PgPool::connect_with((*db.connect_options()).clone())
+        .await
+        .unwrap();
+    // Roles are the server's, not the database's: named for the test's database.
+    let role: String = sqlx::query_scalar("SELECT 'lim_' || current_database()")
+        .fetch_one(&admin)
+        .await
+        .unwrap();
+    sqlx::query(&format!(
+        "CREATE ROLE \"{role}\" LOGIN NOSUPERUSER CONNECTION LIMIT 2"
+    ))
+    .execute(&admin)
+    .await
+    .unwrap();
+    let options = (*db.connect_options()).clone().username(&role);
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(Duration::from_secs(2))
+        .connect_lazy_with(options);
+    let gate: envlens::db::pool::Pool = pool.into();
+    let leases = Leases::with_max(&gate, 8);
+
+    let mut a = leases.acquire().await.unwrap();
+    let b = leases.acquire().await.unwrap();
+    let pid = backend(&mut a).await;
+    // The role's two slots are taken: the third waits for one of the two, not an error.
+    let waiting = tokio::spawn({
+        let leases = leases.clone();
+        async move {
+            let mut lease = leases.acquire().await?;
+            Ok::<_, sqlx::Error>(backend(&mut lease).await)
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!waiting.is_finished(), "it waits for a lease");
+    drop(a);
+    assert_eq!(waiting.await.unwrap().unwrap(), pid, "the lease given back");
+    assert!(!gate.is_down(), "a full server is not a server down");
+
+    // Without a lease of its own out, the refusal is the answer, and still not an outage.
+    drop((b, leases));
+    // The stack's connections closed with it; their backends end a moment later.
+    let role_backends = format!("SELECT count(*) FROM pg_stat_activity WHERE usename = '{role}'");
+    while sqlx::query_scalar::<_, i64>(&role_backends)
+        .fetch_one(&admin)
+        .await
+        .unwrap()
+        > 0
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let others = PgPool::connect_with((*db.connect_options()).clone().username(&role))
+        .await
+        .unwrap();
+    let _held = (
+        others.acquire().await.unwrap(),
+        others.acquire().await.unwrap(),
+    );
+    let fresh = Leases::with_max(&gate, 8);
+    let refused = fresh.acquire().await.err().expect("no slot, no lease out");
+    assert!(
+        matches!(&refused, sqlx::Error::Database(e) if e.code().as_deref() == Some("53300")),
+        "{refused:?}"
+    );
+    // The refusal had the gate probe the server, which answered with no slot: up.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!gate.is_down(), "a full server is not a server down");
+    drop(_held);
+    others.close().await;
+    drop(fresh);
+    gate.pg().close().await;
+    sqlx::query(&format!("DROP ROLE \"{role}\""))
+        .execute(&admin)
+        .await
+        .ok();
+}

@@ -239,6 +239,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let mut site = crate::web::Site::new(&public_url, args.session_lifetime)?;
     let keys = Keys::new(secrets).with_group_webhooks(group_webhooks(&settings)?)?;
     let mut state = AppState::new(database.pool.clone(), keys, args.limits)
+        .with_write_connections(args.database_write_connections)
         .with_clusters(clusters, settings.cors)
         .with_trusted_proxies(crate::http::client_address::TrustedProxies::new(
             settings.trusted_proxies.clone(),

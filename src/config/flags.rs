@@ -174,6 +174,12 @@ pub struct ServeArgs {
     pub listen: SocketAddr,
     #[command(flatten)]
     pub database: DatabaseArgs,
+    /// Connections deployment creations may hold at once, apart from the pool: a creation's
+    /// commit waits for the disk with its connection held, and PostgreSQL flushes the commits
+    /// that wait together, so more than the cores pay (`db::lease::WRITE_CONNECTIONS`).
+    /// Opened only while that many creations run at once.
+    #[arg(long, env = "ENVLENS_DATABASE_WRITE_CONNECTIONS", default_value_t = crate::db::lease::WRITE_CONNECTIONS)]
+    pub database_write_connections: u32,
     #[command(flatten)]
     pub secrets: SecretArgs,
     #[command(flatten)]

@@ -19,7 +19,7 @@ use sqlx::{ConnectOptions, Connection, PgPool, Postgres, Transaction};
 use tokio::runtime::Handle;
 use tokio::sync::watch;
 
-use crate::error::is_unavailable;
+use crate::error::{is_out_of_slots, is_unavailable};
 
 /// An acquire slower than this has the server probed: a pool merely busy answers the probe.
 pub const SLOW: Duration = Duration::from_millis(100);
@@ -169,6 +169,14 @@ impl Pool {
                         .last_good_probe
                         .lock()
                         .unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+                    self.set_down(false, "");
+                    break;
+                }
+                // The server answered, with no slot for one more connection: it is up, and
+                // the connections open serve; closing them as after a restart would only
+                // give their slots away.
+                Ok(Err(e)) if is_out_of_slots(&e) => {
+                    tracing::warn!(error = %e, "the database has no connection slot left");
                     self.set_down(false, "");
                     break;
                 }

@@ -267,7 +267,7 @@ pub async fn create(
         deployment: &new,
         agent: target.map(|t| (t.agent_project, t.agent_name)),
     };
-    let mut lease = state.reads.acquire().await?;
+    let mut lease = state.writes.acquire().await?;
     match create_if_fresh(&mut lease, &fresh, &job, target.as_ref()).await {
         Ok(Some(answer)) => return Ok(answer),
         Ok(None) => drop(lease),
