@@ -141,17 +141,19 @@ pub(super) async fn assemble(
     if let Some(recorder) = ctx.data_opt::<Recorder>() {
         let clusters: &Arc<Clusters> = ctx.data_unchecked();
         let key = FeedKey::new(agent.id, namespace, &selector, &HeaderMap::new());
-        recorder.touch(environment.id, key, || Source {
-            cluster: cluster.clone(),
-            headers: HeaderMap::new(),
-            options: FetchOptions {
-                request_timeout: clusters.response_timeout,
-                agent: Some(agent.id),
-                ..FetchOptions::default()
-            },
-            health: custom.clone(),
-            through: None,
-            recheck: clusters.grants.ttl(),
+        recorder.touch(environment.id, key, || {
+            Arc::new(Source {
+                cluster: cluster.clone(),
+                headers: HeaderMap::new(),
+                options: FetchOptions {
+                    request_timeout: clusters.response_timeout,
+                    agent: Some(agent.id),
+                    ..FetchOptions::default()
+                },
+                health: custom.clone(),
+                through: None,
+                recheck: clusters.grants.ttl(),
+            })
         });
     }
     Ok(Assembled {

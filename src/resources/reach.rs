@@ -32,10 +32,44 @@ use super::tree::Tree;
 pub struct Reach {
     /// The selector's `key=value` terms; `None` when it has other terms, and then every change
     /// reaches the group.
-    terms: Option<Vec<(String, String)>>,
+    terms: Option<Terms>,
     uids: Box<[u64]>,
     /// The names of the group's core Services (one namespace per group).
     services: Box<[u64]>,
+}
+
+/// A selector's `key=value` terms as one text, `key\0value\0` each: one allocation, not two
+/// strings a term and their vector (~250 B an environment beside 10,000 of them, SPEC 18).
+#[derive(Debug, Clone, Default)]
+struct Terms(Box<str>);
+
+impl Terms {
+    /// `None` when a term holds a NUL (no label does): such a selector's changes all reach.
+    fn new(terms: &[(String, String)]) -> Option<Terms> {
+        let mut text = String::new();
+        for (key, value) in terms {
+            if key.is_empty() || key.contains('\0') || value.contains('\0') {
+                return None;
+            }
+            text.extend([key.as_str(), "\0", value.as_str(), "\0"]);
+        }
+        Some(Terms(text.into_boxed_str()))
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        let mut parts = self.0.split('\0');
+        std::iter::from_fn(move || {
+            let key = parts.next().filter(|k| !k.is_empty())?;
+            Some((key, parts.next()?))
+        })
+    }
+
+    /// Whether `labels` hold every term.
+    fn select(&self, labels: Option<&super::tree::Map>) -> bool {
+        self.iter().all(|(key, value)| {
+            labels.and_then(|l| l.get(key)).and_then(Tree::as_str) == Some(value)
+        })
+    }
 }
 
 fn hash(s: &str) -> u64 {
@@ -63,7 +97,7 @@ impl Reach {
     /// another selector).
     pub fn of(group: &ResourceGroup, terms: Option<Vec<(String, String)>>) -> Reach {
         Reach {
-            terms,
+            terms: terms.as_deref().and_then(Terms::new),
             uids: sorted(group.resources.iter().map(|r| hash(&r.uid)).collect()),
             services: sorted(
                 group
@@ -103,7 +137,7 @@ impl Reach {
             return true;
         }
         let labels = meta(view, "labels").and_then(Tree::as_object);
-        if crate::k8s::fetch::labels_match(terms, labels) {
+        if terms.select(labels) {
             return true;
         }
         let owned = meta(view, "ownerReferences")
@@ -191,6 +225,20 @@ mod tests {
             &Default::default(),
         );
         Reach::of(&group, crate::k8s::fetch::equality_terms(SELECTOR))
+    }
+
+    #[test]
+    fn the_terms_select_labels_holding_each_of_them() {
+        let terms = Terms::new(&crate::k8s::fetch::equality_terms("a=1,b=").unwrap()).unwrap();
+        assert_eq!(terms.iter().collect::<Vec<_>>(), [("a", "1"), ("b", "")]);
+        let labels = |labels: Value| crate::resources::tree::TreeBuf::from(&labels);
+        assert!(terms.select(labels(json!({"a": "1", "b": "", "c": "3"})).as_object()));
+        assert!(!terms.select(labels(json!({"a": "1"})).as_object()));
+        assert!(!terms.select(labels(json!({"a": "2", "b": ""})).as_object()));
+        assert!(!terms.select(None));
+        let none = Terms::new(&[]).unwrap();
+        assert!(none.select(None));
+        assert!(Terms::new(&[("a".into(), "x\0y".into())]).is_none());
     }
 
     #[test]

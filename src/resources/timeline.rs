@@ -4,7 +4,7 @@
 //! envlens' own `HealthChanged` and `GroupHealthChanged` events come from.
 
 use std::cmp::Ordering;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
@@ -232,9 +232,64 @@ fn resource_mark(r: &Resource) -> Option<HealthMark> {
     })
 }
 
-/// What a recorder last sent of each mark: the mark's key ([`key_hash`]) to its health. The
-/// keys hashed, not the uids: a health keeper holds one of these per environment (SPEC 18).
-pub type Sent = HashMap<u64, HealthStatus>;
+/// What a recorder last sent of each mark: the mark's key ([`key_hash`]) with its health, one
+/// `u64` each, sorted. The keys hashed, not the uids, and the health in the hash's low bits:
+/// a health keeper holds one of these per environment (SPEC 18), 8 bytes a resource (a map of
+/// the hashes was ~27).
+#[derive(Debug, Default, Clone)]
+pub struct Sent(Box<[u64]>);
+
+/// The low bits of a [`Sent`] entry, which hold the health.
+const HEALTH_BITS: u64 = 0b111;
+
+fn packed(key: u64, health: HealthStatus) -> u64 {
+    let code = match health {
+        HealthStatus::Healthy => 0,
+        HealthStatus::Suspended => 1,
+        HealthStatus::Progressing => 2,
+        HealthStatus::Missing => 3,
+        HealthStatus::Degraded => 4,
+        HealthStatus::Unknown => 5,
+    };
+    (key & !HEALTH_BITS) | code
+}
+
+impl Sent {
+    pub fn new() -> Self {
+        Sent::default()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Marks held.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// The entry of `key` (a [`key_hash`]), the health in its low bits.
+    fn get(&self, key: u64) -> Option<u64> {
+        let key = key & !HEALTH_BITS;
+        self.0
+            .binary_search_by(|e| (e & !HEALTH_BITS).cmp(&key))
+            .ok()
+            .map(|i| self.0[i])
+    }
+
+    /// Forgets the mark of `key` (a [`key_hash`]): it is sent again with the next change.
+    pub fn remove(&mut self, key: u64) {
+        let key = key & !HEALTH_BITS;
+        if self.get(key).is_some() {
+            self.0 = self
+                .0
+                .iter()
+                .copied()
+                .filter(|e| e & !HEALTH_BITS != key)
+                .collect();
+        }
+    }
+}
 
 /// A mark's key (a uid, or [`GROUP_KEY`]) as [`Sent`] holds it: the same in every process.
 pub fn key_hash(key: &str) -> u64 {
@@ -245,19 +300,29 @@ pub fn key_hash(key: &str) -> u64 {
 
 /// The marks of `group` (as its feed last read it) whose health differs from what `sent`
 /// holds, with `sent` brought up to date: everything the first time, then only changes. A
-/// resource gone from the group is forgotten.
+/// resource gone from the group is forgotten; one with no health now keeps its last mark.
 pub fn changes(sent: &mut Sent, group: &ResourceGroup) -> Vec<HealthMark> {
-    let keys: HashSet<u64> = group
-        .resources
-        .iter()
-        .map(|r| key_hash(&r.uid))
-        .chain(std::iter::once(key_hash(GROUP_KEY)))
-        .collect();
-    sent.retain(|k, _| keys.contains(k));
-    std::iter::once(group_mark(&group.health))
+    let mut next: Vec<u64> = Vec::with_capacity(group.resources.len() + 1);
+    let marks = std::iter::once(group_mark(&group.health))
         .chain(group.resources.iter().filter_map(resource_mark))
-        .filter(|m| sent.insert(key_hash(&m.key), m.health) != Some(m.health))
-        .collect()
+        .filter(|m| {
+            let entry = packed(key_hash(&m.key), m.health);
+            next.push(entry);
+            sent.get(entry) != Some(entry)
+        })
+        .collect();
+    // Kept as they were: the group's resources with no mark now.
+    next.extend(
+        group
+            .resources
+            .iter()
+            .filter(|r| r.health.is_none())
+            .filter_map(|r| sent.get(key_hash(&r.uid))),
+    );
+    next.sort_unstable_by_key(|e| e & !HEALTH_BITS);
+    next.dedup_by_key(|e| *e & !HEALTH_BITS);
+    sent.0 = next.into_boxed_slice();
+    marks
 }
 
 #[cfg(test)]
@@ -400,7 +465,7 @@ mod tests {
             warnings: Vec::new(),
             errors: Vec::new(),
         };
-        let mut sent = HashMap::new();
+        let mut sent = Sent::new();
         let first = group(vec![pod("a", HealthStatus::Healthy)], HealthStatus::Healthy);
         assert_eq!(changes(&mut sent, &first).len(), 2);
         assert!(

@@ -127,13 +127,15 @@ pub(super) async fn subscribe(
 fn record(live: &Live, environment: i64, key: &FeedKey, source: &Source) {
     let none = HeaderMap::new();
     let agent_key = FeedKey::new(key.agent, &key.namespace, &key.selector, &none);
-    live.recorder.touch(environment, agent_key, || Source {
-        cluster: source.cluster.clone(),
-        headers: none.clone(),
-        options: source.options.clone(),
-        health: source.health.clone(),
-        through: None,
-        recheck: source.recheck,
+    live.recorder.touch(environment, agent_key, || {
+        Arc::new(Source {
+            cluster: source.cluster.clone(),
+            headers: none.clone(),
+            options: source.options.clone(),
+            health: source.health.clone(),
+            through: None,
+            recheck: source.recheck,
+        })
     });
 }
 

@@ -137,19 +137,21 @@ pub struct Feeds {
     running: Running,
 }
 
-type Running = Arc<Mutex<HashMap<FeedKey, Arc<Feed>>>>;
+/// By the feed's own key, shared with it: not a copy of its strings (SPEC 18's 10,000 feeds).
+type Running = Arc<Mutex<HashMap<Arc<FeedKey>, Arc<Feed>>>>;
 
 /// A running feed.
 pub(crate) struct Feed {
-    key: FeedKey,
+    key: Arc<FeedKey>,
     /// How long its cluster's watch cache keeps an unused namespace: how long a recorder
     /// nobody uses runs on.
     idle: Duration,
     state: Mutex<State>,
     /// The first subscriber's way to the owner of the connection (SPEC 16), kept for the
     /// feed's life: a feed started without one (the health keeper's, as the agent) takes it
-    /// from the first subscriber who brings one.
-    through: OnceLock<AsViewer>,
+    /// from the first subscriber who brings one. Boxed: a health keeper's 10,000 feeds have
+    /// none (SPEC 18).
+    through: OnceLock<Box<AsViewer>>,
     /// Told when a subscriber waits for the whole group ([`State::waiting`]).
     wanted: Notify,
 }
@@ -200,6 +202,12 @@ impl State {
         self.tx
             .get_or_insert_with(|| broadcast::channel(BACKLOG).0)
             .subscribe()
+    }
+
+    /// Whether the task needs its timer: to notice that the last subscriber left, to let go
+    /// the recorders nobody keeps once unused.
+    fn needs_tick(&self) -> bool {
+        self.tx.is_some() || self.recordings.iter().any(|r| !r.pinned())
     }
 
     /// Whether somebody besides the recorders reads what the task reads: a subscriber, or one
@@ -338,29 +346,33 @@ impl Feeds {
     pub fn subscribe(&self, key: FeedKey, source: impl FnOnce() -> Source) -> Subscriber {
         let mut running = lock(&self.running);
         if let Some(feed) = running.get(&key) {
-            if feed.through.get().is_none() {
+            if feed.through().is_none() {
                 if let Some(through) = source().through {
-                    let _ = feed.through.set(through);
+                    let _ = feed.through.set(Box::new(through));
                 }
             }
             let mut state = lock(&feed.state);
             let rx = state.subscribe();
             let start = state.start(feed);
             drop(state);
+            // Its timer, if it had none (a feed that only recorded).
+            feed.wanted.notify_one();
             return Subscriber::starting(feed.clone(), start, rx);
         }
-        let feed = self.start(&mut running, key, source(), Vec::new());
+        let feed = self.start(&mut running, key, Arc::new(source()), Vec::new());
         let rx = lock(&feed.state).subscribe();
+        feed.wanted.notify_one();
         Subscriber::starting(feed, Start::Now(None), rx)
     }
 
     /// Runs `recording` in the feed of `key` (started when none runs), after each of its reads
     /// of the group, the first one at once; until [`Feeds::detach`]ed, or let go by the feed
-    /// ([`Recording::stopped`]).
+    /// ([`Recording::stopped`]). The source may be shared by many feeds (the health keeper's
+    /// of one agent share one).
     pub(crate) fn record(
         &self,
         key: FeedKey,
-        source: impl FnOnce() -> Source,
+        source: impl FnOnce() -> Arc<Source>,
         recording: Arc<Recording>,
     ) -> Arc<Feed> {
         let mut running = lock(&self.running);
@@ -384,15 +396,16 @@ impl Feeds {
     /// A new feed of `key`, registered, its task started.
     fn start(
         &self,
-        running: &mut HashMap<FeedKey, Arc<Feed>>,
+        running: &mut HashMap<Arc<FeedKey>, Arc<Feed>>,
         key: FeedKey,
-        mut source: Source,
+        source: Arc<Source>,
         recordings: Vec<Arc<Recording>>,
     ) -> Arc<Feed> {
         let through = OnceLock::new();
-        if let Some(given) = source.through.take() {
-            let _ = through.set(given);
+        if let Some(given) = &source.through {
+            let _ = through.set(Box::new(given.clone()));
         }
+        let key = Arc::new(key);
         let feed = Arc::new(Feed {
             idle: source.cluster.watch.idle(),
             key: key.clone(),
@@ -420,6 +433,16 @@ impl Feed {
     pub(crate) fn idle(&self) -> Duration {
         self.idle
     }
+
+    /// Wakes the task to look at its recorders again (one was unpinned: its timer may be needed).
+    pub(crate) fn wake(&self) {
+        self.wanted.notify_one();
+    }
+
+    /// The way to the owner of the connection, once a subscriber brought one.
+    fn through(&self) -> Option<&AsViewer> {
+        self.through.get().map(|through| &**through)
+    }
 }
 
 /// What woke a feed's task.
@@ -446,7 +469,9 @@ impl Drop for LetGo<'_> {
 
 /// The feed's task: reads the group, then follows the namespaces' changes until nobody
 /// subscribes or records any more.
-async fn run(running: Running, feed: Arc<Feed>, source: Source) {
+/// The source is shared (the health keeper's feeds of one agent share one, SPEC 18): inline,
+/// it was ~470 B of each task.
+async fn run(running: Running, feed: Arc<Feed>, source: Arc<Source>) {
     let _let_go = LetGo(&feed);
     let key = &feed.key;
     let watch = &source.cluster.watch;
@@ -455,7 +480,7 @@ async fn run(running: Running, feed: Arc<Feed>, source: Source) {
     // The reads and the owner's changes are boxed: awaited inline, their futures (a group's
     // assembly, an HTTP request to the owner) would size the task's future, which a health
     // keeper holds 10,000 of while they idle (SPEC 18; ~10 KB each inline, BENCHMARKS.md).
-    let mut heard = Box::pin(super::routed::listen(&source, key, feed.through.get())).await;
+    let mut heard = Box::pin(super::routed::listen(&source, key, feed.through())).await;
     match Box::pin(read(&source, key, &feed, &mut changes)).await {
         Ok(group) => {
             publish(&feed, &group, None);
@@ -487,21 +512,48 @@ async fn run(running: Running, feed: Arc<Feed>, source: Source) {
     } else {
         (feed.idle / 4).clamp(Duration::from_millis(10), Duration::from_secs(60))
     };
-    let mut tick = tokio::time::interval_at(Instant::now() + every, every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // A timer only while something needs one (its `Sleep` is ~110 B, beside 10,000 feeds that
+    // only record, SPEC 18): whoever makes it needed (a subscriber, a recorder left unpinned)
+    // wakes the task, which starts it here.
+    let mut tick: Option<tokio::time::Interval> = None;
     loop {
+        if !(impersonated || lock(&feed.state).needs_tick()) {
+            tick = None;
+        } else if tick.is_none() {
+            let mut every = tokio::time::interval_at(Instant::now() + every, every);
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick = Some(every);
+        }
+        let ticked = async {
+            match &mut tick {
+                Some(tick) => {
+                    tick.tick().await;
+                }
+                None => std::future::pending().await,
+            }
+        };
+        // Boxed while there is an owner to hear from: its wait (a timer, the owner's stream)
+        // would otherwise size every task's future, a health keeper's 10,000 of which never
+        // have one.
+        let owners = async {
+            if heard.quiet(key, feed.through()) {
+                std::future::pending().await
+            } else {
+                Box::pin(heard.next(&source, key, feed.through())).await
+            }
+        };
         let wake = tokio::select! {
-            heard_of = heard.next(&source, key, feed.through.get()) => {
+            heard_of = owners => {
                 if !heard_of {
                     // Ended, or the connection changed hands: heard from its owner now.
                     tokio::time::sleep(WINDOW).await;
-                    heard = Box::pin(super::routed::listen(&source, key, feed.through.get())).await;
+                    heard = Box::pin(super::routed::listen(&source, key, feed.through())).await;
                 }
                 Wake::Change
             }
             () = changes.next(watch) => Wake::Change,
             () = feed.wanted.notified() => Wake::Whole,
-            _ = tick.tick() => Wake::Tick,
+            () = ticked => Wake::Tick,
         };
         if matches!(wake, Wake::Tick) {
             let_go_unused(&feed);
@@ -634,7 +686,7 @@ async fn read(
         // A group somebody subscribes to (or waits for) is kept by the cache for the views
         // and the subscribers who join next; one that is only recorded is not.
         let shared = lock(&feed.state).shared();
-        let (group, spans) = assemble(source, key, feed.through.get(), shared).await?;
+        let (group, spans) = assemble(source, key, feed.through(), shared).await?;
         changes.read(key, &group);
         rounds += 1;
         if !changes.follow(&source.cluster.watch, &spans) || rounds > 3 {
@@ -645,9 +697,11 @@ async fn read(
 
 /// The change feeds of the namespaces a feed follows, as one, passing on only the changes that
 /// can reach the group ([`Reach`]).
+/// The namespaces in a vector, not a map: a group spans one or a few (a health keeper holds
+/// 10,000 of these, SPEC 18).
 #[derive(Default)]
 struct Changes {
-    feeds: HashMap<String, broadcast::Receiver<Arc<KindChange>>>,
+    feeds: Vec<(String, broadcast::Receiver<Arc<KindChange>>)>,
     /// What the group last read can be reached by; `None` before a read, and for a GitOps
     /// group (its sources' inventories decide its members): every change then.
     reach: Option<Reach>,
@@ -656,14 +710,15 @@ struct Changes {
 impl Changes {
     /// Follows exactly `namespaces` from now on; whether some were not followed before.
     fn follow(&mut self, watch: &WatchCache, namespaces: &[String]) -> bool {
-        self.feeds.retain(|ns, _| namespaces.contains(ns));
+        self.feeds.retain(|(ns, _)| namespaces.contains(ns));
         let mut added = false;
         for ns in namespaces {
-            if !self.feeds.contains_key(ns) {
-                self.feeds.insert(ns.clone(), watch.changes(ns));
+            if !self.feeds.iter().any(|(followed, _)| followed == ns) {
+                self.feeds.push((ns.clone(), watch.changes(ns)));
                 added = true;
             }
         }
+        self.feeds.shrink_to_fit();
         added
     }
 
@@ -671,29 +726,27 @@ impl Changes {
     /// calls for a read all the same). A namespace whose feed closed (the cache dropped it) is
     /// followed anew.
     async fn next(&mut self, watch: &WatchCache) {
-        if self.feeds.is_empty() {
-            return std::future::pending().await;
-        }
-        type Next<'a> = Pin<Box<dyn std::future::Future<Output = Option<String>> + Send + 'a>>;
         let reach = self.reach.as_ref();
-        let waits: Vec<Next<'_>> = self
-            .feeds
-            .iter_mut()
-            .map(|(ns, rx)| -> Next<'_> {
-                Box::pin(async move {
-                    loop {
-                        match rx.recv().await {
-                            Err(RecvError::Closed) => return Some(ns.clone()),
-                            Ok(change) if !reaches(reach, &change) => continue,
-                            _ => return None,
-                        }
-                    }
-                })
-            })
-            .collect();
-        let (closed, _, _) = select_all(waits).await;
-        if let Some(ns) = closed {
-            self.feeds.insert(ns.clone(), watch.changes(&ns));
+        let closed = match &mut self.feeds[..] {
+            [] => return std::future::pending().await,
+            // One namespace (every labels group): its wait inline, no vectors of boxes.
+            [(_, rx)] => next_reaching(rx, reach).await.then_some(0),
+            feeds => {
+                type Next<'a> =
+                    Pin<Box<dyn std::future::Future<Output = Option<usize>> + Send + 'a>>;
+                let waits: Vec<Next<'_>> = feeds
+                    .iter_mut()
+                    .enumerate()
+                    .map(|(i, (_, rx))| -> Next<'_> {
+                        Box::pin(async move { next_reaching(rx, reach).await.then_some(i) })
+                    })
+                    .collect();
+                select_all(waits).await.0
+            }
+        };
+        if let Some(i) = closed {
+            let (ns, rx) = &mut self.feeds[i];
+            *rx = watch.changes(ns);
         }
     }
 
@@ -707,8 +760,23 @@ impl Changes {
 
     /// Forgets what arrived so far.
     fn drain(&mut self) {
-        for rx in self.feeds.values_mut() {
+        for (_, rx) in &mut self.feeds {
             while let Ok(_) | Err(broadcast::error::TryRecvError::Lagged(_)) = rx.try_recv() {}
+        }
+    }
+}
+
+/// Waits for a change that can reach the group of `reach` (or a lag); whether the feed closed
+/// instead.
+async fn next_reaching(
+    rx: &mut broadcast::Receiver<Arc<KindChange>>,
+    reach: Option<&Reach>,
+) -> bool {
+    loop {
+        match rx.recv().await {
+            Err(RecvError::Closed) => return true,
+            Ok(change) if !reaches(reach, &change) => continue,
+            _ => return false,
         }
     }
 }

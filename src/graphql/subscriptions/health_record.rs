@@ -85,13 +85,23 @@ impl Recorder {
     /// `environment`'s group, read through `key` (as the agent: no impersonation), is in use:
     /// its recorder runs (started, or moved to the new group after another deployment) for at
     /// least the watch cache's idle time from now.
-    pub(crate) fn touch(&self, environment: i64, key: FeedKey, source: impl FnOnce() -> Source) {
+    pub(crate) fn touch(
+        &self,
+        environment: i64,
+        key: FeedKey,
+        source: impl FnOnce() -> Arc<Source>,
+    ) {
         lock(&self.viewed).insert(environment, Instant::now());
         self.run(environment, key, source, None);
     }
 
     /// The health keeper keeps `environment`'s group current: its recorder runs with no view.
-    pub(crate) fn keep(&self, environment: i64, key: FeedKey, source: impl FnOnce() -> Source) {
+    pub(crate) fn keep(
+        &self,
+        environment: i64,
+        key: FeedKey,
+        source: impl FnOnce() -> Arc<Source>,
+    ) {
         self.run(environment, key, source, Some(true));
     }
 
@@ -110,6 +120,9 @@ impl Recorder {
         if viewed.is_none_or(|at| at.elapsed() >= idle) {
             self.feeds.detach(&r.feed, &r.recording);
             running.remove(&environment);
+        } else {
+            // Let go by its feed once unused.
+            r.feed.wake();
         }
     }
 
@@ -134,7 +147,7 @@ impl Recorder {
         &self,
         environment: i64,
         key: FeedKey,
-        source: impl FnOnce() -> Source,
+        source: impl FnOnce() -> Arc<Source>,
         pin: Option<bool>,
     ) {
         let mut running = lock(&self.running);
@@ -215,6 +228,11 @@ impl Recording {
         self.stopped.store(true, Ordering::Relaxed);
     }
 
+    /// Whether the health keeper keeps it.
+    pub(super) fn pinned(&self) -> bool {
+        self.pinned.load(Ordering::Relaxed)
+    }
+
     /// Whether it waits for its first read of the group.
     pub(super) fn fresh(&self) -> bool {
         !lock(&self.marks).read
@@ -267,7 +285,7 @@ impl Recording {
             // Sent again with the next read that carries them.
             let mut m = lock(&self.marks);
             for mark in &marks {
-                m.sent.remove(&timeline::key_hash(&mark.key));
+                m.sent.remove(timeline::key_hash(&mark.key));
             }
             tracing::warn!(environment, error = %e, "cannot record health changes; trying with the next change");
         }

@@ -82,6 +82,12 @@ pub(super) async fn listen(source: &Source, key: &FeedKey, through: Option<&AsVi
 }
 
 impl Heard {
+    /// Whether [`Heard::next`] would never resolve: heard here, with no owner to look for
+    /// (no way to one, or a GitOps group, read here).
+    pub(super) fn quiet(&self, key: &FeedKey, through: Option<&AsViewer>) -> bool {
+        matches!(self, Heard::Here) && (through.is_none() || key.gitops.is_some())
+    }
+
     /// Resolves at the next change; `false` when the feed must [`listen`] again (the owner's
     /// changes ended, the connection's owner is another one now), which is a change too.
     pub(super) async fn next(
@@ -90,7 +96,7 @@ impl Heard {
         key: &FeedKey,
         through: Option<&AsViewer>,
     ) -> bool {
-        if matches!(self, Heard::Here) && (through.is_none() || key.gitops.is_some()) {
+        if self.quiet(key, through) {
             // No owner to look for (`owner` is `None` throughout): no timer to wake for. A
             // health keeper's feeds carry no way to an owner, 10,000 of them waking every
             // `LOOK_AGAIN` for nothing (SPEC 18).
