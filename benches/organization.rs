@@ -103,6 +103,9 @@ struct Args {
     round: usize,
     /// Stop after the memory per kept object.
     memory_only: bool,
+    /// The test server over plain HTTP (`--plain-http`), its watches an HTTP/1.1 connection
+    /// each, rather than over TLS as an API server is, its watches HTTP/2 streams.
+    plain_http: bool,
     /// Wait for a line on stdin before the page, the database's address printed, so that its
     /// statements can be explained on the database as the page finds it.
     pause: bool,
@@ -116,6 +119,7 @@ fn main() {
         iterations: arg("--iterations", 200),
         round: arg("--round", 10).max(1),
         memory_only: std::env::args().any(|a| a == "--memory-only"),
+        plain_http: std::env::args().any(|a| a == "--plain-http"),
         pause: std::env::args().any(|a| a == "--pause"),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -131,7 +135,7 @@ fn main() {
                 group(&api, p, k, a.objects);
             }
         }
-        return runtime.block_on(shards::serve_shard(api));
+        return runtime.block_on(shards::serve_shard(api, !a.plain_http));
     }
     runtime.block_on(run(a));
 }
@@ -338,9 +342,10 @@ fn kubernetes(dir: &std::path::Path, url: &str, a: &Args) -> String {
     std::fs::write(
         &kubeconfig,
         format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: {url}\n\
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n{}\
              users:\n- name: test\n  user:\n    token: test-token\n\
-             contexts:\n- name: test\n  context:\n    cluster: test\n    user: test\ncurrent-context: test\n"
+             contexts:\n- name: test\n  context:\n    cluster: test\n    user: test\ncurrent-context: test\n",
+            support::kube_api::cluster_yaml(url, !a.plain_http)
         ),
     )
     .unwrap();
@@ -377,7 +382,11 @@ async fn run(a: Args) {
         started.elapsed().as_secs_f64()
     );
     let url = server.url(0).to_owned();
-    let server_addr: SocketAddr = url.trim_start_matches("http://").parse().unwrap();
+    let server_addr: SocketAddr = url
+        .trim_start_matches("http://")
+        .trim_start_matches("https://")
+        .parse()
+        .unwrap();
     let yaml = kubernetes(dir.path(), &url, &a);
     let settings = Settings::parse(&yaml).unwrap();
     let clusters = Clusters::load(&settings.kubernetes, Default::default())
@@ -878,7 +887,10 @@ async fn change_to_subscriber(
         );
     }
     let path = format!("/api/v1/namespaces/{ns}/pods?watch=true&resourceVersion=0");
-    let mut watcher = Watcher::open(server, &path).await;
+    let mut watcher = match a.plain_http {
+        true => Watcher::open(server, &path).await,
+        false => Watcher::open_tls(server, &path).await,
+    };
     // The initial events of every Pod in the namespace.
     watcher.until("\"ADDED\"").await;
     let mut listener = sqlx::postgres::PgListener::connect_with(&app.db)

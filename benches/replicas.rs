@@ -91,7 +91,7 @@ fn main() {
         for i in (k..agents).step_by(n) {
             lay_out(&api, i);
         }
-        return runtime.block_on(shards::serve_shard(api));
+        return runtime.block_on(shards::serve_shard(api, false));
     }
     let a = Args {
         agents,

@@ -55,4 +55,5 @@ mod timeline;
 mod user_state;
 mod watch_api;
 mod watch_cache;
+mod watch_streams;
 mod webhook_scope;

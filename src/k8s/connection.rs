@@ -6,6 +6,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -185,13 +186,23 @@ pub fn client_builder(
 /// a connection per watched kind and namespace, at rest nearly always (BENCHMARKS.md).
 pub const STREAM_READ_BUFFER: usize = 4 << 10;
 
-/// [`client_builder`] for the watch cache's streams ([`crate::k8s::watch::WatchCache::new`]):
-/// each connection reads [`STREAM_READ_BUFFER`] bytes at a time, so that the connection held
+/// [`client_builder`] for the watch cache's streams ([`crate::k8s::watch::WatchCache::new`]).
+/// A cluster reached over TLS that accepts `h2` by ALPN (an API server does) carries them as
+/// HTTP/2 streams of a few connections ([`Streams`]), as client-go does: a watch at rest then
+/// holds a stream's state, not a connection with its buffers and its task. Otherwise (plain
+/// `http://`, e.g. `kubectl proxy`, or a server that picks HTTP/1.1) each watch has an HTTP/1
+/// connection that reads [`STREAM_READ_BUFFER`] bytes at a time, so that the connection held
 /// by a watch at rest holds that much.
 pub fn streams_builder(
     config: &kube::Config,
 ) -> anyhow::Result<kube::client::ClientBuilder<ClusterService>> {
-    pooled(config, POOL_IDLE, Some(STREAM_READ_BUFFER))
+    checked(config)?;
+    let http1 = http1_pool(config, POOL_IDLE, Some(STREAM_READ_BUFFER))?;
+    if config.cluster_url.scheme_str() != Some("https") {
+        return stacked(config, boxed_bodies(http1));
+    }
+    let streams = Streams::new(connector(config, true)?, http1);
+    stacked(config, streams)
 }
 
 /// [`client_builder`], keeping an unused connection `idle`, reading `read_buffer` bytes at a
@@ -201,8 +212,13 @@ fn pooled(
     idle: Duration,
     read_buffer: Option<usize>,
 ) -> anyhow::Result<kube::client::ClientBuilder<ClusterService>> {
-    use anyhow::Context as _;
-    use kube::client::ConfigExt as _;
+    checked(config)?;
+    let pool = http1_pool(config, idle, read_buffer)?;
+    stacked(config, boxed_bodies(pool))
+}
+
+/// What the clients of a cluster refuse in `config`.
+fn checked(config: &kube::Config) -> anyhow::Result<()> {
     anyhow::ensure!(
         !config.default_retry,
         "the cluster's client does not retry: default_retry must be off"
@@ -211,16 +227,55 @@ fn pooled(
         config.proxy_url.is_none(),
         "a proxy between envlens and the cluster is not supported"
     );
+    Ok(())
+}
+
+/// A cluster's connector: kube's TLS for its config, its timeouts.
+type Connector = hyper_timeout::TimeoutConnector<
+    hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
+>;
+
+/// The connector of `config`'s cluster, as kube's `rustls_https_connector_with_connector`
+/// builds it; offering `h2` and `http/1.1` by ALPN if `h2`, else nothing (HTTP/1.1).
+fn connector(config: &kube::Config, h2: bool) -> anyhow::Result<Connector> {
+    use anyhow::Context as _;
+    use kube::client::ConfigExt as _;
     let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
     http.enforce_http(false);
-    let https = config
-        .rustls_https_connector_with_connector(http)
+    let tls = config
+        .rustls_client_config()
         .context("cannot set up TLS for the cluster")?;
+    let mut builder = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http();
+    if let Some(name) = config.tls_server_name.as_ref() {
+        let name = name
+            .clone()
+            .try_into()
+            .context("the cluster's tls-server-name")?;
+        builder =
+            builder.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(name));
+    }
+    let https = match h2 {
+        true => builder.enable_http1().enable_http2().wrap_connector(http),
+        false => builder.enable_http1().wrap_connector(http),
+    };
     let mut connector = hyper_timeout::TimeoutConnector::new(https);
     connector.set_connect_timeout(config.connect_timeout);
     connector.set_read_timeout(config.read_timeout);
     connector.set_write_timeout(config.write_timeout);
     connector.set_reset_reader_on_write(config.reset_reader_on_write);
+    Ok(connector)
+}
+
+/// A cluster's HTTP/1 connection pool (see [`client_builder`]).
+type Http1Pool = hyper_util::client::legacy::Client<Connector, kube::client::Body>;
+
+fn http1_pool(
+    config: &kube::Config,
+    idle: Duration,
+    read_buffer: Option<usize>,
+) -> anyhow::Result<Http1Pool> {
     let mut pool =
         hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new());
     pool.pool_timer(hyper_util::rt::TokioTimer::new())
@@ -229,7 +284,44 @@ fn pooled(
     if let Some(size) = read_buffer {
         pool.http1_read_buf_exact_size(size);
     }
-    let pool = pool.build::<_, kube::client::Body>(connector);
+    Ok(pool.build(connector(config, false)?))
+}
+
+type Answer = Response<Box<kube::client::DynBody>>;
+
+/// kube's boxed body of an answer.
+fn boxed(answer: Response<hyper::body::Incoming>) -> Answer {
+    answer.map(|body| {
+        Box::new(http_body_util::BodyExt::map_err(body, BoxError::from))
+            as Box<kube::client::DynBody>
+    })
+}
+
+/// `pool` answering kube's boxed bodies.
+fn boxed_bodies(
+    pool: Http1Pool,
+) -> tower::util::BoxCloneService<Request<kube::client::Body>, Answer, BoxError> {
+    ServiceBuilder::new()
+        .map_err(BoxError::from)
+        .map_response(boxed)
+        .service(pool)
+        .boxed_clone()
+}
+
+/// kube's layers for `config` (its address, authentication, extra headers) over `inner`.
+fn stacked<S>(
+    config: &kube::Config,
+    inner: S,
+) -> anyhow::Result<kube::client::ClientBuilder<ClusterService>>
+where
+    S: Service<Request<kube::client::Body>, Response = Answer, Error = BoxError>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    use anyhow::Context as _;
+    use kube::client::ConfigExt as _;
     let service = ServiceBuilder::new()
         .layer(config.base_uri_layer())
         .option_layer(config.auth_layer().context("the cluster's credentials")?)
@@ -238,19 +330,276 @@ fn pooled(
                 .extra_headers_layer()
                 .context("the cluster's extra headers")?,
         )
-        .map_err(BoxError::from)
-        .service(pool)
-        .map_response(|response| {
-            response.map(|body| {
-                Box::new(http_body_util::BodyExt::map_err(body, BoxError::from))
-                    as Box<kube::client::DynBody>
-            })
-        })
+        .service(inner)
         .boxed();
     Ok(kube::client::ClientBuilder::new(
         service,
         config.default_namespace.clone(),
     ))
+}
+
+/// The most streams [`Streams`] opens on one HTTP/2 connection: RFC 9113 recommends that a
+/// server allow at least 100 (§5.1.2); kube-apiserver allows 1000 by default, Go's servers 250.
+/// Beyond it a new connection is opened, as Go's client does when a connection is full (hyper's
+/// pool would queue the request on its one connection until a stream ends: a watch rarely ends).
+pub const STREAMS_PER_CONNECTION: usize = 100;
+
+/// How long [`Streams`] waits for the head of a stream's answer (an API server sends a watch's
+/// at once). Longer means the connection is full by the server's count (its
+/// `MAX_CONCURRENT_STREAMS` is below [`STREAMS_PER_CONNECTION`], and the request waits in the
+/// connection for a stream to end): the request fails, and the connection takes no more.
+pub const STREAM_HEAD_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How often an HTTP/2 connection of [`Streams`] is pinged, and how long its answer may take
+/// before the connection is given up with its streams, as client-go checks its connections
+/// (`ReadIdleTimeout` 30 s, `PingTimeout` 15 s): a watch at rest sends nothing and may hear
+/// nothing for minutes, so a connection lost without a word is found this way.
+pub const STREAMS_PING: (Duration, Duration) = (Duration::from_secs(30), Duration::from_secs(15));
+
+type H2Sender = hyper::client::conn::http2::SendRequest<kube::client::Body>;
+
+/// A cluster's watch streams over HTTP/2 where the cluster speaks it (see [`streams_builder`]):
+/// each request a stream of a connection with fewer than [`STREAMS_PER_CONNECTION`] streams
+/// open, else of a new one. Once a connection's ALPN chose HTTP/1.1, this client's requests go
+/// over its HTTP/1 pool.
+#[derive(Clone)]
+pub struct Streams {
+    shared: Arc<StreamsShared>,
+}
+
+struct StreamsShared {
+    connector: Connector,
+    http1: Http1Pool,
+    connections: Mutex<H2Connections>,
+    /// Held while a connection is opened, so that the requests that find every connection full
+    /// at once wait for one new connection instead of each opening its own.
+    opening: tokio::sync::Mutex<()>,
+}
+
+#[derive(Default)]
+struct H2Connections {
+    open: Vec<H2Connection>,
+    /// The cluster's TLS chose HTTP/1.1: every request goes over the HTTP/1 pool.
+    http1_only: bool,
+}
+
+struct H2Connection {
+    send: H2Sender,
+    slots: Arc<Slots>,
+}
+
+/// The streams open on one connection, and how many it may carry.
+struct Slots {
+    open: AtomicUsize,
+    /// [`STREAMS_PER_CONNECTION`], lowered when the server's own limit was found lower.
+    most: AtomicUsize,
+    /// Bumped each time the connection becomes unused, so that a later close of an unused
+    /// connection knows whether it has been used in between.
+    idled: AtomicU64,
+}
+
+/// One stream's place on its connection, given back when the answer's body is dropped.
+struct Slot {
+    slots: Arc<Slots>,
+    shared: std::sync::Weak<StreamsShared>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if self.slots.open.fetch_sub(1, Ordering::AcqRel) != 1 {
+            return;
+        }
+        // The connection's last stream ended: it is closed if nothing uses it for POOL_IDLE.
+        let idled = self.slots.idled.fetch_add(1, Ordering::AcqRel) + 1;
+        let (slots, shared) = (self.slots.clone(), self.shared.clone());
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                tokio::time::sleep(POOL_IDLE).await;
+                if let Some(shared) = shared.upgrade() {
+                    shared.lock().open.retain(|c| {
+                        !(Arc::ptr_eq(&c.slots, &slots)
+                            && slots.open.load(Ordering::Acquire) == 0
+                            && slots.idled.load(Ordering::Acquire) == idled)
+                    });
+                }
+            });
+        }
+    }
+}
+
+impl Streams {
+    fn new(connector: Connector, http1: Http1Pool) -> Self {
+        Streams {
+            shared: Arc::new(StreamsShared {
+                connector,
+                http1,
+                connections: Mutex::default(),
+                opening: tokio::sync::Mutex::new(()),
+            }),
+        }
+    }
+}
+
+impl StreamsShared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, H2Connections> {
+        self.connections.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A stream's place on an open connection with room, if any.
+    fn reserve(self: &Arc<Self>) -> Option<(H2Sender, Slot)> {
+        let mut connections = self.lock();
+        connections.open.retain(|c| !c.send.is_closed());
+        let found = connections.open.iter().find(|c| {
+            c.slots.open.load(Ordering::Acquire) < c.slots.most.load(Ordering::Acquire)
+        })?;
+        found.slots.open.fetch_add(1, Ordering::AcqRel);
+        Some((
+            found.send.clone(),
+            Slot {
+                slots: found.slots.clone(),
+                shared: Arc::downgrade(self),
+            },
+        ))
+    }
+
+    fn http1_only(&self) -> bool {
+        self.lock().http1_only
+    }
+
+    /// A stream's place, on a new connection if every one is full; `None` once the cluster
+    /// chose HTTP/1.1.
+    async fn stream(
+        self: &Arc<Self>,
+        uri: &axum::http::Uri,
+    ) -> Result<Option<(H2Sender, Slot)>, BoxError> {
+        use hyper_util::client::legacy::connect::Connection as _;
+        if let Some(found) = self.reserve() {
+            return Ok(Some(found));
+        }
+        let _opening = self.opening.lock().await;
+        if let Some(found) = self.reserve() {
+            return Ok(Some(found));
+        }
+        if self.http1_only() {
+            return Ok(None);
+        }
+        let io = self.connector.clone().oneshot(uri.clone()).await?;
+        if !io.connected().is_negotiated_h2() {
+            let cluster = uri.authority().map_or("", |a| a.as_str());
+            tracing::info!(
+                cluster,
+                "the cluster chose HTTP/1.1: its watches go a connection each"
+            );
+            self.lock().http1_only = true;
+            return Ok(None);
+        }
+        let (send, connection) =
+            hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                .timer(hyper_util::rt::TokioTimer::new())
+                .keep_alive_interval(STREAMS_PING.0)
+                .keep_alive_timeout(STREAMS_PING.1)
+                .keep_alive_while_idle(true)
+                .handshake(io)
+                .await?;
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "a cluster's HTTP/2 connection ended");
+            }
+        });
+        self.lock().open.push(H2Connection {
+            send,
+            slots: Arc::new(Slots {
+                open: AtomicUsize::new(0),
+                most: AtomicUsize::new(STREAMS_PER_CONNECTION),
+                idled: AtomicU64::new(0),
+            }),
+        });
+        Ok(self.reserve())
+    }
+
+    async fn send(
+        self: Arc<Self>,
+        request: Request<kube::client::Body>,
+    ) -> Result<Answer, BoxError> {
+        let mut request = request;
+        // A request that the connection did not take (it had just closed) is sent once more.
+        for attempt in 0..2 {
+            let found = match self.http1_only() {
+                true => None,
+                false => self.stream(request.uri()).await?,
+            };
+            let Some((mut send, slot)) = found else {
+                return Ok(boxed(self.http1.request(request).await?));
+            };
+            let sent = tokio::time::timeout(STREAM_HEAD_TIMEOUT, send.try_send_request(request));
+            match sent.await {
+                Ok(Ok(answer)) => {
+                    return Ok(answer.map(|body| {
+                        Box::new(http_body_util::BodyExt::map_err(
+                            Held { body, _slot: slot },
+                            BoxError::from,
+                        )) as Box<kube::client::DynBody>
+                    }))
+                }
+                Ok(Err(mut e)) => match e.take_message() {
+                    Some(unsent) if attempt == 0 => request = unsent,
+                    _ => return Err(e.into_error().into()),
+                },
+                Err(_) => {
+                    // It waits for a stream: the server allows no more than are open.
+                    let open = slot.slots.open.load(Ordering::Acquire);
+                    slot.slots
+                        .most
+                        .store(open.saturating_sub(1).max(1), Ordering::Release);
+                    return Err(
+                        "no answer from the cluster in time (its HTTP/2 connection may be full)"
+                            .into(),
+                    );
+                }
+            }
+        }
+        Err("the cluster's HTTP/2 connections closed before the request was sent".into())
+    }
+}
+
+/// An answer's body over HTTP/2, holding its stream's place on the connection.
+struct Held {
+    body: hyper::body::Incoming,
+    _slot: Slot,
+}
+
+impl http_body::Body for Held {
+    type Data = bytes::Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<bytes::Bytes>, hyper::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+impl Service<Request<kube::client::Body>> for Streams {
+    type Response = Answer;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Answer, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<kube::client::Body>) -> Self::Future {
+        Box::pin(self.shared.clone().send(request))
+    }
 }
 
 /// The service under a cluster's [`kube::Client`] ([`client_builder`]).
@@ -315,6 +664,150 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A TLS server for the streams' tests, with the test Kubernetes server's certificate
+    /// (tests/support/kube_api/tls), choosing `alpn` (in the client's order), whose answers
+    /// are a head and a body that never ends; counts the connections it accepted. And a config
+    /// trusting its CA.
+    async fn tls_server(alpn: &[&[u8]]) -> (kube::Config, Arc<std::sync::atomic::AtomicUsize>) {
+        use rustls::pki_types::pem::PemObject as _;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use tokio_rustls::rustls;
+        const CA: &str = include_str!("../../tests/support/kube_api/tls/ca.pem");
+        const CERT: &str = include_str!("../../tests/support/kube_api/tls/server.pem");
+        const KEY: &str = include_str!("../../tests/support/kube_api/tls/server.key");
+        let certs = CertificateDer::pem_slice_iter(CERT.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
+        let key = PrivateKeyDer::from_pem_slice(KEY.as_bytes()).unwrap();
+        let mut tls = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .unwrap();
+        tls.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counted = accepted.clone();
+        tokio::spawn(async move {
+            loop {
+                let (tcp, _) = listener.accept().await.unwrap();
+                counted.fetch_add(1, Ordering::SeqCst);
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let Ok(tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+                    let io = hyper_util::rt::TokioIo::new(tls);
+                    let answer = hyper::service::service_fn(
+                        |request: Request<hyper::body::Incoming>| async move {
+                            // The request's version, then nothing: a watch at rest.
+                            let (sender, body) = tokio::sync::mpsc::channel::<
+                                Result<http_body::Frame<bytes::Bytes>, std::convert::Infallible>,
+                            >(1);
+                            let version = format!("{:?}\n", request.version());
+                            sender
+                                .send(Ok(http_body::Frame::data(version.into())))
+                                .await
+                                .unwrap();
+                            tokio::spawn(async move {
+                                sender.closed().await;
+                            });
+                            let body = http_body_util::StreamBody::new(tokio_stream_of(body));
+                            Ok::<_, std::convert::Infallible>(Response::new(body))
+                        },
+                    );
+                    let _ = match h2 {
+                        true => {
+                            hyper::server::conn::http2::Builder::new(
+                                hyper_util::rt::TokioExecutor::new(),
+                            )
+                            .max_concurrent_streams(1000)
+                            .serve_connection(io, answer)
+                            .await
+                        }
+                        false => {
+                            hyper::server::conn::http1::Builder::new()
+                                .serve_connection(io, answer)
+                                .await
+                        }
+                    };
+                });
+            }
+        });
+        let mut config = kube::Config::new(format!("https://{addr}").parse().unwrap());
+        config.default_retry = false;
+        config.root_cert = Some(vec![CertificateDer::from_pem_slice(CA.as_bytes())
+            .unwrap()
+            .to_vec()]);
+        (config, accepted)
+    }
+
+    /// A receiver as a stream of frames.
+    fn tokio_stream_of<T: Send + 'static>(
+        mut receiver: tokio::sync::mpsc::Receiver<T>,
+    ) -> impl futures_util::Stream<Item = T> + Send {
+        futures_util::stream::poll_fn(move |cx| receiver.poll_recv(cx))
+    }
+
+    /// The first line of a streaming answer's body (the version the server saw).
+    async fn first_line(answer: Response<kube::client::Body>) -> String {
+        use http_body_util::BodyExt as _;
+        let mut body = answer.into_body();
+        let frame = body.frame().await.unwrap().unwrap();
+        let data = frame.into_data().unwrap();
+        String::from_utf8_lossy(&data).trim().to_owned()
+    }
+
+    /// Over TLS to a server that accepts `h2`, the streams go as HTTP/2 streams of one
+    /// connection up to [`STREAMS_PER_CONNECTION`], then of a second connection; all open at
+    /// once, none waiting for another to end.
+    #[tokio::test]
+    async fn streams_share_http2_connections_up_to_their_bound() {
+        use std::sync::atomic::Ordering;
+        let (config, accepted) = tls_server(&[b"h2", b"http/1.1"]).await;
+        let client = streams_builder(&config).unwrap().build();
+        let mut open = Vec::new();
+        for i in 0..STREAMS_PER_CONNECTION + 1 {
+            let request = Request::get(format!("/api/v1/namespaces/n{i}/pods?watch=true"))
+                .body(kube::client::Body::empty())
+                .unwrap();
+            let answer = client.send(request).await.unwrap();
+            open.push(answer);
+            let expected = 1 + (i / STREAMS_PER_CONNECTION);
+            assert_eq!(accepted.load(Ordering::SeqCst), expected, "stream {i}");
+        }
+        for answer in open {
+            assert_eq!(first_line(answer).await, "HTTP/2.0");
+        }
+    }
+
+    /// Over TLS to a server that chooses HTTP/1.1, the streams go an HTTP/1.1 connection each.
+    #[tokio::test]
+    async fn streams_go_over_http1_where_the_cluster_chooses_it() {
+        use std::sync::atomic::Ordering;
+        let (config, accepted) = tls_server(&[b"http/1.1"]).await;
+        let client = streams_builder(&config).unwrap().build();
+        let mut open = Vec::new();
+        for _ in 0..3 {
+            let request = Request::get("/api/v1/namespaces/a/pods?watch=true")
+                .body(kube::client::Body::empty())
+                .unwrap();
+            open.push(client.send(request).await.unwrap());
+        }
+        for answer in open {
+            assert_eq!(first_line(answer).await, "HTTP/1.1");
+        }
+        // The first connection chose HTTP/1.1 and was left; then one for each stream.
+        assert_eq!(accepted.load(Ordering::SeqCst), 4);
+    }
 
     /// A watch streams' client reads [`STREAM_READ_BUFFER`] bytes at a time: an event many
     /// times that size, sent in pieces of every size, comes whole and in order, the answer

@@ -233,6 +233,7 @@ fn record(api: &KubeApi, parts: &axum::http::request::Parts, raw_query: &str, bo
             })
             .collect(),
         body: body.clone(),
+        version: parts.version,
         peer: parts
             .extensions
             .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()

@@ -32,6 +32,7 @@ mod selectors;
 mod status;
 mod store;
 mod streams;
+pub mod tls;
 mod writes;
 
 use std::collections::{BTreeMap, HashMap};
@@ -101,6 +102,9 @@ struct Inner {
     accepted: Mutex<Vec<SocketAddr>>,
     /// Bumped by [`KubeApi::drop_watches`]: every open watch ends.
     cut: watch::Sender<u64>,
+    /// Bumped by [`KubeApi::close_connections`]: every connection [`KubeApi::serve_tls`]
+    /// accepted before fails.
+    closing: watch::Sender<u64>,
 }
 
 /// What the apiserver's authorizer sees of a resource request.
@@ -153,6 +157,8 @@ pub struct RecordedRequest {
     /// All headers, names lower-case (repeated headers stay together, in order).
     pub headers: Vec<(String, String)>,
     pub body: Bytes,
+    /// HTTP/1.1, or HTTP/2 over [`KubeApi::serve_tls`] when the client offered `h2`.
+    pub version: axum::http::Version,
     /// The client's end of the connection it came over ([`KubeApi::serve`]'s; `None` through
     /// [`KubeApi::router`] alone).
     pub peer: Option<SocketAddr>,
@@ -212,6 +218,7 @@ impl KubeApi {
                 watch_delay: Mutex::new(Duration::ZERO),
                 accepted: Mutex::new(Vec::new()),
                 cut: watch::Sender::new(0),
+                closing: watch::Sender::new(0),
             }),
         }
     }
@@ -525,6 +532,13 @@ impl KubeApi {
         self.inner.cut.send_modify(|n| *n += 1);
     }
 
+    /// Breaks every connection [`KubeApi::serve_tls`] accepted so far, as a restarting
+    /// apiserver or a broken network would: each fails its reads and writes, and the server
+    /// drops it, with no HTTP/2 GOAWAY and no end sent for the watches streaming over it.
+    pub fn close_connections(&self) {
+        self.inner.closing.send_modify(|n| *n += 1);
+    }
+
     /// Forgets the event history, as an etcd compaction does: a watch from any version before
     /// now answers `410 Gone` (reason `Expired`).
     pub fn compact(&self) {
@@ -575,29 +589,55 @@ impl KubeApi {
                 })
                 .await;
         });
-        std::fs::create_dir_all(dir).expect("create kubeconfig dir");
-        let kubeconfig = dir.join("kubeconfig");
-        std::fs::write(&kubeconfig, kubeconfig_yaml(&format!("http://{addr}")))
-            .expect("write kubeconfig");
-        Served {
-            addr,
-            kubeconfig,
-            dir: dir.to_path_buf(),
-            stop,
-            task: Some(task),
-        }
+        Served::new(addr, dir, false, stop, task)
+    }
+
+    /// [`KubeApi::serve`] over TLS, as an API server is reached: the server's certificate is
+    /// signed by [`tls::CA_PEM`], which the kubeconfig trusts (`certificate-authority-data`);
+    /// ALPN offers `h2` and `http/1.1`, so a client that offers `h2` (kubectl, envlens' watch
+    /// streams) speaks HTTP/2 and one that does not HTTP/1.1. [`KubeApi::close_connections`]
+    /// closes what it accepted.
+    pub async fn serve_tls(&self, dir: &Path) -> Served {
+        let listener = tls::Listener::bind(self.clone()).await;
+        let addr = listener.addr;
+        let listener = axum::serve::ListenerExt::tap_io(listener, |_| {});
+        let (stop, stopped) = watch::channel(false);
+        let app = self
+            .router()
+            .layer(axum::Extension(handlers::Shutdown(stopped.clone())));
+        let mut signal = stopped;
+        let task = tokio::spawn(async move {
+            let app = app.into_make_service_with_connect_info::<SocketAddr>();
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = signal.wait_for(|s| *s).await;
+                })
+                .await;
+        });
+        Served::new(addr, dir, true, stop, task)
     }
 }
 
-fn kubeconfig_yaml(server: &str) -> String {
+/// The kubeconfig's `cluster` lines (indented four spaces) for a server at `server`: over TLS,
+/// the test CA's certificate as `certificate-authority-data`.
+pub fn cluster_yaml(server: &str, tls: bool) -> String {
+    let mut yaml = format!("    server: {server}\n");
+    if tls {
+        use base64::Engine as _;
+        let ca = base64::engine::general_purpose::STANDARD.encode(tls::CA_PEM);
+        yaml.push_str(&format!("    certificate-authority-data: {ca}\n"));
+    }
+    yaml
+}
+
+fn kubeconfig_yaml(server: &str, tls: bool) -> String {
     format!(
         "apiVersion: v1
 kind: Config
 clusters:
 - name: test
   cluster:
-    server: {server}
-contexts:
+{}contexts:
 - name: test
   context:
     cluster: test
@@ -608,13 +648,15 @@ users:
 - name: test
   user:
     token: test-token
-"
+",
+        cluster_yaml(server, tls)
     )
 }
 
 /// A running server; dropping it stops the server.
 pub struct Served {
     pub addr: SocketAddr,
+    scheme: &'static str,
     pub kubeconfig: PathBuf,
     dir: PathBuf,
     stop: watch::Sender<bool>,
@@ -622,6 +664,32 @@ pub struct Served {
 }
 
 impl Served {
+    /// Writes `dir/kubeconfig` for the server at `addr`.
+    fn new(
+        addr: SocketAddr,
+        dir: &Path,
+        tls: bool,
+        stop: watch::Sender<bool>,
+        task: tokio::task::JoinHandle<()>,
+    ) -> Served {
+        std::fs::create_dir_all(dir).expect("create kubeconfig dir");
+        let kubeconfig = dir.join("kubeconfig");
+        let scheme = if tls { "https" } else { "http" };
+        std::fs::write(
+            &kubeconfig,
+            kubeconfig_yaml(&format!("{scheme}://{addr}"), tls),
+        )
+        .expect("write kubeconfig");
+        Served {
+            addr,
+            scheme,
+            kubeconfig,
+            dir: dir.to_path_buf(),
+            stop,
+            task: Some(task),
+        }
+    }
+
     /// The `kubernetes` section's lines (indented two spaces) that lead `agents` (ids or
     /// `<project path>:<name>`) to this server through its kubeconfig's `test` context. envlens
     /// has no default connection (SPEC 6): every agent a test reads names its context.
@@ -633,9 +701,9 @@ impl Served {
         yaml
     }
 
-    /// `http://127.0.0.1:PORT`
+    /// `http://127.0.0.1:PORT`, or `https://` over [`KubeApi::serve_tls`].
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("{}://{}", self.scheme, self.addr)
     }
 
     /// `kubectl --kubeconfig <kubeconfig> --cache-dir <dir>/kube-cache`, so discovery caching
