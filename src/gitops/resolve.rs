@@ -70,22 +70,50 @@ impl PartialEq for dyn KeyParts + '_ {
 
 impl Eq for dyn KeyParts + '_ {}
 
-/// The key of a listed object, from its own fields.
-fn object_key(o: &Object) -> Key {
-    let (group, _) = super::split_api_version(super::text(&o.view, &["apiVersion"]));
-    (
-        group.to_owned(),
-        super::text(&o.view, &["kind"]).to_owned(),
-        super::text(&o.view, &["metadata", "namespace"]).to_owned(),
-        super::text(&o.view, &["metadata", "name"]).to_owned(),
-    )
+/// A listed object's `(group, kind, namespace, name)`, from one walk of its entries and one of
+/// its `metadata`'s ([`super::text`] walks the object again for each field).
+fn object_parts(o: &Object) -> (&str, &str, &str, &str) {
+    fn text(value: &Tree) -> &str {
+        value.as_str().unwrap_or("")
+    }
+    let (mut api_version, mut kind, mut namespace, mut name) = ("", "", "", "");
+    let mut metadata = None;
+    let entries = o.view.as_object().into_iter().flatten();
+    for (key, value) in entries {
+        match key {
+            "apiVersion" => api_version = text(value),
+            "kind" => kind = text(value),
+            "metadata" => metadata = value.as_object(),
+            _ => {}
+        }
+    }
+    for (key, value) in metadata.into_iter().flatten() {
+        match key {
+            "namespace" => namespace = text(value),
+            "name" => name = text(value),
+            _ => {}
+        }
+    }
+    let (group, _) = super::split_api_version(api_version);
+    (group, kind, namespace, name)
+}
+
+/// How a [`Key`]'s parts are hashed: an object's and a reference's alike.
+fn hash_parts(parts: (&str, &str, &str, &str)) -> u64 {
+    use std::hash::BuildHasher;
+    rustc_hash::FxBuildHasher.hash_one(parts)
 }
 
 /// What has been listed so far.
 #[derive(Default)]
 pub struct Loaded {
-    /// FxHash: the keys are the cluster's names, and a collision costs a comparison.
-    by_key: FxHashMap<Key, Arc<Object>>,
+    /// The listed namespaces' objects by their own `(group, kind, namespace, name)`, read from
+    /// them when hashed and compared rather than copied beside each ([`Key`]s were four
+    /// `String`s an object, the most of indexing an inventory's thousands). FxHash: the keys
+    /// are the cluster's names, and a collision costs a comparison.
+    listed: hashbrown::HashTable<Arc<Object>>,
+    /// Cluster-scoped objects asked for by name, by the reference's key (no namespace).
+    cluster: FxHashMap<Key, Arc<Object>>,
     by_namespace: HashMap<String, Vec<Arc<Object>>>,
     cluster_asked: FxHashSet<Key>,
     kinds_asked: HashSet<(String, String)>,
@@ -93,13 +121,28 @@ pub struct Loaded {
 }
 
 impl Loaded {
-    /// Every object of `namespace` (as one watch set of the cache holds them).
+    /// Every object of `namespace` (as one watch set of the cache holds them). Of two objects
+    /// of one key, the later is found.
     pub fn add_namespace(&mut self, namespace: &str, objects: Vec<Arc<Object>>) {
-        self.by_key.reserve(objects.len());
+        let rehash = |o: &Arc<Object>| hash_parts(object_parts(o));
+        self.listed.reserve(objects.len(), rehash);
         for o in &objects {
-            self.by_key.insert(object_key(o), o.clone());
+            let parts = object_parts(o);
+            let same = |other: &Arc<Object>| object_parts(other) == parts;
+            match self.listed.entry(hash_parts(parts), same, rehash) {
+                hashbrown::hash_table::Entry::Occupied(mut found) => *found.get_mut() = o.clone(),
+                hashbrown::hash_table::Entry::Vacant(room) => {
+                    room.insert(o.clone());
+                }
+            }
         }
         self.by_namespace.insert(namespace.to_owned(), objects);
+    }
+
+    /// The listed object of `(group, kind, namespace, name)`.
+    fn find(&self, parts: (&str, &str, &str, &str)) -> Option<&Arc<Object>> {
+        self.listed
+            .find(hash_parts(parts), |o| object_parts(o) == parts)
     }
 
     /// The answer for a cluster-scoped object: found, or not there.
@@ -107,7 +150,7 @@ impl Loaded {
         let mut k = key(r);
         k.2.clear();
         if let Some(o) = object {
-            self.by_key.insert(k.clone(), o);
+            self.cluster.insert(k.clone(), o);
         }
         self.cluster_asked.insert(k);
     }
@@ -175,8 +218,9 @@ pub struct Resolution {
     pub needs: Needs,
     /// The sources and everything they applied, one per uid, in the order met.
     pub objects: Vec<Arc<Object>>,
-    /// `(from, to)` by uid: a source and what it applied.
-    pub applies: Vec<(String, String)>,
+    /// `(from, to)`, as indexes into `objects`: a source and what it applied (each object
+    /// is there once, a source before what it applied).
+    pub applies: Vec<(u32, u32)>,
     pub sources: Vec<Source>,
     /// The namespaces the group spans, in the order met.
     pub namespaces: Vec<String>,
@@ -194,8 +238,8 @@ pub fn resolve(
         loaded,
         namespaced,
         out: Resolution::default(),
-        seen_uids: FxHashSet::default(),
-        seen_namespaces: HashSet::new(),
+        seen_uids: FxHashMap::default(),
+        seen_namespaces: FxHashSet::default(),
         expanded: HashSet::new(),
     };
     for source in sources {
@@ -212,9 +256,10 @@ struct Walk<'a> {
     loaded: &'a Loaded,
     namespaced: &'a dyn Fn(&str, &str) -> Option<bool>,
     out: Resolution,
-    /// Borrowed from the listed objects: no copy of each uid.
-    seen_uids: FxHashSet<&'a str>,
-    seen_namespaces: HashSet<String>,
+    /// Each uid met, its object's index in `out.objects`. Borrowed from the listed objects:
+    /// no copy of each uid.
+    seen_uids: FxHashMap<&'a str, u32>,
+    seen_namespaces: FxHashSet<String>,
     /// Sources already expanded (a source reached twice, not in a cycle, is expanded once).
     expanded: HashSet<Key>,
 }
@@ -237,7 +282,7 @@ impl<'a> Walk<'a> {
     fn visit(
         &mut self,
         r: &ObjRef,
-        parent: Option<(&str, &str)>,
+        parent: Option<(u32, &str)>,
         depth: usize,
         path: &mut Vec<Key>,
         default_ns: Option<&str>,
@@ -277,14 +322,14 @@ impl<'a> Walk<'a> {
                 return None;
             }
             let k = (r.group.as_str(), r.kind.as_str(), ns, r.name.as_str());
-            (loaded.by_key.get(&k as &dyn KeyParts), Some(ns))
+            (loaded.find(k), Some(ns))
         } else {
             let k = (r.group.as_str(), r.kind.as_str(), "", r.name.as_str());
             if !loaded.cluster_asked.contains(&k as &dyn KeyParts) {
                 self.out.needs.cluster.push(at(None));
                 return None;
             }
-            (loaded.by_key.get(&k as &dyn KeyParts), None)
+            (loaded.cluster.get(&k as &dyn KeyParts), None)
         };
         let Some(object) = object else {
             self.out
@@ -292,17 +337,16 @@ impl<'a> Walk<'a> {
                 .push(format!("{}{}: not found", at(ns).describe(), by()));
             return None;
         };
-        let this_uid = uid(object);
+        let objects = &mut self.out.objects;
+        let index = *self.seen_uids.entry(uid(object)).or_insert_with(|| {
+            objects.push(object.clone());
+            objects.len() as u32 - 1
+        });
         if let Some((from, _)) = parent {
-            self.out
-                .applies
-                .push((from.to_owned(), this_uid.to_owned()));
-        }
-        if self.seen_uids.insert(this_uid) {
-            self.out.objects.push(object.clone());
+            self.out.applies.push((from, index));
         }
         if let Some(kind) = SourceKind::of(&r.group, &r.kind) {
-            self.expand(kind, &at(ns), object, depth, path);
+            self.expand(kind, &at(ns), object, index, depth, path);
         }
         Some(object.clone())
     }
@@ -312,6 +356,7 @@ impl<'a> Walk<'a> {
         kind: SourceKind,
         r: &ObjRef,
         object: &Arc<Object>,
+        index: u32,
         depth: usize,
         path: &mut Vec<Key>,
     ) {
@@ -354,13 +399,12 @@ impl<'a> Walk<'a> {
                 None => return,
             },
         };
-        let this_uid = uid(object).to_owned();
         let name = r.describe();
         path.push(k);
         for child in &children {
             self.visit(
                 child,
-                Some((&this_uid, &name)),
+                Some((index, &name)),
                 depth + 1,
                 path,
                 default_ns.as_deref(),
@@ -540,6 +584,15 @@ mod tests {
         panic!("did not settle");
     }
 
+    /// `(from, to)` by uid.
+    fn applies(r: &Resolution) -> Vec<(String, String)> {
+        let uid = |i: u32| super::uid(&r.objects[i as usize]).to_owned();
+        r.applies
+            .iter()
+            .map(|&(from, to)| (uid(from), uid(to)))
+            .collect()
+    }
+
     fn names(r: &Resolution) -> Vec<String> {
         r.objects
             .iter()
@@ -597,8 +650,7 @@ mod tests {
         );
         assert_eq!(r.namespaces, ["flux-system", "shop", "blue", "green"]);
         assert_eq!(r.applies.len(), 5);
-        assert!(r
-            .applies
+        assert!(applies(&r)
             .iter()
             .all(|(from, _)| from == "Kustomization-flux-system-apps"));
         assert!(r.warnings.is_empty(), "{:?}", r.warnings);
@@ -641,11 +693,11 @@ mod tests {
             &[],
         );
         assert_eq!(r.objects.len(), 4);
-        assert!(r.applies.contains(&(
+        assert!(applies(&r).contains(&(
             "HelmRelease-apps-podinfo".into(),
             "Deployment-apps-podinfo".into()
         )));
-        assert!(r.applies.contains(&(
+        assert!(applies(&r).contains(&(
             "Kustomization-flux-system-infra".into(),
             "Kustomization-flux-system-root".into()
         )));
