@@ -70,50 +70,22 @@ impl PartialEq for dyn KeyParts + '_ {
 
 impl Eq for dyn KeyParts + '_ {}
 
-/// A listed object's `(group, kind, namespace, name)`, from one walk of its entries and one of
-/// its `metadata`'s ([`super::text`] walks the object again for each field).
-fn object_parts(o: &Object) -> (&str, &str, &str, &str) {
-    fn text(value: &Tree) -> &str {
-        value.as_str().unwrap_or("")
-    }
-    let (mut api_version, mut kind, mut namespace, mut name) = ("", "", "", "");
-    let mut metadata = None;
-    let entries = o.view.as_object().into_iter().flatten();
-    for (key, value) in entries {
-        match key {
-            "apiVersion" => api_version = text(value),
-            "kind" => kind = text(value),
-            "metadata" => metadata = value.as_object(),
-            _ => {}
-        }
-    }
-    for (key, value) in metadata.into_iter().flatten() {
-        match key {
-            "namespace" => namespace = text(value),
-            "name" => name = text(value),
-            _ => {}
-        }
-    }
-    let (group, _) = super::split_api_version(api_version);
-    (group, kind, namespace, name)
-}
-
-/// How a [`Key`]'s parts are hashed: an object's and a reference's alike.
-fn hash_parts(parts: (&str, &str, &str, &str)) -> u64 {
-    use std::hash::BuildHasher;
-    rustc_hash::FxBuildHasher.hash_one(parts)
+/// The key of a listed object, from its own fields.
+fn object_key(o: &Object) -> Key {
+    let (group, _) = super::split_api_version(super::text(&o.view, &["apiVersion"]));
+    (
+        group.to_owned(),
+        super::text(&o.view, &["kind"]).to_owned(),
+        super::text(&o.view, &["metadata", "namespace"]).to_owned(),
+        super::text(&o.view, &["metadata", "name"]).to_owned(),
+    )
 }
 
 /// What has been listed so far.
 #[derive(Default)]
 pub struct Loaded {
-    /// The listed namespaces' objects by their own `(group, kind, namespace, name)`, read from
-    /// them when hashed and compared rather than copied beside each ([`Key`]s were four
-    /// `String`s an object, the most of indexing an inventory's thousands). FxHash: the keys
-    /// are the cluster's names, and a collision costs a comparison.
-    listed: hashbrown::HashTable<Arc<Object>>,
-    /// Cluster-scoped objects asked for by name, by the reference's key (no namespace).
-    cluster: FxHashMap<Key, Arc<Object>>,
+    /// FxHash: the keys are the cluster's names, and a collision costs a comparison.
+    by_key: FxHashMap<Key, Arc<Object>>,
     by_namespace: HashMap<String, Vec<Arc<Object>>>,
     cluster_asked: FxHashSet<Key>,
     kinds_asked: HashSet<(String, String)>,
@@ -121,28 +93,13 @@ pub struct Loaded {
 }
 
 impl Loaded {
-    /// Every object of `namespace` (as one watch set of the cache holds them). Of two objects
-    /// of one key, the later is found.
+    /// Every object of `namespace` (as one watch set of the cache holds them).
     pub fn add_namespace(&mut self, namespace: &str, objects: Vec<Arc<Object>>) {
-        let rehash = |o: &Arc<Object>| hash_parts(object_parts(o));
-        self.listed.reserve(objects.len(), rehash);
+        self.by_key.reserve(objects.len());
         for o in &objects {
-            let parts = object_parts(o);
-            let same = |other: &Arc<Object>| object_parts(other) == parts;
-            match self.listed.entry(hash_parts(parts), same, rehash) {
-                hashbrown::hash_table::Entry::Occupied(mut found) => *found.get_mut() = o.clone(),
-                hashbrown::hash_table::Entry::Vacant(room) => {
-                    room.insert(o.clone());
-                }
-            }
+            self.by_key.insert(object_key(o), o.clone());
         }
         self.by_namespace.insert(namespace.to_owned(), objects);
-    }
-
-    /// The listed object of `(group, kind, namespace, name)`.
-    fn find(&self, parts: (&str, &str, &str, &str)) -> Option<&Arc<Object>> {
-        self.listed
-            .find(hash_parts(parts), |o| object_parts(o) == parts)
     }
 
     /// The answer for a cluster-scoped object: found, or not there.
@@ -150,7 +107,7 @@ impl Loaded {
         let mut k = key(r);
         k.2.clear();
         if let Some(o) = object {
-            self.cluster.insert(k.clone(), o);
+            self.by_key.insert(k.clone(), o);
         }
         self.cluster_asked.insert(k);
     }
@@ -322,14 +279,14 @@ impl<'a> Walk<'a> {
                 return None;
             }
             let k = (r.group.as_str(), r.kind.as_str(), ns, r.name.as_str());
-            (loaded.find(k), Some(ns))
+            (loaded.by_key.get(&k as &dyn KeyParts), Some(ns))
         } else {
             let k = (r.group.as_str(), r.kind.as_str(), "", r.name.as_str());
             if !loaded.cluster_asked.contains(&k as &dyn KeyParts) {
                 self.out.needs.cluster.push(at(None));
                 return None;
             }
-            (loaded.cluster.get(&k as &dyn KeyParts), None)
+            (loaded.by_key.get(&k as &dyn KeyParts), None)
         };
         let Some(object) = object else {
             self.out
