@@ -175,8 +175,9 @@ pub struct Resolution {
     pub needs: Needs,
     /// The sources and everything they applied, one per uid, in the order met.
     pub objects: Vec<Arc<Object>>,
-    /// `(from, to)` by uid: a source and what it applied.
-    pub applies: Vec<(String, String)>,
+    /// `(from, to)`, as indexes into `objects`: a source and what it applied (each object
+    /// is there once, a source before what it applied).
+    pub applies: Vec<(u32, u32)>,
     pub sources: Vec<Source>,
     /// The namespaces the group spans, in the order met.
     pub namespaces: Vec<String>,
@@ -194,8 +195,8 @@ pub fn resolve(
         loaded,
         namespaced,
         out: Resolution::default(),
-        seen_uids: FxHashSet::default(),
-        seen_namespaces: HashSet::new(),
+        seen_uids: FxHashMap::default(),
+        seen_namespaces: FxHashSet::default(),
         expanded: HashSet::new(),
     };
     for source in sources {
@@ -212,9 +213,10 @@ struct Walk<'a> {
     loaded: &'a Loaded,
     namespaced: &'a dyn Fn(&str, &str) -> Option<bool>,
     out: Resolution,
-    /// Borrowed from the listed objects: no copy of each uid.
-    seen_uids: FxHashSet<&'a str>,
-    seen_namespaces: HashSet<String>,
+    /// Each uid met, its object's index in `out.objects`. Borrowed from the listed objects:
+    /// no copy of each uid.
+    seen_uids: FxHashMap<&'a str, u32>,
+    seen_namespaces: FxHashSet<String>,
     /// Sources already expanded (a source reached twice, not in a cycle, is expanded once).
     expanded: HashSet<Key>,
 }
@@ -237,7 +239,7 @@ impl<'a> Walk<'a> {
     fn visit(
         &mut self,
         r: &ObjRef,
-        parent: Option<(&str, &str)>,
+        parent: Option<(u32, &str)>,
         depth: usize,
         path: &mut Vec<Key>,
         default_ns: Option<&str>,
@@ -292,17 +294,16 @@ impl<'a> Walk<'a> {
                 .push(format!("{}{}: not found", at(ns).describe(), by()));
             return None;
         };
-        let this_uid = uid(object);
+        let objects = &mut self.out.objects;
+        let index = *self.seen_uids.entry(uid(object)).or_insert_with(|| {
+            objects.push(object.clone());
+            objects.len() as u32 - 1
+        });
         if let Some((from, _)) = parent {
-            self.out
-                .applies
-                .push((from.to_owned(), this_uid.to_owned()));
-        }
-        if self.seen_uids.insert(this_uid) {
-            self.out.objects.push(object.clone());
+            self.out.applies.push((from, index));
         }
         if let Some(kind) = SourceKind::of(&r.group, &r.kind) {
-            self.expand(kind, &at(ns), object, depth, path);
+            self.expand(kind, &at(ns), object, index, depth, path);
         }
         Some(object.clone())
     }
@@ -312,6 +313,7 @@ impl<'a> Walk<'a> {
         kind: SourceKind,
         r: &ObjRef,
         object: &Arc<Object>,
+        index: u32,
         depth: usize,
         path: &mut Vec<Key>,
     ) {
@@ -354,13 +356,12 @@ impl<'a> Walk<'a> {
                 None => return,
             },
         };
-        let this_uid = uid(object).to_owned();
         let name = r.describe();
         path.push(k);
         for child in &children {
             self.visit(
                 child,
-                Some((&this_uid, &name)),
+                Some((index, &name)),
                 depth + 1,
                 path,
                 default_ns.as_deref(),
@@ -540,6 +541,15 @@ mod tests {
         panic!("did not settle");
     }
 
+    /// `(from, to)` by uid.
+    fn applies(r: &Resolution) -> Vec<(String, String)> {
+        let uid = |i: u32| super::uid(&r.objects[i as usize]).to_owned();
+        r.applies
+            .iter()
+            .map(|&(from, to)| (uid(from), uid(to)))
+            .collect()
+    }
+
     fn names(r: &Resolution) -> Vec<String> {
         r.objects
             .iter()
@@ -597,8 +607,7 @@ mod tests {
         );
         assert_eq!(r.namespaces, ["flux-system", "shop", "blue", "green"]);
         assert_eq!(r.applies.len(), 5);
-        assert!(r
-            .applies
+        assert!(applies(&r)
             .iter()
             .all(|(from, _)| from == "Kustomization-flux-system-apps"));
         assert!(r.warnings.is_empty(), "{:?}", r.warnings);
@@ -641,11 +650,11 @@ mod tests {
             &[],
         );
         assert_eq!(r.objects.len(), 4);
-        assert!(r.applies.contains(&(
+        assert!(applies(&r).contains(&(
             "HelmRelease-apps-podinfo".into(),
             "Deployment-apps-podinfo".into()
         )));
-        assert!(r.applies.contains(&(
+        assert!(applies(&r).contains(&(
             "Kustomization-flux-system-infra".into(),
             "Kustomization-flux-system-root".into()
         )));

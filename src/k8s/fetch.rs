@@ -282,10 +282,11 @@ pub(crate) fn owned_candidates(
     {
         let roots: Vec<&Tree> = selected.iter().map(|o| &*o.view).collect();
         let heads: Vec<&Tree> = candidates.iter().map(|o| &*o.view).collect();
-        let selected_uids: HashSet<&str> = roots.iter().filter_map(|o| uid(o)).collect();
+        // `owned_closure` returns no candidate of a selected object's uid: only a uid given
+        // twice among the candidates is left to keep once.
         let mut seen: HashSet<&str> = HashSet::new();
         for i in graph::owned_closure(&roots, &heads) {
-            keep[i] = uid(heads[i]).is_some_and(|u| !selected_uids.contains(u) && seen.insert(u));
+            keep[i] = uid(heads[i]).is_some_and(|u| seen.insert(u));
         }
     }
     candidates

@@ -22,8 +22,16 @@ pub fn owned_closure(
     selected: &[impl Borrow<Tree> + Sync],
     candidates: &[impl Borrow<Tree> + Sync],
 ) -> Vec<usize> {
-    let roots = Nodes::read(selected, false);
     let nodes = Nodes::read(candidates, false);
+    // A candidate joins only through an owner reference or as a Service's Endpoints or
+    // EndpointSlice: without any, nothing does, and the selected objects (often thousands,
+    // where what is left over are a few) need not be read at all.
+    let links =
+        |r: &super::nodes::NameRef| matches!(r.kind, EdgeType::Endpoints | EdgeType::EndpointSlice);
+    if nodes.owners.is_empty() && !nodes.names.iter().any(links) {
+        return Vec::new();
+    }
+    let roots = Nodes::read(selected, false);
     // What to expand: a uid and a Service's key, of a root or of a reached candidate.
     type Expand<'a> = (Option<Hashed<&'a str>>, Option<Hashed<NsName<'a>>>);
     let mut stack: Vec<Expand> = (0..roots.len() as u32)
