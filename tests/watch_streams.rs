@@ -98,6 +98,15 @@ impl Setup {
     }
 
     /// The watch requests received so far: their HTTP version and connection (its client end).
+    /// How many kinds the view listed: as many watches follow.
+    fn listed_kinds(&self) -> usize {
+        self.api
+            .request_counts()
+            .keys()
+            .filter(|(v, _)| v == "list")
+            .count()
+    }
+
     fn watches(&self) -> Vec<(Version, SocketAddr)> {
         self.api
             .requests()
@@ -121,12 +130,7 @@ async fn over_tls_the_watches_are_http2_streams_of_one_connection_and_deliver_ev
     let s = setup(true).await;
     let first = s.cached().await;
     assert!(first.resources.len() > 10, "{:?}", first.resources.len());
-    let kinds = s
-        .api
-        .request_counts()
-        .keys()
-        .filter(|(v, _)| v == "list")
-        .count();
+    let kinds = s.listed_kinds();
     s.watching(kinds, "first view").await;
     let watches = s.watches();
     assert!(watches.len() >= kinds, "{watches:?}");
@@ -162,12 +166,7 @@ async fn over_tls_the_watches_are_http2_streams_of_one_connection_and_deliver_ev
 async fn watches_over_http2_come_back_when_the_server_breaks_their_connection() {
     let s = setup(true).await;
     s.cached().await;
-    let kinds = s
-        .api
-        .request_counts()
-        .keys()
-        .filter(|(v, _)| v == "list")
-        .count();
+    let kinds = s.listed_kinds();
     s.watching(kinds, "first view").await;
     let before: BTreeSet<SocketAddr> = s.watches().iter().map(|(_, peer)| *peer).collect();
     assert_eq!(before.len(), 1);
@@ -199,12 +198,7 @@ async fn watches_over_http2_come_back_when_the_server_breaks_their_connection() 
 async fn over_plain_http_each_watch_has_an_http1_connection() {
     let s = setup(false).await;
     s.cached().await;
-    let kinds = s
-        .api
-        .request_counts()
-        .keys()
-        .filter(|(v, _)| v == "list")
-        .count();
+    let kinds = s.listed_kinds();
     s.watching(kinds, "first view").await;
     let watches = s.watches();
     assert!(
