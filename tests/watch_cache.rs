@@ -207,14 +207,6 @@ fn names(g: &ResourceGroup) -> Vec<String> {
         .collect()
 }
 
-fn labelled_pod(name: &str) -> serde_json::Value {
-    json!({"apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": NS,
-            "labels": {"app.gitlab.com/project_id": PROJECT.to_string(), "app.gitlab.com/environment_slug": SLUG}},
-        "spec": {"containers": [{"name": "app", "image": "nginx"}]},
-        "status": {"phase": "Running"}})
-}
-
 both_ways!(the_cached_group_equals_a_fresh_list_through_changes);
 async fn the_cached_group_equals_a_fresh_list_through_changes(reach: Reach) {
     let s = setup(reach, 200_000).await;

@@ -12,7 +12,6 @@ use axum::http::{HeaderMap, Version};
 use envlens::k8s::clusters::Cluster;
 use envlens::k8s::fetch::FetchOptions;
 use envlens::resources::group::{self, label_selector, ResourceGroup};
-use serde_json::json;
 
 use crate::support::environment::*;
 use crate::support::kube_api::{KubeApi, Served};
@@ -115,14 +114,6 @@ impl Setup {
             .map(|r| (r.version, r.peer.expect("served")))
             .collect()
     }
-}
-
-fn labelled_pod(name: &str) -> serde_json::Value {
-    json!({"apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": NS,
-            "labels": {"app.gitlab.com/project_id": PROJECT.to_string(), "app.gitlab.com/environment_slug": SLUG}},
-        "spec": {"containers": [{"name": "app", "image": "nginx"}]},
-        "status": {"phase": "Running"}})
 }
 
 #[tokio::test]

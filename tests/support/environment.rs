@@ -35,6 +35,15 @@ pub fn deployment(ns: &str, name: &str, uid: &str, slug: &str) -> Value {
     })
 }
 
+/// A running Pod in [`NS`] labelled for [`PROJECT`]'s [`SLUG`] environment.
+pub fn labelled_pod(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS,
+            "labels": {"app.gitlab.com/project_id": PROJECT.to_string(), "app.gitlab.com/environment_slug": SLUG}},
+        "spec": {"containers": [{"name": "app", "image": "nginx"}]},
+        "status": {"phase": "Running"}})
+}
+
 /// A ReplicaSet and its Pods, labelled like the pod template (not with GitLab's labels), owned
 /// through uids as the controllers do it.
 pub fn replica_set(api: &KubeApi, ns: &str, deploy: (&str, &str), hash: &str, pods: &[&str]) {
