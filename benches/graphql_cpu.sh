@@ -18,7 +18,7 @@ port=18690
 url=http://127.0.0.1:$port
 # shellcheck disable=SC2086
 start_envlens "$dir" "$port" ${SERVE_FLAGS:-}
-sed -n "/^sql <<'SQL'$/,/^SQL$/p" benches/graphql.sh | sed '1d;$d' >"$work/seed.sql"
+sed -n "/sql <<'SQL'$/,/^SQL$/p" benches/graphql.sh | sed '1d;$d' >"$work/seed.sql"
 psql "postgresql:///envlens?host=$dir/run&user=envlens" -qtA -v ON_ERROR_STOP=1 -f "$work/seed.sql"
 sed -n "/^add_deployments() {$/,/^}$/p" benches/graphql.sh | sed -n "/^INSERT/,/^CHECKPOINT;$/p" >"$work/deployments.sql"
 psql "postgresql:///envlens?host=$dir/run&user=envlens" -qtA -v ON_ERROR_STOP=1 -v from=0 -v to=100000 -f "$work/deployments.sql"
