@@ -716,8 +716,10 @@ impl StreamsShared {
                     _ => return Err(error.into()),
                 },
             };
-            if why != Unprocessed::Refused {
-                slot.slots.gone.store(true, Ordering::Release);
+            match why {
+                // The server answered the stream, after its SETTINGS.
+                Unprocessed::Refused => slot.slots.settled.store(true, Ordering::Release),
+                _ => slot.slots.gone.store(true, Ordering::Release),
             }
             if opened.is_some() || why == Unprocessed::Refused {
                 strikes += 1;
@@ -835,16 +837,13 @@ where
 mod tests {
     use super::*;
 
-    /// A TLS server for the streams' tests, with the test Kubernetes server's certificate
-    /// (tests/support/kube_api/tls), choosing `alpn` (in the client's order), whose answers
-    /// are a head and a body that never ends; counts the connections it accepted. And a config
-    /// trusting its CA.
-    async fn tls_server(alpn: &[&[u8]]) -> (kube::Config, Arc<std::sync::atomic::AtomicUsize>) {
+    /// The test Kubernetes server's certificate (tests/support/kube_api/tls) for a TLS server
+    /// choosing `alpn` (in the client's order); and a config, for a server at `addr`, trusting
+    /// its CA.
+    fn tls_acceptor(alpn: &[&[u8]]) -> tokio_rustls::TlsAcceptor {
         use rustls::pki_types::pem::PemObject as _;
         use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-        use std::sync::atomic::{AtomicUsize, Ordering};
         use tokio_rustls::rustls;
-        const CA: &str = include_str!("../../tests/support/kube_api/tls/ca.pem");
         const CERT: &str = include_str!("../../tests/support/kube_api/tls/server.pem");
         const KEY: &str = include_str!("../../tests/support/kube_api/tls/server.key");
         let certs = CertificateDer::pem_slice_iter(CERT.as_bytes())
@@ -860,16 +859,60 @@ mod tests {
         .with_single_cert(certs, key)
         .unwrap();
         tls.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+        tokio_rustls::TlsAcceptor::from(Arc::new(tls))
+    }
+
+    fn trusting(addr: std::net::SocketAddr) -> kube::Config {
+        use rustls::pki_types::pem::PemObject as _;
+        use rustls::pki_types::CertificateDer;
+        use tokio_rustls::rustls;
+        const CA: &str = include_str!("../../tests/support/kube_api/tls/ca.pem");
+        let mut config = kube::Config::new(format!("https://{addr}").parse().unwrap());
+        config.default_retry = false;
+        config.root_cert = Some(vec![CertificateDer::from_pem_slice(CA.as_bytes())
+            .unwrap()
+            .to_vec()]);
+        config
+    }
+
+    /// A TLS server for the streams' tests ([`tls_acceptor`]), whose answers are a head and a
+    /// body that never ends: the request's HTTP version, then each line sent to `lines`.
+    struct TlsServer {
+        /// Trusting its CA.
+        config: kube::Config,
+        /// The connections it accepted, and those it has served to their end.
+        accepted: Arc<AtomicUsize>,
+        ended: Arc<AtomicUsize>,
+        /// Bumped: every HTTP/2 connection open says GOAWAY (hyper's graceful shutdown: its
+        /// streams go on until they end, then it closes), counted in `went_away`.
+        go_away: tokio::sync::watch::Sender<u64>,
+        went_away: Arc<AtomicUsize>,
+        lines: tokio::sync::broadcast::Sender<String>,
+    }
+
+    /// [`TlsServer`] choosing `alpn`, allowing `streams` streams on an HTTP/2 connection.
+    async fn tls_server_with(alpn: &[&[u8]], streams: u32) -> TlsServer {
+        let acceptor = tls_acceptor(alpn);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let accepted = Arc::new(AtomicUsize::new(0));
-        let counted = accepted.clone();
+        let server = TlsServer {
+            config: trusting(addr),
+            accepted: Arc::default(),
+            ended: Arc::default(),
+            go_away: tokio::sync::watch::Sender::new(0),
+            went_away: Arc::default(),
+            lines: tokio::sync::broadcast::channel(16).0,
+        };
+        let (accepted, ended) = (server.accepted.clone(), server.ended.clone());
+        let (go_away, went_away) = (server.go_away.clone(), server.went_away.clone());
+        let lines = server.lines.clone();
         tokio::spawn(async move {
             loop {
                 let (tcp, _) = listener.accept().await.unwrap();
-                counted.fetch_add(1, Ordering::SeqCst);
+                accepted.fetch_add(1, Ordering::SeqCst);
                 let acceptor = acceptor.clone();
+                let (ended, went_away, lines) = (ended.clone(), went_away.clone(), lines.clone());
+                let mut go_away = go_away.subscribe();
                 tokio::spawn(async move {
                     let Ok(tls) = acceptor.accept(tcp).await else {
                         return;
@@ -877,47 +920,88 @@ mod tests {
                     let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
                     let io = hyper_util::rt::TokioIo::new(tls);
                     let answer = hyper::service::service_fn(
-                        |request: Request<hyper::body::Incoming>| async move {
-                            // The request's version, then nothing: a watch at rest.
-                            let (sender, body) = tokio::sync::mpsc::channel::<
-                                Result<http_body::Frame<bytes::Bytes>, std::convert::Infallible>,
-                            >(1);
-                            let version = format!("{:?}\n", request.version());
-                            sender
-                                .send(Ok(http_body::Frame::data(version.into())))
-                                .await
-                                .unwrap();
-                            tokio::spawn(async move {
-                                sender.closed().await;
-                            });
-                            let body = http_body_util::StreamBody::new(tokio_stream_of(body));
-                            Ok::<_, std::convert::Infallible>(Response::new(body))
+                        move |request: Request<hyper::body::Incoming>| {
+                            let mut lines = lines.subscribe();
+                            async move {
+                                let (sender, body) = tokio::sync::mpsc::channel::<
+                                    Result<
+                                        http_body::Frame<bytes::Bytes>,
+                                        std::convert::Infallible,
+                                    >,
+                                >(1);
+                                let version = format!("{:?}\n", request.version());
+                                sender
+                                    .send(Ok(http_body::Frame::data(version.into())))
+                                    .await
+                                    .unwrap();
+                                tokio::spawn(async move {
+                                    loop {
+                                        let line = tokio::select! {
+                                            () = sender.closed() => return,
+                                            line = lines.recv() => line,
+                                        };
+                                        let Ok(line) = line else { return };
+                                        let frame =
+                                            http_body::Frame::data(format!("{line}\n").into());
+                                        if sender.send(Ok(frame)).await.is_err() {
+                                            return;
+                                        }
+                                    }
+                                });
+                                let body = http_body_util::StreamBody::new(tokio_stream_of(body));
+                                Ok::<_, std::convert::Infallible>(Response::new(body))
+                            }
                         },
                     );
-                    let _ = match h2 {
+                    match h2 {
                         true => {
-                            hyper::server::conn::http2::Builder::new(
+                            let connection = hyper::server::conn::http2::Builder::new(
                                 hyper_util::rt::TokioExecutor::new(),
                             )
-                            .max_concurrent_streams(1000)
-                            .serve_connection(io, answer)
-                            .await
+                            .max_concurrent_streams(streams)
+                            .serve_connection(io, answer);
+                            tokio::pin!(connection);
+                            loop {
+                                tokio::select! {
+                                    _ = connection.as_mut() => break,
+                                    Ok(()) = go_away.changed() => {
+                                        connection.as_mut().graceful_shutdown();
+                                        went_away.fetch_add(1, Ordering::SeqCst);
+                                    }
+                                }
+                            }
                         }
                         false => {
-                            hyper::server::conn::http1::Builder::new()
+                            let _ = hyper::server::conn::http1::Builder::new()
                                 .serve_connection(io, answer)
-                                .await
+                                .await;
                         }
-                    };
+                    }
+                    ended.fetch_add(1, Ordering::SeqCst);
                 });
             }
         });
-        let mut config = kube::Config::new(format!("https://{addr}").parse().unwrap());
-        config.default_retry = false;
-        config.root_cert = Some(vec![CertificateDer::from_pem_slice(CA.as_bytes())
-            .unwrap()
-            .to_vec()]);
-        (config, accepted)
+        server
+    }
+
+    /// [`tls_server_with`] allowing 1000 streams a connection: its config, and its count of
+    /// the connections accepted.
+    async fn tls_server(alpn: &[&[u8]]) -> (kube::Config, Arc<AtomicUsize>) {
+        let server = tls_server_with(alpn, 1000).await;
+        (server.config, server.accepted)
+    }
+
+    /// Waits (up to 10 s) until `count` reaches `n`.
+    async fn reaches(count: &AtomicUsize, n: usize, what: &str) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while count.load(Ordering::SeqCst) < n {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{what}: {} of {n}",
+                count.load(Ordering::SeqCst)
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 
     /// A receiver as a stream of frames.
@@ -927,13 +1011,129 @@ mod tests {
         futures_util::stream::poll_fn(move |cx| receiver.poll_recv(cx))
     }
 
-    /// The first line of a streaming answer's body (the version the server saw).
-    async fn first_line(answer: Response<kube::client::Body>) -> String {
+    /// The next line of a streaming answer's body (a frame each).
+    async fn next_line(body: &mut kube::client::Body) -> String {
         use http_body_util::BodyExt as _;
-        let mut body = answer.into_body();
         let frame = body.frame().await.unwrap().unwrap();
         let data = frame.into_data().unwrap();
         String::from_utf8_lossy(&data).trim().to_owned()
+    }
+
+    /// The first line of a streaming answer's body (the version the server saw).
+    async fn first_line(answer: Response<kube::client::Body>) -> String {
+        next_line(&mut answer.into_body()).await
+    }
+
+    /// A watch's request in namespace `n{i}`.
+    fn watch(i: usize) -> Request<kube::client::Body> {
+        Request::get(format!("/api/v1/namespaces/n{i}/pods?watch=true"))
+            .body(kube::client::Body::empty())
+            .unwrap()
+    }
+
+    /// A server that says GOAWAY on its connections (as an API server shutting down does):
+    /// their streams go on, a new stream goes over a new connection, none fails; a connection
+    /// that said GOAWAY closes once its streams have ended.
+    #[tokio::test]
+    async fn connections_that_say_goaway_keep_their_streams_and_take_no_new_one() {
+        let server = tls_server_with(&[b"h2", b"http/1.1"], 1000).await;
+        let client = streams_builder(&server.config).unwrap().build();
+        let mut old = Vec::new();
+        for i in 0..STREAMS_PER_CONNECTION + 1 {
+            let mut body = client.send(watch(i)).await.unwrap().into_body();
+            assert_eq!(next_line(&mut body).await, "HTTP/2.0");
+            old.push(body);
+        }
+        assert_eq!(server.accepted.load(Ordering::SeqCst), 2);
+        // Both connections have room.
+        drop(old.remove(0));
+
+        server.go_away.send_modify(|n| *n += 1);
+        reaches(&server.went_away, 2, "connections that said GOAWAY").await;
+        // The line comes after the GOAWAY on each connection: the client has read it.
+        server.lines.send("after".into()).unwrap();
+        for body in &mut old {
+            assert_eq!(next_line(body).await, "after");
+        }
+        let mut new = client.send(watch(0)).await.unwrap().into_body();
+        assert_eq!(next_line(&mut new).await, "HTTP/2.0");
+        assert_eq!(
+            server.accepted.load(Ordering::SeqCst),
+            3,
+            "a new connection"
+        );
+        server.lines.send("later".into()).unwrap();
+        for body in old.iter_mut().chain([&mut new]) {
+            assert_eq!(next_line(body).await, "later");
+        }
+
+        // Their streams ended, the connections that said GOAWAY close; the new one stays.
+        drop(old);
+        reaches(&server.ended, 2, "connections closed").await;
+        server.lines.send("last".into()).unwrap();
+        assert_eq!(next_line(&mut new).await, "last");
+        let mut another = client.send(watch(1)).await.unwrap().into_body();
+        assert_eq!(next_line(&mut another).await, "HTTP/2.0");
+        assert_eq!(server.accepted.load(Ordering::SeqCst), 3);
+        assert_eq!(server.ended.load(Ordering::SeqCst), 2);
+    }
+
+    /// A server allowing 10 streams a connection gets 10 on each of its connections, the
+    /// requests sent at once all answered (a stream beyond the server's limit would wait in
+    /// the connection until another ended, and fail after STREAM_HEAD_TIMEOUT).
+    #[tokio::test]
+    async fn streams_stay_within_the_servers_own_limit() {
+        let server = tls_server_with(&[b"h2", b"http/1.1"], 10).await;
+        let client = streams_builder(&server.config).unwrap().build();
+        let sent: Vec<_> = (0..25)
+            .map(|i| {
+                let client = client.clone();
+                tokio::spawn(async move { client.send(watch(i)).await })
+            })
+            .collect();
+        let mut open = Vec::new();
+        for sent in sent {
+            let mut body = sent.await.unwrap().unwrap().into_body();
+            assert_eq!(next_line(&mut body).await, "HTTP/2.0");
+            open.push(body);
+        }
+        assert_eq!(server.accepted.load(Ordering::SeqCst), 3, "10, 10 and 5");
+        server.lines.send("event".into()).unwrap();
+        for body in &mut open {
+            assert_eq!(next_line(body).await, "event");
+        }
+    }
+
+    /// A stream the server refuses (`REFUSED_STREAM`: not processed, RFC 9113 §8.7) is sent
+    /// again; the answer is the second stream's.
+    #[tokio::test]
+    async fn a_refused_stream_is_sent_again() {
+        let acceptor = tls_acceptor(&[b"h2"]);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let config = trusting(listener.local_addr().unwrap());
+        let requests = Arc::new(AtomicUsize::new(0));
+        let seen = requests.clone();
+        tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let tls = acceptor.accept(tcp).await.unwrap();
+            let mut connection = h2::server::handshake(tls).await.unwrap();
+            let mut answering = Vec::new();
+            while let Some(Ok((_, mut respond))) = connection.accept().await {
+                if seen.fetch_add(1, Ordering::SeqCst) == 0 {
+                    respond.send_reset(h2::Reason::REFUSED_STREAM);
+                    continue;
+                }
+                let mut stream = respond.send_response(Response::new(()), false).unwrap();
+                stream
+                    .send_data(bytes::Bytes::from_static(b"answered\n"), false)
+                    .unwrap();
+                answering.push(stream);
+            }
+        });
+        let client = streams_builder(&config).unwrap().build();
+        let answer = client.send(watch(0)).await.unwrap();
+        assert_eq!(first_line(answer).await, "answered");
+        assert_eq!(requests.load(Ordering::SeqCst), 2);
     }
 
     /// Over TLS to a server that accepts `h2`, the streams go as HTTP/2 streams of one
@@ -941,7 +1141,6 @@ mod tests {
     /// once, none waiting for another to end.
     #[tokio::test]
     async fn streams_share_http2_connections_up_to_their_bound() {
-        use std::sync::atomic::Ordering;
         let (config, accepted) = tls_server(&[b"h2", b"http/1.1"]).await;
         let client = streams_builder(&config).unwrap().build();
         let mut open = Vec::new();
@@ -962,7 +1161,6 @@ mod tests {
     /// Over TLS to a server that chooses HTTP/1.1, the streams go an HTTP/1.1 connection each.
     #[tokio::test]
     async fn streams_go_over_http1_where_the_cluster_chooses_it() {
-        use std::sync::atomic::Ordering;
         let (config, accepted) = tls_server(&[b"http/1.1"]).await;
         let client = streams_builder(&config).unwrap().build();
         let mut open = Vec::new();
@@ -1036,7 +1234,6 @@ mod tests {
     /// request finds it expired).
     #[tokio::test]
     async fn the_pool_reuses_a_connection_and_closes_it_once_idle() {
-        use std::sync::atomic::{AtomicUsize, Ordering};
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
