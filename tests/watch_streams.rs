@@ -1,8 +1,9 @@
 //! How the watch cache's streams reach a cluster (`k8s::connection::streams_builder`): over TLS
 //! to a server that accepts `h2` (as an API server does) they are HTTP/2 streams of one
 //! connection, which deliver events and come back on a new connection when the server breaks
-//! it; over plain `http://` each goes over an HTTP/1.1 connection of its own. kubectl reaches
-//! the TLS server too.
+//! it, go on when it says GOAWAY (new ones over a new connection), and stay within its own
+//! limit of streams a connection; over plain `http://` each goes over an HTTP/1.1 connection of
+//! its own. kubectl reaches the TLS server too.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
