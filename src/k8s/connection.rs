@@ -6,7 +6,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -338,16 +338,18 @@ where
     ))
 }
 
-/// The most streams [`Streams`] opens on one HTTP/2 connection: RFC 9113 recommends that a
-/// server allow at least 100 (§5.1.2); kube-apiserver allows 1000 by default, Go's servers 250.
-/// Beyond it a new connection is opened, as Go's client does when a connection is full (hyper's
-/// pool would queue the request on its one connection until a stream ends: a watch rarely ends).
+/// The most streams [`Streams`] opens on one HTTP/2 connection, or fewer if the server allows
+/// fewer (its `SETTINGS_MAX_CONCURRENT_STREAMS`, as last heard): RFC 9113 recommends that a
+/// server allow at least 100 (§5.1.2); kube-apiserver allows 1000 by default, Go's servers 250,
+/// and `--http2-max-streams-per-connection` sets an API server's own. Beyond it a new
+/// connection is opened, as Go's client does when a connection is full (hyper's pool would
+/// queue the request on its one connection until a stream ends: a watch rarely ends).
 pub const STREAMS_PER_CONNECTION: usize = 100;
 
 /// How long [`Streams`] waits for the head of a stream's answer (an API server sends a watch's
-/// at once). Longer means the connection is full by the server's count (its
-/// `MAX_CONCURRENT_STREAMS` is below [`STREAMS_PER_CONNECTION`], and the request waits in the
-/// connection for a stream to end): the request fails, and the connection takes no more.
+/// at once). Longer, and the request fails and its connection takes no more streams: the server
+/// does not answer on it, or the stream waits in the connection for another to end (the server
+/// lowered its limit of streams below those open; [`Streams`] otherwise stays within it).
 pub const STREAM_HEAD_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How often an HTTP/2 connection of [`Streams`] is pinged, and how long its answer may take
@@ -356,12 +358,48 @@ pub const STREAM_HEAD_TIMEOUT: Duration = Duration::from_secs(30);
 /// nothing for minutes, so a connection lost without a word is found this way.
 pub const STREAMS_PING: (Duration, Duration) = (Duration::from_secs(30), Duration::from_secs(15));
 
+/// The most times [`Streams`] sends one request: again while the connections it went to turn
+/// out closed or going away (each is then left), twice at most on a connection opened for it
+/// or refused by a connection still taking streams.
+const SEND_ATTEMPTS: usize = 16;
+
 type H2Sender = hyper::client::conn::http2::SendRequest<kube::client::Body>;
 
+/// A connection's hyper task (it hands requests to h2 and their answers back), shared between
+/// the task that drives it and [`H2Connection::most`], which reads the server's limit of
+/// streams off it; `None` once it has ended: its queue of requests is dropped with it, so that
+/// its sender says closed and a request left in it comes back unsent.
+type H2Task = Arc<
+    Mutex<
+        Option<
+            Pin<
+                Box<
+                    hyper::client::conn::http2::Connection<
+                        <Connector as Service<axum::http::Uri>>::Response,
+                        kube::client::Body,
+                        hyper_util::rt::TokioExecutor,
+                    >,
+                >,
+            >,
+        >,
+    >,
+>;
+
 /// A cluster's watch streams over HTTP/2 where the cluster speaks it (see [`streams_builder`]):
-/// each request a stream of a connection with fewer than [`STREAMS_PER_CONNECTION`] streams
-/// open, else of a new one. Once a connection's ALPN chose HTTP/1.1, this client's requests go
-/// over its HTTP/1 pool.
+/// each request a stream of a connection with room, else of a new one. A connection has room
+/// below [`STREAMS_PER_CONNECTION`] streams and below the server's own limit; it is known once
+/// the answer to its first stream came (a server's first frame is its SETTINGS), and until
+/// then the requests that would open another connection wait for it. Once a connection's ALPN
+/// chose HTTP/1.1, this client's requests go over its HTTP/1 pool.
+///
+/// A server that sends GOAWAY (an API server on shutdown, or at random with `--goaway-chance`,
+/// so that clients spread over the servers of a cluster) takes no more streams on that
+/// connection; those open go on until they end. hyper does not say so ahead (a sender's
+/// `is_closed`, `poll_ready` and `ready` only see its task end, and the task is not woken by a
+/// GOAWAY): the next request given to the connection comes back unsent as its task ends, and
+/// goes to another connection. So does a request the server says it did not process (a stream
+/// above the GOAWAY's last one, or refused with `REFUSED_STREAM`; RFC 9113 §8.7), if its body
+/// can be sent again (a watch's is empty). A viewer sees none of it.
 #[derive(Clone)]
 pub struct Streams {
     shared: Arc<StreamsShared>,
@@ -371,8 +409,9 @@ struct StreamsShared {
     connector: Connector,
     http1: Http1Pool,
     connections: Mutex<H2Connections>,
-    /// Held while a connection is opened, so that the requests that find every connection full
-    /// at once wait for one new connection instead of each opening its own.
+    /// Held while a connection is opened and until the answer to its first stream says the
+    /// server's limit, so that the requests that find every connection full at once wait for
+    /// one new connection instead of each opening its own, and are placed by that limit.
     opening: tokio::sync::Mutex<()>,
 }
 
@@ -385,14 +424,36 @@ struct H2Connections {
 
 struct H2Connection {
     send: H2Sender,
+    task: H2Task,
     slots: Arc<Slots>,
 }
 
-/// The streams open on one connection, and how many it may carry.
+impl H2Connection {
+    /// The most streams it may carry now: [`STREAMS_PER_CONNECTION`], or the server's limit if
+    /// lower (before the server's SETTINGS came, hyper's assumption: 100); none once ended.
+    fn most(&self) -> usize {
+        let task = self.task.lock().unwrap_or_else(|e| e.into_inner());
+        task.as_ref().map_or(0, |task| {
+            task.current_max_send_streams().min(STREAMS_PER_CONNECTION)
+        })
+    }
+
+    /// Whether it takes one more stream.
+    fn has_room(&self) -> bool {
+        self.slots.settled.load(Ordering::Acquire)
+            && !self.slots.gone.load(Ordering::Acquire)
+            && self.slots.open.load(Ordering::Acquire) < self.most()
+    }
+}
+
+/// The streams open on one connection, and whether it takes more.
 struct Slots {
     open: AtomicUsize,
-    /// [`STREAMS_PER_CONNECTION`], lowered when the server's own limit was found lower.
-    most: AtomicUsize,
+    /// The answer to its first stream came: the server's SETTINGS, and so its limit, are known.
+    settled: AtomicBool,
+    /// It takes no more streams: the server said GOAWAY (the streams open go on until they
+    /// end), or left a stream unanswered.
+    gone: AtomicBool,
     /// Bumped each time the connection becomes unused, so that a later close of an unused
     /// connection knows whether it has been used in between.
     idled: AtomicU64,
@@ -427,6 +488,71 @@ impl Drop for Slot {
     }
 }
 
+/// Where a request goes: a connection's sender and the stream's place on it, and if the
+/// connection was opened for it, the hold on the opening of connections.
+struct Placed<'a> {
+    send: H2Sender,
+    slot: Slot,
+    opened: Option<Opened<'a>>,
+}
+
+/// A connection opened for a request: no other is opened, and the requests waiting for one are
+/// not placed, until the answer to this one's first stream has said the server's limit.
+struct Opened<'a> {
+    _opening: tokio::sync::MutexGuard<'a, ()>,
+    slots: Arc<Slots>,
+}
+
+impl Drop for Opened<'_> {
+    fn drop(&mut self) {
+        // No answer came (the request failed, or was given up): the server's limit is not
+        // known, and the connection takes no more streams.
+        if !self.slots.settled.load(Ordering::Acquire) {
+            self.slots.gone.store(true, Ordering::Release);
+        }
+    }
+}
+
+/// Why a server did not process a request sent on one of its connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Unprocessed {
+    /// The connection had closed (its hyper task ended, by a GOAWAY or otherwise) before the
+    /// request was given to it: it came back unsent.
+    Closed,
+    /// Its stream was above the last one that the server's GOAWAY let through.
+    GoingAway,
+    /// The server refused its stream (`REFUSED_STREAM`) and still takes others.
+    Refused,
+}
+
+/// Whether `error`, a stream's, says the server did not process it, so that it may be sent
+/// again (RFC 9113 §8.7).
+fn unprocessed(error: &hyper::Error) -> Option<Unprocessed> {
+    let h2 = std::error::Error::source(error)?.downcast_ref::<h2::Error>()?;
+    if !h2.is_remote() {
+        return None;
+    }
+    if h2.is_go_away() {
+        // h2 fails a stream with the GOAWAY it received only if the stream is above its last.
+        Some(Unprocessed::GoingAway)
+    } else if h2.is_reset() && h2.reason() == Some(h2::Reason::REFUSED_STREAM) {
+        Some(Unprocessed::Refused)
+    } else {
+        None
+    }
+}
+
+/// A copy of `request` to send again, if its body can be sent again (a watch's is empty).
+fn copy(request: &Request<kube::client::Body>) -> Option<Request<kube::client::Body>> {
+    let mut copy = Request::new(request.body().try_clone()?);
+    *copy.method_mut() = request.method().clone();
+    *copy.uri_mut() = request.uri().clone();
+    *copy.version_mut() = request.version();
+    *copy.headers_mut() = request.headers().clone();
+    *copy.extensions_mut() = request.extensions().clone();
+    Some(copy)
+}
+
 impl Streams {
     fn new(connector: Connector, http1: Http1Pool) -> Self {
         Streams {
@@ -446,20 +572,19 @@ impl StreamsShared {
     }
 
     /// A stream's place on an open connection with room, if any.
-    fn reserve(self: &Arc<Self>) -> Option<(H2Sender, Slot)> {
+    fn reserve<'a>(self: &'a Arc<Self>) -> Option<Placed<'a>> {
         let mut connections = self.lock();
         connections.open.retain(|c| !c.send.is_closed());
-        let found = connections.open.iter().find(|c| {
-            c.slots.open.load(Ordering::Acquire) < c.slots.most.load(Ordering::Acquire)
-        })?;
+        let found = connections.open.iter().find(|c| c.has_room())?;
         found.slots.open.fetch_add(1, Ordering::AcqRel);
-        Some((
-            found.send.clone(),
-            Slot {
+        Some(Placed {
+            send: found.send.clone(),
+            slot: Slot {
                 slots: found.slots.clone(),
                 shared: Arc::downgrade(self),
             },
-        ))
+            opened: None,
+        })
     }
 
     fn http1_only(&self) -> bool {
@@ -471,12 +596,12 @@ impl StreamsShared {
     async fn stream(
         self: &Arc<Self>,
         uri: &axum::http::Uri,
-    ) -> Result<Option<(H2Sender, Slot)>, BoxError> {
+    ) -> Result<Option<Placed<'_>>, BoxError> {
         use hyper_util::client::legacy::connect::Connection as _;
         if let Some(found) = self.reserve() {
             return Ok(Some(found));
         }
-        let _opening = self.opening.lock().await;
+        let opening = self.opening.lock().await;
         if let Some(found) = self.reserve() {
             return Ok(Some(found));
         }
@@ -501,20 +626,43 @@ impl StreamsShared {
                 .keep_alive_while_idle(true)
                 .handshake(io)
                 .await?;
-        tokio::spawn(async move {
-            if let Err(e) = connection.await {
+        let task: H2Task = Arc::new(Mutex::new(Some(Box::pin(connection))));
+        let driven = task.clone();
+        tokio::spawn(std::future::poll_fn(move |cx| {
+            let mut task = driven.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(connection) = task.as_mut() else {
+                return Poll::Ready(());
+            };
+            let ended = std::task::ready!(connection.as_mut().poll(cx));
+            *task = None;
+            if let Err(e) = ended {
                 tracing::debug!(error = %e, "a cluster's HTTP/2 connection ended");
             }
+            Poll::Ready(())
+        }));
+        // Its first stream is this request's; the others wait for its answer.
+        let slots = Arc::new(Slots {
+            open: AtomicUsize::new(1),
+            settled: AtomicBool::new(false),
+            gone: AtomicBool::new(false),
+            idled: AtomicU64::new(0),
         });
         self.lock().open.push(H2Connection {
-            send,
-            slots: Arc::new(Slots {
-                open: AtomicUsize::new(0),
-                most: AtomicUsize::new(STREAMS_PER_CONNECTION),
-                idled: AtomicU64::new(0),
-            }),
+            send: send.clone(),
+            task,
+            slots: slots.clone(),
         });
-        Ok(self.reserve())
+        Ok(Some(Placed {
+            send,
+            slot: Slot {
+                slots: slots.clone(),
+                shared: Arc::downgrade(self),
+            },
+            opened: Some(Opened {
+                _opening: opening,
+                slots,
+            }),
+        }))
     }
 
     async fn send(
@@ -522,43 +670,67 @@ impl StreamsShared {
         request: Request<kube::client::Body>,
     ) -> Result<Answer, BoxError> {
         let mut request = request;
-        // A request that the connection did not take (it had just closed) is sent once more.
-        for attempt in 0..2 {
+        // Tries that moved nothing on: on a connection opened for the request, or refused by
+        // one that still takes streams.
+        let mut strikes = 0;
+        for _ in 0..SEND_ATTEMPTS {
             let found = match self.http1_only() {
                 true => None,
                 false => self.stream(request.uri()).await?,
             };
-            let Some((mut send, slot)) = found else {
+            let Some(Placed {
+                mut send,
+                slot,
+                opened,
+            }) = found
+            else {
                 return Ok(boxed(self.http1.request(request).await?));
             };
+            let again = copy(&request);
             let sent = tokio::time::timeout(STREAM_HEAD_TIMEOUT, send.try_send_request(request));
-            match sent.await {
+            let mut failed = match sent.await {
                 Ok(Ok(answer)) => {
+                    slot.slots.settled.store(true, Ordering::Release);
+                    drop(opened);
                     return Ok(answer.map(|body| {
                         Box::new(http_body_util::BodyExt::map_err(
                             Held { body, _slot: slot },
                             BoxError::from,
                         )) as Box<kube::client::DynBody>
-                    }))
+                    }));
                 }
-                Ok(Err(mut e)) => match e.take_message() {
-                    Some(unsent) if attempt == 0 => request = unsent,
-                    _ => return Err(e.into_error().into()),
-                },
+                Ok(Err(failed)) => failed,
                 Err(_) => {
-                    // It waits for a stream: the server allows no more than are open.
-                    let open = slot.slots.open.load(Ordering::Acquire);
-                    slot.slots
-                        .most
-                        .store(open.saturating_sub(1).max(1), Ordering::Release);
+                    slot.slots.gone.store(true, Ordering::Release);
                     return Err(
-                        "no answer from the cluster in time (its HTTP/2 connection may be full)"
-                            .into(),
+                        "no answer from the cluster in time on its HTTP/2 connection".into(),
                     );
                 }
+            };
+            let unsent = failed.take_message();
+            let error = failed.into_error();
+            let (why, next) = match unsent {
+                Some(unsent) => (Unprocessed::Closed, unsent),
+                None => match (unprocessed(&error), again) {
+                    (Some(why), Some(again)) => (why, again),
+                    _ => return Err(error.into()),
+                },
+            };
+            match why {
+                // The server answered the stream, after its SETTINGS.
+                Unprocessed::Refused => slot.slots.settled.store(true, Ordering::Release),
+                _ => slot.slots.gone.store(true, Ordering::Release),
             }
+            if opened.is_some() || why == Unprocessed::Refused {
+                strikes += 1;
+                if strikes == 2 {
+                    return Err(error.into());
+                }
+            }
+            tracing::debug!(error = %error, ?why, "a cluster's HTTP/2 connection did not take a request: sent again");
+            request = next;
         }
-        Err("the cluster's HTTP/2 connections closed before the request was sent".into())
+        Err("the cluster's HTTP/2 connections did not take the request".into())
     }
 }
 
@@ -665,16 +837,13 @@ where
 mod tests {
     use super::*;
 
-    /// A TLS server for the streams' tests, with the test Kubernetes server's certificate
-    /// (tests/support/kube_api/tls), choosing `alpn` (in the client's order), whose answers
-    /// are a head and a body that never ends; counts the connections it accepted. And a config
-    /// trusting its CA.
-    async fn tls_server(alpn: &[&[u8]]) -> (kube::Config, Arc<std::sync::atomic::AtomicUsize>) {
+    /// The test Kubernetes server's certificate (tests/support/kube_api/tls) for a TLS server
+    /// choosing `alpn` (in the client's order); and a config, for a server at `addr`, trusting
+    /// its CA.
+    fn tls_acceptor(alpn: &[&[u8]]) -> tokio_rustls::TlsAcceptor {
         use rustls::pki_types::pem::PemObject as _;
         use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-        use std::sync::atomic::{AtomicUsize, Ordering};
         use tokio_rustls::rustls;
-        const CA: &str = include_str!("../../tests/support/kube_api/tls/ca.pem");
         const CERT: &str = include_str!("../../tests/support/kube_api/tls/server.pem");
         const KEY: &str = include_str!("../../tests/support/kube_api/tls/server.key");
         let certs = CertificateDer::pem_slice_iter(CERT.as_bytes())
@@ -690,16 +859,60 @@ mod tests {
         .with_single_cert(certs, key)
         .unwrap();
         tls.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+        tokio_rustls::TlsAcceptor::from(Arc::new(tls))
+    }
+
+    fn trusting(addr: std::net::SocketAddr) -> kube::Config {
+        use rustls::pki_types::pem::PemObject as _;
+        use rustls::pki_types::CertificateDer;
+        use tokio_rustls::rustls;
+        const CA: &str = include_str!("../../tests/support/kube_api/tls/ca.pem");
+        let mut config = kube::Config::new(format!("https://{addr}").parse().unwrap());
+        config.default_retry = false;
+        config.root_cert = Some(vec![CertificateDer::from_pem_slice(CA.as_bytes())
+            .unwrap()
+            .to_vec()]);
+        config
+    }
+
+    /// A TLS server for the streams' tests ([`tls_acceptor`]), whose answers are a head and a
+    /// body that never ends: the request's HTTP version, then each line sent to `lines`.
+    struct TlsServer {
+        /// Trusting its CA.
+        config: kube::Config,
+        /// The connections it accepted, and those it has served to their end.
+        accepted: Arc<AtomicUsize>,
+        ended: Arc<AtomicUsize>,
+        /// Bumped: every HTTP/2 connection open says GOAWAY (hyper's graceful shutdown: its
+        /// streams go on until they end, then it closes), counted in `went_away`.
+        go_away: tokio::sync::watch::Sender<u64>,
+        went_away: Arc<AtomicUsize>,
+        lines: tokio::sync::broadcast::Sender<String>,
+    }
+
+    /// [`TlsServer`] choosing `alpn`, allowing `streams` streams on an HTTP/2 connection.
+    async fn tls_server_with(alpn: &[&[u8]], streams: u32) -> TlsServer {
+        let acceptor = tls_acceptor(alpn);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let accepted = Arc::new(AtomicUsize::new(0));
-        let counted = accepted.clone();
+        let server = TlsServer {
+            config: trusting(addr),
+            accepted: Arc::default(),
+            ended: Arc::default(),
+            go_away: tokio::sync::watch::Sender::new(0),
+            went_away: Arc::default(),
+            lines: tokio::sync::broadcast::channel(16).0,
+        };
+        let (accepted, ended) = (server.accepted.clone(), server.ended.clone());
+        let (go_away, went_away) = (server.go_away.clone(), server.went_away.clone());
+        let lines = server.lines.clone();
         tokio::spawn(async move {
             loop {
                 let (tcp, _) = listener.accept().await.unwrap();
-                counted.fetch_add(1, Ordering::SeqCst);
+                accepted.fetch_add(1, Ordering::SeqCst);
                 let acceptor = acceptor.clone();
+                let (ended, went_away, lines) = (ended.clone(), went_away.clone(), lines.clone());
+                let mut go_away = go_away.subscribe();
                 tokio::spawn(async move {
                     let Ok(tls) = acceptor.accept(tcp).await else {
                         return;
@@ -707,47 +920,88 @@ mod tests {
                     let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
                     let io = hyper_util::rt::TokioIo::new(tls);
                     let answer = hyper::service::service_fn(
-                        |request: Request<hyper::body::Incoming>| async move {
-                            // The request's version, then nothing: a watch at rest.
-                            let (sender, body) = tokio::sync::mpsc::channel::<
-                                Result<http_body::Frame<bytes::Bytes>, std::convert::Infallible>,
-                            >(1);
-                            let version = format!("{:?}\n", request.version());
-                            sender
-                                .send(Ok(http_body::Frame::data(version.into())))
-                                .await
-                                .unwrap();
-                            tokio::spawn(async move {
-                                sender.closed().await;
-                            });
-                            let body = http_body_util::StreamBody::new(tokio_stream_of(body));
-                            Ok::<_, std::convert::Infallible>(Response::new(body))
+                        move |request: Request<hyper::body::Incoming>| {
+                            let mut lines = lines.subscribe();
+                            async move {
+                                let (sender, body) = tokio::sync::mpsc::channel::<
+                                    Result<
+                                        http_body::Frame<bytes::Bytes>,
+                                        std::convert::Infallible,
+                                    >,
+                                >(1);
+                                let version = format!("{:?}\n", request.version());
+                                sender
+                                    .send(Ok(http_body::Frame::data(version.into())))
+                                    .await
+                                    .unwrap();
+                                tokio::spawn(async move {
+                                    loop {
+                                        let line = tokio::select! {
+                                            () = sender.closed() => return,
+                                            line = lines.recv() => line,
+                                        };
+                                        let Ok(line) = line else { return };
+                                        let frame =
+                                            http_body::Frame::data(format!("{line}\n").into());
+                                        if sender.send(Ok(frame)).await.is_err() {
+                                            return;
+                                        }
+                                    }
+                                });
+                                let body = http_body_util::StreamBody::new(tokio_stream_of(body));
+                                Ok::<_, std::convert::Infallible>(Response::new(body))
+                            }
                         },
                     );
-                    let _ = match h2 {
+                    match h2 {
                         true => {
-                            hyper::server::conn::http2::Builder::new(
+                            let connection = hyper::server::conn::http2::Builder::new(
                                 hyper_util::rt::TokioExecutor::new(),
                             )
-                            .max_concurrent_streams(1000)
-                            .serve_connection(io, answer)
-                            .await
+                            .max_concurrent_streams(streams)
+                            .serve_connection(io, answer);
+                            tokio::pin!(connection);
+                            loop {
+                                tokio::select! {
+                                    _ = connection.as_mut() => break,
+                                    Ok(()) = go_away.changed() => {
+                                        connection.as_mut().graceful_shutdown();
+                                        went_away.fetch_add(1, Ordering::SeqCst);
+                                    }
+                                }
+                            }
                         }
                         false => {
-                            hyper::server::conn::http1::Builder::new()
+                            let _ = hyper::server::conn::http1::Builder::new()
                                 .serve_connection(io, answer)
-                                .await
+                                .await;
                         }
-                    };
+                    }
+                    ended.fetch_add(1, Ordering::SeqCst);
                 });
             }
         });
-        let mut config = kube::Config::new(format!("https://{addr}").parse().unwrap());
-        config.default_retry = false;
-        config.root_cert = Some(vec![CertificateDer::from_pem_slice(CA.as_bytes())
-            .unwrap()
-            .to_vec()]);
-        (config, accepted)
+        server
+    }
+
+    /// [`tls_server_with`] allowing 1000 streams a connection: its config, and its count of
+    /// the connections accepted.
+    async fn tls_server(alpn: &[&[u8]]) -> (kube::Config, Arc<AtomicUsize>) {
+        let server = tls_server_with(alpn, 1000).await;
+        (server.config, server.accepted)
+    }
+
+    /// Waits (up to 10 s) until `count` reaches `n`.
+    async fn reaches(count: &AtomicUsize, n: usize, what: &str) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while count.load(Ordering::SeqCst) < n {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{what}: {} of {n}",
+                count.load(Ordering::SeqCst)
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 
     /// A receiver as a stream of frames.
@@ -757,13 +1011,129 @@ mod tests {
         futures_util::stream::poll_fn(move |cx| receiver.poll_recv(cx))
     }
 
-    /// The first line of a streaming answer's body (the version the server saw).
-    async fn first_line(answer: Response<kube::client::Body>) -> String {
+    /// The next line of a streaming answer's body (a frame each).
+    async fn next_line(body: &mut kube::client::Body) -> String {
         use http_body_util::BodyExt as _;
-        let mut body = answer.into_body();
         let frame = body.frame().await.unwrap().unwrap();
         let data = frame.into_data().unwrap();
         String::from_utf8_lossy(&data).trim().to_owned()
+    }
+
+    /// The first line of a streaming answer's body (the version the server saw).
+    async fn first_line(answer: Response<kube::client::Body>) -> String {
+        next_line(&mut answer.into_body()).await
+    }
+
+    /// A watch's request in namespace `n{i}`.
+    fn watch(i: usize) -> Request<kube::client::Body> {
+        Request::get(format!("/api/v1/namespaces/n{i}/pods?watch=true"))
+            .body(kube::client::Body::empty())
+            .unwrap()
+    }
+
+    /// A server that says GOAWAY on its connections (as an API server shutting down does):
+    /// their streams go on, a new stream goes over a new connection, none fails; a connection
+    /// that said GOAWAY closes once its streams have ended.
+    #[tokio::test]
+    async fn connections_that_say_goaway_keep_their_streams_and_take_no_new_one() {
+        let server = tls_server_with(&[b"h2", b"http/1.1"], 1000).await;
+        let client = streams_builder(&server.config).unwrap().build();
+        let mut old = Vec::new();
+        for i in 0..STREAMS_PER_CONNECTION + 1 {
+            let mut body = client.send(watch(i)).await.unwrap().into_body();
+            assert_eq!(next_line(&mut body).await, "HTTP/2.0");
+            old.push(body);
+        }
+        assert_eq!(server.accepted.load(Ordering::SeqCst), 2);
+        // Both connections have room.
+        drop(old.remove(0));
+
+        server.go_away.send_modify(|n| *n += 1);
+        reaches(&server.went_away, 2, "connections that said GOAWAY").await;
+        // The line comes after the GOAWAY on each connection: the client has read it.
+        server.lines.send("after".into()).unwrap();
+        for body in &mut old {
+            assert_eq!(next_line(body).await, "after");
+        }
+        let mut new = client.send(watch(0)).await.unwrap().into_body();
+        assert_eq!(next_line(&mut new).await, "HTTP/2.0");
+        assert_eq!(
+            server.accepted.load(Ordering::SeqCst),
+            3,
+            "a new connection"
+        );
+        server.lines.send("later".into()).unwrap();
+        for body in old.iter_mut().chain([&mut new]) {
+            assert_eq!(next_line(body).await, "later");
+        }
+
+        // Their streams ended, the connections that said GOAWAY close; the new one stays.
+        drop(old);
+        reaches(&server.ended, 2, "connections closed").await;
+        server.lines.send("last".into()).unwrap();
+        assert_eq!(next_line(&mut new).await, "last");
+        let mut another = client.send(watch(1)).await.unwrap().into_body();
+        assert_eq!(next_line(&mut another).await, "HTTP/2.0");
+        assert_eq!(server.accepted.load(Ordering::SeqCst), 3);
+        assert_eq!(server.ended.load(Ordering::SeqCst), 2);
+    }
+
+    /// A server allowing 10 streams a connection gets 10 on each of its connections, the
+    /// requests sent at once all answered (a stream beyond the server's limit would wait in
+    /// the connection until another ended, and fail after STREAM_HEAD_TIMEOUT).
+    #[tokio::test]
+    async fn streams_stay_within_the_servers_own_limit() {
+        let server = tls_server_with(&[b"h2", b"http/1.1"], 10).await;
+        let client = streams_builder(&server.config).unwrap().build();
+        let sent: Vec<_> = (0..25)
+            .map(|i| {
+                let client = client.clone();
+                tokio::spawn(async move { client.send(watch(i)).await })
+            })
+            .collect();
+        let mut open = Vec::new();
+        for sent in sent {
+            let mut body = sent.await.unwrap().unwrap().into_body();
+            assert_eq!(next_line(&mut body).await, "HTTP/2.0");
+            open.push(body);
+        }
+        assert_eq!(server.accepted.load(Ordering::SeqCst), 3, "10, 10 and 5");
+        server.lines.send("event".into()).unwrap();
+        for body in &mut open {
+            assert_eq!(next_line(body).await, "event");
+        }
+    }
+
+    /// A stream the server refuses (`REFUSED_STREAM`: not processed, RFC 9113 §8.7) is sent
+    /// again; the answer is the second stream's.
+    #[tokio::test]
+    async fn a_refused_stream_is_sent_again() {
+        let acceptor = tls_acceptor(&[b"h2"]);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let config = trusting(listener.local_addr().unwrap());
+        let requests = Arc::new(AtomicUsize::new(0));
+        let seen = requests.clone();
+        tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let tls = acceptor.accept(tcp).await.unwrap();
+            let mut connection = h2::server::handshake(tls).await.unwrap();
+            let mut answering = Vec::new();
+            while let Some(Ok((_, mut respond))) = connection.accept().await {
+                if seen.fetch_add(1, Ordering::SeqCst) == 0 {
+                    respond.send_reset(h2::Reason::REFUSED_STREAM);
+                    continue;
+                }
+                let mut stream = respond.send_response(Response::new(()), false).unwrap();
+                stream
+                    .send_data(bytes::Bytes::from_static(b"answered\n"), false)
+                    .unwrap();
+                answering.push(stream);
+            }
+        });
+        let client = streams_builder(&config).unwrap().build();
+        let answer = client.send(watch(0)).await.unwrap();
+        assert_eq!(first_line(answer).await, "answered");
+        assert_eq!(requests.load(Ordering::SeqCst), 2);
     }
 
     /// Over TLS to a server that accepts `h2`, the streams go as HTTP/2 streams of one
@@ -771,7 +1141,6 @@ mod tests {
     /// once, none waiting for another to end.
     #[tokio::test]
     async fn streams_share_http2_connections_up_to_their_bound() {
-        use std::sync::atomic::Ordering;
         let (config, accepted) = tls_server(&[b"h2", b"http/1.1"]).await;
         let client = streams_builder(&config).unwrap().build();
         let mut open = Vec::new();
@@ -792,7 +1161,6 @@ mod tests {
     /// Over TLS to a server that chooses HTTP/1.1, the streams go an HTTP/1.1 connection each.
     #[tokio::test]
     async fn streams_go_over_http1_where_the_cluster_chooses_it() {
-        use std::sync::atomic::Ordering;
         let (config, accepted) = tls_server(&[b"http/1.1"]).await;
         let client = streams_builder(&config).unwrap().build();
         let mut open = Vec::new();
@@ -866,7 +1234,6 @@ mod tests {
     /// request finds it expired).
     #[tokio::test]
     async fn the_pool_reuses_a_connection_and_closes_it_once_idle() {
-        use std::sync::atomic::{AtomicUsize, Ordering};
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();

@@ -105,6 +105,12 @@ struct Inner {
     /// Bumped by [`KubeApi::close_connections`]: every connection [`KubeApi::serve_tls`]
     /// accepted before fails.
     closing: watch::Sender<u64>,
+    /// Each connection [`KubeApi::serve_tls`] serves, asked through it to say GOAWAY
+    /// ([`KubeApi::go_away`]); it answers once it has.
+    going_away: Mutex<Vec<tls::GoAway>>,
+    /// The most HTTP/2 streams a connection [`KubeApi::serve_tls`] accepts then carries at
+    /// once ([`KubeApi::limit_streams_per_connection`]; `None`: hyper's 200).
+    streams_per_connection: Mutex<Option<u32>>,
 }
 
 /// What the apiserver's authorizer sees of a resource request.
@@ -219,6 +225,8 @@ impl KubeApi {
                 accepted: Mutex::new(Vec::new()),
                 cut: watch::Sender::new(0),
                 closing: watch::Sender::new(0),
+                going_away: Mutex::new(Vec::new()),
+                streams_per_connection: Mutex::new(None),
             }),
         }
     }
@@ -539,6 +547,37 @@ impl KubeApi {
         self.inner.closing.send_modify(|n| *n += 1);
     }
 
+    /// Says GOAWAY on every connection [`KubeApi::serve_tls`] serves, as an API server does
+    /// when it shuts down and, with `--goaway-chance`, at random, so that its clients spread
+    /// over the cluster's servers: an HTTP/2 connection takes no new stream, those open go on
+    /// until they end, then it closes (an HTTP/1.1 one closes after its request); connections
+    /// accepted after are served as before. Returns once each has queued its GOAWAY, which so
+    /// goes before anything sent on it after.
+    pub async fn go_away(&self) {
+        let asked: Vec<_> = {
+            let mut serving = lock(&self.inner.going_away);
+            serving.retain(|connection| !connection.is_closed());
+            serving
+                .iter()
+                .filter_map(|connection| {
+                    let (done, said) = tokio::sync::oneshot::channel();
+                    connection.send(done).ok().map(|()| said)
+                })
+                .collect()
+        };
+        for said in asked {
+            let _ = said.await;
+        }
+    }
+
+    /// The connections [`KubeApi::serve_tls`] accepts from now on carry at most `streams`
+    /// HTTP/2 streams at once (their `SETTINGS_MAX_CONCURRENT_STREAMS`), as an API server's
+    /// `--http2-max-streams-per-connection` sets: a client opening more has them refused
+    /// (`REFUSED_STREAM`).
+    pub fn limit_streams_per_connection(&self, streams: u32) {
+        *lock(&self.inner.streams_per_connection) = Some(streams);
+    }
+
     /// Forgets the event history, as an etcd compaction does: a watch from any version before
     /// now answers `410 Gone` (reason `Expired`).
     pub fn compact(&self) {
@@ -596,24 +635,15 @@ impl KubeApi {
     /// signed by [`tls::CA_PEM`], which the kubeconfig trusts (`certificate-authority-data`);
     /// ALPN offers `h2` and `http/1.1`, so a client that offers `h2` (kubectl, envlens' watch
     /// streams) speaks HTTP/2 and one that does not HTTP/1.1. [`KubeApi::close_connections`]
-    /// closes what it accepted.
+    /// closes what it accepted, [`KubeApi::go_away`] says GOAWAY on it.
     pub async fn serve_tls(&self, dir: &Path) -> Served {
         let listener = tls::Listener::bind(self.clone()).await;
         let addr = listener.addr;
-        let listener = axum::serve::ListenerExt::tap_io(listener, |_| {});
         let (stop, stopped) = watch::channel(false);
         let app = self
             .router()
             .layer(axum::Extension(handlers::Shutdown(stopped.clone())));
-        let mut signal = stopped;
-        let task = tokio::spawn(async move {
-            let app = app.into_make_service_with_connect_info::<SocketAddr>();
-            let _ = axum::serve(listener, app)
-                .with_graceful_shutdown(async move {
-                    let _ = signal.wait_for(|s| *s).await;
-                })
-                .await;
-        });
+        let task = tokio::spawn(tls::serve(listener, app, self.clone(), stopped));
         Served::new(addr, dir, true, stop, task)
     }
 }

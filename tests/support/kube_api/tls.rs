@@ -162,3 +162,83 @@ impl axum::serve::Listener for Listener {
         Ok(self.addr)
     }
 }
+
+/// How a served connection is asked to say GOAWAY ([`KubeApi::go_away`]): it answers on the
+/// sender it is given once it has.
+pub type GoAway = mpsc::UnboundedSender<tokio::sync::oneshot::Sender<()>>;
+
+/// Serves `app` on the connections `listener` hands over, HTTP/1.1 or HTTP/2 (hyper's auto
+/// builder, as `axum::serve`; the peer's address as `ConnectInfo`), until `stopped` turns
+/// true: then each connection shuts down as a server's does (GOAWAY, its streams ended by
+/// `app`), and this returns once all have closed. Unlike `axum::serve`, a connection says
+/// GOAWAY when asked ([`KubeApi::go_away`]) while the others are served on, and allows the
+/// streams [`KubeApi::limit_streams_per_connection`] sets.
+pub async fn serve(
+    mut listener: Listener,
+    app: axum::Router,
+    api: KubeApi,
+    mut stopped: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        let (io, peer) = tokio::select! {
+            accepted = axum::serve::Listener::accept(&mut listener) => accepted,
+            _ = stopped.wait_for(|s| *s) => break,
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+        };
+        let (asked, going_away) = mpsc::unbounded_channel();
+        lock(&api.inner.going_away).push(asked);
+        let streams = *lock(&api.inner.streams_per_connection);
+        connections.spawn(connection(
+            io,
+            peer,
+            app.clone(),
+            streams,
+            going_away,
+            stopped.clone(),
+        ));
+    }
+    while connections.join_next().await.is_some() {}
+}
+
+/// Serves one connection until it closes.
+async fn connection(
+    io: Breakable,
+    peer: SocketAddr,
+    app: axum::Router,
+    streams: Option<u32>,
+    mut going_away: mpsc::UnboundedReceiver<tokio::sync::oneshot::Sender<()>>,
+    mut stopped: tokio::sync::watch::Receiver<bool>,
+) {
+    use tower::ServiceExt as _;
+    let app = app.map_request(
+        move |mut request: axum::http::Request<hyper::body::Incoming>| {
+            request
+                .extensions_mut()
+                .insert(axum::extract::ConnectInfo(peer));
+            request
+        },
+    );
+    let service = hyper_util::service::TowerToHyperService::new(app);
+    let mut builder =
+        hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+    if let Some(streams) = streams {
+        builder.http2().max_concurrent_streams(streams);
+    }
+    let served = builder.serve_connection_with_upgrades(hyper_util::rt::TokioIo::new(io), service);
+    tokio::pin!(served);
+    let mut stopping = false;
+    loop {
+        tokio::select! {
+            _ = served.as_mut() => return,
+            Some(said) = going_away.recv() => {
+                served.as_mut().graceful_shutdown();
+                let _ = said.send(());
+            }
+            _ = stopped.wait_for(|s| *s), if !stopping => {
+                stopping = true;
+                served.as_mut().graceful_shutdown();
+            }
+        }
+    }
+}
