@@ -3,8 +3,9 @@
 //! Nearly every key of the fields a cached object keeps is one of a few hundred names that
 //! Kubernetes' own types (and the labels its controllers set) use: `metadata`, `name`, `uid`,
 //! `status`, `conditions`, `lastTransitionTime`, `pod-template-hash`... A tree writes such a
-//! key as its place in [`NAMES`], one byte for the first 128 names (the most used come first), two for the others, and compares it by that place; any other key is
-//! written whole. Which keys are in the table changes only the size of a tree, never what it
+//! key as its place in [`NAMES`], one byte for the first 128 names (the most used come
+//! first), two for the others, and compares it by that place; any other key is written
+//! whole. Which keys are in the table changes only the size of a tree, never what it
 //! reads.
 
 use std::sync::OnceLock;

@@ -4,11 +4,11 @@
 //! its maps in B-tree nodes. Here a whole value is one run of bytes, one allocation per object
 //! ([`TreeBuf`]): each value a tag byte and what it holds, a string inline with its length, a
 //! map or an array with the length of its contents so that a reader steps over it without
-//! entering it, and a map key as a byte or two, the place of its name among the names Kubernetes'
-//! types use ([`super::keys`]), or its text inline when it is not one of them. A tree of
-//! boxed slices per map and per array took 667 B and 8 allocations for what is here about
-//! 250 B and one (BENCHMARKS.md, session 21), and reading one field walks a few contiguous
-//! lines instead of a pointer per level.
+//! entering it, and a map key as a byte or two, the place of its name among the names
+//! Kubernetes' types use ([`super::keys`]), or its text inline when it is not one of them. A
+//! tree of boxed slices per map and per array took 667 B and 8 allocations for what is here
+//! about 200 B and one (BENCHMARKS.md, sessions 21 and 24), and reading one field walks a
+//! few contiguous lines instead of a pointer per level.
 //!
 //! A [`Tree`] is a view of the bytes of one value (`&Tree` borrows them from the object's
 //! buffer); finding a key scans the map's entries, stepping over each value by its length.
@@ -28,8 +28,8 @@
 //! - an array or an object: its tag, the length of its contents, then its items, or its
 //!   entries: a key (below) and a value each. The tag tells how the length is written:
 //!   `ARRAY8` and `OBJECT8` a `u8`, `ARRAY16` and `OBJECT16` a `u16`, `ARRAY` and `OBJECT` a
-//!   `u32` (most of an object's maps hold a few short entries: a `u32` each took a seventh of
-//!   a small object's tree, BENCHMARKS.md, session 24);
+//!   `u32` (most of an object's maps hold a few short entries: with a `u32` length each, two
+//!   bytes a key and five an integer, a tree was a fifth larger, BENCHMARKS.md, session 24);
 //! - a key: below `0x80`, the place of a name of [`super::keys::NAMES`] in one byte (the
 //!   table's first names are the most used); `0x80` to `0xBF`, a place in two bytes (six bits
 //!   of the first, big-endian); `INLINE_KEY + length` (below `LONG_KEY`) and the bytes of a
