@@ -4,11 +4,11 @@
 //! its maps in B-tree nodes. Here a whole value is one run of bytes, one allocation per object
 //! ([`TreeBuf`]): each value a tag byte and what it holds, a string inline with its length, a
 //! map or an array with the length of its contents so that a reader steps over it without
-//! entering it, and a map key as two bytes, the place of its name among the names Kubernetes'
-//! types use ([`super::keys`]), or its text inline when it is not one of them. A tree of
-//! boxed slices per map and per array took 667 B and 8 allocations for what is here about
-//! 250 B and one (BENCHMARKS.md, session 21), and reading one field walks a few contiguous
-//! lines instead of a pointer per level.
+//! entering it, and a map key as a byte or two, the place of its name among the names
+//! Kubernetes' types use ([`super::keys`]), or its text inline when it is not one of them. A
+//! tree of boxed slices per map and per array took 667 B and 8 allocations for what is here
+//! about 200 B and one (BENCHMARKS.md, sessions 21 and 24), and reading one field walks a
+//! few contiguous lines instead of a pointer per level.
 //!
 //! A [`Tree`] is a view of the bytes of one value (`&Tree` borrows them from the object's
 //! buffer); finding a key scans the map's entries, stepping over each value by its length.
@@ -18,17 +18,22 @@
 //! [`Keep`] parses only chosen fields, in the same pass, skipping the rest unbuilt; the parse
 //! writes the bytes on a per-thread scratch buffer and copies them once into their allocation.
 //!
-//! The encoding (integers little-endian; a length is a `u32`):
+//! The encoding (integers little-endian; a length is a `u32` unless said otherwise). Every
+//! value has one encoding, the smallest, so that equal values are equal bytes:
 //! - `NULL`, `FALSE`, `TRUE`: the tag alone;
-//! - `SMALL_INT` and an `i32`; `INT` and an `i64`; `UINT` and a `u64` (only above `i64::MAX`);
-//!   `FLOAT` and an `f64`: an integer is always written in the smallest that holds it, so
-//!   that equal values are equal bytes;
+//! - `TINY_INT` and an `i8`; `SMALL_INT` and an `i32`; `INT` and an `i64`; `UINT` and a `u64`
+//!   (only above `i64::MAX`); `FLOAT` and an `f64`: an integer in the smallest that holds it;
 //! - a string of fewer than [`SHORT_STRINGS`] bytes: `SHORT_STRING + length` and its bytes;
 //!   longer, `LONG_STRING`, its length and its bytes;
-//! - `ARRAY` and `OBJECT`: the length of their contents, then their items, or their entries:
-//!   a key (below) and a value each;
-//! - a key: a `u16`: below `INLINE_KEY` the place of a name of [`super::keys::NAMES`];
-//!   `INLINE_KEY + length` and the bytes of a shorter key; `LONG_KEY`, a length and the bytes.
+//! - an array or an object: its tag, the length of its contents, then its items, or its
+//!   entries: a key (below) and a value each. The tag tells how the length is written:
+//!   `ARRAY8` and `OBJECT8` a `u8`, `ARRAY16` and `OBJECT16` a `u16`, `ARRAY` and `OBJECT` a
+//!   `u32` (most of an object's maps hold a few short entries: with a `u32` length each, two
+//!   bytes a key and five an integer, a tree was a fifth larger, BENCHMARKS.md, session 24);
+//! - a key: below `0x80`, the place of a name of [`super::keys::NAMES`] in one byte (the
+//!   table's first names are the most used); `0x80` to `0xBF`, a place in two bytes (six bits
+//!   of the first, big-endian); `INLINE_KEY + length` (below `LONG_KEY`) and the bytes of a
+//!   shorter key; `LONG_KEY`, a `u32` length and the bytes.
 
 use std::borrow::{Borrow, Cow};
 use std::cell::RefCell;
@@ -48,15 +53,25 @@ const FLOAT: u8 = 6;
 const LONG_STRING: u8 = 7;
 const ARRAY: u8 = 8;
 const OBJECT: u8 = 9;
+const ARRAY8: u8 = 10;
+const OBJECT8: u8 = 11;
+const ARRAY16: u8 = 12;
+const OBJECT16: u8 = 13;
+const TINY_INT: u8 = 14;
 const SHORT_STRING: u8 = 16;
 /// Strings shorter than this are written with their length in their tag.
 pub const SHORT_STRINGS: usize = (u8::MAX - SHORT_STRING) as usize + 1;
 
-const INLINE_KEY: u16 = 0x8000;
-const LONG_KEY: u16 = u16::MAX;
-const _: () = assert!(keys::NAMES.len() < INLINE_KEY as usize);
+/// A key's first byte: below this, the place of a name in one byte.
+const NAMED_SHORT: u8 = 0x80;
+/// From [`NAMED_SHORT`] to below this, the place of a name in two bytes.
+const NAMED_LONG: u8 = 0xC0;
+const INLINE_KEY: u8 = 0xC0;
+const LONG_KEY: u8 = u8::MAX;
+const _: () = assert!(keys::NAMES.len() <= 0x4000);
 
-/// The bytes of a container's tag and length, before its contents.
+/// The bytes of a container's tag and `u32` length, before its contents (and of a long
+/// string's); a container being written has this head until it is finished.
 const HEAD: usize = 5;
 
 /// One JSON value: a view of its bytes (see the module's documentation). Made only by this
@@ -90,11 +105,49 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 fn value_len(b: &[u8]) -> usize {
     match b[0] {
         NULL | FALSE | TRUE => 1,
+        TINY_INT => 2,
         SMALL_INT => 5,
         INT | UINT | FLOAT => 9,
+        ARRAY8 | OBJECT8 => 2 + usize::from(b[1]),
+        ARRAY16 | OBJECT16 => 3 + usize::from(u16::from_le_bytes([b[1], b[2]])),
         LONG_STRING | ARRAY | OBJECT => HEAD + u32_at(b, 1),
         tag => 1 + usize::from(tag - SHORT_STRING),
     }
+}
+
+/// The bytes of the head of the container whose tag is `tag`, if it is an array (`Some(false)`
+/// with the head) or an object (`Some(true)`).
+#[inline(always)]
+fn container(tag: u8) -> Option<(bool, usize)> {
+    match tag {
+        ARRAY8 => Some((false, 2)),
+        ARRAY16 => Some((false, 3)),
+        ARRAY => Some((false, HEAD)),
+        OBJECT8 => Some((true, 2)),
+        OBJECT16 => Some((true, 3)),
+        OBJECT => Some((true, HEAD)),
+        _ => None,
+    }
+}
+
+/// Finishes the container written on `b` from `at` with a [`HEAD`] of room: its length in the
+/// smallest head that holds it, the contents moved up to it.
+fn close(b: &mut Vec<u8>, at: usize) -> Result<(), TooLarge> {
+    let len = b.len() - at - HEAD;
+    let object = b[at] == OBJECT;
+    if let Ok(small) = u8::try_from(len) {
+        b[at] = if object { OBJECT8 } else { ARRAY8 };
+        b[at + 1] = small;
+        b.drain(at + 2..at + HEAD);
+    } else if let Ok(middle) = u16::try_from(len) {
+        b[at] = if object { OBJECT16 } else { ARRAY16 };
+        b[at + 1..at + 3].copy_from_slice(&middle.to_le_bytes());
+        b.drain(at + 3..at + HEAD);
+    } else {
+        let len = u32::try_from(len).map_err(|_| TooLarge)?;
+        b[at + 1..at + HEAD].copy_from_slice(&len.to_le_bytes());
+    }
+    Ok(())
 }
 
 /// A key as written: the place of an interned name, or the bytes of any other.
@@ -106,15 +159,20 @@ enum KeyCode<'a> {
 /// The key that starts `b`, and the bytes it takes.
 #[inline(always)]
 fn key_at(b: &[u8]) -> (KeyCode<'_>, usize) {
-    let code = u16::from_le_bytes([b[0], b[1]]);
-    if code < INLINE_KEY {
-        (KeyCode::Named(code), 2)
-    } else if code < LONG_KEY {
-        let len = usize::from(code - INLINE_KEY);
-        (KeyCode::Text(&b[2..2 + len]), 2 + len)
+    let first = b[0];
+    if first < NAMED_SHORT {
+        (KeyCode::Named(u16::from(first)), 1)
+    } else if first < NAMED_LONG {
+        (
+            KeyCode::Named(u16::from_be_bytes([first - NAMED_SHORT, b[1]])),
+            2,
+        )
+    } else if first < LONG_KEY {
+        let len = usize::from(first - INLINE_KEY);
+        (KeyCode::Text(&b[1..1 + len]), 1 + len)
     } else {
-        let len = u32_at(b, 2);
-        (KeyCode::Text(&b[6..6 + len]), 6 + len)
+        let len = u32_at(b, 1);
+        (KeyCode::Text(&b[5..5 + len]), 5 + len)
     }
 }
 
@@ -148,6 +206,7 @@ impl Tree {
     /// An integer that fits in `i64`, as `serde_json::Value::as_i64` reads it.
     pub fn as_i64(&self) -> Option<i64> {
         match self.0[0] {
+            TINY_INT => Some(i64::from(self.0[1] as i8)),
             SMALL_INT => Some(i64::from(i32::from_le_bytes([
                 self.0[1], self.0[2], self.0[3], self.0[4],
             ]))),
@@ -176,11 +235,17 @@ impl Tree {
 
     /// The items of an array, in order.
     pub fn as_array(&self) -> Option<Items<'_>> {
-        (self.0[0] == ARRAY).then(|| Items(&self.0[HEAD..]))
+        match container(self.0[0]) {
+            Some((false, head)) => Some(Items(&self.0[head..])),
+            _ => None,
+        }
     }
 
     pub fn as_object(&self) -> Option<&Map> {
-        (self.0[0] == OBJECT).then(|| Map::of(&self.0[HEAD..]))
+        match container(self.0[0]) {
+            Some((true, head)) => Some(Map::of(&self.0[head..])),
+            _ => None,
+        }
     }
 
     pub fn is_null(&self) -> bool {
@@ -188,11 +253,11 @@ impl Tree {
     }
 
     pub fn is_object(&self) -> bool {
-        self.0[0] == OBJECT
+        matches!(container(self.0[0]), Some((true, _)))
     }
 
     pub fn is_array(&self) -> bool {
-        self.0[0] == ARRAY
+        matches!(container(self.0[0]), Some((false, _)))
     }
 
     pub fn is_string(&self) -> bool {
@@ -461,10 +526,9 @@ impl TreeBuf {
                 return;
             }
         }
-        let Ok(len) = u32::try_from(out.len() - HEAD) else {
+        if close(&mut out, 0).is_err() {
             return;
-        };
-        out[1..HEAD].copy_from_slice(&len.to_le_bytes());
+        }
         self.0 = out.into_boxed_slice();
     }
 }
@@ -516,16 +580,16 @@ impl From<&Tree> for serde_json::Value {
             NULL => Value::Null,
             FALSE => Value::Bool(false),
             TRUE => Value::Bool(true),
-            SMALL_INT | INT => Value::from(tree.as_i64().unwrap_or_default()),
+            TINY_INT | SMALL_INT | INT => Value::from(tree.as_i64().unwrap_or_default()),
             UINT => Value::from(u64_at(&tree.0, 1)),
             FLOAT => Value::from(tree.as_f64().unwrap_or_default()),
-            ARRAY => Value::Array(
+            ARRAY8 | ARRAY16 | ARRAY => Value::Array(
                 tree.as_array()
                     .unwrap_or_default()
                     .map(Value::from)
                     .collect(),
             ),
-            OBJECT => Value::Object(
+            OBJECT8 | OBJECT16 | OBJECT => Value::Object(
                 tree.as_object()
                     .into_iter()
                     .flatten()
@@ -581,6 +645,11 @@ pub(crate) fn capture<E>(write: impl FnOnce() -> Result<(), E>) -> Result<TreeBu
 }
 
 fn put_int(b: &mut Vec<u8>, v: i64) {
+    if let Ok(tiny) = i8::try_from(v) {
+        b.push(TINY_INT);
+        b.push(tiny as u8);
+        return;
+    }
     match i32::try_from(v) {
         Ok(small) => {
             b.push(SMALL_INT);
@@ -628,13 +697,17 @@ fn put_key(b: &mut Vec<u8>, key: &str) {
 
 fn put_code(b: &mut Vec<u8>, named: Option<usize>, key: &str) {
     match named {
-        Some(i) => b.extend_from_slice(&(i as u16).to_le_bytes()),
+        Some(i) if i < usize::from(NAMED_SHORT) => b.push(i as u8),
+        Some(i) => {
+            let [high, low] = (i as u16).to_be_bytes();
+            b.extend_from_slice(&[NAMED_SHORT + high, low]);
+        }
         None if key.len() < usize::from(LONG_KEY - INLINE_KEY) => {
-            b.extend_from_slice(&(INLINE_KEY + key.len() as u16).to_le_bytes());
+            b.push(INLINE_KEY + key.len() as u8);
             b.extend_from_slice(key.as_bytes());
         }
         None => {
-            b.extend_from_slice(&LONG_KEY.to_le_bytes());
+            b.push(LONG_KEY);
             b.extend_from_slice(&(key.len() as u32).to_le_bytes());
             b.extend_from_slice(key.as_bytes());
         }
@@ -708,12 +781,9 @@ impl Container {
         }
     }
 
+    /// Writes the container's length, in the smallest head that holds it ([`close`]).
     pub(crate) fn finish(self) -> Result<(), TooLarge> {
-        with(|b| {
-            let len = u32::try_from(b.len() - self.at - HEAD).map_err(|_| TooLarge)?;
-            b[self.at + 1..self.at + HEAD].copy_from_slice(&len.to_le_bytes());
-            Ok(())
-        })
+        with(|b| close(b, self.at))
     }
 }
 
@@ -1083,9 +1153,13 @@ mod tests {
 
     #[test]
     fn numbers_keep_their_kind_in_the_smallest_room() {
-        let cases: [(Value, usize); 9] = [
-            (json!(0), 5),
-            (json!(-1), 5),
+        let cases: [(Value, usize); 13] = [
+            (json!(0), 2),
+            (json!(-1), 2),
+            (json!(127), 2),
+            (json!(-128), 2),
+            (json!(128), 5),
+            (json!(-129), 5),
             (json!(i32::MAX), 5),
             (json!(i32::MIN), 5),
             (json!(i64::from(i32::MAX) + 1), 9),
@@ -1108,17 +1182,30 @@ mod tests {
 
     #[test]
     fn empty_containers_and_keys_interned_or_inline() {
-        assert_eq!(TreeBuf::from(&json!({})).bytes(), HEAD);
-        assert_eq!(TreeBuf::from(&json!([])).bytes(), HEAD);
+        assert_eq!(TreeBuf::from(&json!({})).bytes(), 2);
+        assert_eq!(TreeBuf::from(&json!([])).bytes(), 2);
         assert!(TreeBuf::from(&json!([])).as_array().unwrap().is_empty());
-        // An interned key takes two bytes; another its length more.
+        // One of the first interned names takes a byte, a later one two; another key its
+        // length more than one, up to 62 bytes, then five more.
         let named = TreeBuf::from(&json!({"metadata": null}));
-        assert_eq!(named.bytes(), HEAD + 2 + 1);
+        assert_eq!(named.bytes(), 2 + 1 + 1);
+        let last = keys::NAMES[keys::NAMES.len() - 1];
+        assert!(keys::NAMES.len() > 128);
+        let later = TreeBuf::from(&json!({ last: null }));
+        assert_eq!(later.bytes(), 2 + 2 + 1);
+        assert!(later.get(last).is_some_and(Tree::is_null));
+        assert_eq!(later.as_object().unwrap().iter().next().unwrap().0, last);
         let other = TreeBuf::from(&json!({"not-a-kubernetes-key": null}));
-        assert_eq!(other.bytes(), HEAD + 2 + 20 + 1);
+        assert_eq!(other.bytes(), 2 + 1 + 20 + 1);
+        let k62 = "k".repeat(62);
+        let k63 = "k".repeat(63);
+        let inline = TreeBuf::from(&json!({ k62.as_str(): 1, k63.as_str(): 2 }));
+        assert_eq!(inline.bytes(), 2 + (1 + 62 + 2) + (5 + 63 + 2));
+        assert_eq!(inline.get(&k62).and_then(Tree::as_i64), Some(1));
+        assert_eq!(inline.get(&k63).and_then(Tree::as_i64), Some(2));
         let long = "k".repeat(40_000);
         let tree = TreeBuf::from(&json!({ long.as_str(): 1, "metadata": 2 }));
-        assert_eq!(tree.bytes(), HEAD + 6 + 40_000 + 5 + 2 + 5);
+        assert_eq!(tree.bytes(), 3 + 5 + 40_000 + 2 + 1 + 2);
         assert_eq!(tree.get(&long).and_then(Tree::as_i64), Some(1));
         assert_eq!(tree.get("metadata").and_then(Tree::as_i64), Some(2));
         assert_eq!(tree.as_object().unwrap().len(), 2);
@@ -1137,17 +1224,39 @@ mod tests {
         assert_eq!(tree.get("z").and_then(Tree::as_str), Some("after"));
         let items: Vec<Value> = a.as_array().unwrap().map(Value::from).collect();
         assert_eq!(items, deep["a"].as_array().unwrap().clone());
-        let key = |k: &str| {
-            if keys::lookup(k).is_some() {
-                2
-            } else {
-                2 + k.len()
-            }
+        let key = |k: &str| match keys::lookup(k) {
+            Some(i) if i < 128 => 1,
+            Some(_) => 2,
+            None => 1 + k.len(),
         };
-        assert_eq!(
-            tree.bytes(),
-            HEAD + key("a") + a.bytes() + key("z") + 1 + "after".len()
-        );
+        let contents = key("a") + a.bytes() + key("z") + 1 + "after".len();
+        assert!(contents > 255 && contents < 65_536);
+        assert_eq!(tree.bytes(), 3 + contents);
+    }
+
+    #[test]
+    fn a_container_s_length_takes_one_two_or_four_bytes() {
+        // Contents of 255 and 256 bytes, 65,535 and 65,536: as many `true`s, a byte each.
+        for (contents, head) in [(255, 2), (256, 3), (65_535, 3), (65_536, 5), (300_000, 5)] {
+            let items = vec![json!(true); contents];
+            let array = json!(items);
+            let tree = TreeBuf::from(&array);
+            assert_eq!(tree.bytes(), head + contents, "{contents}");
+            assert_eq!(parsed(&array.to_string()), tree);
+            assert_eq!(Value::from(&tree), array);
+            assert!(tree.is_array() && !tree.is_object());
+            // The same contents as an object's entry, and the object in a map: stepped over
+            // by their lengths whatever the heads.
+            let object = json!({"a": array, "z": {"in": array}, "after": 1});
+            let tree = TreeBuf::from(&object);
+            assert_eq!(Value::from(&tree), object);
+            assert_eq!(tree.get("after").and_then(Tree::as_i64), Some(1));
+            assert_eq!(
+                tree.get("z").and_then(|z| z.get("in")).map(|a| a.bytes()),
+                Some(head + contents)
+            );
+            assert_eq!(parsed(&object.to_string()), tree);
+        }
     }
 
     #[test]
@@ -1167,7 +1276,10 @@ mod tests {
 
     /// A random JSON value: every kind, nested to `depth`, keys interned or not, repeated.
     fn random(rng: &mut impl Rng, depth: u32) -> Value {
-        const KEYS: [&str; 8] = ["name", "metadata", "x", "", "uid", "a-key", "é", "status"];
+        let later = keys::NAMES[keys::NAMES.len() - 1];
+        let keys = [
+            "name", "metadata", "x", "", "uid", "a-key", "é", "status", later,
+        ];
         let string = |rng: &mut dyn rand::RngCore| -> String {
             let len = *[0, 1, 5, 23, 24, 25, 239, 240, 300]
                 .get(rng.random_range(0..9))
@@ -1194,7 +1306,7 @@ mod tests {
                     .map(|_| {
                         let key = match rng.random_range(0..3) {
                             0 => string(rng),
-                            _ => KEYS[rng.random_range(0..KEYS.len())].to_owned(),
+                            _ => keys[rng.random_range(0..keys.len())].to_owned(),
                         };
                         (key, random(rng, depth - 1))
                     })

@@ -178,11 +178,12 @@ const GROUPS_KEPT: usize = 16;
 
 /// Changes a listener may fall behind by before it is told it lagged (and reads again). A
 /// broadcast holds all its slots from the start (32 bytes each), for as long as the namespace
-/// is watched: 512 is 16 KiB a namespace. A listener that lags reads again (a feed its group,
-/// as after any change, at most every 100 ms; GitLab's watch API the kind, sending what
-/// differs from what it sent): only a burst of more than 512 changes between two reads costs
-/// that read.
-const CHANGE_BACKLOG: usize = 512;
+/// is watched: 128 are 4 KiB a namespace (512 were 16 KiB, ~6 B of every kept object in the
+/// organization bench, BENCHMARKS.md, session 24). A listener that lags reads again (a feed
+/// its group, as after any change, at most every 100 ms; GitLab's watch API the kind, sending
+/// what differs from what it sent): only a burst of more than 128 changes in the namespace
+/// between two reads costs that read.
+const CHANGE_BACKLOG: usize = 128;
 
 impl Namespace {
     fn new() -> Arc<Namespace> {
