@@ -128,10 +128,15 @@ pub async fn watch(ws: &mut Socket, id: &str, params: Value) {
 
 /// The next JSON message, within 5 s.
 pub async fn next(ws: &mut Socket) -> Value {
+    next_within(ws, Duration::from_secs(5)).await
+}
+
+/// The next JSON message, within `wait`.
+async fn next_within(ws: &mut Socket, wait: Duration) -> Value {
     loop {
-        let message = tokio::time::timeout(Duration::from_secs(5), ws.next())
+        let message = tokio::time::timeout(wait, ws.next())
             .await
-            .expect("a message within 5 s")
+            .unwrap_or_else(|_| panic!("a message within {wait:?}"))
             .expect("the socket stays open")
             .expect("a readable message");
         if let Message::Text(text) = message {
@@ -572,8 +577,12 @@ async fn an_event_too_large_from_the_cluster_ends_the_watch_with_an_error() {
         json!({"version": "v1", "resource": "pods"}),
     )
     .await;
+    // Before the error, the test server renders and sends the event's 17 MiB and envlens
+    // reads them: more than a second of CPU alone, many on a loaded machine, where a small
+    // event's 5 s (`next`) do not hold.
     let failed = loop {
-        let m = collect(&mut ws, "everywhere", 1).await.remove(0);
+        let m = next_within(&mut ws, Duration::from_secs(60)).await;
+        assert_eq!(m["watchId"], "everywhere", "{m}");
         if m["type"] == "error" {
             break m;
         }

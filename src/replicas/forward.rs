@@ -146,6 +146,7 @@ impl Forward {
             Opened::Streaming(body) => Ok(Lines {
                 body: Some(body),
                 buffer: Vec::new(),
+                scanned: 0,
             }),
             // The owner refusing the socket's token is its decision, not an owner away: a
             // watch it served is not asked again for ever (`k8s::watch_api::through_owner`).
@@ -318,6 +319,9 @@ enum Opened {
 pub struct Lines {
     body: Option<hyper::body::Incoming>,
     buffer: Vec<u8>,
+    /// How much of `buffer` was looked through for a line's end: each byte once, however
+    /// many frames a long line comes in.
+    scanned: usize,
 }
 
 /// The longest line read from an owner: an object of the cluster's (etcd keeps at most
@@ -329,13 +333,15 @@ impl Lines {
     /// stream, broke it off, sent a line past [`MAX_LINE`] or stayed silent past [`SILENT`].
     pub async fn next(&mut self) -> Option<Bytes> {
         loop {
-            while let Some(end) = self.buffer.iter().position(|b| *b == b'\n') {
-                let line: Vec<u8> = self.buffer.drain(..=end).collect();
+            while let Some(end) = self.buffer[self.scanned..].iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = self.buffer.drain(..=self.scanned + end).collect();
+                self.scanned = 0;
                 let line = line.trim_ascii();
                 if !line.is_empty() {
                     return Some(Bytes::copy_from_slice(line));
                 }
             }
+            self.scanned = self.buffer.len();
             if self.buffer.len() > MAX_LINE {
                 self.body = None;
             }

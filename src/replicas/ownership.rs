@@ -101,9 +101,15 @@ impl Ownership {
             .collect()
     }
 
-    /// Joins the live set: its row, before the replica serves anything.
+    /// Joins the live set: its row, and the live set as it is, before the replica serves
+    /// anything. Not knowing the others until its first step, a replica just started
+    /// answered what another owns as if nobody owned it (a proxied watch watched the cluster
+    /// itself, and outlived the owner's death), for as long as that step took under load.
     pub async fn join(&self) -> Result<()> {
-        db::heartbeat(&self.pool, &self.id, &self.advertise_url).await
+        db::heartbeat(&self.pool, &self.id, &self.advertise_url).await?;
+        let members = db::live(&self.pool, self.window).await?;
+        *self.live.lock().unwrap_or_else(|e| e.into_inner()) = members;
+        Ok(())
     }
 
     /// Coordinates until the process ends: a step every fifth of the window, each bounded by
