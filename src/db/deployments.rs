@@ -1,8 +1,9 @@
 //! SQL of environments, deployments, their creation outcome and `agent_deployments`.
 
 use chrono::{DateTime, Utc};
+use sqlx::postgres::PgArguments;
 use sqlx::types::Json;
-use sqlx::PgConnection;
+use sqlx::{Arguments, PgConnection};
 
 use super::identity::last_segment;
 use crate::error::{Error, Result};
@@ -328,16 +329,19 @@ pub async fn check_fresh(
     c: &FreshCreation<'_>,
 ) -> Result<Option<Option<Authorization>>> {
     let (agent_project, agent_name) = c.agent.unzip();
-    let rows: Vec<FreshRow> = sqlx::query_as(concat!(
-        "SELECT EXISTS (SELECT 1 FROM projects WHERE id = $3 AND path = $4 AND full_path = $5)
+    let rows: Vec<FreshRow> = sqlx::query_as_with(
+        concat!(
+            "SELECT EXISTS (SELECT 1 FROM projects WHERE id = $3 AND path = $4 AND full_path = $5)
                     AND NOT EXISTS (SELECT 1 FROM environments
                                     WHERE project_id = $3 AND name = $6 AND id <> $7)
                     AND NOT EXISTS (SELECT 1 FROM deployments WHERE id = $8) AS fresh,
                     agent.*
              FROM (SELECT) one LEFT JOIN (",
-        authorization_sql!(),
-        ") agent ON true"
-    ))
+            authorization_sql!(),
+            ") agent ON true"
+        ),
+        reserved(8, 256),
+    )
     .bind(agent_project)
     .bind(agent_name)
     .bind(c.deployment.project_id)
@@ -355,6 +359,15 @@ pub async fn check_fresh(
         rows.into_iter()
             .map(|r| (r.id, r.project_id, r.depth, r.config)),
     )))
+}
+
+/// Arguments with room for `count` values of `bytes` in all (each value's 4-byte length
+/// included): bound one by one into empty ones, a creation's 30 values grew both of their
+/// vectors several times a statement.
+fn reserved(count: usize, bytes: usize) -> PgArguments {
+    let mut arguments = PgArguments::default();
+    arguments.reserve(count, bytes);
+    arguments
 }
 
 /// A row of [`check_fresh`]: whether the creation is fresh, and a row of [`authorization_sql`].
@@ -383,7 +396,7 @@ pub async fn create_fresh(
     row: Option<&AgentDeployment>,
 ) -> Result<bool> {
     let (d, env) = (c.deployment, c.environment);
-    let result = sqlx::query_scalar(
+    let result = sqlx::query_scalar_with(
         "WITH project AS (
              SELECT id FROM projects WHERE id = $1 AND path = $2 AND full_path = $3 FOR SHARE
          ), environment AS (
@@ -414,6 +427,7 @@ pub async fn create_fresh(
              SELECT deployment_id FROM agent_row WHERE $10 = 'success'
          )
          SELECT EXISTS (SELECT 1 FROM claim)",
+        reserved(22, 512),
     )
     .bind(d.project_id)
     .bind(last_segment(c.project_full_path))
