@@ -35,6 +35,17 @@ stop_envlens() {
   envlens_pid=
 }
 
+# CPU ticks (user + system) of PostgreSQL whose postmaster's pid is $postmaster: the
+# postmaster, its exited children (reaped into its own counters) and the live ones.
+cpu_postgres() {
+  local total
+  total=$(awk '{print $14 + $15 + $16 + $17}' "/proc/$postmaster/stat")
+  for child in $(pgrep -P "$postmaster"); do
+    total=$((total + $(awk '{print $14 + $15}' "/proc/$child/stat" 2>/dev/null || echo 0)))
+  done
+  echo "$total"
+}
+
 # callgrind_report LABEL OUT DIR: instructions per request of a callgrind run of `serve` whose
 # dumps are in DIR, OUT the load tool's JSON (its `sent` and `statuses`): the whole process,
 # then the connections' own tasks (hyper, the router, the middleware, the handler), apart from

@@ -23,14 +23,6 @@ stop_envlens
 start_envlens "$dir" "$port"
 psql_ -c "CREATE EXTENSION IF NOT EXISTS pg_stat_statements" >/dev/null
 postmaster=$(head -1 "$(find "$dir" -name postmaster.pid | head -1)")
-cpu_postgres() {
-  local total
-  total=$(awk '{print $14 + $15 + $16 + $17}' "/proc/$postmaster/stat")
-  for child in $(pgrep -P "$postmaster"); do
-    total=$((total + $(awk '{print $14 + $15}' "/proc/$child/stat" 2>/dev/null || echo 0)))
-  done
-  echo "$total"
-}
 "$load" run --url "$url" --secret-file "$dir/internal-secret" --connections 32 --seconds 3 --id-base 100000000 >/dev/null
 pgbench -h "$dir/run" -U envlens -n -M prepared -c 32 -j 2 -T 3 -D n=0 -D agent=bench/agents:prod \
   -f "$script" envlens >/dev/null 2>&1

@@ -21,17 +21,8 @@ start_envlens "$dir" "$port"
 "$load" seed --url "$url" --secret-file "$dir/internal-secret"
 postmaster=$(head -1 "$(find "$dir" -name postmaster.pid | head -1)")
 tick=$(getconf CLK_TCK)
-# CPU ticks (user + system) of envlens, and of PostgreSQL: the postmaster, its exited children
-# (reaped into its own counters) and the live ones.
+# CPU ticks (user + system) of envlens; PostgreSQL's: `cpu_postgres` (common.sh).
 cpu_envlens() { awk '{print $14 + $15}' "/proc/$envlens_pid/stat"; }
-cpu_postgres() {
-  local total
-  total=$(awk '{print $14 + $15 + $16 + $17}' "/proc/$postmaster/stat")
-  for child in $(pgrep -P "$postmaster"); do
-    total=$((total + $(awk '{print $14 + $15}' "/proc/$child/stat" 2>/dev/null || echo 0)))
-  done
-  echo "$total"
-}
 # Warm-up of both sides: the pool's connections opened, the statements prepared.
 "$load" run --url "$url" --secret-file "$dir/internal-secret" --connections 32 --seconds 3 --id-base 100000000 >/dev/null
 pgbench -h "$dir/run" -U envlens -n -M prepared -c 32 -j 2 -T 3 -D n=0 -D agent=bench/agents:prod \
