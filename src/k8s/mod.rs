@@ -12,6 +12,7 @@ pub mod flux_actions;
 pub mod gitops;
 pub mod grants;
 pub mod kas;
+pub mod lines;
 pub mod observe;
 pub mod own_rules;
 pub mod previous_log;

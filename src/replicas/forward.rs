@@ -145,8 +145,7 @@ impl Forward {
         match self.open(owner, path, credential, ask).await? {
             Opened::Streaming(body) => Ok(Lines {
                 body: Some(body),
-                buffer: Vec::new(),
-                scanned: 0,
+                lines: crate::k8s::lines::Lines::default(),
             }),
             // The owner refusing the socket's token is its decision, not an owner away: a
             // watch it served is not asked again for ever (`k8s::watch_api::through_owner`).
@@ -318,10 +317,7 @@ enum Opened {
 /// bytes; an empty line is the owner saying it is there.
 pub struct Lines {
     body: Option<hyper::body::Incoming>,
-    buffer: Vec<u8>,
-    /// How much of `buffer` was looked through for a line's end: each byte once, however
-    /// many frames a long line comes in.
-    scanned: usize,
+    lines: crate::k8s::lines::Lines,
 }
 
 /// The longest line read from an owner: an object of the cluster's (etcd keeps at most
@@ -333,23 +329,20 @@ impl Lines {
     /// stream, broke it off, sent a line past [`MAX_LINE`] or stayed silent past [`SILENT`].
     pub async fn next(&mut self) -> Option<Bytes> {
         loop {
-            while let Some(end) = self.buffer[self.scanned..].iter().position(|b| *b == b'\n') {
-                let line: Vec<u8> = self.buffer.drain(..=self.scanned + end).collect();
-                self.scanned = 0;
+            while let Some(line) = self.lines.next_line() {
                 let line = line.trim_ascii();
                 if !line.is_empty() {
                     return Some(Bytes::copy_from_slice(line));
                 }
             }
-            self.scanned = self.buffer.len();
-            if self.buffer.len() > MAX_LINE {
+            if self.lines.rest() > MAX_LINE {
                 self.body = None;
             }
             let body = self.body.as_mut()?;
             match tokio::time::timeout(SILENT, body.frame()).await {
                 Ok(Some(Ok(frame))) => {
                     if let Some(data) = frame.data_ref() {
-                        self.buffer.extend_from_slice(data);
+                        self.lines.push(data);
                     }
                 }
                 _ => {

@@ -21,6 +21,7 @@ use tracing::Instrument;
 use crate::k8s::circuit::Circuit;
 use crate::k8s::discovery::{self, ApiKind, Failure};
 use crate::k8s::fetch::encode;
+use crate::k8s::lines::{Lines, MAX_EVENT};
 use crate::resources::object::Object;
 use crate::resources::page;
 use crate::resources::text::Dictionary;
@@ -637,11 +638,7 @@ async fn stream(
     drop(this);
     metrics.watch_streams.inc();
     let _open = Open(metrics.clone());
-    // The start of a line not whole yet, and how much of it was looked through for its end.
-    // Let go once a frame ends on a line's end, as nearly every one does: a watch at rest
-    // holds no copy of the largest event it carried.
-    let mut buffer: Vec<u8> = Vec::new();
-    let mut scanned = 0;
+    let mut lines = Lines::default();
     loop {
         let frame = match body.frame().await {
             None => return Ended::Closed,
@@ -651,13 +648,8 @@ async fn stream(
         let Ok(data) = frame.into_data() else {
             continue;
         };
-        buffer.extend_from_slice(&data);
-        let mut start = 0;
-        while let Some(end) = buffer[scanned..].iter().position(|b| *b == b'\n') {
-            let end = scanned + end;
-            let line = &buffer[start..end];
-            start = end + 1;
-            scanned = start;
+        lines.push(&data);
+        while let Some(line) = lines.next_line() {
             let Some(this) = watch.upgrade() else {
                 return Ended::Closed;
             };
@@ -668,12 +660,13 @@ async fn stream(
                 Err(ended) => return ended,
             }
         }
-        if start == buffer.len() {
-            buffer = Vec::new();
-        } else {
-            buffer.drain(..start);
+        if lines.rest() > MAX_EVENT {
+            return Ended::Failed(Failure {
+                code: None,
+                message: format!("the cluster sent an event over {} MiB", MAX_EVENT >> 20),
+                answered: true,
+            });
         }
-        scanned = buffer.len();
     }
 }
 

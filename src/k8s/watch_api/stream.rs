@@ -16,12 +16,10 @@ use super::protocol::{self, Params, Selection, Sent};
 use crate::k8s::clusters::Cluster;
 use crate::k8s::discovery::{self, ApiKind};
 use crate::k8s::fetch::encode;
+use crate::k8s::lines::{Lines, MAX_EVENT};
 use crate::k8s::watch::{Change, KindView};
 use crate::resources::object::Object;
 
-/// The longest line of a cluster's watch kept waiting for its end: one event (etcd keeps
-/// objects under 1.5 MiB by default).
-const MAX_EVENT: usize = 16 << 20;
 /// The most of a cluster's refusal read for its message.
 const MAX_ERROR_BODY: usize = 64 << 10;
 
@@ -323,11 +321,7 @@ impl Watcher {
                 let message = discovery::error_message(status, &bytes);
                 return self.fail(id, Some(status.as_u16()), &message).await;
             }
-            // The start of a line not whole yet, and how much of it was looked through for
-            // its end: each byte once, however many frames a long event comes in (looking
-            // through all of it again at each of a 16 MiB event's frames took seconds).
-            let mut buffer: Vec<u8> = Vec::new();
-            let mut scanned = 0;
+            let mut lines = Lines::default();
             loop {
                 let data = match body.frame().await {
                     Some(Ok(frame)) => match frame.into_data() {
@@ -337,25 +331,14 @@ impl Watcher {
                     // The server ended the watch: resume from the last version.
                     None | Some(Err(_)) => break,
                 };
-                buffer.extend_from_slice(&data);
-                let mut start = 0;
-                while let Some(end) = buffer[scanned..].iter().position(|b| *b == b'\n') {
-                    let end = scanned + end;
-                    let line = &buffer[start..end];
-                    start = end + 1;
-                    scanned = start;
+                lines.push(&data);
+                while let Some(line) = lines.next_line() {
                     match self.forward(id, line, &mut version).await {
                         Forwarded::Sent => {}
                         Forwarded::Gone => return,
                     }
                 }
-                if start == buffer.len() {
-                    buffer = Vec::new();
-                } else {
-                    buffer.drain(..start);
-                }
-                scanned = buffer.len();
-                if buffer.len() > MAX_EVENT {
+                if lines.rest() > MAX_EVENT {
                     let said = format!("the cluster sent an event over {} MiB", MAX_EVENT >> 20);
                     return self.fail(id, Some(502), &said).await;
                 }
