@@ -902,14 +902,31 @@ async fn a_socket_on_the_owner_follows_its_connection_to_a_new_replica() {
     let world = world().await;
     let (api, setup) = (&world.api, &world.setup);
     let mut replicas = setup.replicas(1).await;
-    let first = setup.settled_owner(&replicas).await.id.clone();
+    let mut first = setup.settled_owner(&replicas).await.id.clone();
+    // A new replica wins the connection if it scores above the owner, whose score is a
+    // uniform draw u: with odds 1 - u each. An owner scoring high would need many joins (all
+    // of 16 lose with odds 1/17 over u), so one in the upper half is replaced first.
+    let connection = setup.connection().await;
+    let probes: Vec<String> = (0..200).map(|i| format!("probe-{i}")).collect();
+    let beats = |id: &str| {
+        let beaten = probes.iter().filter(|p| {
+            envlens::replicas::rendezvous::owner(&connection, &[id.to_owned(), p.to_string()])
+                == Some(id)
+        });
+        beaten.count()
+    };
+    while beats(&first) > probes.len() / 2 {
+        let high = std::mem::replace(&mut replicas[0], setup.replica(&setup.url).await);
+        std::thread::spawn(move || drop(high));
+        first = setup.settled_owner(&replicas).await.id.clone();
+    }
     api.clear_requests();
     let mut socket = watching_config_maps(&replicas[0]).await;
-    // A replica joins and, if it does not win the connection (odds 1/2), leaves again, until
-    // one wins: the owner hands the connection over, alive.
+    // A replica joins and, if it does not win the connection (odds 1/2 or more), leaves
+    // again, until one wins: the owner hands the connection over, alive.
     let mut changes = Vec::new();
     for attempt in 0.. {
-        assert!(attempt < 16, "the connection never moved");
+        assert!(attempt < 40, "the connection never moved");
         replicas.push(setup.replica(&setup.url).await);
         let name = format!("joined-{attempt}");
         api.insert(config_map(&name));
